@@ -1,0 +1,102 @@
+"""Time per epoch of dense weight training, edge-popup and augmented on the paper's MLP, in one process.
+
+    python benchmarks/speed.py                 # synthetic FashionMNIST-shaped data, 20 epochs each
+    python benchmarks/speed.py --real --full   # real FashionMNIST, plus a full 100-epoch extraction
+
+Ratios are measured within one run (interleaved repeats, median) because shared machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ticketcli.data import Splits, load_splits
+from ticketcli.init import generator
+from ticketcli.methods.scores import AugmentedSelection, ScoreTrainer, Selection, init_scores, train_scores
+from ticketcli.runs import build_net
+from ticketcli.specs import DataSpec, MethodSpec, build_extract_spec, data_search_dirs, merge_settings
+
+
+def synthetic_splits(n: int = 5000) -> Splits:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (n,), generator=g)
+    return Splits(x, y, x[:100], y[:100], x[:100], y[:100], info={"dataset": "synthetic"})
+
+
+def dense_epoch(net, opt, data: Splits, spec: MethodSpec, g: torch.Generator) -> None:
+    n = data.y_extract.numel()
+    order = torch.randperm(n, generator=g)
+    for i in range(0, n, spec.batch_size):
+        idx = order[i : i + spec.batch_size]
+        loss = F.cross_entropy(net.module(data.x_extract[idx]), data.y_extract[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--epochs", type=int, default=20, help="timed epochs per method and repeat")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats; the median is reported")
+    ap.add_argument("--real", action="store_true", help="use real FashionMNIST (must be installed)")
+    ap.add_argument("--full", action="store_true", help="also time `ticket extract` with the paper's 100 epochs")
+    args = ap.parse_args()
+
+    spec = build_extract_spec(merge_settings({}, None))
+    data = load_splits(DataSpec(search_dirs=data_search_dirs(None))) if args.real else synthetic_splits()
+    mspec = MethodSpec(epochs=args.epochs)
+
+    def make_runner(kind: str):
+        net, _, _ = build_net(spec.model, spec.init, None)
+        g = generator(0, "bench")
+        if kind.startswith("dense"):
+            for p in net.module.parameters():
+                p.requires_grad_(True)
+            opt = torch.optim.Adam(net.module.parameters(), lr=1e-3, fused=kind == "dense")
+            return lambda: [dense_epoch(net, opt, data, mspec, g) for _ in range(args.epochs)]
+        sel = (AugmentedSelection if kind == "augmented" else Selection)(net, mspec)
+        trainer = ScoreTrainer(net, sel, mspec, init_scores(net, sel.parts, g))
+        return lambda: train_scores(trainer, data, mspec, g, None)
+
+    # "dense": Adam(fused=True), the same optimiser implementation the score trainer uses;
+    # "dense-unfused": torch's default (for-loop) Adam, what most training scripts run.
+    kinds = ["dense", "dense-unfused", "edge-popup", "augmented"]
+    runners = {k: make_runner(k) for k in kinds}
+    for k in kinds:  # warm-up
+        runners[k]()
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(args.repeats):
+        for k in kinds:
+            t0 = time.perf_counter()
+            runners[k]()
+            times[k].append((time.perf_counter() - t0) / args.epochs)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, data {'FashionMNIST' if args.real else 'synthetic'}, "
+          f"{data.y_extract.numel()} examples/epoch, batch {mspec.batch_size}, {args.epochs} epochs x {args.repeats} repeats")
+    dense = statistics.median(times["dense"])
+    print(f"{'method':<14} {'ms/epoch':>9} {'x dense':>8}")
+    for k in kinds:
+        m = statistics.median(times[k])
+        print(f"{k:<14} {m * 1e3:9.1f} {m / dense:8.2f}")
+
+    if args.full:
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d) / "t.safetensors"
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "ticketcli", "extract", "--method", "augmented", "--sparsity", "0.9",
+                            "--seed", "0", "--out", str(out), "--quiet"], check=True, stdout=subprocess.DEVNULL)
+            print(f"full paper-protocol extraction (augmented, 100 epochs, incl. start-up and data load): "
+                  f"{time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+"""ticketcli: extract, share and re-evaluate strong lottery tickets."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,184 @@
+"""Dataset registry and resolution; seeded extraction/validation splits and the full test set as in-memory tensors."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ticketcli.errors import UsageError
+from ticketcli.init import generator
+from ticketcli.registry import Registry
+from ticketcli.specs import DataSpec
+
+SYSTEM_DIRS = ("/usr/share/datasets",)  # Debian's dataset-fashion-mnist installs /usr/share/datasets/fashion-mnist
+
+
+@dataclass(frozen=True)
+class Pools:
+    """A dataset's raw training pool and test set (normalised float32, shape (N, C, H, W)), labels int64."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    source: str  # where the files came from, for reports
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    shape: tuple[int, int, int]  # (C, H, W)
+    classes: int
+    n_extract: int  # default split sizes (the paper's 5000 / 5000 for FashionMNIST)
+    n_val: int
+    load: Callable[[DataSpec], Pools]
+
+    @property
+    def in_features(self) -> int:
+        c, h, w = self.shape
+        return c * h * w
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Extraction, validation and test tensors, all on one device."""
+
+    x_extract: torch.Tensor  # (N_e, C, H, W)
+    y_extract: torch.Tensor  # (N_e,)
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    info: dict  # dataset name, sizes, split seed, source
+
+    def to(self, device: torch.device) -> Splits:
+        t = {k: getattr(self, k).to(device) for k in ("x_extract", "y_extract", "x_val", "y_val", "x_test", "y_test")}
+        return Splits(**t, info=self.info)
+
+
+DATASETS: Registry[DatasetInfo] = Registry("dataset")
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file (optionally gzip'd): unsigned-byte images (N, H, W) or labels (N,)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+    if len(data) < 4:
+        raise UsageError(f"{path} is not an IDX file (too short)")
+    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
+    if zero != 0 or dtype != 0x08 or ndim not in (1, 3) or len(data) < 4 + 4 * ndim:
+        raise UsageError(f"{path} is not an unsigned-byte IDX file of 1 or 3 dimensions")
+    dims = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
+    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if body.size != int(np.prod(dims)):
+        raise UsageError(f"{path} is truncated or padded: header says {dims}, found {body.size} bytes")
+    return body.reshape(dims)
+
+
+IDX_FILES = {
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
+}
+
+
+def find_idx_dir(search_dirs: tuple[str, ...], subdirs: tuple[str, ...]) -> Path | None:
+    """The first directory that holds all four IDX files (plain or .gz)."""
+    for base in search_dirs:
+        for sub in subdirs:
+            d = Path(base) / sub if sub else Path(base)
+            if all(_idx_path(d, stem) is not None for stem in IDX_FILES.values()):
+                return d
+    return None
+
+
+def _idx_path(d: Path, stem: str) -> Path | None:
+    for name in (stem + ".gz", stem):
+        if (d / name).is_file():
+            return d / name
+    return None
+
+
+def _idx_pools(d: Path, mean: float, std: float) -> Pools:
+    arrays = {key: read_idx(_idx_path(d, stem)) for key, stem in IDX_FILES.items()}
+
+    def images(a: np.ndarray) -> torch.Tensor:
+        x = torch.from_numpy(a.astype(np.float32) / 255.0).unsqueeze(1)  # (N, 1, 28, 28)
+        return (x - mean) / std
+
+    return Pools(images(arrays["x_train"]), torch.from_numpy(arrays["y_train"].astype(np.int64)),
+                 images(arrays["x_test"]), torch.from_numpy(arrays["y_test"].astype(np.int64)), source=str(d))
+
+
+def _load_fashion_mnist(spec: DataSpec) -> Pools:
+    subdirs = ("", "fashion-mnist", "FashionMNIST/raw", "fashion_mnist")
+    d = find_idx_dir(spec.search_dirs, subdirs)
+    if d is None and spec.download and spec.download_dir is not None:
+        d = _torchvision_download(spec.download_dir)
+    if d is None:
+        looked = ", ".join(spec.search_dirs) or "(nowhere)"
+        raise UsageError(
+            f"FashionMNIST not found (looked in {looked})",
+            hint="install it with `apt-get install dataset-fashion-mnist`, pass --data-dir DIR holding the four "
+            "IDX files, or add --download to fetch it with torchvision",
+        )
+    return _idx_pools(d, mean=0.2860, std=0.3530)  # the paper's normalisation
+
+
+def _torchvision_download(root: str) -> Path:
+    try:
+        from torchvision.datasets import FashionMNIST
+
+        FashionMNIST(root=root, train=True, download=True)
+        FashionMNIST(root=root, train=False, download=True)
+    except Exception as e:  # network errors come in many types; all mean the same to the user
+        raise UsageError(f"FashionMNIST download failed: {e}",
+                         hint="install it with `apt-get install dataset-fashion-mnist` or pass --data-dir") from None
+    return Path(root) / "FashionMNIST" / "raw"
+
+
+DIGITS_TEST = 397  # scikit-learn's digits has no test split: a fixed one is held out (seed-independent)
+
+
+def _load_digits(spec: DataSpec) -> Pools:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.from_numpy(d.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+    x = (x - 0.3053) / 0.3760  # mean / std of digits / 16
+    y = torch.from_numpy(d.target.astype(np.int64))
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(20260101))
+    test, train = perm[:DIGITS_TEST], perm[DIGITS_TEST:]
+    return Pools(x[train], y[train], x[test], y[test], source="sklearn.datasets.load_digits")
+
+
+DATASETS.register("fashion-mnist")(DatasetInfo("fashion-mnist", (1, 28, 28), 10, 5000, 5000, _load_fashion_mnist))
+DATASETS.register("digits")(DatasetInfo("digits", (1, 8, 8), 10, 1000, 400, _load_digits))
+
+
+def load_splits(spec: DataSpec) -> Splits:
+    """Shuffle the training pool with the split seed: first n_extract for extraction, next n_val for validation."""
+    info = DATASETS.get(spec.name)
+    pools = info.load(spec)
+    n_e = spec.n_extract if spec.n_extract is not None else info.n_extract
+    n_v = spec.n_val if spec.n_val is not None else info.n_val
+    n = len(pools.y_train)
+    if n_e + n_v > n:
+        raise UsageError(f"{spec.name} has {n} training examples; cannot draw {n_e} extraction + {n_v} validation")
+    perm = torch.randperm(n, generator=generator(spec.split_seed, "split"))
+    ext, val = perm[:n_e], perm[n_e : n_e + n_v]
+    meta = {"dataset": spec.name, "n_extract": n_e, "n_val": n_v, "n_test": len(pools.y_test),
+            "split_seed": spec.split_seed, "source": pools.source}
+    return Splits(pools.x_train[ext], pools.y_train[ext], pools.x_train[val], pools.y_train[val],
+                  pools.x_test, pools.y_test, meta)

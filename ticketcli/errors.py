@@ -1,0 +1,31 @@
+"""One exception family; the CLI maps it to exit codes in one place."""
+
+
+class TicketCliError(Exception):
+    """A user-facing error: one line, with an exit code."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+
+class UsageError(TicketCliError):
+    """Bad flags, config, spec or data location (exit 2)."""
+
+
+class TicketFileError(TicketCliError):
+    """A ticket file that is unreadable, corrupt, foreign or inconsistent (exit 2)."""
+
+
+class GateFailed(TicketCliError):
+    """A requested gate such as --min-accuracy was not met (exit 1)."""
+
+    exit_code = 1
+
+
+class RunFailed(TicketCliError):
+    """A run that started but could not finish sensibly, e.g. a non-finite loss (exit 1)."""
+
+    exit_code = 1

@@ -1,0 +1,80 @@
+"""Deterministic weight initialisation from (spec, seed) on the CPU, and the weights fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ticketcli.models import fan_in, layer_of
+from ticketcli.registry import Registry
+from ticketcli.specs import InitSpec
+
+RELU_GAIN = math.sqrt(2.0)
+
+# scheme(shape, fan_in, k, generator) -> CPU float32 tensor
+InitFn = Callable[[torch.Size, int, float, torch.Generator], torch.Tensor]
+INIT_SCHEMES: Registry[InitFn] = Registry("init scheme")
+
+
+@INIT_SCHEMES.register("scaled-kaiming-uniform")
+def scaled_kaiming_uniform(shape, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
+    """The paper's init: U[-gain/sqrt(k*fan_in), +gain/sqrt(k*fan_in)] with ReLU gain (k = 1/2 by default)."""
+    bound = RELU_GAIN / math.sqrt(k * fan)
+    return torch.empty(shape).uniform_(-bound, bound, generator=g)
+
+
+@INIT_SCHEMES.register("signed-kaiming-constant")
+def signed_kaiming_constant(shape, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
+    """allenai/hidden-networks' signed constant: +-gain/sqrt(k*fan_in) with a random sign."""
+    std = RELU_GAIN / math.sqrt(k * fan)
+    u = torch.empty(shape).uniform_(-1.0, 1.0, generator=g)
+    return torch.where(u >= 0, std, -std)
+
+
+@INIT_SCHEMES.register("kaiming-normal")
+def kaiming_normal(shape, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
+    """N(0, (gain/sqrt(k*fan_in))^2); k = 1 gives torch's kaiming_normal_ (fan_in, relu)."""
+    std = RELU_GAIN / math.sqrt(k * fan)
+    return torch.empty(shape).normal_(0.0, std, generator=g)
+
+
+def derive_seed(seed: int, tag: str) -> int:
+    """An independent 63-bit seed for one purpose ('split', 'scores', 'batches', ...) derived from the run seed."""
+    digest = hashlib.sha256(f"{seed}:{tag}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def generator(seed: int, tag: str) -> torch.Generator:
+    return torch.Generator().manual_seed(derive_seed(seed, tag))
+
+
+def init_weights(module: nn.Module, spec: InitSpec) -> dict[str, torch.Tensor]:
+    """Draw every parameter, in named_parameters() order, from one CPU generator seeded with spec.seed."""
+    scheme = INIT_SCHEMES.get(spec.scheme)
+    g = torch.Generator().manual_seed(spec.seed)
+    params = dict(module.named_parameters())
+    out = {}
+    for name, p in params.items():
+        owner_weight = params.get(layer_of(name) + ".weight") if p.dim() == 1 else None
+        out[name] = scheme(p.shape, fan_in(p, owner_weight), spec.k, g).to(torch.float32)
+    return out
+
+
+def fingerprint(weights: dict[str, torch.Tensor]) -> str:
+    """sha256 over the parameters' bytes (float32, C order) in order."""
+    h = hashlib.sha256()
+    for w in weights.values():
+        h.update(w.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,31 @@
+"""`random`: a seeded random mask, exactly floor(density * n) entries kept per parameter."""
+
+from __future__ import annotations
+
+import torch
+
+from ticketcli.data import Splits
+from ticketcli.errors import UsageError
+from ticketcli.masking import keep_count, topk_mask
+from ticketcli.methods.base import Progress, param_densities
+from ticketcli.methods.registry import METHODS
+from ticketcli.models import MaskedNet
+from ticketcli.specs import MethodSpec
+
+
+@METHODS.register("random")
+class RandomMask:
+    name = "random"
+    score_init = None
+
+    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
+                generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
+        if spec.aug_density is not None:
+            raise UsageError("--aug-density applies to the augmented method only")
+        densities = param_densities(net, spec)
+        masks = {}
+        for name in net.names:
+            w = net.weights[name]
+            r = torch.rand(w.shape, generator=generator)  # CPU draw: same bits on any device
+            masks[name] = topk_mask(r, keep_count(densities[name], w.numel())).to(device)
+        return masks

@@ -1,0 +1,224 @@
+"""End-to-end runs: build the network and data from specs, run a method, evaluate, write or re-check a ticket."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+import ticketcli
+from ticketcli import ticket as ticket_io
+from ticketcli.data import DATASETS, Splits, load_splits
+from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.init import INIT_SCHEMES, file_sha256, fingerprint, generator, init_weights
+from ticketcli.masking import keep_count, mask_stats
+from ticketcli.methods import METHODS, Progress
+from ticketcli.methods.scores import augmented_density
+from ticketcli.models import MaskedNet, build_model
+from ticketcli.specs import DataSpec, InitSpec, ModelSpec, RunSpec
+from ticketcli.train import evaluate
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device {name!r} requested but CUDA is not available here", hint="use --device cpu")
+    if dev.type not in ("cpu", "cuda"):
+        raise UsageError(f"device type {dev.type!r} is not supported; use auto, cpu, cuda or cuda:N")
+    return dev
+
+
+def load_checkpoint(path: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Weights from a safetensors or PyTorch state-dict file (weights_only: never arbitrary unpickling)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"weights file not found: {path}")
+    try:
+        if p.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(p))
+        else:
+            state = torch.load(str(p), map_location="cpu", weights_only=True)
+    except Exception as e:  # corrupt files raise many types
+        raise UsageError(f"cannot read weights from {path}: {str(e).splitlines()[0][:200]}") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UsageError(f"{path} is not a state dict of tensors")
+    expected = {n: tuple(q.shape) for n, q in module.named_parameters()}
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = sorted(n for n in expected if n in state and tuple(state[n].shape) != expected[n])
+    if missing or unexpected or wrong:
+        detail = "; ".join(f"{k}: {', '.join(v)}" for k, v in
+                           (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong)) if v)
+        raise UsageError(f"{path} does not fit the model ({detail})")
+    return {n: state[n].detach().to(torch.float32).contiguous() for n in expected}
+
+
+def build_net(model: ModelSpec, init: InitSpec, weights_path: str | None) -> tuple[MaskedNet, dict, dict | None]:
+    """The frozen network (on CPU), its weights, and the checkpoint record when weights came from a file."""
+    module = build_model(model)
+    if weights_path is None:
+        weights, checkpoint = init_weights(module, init), None
+    else:
+        weights = load_checkpoint(weights_path, module)
+        checkpoint = {"path": str(weights_path), "sha256": file_sha256(weights_path)}
+    net = MaskedNet(module, model)
+    net.load_weights(weights)
+    return net, weights, checkpoint
+
+
+def check_input_shape(model: ModelSpec, data: Splits) -> None:
+    features = data.x_test[0].numel()
+    if model.widths[0] != features:
+        raise UsageError(f"model {model.to_string()} expects {model.widths[0]} inputs but {data.info['dataset']} "
+                         f"has {tuple(data.x_test.shape[1:])} = {features} features")
+
+
+def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec) -> dict:
+    """Requested vs achieved sparsity, globally and per parameter; for augmented the auxiliary share."""
+    stats = mask_stats(masks)
+    per = {}
+    aug = spec.method.name == "augmented"
+    k_aug_total = 0
+    for n, s in stats["per_param"].items():
+        per[n] = {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
+        if aug:
+            k_aug = keep_count(augmented_density(spec.method), 2 * s["total"])
+            k_aug_total += k_aug
+            per[n]["aux_share"] = (k_aug - s["kept"]) / k_aug if k_aug else 0.0
+    report = {"requested": spec.method.sparsity, "achieved": 1.0 - stats["density"],
+              "kept": stats["kept"], "total": stats["total"], "per_layer": per}
+    if spec.method.layer_densities is not None:
+        report["requested_layer_densities"] = list(spec.method.layer_densities)
+    if aug:
+        report["aug_density"] = augmented_density(spec.method)
+        report["aux_share"] = (k_aug_total - stats["kept"]) / k_aug_total if k_aug_total else 0.0
+    return report
+
+
+def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
+                   progress: Progress | None = None) -> dict:
+    """Run spec.method, rewind, evaluate, write the ticket; returns the summary that reports print."""
+    if Path(out).exists() and not overwrite:  # fail before the work, not after
+        raise UsageError(f"{out} already exists", hint="pass --force to overwrite it")
+    if not Path(out).parent.is_dir():
+        raise UsageError(f"cannot write {out}: directory {Path(out).parent} does not exist")
+    device = resolve_device(spec.device)
+    method = METHODS.get(spec.method.name)()
+    net, weights, checkpoint = build_net(spec.model, spec.init, spec.weights)
+    splits = load_splits(spec.data)
+    check_input_shape(spec.model, splits)
+    net.to(device)
+    splits = splits.to(device)
+
+    t0 = time.perf_counter()
+    masks = method.extract(net, splits, spec.method, device=device,
+                           generator=generator(spec.init.seed, "method"), progress=progress)
+    wall = time.perf_counter() - t0
+
+    net.load_weights(weights)  # rewind: the ticket is always evaluated on the original initialisation
+    masks = {n: masks[n].to(device) for n in net.names}
+    metrics = {"test": evaluate(net, masks, splits.x_test, splits.y_test),
+               "val": evaluate(net, masks, splits.x_val, splits.y_val),
+               "device": str(device), "wall_time_s": wall}
+    data_meta = {k: v for k, v in splits.info.items() if k != "source"}
+    tk = ticket_io.Ticket(
+        masks={n: m.cpu() for n, m in masks.items()},
+        model=spec.model.to_dict(),
+        init=spec.init.to_dict(),
+        weights_sha256=fingerprint(weights),
+        method={**spec.method.to_dict(), "score_init": method.score_init},
+        data=data_meta,
+        sparsity=sparsity_report(masks, spec),
+        metrics=metrics,
+        created_by={"ticketcli": ticketcli.__version__, "torch": torch.__version__},
+        checkpoint=checkpoint,
+    )
+    size = ticket_io.save(tk, out, overwrite=overwrite)
+    return {"ticket": str(out), "file_bytes": size, "method": spec.method.name, "seed": spec.init.seed,
+            "model": spec.model.to_string(), "data": {**data_meta, "source": splits.info["source"]},
+            "sparsity": tk.sparsity, "metrics": metrics}
+
+
+def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None) -> tuple[MaskedNet, dict]:
+    """The ticket's network from its spec and seed (or checkpoint), checked against shapes and fingerprint."""
+    try:
+        model = ModelSpec.parse(tk.model["spec"])
+        INIT_SCHEMES.get(tk.init["scheme"])
+    except UsageError as e:
+        raise TicketFileError(f"{path}: {e}") from None
+    init = InitSpec(scheme=tk.init["scheme"], k=float(tk.init["k"]), seed=tk.init["seed"])
+    if tk.checkpoint is not None:
+        weights_path = weights_path or tk.checkpoint.get("path")
+        if not weights_path or not Path(weights_path).is_file():
+            raise UsageError(f"{path} was extracted from checkpoint weights; pass them with --weights FILE")
+        if file_sha256(weights_path) != tk.checkpoint["sha256"]:
+            raise TicketFileError(f"{weights_path} is not the checkpoint this ticket was extracted from "
+                                  "(sha256 differs)")
+    elif weights_path is not None:
+        raise UsageError(f"{path} was built from seed {init.seed}; it takes no --weights")
+    try:
+        net, weights, _ = build_net(model, init, weights_path)
+    except UsageError as e:
+        raise TicketFileError(f"{path}: {e}") from None
+    if net.shapes() != tk.shapes:
+        raise TicketFileError(f"{path}: mask shapes do not match model {model.to_string()} "
+                              f"(ticket {tk.shapes}, model {net.shapes()})")
+    fp = fingerprint(weights)
+    if fp != tk.weights_sha256:
+        raise TicketFileError(
+            f"{path}: weights fingerprint mismatch (rebuilt {fp[:12]}, ticket {tk.weights_sha256[:12]}); "
+            f"the network cannot be reproduced here (ticket made with torch {tk.created_by.get('torch')}, "
+            f"this is torch {torch.__version__})")
+    return net, weights
+
+
+def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None) -> dict:
+    """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy."""
+    path = Path(path)
+    tk = ticket_io.load(path)
+    dev = resolve_device(device)
+    net, _ = rebuild(tk, path, weights)
+    if tk.data["dataset"] not in DATASETS:
+        raise TicketFileError(f"{path}: unknown dataset {tk.data['dataset']!r}")
+    spec = replace(data, name=tk.data["dataset"], n_extract=tk.data["n_extract"], n_val=tk.data["n_val"],
+                   split_seed=tk.data["split_seed"])
+    splits = load_splits(spec)
+    check_input_shape(ModelSpec.parse(tk.model["spec"]), splits)
+    net.to(dev)
+    splits = splits.to(dev)
+    masks = {n: m.to(dev) for n, m in tk.masks.items()}
+    test = evaluate(net, masks, splits.x_test, splits.y_test)
+    val = evaluate(net, masks, splits.x_val, splits.y_val)
+    stored = tk.metrics
+    reproduced = (stored.get("test", {}).get("correct") == test["correct"]
+                  and stored.get("val", {}).get("correct") == val["correct"])
+    return {"ticket": str(path), "method": tk.method.get("name"), "model": tk.model["spec"],
+            "seed": tk.init["seed"], "device": str(dev), "test": test, "val": val,
+            "stored": {"test_accuracy": stored.get("test", {}).get("accuracy"),
+                       "val_accuracy": stored.get("val", {}).get("accuracy"), "device": stored.get("device")},
+            "reproduced": reproduced, "sparsity": {"requested": tk.sparsity.get("requested"),
+                                                   "achieved": tk.sparsity.get("achieved")}}
+
+
+def inspect_ticket(path: str | Path) -> dict:
+    """A ticket's metadata and per-parameter density, without data or weights."""
+    path = Path(path)
+    tk = ticket_io.load(path)
+    stats = mask_stats(tk.masks)
+    return {"ticket": str(path), "file_bytes": path.stat().st_size, "format_version": ticket_io.FORMAT_VERSION,
+            "model": tk.model, "init": tk.init, "weights_sha256": tk.weights_sha256, "method": tk.method,
+            "data": tk.data, "sparsity": tk.sparsity, "metrics": tk.metrics, "checkpoint": tk.checkpoint,
+            "created_by": tk.created_by,
+            "masks": {n: {"shape": tk.shapes[n], "kept": s["kept"], "total": s["total"], "density": s["density"]}
+                      for n, s in stats["per_param"].items()},
+            "density": stats["density"], "packed_mask_bytes": sum((s["total"] + 7) // 8
+                                                                   for s in stats["per_param"].values())}
