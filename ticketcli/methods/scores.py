@@ -80,7 +80,7 @@ class ScoreTrainer:
     def __init__(self, net: MaskedNet, selection: Selection, spec: MethodSpec,
                  scores: dict[str, list[torch.Tensor]]):
         self.net, self.selection, self.spec = net, selection, spec
-        self.scores = {n: [s.to(net.device).requires_grad_(i == 0) for i, s in enumerate(parts)]
+        self.scores = {n: [s.detach().to(net.device, copy=True).requires_grad_(i == 0) for i, s in enumerate(parts)]
                        for n, parts in scores.items()}
         self.aux = [s for parts in self.scores.values() for s in parts[1:]]
         for t in self.aux:  # auxiliary scores only ever see zero gradients; weight decay alone could move them

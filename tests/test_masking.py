@@ -1,0 +1,95 @@
+"""Properties of top-k selection and the straight-through estimator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ticketcli.masking import (TopKSelector, joint_topk_masks, keep_count, masked_weight, straight_through,
+                               topk_mask)
+
+
+def reference_topk(values: np.ndarray, k: int) -> np.ndarray:
+    """Oracle: stable sort by descending value; ties resolved towards the lowest index."""
+    order = np.lexsort((np.arange(values.size), -values))
+    keep = np.zeros(values.size, dtype=bool)
+    keep[order[:k]] = True
+    return keep
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=60), st.data())
+def test_topk_exact_count_and_ties_to_lowest_index(values, data):
+    a = np.array(values, dtype=np.float32)  # few distinct values: many ties
+    k = data.draw(st.integers(0, a.size))
+    mask = topk_mask(torch.from_numpy(a), k).numpy()
+    assert mask.sum() == k
+    np.testing.assert_array_equal(mask, reference_topk(a, k))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.lists(st.integers(0, 4), min_size=1, max_size=40),
+       st.data())
+def test_joint_topk_is_topk_of_concatenation(a, b, data):
+    ta, tb = torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32)
+    k = data.draw(st.integers(0, len(a) + len(b)))
+    ma, mb = joint_topk_masks([ta, tb], k)
+    np.testing.assert_array_equal(torch.cat([ma, mb]).numpy(), reference_topk(np.array(a + b, np.float32), k))
+
+
+def test_topk_keeps_shape_and_largest():
+    s = torch.randn(7, 9, generator=torch.Generator().manual_seed(0))
+    m = topk_mask(s, 20)
+    assert m.shape == s.shape and m.dtype == torch.bool and int(m.sum()) == 20
+    assert s[m].min() > s[~m].max()
+
+
+@pytest.mark.parametrize("density,n,expected", [(0.1, 10, 1), (1 - 0.9, 10, 1), (0.29, 100, 29), (0.5, 7, 3),
+                                                (1.0, 5, 5), (0.0, 5, 0), (0.2, 200704, 40140)])
+def test_keep_count_is_floor_without_float_surprises(density, n, expected):
+    assert keep_count(density, n) == expected
+
+
+def test_selector_with_warm_start_equals_full_selection():
+    """The warm-started search must return the same bits as a full selection, step after step, ties included."""
+    g = torch.Generator().manual_seed(1)
+    s = torch.randn(3000, generator=g).abs()
+    t = torch.rand(3000, generator=g)  # a fixed auxiliary part
+    sel = TopKSelector()
+    for step in range(60):
+        s = (s + 0.02 * torch.randn(3000, generator=g)).abs()
+        if step % 10 == 3:  # inject exact ties around the threshold
+            s[:50] = s[1000]
+        if step % 17 == 5:  # a big jump that the band cannot cover
+            s = s * 3
+        for k in (1, 700, 2999, 3000, 4000):
+            expected = joint_topk_masks([s, t], k)[0]
+            got = sel("p", [s, t], k)
+            assert torch.equal(got, expected), (step, k)
+            assert torch.equal(sel("f", [s, t], k, torch.float32), expected.float())
+
+
+def test_straight_through_gradient_is_upstream_times_sign():
+    """dL/dS = dL/dH * sign(S), with dL/dH = dL/d(W*H) * W (edge-popup's estimator through |S|)."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(5, 6, generator=g, dtype=torch.float64)
+    s = torch.randn(5, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    hard = topk_mask(s.detach().abs(), 12)
+
+    # oracle: treat the effective weight as a leaf and apply the chain rule by hand
+    eff = (w * hard).requires_grad_(True)
+    (x @ eff.T).tanh().sum().backward()
+    expected = eff.grad * w * torch.sign(s.detach())
+
+    out = (x @ masked_weight(s, w, hard).T).tanh().sum()
+    out.backward()
+    assert torch.equal(masked_weight(s, w, hard).detach(), w * hard)
+    torch.testing.assert_close(s.grad, expected, rtol=0, atol=1e-12)
+
+    s2 = s.detach().clone().requires_grad_(True)
+    (x @ (w * straight_through(s2.abs(), hard)).T).tanh().sum().backward()
+    torch.testing.assert_close(s2.grad, expected, rtol=0, atol=1e-12)
