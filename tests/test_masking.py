@@ -58,7 +58,7 @@ def test_selector_with_warm_start_equals_full_selection():
     g = torch.Generator().manual_seed(1)
     s = torch.randn(3000, generator=g).abs()
     t = torch.rand(3000, generator=g)  # a fixed auxiliary part
-    sel = TopKSelector()
+    sel, sel_frozen = TopKSelector(), TopKSelector()
     for step in range(60):
         s = (s + 0.02 * torch.randn(3000, generator=g)).abs()
         if step % 10 == 3:  # inject exact ties around the threshold
@@ -70,6 +70,8 @@ def test_selector_with_warm_start_equals_full_selection():
             got = sel("p", [s, t], k)
             assert torch.equal(got, expected), (step, k)
             assert torch.equal(sel("f", [s, t], k, torch.float32), expected.float())
+            assert torch.equal(sel_frozen(f"k{k}", [s, t], k, frozen=True), expected)  # t is sorted once
+            assert torch.equal(sel(f"single{k}", [s], min(k, 3000)), topk_mask(s, min(k, 3000)))
 
 
 def test_straight_through_gradient_is_upstream_times_sign():

@@ -65,42 +65,88 @@ class TopKSelector:
 
     On the CPU it first looks for the k-th largest value in a narrow band around the previous step's
     threshold (a few vectorised passes instead of a full selection), falling back to a full selection when the
-    band misses. The result is always exactly joint_topk_masks(parts, k): only the search is cheaper.
+    band misses. Parts declared `frozen` (the same values on every call for this key, e.g. auxiliary scores
+    that never train) are sorted once and searched by bisection. The result is always exactly
+    joint_topk_masks(parts, k)[0]: only the search is cheaper.
     """
 
     def __init__(self):
         self.state: dict[str, tuple[float, float]] = {}  # key -> (last threshold, band half-width)
+        self.sorted: dict[str, list[_Sorted]] = {}  # key -> frozen parts, sorted once
 
-    def __call__(self, key: str, parts: Sequence[torch.Tensor], k: int,
-                 dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    def __call__(self, key: str, parts: Sequence[torch.Tensor], k: int, dtype: torch.dtype = torch.bool,
+                 frozen: bool = False) -> torch.Tensor:
         """The mask of the first part, as `dtype` (a float dtype saves torch's slow bool->float cast)."""
         n = sum(p.numel() for p in parts)
         if k <= 0 or k >= n or any(p.device.type != "cpu" for p in parts):
             return joint_topk_masks(parts, k)[0].to(dtype)
-        arrays = [p.detach().reshape(-1).numpy() for p in parts]
+        first = _Live(parts[0].detach().reshape(-1).numpy())
+        if frozen:
+            if key not in self.sorted:
+                self.sorted[key] = [_Sorted(p.detach().reshape(-1).numpy()) for p in parts[1:]]
+            views = [first, *self.sorted[key]]
+        else:
+            views = [first, *(_Live(p.detach().reshape(-1).numpy()) for p in parts[1:])]
         last = self.state.get(key)
-        v = None if last is None else _band_kth(arrays, k, *last)
+        v = None if last is None else _band_kth(views, k, *last)
         if v is None:
             v = kth_largest(_flat_values(parts), k)
             w = 0.01 * abs(v) + 1e-12 if last is None else max(4 * abs(v - last[0]), 4 * last[1])
         else:
             w = max(2 * abs(v - last[0]), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)
         self.state[key] = (v, w)
-        keep = [a >= v for a in arrays]
-        if sum(int(np.count_nonzero(m)) for m in keep) != k:  # ties at the threshold: rare, do it exactly
-            return joint_topk_masks(parts, k)[0].to(dtype)
-        first = keep[0] if dtype == torch.bool else keep[0].astype(torch.empty((), dtype=dtype).numpy().dtype)
-        return torch.from_numpy(first).view(parts[0].shape)  # numpy's bool->float cast is ~5x faster
+        keep = first.a >= v
+        if int(np.count_nonzero(keep)) + sum(p.count_at_least(v) for p in views[1:]) != k:
+            return joint_topk_masks(parts, k)[0].to(dtype)  # ties at the threshold: rare, do it exactly
+        if dtype != torch.bool:
+            keep = keep.astype(torch.empty((), dtype=dtype).numpy().dtype)  # ~5x faster than torch's cast
+        return torch.from_numpy(keep).view(parts[0].shape)
 
 
-def _band_kth(arrays: list[np.ndarray], k: int, t: float, w: float) -> float | None:
-    """The k-th largest value if it lies in [t - w, t + w], else None."""
+class _Live:
+    """Values that change between calls: vectorised passes."""
+
+    def __init__(self, a: np.ndarray):
+        self.a = a
+        self.above: np.ndarray | None = None
+
+    def count_above(self, x: float) -> int:
+        self.above = self.a > x  # kept for between(): one pass fewer
+        return int(np.count_nonzero(self.above))
+
+    def between(self, lo: float) -> np.ndarray:
+        """Values in [lo, x] for the x of the last count_above."""
+        return self.a[(self.a >= lo) & ~self.above]
+
+    def count_at_least(self, x: float) -> int:
+        return int(np.count_nonzero(self.a >= x))
+
+
+class _Sorted:
+    """Values that never change: sorted once, then bisection."""
+
+    def __init__(self, a: np.ndarray):
+        self.s = np.sort(a)
+        self.hi = 0.0
+
+    def count_above(self, x: float) -> int:
+        self.hi = x
+        return self.s.size - int(np.searchsorted(self.s, x, "right"))
+
+    def between(self, lo: float) -> np.ndarray:
+        return self.s[int(np.searchsorted(self.s, lo, "left")) : int(np.searchsorted(self.s, self.hi, "right"))]
+
+    def count_at_least(self, x: float) -> int:
+        return self.s.size - int(np.searchsorted(self.s, x, "left"))
+
+
+def _band_kth(views: list, k: int, t: float, w: float) -> float | None:
+    """The k-th largest value over all views if it lies in [t - w, t + w], else None."""
     lo, hi = t - w, t + w
-    above = [a > hi for a in arrays]
-    c_hi = sum(int(np.count_nonzero(m)) for m in above)
+    c_hi = sum(v.count_above(hi) for v in views)
     if c_hi >= k:
         return None
-    band = [a[(a >= lo) & ~m] for a, m in zip(arrays, above)]
+    band = [v.between(lo) for v in views]
     size = sum(b.size for b in band)
     if c_hi + size < k:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
@@ -26,10 +27,15 @@ class MLP(nn.Module):
         self.layers = nn.ModuleList(nn.Linear(a, b, bias=bias) for a, b in zip(widths[:-1], widths[1:]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_with(x, dict(self.named_parameters()))
+
+    def forward_with(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The forward pass with these tensors as parameters (cheaper than torch.func.functional_call)."""
         x = x.flatten(1)  # (B, in_features)
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < len(self.layers) - 1:
+        last = len(self.layers) - 1
+        for i in range(last + 1):
+            x = F.linear(x, params[f"layers.{i}.weight"], params.get(f"layers.{i}.bias"))
+            if i < last:
                 x = torch.relu(x)
         return x
 
@@ -98,6 +104,7 @@ class MaskedNet:
 
     def forward_with(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
         """The module's forward with these tensors in place of its parameters."""
-        return functional_call(self.module, params, (x,))
+        fast = getattr(self.module, "forward_with", None)  # our own models skip functional_call's overhead
+        return fast(x, params) if fast is not None else functional_call(self.module, params, (x,))
 
     __call__ = forward

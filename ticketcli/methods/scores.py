@@ -51,9 +51,10 @@ class Selection:
         dens = param_densities(net, spec)
         return {n: keep_count(dens[n], net.weights[n].numel()) for n in net.names}
 
-    def select(self, name: str, magnitudes: list[torch.Tensor], dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    def select(self, name: str, magnitudes: list[torch.Tensor], dtype: torch.dtype = torch.bool,
+               frozen_aux: bool = False) -> torch.Tensor:
         """Top-k over all magnitude tensors of a parameter taken together, restricted to the original ones."""
-        return self.topk(name, magnitudes, self.keep[name], dtype)
+        return self.topk(name, magnitudes, self.keep[name], dtype, frozen=frozen_aux)
 
 
 class AugmentedSelection(Selection):
@@ -102,8 +103,9 @@ class ScoreTrainer:
         hard, effective = {}, {}
         for n, parts in self.scores.items():
             with torch.no_grad():
-                aux = self.frozen_mags.get(n) or [t.abs() for t in parts[1:]]
-                hard[n] = self.selection.select(n, [parts[0].abs(), *aux], parts[0].dtype)  # 0/1 floats
+                frozen = n in self.frozen_mags
+                aux = self.frozen_mags[n] if frozen else [t.abs() for t in parts[1:]]
+                hard[n] = self.selection.select(n, [parts[0].abs(), *aux], parts[0].dtype, frozen)  # 0/1 floats
             effective[n] = masked_weight(parts[0], self.net.weights[n], hard[n])
         logits = self.net.forward_with(x, effective)
         loss = F.cross_entropy(logits, y)
