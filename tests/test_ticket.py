@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from pathlib import Path
 
@@ -411,3 +412,47 @@ def test_load_accepts_mask_tensors_in_any_file_order(tmp_path):
     reordered = dict(reversed(list(tensors.items())))
     back = ticket_io.load(write(tmp_path, reordered, meta))
     assert_same_ticket(make_ticket(), back)
+
+
+# ---------------------------------------------------------------------------------------------- regressions
+
+
+def test_deeply_nested_json_is_rejected_not_a_recursion_error(tmp_path):
+    header = b"[" * 200_000
+    p = tmp_path / "nested.safetensors"
+    p.write_bytes(struct.pack("<Q", len(header)) + header)
+    assert_rejected(p)
+    tensors, meta = valid_parts()
+    meta["sparsity"] = "[" * 200_000
+    assert_rejected(write(tmp_path, tensors, meta))
+
+
+def test_infinite_init_k_is_rejected(tmp_path):
+    tensors, meta = valid_parts()
+    meta["init"] = meta["init"].replace('"k": 0.5', '"k": Infinity')
+    assert "Infinity" in meta["init"]
+    assert_rejected(write(tmp_path, tensors, meta))
+
+
+def test_save_onto_a_directory_is_a_usage_error(tmp_path):
+    (tmp_path / "d").mkdir()
+    with pytest.raises(UsageError):
+        ticket_io.save(make_ticket(), tmp_path / "d", overwrite=True)
+
+
+def test_saved_file_mode_follows_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        ticket_io.save(make_ticket(), tmp_path / "t.safetensors")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "t.safetensors").stat().st_mode & 0o777 == 0o644
+
+
+def test_masks_keep_parameter_order(tmp_path):
+    names = [f"layers.{i}.{kind}" for i in (0, 2, 10) for kind in ("weight", "bias")]
+    t = make_ticket()
+    t.masks = {n: random_mask((3,), i) for i, n in enumerate(names)}
+    t.shapes = {n: [3] for n in names}
+    ticket_io.save(t, tmp_path / "t.safetensors")
+    assert list(ticket_io.load(tmp_path / "t.safetensors").masks) == names

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import math
 import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +73,7 @@ def read_idx(path: Path) -> np.ndarray:
     try:
         with opener(path, "rb") as f:
             data = f.read()
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise UsageError(f"cannot read {path}: {e}") from None
     if len(data) < 4:
         raise UsageError(f"{path} is not an IDX file (too short)")
@@ -80,7 +82,7 @@ def read_idx(path: Path) -> np.ndarray:
         raise UsageError(f"{path} is not an unsigned-byte IDX file of 1 or 3 dimensions")
     dims = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
     body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if body.size != int(np.prod(dims)):
+    if body.size != math.prod(dims):
         raise UsageError(f"{path} is truncated or padded: header says {dims}, found {body.size} bytes")
     return body.reshape(dims)
 
@@ -110,8 +112,18 @@ def _idx_path(d: Path, stem: str) -> Path | None:
     return None
 
 
-def _idx_pools(d: Path, mean: float, std: float) -> Pools:
+def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
     arrays = {key: read_idx(_idx_path(d, stem)) for key, stem in IDX_FILES.items()}
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if x.ndim != 3 or y.ndim != 1:
+            raise UsageError(f"{d}: the {split} files are not images (N, H, W) and labels (N,)")
+        if x.shape[0] != y.shape[0]:
+            raise UsageError(f"{d}: {x.shape[0]} {split} images but {y.shape[0]} labels")
+        if y.size and int(y.max()) >= classes:
+            raise UsageError(f"{d}: {split} labels must lie in 0..{classes - 1}, found {int(y.max())}")
+    if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
+        raise UsageError(f"{d}: train and test images differ in size")
 
     def images(a: np.ndarray) -> torch.Tensor:
         x = torch.from_numpy(a.astype(np.float32) / 255.0).unsqueeze(1)  # (N, 1, 28, 28)

@@ -66,9 +66,10 @@ class Ticket:
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION}
         for key in REQUIRED:
             value = getattr(self, key)
-            meta[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            # insertion order is kept (shapes and masks stay in named_parameters() order)
+            meta[key] = value if isinstance(value, str) else json.dumps(value)
         if self.checkpoint is not None:
-            meta["checkpoint"] = json.dumps(self.checkpoint, sort_keys=True)
+            meta["checkpoint"] = json.dumps(self.checkpoint)
         return meta
 
     def to_bytes(self) -> bytes:
@@ -82,6 +83,8 @@ def save(ticket: Ticket, path: str | Path, *, overwrite: bool = False) -> int:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"cannot write {path}: directory {parent} does not exist")
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a directory")
     if path.exists() and not overwrite:
         raise UsageError(f"{path} already exists", hint="pass --force to overwrite it")
     payload = ticket.to_bytes()
@@ -90,15 +93,25 @@ def save(ticket: Ticket, path: str | Path, *, overwrite: bool = False) -> int:
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror}") from None
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes the file private; a ticket is meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return len(payload)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _json_field(meta: dict[str, str], key: str, kind: type, path: Path) -> Any:
@@ -106,7 +119,7 @@ def _json_field(meta: dict[str, str], key: str, kind: type, path: Path) -> Any:
         raise TicketFileError(f"{path}: metadata field {key!r} is missing")
     try:
         value = json.loads(meta[key])
-    except (json.JSONDecodeError, TypeError):
+    except (json.JSONDecodeError, TypeError, RecursionError):
         raise TicketFileError(f"{path}: metadata field {key!r} is not valid JSON") from None
     if not isinstance(value, kind):
         raise TicketFileError(f"{path}: metadata field {key!r} should be a JSON {kind.__name__}")
@@ -121,7 +134,7 @@ def _read_header(raw: bytes, path: Path) -> dict:
         raise TicketFileError(f"{path}: not a safetensors file (header length {n} exceeds the file)")
     try:
         header = json.loads(raw[8 : 8 + n])
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise TicketFileError(f"{path}: not a safetensors file (header is not JSON)") from None
     if not isinstance(header, dict):
         raise TicketFileError(f"{path}: not a safetensors file (header is not an object)")
@@ -187,8 +200,8 @@ def _check_fields(f: dict[str, dict], checkpoint: dict | None, path: Path) -> No
     need(isinstance(init.get("scheme"), str), "'init' lacks a 'scheme' string")
     need(isinstance(init.get("seed"), int) and not isinstance(init.get("seed"), bool) and init["seed"] >= 0,
          "'init.seed' must be a non-negative integer")
-    need(isinstance(init.get("k"), (int, float)) and not isinstance(init.get("k"), bool) and init["k"] > 0,
-         "'init.k' must be a positive number")
+    need(isinstance(init.get("k"), (int, float)) and not isinstance(init.get("k"), bool)
+         and math.isfinite(init["k"]) and init["k"] > 0, "'init.k' must be a positive finite number")
     shapes = f["shapes"]
     need(len(shapes) > 0, "'shapes' is empty")
     for name, shape in shapes.items():
