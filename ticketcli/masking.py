@@ -95,8 +95,9 @@ class TopKSelector:
         else:
             w = max(2 * abs(v - last[0]), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)
         self.state[key] = (v, w)
-        keep = first.a >= v
-        if int(np.count_nonzero(keep)) + sum(p.count_at_least(v) for p in views[1:]) != k:
+        v_ = first.a.dtype.type(v)  # exact: v is one of the values
+        keep = first.a >= v_
+        if int(np.count_nonzero(keep)) + sum(p.count_at_least(v_) for p in views[1:]) != k:
             return joint_topk_masks(parts, k)[0].to(dtype)  # ties at the threshold: rare, do it exactly
         if dtype != torch.bool:
             keep = keep.astype(torch.empty((), dtype=dtype).numpy().dtype)  # ~5x faster than torch's cast
@@ -142,7 +143,10 @@ class _Sorted:
 
 def _band_kth(views: list, k: int, t: float, w: float) -> float | None:
     """The k-th largest value over all views if it lies in [t - w, t + w], else None."""
-    lo, hi = t - w, t + w
+    # Every part must compare against the very same bounds, in the arrays' own dtype (a Python float would also
+    # make np.searchsorted convert the whole sorted array on every call).
+    dt = views[0].a.dtype.type
+    lo, hi = dt(t - w), dt(t + w)
     c_hi = sum(v.count_above(hi) for v in views)
     if c_hi >= k:
         return None
