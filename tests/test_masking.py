@@ -95,3 +95,22 @@ def test_straight_through_gradient_is_upstream_times_sign():
     s2 = s.detach().clone().requires_grad_(True)
     (x @ (w * straight_through(s2.abs(), hard)).T).tanh().sum().backward()
     torch.testing.assert_close(s2.grad, expected, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=40), st.lists(st.integers(0, 6), max_size=40),
+       st.integers(0, 6), st.sampled_from([0.0, 0.5, 1.0, 2.5, 10.0]), st.booleans(), st.data())
+def test_band_search_finds_the_kth_largest_or_declines(a, b, t, w, frozen, data):
+    """The warm-start search returns exactly the k-th largest value whenever it answers (ties at both band ends)."""
+    from ticketcli.masking import _band_kth, _Live, _Sorted
+
+    arrays = [np.array(a, np.float32)] + ([np.array(b, np.float32)] if b else [])
+    values = np.concatenate(arrays)
+    k = data.draw(st.integers(1, values.size))
+    views = [_Live(arrays[0])] + [(_Sorted if frozen else _Live)(x) for x in arrays[1:]]
+    got = _band_kth(views, k, float(t), w)
+    expected = float(np.sort(values)[::-1][k - 1])
+    if w >= 10.0:  # the band covers every value: it must answer
+        assert got == expected
+    else:
+        assert got is None or got == expected
