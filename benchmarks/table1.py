@@ -50,7 +50,7 @@ def main() -> None:
                     t0 = time.perf_counter()
                     r = extract_ticket(spec, out=Path(d) / f"{method}-{s}-{seed}.safetensors")
                     r["total_s"] = time.perf_counter() - t0
-                    records.append({"method": method, "sparsity": s, "seed": seed, **r})
+                    records.append({**r, "requested": s})
                     print(f"  {method} s={s} seed={seed}: test {100 * r['metrics']['test']['accuracy']:.2f}% "
                           f"at {100 * r['sparsity']['achieved']:.2f}% ({r['metrics']['wall_time_s']:.1f} s)", flush=True)
 
@@ -58,7 +58,7 @@ def main() -> None:
           f"{'s/run':>6} | {'paper acc':>9} {'paper ach.':>10}")
     for method in args.methods.split(","):
         for s in map(float, args.sparsities.split(",")):
-            rs = [r for r in records if r["method"] == method and r["sparsity"] == s]
+            rs = [r for r in records if r["method"] == method and r["requested"] == s]
             acc = [100 * r["metrics"]["test"]["accuracy"] for r in rs]
             ach = [100 * r["sparsity"]["achieved"] for r in rs]
             aux = [100 * r["sparsity"]["aux_share"] for r in rs if "aux_share" in r["sparsity"]]
