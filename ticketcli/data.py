@@ -23,13 +23,15 @@ SYSTEM_DIRS = ("/usr/share/datasets",)  # Debian's dataset-fashion-mnist install
 
 @dataclass(frozen=True)
 class Pools:
-    """A dataset's raw training pool and test set (normalised float32, shape (N, C, H, W)), labels int64."""
+    """A dataset's training pool and test set as stored (e.g. uint8), labels int64; `prepare` turns rows into
+    normalised float32 (N, C, H, W) and is applied only to the rows a split uses."""
 
     x_train: torch.Tensor
     y_train: torch.Tensor
     x_test: torch.Tensor
     y_test: torch.Tensor
     source: str  # where the files came from, for reports
+    prepare: Callable[[torch.Tensor], torch.Tensor] = lambda x: x
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def read_idx(path: Path) -> np.ndarray:
     body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
     if body.size != math.prod(dims):
         raise UsageError(f"{path} is truncated or padded: header says {dims}, found {body.size} bytes")
-    return body.reshape(dims)
+    return body.reshape(dims).copy()  # writable, so torch can own it
 
 
 IDX_FILES = {
@@ -125,12 +127,12 @@ def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
     if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
         raise UsageError(f"{d}: train and test images differ in size")
 
-    def images(a: np.ndarray) -> torch.Tensor:
-        x = torch.from_numpy(a.astype(np.float32) / 255.0).unsqueeze(1)  # (N, 1, 28, 28)
-        return (x - mean) / std
+    def prepare(x: torch.Tensor) -> torch.Tensor:  # uint8 (N, H, W) -> normalised float32 (N, 1, H, W)
+        return ((x.to(torch.float32) / 255.0 - mean) / std).unsqueeze(1)
 
-    return Pools(images(arrays["x_train"]), torch.from_numpy(arrays["y_train"].astype(np.int64)),
-                 images(arrays["x_test"]), torch.from_numpy(arrays["y_test"].astype(np.int64)), source=str(d))
+    return Pools(torch.from_numpy(arrays["x_train"]), torch.from_numpy(arrays["y_train"].astype(np.int64)),
+                 torch.from_numpy(arrays["x_test"]), torch.from_numpy(arrays["y_test"].astype(np.int64)),
+                 source=str(d), prepare=prepare)
 
 
 def _load_fashion_mnist(spec: DataSpec) -> Pools:
@@ -192,5 +194,6 @@ def load_splits(spec: DataSpec) -> Splits:
     ext, val = perm[:n_e], perm[n_e : n_e + n_v]
     meta = {"dataset": spec.name, "n_extract": n_e, "n_val": n_v, "n_test": len(pools.y_test),
             "split_seed": spec.split_seed, "source": pools.source}
-    return Splits(pools.x_train[ext], pools.y_train[ext], pools.x_train[val], pools.y_train[val],
-                  pools.x_test, pools.y_test, meta)
+    prep = pools.prepare
+    return Splits(prep(pools.x_train[ext]), pools.y_train[ext], prep(pools.x_train[val]), pools.y_train[val],
+                  prep(pools.x_test), pools.y_test, meta)

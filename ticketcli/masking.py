@@ -92,11 +92,12 @@ class TopKSelector:
         if v is None:
             v = kth_largest(_flat_values(parts), k)
             w = 0.01 * abs(v) + 1e-12 if last is None else max(4 * abs(v - last[0]), 4 * last[1])
+            keep = first.a >= first.a.dtype.type(v)  # exact: v is one of the values
         else:
             w = max(2 * abs(v - last[0]), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)
+            keep = first.at_least(v)  # from the band search's passes, without another one over the scores
         self.state[key] = (v, w)
-        v_ = first.a.dtype.type(v)  # exact: v is one of the values
-        keep = first.a >= v_
+        v_ = first.a.dtype.type(v)
         if int(np.count_nonzero(keep)) + sum(p.count_at_least(v_) for p in views[1:]) != k:
             return joint_topk_masks(parts, k)[0].to(dtype)  # ties at the threshold: rare, do it exactly
         if dtype != torch.bool:
@@ -109,17 +110,25 @@ class _Live:
 
     def __init__(self, a: np.ndarray):
         self.a = a
-        self.above: np.ndarray | None = None
 
-    def count_above(self, x: float) -> int:
-        self.above = self.a > x  # kept for between(): one pass fewer
+    def count_above(self, x) -> int:
+        self.above = self.a > x  # kept for between()
         return int(np.count_nonzero(self.above))
 
-    def between(self, lo: float) -> np.ndarray:
-        """Values in [lo, x] for the x of the last count_above."""
-        return self.a[(self.a >= lo) & ~self.above]
+    def between(self, lo) -> np.ndarray:
+        """Values in [lo, x] for the x of the last count_above (lo <= x)."""
+        self.ge_lo = self.a >= lo
+        self.band = np.flatnonzero(self.ge_lo ^ self.above)  # above is a subset of ge_lo
+        self.band_values = self.a[self.band]
+        return self.band_values
 
-    def count_at_least(self, x: float) -> int:
+    def at_least(self, v: float) -> np.ndarray:
+        """a >= v as bool, for a v inside the last band: ge_lo minus the band entries below v."""
+        keep = self.ge_lo
+        keep[self.band[self.band_values < self.a.dtype.type(v)]] = False
+        return keep
+
+    def count_at_least(self, x) -> int:
         return int(np.count_nonzero(self.a >= x))
 
 
