@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ticketcli.masking import (TopKSelector, joint_topk_masks, keep_count, masked_weight, straight_through,
+from ticketcli.masking import (TopKSelector, joint_topk_masks, keep_count, masked_weight,
                                topk_mask)
 
 
@@ -91,10 +91,6 @@ def test_straight_through_gradient_is_upstream_times_sign():
     out.backward()
     assert torch.equal(masked_weight(s, w, hard).detach(), w * hard)
     torch.testing.assert_close(s.grad, expected, rtol=0, atol=1e-12)
-
-    s2 = s.detach().clone().requires_grad_(True)
-    (x @ (w * straight_through(s2.abs(), hard)).T).tanh().sum().backward()
-    torch.testing.assert_close(s2.grad, expected, rtol=0, atol=1e-12)
 
 
 @settings(max_examples=300, deadline=None)

@@ -168,28 +168,11 @@ def _band_kth(views: list, k: int, t: float, w: float) -> float | None:
     return float(np.partition(vals, j)[j])
 
 
-class _StraightThrough(torch.autograd.Function):
-    """Forward: the given hard mask. Backward: the identity (the mask's gradient passes to the scores)."""
-
-    @staticmethod
-    def forward(ctx, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return mask.to(scores.dtype)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return grad, None
-
-
-def straight_through(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """`mask` as a float tensor whose gradient flows unchanged into `scores` (Ramanujan et al.'s estimator)."""
-    return _StraightThrough.apply(scores, mask)
-
-
 class _MaskedWeight(torch.autograd.Function):
     """W * H in the forward pass; dL/dS = (dL/d(W*H) * W) * sign(S) in the backward pass.
 
-    This is W * straight_through(|S|, H) fused into one autograd node: the straight-through estimator passes
-    dL/dH = dL/d(W*H) * W to |S| unchanged, and d|S|/dS = sign(S) (0 at 0, as torch's abs).
+    Edge-popup's straight-through estimator in one autograd node: the hard top-k passes dL/dH = dL/d(W*H) * W
+    to |S| unchanged (as if it were the identity), and d|S|/dS = sign(S) (0 at 0, as torch's abs).
     """
 
     @staticmethod

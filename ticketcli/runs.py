@@ -107,10 +107,7 @@ def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec) -> dict:
 def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
                    progress: Progress | None = None) -> dict:
     """Run spec.method, rewind, evaluate, write the ticket; returns the summary that reports print."""
-    if Path(out).exists() and not overwrite:  # fail before the work, not after
-        raise UsageError(f"{out} already exists", hint="pass --force to overwrite it")
-    if not Path(out).parent.is_dir():
-        raise UsageError(f"cannot write {out}: directory {Path(out).parent} does not exist")
+    ticket_io.check_destination(out, overwrite=overwrite)  # fail before the work, not after
     device = resolve_device(spec.device)
     method = METHODS.get(spec.method.name)()
     net, weights, checkpoint = build_net(spec.model, spec.init, spec.weights)

@@ -6,7 +6,7 @@ import math
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,6 @@ class RunSpec:
     method: MethodSpec
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     weights: str | None = None  # frozen weights from this checkpoint instead of the seed
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 # Every key a config file may set, with the built-in default (flags override the file, the file overrides these).
@@ -275,4 +274,4 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
 
 
 __all__ = ["ModelSpec", "InitSpec", "DataSpec", "MethodSpec", "RunSpec", "build_extract_spec",
-           "merge_settings", "load_config", "parse_floats", "replace"]
+           "merge_settings", "load_config", "parse_floats"]

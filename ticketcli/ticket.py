@@ -77,19 +77,24 @@ class Ticket:
         return st_save(tensors, metadata=self.metadata())
 
 
-def save(ticket: Ticket, path: str | Path, *, overwrite: bool = False) -> int:
-    """Write atomically (temp file in the same directory, fsync, rename); returns the file size."""
+def check_destination(path: str | Path, *, overwrite: bool = False) -> None:
+    """Refuse a path a ticket cannot be written to (callers check before long work, save() checks again)."""
     path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"cannot write {path}: directory {parent} does not exist")
+    if not path.parent.is_dir():
+        raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
     if path.is_dir():
         raise UsageError(f"cannot write {path}: it is a directory")
     if path.exists() and not overwrite:
         raise UsageError(f"{path} already exists", hint="pass --force to overwrite it")
+
+
+def save(ticket: Ticket, path: str | Path, *, overwrite: bool = False) -> int:
+    """Write atomically (temp file in the same directory, fsync, rename); returns the file size."""
+    path = Path(path)
+    check_destination(path, overwrite=overwrite)
     payload = ticket.to_bytes()
     try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror}") from None
     try:
