@@ -23,7 +23,7 @@ from ticketcli.data import Splits, load_splits
 from ticketcli.init import generator
 from ticketcli.methods.scores import AugmentedSelection, ScoreTrainer, Selection, init_scores, train_scores
 from ticketcli.runs import build_net
-from ticketcli.specs import DataSpec, MethodSpec, build_extract_spec, data_search_dirs, merge_settings
+from ticketcli.specs import DataSpec, MethodSpec, build_extract_spec, data_location, merge_settings
 
 
 def synthetic_splits(n: int = 5000) -> Splits:
@@ -64,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
 
     spec = build_extract_spec(merge_settings({}, None))
-    data = load_splits(DataSpec(search_dirs=data_search_dirs(None))) if args.real else synthetic_splits()
+    data = load_splits(DataSpec(**data_location(None, False))) if args.real else synthetic_splits()
     mspec = MethodSpec(epochs=args.epochs)
 
     def make_runner(kind: str):

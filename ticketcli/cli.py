@@ -16,7 +16,7 @@ from ticketcli.data import DATASETS
 from ticketcli.errors import GateFailed, TicketCliError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
-from ticketcli.specs import DataSpec, build_extract_spec, data_search_dirs, merge_settings, user_cache_dir
+from ticketcli.specs import DataSpec, build_extract_spec, data_location, merge_settings
 
 
 def choices(name: str, names: list[str]) -> type[enum.Enum]:
@@ -143,8 +143,7 @@ def evaluate(
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
     with errors_to_exit_codes():
-        data = DataSpec(search_dirs=data_search_dirs(None if data_dir is None else str(data_dir)),
-                        download=download, download_dir=str(user_cache_dir()))
+        data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
         result = runs.evaluate_ticket(ticket, data=data, device=device or "auto",
                                       weights=None if weights is None else str(weights))
         if min_accuracy is not None:

@@ -97,8 +97,7 @@ class TopKSelector:
             w = max(2 * abs(v - last[0]), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)
             keep = first.at_least(v)  # from the band search's passes, without another one over the scores
         self.state[key] = (v, w)
-        v_ = first.a.dtype.type(v)
-        if int(np.count_nonzero(keep)) + sum(p.count_at_least(v_) for p in views[1:]) != k:
+        if int(np.count_nonzero(keep)) + sum(p.count_at_least(first.a.dtype.type(v)) for p in views[1:]) != k:
             return joint_topk_masks(parts, k)[0].to(dtype)  # ties at the threshold: rare, do it exactly
         if dtype != torch.bool:
             keep = keep.astype(torch.empty((), dtype=dtype).numpy().dtype)  # ~5x faster than torch's cast

@@ -142,6 +142,12 @@ def data_search_dirs(data_dir: str | None) -> tuple[str, ...]:
     return tuple(str(d) for d in dirs if d)
 
 
+def data_location(data_dir: str | None, download: bool) -> dict[str, Any]:
+    """DataSpec's where-to-find-it fields, resolved from flags and the environment here at the edge."""
+    return {"search_dirs": data_search_dirs(data_dir), "download": bool(download),
+            "download_dir": str(user_cache_dir())}
+
+
 def load_config(path: str | Path | None) -> dict[str, Any]:
     """Read a flat TOML run config; keys are option names (dashes or underscores)."""
     if path is None:
@@ -264,9 +270,7 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
         n_extract=None if s["n_extract"] is None else _check_int(s["n_extract"], "--n-extract", 1),
         n_val=None if s["n_val"] is None else _check_int(s["n_val"], "--n-val", 1),
         split_seed=seed,
-        search_dirs=data_search_dirs(s["data_dir"]),
-        download=bool(s["download"]),
-        download_dir=str(user_cache_dir()),
+        **data_location(None if s["data_dir"] is None else str(s["data_dir"]), s["download"]),
     )
     init = InitSpec(scheme=s["init"], k=_check_positive(s["init_k"], "--init-k"), seed=seed)
     return RunSpec(model=model, init=init, data=data, method=method, device=str(s["device"]),
@@ -274,4 +278,4 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
 
 
 __all__ = ["ModelSpec", "InitSpec", "DataSpec", "MethodSpec", "RunSpec", "build_extract_spec",
-           "merge_settings", "load_config", "parse_floats"]
+           "merge_settings", "load_config", "parse_floats", "data_location"]
