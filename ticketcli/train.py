@@ -1,13 +1,27 @@
-"""Evaluation of a masked network (training of weights arrives with train-weak)."""
+"""Evaluation of a masked network, and training of weights under a (fixed or changing) mask.
+
+WeightTrainer is the one weight-training primitive: train-weak, the sparse-training baselines (IMP, SET,
+RigL, movement) and drift build on it. It trains *copies* of the frozen weights; the network itself is
+never modified, so rewinding is free. Masked entries are exactly zero throughout: the forward pass uses
+W * M (so masked entries get zero gradient) and every step re-applies the mask (so optimiser state left
+over from before a mask change cannot move them).
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 
+from ticketcli.errors import RunFailed
 from ticketcli.models import MaskedNet
 
 EVAL_CHUNK = 2048  # fixed, so that extraction and `ticket evaluate` run bit-identical arithmetic
+
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (logits, labels) -> scalar
 
 
 @torch.no_grad()
@@ -21,3 +35,122 @@ def evaluate(net: MaskedNet, masks: dict[str, torch.Tensor] | None, x: torch.Ten
         correct += int((logits.argmax(1) == yb).sum())
     n = y.numel()
     return {"accuracy": correct / n, "loss": loss_sum / n, "correct": correct, "n": n}
+
+
+@dataclass(frozen=True)
+class WeightOptim:
+    """Optimiser for weight training; Appendix B: Adam, lr 1e-3, batch 512."""
+
+    name: str = "adam"  # adam | sgd
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    momentum: float = 0.0  # sgd only
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    def build(self, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+        if self.name == "adam":
+            fused = params[0].device.type in ("cpu", "cuda")
+            return torch.optim.Adam(params, lr=self.lr, betas=self.betas, eps=self.eps,
+                                    weight_decay=self.weight_decay, fused=fused)
+        if self.name == "sgd":
+            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        raise ValueError(f"unknown optimiser {self.name!r}")
+
+
+class WeightTrainer:
+    """Trains copies of net's weights with W * M in the forward pass; masks=None trains densely.
+
+    `params` holds the trained weights (masked entries exactly zero); `masks` are float 0/1 tensors and may be
+    replaced between steps with `set_masks` (SET, RigL, IMP)."""
+
+    def __init__(self, net: MaskedNet, masks: dict[str, torch.Tensor] | None, optim: WeightOptim,
+                 weights: dict[str, torch.Tensor] | None = None):
+        self.net, self.optim = net, optim
+        source = weights if weights is not None else net.weights
+        self.params = {n: source[n].detach().to(net.device, torch.float32, copy=True).requires_grad_(True)
+                       for n in net.names}
+        self.masks: dict[str, torch.Tensor] | None = None
+        if masks is not None:
+            self.set_masks(masks)
+        self.opt = optim.build(list(self.params.values()))
+
+    @torch.no_grad()
+    def set_masks(self, masks: dict[str, torch.Tensor]) -> None:
+        """Use these masks from now on; entries they drop become exactly zero."""
+        self.masks = {n: masks[n].to(self.params[n].device, torch.float32) for n in self.params}
+        for n, p in self.params.items():
+            p.mul_(self.masks[n])
+
+    def effective(self) -> dict[str, torch.Tensor]:
+        """The weights the forward pass uses: W * M (or W when dense)."""
+        if self.masks is None:
+            return dict(self.params)
+        return {n: p * self.masks[n] for n, p in self.params.items()}
+
+    def step(self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy,
+             dense_grads: bool = False) -> tuple[float, int, dict[str, torch.Tensor] | None]:
+        """One optimiser step. Returns (loss, correct predictions, dL/d(W*M) for every entry if dense_grads).
+
+        The dense gradient is the gradient with respect to the effective weights, including masked entries
+        (RigL's regrowth criterion)."""
+        eff = self.effective()
+        if dense_grads:
+            for t in eff.values():
+                if not t.requires_grad:
+                    t.requires_grad_(True)
+                t.retain_grad()
+        logits = self.net.forward_with(x, eff)
+        loss = loss_fn(logits, y)
+        lv = float(loss.detach())
+        if not math.isfinite(lv):
+            raise RunFailed("non-finite loss while training weights; try a smaller --lr")
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        if self.masks is not None:
+            with torch.no_grad():
+                for n, p in self.params.items():
+                    p.mul_(self.masks[n])
+        grads = {n: t.grad.detach() for n, t in eff.items()} if dense_grads else None
+        return lv, int((logits.argmax(1) == y).sum()), grads
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The trained weights (detached; masked entries zero)."""
+        return {n: p.detach() for n, p in self.params.items()}
+
+
+StepHook = Callable[[int, torch.Tensor, torch.Tensor], None]  # (global step, x batch, y batch) after each step
+
+
+def train_weights(trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int,
+                  generator: torch.Generator, on_epoch: Callable[[dict], None] | None = None,
+                  on_step: StepHook | None = None, loss_fn: Loss = F.cross_entropy) -> list[dict]:
+    """`epochs` passes over (x, y) in seeded random order (last partial batch included).
+
+    Returns one record per epoch: {"epoch", "loss", "accuracy"} (training loss/accuracy over the epoch);
+    on_epoch gets each record as it is made (add validation there)."""
+    n = y.numel()
+    history, step = [], 0
+    for epoch in range(epochs):
+        order = torch.randperm(n, generator=generator).to(x.device)
+        loss_sum, correct = 0.0, 0
+        for i in range(0, n, batch_size):
+            idx = order[i : i + batch_size]
+            xb, yb = x[idx], y[idx]
+            loss, c, _ = trainer.step(xb, yb, loss_fn)
+            step += 1
+            if on_step is not None:
+                on_step(step, xb, yb)
+            loss_sum += loss * idx.numel()
+            correct += c
+        record = {"epoch": epoch + 1, "loss": loss_sum / n, "accuracy": correct / n}
+        history.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+    return history
