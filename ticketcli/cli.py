@@ -79,6 +79,23 @@ def extract(
     aug_density: Annotated[Optional[float], typer.Option(
         help="Augmented-space keep density for augmented; 0.5 is the canonical fixed-density double-scoring. "
              "Overrides --sparsity's augmented density.")] = None,
+    aux_width: Annotated[Optional[int], typer.Option(
+        help="augmented, iterated: auxiliary score width as a multiple m of the original, i.e. scores of width "
+             "n + m*n per layer (the paper's Aug-x1/x2/x4). Default: 1.")] = None,
+    frozen_aux: Annotated[bool, typer.Option("--frozen-aux", help=(
+        "augmented, iterated: auxiliary scores keep their random init and are never updated. Under Algorithm 1 "
+        "they get zero gradient anyway, so this only differs from the default with --weight-decay > 0."))] = False,
+    signed_scores: Annotated[bool, typer.Option("--signed-scores", help=(
+        "edge-popup, augmented, iterated: rank raw scores S instead of |S| (the paper's NoAbs ablation)."))] = False,
+    project_final: Annotated[bool, typer.Option("--project-final", help=(
+        "augmented: train as usual, then keep exactly the requested density of the original coordinates "
+        "(top-k of the original scores) as the final mask."))] = False,
+    global_topk: Annotated[bool, typer.Option("--global", help=(
+        "edge-popup, augmented, iterated: one top-k across all layers instead of one per layer."))] = False,
+    iter_tolerance: Annotated[Optional[float], typer.Option(
+        help="iterated: stop once the achieved sparsity is within this of the requested one. Default: 0.02.")] = None,
+    max_rounds: Annotated[Optional[int], typer.Option(
+        help="iterated: at most this many rounds, each a full score training of --epochs. Default: 8.")] = None,
     seed: Annotated[Optional[int], typer.Option(
         help="Seed of the weights, the data split, score init and batch order. Default: 0.")] = None,
     model: Annotated[Optional[str], typer.Option(
@@ -116,7 +133,9 @@ def extract(
 ) -> None:
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
     flags = dict(method=method and method.value, sparsity=sparsity, layer_densities=layer_densities, aug_density=aug_density,
-                 seed=seed, model=model, bias=bias, init=init and init.value, init_k=init_k,
+                 aux_width=aux_width, frozen_aux=frozen_aux or None, signed_scores=signed_scores or None,
+                 project_final=project_final or None, global_topk=global_topk or None,
+                 iter_tolerance=iter_tolerance, max_rounds=max_rounds, seed=seed, model=model, bias=bias, init=init and init.value, init_k=init_k,
                  weights=None if weights is None else str(weights), dataset=dataset and dataset.value,
                  data_dir=None if data_dir is None else str(data_dir), download=download or None,
                  n_extract=n_extract, n_val=n_val, epochs=epochs, lr=lr, batch_size=batch_size, betas=betas,

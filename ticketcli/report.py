@@ -52,6 +52,8 @@ def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator:
         if task is None:
             bar.start()
             task = bar.add_task(label, total=total, loss="-", acc="-", sparsity="-")
+        if "round" in stats:  # iterated: the bar restarts each round
+            bar.update(task, description=f"{label} round {stats['round']}")
         bar.update(task, completed=stats["epoch"], loss=f"{stats['loss']:.4f}",
                    acc=f"{stats['accuracy']:.2%}", sparsity=f"{stats['sparsity']:.2%}")
 
@@ -80,6 +82,10 @@ def extract_table(s: dict) -> None:
     t.add_row("achieved sparsity", _pct(sp["achieved"]))
     if "aux_share" in sp:
         t.add_row("kept augmented entries on auxiliary coords", _pct(sp["aux_share"]))
+    if sp.get("projected"):
+        t.add_row("final mask", "projected onto the original scores")
+    for r in sp.get("rounds", []):
+        t.add_row(f"round {r['round']}", f"aug density {r['aug_density']:.4f} -> sparsity {_pct(r['achieved_sparsity'])}")
     t.add_row("model / seed", f"{s['model']} / {s['seed']}")
     t.add_row("data", f"{s['data']['dataset']} ({s['data']['n_extract']}/{s['data']['n_val']}/{s['data']['n_test']})")
     t.add_row("wall time", f"{m['wall_time_s']:.1f} s on {m['device']}")
