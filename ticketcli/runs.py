@@ -124,6 +124,7 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
                            generator=generator(spec.init.seed, "method"), progress=progress)
     wall = time.perf_counter() - t0
 
+    details = getattr(method, "details", None) or {}  # what the method found beyond the masks
     net.load_weights(weights)  # rewind: the ticket is always evaluated on the original initialisation
     masks = {n: masks[n].to(device) for n in net.names}
     metrics = {"test": evaluate(net, masks, splits.x_test, splits.y_test),
@@ -135,9 +136,10 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
         model=spec.model.to_dict(),
         init=spec.init.to_dict(),
         weights_sha256=fingerprint(weights),
-        method={**spec.method.to_dict(), "score_init": method.score_init},
+        method={**spec.method.to_dict(), "score_init": method.score_init,
+                **({"score_params": details["score_params"]} if "score_params" in details else {})},
         data=data_meta,
-        sparsity=sparsity_report(masks, spec, getattr(method, "details", None)),
+        sparsity=sparsity_report(masks, spec, details),
         metrics=metrics,
         created_by={"ticketcli": ticketcli.__version__, "torch": torch.__version__},
         checkpoint=checkpoint,
@@ -145,7 +147,8 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     size = ticket_io.save(tk, out, overwrite=overwrite)
     return {"ticket": str(out), "file_bytes": size, "method": spec.method.name, "seed": spec.init.seed,
             "model": spec.model.to_string(), "data": {**data_meta, "source": splits.info["source"]},
-            "sparsity": tk.sparsity, "metrics": metrics}
+            "sparsity": tk.sparsity, "metrics": metrics,
+            **({"score_params": details["score_params"]} if "score_params" in details else {})}
 
 
 def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None) -> tuple[MaskedNet, dict]:
