@@ -10,11 +10,10 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from typer.testing import CliRunner
 
+from test_cli import QUICK, invoke, one_line_error
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
-from ticketcli.cli import app
 from ticketcli.errors import RunFailed
 from ticketcli.init import file_sha256, init_weights
 from ticketcli.models import MaskedNet, build_model
@@ -22,25 +21,10 @@ from ticketcli.specs import DataSpec, InitSpec, ModelSpec, data_location
 from ticketcli.train import evaluate
 from ticketcli.weak import WeakSpec, check_sparsity, train_run, train_weak
 
-runner = CliRunner()
-MODEL = "mlp:64-32-32-10"
-QUICK = ["--dataset", "digits", "--model", MODEL, "--epochs", "2", "--batch-size", "128",
-         "--n-extract", "500", "--n-val", "200", "--quiet"]
+MODEL = QUICK[QUICK.index("--model") + 1]
 TRAIN = ["--epochs", "3", "--batch-size", "128", "--quiet"]
 DATA = DataSpec(**data_location(None, False))
 SPEC = WeakSpec(epochs=3, batch_size=128)
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
-
-
-def one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    err = result.stderr.strip()
-    assert err.startswith("error:") and len(err.splitlines()) == 1, err
-    return err
 
 
 @pytest.fixture(scope="module")

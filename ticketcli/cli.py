@@ -66,6 +66,8 @@ DataDir = Annotated[Optional[Path], typer.Option(help="Look for dataset files he
                                                      "(then $TICKET_DATA, ~/.cache/ticketcli, /usr/share/datasets).")]
 Download = Annotated[bool, typer.Option("--download", help="Allow torchvision to download the dataset "
                                                           "into ~/.cache/ticketcli if it is not found.")]
+CheckpointWeights = Annotated[Optional[Path], typer.Option(
+    help="The checkpoint the ticket was extracted from (checked against its sha256).")]
 
 
 @app.command()
@@ -135,8 +137,7 @@ def evaluate(
     ticket: Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")],
     min_accuracy: Annotated[Optional[float], typer.Option(
         help="Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8).")] = None,
-    weights: Annotated[Optional[Path], typer.Option(
-        help="The checkpoint the ticket was extracted from (checked against its sha256).")] = None,
+    weights: CheckpointWeights = None,
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
@@ -183,8 +184,7 @@ def train_weak(
         help="Write a PNG of validation accuracy and training loss per epoch (masked vs dense). "
              "Default: no plot.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out and --plot if they exist.")] = False,
-    weights: Annotated[Optional[Path], typer.Option(
-        help="The checkpoint the ticket was extracted from (checked against its sha256).")] = None,
+    weights: CheckpointWeights = None,
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
