@@ -82,7 +82,8 @@ def train_run(o: OpenTicket, masks: dict[str, torch.Tensor] | None, spec: WeakSp
     final = _measure(o, masks)
     net.load_weights(o.weights)
     best = max(curve, key=lambda p: p["val_accuracy"])  # first epoch with the highest validation accuracy
-    run = {"initial": initial, "final": final, "gain": final["test"]["accuracy"] - initial["test"]["accuracy"],
+    gain = (final["test"]["correct"] - initial["test"]["correct"]) / final["test"]["n"]  # exact, not a float difference
+    run = {"initial": initial, "final": final, "gain": gain,
            "best_val_epoch": best["epoch"], "best_val_accuracy": best["val_accuracy"], "curve": curve,
            "wall_time_s": wall}
     return run, trainer
@@ -120,7 +121,7 @@ def train_weak(path: str | Path, *, data: DataSpec, spec: WeakSpec = WeakSpec(),
     ticket_sha = file_sha256(str(path))
     result = {"ticket": str(path), "ticket_sha256": ticket_sha, "method": tk.method.get("name"),
               "model": tk.model["spec"], "seed": tk.init["seed"], "device": str(o.device),
-              "data": {k: tk.data[k] for k in ("dataset", "n_extract", "n_val") if k in tk.data}
+              "data": {k: tk.data[k] for k in ("dataset", "n_extract", "n_val", "split_seed") if k in tk.data}
               | {"n_test": int(o.splits.y_test.numel())},
               **spec.to_dict(), "sparsity": sparsity, "masked": masked}
     if dense_baseline:
