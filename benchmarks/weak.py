@@ -11,21 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 from pathlib import Path
 
+from table1 import mean_std  # benchmarks/ is on sys.path when run as a script
 from ticketcli.runs import extract_ticket
 from ticketcli.specs import DataSpec, build_extract_spec, data_location, merge_settings
 from ticketcli.weak import WeakSpec, train_weak
 
 # Section 6.2 (requested 90%): initial -> final test accuracy %. The dense row of Table 5 is not in our copy.
 PAPER = {"augmented": "82.5 -> 83.4", "random": "near chance -> above 83", "edge-popup": "-", "dense": "Table 5"}
-
-
-def mean_std(xs: list[float]) -> str:
-    m = statistics.mean(xs)
-    return f"{m:.1f} ± {statistics.stdev(xs):.1f}" if len(xs) > 1 else f"{m:.1f}"
 
 
 def main() -> None:
