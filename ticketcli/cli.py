@@ -11,12 +11,13 @@ from typing import Annotated, Optional
 import typer
 
 import ticketcli
-from ticketcli import report, runs
+from ticketcli import report, runs, weak
 from ticketcli.data import DATASETS
 from ticketcli.errors import GateFailed, TicketCliError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
 from ticketcli.specs import DataSpec, build_extract_spec, data_location, merge_settings
+from ticketcli.ticket import check_destination, write_atomic
 
 
 def choices(name: str, names: list[str]) -> type[enum.Enum]:
@@ -65,6 +66,8 @@ DataDir = Annotated[Optional[Path], typer.Option(help="Look for dataset files he
                                                      "(then $TICKET_DATA, ~/.cache/ticketcli, /usr/share/datasets).")]
 Download = Annotated[bool, typer.Option("--download", help="Allow torchvision to download the dataset "
                                                           "into ~/.cache/ticketcli if it is not found.")]
+CheckpointWeights = Annotated[Optional[Path], typer.Option(
+    help="The checkpoint the ticket was extracted from (checked against its sha256).")]
 
 
 @app.command()
@@ -153,8 +156,7 @@ def evaluate(
     ticket: Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")],
     min_accuracy: Annotated[Optional[float], typer.Option(
         help="Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8).")] = None,
-    weights: Annotated[Optional[Path], typer.Option(
-        help="The checkpoint the ticket was extracted from (checked against its sha256).")] = None,
+    weights: CheckpointWeights = None,
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
@@ -183,6 +185,45 @@ def inspect(
     with errors_to_exit_codes():
         result = runs.inspect_ticket(ticket)
     report.print_json(result) if json_out else report.inspect_table(result)
+
+
+@app.command("train-weak")
+def train_weak(
+    ticket: Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")],
+    epochs: Annotated[Optional[int], typer.Option(help="Weight-training epochs (Appendix B). Default: 40.")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate for the weights. Default: 0.001.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Minibatch size. Default: 512.")] = None,
+    dense_baseline: Annotated[bool, typer.Option(
+        "--dense-baseline", help="Also train the unmasked network from the same init with the same optimiser "
+                                 "and batch order, and report it beside.")] = False,
+    out: Annotated[Optional[Path], typer.Option(
+        help="Write the trained weights here as a plain safetensors state dict (masked entries zero), "
+             "with metadata linking it to the ticket. Default: not written.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        help="Write a PNG of validation accuracy and training loss per epoch (masked vs dense). "
+             "Default: no plot.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out and --plot if they exist.")] = False,
+    weights: CheckpointWeights = None,
+    data_dir: DataDir = None,
+    download: Download = False,
+    device: Device = None,
+    json_out: Json = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
+    with errors_to_exit_codes():
+        spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr)
+        if plot is not None:
+            check_destination(plot, overwrite=force)  # before the work, not after
+        data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
+        with report.runs_progress(spec.epochs, quiet=quiet) as progress:
+            result = weak.train_weak(ticket, data=data, spec=spec, device=device or "auto",
+                                     weights=None if weights is None else str(weights), dense_baseline=dense_baseline,
+                                     out=out, overwrite=force, progress=progress)
+        if plot is not None:
+            write_atomic(plot, report.weak_plot(result), overwrite=force)
+            result["plot"] = str(plot)
+        report.print_json(result) if json_out else report.weak_table(result)
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -184,12 +184,24 @@ def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None) -> tuple
     return net, weights
 
 
-def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None) -> dict:
-    """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy."""
+@dataclass
+class OpenTicket:
+    """A loaded ticket with its rebuilt network (initial weights), masks and data splits, all on `device`."""
+
+    ticket: ticket_io.Ticket
+    net: MaskedNet
+    weights: dict[str, torch.Tensor]  # the initial weights (CPU), fingerprint-checked
+    masks: dict[str, torch.Tensor]  # param -> bool mask on device
+    splits: Splits
+    device: torch.device
+
+
+def open_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None) -> OpenTicket:
+    """Load and validate a ticket, rebuild its network and its own data splits (evaluate, train-weak)."""
     path = Path(path)
     tk = ticket_io.load(path)
     dev = resolve_device(device)
-    net, _ = rebuild(tk, path, weights)
+    net, init_weights_ = rebuild(tk, path, weights)
     if tk.data["dataset"] not in DATASETS:
         raise TicketFileError(f"{path}: unknown dataset {tk.data['dataset']!r}")
     spec = replace(data, name=tk.data["dataset"], n_extract=tk.data["n_extract"], n_val=tk.data["n_val"],
@@ -197,8 +209,15 @@ def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", w
     splits = load_splits(spec)
     check_input_shape(ModelSpec.parse(tk.model["spec"]), splits)
     net.to(dev)
-    splits = splits.to(dev)
     masks = {n: m.to(dev) for n, m in tk.masks.items()}
+    return OpenTicket(tk, net, init_weights_, masks, splits.to(dev), dev)
+
+
+def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None) -> dict:
+    """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy."""
+    path = Path(path)
+    o = open_ticket(path, data=data, device=device, weights=weights)
+    tk, net, masks, splits, dev = o.ticket, o.net, o.masks, o.splits, o.device
     test = evaluate(net, masks, splits.x_test, splits.y_test)
     val = evaluate(net, masks, splits.x_val, splits.y_val)
     stored = tk.metrics
