@@ -203,6 +203,8 @@ def evaluate(
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
     with errors_to_exit_codes():
+        if min_accuracy is not None and not 0 <= min_accuracy <= 1:
+            raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
         data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
         result = runs.evaluate_ticket(ticket, data=data, device=device or "auto",
                                       weights=None if weights is None else str(weights))

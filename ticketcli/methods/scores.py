@@ -146,9 +146,11 @@ class ScoreTrainer:
             for t in self.aux:
                 if t.grad is None:
                     t.grad = torch.zeros_like(t)
-        self.opt.step()
+        value = float(loss.detach())
+        if math.isfinite(value):  # a non-finite loss leaves the scores as they were, for the caller to diagnose
+            self.opt.step()
         correct = int((logits.argmax(1) == y).sum())
-        return float(loss.detach()), correct, hard
+        return value, correct, hard
 
     def state_dict(self) -> dict:
         """Scores (every part, on the CPU) and Adam's state: with the generator, all a resumed run needs."""
@@ -163,9 +165,9 @@ class ScoreTrainer:
         self.opt.load_state_dict(state["optimizer"])
 
     def first_nonfinite(self) -> str | None:
-        """The first parameter (named_parameters order) with non-finite scores, frozen weights or score
+        """The first parameter (named_parameters order) with non-finite frozen weights, scores or score
         gradients, in that order of blame (a NaN weight makes every earlier layer's gradient NaN too)."""
-        for what, tensors in (("scores", lambda n, parts: parts), ("weights", lambda n, parts: [self.net.weights[n]]),
+        for what, tensors in (("weights", lambda n, parts: [self.net.weights[n]]), ("scores", lambda n, parts: parts),
                               ("score gradient", lambda n, parts: [s.grad for s in parts if s.grad is not None])):
             for n, parts in self.scores.items():
                 if any(not bool(torch.isfinite(t).all()) for t in tensors(n, parts)):
