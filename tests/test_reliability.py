@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from ticketcli.cli import app
 from ticketcli.methods import METHODS
+from test_cli import one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -29,14 +30,6 @@ METHOD_FLAGS = {"iterated": ["--max-rounds", "2"]}  # keep the quick runs quick
 
 def invoke(*args: str):
     return runner.invoke(app, list(args))
-
-
-def one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    err = result.stderr.strip()
-    assert err.startswith("error:") and len(err.splitlines()) == 1, err
-    return err
 
 
 def listing(directory: Path) -> list[str]:
