@@ -1,6 +1,6 @@
 """Resume == uninterrupted, through the real command line and a real SIGTERM, for every resumable method.
 
-    python benchmarks/resume_check.py                     # digits, 40 epochs, checkpoint every 5
+    python benchmarks/resume_check.py                     # digits (400/200), 40 epochs, checkpoint every 5
     python benchmarks/resume_check.py --methods augmented --epochs 100
 
 Per method: (1) `ticket extract` uninterrupted; (2) the same command with --checkpoint-every, killed with
@@ -31,7 +31,8 @@ from ticketcli import ticket as ticket_io  # noqa: E402
 
 def extract(args: list[str], **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "ticketcli", "extract", *args], env=env, **kw)
+    return subprocess.Popen([sys.executable, "-m", "ticketcli", "extract", *args], env=env,
+                            stdout=subprocess.DEVNULL, **kw)
 
 
 def saved_epoch(ckpt: Path) -> tuple[int, int]:
@@ -50,7 +51,7 @@ def main() -> None:
     ap.add_argument("--stop-after", type=int, default=12, help="send SIGTERM once a checkpoint past this exists")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="resume-"))
-    common = ["--dataset", "digits", "--model", "mlp:64-64-64-10", "--epochs", str(a.epochs), "--batch-size", "64",
+    common = ["--dataset", "digits", "--model", "mlp:64-64-64-10", "--n-extract", "400", "--n-val", "200", "--epochs", str(a.epochs), "--batch-size", "64",
               "--device", "cpu", "--quiet"]
     print(f"{'method':11s} {'stopped at':>16s} {'exit':>4s} {'resumed':>7s} {'masks identical':>16s} "
           f"{'metrics identical':>18s}  test acc")
