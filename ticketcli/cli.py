@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
+from typer.core import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
 
 import ticketcli
 from ticketcli import report, runs, weak
+from ticketcli.checkpoint import checkpoint_path
+from ticketcli.checkpoint import describe as describe_checkpoint
 from ticketcli.data import DATASETS
-from ticketcli.errors import GateFailed, TicketCliError
+from ticketcli.errors import GateFailed, TicketCliError, UsageError
 from ticketcli.init import INIT_SCHEMES
+from ticketcli.interrupts import stop_on_signals
 from ticketcli.methods import METHODS
 from ticketcli.specs import DataSpec, build_extract_spec, data_location, merge_settings
 from ticketcli.ticket import check_destination, write_atomic
@@ -29,13 +35,36 @@ MethodName = choices("MethodName", METHODS.names())
 InitName = choices("InitName", INIT_SCHEMES.names())
 DatasetName = choices("DatasetName", DATASETS.names())
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+class OneLineErrors(TyperGroup):
+    """Click's own usage errors (unknown option, a value outside the choices, not a number) as one 'error:' line
+    with exit code 2, like every other bad input, instead of Typer's multi-line box."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            return super().main(args, prog_name, complete_var, True, **extra)  # prints the help as usual
+        except click.ClickException as e:
+            ctx = getattr(e, "ctx", None)
+            report.error(e.format_message().replace("Value error, ", ""),
+                         hint=f"see '{ctx.command_path} --help'" if ctx is not None else None)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            report.error("aborted")
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Extract, share and re-evaluate strong lottery tickets (binary masks over frozen random weights).")
 
 
 @contextmanager
 def errors_to_exit_codes() -> Iterator[None]:
-    """The one place where errors become exit codes: 2 bad input, 1 failed gate or run, 130 interrupted."""
+    """The one place where errors become exit codes: 2 bad input, 1 failed gate or run, 130/143 interrupted by
+    SIGINT/SIGTERM (long commands turn those into errors.Interrupted with interrupts.stop_on_signals)."""
     try:
         yield
     except TicketCliError as e:
@@ -131,6 +160,12 @@ def extract(
         help="TOML file with any of these options (underscored names); flags override it.")] = None,
     out: Annotated[Path, typer.Option(help="Where to write the ticket.")] = Path("ticket.safetensors"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    checkpoint_every: Annotated[Optional[int], typer.Option(
+        help="Save resumable state to OUT.ckpt every N epochs (atomically; removed once the ticket is written). "
+             "Default: no checkpoints.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help=(
+        "Continue from OUT.ckpt (same options required); the masks come out bit-identical to an uninterrupted "
+        "run. Without a checkpoint the run starts from the beginning."))] = False,
     json_out: Json = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
@@ -143,11 +178,17 @@ def extract(
                  data_dir=None if data_dir is None else str(data_dir), download=download or None,
                  n_extract=n_extract, n_val=n_val, epochs=epochs, lr=lr, batch_size=batch_size, betas=betas,
                  eps=eps, weight_decay=weight_decay, device=device)
-    with errors_to_exit_codes():
+    ckpt = checkpoint_path(out)
+    with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
         spec = build_extract_spec(merge_settings(flags, config))
+        if checkpoint_every is not None and checkpoint_every < 1:
+            raise UsageError(f"--checkpoint-every must be >= 1 epoch, got {checkpoint_every}")
+        if resume and not ckpt.exists():
+            report.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
         with report.epoch_progress(spec.method.epochs, quiet=quiet or spec.method.name == "random",
                                    label=spec.method.name) as progress:
-            summary = runs.extract_ticket(spec, out=out, overwrite=force, progress=progress)
+            summary = runs.extract_ticket(spec, out=out, overwrite=force, progress=position.track(progress),
+                                          checkpoint_every=checkpoint_every, resume=resume)
     report.print_json(summary) if json_out else report.extract_table(summary)
 
 
@@ -164,6 +205,8 @@ def evaluate(
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
     with errors_to_exit_codes():
+        if min_accuracy is not None and not 0 <= min_accuracy <= 1:
+            raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
         data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
         result = runs.evaluate_ticket(ticket, data=data, device=device or "auto",
                                       weights=None if weights is None else str(weights))
@@ -211,7 +254,8 @@ def train_weak(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
-    with errors_to_exit_codes():
+    outputs = tuple(p for p in (out, plot) if p is not None)
+    with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr)
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
@@ -219,7 +263,7 @@ def train_weak(
         with report.runs_progress(spec.epochs, quiet=quiet) as progress:
             result = weak.train_weak(ticket, data=data, spec=spec, device=device or "auto",
                                      weights=None if weights is None else str(weights), dense_baseline=dense_baseline,
-                                     out=out, overwrite=force, progress=progress)
+                                     out=out, overwrite=force, progress=position.track(progress))
         if plot is not None:
             write_atomic(plot, report.weak_plot(result), overwrite=force)
             result["plot"] = str(plot)

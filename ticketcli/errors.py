@@ -29,3 +29,11 @@ class RunFailed(TicketCliError):
     """A run that started but could not finish sensibly, e.g. a non-finite loss (exit 1)."""
 
     exit_code = 1
+
+
+class Interrupted(TicketCliError):
+    """A run stopped by SIGINT or SIGTERM (exit 128 + the signal number: 130, 143)."""
+
+    def __init__(self, message: str, signum: int, hint: str | None = None):
+        super().__init__(message, hint)
+        self.exit_code = 128 + signum

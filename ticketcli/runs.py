@@ -10,6 +10,7 @@ import torch
 
 import ticketcli
 from ticketcli import ticket as ticket_io
+from ticketcli.checkpoint import Checkpointer, checkpoint_path
 from ticketcli.data import DATASETS, Splits, load_splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES, file_sha256, fingerprint, generator, init_weights
@@ -107,21 +108,41 @@ def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec, details: dict
     return report
 
 
+def run_identity(spec: RunSpec, weights: dict[str, torch.Tensor], device: torch.device) -> dict:
+    """Everything that decides an extraction's masks, for refusing to resume a checkpoint of another run."""
+    data = {k: getattr(spec.data, k) for k in ("name", "n_extract", "n_val", "split_seed")}
+    return {"model": spec.model.to_dict(), "init": spec.init.to_dict(), "data": data,
+            "method": spec.method.to_dict(), "weights_sha256": fingerprint(weights), "device": str(device),
+            "torch": torch.__version__}
+
+
 def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
-                   progress: Progress | None = None) -> dict:
-    """Run spec.method, rewind, evaluate, write the ticket; returns the summary that reports print."""
+                   progress: Progress | None = None, checkpoint_every: int | None = None,
+                   resume: bool = False) -> dict:
+    """Run spec.method, rewind, evaluate, write the ticket; returns the summary that reports print.
+
+    checkpoint_every: save resumable state to `<out>.ckpt` every N epochs; resume: continue from it (when it
+    exists). The checkpoint is removed once the ticket is written."""
     ticket_io.check_destination(out, overwrite=overwrite)  # fail before the work, not after
     device = resolve_device(spec.device)
     method = METHODS.get(spec.method.name)()
+    if (checkpoint_every is not None or resume) and not getattr(method, "resumable", False):
+        resumable = [n for n in METHODS.names() if getattr(METHODS.get(n), "resumable", False)]
+        raise UsageError(f"--checkpoint-every and --resume do not apply to method {spec.method.name!r}",
+                         hint=f"they apply to: {', '.join(resumable)}")
     net, weights, checkpoint = build_net(spec.model, spec.init, spec.weights)
     splits = load_splits(spec.data)
     check_input_shape(spec.model, splits)
     net.to(device)
     splits = splits.to(device)
+    saver = None
+    if checkpoint_every is not None or resume:
+        saver = Checkpointer(checkpoint_path(out), every=checkpoint_every, identity=run_identity(spec, weights, device),
+                             resume=resume)
 
     t0 = time.perf_counter()
-    masks = method.extract(net, splits, spec.method, device=device,
-                           generator=generator(spec.init.seed, "method"), progress=progress)
+    masks = method.extract(net, splits, spec.method, device=device, generator=generator(spec.init.seed, "method"),
+                           progress=progress, **({"checkpoint": saver} if saver is not None else {}))
     wall = time.perf_counter() - t0
 
     details = getattr(method, "details", None) or {}  # what the method found beyond the masks
@@ -145,6 +166,8 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
         checkpoint=checkpoint,
     )
     size = ticket_io.save(tk, out, overwrite=overwrite)
+    if saver is not None:
+        saver.remove()
     return {"ticket": str(out), "file_bytes": size, "method": spec.method.name, "seed": spec.init.seed,
             "model": spec.model.to_string(), "data": {**data_meta, "source": splits.info["source"]},
             "sparsity": tk.sparsity, "metrics": metrics,

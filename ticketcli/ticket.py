@@ -22,6 +22,9 @@ from ticketcli.errors import TicketFileError, UsageError
 FORMAT = "ticket"
 FORMAT_VERSION = "1"
 MAX_FILE_BYTES = 1 << 30  # a ticket of 8e9 weights; anything bigger is not a ticket
+MAX_HEADER_BYTES = 1 << 24  # a ticket's JSON header is a few KiB (safetensors itself allows 100 MB)
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+               "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}  # safetensors dtypes -> item size
 REQUIRED = ("model", "init", "shapes", "weights_sha256", "method", "data", "sparsity", "metrics", "created_by")
 
 
@@ -97,11 +100,9 @@ def write_atomic(path: str | Path, payload: bytes, *, overwrite: bool = False) -
     """Write bytes atomically (temp file in the same directory, fsync, rename), world-readable as umask allows."""
     path = Path(path)
     check_destination(path, overwrite=overwrite)
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror}") from None
-    try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes the file private; a ticket is meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
@@ -109,10 +110,12 @@ def write_atomic(path: str | Path, payload: bytes, *, overwrite: bool = False) -
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException:  # an interrupt at any point unlinks the temp file: readers see old or complete new
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return len(payload)
 
@@ -127,7 +130,9 @@ def _json_field(meta: dict[str, str], key: str, kind: type, path: Path) -> Any:
     if key not in meta:
         raise TicketFileError(f"{path}: metadata field {key!r} is missing")
     try:
-        value = json.loads(meta[key])
+        value = _strict_json(meta[key])
+    except _DuplicateKey as e:
+        raise TicketFileError(f"{path}: metadata field {key!r} has the key {str(e)[:80]!r} twice") from None
     except (json.JSONDecodeError, TypeError, RecursionError):
         raise TicketFileError(f"{path}: metadata field {key!r} is not valid JSON") from None
     if not isinstance(value, kind):
@@ -135,19 +140,80 @@ def _json_field(meta: dict[str, str], key: str, kind: type, path: Path) -> Any:
     return value
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json object hook: a key given twice is an error, not "the last one wins" (readers would disagree)."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _strict_json(text: str | bytes) -> Any:
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def _read_header(raw: bytes, path: Path) -> dict:
+    """Parse and check the safetensors header ourselves, with size limits, before safetensors sees the bytes:
+    every tensor's declared dtype, shape and byte range must agree and tile the body exactly, so nothing is ever
+    allocated for a declared size the file does not hold."""
     if len(raw) < 8:
         raise TicketFileError(f"{path}: not a safetensors file (only {len(raw)} bytes)")
     (n,) = struct.unpack("<Q", raw[:8])
     if n > len(raw) - 8:
         raise TicketFileError(f"{path}: not a safetensors file (header length {n} exceeds the file)")
+    if n > MAX_HEADER_BYTES:
+        raise TicketFileError(f"{path}: header of {n} bytes is too large for a ticket (limit {MAX_HEADER_BYTES})")
     try:
-        header = json.loads(raw[8 : 8 + n])
+        header = _strict_json(raw[8 : 8 + n])
+    except _DuplicateKey as e:
+        raise TicketFileError(f"{path}: key {str(e)[:80]!r} appears twice in the safetensors header") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise TicketFileError(f"{path}: not a safetensors file (header is not JSON)") from None
     if not isinstance(header, dict):
         raise TicketFileError(f"{path}: not a safetensors file (header is not an object)")
+    _check_layout(header, len(raw) - 8 - n, path)
     return header
+
+
+def _check_layout(header: dict, body: int, path: Path) -> None:
+    """Each tensor entry: a known dtype, a shape of non-negative ints, and a byte range inside the body whose
+    length is exactly prod(shape) * itemsize (Python ints: no overflow); the ranges tile the body."""
+    ranges = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        where = f"{path}: tensor {str(name)[:80]!r}"
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+            raise TicketFileError(f"{where} needs exactly dtype, shape and data_offsets in the header")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if dtype not in DTYPE_BYTES:
+            raise TicketFileError(f"{where} has unknown dtype {str(dtype)[:20]!r}")
+        if not (isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape)):
+            raise TicketFileError(f"{where}: shape must be a list of non-negative integers")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1] <= body):
+            raise TicketFileError(f"{where}: data_offsets must be [begin, end] inside the {body}-byte body")
+        if offsets[1] - offsets[0] != math.prod(shape) * DTYPE_BYTES[dtype]:
+            raise TicketFileError(f"{where}: shape {shape} of {dtype} does not match its "
+                                  f"{offsets[1] - offsets[0]} bytes")
+        ranges.append(offsets)
+    end = 0
+    for begin, stop in sorted(ranges):
+        if begin != end:
+            raise TicketFileError(f"{path}: tensor data overlaps or leaves a gap at byte {end}")
+        end = stop
+    if end != body:
+        raise TicketFileError(f"{path}: {body - end} bytes after the last tensor")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def load(path: str | Path) -> Ticket:

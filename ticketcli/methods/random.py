@@ -17,9 +17,10 @@ class RandomMask:
     name = "random"
     score_init = None
     variants = frozenset({"layer_densities"})
+    resumable = True  # one draw, no epochs: nothing to checkpoint, so resuming is just running again
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
+                generator: torch.Generator, progress: Progress | None, checkpoint=None) -> dict[str, torch.Tensor]:
         densities = param_densities(net, spec)
         masks = {}
         for name in net.names:

@@ -14,6 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import RunFailed, UsageError
 from ticketcli.masking import TopKSelector, joint_topk_masks, keep_count, masked_weight
@@ -145,32 +146,80 @@ class ScoreTrainer:
             for t in self.aux:
                 if t.grad is None:
                     t.grad = torch.zeros_like(t)
-        self.opt.step()
+        value = float(loss.detach())
+        if math.isfinite(value):  # a non-finite loss leaves the scores as they were, for the caller to diagnose
+            self.opt.step()
         correct = int((logits.argmax(1) == y).sum())
-        return float(loss.detach()), correct, hard
+        return value, correct, hard
+
+    def state_dict(self) -> dict:
+        """Scores (every part, on the CPU) and Adam's state: with the generator, all a resumed run needs."""
+        return {"scores": {n: [s.detach().cpu().clone() for s in parts] for n, parts in self.scores.items()},
+                "optimizer": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            for n, parts in self.scores.items():
+                for s, saved in zip(parts, state["scores"][n], strict=True):
+                    s.copy_(saved)
+        self.opt.load_state_dict(state["optimizer"])
+
+    def first_nonfinite(self) -> str | None:
+        """The first parameter (named_parameters order) with non-finite frozen weights, scores or score
+        gradients, in that order of blame (a NaN weight makes every earlier layer's gradient NaN too)."""
+        for what, tensors in (("weights", lambda n, parts: [self.net.weights[n]]), ("scores", lambda n, parts: parts),
+                              ("score gradient", lambda n, parts: [s.grad for s in parts if s.grad is not None])):
+            for n, parts in self.scores.items():
+                if any(not bool(torch.isfinite(t).all()) for t in tensors(n, parts)):
+                    return f"{what} of {n}"
+        return None
+
+    def finite(self) -> bool:
+        """All scores finite (one device sync)."""
+        return bool(torch.stack([torch.isfinite(s).all() for parts in self.scores.values() for s in parts]).all())
 
 
 def train_scores(trainer: ScoreTrainer, data: Splits, spec: MethodSpec, generator: torch.Generator,
-                 progress: Progress | None, extra: dict | None = None) -> None:
+                 progress: Progress | None, extra: dict | None = None, *, checkpoint: Checkpointer | None = None,
+                 start_epoch: int = 0, context: dict | None = None) -> None:
     """spec.epochs passes over the extraction split in seeded random order (last partial batch included).
 
-    `extra` is merged into every progress record (the iterated variant adds its round)."""
+    `extra` is merged into every progress record (the iterated variant adds its round). With a `checkpoint`,
+    the trainer, the generator and `context` (a method's own state, e.g. iterated's round) are saved after every
+    `checkpoint.every` epochs; a resumed run passes the saved epoch as `start_epoch`. A non-finite loss or score
+    stops the run naming the epoch and the first offending parameter."""
     n = data.y_extract.numel()
     total_weights = sum(w.numel() for w in trainer.net.weights.values())
-    for epoch in range(spec.epochs):
+    for epoch in range(start_epoch, spec.epochs):
         order = torch.randperm(n, generator=generator).to(data.x_extract.device)
         loss_sum, correct = 0.0, 0
         for i in range(0, n, spec.batch_size):
             idx = order[i : i + spec.batch_size]
             loss, c, hard = trainer.step(data.x_extract[idx], data.y_extract[idx])
-            if not math.isfinite(loss):
-                raise RunFailed(f"non-finite loss at epoch {epoch + 1}; try a smaller --lr")
+            if not math.isfinite(loss) or not trainer.finite():
+                where = trainer.first_nonfinite()
+                what = "loss" if not math.isfinite(loss) else "scores"
+                raise RunFailed(f"non-finite {what} at epoch {epoch + 1}"
+                                + (f" (first non-finite: {where})" if where else " (scores, weights and gradients "
+                                   "are finite: the forward pass overflowed)"), hint="try a smaller --lr")
             loss_sum += loss * idx.numel()
             correct += c
+        if checkpoint is not None and checkpoint.due(epoch + 1):
+            checkpoint.save({**(context or {}), "epoch": epoch + 1, "trainer": trainer.state_dict(),
+                             "generator": generator.get_state()})
         if progress is not None:
             kept = sum(int(m.sum()) for m in hard.values())
             progress({"epoch": epoch + 1, "epochs": spec.epochs, "loss": loss_sum / n, "accuracy": correct / n,
                       "sparsity": 1.0 - kept / total_weights, **(extra or {})})
+
+
+def resume(state: dict | None, trainer: ScoreTrainer, generator: torch.Generator) -> int:
+    """Put a checkpointed trainer and generator back; returns the epochs already done (0 without a state)."""
+    if state is None:
+        return 0
+    trainer.load_state_dict(state["trainer"])
+    generator.set_state(state["generator"])
+    return state["epoch"]
 
 
 def augmented_density(spec: MethodSpec) -> float:
@@ -184,6 +233,7 @@ class ScoreMethod:
     score_init = SCORE_INIT
     variants = frozenset({"signed_scores", "global_topk"})
     augmented = False  # auxiliary score tensors?
+    resumable = True  # takes extract(checkpoint=...) and resumes bit-identically
 
     def __init__(self):
         self.details: dict = {}  # what the run found beyond the masks (auxiliary shares, rounds), for reports
@@ -202,10 +252,12 @@ class ScoreMethod:
         return Selection(net, spec, parts=self.parts(spec), densities=self.densities(net, spec))
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
+                generator: torch.Generator, progress: Progress | None,
+                checkpoint: Checkpointer | None = None) -> dict[str, torch.Tensor]:
         selection = self.selection(net, spec)
         trainer = ScoreTrainer(net, selection, spec, init_scores(net, selection.parts, generator))
-        train_scores(trainer, data, spec, generator, progress)
+        start = resume(checkpoint.restore() if checkpoint is not None else None, trainer, generator)
+        train_scores(trainer, data, spec, generator, progress, checkpoint=checkpoint, start_epoch=start)
         masks = trainer.masks()
         if self.augmented:
             self.details["aux"] = selection.aux_report(trainer.scores)
@@ -254,25 +306,36 @@ class Iterated(ScoreMethod):
     ROUND_DENSITY_CAP = 0.5
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
+                generator: torch.Generator, progress: Progress | None,
+                checkpoint: Checkpointer | None = None) -> dict[str, torch.Tensor]:
         total = sum(w.numel() for w in net.weights.values())
         cumulative = {n: torch.ones(w.shape, dtype=torch.bool, device=w.device) for n, w in net.weights.items()}
         rounds: list[dict] = []
         self.round_masks: list[dict[str, torch.Tensor]] = []  # the cumulative mask after each round
-        for r in range(1, spec.max_rounds + 1):
+        state = checkpoint.restore() if checkpoint is not None else None
+        first = 1
+        if state is not None:  # resume inside round state["round"], from the cumulative mask before it
+            first, rounds = state["round"], state["rounds"]
+            self.round_masks = [{n: m.to(device) for n, m in r.items()} for r in state["round_masks"]]
+            cumulative = self.round_masks[-1] if self.round_masks else cumulative
+        for r in range(first, spec.max_rounds + 1):
             current = sum(int(m.sum()) for m in cumulative.values()) / total
             d = min(spec.density / current, self.ROUND_DENSITY_CAP)
             selection = Selection(net, spec, parts=self.parts(spec), densities=dict.fromkeys(net.names, d),
                                   active=cumulative)
             trainer = ScoreTrainer(net, selection, spec, init_scores(net, selection.parts, generator))
-            train_scores(trainer, data, spec, generator, progress, extra={"round": r, "rounds": spec.max_rounds})
+            start = resume(state if r == first else None, trainer, generator)
+            context = {"round": r, "rounds": rounds,
+                       "round_masks": [{n: m.cpu() for n, m in c.items()} for c in self.round_masks]}
+            train_scores(trainer, data, spec, generator, progress, extra={"round": r, "rounds": spec.max_rounds},
+                         checkpoint=checkpoint, start_epoch=start, context=context)
             masks = trainer.masks()
             self.details["aux"] = selection.aux_report(trainer.scores)
             self.details["score_params"] = score_params(selection.parts, trainer.aux_trains)
             cumulative = {n: cumulative[n] & masks[n] for n in net.names}
             self.round_masks.append(cumulative)
             achieved = 1.0 - sum(int(m.sum()) for m in cumulative.values()) / total
-            rounds.append({"round": r, "aug_density": d, "achieved_sparsity": achieved})
+            rounds = [*rounds, {"round": r, "aug_density": d, "achieved_sparsity": achieved}]
             if abs(achieved - spec.sparsity) <= spec.iter_tolerance or achieved <= 1.0 - current:
                 break
         self.details["rounds"] = rounds

@@ -1,0 +1,353 @@
+"""Fuzz harness for ticket readers: a real ticket from the real writer, hypothesis strategies that break it in
+every way a file can be broken, and a table of readers that must all reject each break with exit code 2 and one
+line. Used by tests/fuzz/test_fuzz_tickets.py (a few hundred cases) and benchmarks/fuzz_long.py (thousands).
+
+Extending it: a new reader of ticket files (e.g. `ticket export`) is one more entry in READERS; a new way to
+break a file is one more strategy in FAMILIES (it must produce a file no reader may accept).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from ticketcli import runs
+from ticketcli import ticket as ticket_io
+from ticketcli.cli import app
+from ticketcli.errors import TicketFileError
+from ticketcli.specs import build_extract_spec, merge_settings
+
+# 13 hidden units and biases: masks of 832, 13, 130 and 10 bits, so three of them have padding bits
+SEED_MODEL = "mlp:64-13-10+bias"
+HUGE = 10**12
+
+
+def write_seed_ticket(path: Path) -> bytes:
+    """A valid ticket from the real writer (random masks over a tiny digits MLP); returns its bytes."""
+    spec = build_extract_spec(merge_settings({"method": "random", "dataset": "digits", "model": SEED_MODEL,
+                                              "n_extract": 100, "n_val": 50, "sparsity": 0.7}, None))
+    runs.extract_ticket(spec, out=path, overwrite=True)
+    return path.read_bytes()
+
+
+# ---- the file as parts: header dict (tensor entries + __metadata__) and body --------------------------------
+
+def split(raw: bytes) -> tuple[dict, bytes]:
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
+
+
+def encode(header: dict | str, body: bytes, *, length: int | None = None) -> bytes:
+    """Header (a dict, or raw JSON text for duplicated keys) padded to 8 bytes as safetensors writes it."""
+    text = (header if isinstance(header, str) else json.dumps(header, separators=(",", ":"))).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text) if length is None else length) + text + body
+
+
+def tensors_of(header: dict, body: bytes) -> list[tuple[str, str, list, bytes]]:
+    out = [(k, v["dtype"], v["shape"], body[v["data_offsets"][0] : v["data_offsets"][1]])
+           for k, v in header.items() if k != "__metadata__"]
+    return sorted(out, key=lambda t: header[t[0]]["data_offsets"][0])
+
+
+def rebuild(meta: dict | None, tensors: list[tuple[str, str, list, bytes]]) -> tuple[dict, bytes]:
+    """A consistent header (offsets recomputed) for these tensors."""
+    header, body = ({"__metadata__": meta} if meta is not None else {}), b""
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(body), len(body) + len(data)]}
+        body += data
+    return header, body
+
+
+# ---- families of breakage: each a strategy of (family, bytes or None for "a directory") ---------------------
+
+def families(raw: bytes) -> dict[str, st.SearchStrategy]:
+    header, body = split(raw)
+    meta = header["__metadata__"]
+    tensors = tensors_of(header, body)
+    names = [t[0] for t in tensors]
+    shapes = json.loads(meta["shapes"])
+    n_header = len(raw) - 8 - len(body)
+    padded = [f"mask/{n}" for n, s in shapes.items() if math.prod(s) % 8]
+
+    def with_meta(**changes) -> bytes:
+        return encode(*rebuild({**meta, **changes}, tensors))
+
+    def edit_tensor(i: int, **changes) -> bytes:
+        h = json.loads(json.dumps(header))
+        h[names[i]].update(changes)
+        return encode(h, body)
+
+    @st.composite
+    def truncation(draw):
+        region = draw(st.sampled_from(["length", "header", "body"]))
+        lo, hi = {"length": (0, 8), "header": (8, 8 + n_header), "body": (8 + n_header, len(raw))}[region]
+        return raw[: draw(st.integers(lo, hi - 1))]
+
+    @st.composite
+    def header_length_lie(draw):
+        true = n_header
+        lie = draw(st.one_of(st.integers(0, true - 1), st.integers(true + 1, len(raw) + 64),
+                             st.integers(len(raw), 2**64 - 1), st.sampled_from([2**63, 2**64 - 1, 2**32])))
+        return struct.pack("<Q", lie) + raw[8:]
+
+    @st.composite
+    def huge_shape(draw):
+        i = draw(st.integers(0, len(names) - 1))
+        shape = draw(st.sampled_from([[HUGE], [10**6, 10**6], [2**62, 4], [HUGE, HUGE]]))
+        kind = draw(st.sampled_from(["tensor-shape", "tensor-consistent-offsets", "metadata-shapes"]))
+        if kind == "tensor-shape":
+            return edit_tensor(i, shape=shape)
+        if kind == "tensor-consistent-offsets":  # shape and byte range agree, but the bytes are not there
+            start = header[names[i]]["data_offsets"][0]
+            return edit_tensor(i, shape=shape, data_offsets=[start, start + math.prod(shape)])
+        key = names[i].removeprefix("mask/")
+        return with_meta(shapes=json.dumps({**shapes, key: shape}))
+
+    @st.composite
+    def wrong_dtype(draw):
+        i = draw(st.integers(0, len(names) - 1))
+        dtype = draw(st.one_of(st.sampled_from(sorted(set(ticket_io.DTYPE_BYTES) - {"U8"})),
+                               st.text(max_size=8).filter(lambda d: d not in ticket_io.DTYPE_BYTES)))
+        if dtype in ticket_io.DTYPE_BYTES and draw(st.booleans()):  # keep the layout consistent
+            size = len(tensors[i][3])
+            item = ticket_io.DTYPE_BYTES[dtype]
+            t = list(tensors)
+            t[i] = (t[i][0], dtype, [size // item] if size % item == 0 else [size], t[i][3] + b"\0" * (
+                0 if size % item == 0 else size * item - size))
+            return encode(*rebuild(meta, t))
+        return edit_tensor(i, dtype=dtype)
+
+    @st.composite
+    def tensor_set(draw):
+        kind = draw(st.sampled_from(["extra", "missing", "renamed", "none"]))
+        t = list(tensors)
+        if kind == "extra":
+            name = draw(st.one_of(st.just("mask/extra"), st.text(min_size=1, max_size=12)).filter(
+                lambda n: n not in names and n != "__metadata__"))
+            t.insert(draw(st.integers(0, len(t))), (name, "U8", [3], b"\xff\0\x01"))
+        elif kind == "missing":
+            del t[draw(st.integers(0, len(t) - 1))]
+        elif kind == "renamed":
+            i = draw(st.integers(0, len(t) - 1))
+            new = draw(st.text(min_size=1, max_size=20).filter(lambda n: n not in names and n != "__metadata__"))
+            t[i] = (new, *t[i][1:])
+        else:
+            t = []
+        return encode(*rebuild(meta, t))
+
+    bad_json = st.sampled_from(["", "{", "not json", "{'a': 1}", "[1, 2", "{\"a\": NaN", "\"\\ud800", "\0"])
+    wrong_types = st.sampled_from(["[]", "1", "\"text\"", "null", "true", "3.5"])
+
+    @st.composite
+    def metadata_value(draw):
+        key = draw(st.sampled_from([k for k in ticket_io.REQUIRED if k != "weights_sha256"]))
+        return with_meta(**{key: draw(st.one_of(bad_json, wrong_types))})
+
+    missing = object()
+    bad_fields = [("init", "seed", v) for v in ("7", -1, 1.5, True, [], missing)] + \
+        [("init", "k", v) for v in ("7", -1.5, 0, True, float("inf"), missing)] + \
+        [(f, sub, v) for f, sub in (("init", "scheme"), ("model", "spec"), ("data", "dataset"), ("method", "name"))
+         for v in (5, None, [], missing)] + \
+        [("data", sub, v) for sub in ("n_extract", "n_val", "split_seed") for v in (-1, "7", 1.5, False, missing)]
+
+    @st.composite
+    def metadata_field_types(draw):
+        """Valid JSON objects whose fields have the wrong types or impossible values (or are missing)."""
+        field, sub, value = draw(st.sampled_from(bad_fields))
+        obj = json.loads(meta[field])
+        if value is missing:
+            obj.pop(sub)
+        else:
+            obj[sub] = value
+        return with_meta(**{field: json.dumps(obj)})
+
+    @st.composite
+    def missing_field(draw):
+        key = draw(st.sampled_from(["format", "format_version", *ticket_io.REQUIRED]))
+        return encode(*rebuild({k: v for k, v in meta.items() if k != key}, tensors))
+
+    @st.composite
+    def format_version(draw):
+        v = draw(st.one_of(st.text(max_size=6), st.sampled_from(["2", "0", "1.0", " 1", "v1"])).filter(
+            lambda v: v != ticket_io.FORMAT_VERSION))
+        return with_meta(format_version=v) if draw(st.booleans()) else with_meta(format=v or "pt")
+
+    @st.composite
+    def non_string_metadata(draw):
+        key = draw(st.sampled_from(sorted(meta)))
+        h = json.loads(json.dumps(header))
+        h["__metadata__"][key] = draw(st.sampled_from([1, None, [], {"a": "b"}, True]))
+        return encode(h, body)
+
+    @st.composite
+    def padding_bits(draw):
+        name = draw(st.sampled_from(padded))
+        n = math.prod(shapes[name.removeprefix("mask/")])
+        i = names.index(name)
+        data = bytearray(tensors[i][3])
+        data[-1] |= 1 << draw(st.integers(0, 7 - n % 8))  # one of the (8 - n % 8) low bits of the last byte
+        t = list(tensors)
+        t[i] = (*t[i][:3], bytes(data))
+        return encode(*rebuild(meta, t))
+
+    @st.composite
+    def byte_length(draw):
+        """Declared shapes (metadata) and the packed byte count disagree; or the tensor has extra/fewer bytes."""
+        i = draw(st.integers(0, len(names) - 1))
+        key = names[i].removeprefix("mask/")
+        if draw(st.booleans()):
+            n = math.prod(shapes[key])
+            new = draw(st.integers(1, 4 * n + 64).filter(lambda m: (m + 7) // 8 != (n + 7) // 8))
+            return with_meta(shapes=json.dumps({**shapes, key: [new]}))
+        t = list(tensors)
+        data = t[i][3]
+        data = data + bytes(draw(st.integers(1, 16))) if draw(st.booleans()) else data[: -draw(
+            st.integers(1, len(data)))]
+        t[i] = (t[i][0], "U8", [len(data)], data)
+        return encode(*rebuild(meta, t))
+
+    @st.composite
+    def duplicated_key(draw):
+        text = json.dumps(header, separators=(",", ":"))
+        where = draw(st.sampled_from(["top-level tensor", "metadata", "tensor field", "metadata value"]))
+        if where == "top-level tensor":
+            entry = json.dumps({names[0]: header[names[0]]}, separators=(",", ":"))[1:-1]
+            text = text[:-1] + "," + entry + "}"
+        elif where == "metadata":
+            key = draw(st.sampled_from(sorted(meta)))
+            text = text.replace('{"__metadata__":{', '{"__metadata__":{' + json.dumps(key) + ":"
+                                + json.dumps(meta[key]) + ",", 1)
+        elif where == "tensor field":
+            text = text.replace('"dtype":"U8"', '"dtype":"U8","dtype":"U8"', 1)
+        else:
+            field = draw(st.sampled_from(["init", "data", "model"]))
+            value = meta[field]
+            dup = value[:-1] + "," + value[1:]  # every key of the object a second time
+            return with_meta(**{field: dup})
+        return encode(text, body)
+
+    @st.composite
+    def foreign_safetensors(draw):
+        n = draw(st.integers(0, 40))
+        data = bytes(draw(st.binary(min_size=4 * n, max_size=4 * n)))
+        m = draw(st.one_of(st.none(), st.just({"format": "pt"}), st.dictionaries(
+            st.text(max_size=5), st.text(max_size=5), max_size=3)))
+        return encode(*rebuild(m, [("weight", "F32", [n], data)]))
+
+    @st.composite
+    def garbage(draw):
+        kind = draw(st.sampled_from(["empty", "directory", "random", "plausible-length"]))
+        if kind == "empty":
+            return b""
+        if kind == "directory":
+            return None
+        data = draw(st.binary(max_size=300))
+        return data if kind == "random" else struct.pack("<Q", draw(st.integers(0, len(data)))) + data
+
+    fams = {"truncation": truncation(), "header-length-lie": header_length_lie(), "huge-shape": huge_shape(),
+            "wrong-dtype": wrong_dtype(), "tensor-set": tensor_set(), "metadata-not-json": metadata_value(),
+            "metadata-field-types": metadata_field_types(), "missing-field": missing_field(),
+            "format-version": format_version(), "non-string-metadata": non_string_metadata(),
+            "padding-bits": padding_bits(), "byte-length": byte_length(), "duplicated-key": duplicated_key(),
+            "foreign-safetensors": foreign_safetensors(), "garbage": garbage()}
+    return fams
+
+
+def malformed(raw: bytes) -> st.SearchStrategy:
+    """(family, payload) over every family; payload None means "a directory"."""
+    return st.one_of(*[s.map(lambda b, f=f: (f, b)) for f, s in families(raw).items()])
+
+
+@st.composite
+def byte_flips(draw, raw: bytes):
+    """Any 1-4 bytes of a valid ticket changed: the result may still be valid; it must never crash a reader."""
+    data = bytearray(raw)
+    for _ in range(draw(st.integers(1, 4))):
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    return bytes(data)
+
+
+def place(payload: bytes | None, path: Path) -> Path:
+    """Put a case on disk: a file with these bytes, or a directory."""
+    if path.is_dir():
+        path.rmdir()
+    elif path.exists():
+        path.unlink()
+    if payload is None:
+        path.mkdir()
+    else:
+        path.write_bytes(payload)
+    return path
+
+
+# ---- the readers ----------------------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    reader: str
+    exit_code: int
+    message: str  # stderr (or the TicketFileError text)
+    seconds: float
+    peak_bytes: int  # Python-level peak allocation (tracemalloc) during the read; -1 when not measured
+
+
+runner = CliRunner()
+
+
+def _load(path: Path) -> tuple[int, str]:
+    try:
+        ticket_io.load(path)
+    except TicketFileError as e:
+        return e.exit_code, f"error: {e}"
+    return 0, ""
+
+
+def _cli(*args: str) -> Callable[[Path], tuple[int, str]]:
+    def run(path: Path) -> tuple[int, str]:
+        result = runner.invoke(app, [*args[:1], str(path), *args[1:]])
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception  # a crash: let the test show the traceback
+        return result.exit_code, result.stderr
+
+    return run
+
+
+READERS: dict[str, Callable[[Path], tuple[int, str]]] = {
+    "load": _load,
+    "inspect": _cli("inspect", "--json"),
+    "evaluate": _cli("evaluate", "--json", "--device", "cpu"),
+}
+
+
+def read(reader: str, path: Path, *, trace_memory: bool = False) -> Outcome:
+    if trace_memory:
+        tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        code, message = READERS[reader](path)
+    finally:
+        seconds = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1] if trace_memory else -1
+        if trace_memory:
+            tracemalloc.stop()
+    return Outcome(reader, code, message, seconds, peak)
+
+
+def clean_rejection(o: Outcome) -> bool:
+    """Exit code 2 and exactly one line starting with 'error:' (no traceback)."""
+    lines = o.message.strip().splitlines()
+    return o.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in o.message
+
+
+__all__ = ["READERS", "Outcome", "byte_flips", "clean_rejection", "families", "malformed", "place", "read",
+           "write_seed_ticket"]

@@ -1,0 +1,94 @@
+"""SIGINT and SIGTERM during long commands: stop at once, say where the run stopped and what was (not) written,
+and exit with 128 + the signal number (130, 143).
+
+Any long command wraps its body in `stop_on_signals(...)` (inside `errors_to_exit_codes()`) and passes its
+progress callback through `position.track(...)`. Files are never left half-written because every writer goes
+through ticket.write_atomic (temp file + rename, the temp file unlinked on any exception).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ticketcli.errors import Interrupted
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Signal(BaseException):
+    """Raised by the handler; a BaseException so that no `except Exception` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class Position:
+    """The last progress record a run reported (epoch, and round for iterated)."""
+
+    def __init__(self):
+        self.last: dict | None = None
+
+    def track(self, progress: Callable[[dict], None] | None) -> Callable[[dict], None]:
+        def record(stats: dict) -> None:
+            self.last = stats
+            if progress is not None:
+                progress(stats)
+
+        return record
+
+    def describe(self) -> str:
+        s = self.last
+        if s is None:
+            return "before the first epoch finished"
+        where = f"after epoch {s['epoch']}" + (f" of {s['epochs']}" if "epochs" in s else "")
+        if "run" in s:  # train-weak: the masked run or the dense baseline
+            where += f" of the {s['run']} run"
+        if "round" in s:
+            where += f" of round {s['round']} (at most {s['rounds']})"
+        return where
+
+
+def _stamp(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+@contextmanager
+def stop_on_signals(*, outputs: tuple[Path, ...] = (), note: Callable[[], str | None] | None = None
+                    ) -> Iterator[Position]:
+    """Turn SIGINT/SIGTERM (and KeyboardInterrupt) into errors.Interrupted naming the position reached, whether
+    each output was written, and `note()` (e.g. where a checkpoint is). A second signal while stopping is ignored,
+    so the cleanup (unlinking temp files) always finishes."""
+    position = Position()
+    before = {p: _stamp(p) for p in outputs}
+    caught: list[int] = []
+
+    def handler(signum, frame):
+        if caught:
+            return
+        caught.append(signum)
+        raise _Signal(signum)
+
+    main = threading.current_thread() is threading.main_thread()  # handlers can only be set there
+    previous = {s: signal.signal(s, handler) for s in SIGNALS} if main else {}
+    try:
+        yield position
+    except (_Signal, KeyboardInterrupt) as e:
+        signum = e.signum if isinstance(e, _Signal) else signal.SIGINT
+        written = [str(p) for p in outputs if _stamp(p) != before[p]]
+        parts = [f"interrupted by {signal.Signals(signum).name} {position.describe()}",
+                 f"wrote {', '.join(written)} completely before stopping" if written else "no output was written"]
+        extra = note() if note is not None else None
+        raise Interrupted("; ".join(parts + ([extra] if extra else [])), signum) from None
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
