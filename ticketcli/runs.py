@@ -104,6 +104,17 @@ def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec) -> dict:
     return report
 
 
+def trained_metrics(net: MaskedNet, method, masks: dict, splits: Splits) -> dict | None:
+    """For sparse-training methods: accuracy of their trained sparse network (for information, not the ticket)."""
+    trained = getattr(method, "trained_weights", None)
+    if trained is None:
+        return None
+    net.load_weights(trained)
+    return {"test": evaluate(net, masks, splits.x_test, splits.y_test),
+            "val": evaluate(net, masks, splits.x_val, splits.y_val),
+            "note": "trained weights under the final mask, for information; the ticket is the rewound mask"}
+
+
 def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
                    progress: Progress | None = None) -> dict:
     """Run spec.method, rewind, evaluate, write the ticket; returns the summary that reports print."""
@@ -121,11 +132,14 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
                            generator=generator(spec.init.seed, "method"), progress=progress)
     wall = time.perf_counter() - t0
 
-    net.load_weights(weights)  # rewind: the ticket is always evaluated on the original initialisation
     masks = {n: masks[n].to(device) for n in net.names}
+    trained = trained_metrics(net, method, masks, splits)
+    net.load_weights(weights)  # rewind: the ticket is always evaluated on the original initialisation
     metrics = {"test": evaluate(net, masks, splits.x_test, splits.y_test),
                "val": evaluate(net, masks, splits.x_val, splits.y_val),
                "device": str(device), "wall_time_s": wall}
+    if trained is not None:
+        metrics["trained"] = trained
     data_meta = {k: v for k, v in splits.info.items() if k != "source"}
     tk = ticket_io.Ticket(
         masks={n: m.cpu() for n, m in masks.items()},

@@ -79,6 +79,19 @@ class MethodSpec:
     eps: float = 1e-8
     weight_decay: float = 0.0
     score_init: str = "kaiming-uniform"  # U[-1/sqrt(fan_in), 1/sqrt(fan_in)], as allenai/hidden-networks
+    # Baselines (Appendix B). Weight-training baselines (imp, set, rigl, movement) train weights with Adam at
+    # weight_lr (scores, where a method has them, at lr); saliency baselines use saliency_batches minibatches.
+    weight_lr: float = 1e-3
+    saliency_batches: int = 5  # snip: batches summed; grasp: batches in each of its two collections
+    grasp_temperature: float = 200.0  # grasp divides the logits by this
+    synflow_rounds: int = 100  # synflow: pruning rounds on the exponential density schedule
+    imp_rounds: int = 5  # imp: rounds, each trains epochs / imp_rounds epochs (100 / 5 = 20)
+    regrow_every: int = 100  # set, rigl: optimisation steps between prune-and-regrow updates
+    regrow_fraction: float = 0.3  # set, rigl: fraction of active weights pruned (and regrown) per update
+    movement_warmup: float = 0.1  # movement: fraction of steps kept dense before the cubic schedule starts
+    movement_cooldown: float = 0.1  # movement: fraction of final steps at the target density
+    movement_noise: float = 1e-6  # movement: std of the Gaussian noise on the zero score init (tie-breaking)
+    matched_to: str | None = None  # --match-sparsity: the ticket whose achieved sparsity this run matches
 
     @property
     def density(self) -> float:
@@ -125,6 +138,18 @@ EXTRACT_DEFAULTS: dict[str, Any] = {
     "betas": "0.9,0.999",
     "eps": 1e-8,
     "weight_decay": 0.0,
+    "weight_lr": 1e-3,
+    "saliency_batches": 5,
+    "grasp_temperature": 200.0,
+    "synflow_rounds": 100,
+    "imp_rounds": 5,
+    "regrow_every": 100,
+    "regrow_fraction": 0.3,
+    "movement_warmup": 0.1,
+    "movement_cooldown": 0.1,
+    "movement_noise": 1e-6,
+    "match_sparsity": None,
+    "match_sparsity_per_layer": False,
     "device": "auto",
 }
 
@@ -264,7 +289,23 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
         betas=(betas[0], betas[1]),
         eps=_check_positive(s["eps"], "--eps"),
         weight_decay=_check_positive(s["weight_decay"], "--weight-decay", allow_zero=True),
+        weight_lr=_check_positive(s["weight_lr"], "--weight-lr"),
+        saliency_batches=_check_int(s["saliency_batches"], "--saliency-batches", 1),
+        grasp_temperature=_check_positive(s["grasp_temperature"], "--grasp-temperature"),
+        synflow_rounds=_check_int(s["synflow_rounds"], "--synflow-rounds", 1),
+        imp_rounds=_check_int(s["imp_rounds"], "--imp-rounds", 1),
+        regrow_every=_check_int(s["regrow_every"], "--regrow-every", 1),
+        regrow_fraction=_check_fraction(s["regrow_fraction"], "--regrow-fraction", lo_open=False),
+        movement_warmup=_check_fraction(s["movement_warmup"], "--movement-warmup", lo_open=False),
+        movement_cooldown=_check_fraction(s["movement_cooldown"], "--movement-cooldown", lo_open=False),
+        movement_noise=_check_positive(s["movement_noise"], "--movement-noise", allow_zero=True),
     )
+    if method.movement_warmup + method.movement_cooldown >= 1:
+        raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
+    if s["match_sparsity"] is not None:
+        method = matched_sparsity(method, str(s["match_sparsity"]), per_layer=bool(s["match_sparsity_per_layer"]))
+    elif s["match_sparsity_per_layer"]:
+        raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
     data = DataSpec(
         name=s["dataset"],
         n_extract=None if s["n_extract"] is None else _check_int(s["n_extract"], "--n-extract", 1),
@@ -275,6 +316,31 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
     init = InitSpec(scheme=s["init"], k=_check_positive(s["init_k"], "--init-k"), seed=seed)
     return RunSpec(model=model, init=init, data=data, method=method, device=str(s["device"]),
                    weights=None if s["weights"] is None else str(s["weights"]))
+
+
+def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:
+    """The method at another ticket's achieved sparsity: global, or per layer as --layer-densities (Appendix G)."""
+    from dataclasses import replace
+
+    from ticketcli import ticket as ticket_io
+    from ticketcli.models import layer_of
+
+    if method.layer_densities is not None:
+        raise UsageError("--match-sparsity sets the densities itself; drop --layer-densities")
+    tk = ticket_io.load(path)
+    if per_layer:
+        kept: dict[str, list[int]] = {}
+        for name, m in tk.masks.items():  # masks are in named_parameters order, so layers come out in order
+            k = kept.setdefault(layer_of(name), [0, 0])
+            k[0], k[1] = k[0] + int(m.sum()), k[1] + m.numel()
+        densities = tuple(a / b for a, b in kept.values())
+        return replace(method, sparsity=1.0 - sum(a for a, _ in kept.values()) / sum(b for _, b in kept.values()),
+                       layer_densities=densities, matched_to=path)
+    kept_total = sum(int(m.sum()) for m in tk.masks.values())
+    total = sum(m.numel() for m in tk.masks.values())
+    if kept_total == 0:
+        raise UsageError(f"{path} keeps no weights; there is no sparsity to match")
+    return replace(method, sparsity=1.0 - kept_total / total, matched_to=path)
 
 
 __all__ = ["ModelSpec", "InitSpec", "DataSpec", "MethodSpec", "RunSpec", "build_extract_spec",
