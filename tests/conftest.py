@@ -51,7 +51,8 @@ def tiny_net() -> MaskedNet:
 
 
 def quick_method(name: str, **kw) -> MethodSpec:
-    base = dict(name=name, sparsity=0.8, epochs=2, batch_size=128)
+    base = dict(name=name, sparsity=0.8, epochs=2, batch_size=128,
+                imp_rounds=2, synflow_rounds=10, regrow_every=2)  # small enough for 2 epochs of 5 steps
     base.update(kw)
     return MethodSpec(**base)
 

@@ -100,7 +100,9 @@ def extract(
         help="Extraction examples drawn from the training set. Default: 5000 (fashion-mnist), 1000 (digits).")] = None,
     n_val: Annotated[Optional[int], typer.Option(
         help="Validation examples, disjoint from extraction. Default: 5000 (fashion-mnist), 400 (digits).")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="Training epochs: of the scores, or of the weights for imp (split over its rounds), set, rigl, movement. Default: 100.")] = None,
+    epochs: Annotated[Optional[int], typer.Option(
+        help="Training epochs: of the scores, or of the weights for imp (split over its rounds), set, rigl, "
+             "movement. Default: 100.")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Adam learning rate for the scores. Default: 0.01.")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Minibatch size. Default: 512.")] = None,
     betas: Annotated[Optional[str], typer.Option(help="Adam betas as 'b1,b2'. Default: 0.9,0.999.")] = None,

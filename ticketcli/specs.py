@@ -300,6 +300,7 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
         movement_cooldown=_check_fraction(s["movement_cooldown"], "--movement-cooldown", lo_open=False),
         movement_noise=_check_positive(s["movement_noise"], "--movement-noise", allow_zero=True),
     )
+    check_method_options(s)
     if method.movement_warmup + method.movement_cooldown >= 1:
         raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
     if s["match_sparsity"] is not None:
@@ -316,6 +317,22 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
     init = InitSpec(scheme=s["init"], k=_check_positive(s["init_k"], "--init-k"), seed=seed)
     return RunSpec(model=model, init=init, data=data, method=method, device=str(s["device"]),
                    weights=None if s["weights"] is None else str(s["weights"]))
+
+
+# Options that only some methods read; each method class lists the ones it reads in `options`.
+METHOD_OPTIONS = ("weight_lr", "saliency_batches", "grasp_temperature", "synflow_rounds", "imp_rounds",
+                  "regrow_every", "regrow_fraction", "movement_warmup", "movement_cooldown", "movement_noise")
+
+
+def check_method_options(s: dict[str, Any]) -> None:
+    """Refuse a method-specific option set (to other than its default) for a method that would ignore it."""
+    from ticketcli.methods import METHODS
+
+    reads = getattr(METHODS.get(s["method"]), "options", ())
+    for key in METHOD_OPTIONS:
+        if key not in reads and s[key] != EXTRACT_DEFAULTS[key]:
+            users = [n for n in METHODS.names() if key in getattr(METHODS.get(n), "options", ())]
+            raise UsageError(f"--{key.replace('_', '-')} applies to {', '.join(users)} only, not {s['method']}")
 
 
 def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:

@@ -56,6 +56,7 @@ class MovementTrainer(WeightTrainer):
 @METHODS.register("movement")
 class Movement(_SparseTraining):
     name = "movement"
+    options = ("weight_lr", "movement_warmup", "movement_cooldown", "movement_noise")
     score_init = {"scheme": "zeros+gaussian", "note": "0 plus N(0, movement_noise^2) noise for tie-breaking"}
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
@@ -78,6 +79,7 @@ class Movement(_SparseTraining):
         train_weights(trainer, data.x_extract, data.y_extract, epochs=spec.epochs, batch_size=spec.batch_size,
                       generator=generator, on_step=on_step,
                       on_epoch=epoch_reporter(progress, spec.epochs, trainer.hard_masks))
-        final = select({n: s.detach() for n, s in trainer.scores.items()}, groups)
+        self.final_scores = {n: s.detach() for n, s in trainer.scores.items()}
+        final = select(self.final_scores, groups)
         self.trained_weights = {n: w * final[n] for n, w in trainer.weights().items()}
         return final

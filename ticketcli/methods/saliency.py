@@ -80,11 +80,13 @@ def synflow_scores(net: MaskedNet, masks: Params, input_like: torch.Tensor) -> P
 class _Saliency:
     score_init = None
     uses_epochs = False  # the progress bar counts epochs; these methods have none
+    global_topk = True  # one top-k over all parameters (Appendix B), per layer only with --layer-densities
 
 
 @METHODS.register("snip")
 class Snip(_Saliency):
     name = "snip"
+    options = ("saliency_batches",)  # the method-specific options it reads
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
                 generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
@@ -100,6 +102,7 @@ class Grasp(_Saliency):
     under reproduction states top-k, and its GraSP near chance is consistent with that, so we follow it."""
 
     name = "grasp"
+    options = ("saliency_batches", "grasp_temperature")  # the method-specific options it reads
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
                 generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
@@ -114,6 +117,7 @@ class SynFlow(_Saliency):
     """Iterative SynFlow: round r of R keeps density d^(r/R) (exponential schedule), rescoring on the survivors."""
 
     name = "synflow"
+    options = ("synflow_rounds",)  # the method-specific options it reads
     seeded = False  # data-free and deterministic: the seed only enters through the weights
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,

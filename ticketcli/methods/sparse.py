@@ -8,6 +8,7 @@ accuracy for information. Weights train with Adam at --weight-lr (1e-3), batch -
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -27,7 +28,7 @@ def weight_optim(spec: MethodSpec) -> WeightOptim:
     return WeightOptim(name="adam", lr=spec.weight_lr, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
 
 
-def epoch_reporter(progress: Progress | None, epochs: int, masks: callable, offset: int = 0):
+def epoch_reporter(progress: Progress | None, epochs: int, masks: Callable[[], Masks], offset: int = 0):
     """train_weights' on_epoch -> the extract progress callback (epoch numbers continue across IMP rounds)."""
     if progress is None:
         return None
@@ -42,6 +43,7 @@ def epoch_reporter(progress: Progress | None, epochs: int, masks: callable, offs
 
 class _SparseTraining:
     score_init = None
+    global_topk = True  # one top-k over all parameters (Appendix B), per layer only with --layer-densities
     trained_weights: dict[str, torch.Tensor] | None = None  # the trained sparse network, for information
 
 
@@ -51,6 +53,7 @@ class IMP(_SparseTraining):
     density d^(r/R) (geometric schedule). Pruned weights are exactly zero and never return."""
 
     name = "imp"
+    options = ("weight_lr", "imp_rounds")  # the method-specific options it reads
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
                 generator: torch.Generator, progress: Progress | None) -> Masks:
@@ -106,7 +109,7 @@ class _DynamicSparse(_SparseTraining):
         trainer = WeightTrainer(net, {n: m.to(device) for n, m in start.items()}, weight_optim(spec))
         n = data.y_extract.numel()
         total_steps = spec.epochs * math.ceil(n / spec.batch_size)
-        self.updates: list[tuple[Masks, Masks]] = []  # (mask before, grown) per update, for tests
+        self.updates: list[dict[str, Masks]] = []  # masks before and after each update, and what grew (tests)
 
         def on_step(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
             if step % spec.regrow_every or step >= total_steps:
@@ -118,7 +121,7 @@ class _DynamicSparse(_SparseTraining):
             with torch.no_grad():
                 for k, g in grown.items():
                     trainer.params[k].masked_fill_(g, 0.0)  # a regrown weight starts at zero
-            self.updates.append((masks, grown))
+            self.updates.append({"before": masks, "after": new, "grown": grown})
 
         train_weights(trainer, data.x_extract, data.y_extract, epochs=spec.epochs, batch_size=spec.batch_size,
                       generator=generator, on_step=on_step,
@@ -130,6 +133,7 @@ class _DynamicSparse(_SparseTraining):
 @METHODS.register("set")
 class SET(_DynamicSparse):
     name = "set"
+    options = ("weight_lr", "regrow_every", "regrow_fraction")  # the method-specific options it reads
 
     def grow_scores(self, trainer, x, y, generator):
         """Random regrowth: uniform scores drawn on the CPU from the run's generator."""
@@ -139,6 +143,7 @@ class SET(_DynamicSparse):
 @METHODS.register("rigl")
 class RigL(_DynamicSparse):
     name = "rigl"
+    options = ("weight_lr", "regrow_every", "regrow_fraction")  # the method-specific options it reads
 
     def grow_scores(self, trainer, x, y, generator):
         """|dL/d(W*M)| on the current minibatch, masked entries included (the dense gradient)."""
