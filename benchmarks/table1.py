@@ -31,7 +31,7 @@ PAPER = {
 }
 # Baselines whose Table 1 numbers the text does not give (the table is an image): the paper's words instead.
 PAPER_WORDS = {"snip": "near chance", "grasp": "near chance", "random": "near chance",
-               "movement": "strongest rewound baseline, below double-scoring"}
+               "movement": "best rewound"}
 
 
 def mean_std(xs: list[float]) -> str:
