@@ -149,12 +149,43 @@ def extract(
         help="Extraction examples drawn from the training set. Default: 5000 (fashion-mnist), 1000 (digits).")] = None,
     n_val: Annotated[Optional[int], typer.Option(
         help="Validation examples, disjoint from extraction. Default: 5000 (fashion-mnist), 400 (digits).")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="Score-training epochs. Default: 100.")] = None,
+    epochs: Annotated[Optional[int], typer.Option(
+        help="Training epochs: of the scores, or of the weights for imp (split over its rounds), set, rigl, "
+             "movement. Default: 100.")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Adam learning rate for the scores. Default: 0.01.")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Minibatch size. Default: 512.")] = None,
     betas: Annotated[Optional[str], typer.Option(help="Adam betas as 'b1,b2'. Default: 0.9,0.999.")] = None,
     eps: Annotated[Optional[float], typer.Option(help="Adam epsilon. Default: 1e-8.")] = None,
     weight_decay: Annotated[Optional[float], typer.Option(help="Adam weight decay. Default: 0.")] = None,
+    weight_lr: Annotated[Optional[float], typer.Option(
+        help="Adam learning rate for weights in imp, set, rigl, movement (--lr is movement's score rate). "
+             "Default: 0.001.")] = None,
+    saliency_batches: Annotated[Optional[int], typer.Option(
+        help="snip: minibatches whose gradients are summed; grasp: minibatches in each of its two collections. "
+             "Default: 5.")] = None,
+    grasp_temperature: Annotated[Optional[float], typer.Option(
+        help="grasp: logits are divided by this. grasp keeps the k LARGEST -θ⊙Hg (Appendix B's top-k on the "
+             "signed score; the original GraSP keeps the smallest). Default: 200.")] = None,
+    synflow_rounds: Annotated[Optional[int], typer.Option(
+        help="synflow: pruning rounds; round r keeps density d^(r/R). Default: 100.")] = None,
+    imp_rounds: Annotated[Optional[int], typer.Option(
+        help="imp: prune-and-rewind rounds, each training --epochs / rounds epochs. Default: 5.")] = None,
+    regrow_every: Annotated[Optional[int], typer.Option(
+        help="set, rigl: optimisation steps between prune-and-regrow updates. Default: 100.")] = None,
+    regrow_fraction: Annotated[Optional[float], typer.Option(
+        help="set, rigl: fraction of active weights pruned by magnitude and regrown per update. Default: 0.3.")] = None,
+    movement_warmup: Annotated[Optional[float], typer.Option(
+        help="movement: fraction of steps kept dense before the cubic schedule. Default: 0.1.")] = None,
+    movement_cooldown: Annotated[Optional[float], typer.Option(
+        help="movement: final fraction of steps at the target density. Default: 0.1.")] = None,
+    movement_noise: Annotated[Optional[float], typer.Option(
+        help="movement: std of the Gaussian noise on the zero score init. Default: 1e-6.")] = None,
+    match_sparsity: Annotated[Optional[Path], typer.Option(
+        help="Run at the achieved sparsity of this ticket (overrides --sparsity), e.g. a double-scoring ticket "
+             "(paper, Appendix G).")] = None,
+    match_sparsity_per_layer: Annotated[bool, typer.Option(
+        "--match-sparsity-per-layer", help="With --match-sparsity: match each layer's density "
+                                           "(as --layer-densities) instead of the global sparsity.")] = False,
     device: Device = None,
     config: Annotated[Optional[Path], typer.Option(
         help="TOML file with any of these options (underscored names); flags override it.")] = None,
@@ -177,7 +208,12 @@ def extract(
                  weights=None if weights is None else str(weights), dataset=dataset and dataset.value,
                  data_dir=None if data_dir is None else str(data_dir), download=download or None,
                  n_extract=n_extract, n_val=n_val, epochs=epochs, lr=lr, batch_size=batch_size, betas=betas,
-                 eps=eps, weight_decay=weight_decay, device=device)
+                 eps=eps, weight_decay=weight_decay, weight_lr=weight_lr, saliency_batches=saliency_batches,
+                 grasp_temperature=grasp_temperature, synflow_rounds=synflow_rounds, imp_rounds=imp_rounds,
+                 regrow_every=regrow_every, regrow_fraction=regrow_fraction, movement_warmup=movement_warmup,
+                 movement_cooldown=movement_cooldown, movement_noise=movement_noise,
+                 match_sparsity=None if match_sparsity is None else str(match_sparsity),
+                 match_sparsity_per_layer=match_sparsity_per_layer or None, device=device)
     ckpt = checkpoint_path(out)
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
         spec = build_extract_spec(merge_settings(flags, config))
@@ -185,7 +221,8 @@ def extract(
             raise UsageError(f"--checkpoint-every must be >= 1 epoch, got {checkpoint_every}")
         if resume and not ckpt.exists():
             report.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
-        with report.epoch_progress(spec.method.epochs, quiet=quiet or spec.method.name == "random",
+        with report.epoch_progress(spec.method.epochs, quiet=quiet or spec.method.name == "random"
+                                   or not getattr(METHODS.get(spec.method.name), "uses_epochs", True),
                                    label=spec.method.name) as progress:
             summary = runs.extract_ticket(spec, out=out, overwrite=force, progress=position.track(progress),
                                           checkpoint_every=checkpoint_every, resume=resume)

@@ -76,6 +76,8 @@ def extract_table(s: dict) -> None:
     t.add_column("value", justify="right")
     t.add_row("test accuracy", _pct(m["test"]["accuracy"]))
     t.add_row("validation accuracy", _pct(m["val"]["accuracy"]))
+    if "trained" in m:
+        t.add_row("trained sparse network test accuracy (info)", _pct(m["trained"]["test"]["accuracy"]))
     t.add_row("requested sparsity", _pct(sp["requested"]))
     if "aug_density" in sp:
         t.add_row("augmented keep density", f"{sp['aug_density']:.4f}")

@@ -116,6 +116,17 @@ def run_identity(spec: RunSpec, weights: dict[str, torch.Tensor], device: torch.
             "torch": torch.__version__}
 
 
+def trained_metrics(net: MaskedNet, method, masks: dict, splits: Splits) -> dict | None:
+    """For sparse-training methods: accuracy of their trained sparse network (for information, not the ticket)."""
+    trained = getattr(method, "trained_weights", None)
+    if trained is None:
+        return None
+    net.load_weights(trained)
+    return {"test": evaluate(net, masks, splits.x_test, splits.y_test),
+            "val": evaluate(net, masks, splits.x_val, splits.y_val),
+            "note": "trained weights under the final mask, for information; the ticket is the rewound mask"}
+
+
 def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
                    progress: Progress | None = None, checkpoint_every: int | None = None,
                    resume: bool = False) -> dict:
@@ -146,11 +157,14 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     wall = time.perf_counter() - t0
 
     details = getattr(method, "details", None) or {}  # what the method found beyond the masks
-    net.load_weights(weights)  # rewind: the ticket is always evaluated on the original initialisation
     masks = {n: masks[n].to(device) for n in net.names}
+    trained = trained_metrics(net, method, masks, splits)
+    net.load_weights(weights)  # rewind: the ticket is always evaluated on the original initialisation
     metrics = {"test": evaluate(net, masks, splits.x_test, splits.y_test),
                "val": evaluate(net, masks, splits.x_val, splits.y_val),
                "device": str(device), "wall_time_s": wall}
+    if trained is not None:
+        metrics["trained"] = trained
     data_meta = {k: v for k, v in splits.info.items() if k != "source"}
     tk = ticket_io.Ticket(
         masks={n: m.cpu() for n, m in masks.items()},

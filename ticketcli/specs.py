@@ -86,6 +86,19 @@ class MethodSpec:
     eps: float = 1e-8
     weight_decay: float = 0.0
     score_init: str = "kaiming-uniform"  # U[-1/sqrt(fan_in), 1/sqrt(fan_in)], as allenai/hidden-networks
+    # Baselines (Appendix B). Weight-training baselines (imp, set, rigl, movement) train weights with Adam at
+    # weight_lr (scores, where a method has them, at lr); saliency baselines use saliency_batches minibatches.
+    weight_lr: float = 1e-3
+    saliency_batches: int = 5  # snip: batches summed; grasp: batches in each of its two collections
+    grasp_temperature: float = 200.0  # grasp divides the logits by this
+    synflow_rounds: int = 100  # synflow: pruning rounds on the exponential density schedule
+    imp_rounds: int = 5  # imp: rounds, each trains epochs / imp_rounds epochs (100 / 5 = 20)
+    regrow_every: int = 100  # set, rigl: optimisation steps between prune-and-regrow updates
+    regrow_fraction: float = 0.3  # set, rigl: fraction of active weights pruned (and regrown) per update
+    movement_warmup: float = 0.1  # movement: fraction of steps kept dense before the cubic schedule starts
+    movement_cooldown: float = 0.1  # movement: fraction of final steps at the target density
+    movement_noise: float = 1e-6  # movement: std of the Gaussian noise on the zero score init (tie-breaking)
+    matched_to: str | None = None  # --match-sparsity: the ticket whose achieved sparsity this run matches
 
     @property
     def density(self) -> float:
@@ -139,6 +152,18 @@ EXTRACT_DEFAULTS: dict[str, Any] = {
     "betas": "0.9,0.999",
     "eps": 1e-8,
     "weight_decay": 0.0,
+    "weight_lr": 1e-3,
+    "saliency_batches": 5,
+    "grasp_temperature": 200.0,
+    "synflow_rounds": 100,
+    "imp_rounds": 5,
+    "regrow_every": 100,
+    "regrow_fraction": 0.3,
+    "movement_warmup": 0.1,
+    "movement_cooldown": 0.1,
+    "movement_noise": 1e-6,
+    "match_sparsity": None,
+    "match_sparsity_per_layer": False,
     "device": "auto",
 }
 
@@ -291,7 +316,24 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
         betas=(betas[0], betas[1]),
         eps=_check_positive(s["eps"], "--eps"),
         weight_decay=_check_positive(s["weight_decay"], "--weight-decay", allow_zero=True),
+        weight_lr=_check_positive(s["weight_lr"], "--weight-lr"),
+        saliency_batches=_check_int(s["saliency_batches"], "--saliency-batches", 1),
+        grasp_temperature=_check_positive(s["grasp_temperature"], "--grasp-temperature"),
+        synflow_rounds=_check_int(s["synflow_rounds"], "--synflow-rounds", 1),
+        imp_rounds=_check_int(s["imp_rounds"], "--imp-rounds", 1),
+        regrow_every=_check_int(s["regrow_every"], "--regrow-every", 1),
+        regrow_fraction=_check_fraction(s["regrow_fraction"], "--regrow-fraction", lo_open=False),
+        movement_warmup=_check_fraction(s["movement_warmup"], "--movement-warmup", lo_open=False),
+        movement_cooldown=_check_fraction(s["movement_cooldown"], "--movement-cooldown", lo_open=False),
+        movement_noise=_check_positive(s["movement_noise"], "--movement-noise", allow_zero=True),
     )
+    check_method_options(method)
+    if method.movement_warmup + method.movement_cooldown >= 1:
+        raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
+    if s["match_sparsity"] is not None:
+        method = matched_sparsity(method, str(s["match_sparsity"]), per_layer=bool(s["match_sparsity_per_layer"]))
+    elif s["match_sparsity_per_layer"]:
+        raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
     data = DataSpec(
         name=s["dataset"],
         n_extract=None if s["n_extract"] is None else _check_int(s["n_extract"], "--n-extract", 1),
@@ -300,37 +342,68 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
         **data_location(None if s["data_dir"] is None else str(s["data_dir"]), s["download"]),
     )
     init = InitSpec(scheme=s["init"], k=_check_positive(s["init_k"], "--init-k"), seed=seed)
-    check_method_options(method)
     return RunSpec(model=model, init=init, data=data, method=method, device=str(s["device"]),
                    weights=None if s["weights"] is None else str(s["weights"]))
 
 
-# Score-method variants (issue 4) and the default that means "not used"; a method lists the ones it honours in
-# its class attribute `variants`, and build_extract_spec refuses the others with a clear message.
-VARIANT_DEFAULTS: dict[str, tuple[Any, str]] = {
-    "aug_density": (None, "--aug-density"),
-    "aux_width": (1, "--aux-width"),
-    "frozen_aux": (False, "--frozen-aux"),
-    "signed_scores": (False, "--signed-scores"),
-    "project_final": (False, "--project-final"),
-    "global_topk": (False, "--global"),
-    "layer_densities": (None, "--layer-densities"),
-    "iter_tolerance": (0.02, "--iter-tolerance"),
-    "max_rounds": (8, "--max-rounds"),
-}
+# Options that only some methods read (the score-method variants of issue 4, the baselines' hyper-parameters of
+# issue 3). Each method class lists the ones it reads in `options`; build_extract_spec refuses the others.
+METHOD_OPTIONS = ("aug_density", "layer_densities", "aux_width", "frozen_aux", "signed_scores", "project_final",
+                  "global_topk", "iter_tolerance", "max_rounds", "weight_lr", "saliency_batches",
+                  "grasp_temperature", "synflow_rounds", "imp_rounds", "regrow_every", "regrow_fraction",
+                  "movement_warmup", "movement_cooldown", "movement_noise")
+
+
+def option_flag(field: str) -> str:
+    return "--global" if field == "global_topk" else "--" + field.replace("_", "-")
+
+
+def method_reads(name: str, field: str) -> bool:
+    from ticketcli.methods import METHODS
+
+    return field in getattr(METHODS.get(name), "options", ())
 
 
 def check_method_options(method: MethodSpec) -> None:
-    """Refuse a variant option that the chosen method does not use, naming the methods that do."""
+    """Refuse a method-specific option set (to other than its default) for a method that would ignore it."""
+    from dataclasses import fields
+
     from ticketcli.methods import METHODS
 
-    for field, (default, flag) in VARIANT_DEFAULTS.items():
-        if getattr(method, field) == default:
-            continue
-        if field not in getattr(METHODS.get(method.name), "variants", frozenset()):
-            users = [n for n in METHODS.names() if field in getattr(METHODS.get(n), "variants", frozenset())]
-            raise UsageError(f"{flag} does not apply to method {method.name!r}",
-                             hint=f"it applies to: {', '.join(users) or 'no method'}")
+    defaults = {f.name: f.default for f in fields(MethodSpec)}
+    for field in METHOD_OPTIONS:
+        if getattr(method, field) != defaults[field] and not method_reads(method.name, field):
+            users = [n for n in METHODS.names() if method_reads(n, field)]
+            raise UsageError(f"{option_flag(field)} applies to {', '.join(users) or 'no method'} only, "
+                             f"not {method.name}")
+
+
+def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:
+    """The method at another ticket's achieved sparsity: global, or per layer as --layer-densities (Appendix G)."""
+    from dataclasses import replace
+
+    from ticketcli import ticket as ticket_io
+    from ticketcli.models import layer_of
+
+    if method.layer_densities is not None:
+        raise UsageError("--match-sparsity sets the densities itself; drop --layer-densities")
+    if per_layer and not method_reads(method.name, "layer_densities"):
+        raise UsageError(f"--match-sparsity-per-layer needs per-layer densities, which {method.name} does not take",
+                         hint="use --match-sparsity alone (global)")
+    tk = ticket_io.load(path)
+    if per_layer:
+        kept: dict[str, list[int]] = {}
+        for name, m in tk.masks.items():  # masks are in named_parameters order, so layers come out in order
+            k = kept.setdefault(layer_of(name), [0, 0])
+            k[0], k[1] = k[0] + int(m.sum()), k[1] + m.numel()
+        densities = tuple(a / b for a, b in kept.values())
+        return replace(method, sparsity=1.0 - sum(a for a, _ in kept.values()) / sum(b for _, b in kept.values()),
+                       layer_densities=densities, matched_to=path)
+    kept_total = sum(int(m.sum()) for m in tk.masks.values())
+    total = sum(m.numel() for m in tk.masks.values())
+    if kept_total == 0:
+        raise UsageError(f"{path} keeps no weights; there is no sparsity to match")
+    return replace(method, sparsity=1.0 - kept_total / total, matched_to=path)
 
 
 __all__ = ["ModelSpec", "InitSpec", "DataSpec", "MethodSpec", "RunSpec", "build_extract_spec",

@@ -120,6 +120,13 @@ class WeightTrainer:
         grads = {n: t.grad.detach() for n, t in eff.items()} if dense_grads else None
         return lv, int((logits.argmax(1) == y).sum()), grads
 
+    def dense_gradient(self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy
+                       ) -> dict[str, torch.Tensor]:
+        """dL/d(W*M) for every entry, masked ones included, on (x, y) without taking a step (RigL's regrowth)."""
+        eff = {n: t.detach().requires_grad_(True) for n, t in self.effective().items()}
+        loss = loss_fn(self.net.forward_with(x, eff), y)
+        return dict(zip(eff, torch.autograd.grad(loss, list(eff.values()))))
+
     def weights(self) -> dict[str, torch.Tensor]:
         """The trained weights (detached; masked entries zero)."""
         return {n: p.detach() for n, p in self.params.items()}

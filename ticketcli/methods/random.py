@@ -16,7 +16,7 @@ from ticketcli.specs import MethodSpec
 class RandomMask:
     name = "random"
     score_init = None
-    variants = frozenset({"layer_densities"})
+    options = frozenset({"layer_densities"})
     resumable = True  # one draw, no epochs: nothing to checkpoint, so resuming is just running again
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,

@@ -231,7 +231,7 @@ class ScoreMethod:
     """Score training with frozen weights; subclasses choose the score layout and how the final mask is read."""
 
     score_init = SCORE_INIT
-    variants = frozenset({"signed_scores", "global_topk"})
+    options = frozenset({"signed_scores", "global_topk"})
     augmented = False  # auxiliary score tensors?
     resumable = True  # takes extract(checkpoint=...) and resumes bit-identically
 
@@ -282,14 +282,14 @@ def project(net: MaskedNet, spec: MethodSpec, scores: dict[str, list[torch.Tenso
 @METHODS.register("edge-popup")
 class EdgePopup(ScoreMethod):
     name = "edge-popup"
-    variants = ScoreMethod.variants | {"layer_densities"}
+    options = ScoreMethod.options | {"layer_densities"}
 
 
 @METHODS.register("augmented")
 class Augmented(ScoreMethod):
     name = "augmented"
     augmented = True
-    variants = ScoreMethod.variants | {"aug_density", "aux_width", "frozen_aux", "project_final"}
+    options = ScoreMethod.options | {"aug_density", "aux_width", "frozen_aux", "project_final"}
 
 
 @METHODS.register("iterated")
@@ -302,7 +302,7 @@ class Iterated(ScoreMethod):
 
     name = "iterated"
     augmented = True
-    variants = ScoreMethod.variants | {"aux_width", "frozen_aux", "iter_tolerance", "max_rounds"}
+    options = ScoreMethod.options | {"aux_width", "frozen_aux", "iter_tolerance", "max_rounds"}
     ROUND_DENSITY_CAP = 0.5
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,

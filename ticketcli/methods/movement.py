@@ -1,0 +1,85 @@
+"""Movement pruning (Sanh et al. 2020; Appendix B): weights and signed movement scores trained jointly.
+
+The forward pass uses W * M with M = top-k of the signed scores S at the scheduled density; the straight-through
+estimator gives dL/dS = dL/d(W*M) * W and dL/dW = dL/d(W*M) * M. Masked weights are gated, not zeroed, so a
+connection whose score climbs back comes back with its weight. The density follows a cubic schedule from dense
+to the target; the final mask is the top-k of the signed scores (no absolute value) at the target density.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ticketcli.data import Splits
+from ticketcli.methods.base import Progress
+from ticketcli.methods.registry import METHODS
+from ticketcli.methods.sparse import Masks, _SparseTraining, epoch_reporter, weight_optim
+from ticketcli.methods.topk import Group, density_groups, select
+from ticketcli.models import MaskedNet
+from ticketcli.specs import MethodSpec
+from ticketcli.train import WeightTrainer, train_weights
+
+
+def cubic_density(step: int, total: int, final: float, warmup: float, cooldown: float) -> float:
+    """Keep density after `step` of `total` steps: 1 for the first warmup fraction, then
+    final + (1 - final) (1 - progress)^3, reaching `final` when the last cooldown fraction begins."""
+    t_w, t_c = warmup * total, cooldown * total
+    if step < t_w:
+        return 1.0
+    if step >= total - t_c:
+        return final
+    progress = (step - t_w) / (total - t_w - t_c)
+    return final + (1.0 - final) * (1.0 - progress) ** 3
+
+
+class MovementTrainer(WeightTrainer):
+    """WeightTrainer (dense weights) plus a score parameter group; effective() gates with the scores' top-k."""
+
+    def __init__(self, net: MaskedNet, spec: MethodSpec, groups: list[Group], scores: dict[str, torch.Tensor]):
+        super().__init__(net, None, weight_optim(spec))
+        self.groups = groups
+        self.scores = {n: s.to(net.device, copy=True).requires_grad_(True) for n, s in scores.items()}
+        self.opt.add_param_group({"params": list(self.scores.values()), "lr": spec.lr})
+        self.schedule = lambda d: d  # group final density -> current keep density
+
+    def hard_masks(self) -> Masks:
+        return select({n: s.detach() for n, s in self.scores.items()}, self.groups, self.schedule)
+
+    def effective(self) -> dict[str, torch.Tensor]:
+        m = self.hard_masks()
+        # value W * M; gradient M to W and W to S (straight-through through the top-k)
+        return {n: p * (m[n].to(p.dtype) + self.scores[n] - self.scores[n].detach()) for n, p in self.params.items()}
+
+
+@METHODS.register("movement")
+class Movement(_SparseTraining):
+    name = "movement"
+    options = ("layer_densities", "weight_lr", "movement_warmup", "movement_cooldown", "movement_noise")
+    score_init = {"scheme": "zeros+gaussian", "note": "0 plus N(0, movement_noise^2) noise for tie-breaking"}
+
+    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
+                generator: torch.Generator, progress: Progress | None) -> Masks:
+        groups = density_groups(net, spec)
+        scores = {n: spec.movement_noise * torch.randn(w.shape, generator=generator) for n, w in net.weights.items()}
+        trainer = MovementTrainer(net, spec, groups, scores)
+        total = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
+
+        def schedule_at(step: int):
+            return lambda d: cubic_density(step, total, d, spec.movement_warmup, spec.movement_cooldown)
+
+        trainer.schedule = schedule_at(0)
+        self.densities: list[float] = []  # the global keep density used by each step, for tests
+
+        def on_step(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
+            self.densities.append(trainer.schedule(spec.density))
+            trainer.schedule = schedule_at(step)
+
+        train_weights(trainer, data.x_extract, data.y_extract, epochs=spec.epochs, batch_size=spec.batch_size,
+                      generator=generator, on_step=on_step,
+                      on_epoch=epoch_reporter(progress, spec.epochs, trainer.hard_masks))
+        self.final_scores = {n: s.detach() for n, s in trainer.scores.items()}
+        final = select(self.final_scores, groups)
+        self.trained_weights = {n: w * final[n] for n, w in trainer.weights().items()}
+        return final

@@ -1,0 +1,150 @@
+"""Sparse-training baselines (Appendix B): IMP, SET and RigL train weights while they find a topology.
+
+They are rewound-topology baselines: only the mask is kept, and the ticket is evaluated on the original init.
+The trained weights are left in `trained_weights` so that the run can report the trained sparse network's
+accuracy for information. Weights train with Adam at --weight-lr (1e-3), batch --batch-size (512).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from ticketcli.data import Splits
+from ticketcli.errors import UsageError
+from ticketcli.methods.base import Progress
+from ticketcli.methods.registry import METHODS
+from ticketcli.methods.topk import Group, density_groups, group_topk, restricted, select
+from ticketcli.models import MaskedNet
+from ticketcli.specs import MethodSpec
+from ticketcli.train import WeightOptim, WeightTrainer, train_weights
+
+Masks = dict[str, torch.Tensor]
+
+
+def weight_optim(spec: MethodSpec) -> WeightOptim:
+    return WeightOptim(name="adam", lr=spec.weight_lr, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
+
+
+def epoch_reporter(progress: Progress | None, epochs: int, masks: Callable[[], Masks], offset: int = 0):
+    """train_weights' on_epoch -> the extract progress callback (epoch numbers continue across IMP rounds)."""
+    if progress is None:
+        return None
+
+    def on_epoch(record: dict) -> None:
+        m = masks()
+        kept = sum(int(t.sum()) for t in m.values())
+        total = sum(t.numel() for t in m.values())
+        progress({**record, "epoch": offset + record["epoch"], "epochs": epochs, "sparsity": 1 - kept / total})
+    return on_epoch
+
+
+class _SparseTraining:
+    score_init = None
+    global_topk = True  # one top-k over all parameters (Appendix B), per layer only with --layer-densities
+    trained_weights: dict[str, torch.Tensor] | None = None  # the trained sparse network, for information
+
+
+@METHODS.register("imp")
+class IMP(_SparseTraining):
+    """Round r of R: reset to the init, train epochs / R epochs under the mask, prune globally by magnitude to
+    density d^(r/R) (geometric schedule). Pruned weights are exactly zero and never return."""
+
+    name = "imp"
+    options = ("layer_densities", "weight_lr", "imp_rounds")  # the method-specific options it reads
+
+    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
+                generator: torch.Generator, progress: Progress | None) -> Masks:
+        groups = density_groups(net, spec)
+        rounds = spec.imp_rounds
+        if spec.epochs % rounds:
+            raise UsageError(f"--epochs {spec.epochs} must be a multiple of --imp-rounds {rounds} "
+                             "(each round trains epochs / rounds epochs; the paper: 100 = 5 x 20)")
+        per_round = spec.epochs // rounds
+        masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in net.weights.items()}
+        self.round_masks: list[Masks] = []
+        for r in range(1, rounds + 1):
+            trainer = WeightTrainer(net, masks, weight_optim(spec))  # built from net.weights: the original init
+            train_weights(trainer, data.x_extract, data.y_extract, epochs=per_round, batch_size=spec.batch_size,
+                          generator=generator,
+                          on_epoch=epoch_reporter(progress, spec.epochs, lambda m=masks: m, (r - 1) * per_round))
+            trained = trainer.weights()
+            magnitude = restricted({n: w.abs() for n, w in trained.items()}, masks)
+            masks = select(magnitude, groups, lambda d, r=r: d ** (r / rounds))
+            self.round_masks.append(masks)
+        self.trained_weights = trained  # the last round's weights (trained at the previous density), pruned
+        return masks
+
+
+def prune_and_regrow(masks: Masks, weights: dict[str, torch.Tensor], grow_scores: dict[str, torch.Tensor],
+                     groups: list[Group], fraction: float) -> tuple[Masks, Masks]:
+    """Drop floor(fraction * active) smallest-|w| active entries per group, then grow as many of the highest
+    grow_scores among the entries inactive after the drop. Returns (new masks, grown entries)."""
+    new, grown = {}, {}
+    for names, _ in groups:
+        active = sum(int(masks[n].sum()) for n in names)
+        k = math.floor(fraction * active)
+        kept = group_topk(restricted({n: weights[n].abs() for n in names}, masks), names, active - k)
+        grow = group_topk(restricted({n: grow_scores[n] for n in names}, {n: ~kept[n] for n in names}), names, k)
+        for n in names:
+            new[n], grown[n] = kept[n] | grow[n], grow[n]
+    return new, grown
+
+
+class _DynamicSparse(_SparseTraining):
+    """A random mask at the target density; every --regrow-every steps prune-and-regrow; regrown weights start at 0.
+
+    No update follows the very last step: its regrown weights would never be trained."""
+
+    def grow_scores(self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor,
+                    generator: torch.Generator) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
+                generator: torch.Generator, progress: Progress | None) -> Masks:
+        groups = density_groups(net, spec)
+        start = select({n: torch.rand(w.shape, generator=generator) for n, w in net.weights.items()}, groups)
+        trainer = WeightTrainer(net, {n: m.to(device) for n, m in start.items()}, weight_optim(spec))
+        n = data.y_extract.numel()
+        total_steps = spec.epochs * math.ceil(n / spec.batch_size)
+        self.updates: list[dict[str, Masks]] = []  # masks before and after each update, and what grew (tests)
+
+        def on_step(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
+            if step % spec.regrow_every or step >= total_steps:
+                return
+            masks = {k: m.bool() for k, m in trainer.masks.items()}
+            new, grown = prune_and_regrow(masks, trainer.weights(), self.grow_scores(trainer, x, y, generator),
+                                          groups, spec.regrow_fraction)
+            trainer.set_masks(new)
+            with torch.no_grad():
+                for k, g in grown.items():
+                    trainer.params[k].masked_fill_(g, 0.0)  # a regrown weight starts at zero
+            self.updates.append({"before": masks, "after": new, "grown": grown})
+
+        train_weights(trainer, data.x_extract, data.y_extract, epochs=spec.epochs, batch_size=spec.batch_size,
+                      generator=generator, on_step=on_step,
+                      on_epoch=epoch_reporter(progress, spec.epochs, lambda: trainer.masks))
+        self.trained_weights = trainer.weights()
+        return {k: m.bool() for k, m in trainer.masks.items()}
+
+
+@METHODS.register("set")
+class SET(_DynamicSparse):
+    name = "set"
+    options = ("layer_densities", "weight_lr", "regrow_every", "regrow_fraction")  # the method-specific options it reads
+
+    def grow_scores(self, trainer, x, y, generator):
+        """Random regrowth: uniform scores drawn on the CPU from the run's generator."""
+        return {n: torch.rand(p.shape, generator=generator).to(p.device) for n, p in trainer.params.items()}
+
+
+@METHODS.register("rigl")
+class RigL(_DynamicSparse):
+    name = "rigl"
+    options = ("layer_densities", "weight_lr", "regrow_every", "regrow_fraction")  # the method-specific options it reads
+
+    def grow_scores(self, trainer, x, y, generator):
+        """|dL/d(W*M)| on the current minibatch, masked entries included (the dense gradient)."""
+        return {n: g.abs() for n, g in trainer.dense_gradient(x, y).items()}
