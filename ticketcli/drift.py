@@ -244,8 +244,9 @@ def logged_steps(steps: int, log_every: int) -> list[int]:
 
 
 def drift_one(net: MaskedNet, masks: dict[str, torch.Tensor] | None, spec: DriftSpec, inputs: Inputs, *,
-              on_log: Callable[[int, dict], None] | None = None) -> dict:
-    """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series."""
+              on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None) -> dict:
+    """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
+    on_log(step, statistics, effective weights) runs at every logged step."""
     if not isinstance(net.module, MLP):
         _require_mlp(net.spec.arch if net.spec is not None else type(net.module).__name__)
     activation = ACTIVATIONS.get(spec.activation)
@@ -259,7 +260,8 @@ def drift_one(net: MaskedNet, masks: dict[str, torch.Tensor] | None, spec: Drift
     todo = set(logged_steps(spec.steps, spec.log_every))
 
     def log(step: int) -> None:
-        m = measure(trainer.effective(), keep, *inputs.probe, act=act, exact_zeros=activation.exact_zeros,
+        eff = trainer.effective()
+        m = measure(eff, keep, *inputs.probe, act=act, exact_zeros=activation.exact_zeros,
                     zero_threshold=spec.zero_threshold, loss_fn=loss_fn)
         series["steps"].append(step)
         series["loss"].append(m["loss"])
@@ -273,7 +275,7 @@ def drift_one(net: MaskedNet, masks: dict[str, torch.Tensor] | None, spec: Drift
             for k, v in s.items():
                 out.setdefault(k, []).append(v)
         if on_log is not None:
-            on_log(step, m)
+            on_log(step, m, {n: w.detach() for n, w in eff.items()})
 
     log(0)
     for step in range(1, spec.steps + 1):
@@ -339,7 +341,7 @@ def run_drift(spec: DriftSpec, *, ticket: str | Path | None = None, weights: str
         net.to(device)
         masks = None if masks is None else {n: m.to(device) for n, m in masks.items()}
 
-        def on_log(step: int, m: dict, base: int = done) -> None:
+        def on_log(step: int, m: dict, _w: dict, base: int = done) -> None:
             if progress is not None:
                 hidden = [s["sparsity"] for s in m["layers"].values() if "sparsity" in s]
                 progress({"epoch": base + step, "loss": m["loss"], "accuracy": m["accuracy"],
