@@ -15,8 +15,10 @@ from typer.testing import CliRunner
 
 from conftest import make_net
 from ticketcli.cli import app
-from ticketcli.drift import (ACTIVATIONS, LOSSES, DriftSpec, Inputs, drift_one, logged_steps, measure, summarise)
+from ticketcli.drift import (ACTIVATIONS, LOSSES, DriftSpec, Inputs, drift_one, logged_steps, measure, mlp_forward,
+                             summarise)
 from ticketcli.specs import DataSpec, ModelSpec
+from ticketcli.train import WeightOptim, WeightTrainer
 
 # A 3-3-2 bias-free MLP. Inputs are non-negative, so hidden unit 2 (weights -1, -1, -1) is dead.
 W0 = torch.tensor([[1.0, -1.0, 0.0], [0.5, 0.5, -2.0], [-1.0, -1.0, -1.0]])
@@ -225,3 +227,23 @@ def test_exit_codes(args, code, needle):
 def test_unknown_activation_is_usage_error():
     r = invoke("--activation", "tanh")
     assert r.exit_code == 2
+
+
+def test_sgd_step_moves_weight_mean_by_minus_lr_times_mean_gradient(digits):
+    # ties the logged gradient to the logged weights: plain SGD on the probe batch itself gives
+    # mean(W') - mean(W) = -lr * mean(dL/dW), so a positive mean gradient is a downward drift
+    net = make_net("mlp:64-16-16-10")
+    x, y = digits.x_val[:200], digits.y_val[:200]
+    act = partial(ACTIVATIONS.get("relu").fn, c=50.0)
+    trainer = WeightTrainer(net, None, WeightOptim(name="sgd", lr=0.05))
+
+    def probe():
+        return measure(trainer.effective(), None, x, y, act=act, exact_zeros=True, zero_threshold=0.01,
+                       loss_fn=F.cross_entropy)["layers"]
+
+    before = probe()
+    trainer.step(x, y, F.cross_entropy, forward=partial(mlp_forward, n_layers=3, act=act))
+    after = probe()
+    for layer, s in before.items():
+        assert after[layer]["weight_mean"] - s["weight_mean"] == pytest.approx(-0.05 * s["grad_mean"], rel=1e-3,
+                                                                               abs=1e-8)
