@@ -282,3 +282,13 @@ def test_fresh_process_elsewhere_evaluates_identically(twice, fresh_process, met
     for split in ("test", "val"):
         assert child["result"][split] == json.loads(invoke("evaluate", str(a), "--json", "--device", "cpu").stdout)[split]
         assert child["result"][split]["accuracy"] == summary["metrics"][split]["accuracy"]
+
+
+def test_signal_during_drift(tmp_path):
+    plot = tmp_path / "d.png"
+    cmd = ["drift", "--inputs", "gaussian", "--model", "mlp:64-32-10", "--steps", "10000000", "--log-every", "1",
+           "--probe-size", "64", "--batch-size", "16", "--device", "cpu", "--plot", str(plot)]
+    rc, last = interrupt_when_training(cmd, tmp_path, signal.SIGINT)
+    assert rc == 130, last
+    assert re.fullmatch(r"error: interrupted by SIGINT after step \d+; no output was written", last)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["stderr.txt"]

@@ -46,7 +46,7 @@ class Position:
         s = self.last
         if s is None:
             return "before the first epoch finished"
-        where = f"after epoch {s['epoch']}" + (f" of {s['epochs']}" if "epochs" in s else "")
+        where = f"after {s.get('unit', 'epoch')} {s['epoch']}" + (f" of {s['epochs']}" if "epochs" in s else "")
         if "run" in s:  # train-weak: the masked run or the dense baseline
             where += f" of the {s['run']} run"
         if "round" in s:

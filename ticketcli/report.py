@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -245,4 +246,119 @@ def weak_plot(r: dict) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
+    return buf.getvalue()
+
+
+# --- ticket drift ---------------------------------------------------------------------------------------------
+
+DRIFT_COLUMNS = (  # (metric, row label); hidden-layer statistics are blank for the output layer
+    ("weight_mean", "W mean"), ("weight_drift_std", "drift / σ₀"), ("neg_weight_share", "W < 0"),
+    ("neg_preact_share", "h < 0"), ("sparsity", "a = 0 (sparsity)"), ("dead_units", "dead units"),
+    ("grad_pos_preact", "E[g | h > 0]"), ("grad_mean", "mean dL/dW"), ("grad_outer", "  outer(E g, E a)"),
+    ("grad_cov", "  + Cov(g, a)"), ("spike_ratio", "max|a| / RMS(a)"),
+)
+SHARES = {"neg_weight_share", "neg_preact_share", "sparsity", "accuracy"}
+
+
+def compact_indices(n: int, rows: int = 5) -> list[int]:
+    """First, every k-th and last of n logged steps, at most about `rows` of them."""
+    k = max(1, -(-(n - 1) // max(1, rows - 1)))  # ceil
+    return sorted(set(range(0, n, k)) | {n - 1})
+
+
+def _num(metric: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if metric in SHARES:
+        return f"{100 * v:.1f}%"
+    if metric == "dead_units":
+        return f"{v:.3g}"
+    if metric == "loss":
+        return f"{v:.4f}"
+    return f"{v:.3g}" if metric in ("spike_ratio", "weight_drift_std") else f"{v:+.3g}"
+
+
+def _cell(metric: str, s: dict, i: int, seeds: int) -> str:
+    mean = s["mean"][i]
+    if seeds == 1 or mean is None:
+        return _num(metric, mean)
+    std = s["std"][i]
+    spread = f"{100 * std:.1f}%" if metric in SHARES else f"{std:.2g}"
+    return f"{_num(metric, mean)} ± {spread}"
+
+
+def drift_tables(r: dict) -> None:
+    """One table per logged step (first, every k-th, last): a row per statistic, a column per layer, mean ± std
+    across seeds; then the drift from the first to the last step."""
+    out = stdout()
+    sm, n_seeds = r["summary"], len(r["seeds"])
+    what = f"ticket {r['ticket']} (kept weights only)" if r["masked"] else f"seeds {','.join(map(str, r['seeds']))}"
+    clip = f" (c = {r['clip']:g})" if r["activation"] == "relu2-clip" else ""
+    out.print(f"drift: {r['model']}, {r['activation']}{clip}, {r['loss']}, inputs {r['inputs']} "
+              f"({r['dataset']}), {r['optimizer']['name']} lr {r['optimizer']['lr']:g}, batch {r['batch_size']}, "
+              f"{r['steps']} steps, {what}. Statistics on a fixed probe batch of {r['probe_n']}; an activation "
+              f"counts as zero when {r['zero_rule']}; g = per-example dℓ/dh; a positive mean gradient pushes the "
+              f"weight mean down.")
+    layers = list(sm["layers"])
+    for i in compact_indices(len(sm["steps"])):
+        t = Table(title=f"step {sm['steps'][i]}: loss {_cell('loss', sm['loss'], i, n_seeds)}, "
+                        f"accuracy {_cell('accuracy', sm['accuracy'], i, n_seeds)}")
+        t.add_column("statistic")
+        for layer in layers:
+            t.add_column(layer, justify="right")
+        for metric, header in DRIFT_COLUMNS:
+            t.add_row(escape(header), *(_cell(metric, sm["layers"][la][metric], i, n_seeds)
+                                if metric in sm["layers"][la] else "" for la in layers))
+        out.print(t)
+    t = Table(title="weight drift from step 0 to the last step")
+    for header in ("layer", "W mean first", "W mean last", "drift/σ₀", "seeds with negative drift"):
+        t.add_column(header, justify="left" if header == "layer" else "right")
+    for layer, stats in sm["layers"].items():
+        wm = stats["weight_mean"]
+        t.add_row(layer, _cell("weight_mean", wm, 0, n_seeds), _cell("weight_mean", wm, -1, n_seeds),
+                  _cell("weight_drift_std", stats["weight_drift_std"], -1, n_seeds),
+                  f"{round(stats['negative_drift_share'] * n_seeds)} of {n_seeds}")
+    out.print(t)
+    if "plot" in r:
+        out.print(f"plot written to {r['plot']}")
+
+
+def drift_plot(r: dict) -> bytes:
+    """PNG: weight mean per layer; negative pre-activation share and activation sparsity per hidden layer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sm = r["summary"]
+    steps = sm["steps"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    panels = (("weight_mean", "weight mean"), ("neg_preact_share", "share of negative pre-activations"),
+              ("sparsity", f"activation sparsity ({r['zero_rule']})"))
+    for ax, (metric, title) in zip(axes, panels):
+        for layer, stats in sm["layers"].items():
+            if metric not in stats:
+                continue
+            mean = [float("nan") if v is None else v for v in stats[metric]["mean"]]
+            std = [0.0 if v is None else v for v in stats[metric]["std"]]
+            ax.plot(steps, mean, label=layer)
+            if len(r["seeds"]) > 1:
+                ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                                alpha=0.2)
+        if metric == "weight_mean":
+            ax.axhline(0.0, color="grey", lw=0.5)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=8)
+    seeds = f"{len(r['seeds'])} seeds (mean ± std)" if len(r["seeds"]) > 1 else f"seed {r['seeds'][0]}"
+    fig.suptitle(f"{r['model']} {r['activation']} {r['loss']} inputs={r['inputs']}, {seeds}"
+                 + (", ticket (kept weights)" if r["masked"] else ""))
+    fig.tight_layout()
+    import io
+
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=100)
+    finally:
+        plt.close(fig)
     return buf.getvalue()

@@ -22,6 +22,7 @@ from ticketcli.models import MaskedNet
 EVAL_CHUNK = 2048  # fixed, so that extraction and `ticket evaluate` run bit-identical arithmetic
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (logits, labels) -> scalar
+Forward = Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor]  # (x, params) -> logits
 
 
 @torch.no_grad()
@@ -94,18 +95,20 @@ class WeightTrainer:
         return {n: p * self.masks[n] for n, p in self.params.items()}
 
     def step(self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy,
-             dense_grads: bool = False) -> tuple[float, int, dict[str, torch.Tensor] | None]:
+             dense_grads: bool = False, forward: Forward | None = None
+             ) -> tuple[float, int, dict[str, torch.Tensor] | None]:
         """One optimiser step. Returns (loss, correct predictions, dL/d(W*M) for every entry if dense_grads).
 
         The dense gradient is the gradient with respect to the effective weights, including masked entries
-        (RigL's regrowth criterion)."""
+        (RigL's regrowth criterion). `forward(x, params) -> logits` replaces the network's own forward pass
+        (drift trains the same MLP with other activations)."""
         eff = self.effective()
         if dense_grads:
             for t in eff.values():
                 if not t.requires_grad:
                     t.requires_grad_(True)
                 t.retain_grad()
-        logits = self.net.forward_with(x, eff)
+        logits = (forward or self.net.forward_with)(x, eff)
         loss = loss_fn(logits, y)
         lv = float(loss.detach())
         if not math.isfinite(lv):
