@@ -173,21 +173,21 @@ def sweep_k(
     sparsity: Annotated[Optional[float], typer.Option(
         help="Requested sparsity of fixed edge-popup, random and the double-scoring methods. Default: 0.9.")] = None,
     seeds: Annotated[str, typer.Option(
-        help="Comma-separated seeds; each seed's runs share one initialisation. Default: 0,1,2.")] = "0,1,2",
+        show_default=False, help="Comma-separated seeds; each seed's runs share one initialisation. Default: 0,1,2.")] = "0,1,2",
     densities: Annotated[Optional[str], typer.Option(
         help="Comma-separated scalar keep densities for the edge-popup sweep, also the pool of the layerwise "
              "draws. Default: the paper's 0.01,0.02,0.05,0.075,0.1,0.15,0.2,0.3,0.4,0.5,0.65,0.8.")] = None,
     layerwise: Annotated[int, typer.Option(
-        help="Random layerwise keep-density tuples per seed, drawn from the density pool. Default: 8.")] = 8,
+        show_default=False, help="Random layerwise keep-density tuples per seed, drawn from the density pool. Default: 8.")] = 8,
     band: Annotated[str, typer.Option(
-        help="Achieved-sparsity band LO-HI of the constrained validation oracle. Default: 0.85-0.95.")] = "0.85-0.95",
+        show_default=False, help="Achieved-sparsity band LO-HI of the constrained validation oracle. Default: 0.85-0.95.")] = "0.85-0.95",
     workers: Annotated[int, typer.Option(
-        help="Local worker processes (spawned); workers x threads must not exceed the CPU cores. Default: 1.")] = 1,
+        show_default=False, help="Local worker processes (spawned); workers x threads must not exceed the CPU cores. Default: 1.")] = 1,
     threads: Annotated[int, typer.Option(
-        help="Torch threads per run, fixed so that results do not depend on --workers or the executor. "
+        show_default=False, help="Torch threads per run, fixed so that results do not depend on --workers or the executor. "
              "Default: 1.")] = 1,
     executor: Annotated[SweepExecutor, typer.Option(
-        help="local (a process pool of --workers) or ray (needs pip install 'ticketcli[ray]'). "
+        show_default=False, help="local (a process pool of --workers) or ray (needs pip install 'ticketcli[ray]'). "
              "Default: local.")] = SweepExecutor.local,
     ray_address: Annotated[Optional[str], typer.Option(
         help="Ray cluster address for --executor ray (e.g. auto or ray://host:10001). "
