@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from ticketcli.data import Splits, load_splits
 from ticketcli.init import generator
-from ticketcli.methods.scores import AugmentedSelection, ScoreTrainer, Selection, init_scores, train_scores
+from ticketcli.methods.scores import Augmented, EdgePopup, ScoreTrainer, Selection, init_scores, train_scores
 from ticketcli.runs import build_net
 from ticketcli.specs import DataSpec, MethodSpec, build_extract_spec, data_location, merge_settings
 
@@ -36,12 +36,15 @@ def synthetic_splits(n: int = 5000) -> Splits:
 class SortSelection(Selection):
     """Edge-popup's selection as research code usually writes it: a full sort of the scores at every step."""
 
-    def select(self, name, magnitudes, dtype=torch.bool, frozen_aux=False):
-        flat = magnitudes[0].flatten()
-        order = flat.sort().indices  # ascending
-        mask = torch.zeros_like(flat, dtype=dtype)
-        mask[order[flat.numel() - self.keep[name]:]] = 1
-        return mask.view_as(magnitudes[0])
+    def select(self, scores, dtype=torch.bool, aux_fixed=False):
+        out = {}
+        for name, parts in scores.items():
+            flat = parts[0].detach().abs().flatten()
+            order = flat.sort().indices  # ascending
+            mask = torch.zeros_like(flat, dtype=dtype)
+            mask[order[flat.numel() - self.keep[name]:]] = 1
+            out[name] = mask.view_as(parts[0])
+        return out
 
 
 def dense_epoch(net, opt, data: Splits, spec: MethodSpec, g: torch.Generator) -> None:
@@ -75,8 +78,10 @@ def main() -> None:
                 p.requires_grad_(True)
             opt = torch.optim.Adam(net.module.parameters(), lr=1e-3, fused=kind == "dense")
             return lambda: [dense_epoch(net, opt, data, mspec, g) for _ in range(args.epochs)]
-        sel = {"augmented": AugmentedSelection, "edge-popup": Selection, "edge-popup-sort": SortSelection}[kind](
-            net, mspec)
+        if kind == "edge-popup-sort":
+            sel = SortSelection(net, mspec, parts=1, densities=dict.fromkeys(net.names, mspec.density))
+        else:
+            sel = {"augmented": Augmented, "edge-popup": EdgePopup}[kind]().selection(net, mspec)
         trainer = ScoreTrainer(net, sel, mspec, init_scores(net, sel.parts, g))
         return lambda: train_scores(trainer, data, mspec, g, None)
 

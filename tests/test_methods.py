@@ -11,16 +11,20 @@ from conftest import make_net, quick_method
 from ticketcli.errors import UsageError
 from ticketcli.masking import keep_count
 from ticketcli.methods import METHODS
-from ticketcli.methods.scores import AugmentedSelection, ScoreTrainer, Selection, init_scores
+from ticketcli.methods.scores import Augmented, EdgePopup, ScoreTrainer, init_scores
 from ticketcli.models import MaskedNet
+from ticketcli.specs import check_method_options
 from ticketcli.train import evaluate
 
 
-def run(name: str, data, net=None, seed: int = 0, progress=None, **kw):
+def run(name: str, data, net=None, seed: int = 0, progress=None, method=None, **kw):
+    """Extract with `name` as `ticket extract` would: options checked first, then the method run."""
     net = net or make_net()
     spec = quick_method(name, **kw)
-    return METHODS.get(name)().extract(net, data, spec, device=torch.device("cpu"),
-                                       generator=torch.Generator().manual_seed(seed), progress=progress)
+    check_method_options(spec)
+    method = method or METHODS.get(name)()
+    return method.extract(net, data, spec, device=torch.device("cpu"),
+                          generator=torch.Generator().manual_seed(seed), progress=progress)
 
 
 @pytest.mark.parametrize("name", METHODS.names())
@@ -40,7 +44,13 @@ def test_masks_are_bool_full_shape_and_deterministic(name, digits):
 
 @pytest.mark.parametrize("name", METHODS.names())
 def test_kept_counts(name, digits):
-    masks = run(name, digits, sparsity=0.8)
+    method = METHODS.get(name)()
+    masks = run(name, digits, sparsity=0.8, method=method)
+    if name == "iterated":  # the cumulative mask is what the last round reports
+        kept = sum(int(m.sum()) for m in masks.values())
+        total = sum(m.numel() for m in masks.values())
+        assert method.details["rounds"][-1]["achieved_sparsity"] == 1 - kept / total
+        return
     for n, m in masks.items():
         total = m.numel()
         if name == "augmented":  # floor(0.2 * 2n) kept in the augmented space; at most n of them auxiliary
@@ -98,7 +108,7 @@ def test_score_methods_learn(digits):
 def test_auxiliary_scores_never_change_and_get_no_gradient(digits):
     net = make_net()
     spec = quick_method("augmented")
-    sel = AugmentedSelection(net, spec)
+    sel = Augmented().selection(net, spec)
     scores = init_scores(net, 2, torch.Generator().manual_seed(0))
     aux0 = {n: p[1].clone() for n, p in scores.items()}
     trainer = ScoreTrainer(net, sel, spec, scores)
@@ -142,8 +152,8 @@ def test_double_scoring_equals_edge_popup_on_zero_padded_network(digits):
     spec_aug = quick_method("augmented", aug_density=0.5)
     spec_ep = quick_method("edge-popup", sparsity=0.5)
     s_t = init_scores(net, 2, torch.Generator().manual_seed(3))
-    aug = ScoreTrainer(net, AugmentedSelection(net, spec_aug), spec_aug, s_t)
-    ep = ScoreTrainer(padded, Selection(padded, spec_ep), spec_ep,
+    aug = ScoreTrainer(net, Augmented().selection(net, spec_aug), spec_aug, s_t)
+    ep = ScoreTrainer(padded, EdgePopup().selection(padded, spec_ep), spec_ep,
                       {n: [torch.cat([s, t], 1)] for n, (s, t) in s_t.items()})
 
     x, y = digits.x_extract.double(), digits.y_extract

@@ -152,7 +152,7 @@ def test_ray_local_mode_equals_local(tmp_path):
         pytest.importorskip("ray", reason="pip install 'ticketcli[ray]'")
     import ray
 
-    plan = tiny_plan(layerwise=0)
+    plan = tiny_plan(densities=(0.1,), layerwise=0)
     local = sweep.run_sweep(plan)["records"]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"py_modules": [os.path.dirname(sweep.__file__)]})
@@ -185,6 +185,8 @@ def test_cli_json_table_and_png(tmp_path):
     r = runner.invoke(app, ["sweep-k", *TINY_FLAGS, "--seeds", "0", "--densities", "0.1", "--layerwise", "0"])
     assert r.exit_code == 0, r.output
     assert "edge-popup sweep" in r.stdout and "oracle" in r.stdout
+    r = runner.invoke(app, [*args, "--json"])  # the plot exists now: refused before any work, unless --force
+    assert r.exit_code == 2 and "already exists" in r.stderr
 
 
 @pytest.mark.parametrize("extra, needle", [

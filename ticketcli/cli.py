@@ -12,12 +12,13 @@ from typing import Annotated, Optional
 import typer
 
 import ticketcli
-from ticketcli import report, runs, sweep
+from ticketcli import report, runs, sweep, weak
 from ticketcli.data import DATASETS
 from ticketcli.errors import GateFailed, TicketCliError, UsageError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
 from ticketcli.specs import DataSpec, build_extract_spec, data_location, load_config, merge_settings, parse_floats
+from ticketcli.ticket import check_destination, write_atomic
 
 
 def choices(name: str, names: list[str]) -> type[enum.Enum]:
@@ -67,6 +68,8 @@ DataDir = Annotated[Optional[Path], typer.Option(help="Look for dataset files he
                                                      "(then $TICKET_DATA, ~/.cache/ticketcli, /usr/share/datasets).")]
 Download = Annotated[bool, typer.Option("--download", help="Allow torchvision to download the dataset "
                                                           "into ~/.cache/ticketcli if it is not found.")]
+CheckpointWeights = Annotated[Optional[Path], typer.Option(
+    help="The checkpoint the ticket was extracted from (checked against its sha256).")]
 
 
 @app.command()
@@ -81,6 +84,23 @@ def extract(
     aug_density: Annotated[Optional[float], typer.Option(
         help="Augmented-space keep density for augmented; 0.5 is the canonical fixed-density double-scoring. "
              "Overrides --sparsity's augmented density.")] = None,
+    aux_width: Annotated[Optional[int], typer.Option(
+        help="augmented, iterated: auxiliary score width as a multiple m of the original, i.e. scores of width "
+             "n + m*n per layer (the paper's Aug-x1/x2/x4). Default: 1.")] = None,
+    frozen_aux: Annotated[bool, typer.Option("--frozen-aux", help=(
+        "augmented, iterated: auxiliary scores keep their random init and are never updated. Under Algorithm 1 "
+        "they get zero gradient anyway, so this only differs from the default with --weight-decay > 0."))] = False,
+    signed_scores: Annotated[bool, typer.Option("--signed-scores", help=(
+        "edge-popup, augmented, iterated: rank raw scores S instead of |S| (the paper's NoAbs ablation)."))] = False,
+    project_final: Annotated[bool, typer.Option("--project-final", help=(
+        "augmented: train as usual, then keep exactly the requested density of the original coordinates "
+        "(top-k of the original scores) as the final mask."))] = False,
+    global_topk: Annotated[bool, typer.Option("--global", help=(
+        "edge-popup, augmented, iterated: one top-k across all layers instead of one per layer."))] = False,
+    iter_tolerance: Annotated[Optional[float], typer.Option(
+        help="iterated: stop once the achieved sparsity is within this of the requested one. Default: 0.02.")] = None,
+    max_rounds: Annotated[Optional[int], typer.Option(
+        help="iterated: at most this many rounds, each a full score training of --epochs. Default: 8.")] = None,
     seed: Annotated[Optional[int], typer.Option(
         help="Seed of the weights, the data split, score init and batch order. Default: 0.")] = None,
     model: Annotated[Optional[str], typer.Option(
@@ -118,7 +138,9 @@ def extract(
 ) -> None:
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
     flags = dict(method=method and method.value, sparsity=sparsity, layer_densities=layer_densities, aug_density=aug_density,
-                 seed=seed, model=model, bias=bias, init=init and init.value, init_k=init_k,
+                 aux_width=aux_width, frozen_aux=frozen_aux or None, signed_scores=signed_scores or None,
+                 project_final=project_final or None, global_topk=global_topk or None,
+                 iter_tolerance=iter_tolerance, max_rounds=max_rounds, seed=seed, model=model, bias=bias, init=init and init.value, init_k=init_k,
                  weights=None if weights is None else str(weights), dataset=dataset and dataset.value,
                  data_dir=None if data_dir is None else str(data_dir), download=download or None,
                  n_extract=n_extract, n_val=n_val, epochs=epochs, lr=lr, batch_size=batch_size, betas=betas,
@@ -136,8 +158,7 @@ def evaluate(
     ticket: Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")],
     min_accuracy: Annotated[Optional[float], typer.Option(
         help="Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8).")] = None,
-    weights: Annotated[Optional[Path], typer.Option(
-        help="The checkpoint the ticket was extracted from (checked against its sha256).")] = None,
+    weights: CheckpointWeights = None,
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
@@ -195,7 +216,9 @@ def sweep_k(
     out_dir: Annotated[Optional[Path], typer.Option(
         help="Keep every run's ticket and record here; re-running skips runs already finished there.")] = None,
     plot: Annotated[Optional[Path], typer.Option(
-        help="Write a PNG: accuracy per configuration (left), accuracy vs achieved sparsity (right).")] = None,
+        help="Write a PNG: accuracy per configuration (left), accuracy vs achieved sparsity (right). "
+             "Default: no plot.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --plot if it exists.")] = False,
     model: Annotated[Optional[str], typer.Option(
         help="Model spec, e.g. mlp:784-256-256-256-10. Default: the paper's MLP, sized to the dataset.")] = None,
     bias: Annotated[Optional[bool], typer.Option("--bias/--no-bias",
@@ -231,6 +254,8 @@ def sweep_k(
             raise UsageError(f"{config} sets {', '.join(fixed_by_sweep)}, which sweep-k chooses itself",
                              hint="remove these keys for sweep-k")
         base = build_extract_spec(merge_settings({**flags, "seed": seed_list[0]}, config))
+        if plot is not None:
+            check_destination(plot, overwrite=force)  # before the work, not after
         tasks = sweep.build_plan(base, seeds=seed_list, densities=pool, layerwise=layerwise,
                                  double_scoring=sweep.double_scoring_methods())
         with report.sweep_progress(len(tasks), quiet=quiet) as progress:
@@ -243,7 +268,7 @@ def sweep_k(
             "epochs": base.method.epochs, "double_scoring": sweep.double_scoring_methods(), "workers": workers,
             "threads": threads, "executor": executor.value, "out_dir": None if out_dir is None else str(out_dir)}
         if plot is not None:
-            report.sweep_plot(result, str(plot))
+            write_atomic(plot, report.sweep_plot(result), overwrite=force)
             result["plot"] = str(plot)
     report.print_json(result) if json_out else report.sweep_table(result)
 
@@ -274,6 +299,45 @@ def sweep_options(seeds: str, band: str, densities: str | None, layerwise: int, 
         raise UsageError(f"--workers {workers} x --threads {threads} exceeds the {cores} CPU cores here",
                          hint="lower --workers or --threads")
     return seed_list, (lo, hi), tuple(pool)
+
+
+@app.command("train-weak")
+def train_weak(
+    ticket: Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")],
+    epochs: Annotated[Optional[int], typer.Option(help="Weight-training epochs (Appendix B). Default: 40.")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate for the weights. Default: 0.001.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Minibatch size. Default: 512.")] = None,
+    dense_baseline: Annotated[bool, typer.Option(
+        "--dense-baseline", help="Also train the unmasked network from the same init with the same optimiser "
+                                 "and batch order, and report it beside.")] = False,
+    out: Annotated[Optional[Path], typer.Option(
+        help="Write the trained weights here as a plain safetensors state dict (masked entries zero), "
+             "with metadata linking it to the ticket. Default: not written.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        help="Write a PNG of validation accuracy and training loss per epoch (masked vs dense). "
+             "Default: no plot.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out and --plot if they exist.")] = False,
+    weights: CheckpointWeights = None,
+    data_dir: DataDir = None,
+    download: Download = False,
+    device: Device = None,
+    json_out: Json = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
+    with errors_to_exit_codes():
+        spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr)
+        if plot is not None:
+            check_destination(plot, overwrite=force)  # before the work, not after
+        data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
+        with report.runs_progress(spec.epochs, quiet=quiet) as progress:
+            result = weak.train_weak(ticket, data=data, spec=spec, device=device or "auto",
+                                     weights=None if weights is None else str(weights), dense_baseline=dense_baseline,
+                                     out=out, overwrite=force, progress=progress)
+        if plot is not None:
+            write_atomic(plot, report.weak_plot(result), overwrite=force)
+            result["plot"] = str(plot)
+        report.print_json(result) if json_out else report.weak_table(result)
 
 
 def main() -> None:

@@ -171,23 +171,27 @@ class _MaskedWeight(torch.autograd.Function):
     """W * H in the forward pass; dL/dS = (dL/d(W*H) * W) * sign(S) in the backward pass.
 
     Edge-popup's straight-through estimator in one autograd node: the hard top-k passes dL/dH = dL/d(W*H) * W
-    to |S| unchanged (as if it were the identity), and d|S|/dS = sign(S) (0 at 0, as torch's abs).
+    to |S| unchanged (as if it were the identity), and d|S|/dS = sign(S) (0 at 0, as torch's abs). With signed
+    ranking (the "NoAbs" ablation, H = top-k of S itself) the last factor is 1: dL/dS = dL/d(W*H) * W.
     """
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, signed: bool) -> torch.Tensor:
         ctx.save_for_backward(scores, weight)
+        ctx.signed = signed
         return weight * mask
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         scores, weight = ctx.saved_tensors
-        return grad.mul(weight).mul_(scores.sign()), None, None
+        g = grad.mul(weight)
+        return (g if ctx.signed else g.mul_(scores.sign())), None, None, None
 
 
-def masked_weight(scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The effective weight W * H, differentiable in the raw scores S through |S| and straight-through top-k."""
-    return _MaskedWeight.apply(scores, weight, mask.to(weight.dtype))
+def masked_weight(scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, signed: bool = False) -> torch.Tensor:
+    """The effective weight W * H, differentiable in the raw scores S through |S| (or S itself when `signed`)
+    and a straight-through top-k."""
+    return _MaskedWeight.apply(scores, weight, mask.to(weight.dtype), signed)
 
 
 def mask_stats(masks: dict[str, torch.Tensor]) -> dict:

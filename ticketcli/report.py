@@ -52,6 +52,8 @@ def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator:
         if task is None:
             bar.start()
             task = bar.add_task(label, total=total, loss="-", acc="-", sparsity="-")
+        if "round" in stats:  # iterated: the bar restarts each round
+            bar.update(task, description=f"{label} round {stats['round']}")
         bar.update(task, completed=stats["epoch"], loss=f"{stats['loss']:.4f}",
                    acc=f"{stats['accuracy']:.2%}", sparsity=f"{stats['sparsity']:.2%}")
 
@@ -80,6 +82,10 @@ def extract_table(s: dict) -> None:
     t.add_row("achieved sparsity", _pct(sp["achieved"]))
     if "aux_share" in sp:
         t.add_row("kept augmented entries on auxiliary coords", _pct(sp["aux_share"]))
+    if sp.get("projected"):
+        t.add_row("final mask", "projected onto the original scores")
+    for r in sp.get("rounds", []):
+        t.add_row(f"round {r['round']}", f"aug density {r['aug_density']:.4f} -> sparsity {_pct(r['achieved_sparsity'])}")
     t.add_row("model / seed", f"{s['model']} / {s['seed']}")
     t.add_row("data", f"{s['data']['dataset']} ({s['data']['n_extract']}/{s['data']['n_val']}/{s['data']['n_test']})")
     t.add_row("wall time", f"{m['wall_time_s']:.1f} s on {m['device']}")
@@ -205,9 +211,11 @@ def sweep_table(result: dict) -> None:
               if st["out_dir"] else f"{len(result['records'])} runs")
 
 
-def sweep_plot(result: dict, path: str) -> None:
+def sweep_plot(result: dict) -> bytes:
     """Figure 2: (left) test accuracy per configuration/method, one point per seed; (right) accuracy vs achieved
     sparsity with the constrained oracle's band shaded."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -256,5 +264,93 @@ def sweep_plot(result: dict, path: str) -> None:
     ax2.set_title("accuracy vs achieved sparsity")
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    return buf.getvalue()
+
+
+@contextmanager
+def runs_progress(total: int, *, quiet: bool) -> Iterator:
+    """One progress bar per training run (stats["run"]: masked, dense), each over epochs, with loss and
+    validation accuracy."""
+    if quiet:
+        yield None
+        return
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]}  val acc {task.fields[acc]}"),
+               TimeElapsedColumn(), TimeRemainingColumn()]
+    bar = Progress(*columns, console=stderr(), transient=False)
+    tasks: dict[str, int] = {}
+
+    def update(stats: dict) -> None:
+        if not tasks:
+            bar.start()
+        if stats["run"] not in tasks:
+            tasks[stats["run"]] = bar.add_task(stats["run"], total=total, loss="-", acc="-")
+        bar.update(tasks[stats["run"]], completed=stats["epoch"], loss=f"{stats['loss']:.4f}",
+                   acc=f"{stats['val_accuracy']:.2%}")
+
+    try:
+        yield update
+    finally:
+        if tasks:
+            bar.stop()
+
+
+def weak_table(r: dict) -> None:
+    runs = [k for k in ("masked", "dense") if k in r]
+    t = Table(title=f"{r['ticket']}: {r['method']} ticket on {r['model']}, seed {r['seed']}, trained {r['epochs']} "
+                    f"epochs (lr {r['optimiser']['lr']:g}, batch {r['batch_size']})")
+    t.add_column("quantity")
+    for k in runs:
+        t.add_column(k, justify="right")
+    rows = [("initial test accuracy", lambda x: _pct(x["initial"]["test"]["accuracy"])),
+            ("final test accuracy", lambda x: _pct(x["final"]["test"]["accuracy"])),
+            ("gain", lambda x: f"{100 * x['gain']:+.2f} pts"),
+            ("initial / final validation", lambda x: f"{_pct(x['initial']['val']['accuracy'])} / "
+                                                     f"{_pct(x['final']['val']['accuracy'])}"),
+            ("best validation (epoch)", lambda x: f"{_pct(x['best_val_accuracy'])} ({x['best_val_epoch']})"),
+            ("final train loss", lambda x: f"{x['curve'][-1]['loss']:.4f}"),
+            ("wall time", lambda x: f"{x['wall_time_s']:.1f} s")]
+    for name, cell in rows:
+        t.add_row(name, *(cell(r[k]) for k in runs))
+    out = stdout()
+    out.print(t)
+    sp = r["sparsity"]
+    out.print(f"sparsity {_pct(sp['achieved'])} ({sp['kept']} / {sp['total']} kept), unchanged: "
+              f"{sp['masked_nonzero_after']} masked weights nonzero after training, on {r['device']}.")
+    if "out" in r:
+        out.print(f"trained weights -> {r['out']['path']} ({r['out']['file_bytes']} bytes)")
+    if r.get("plot"):
+        out.print(f"curves -> {r['plot']}")
+
+
+def weak_plot(r: dict) -> bytes:
+    """PNG of validation accuracy and training loss per epoch, masked vs dense (epoch 0 = before training)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must precede pyplot
+    import matplotlib.pyplot as plt
+
+    fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    for k, style in (("masked", "-o"), ("dense", "--s")):
+        if k not in r:
+            continue
+        run = r[k]
+        epochs = [0] + [p["epoch"] for p in run["curve"]]
+        acc = [run["initial"]["val"]["accuracy"]] + [p["val_accuracy"] for p in run["curve"]]
+        acc_ax.plot(epochs, [100 * a for a in acc], style, markersize=3, label=k)
+        loss_ax.plot(epochs[1:], [p["loss"] for p in run["curve"]], style, markersize=3, label=k)
+    acc_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title=f"{r['method']} ticket, seed {r['seed']}")
+    loss_ax.set(xlabel="epoch", ylabel="training loss", title=f"sparsity {_pct(r['sparsity']['achieved'])}")
+    for ax in (acc_ax, loss_ax):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()

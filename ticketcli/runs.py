@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -13,9 +13,8 @@ from ticketcli import ticket as ticket_io
 from ticketcli.data import DATASETS, Splits, load_splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES, file_sha256, fingerprint, generator, init_weights
-from ticketcli.masking import keep_count, mask_stats
+from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS, Progress
-from ticketcli.methods.scores import augmented_density
 from ticketcli.models import MaskedNet, build_model
 from ticketcli.specs import DataSpec, InitSpec, ModelSpec, RunSpec
 from ticketcli.train import evaluate
@@ -82,25 +81,29 @@ def check_input_shape(model: ModelSpec, data: Splits) -> None:
                          f"has {tuple(data.x_test.shape[1:])} = {features} features")
 
 
-def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec) -> dict:
-    """Requested vs achieved sparsity, globally and per parameter; for augmented the auxiliary share."""
+def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec, details: dict | None = None) -> dict:
+    """Requested vs achieved sparsity, globally and per parameter; for double-scoring the share of kept
+    augmented entries that sit on auxiliary coordinates (so a user sees whether the auxiliary scores ever win)."""
+    details = details or {}
     stats = mask_stats(masks)
-    per = {}
-    aug = spec.method.name == "augmented"
-    k_aug_total = 0
-    for n, s in stats["per_param"].items():
-        per[n] = {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
-        if aug:
-            k_aug = keep_count(augmented_density(spec.method), 2 * s["total"])
-            k_aug_total += k_aug
-            per[n]["aux_share"] = (k_aug - s["kept"]) / k_aug if k_aug else 0.0
+    per = {n: {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
+           for n, s in stats["per_param"].items()}
     report = {"requested": spec.method.sparsity, "achieved": 1.0 - stats["density"],
               "kept": stats["kept"], "total": stats["total"], "per_layer": per}
     if spec.method.layer_densities is not None:
         report["requested_layer_densities"] = list(spec.method.layer_densities)
-    if aug:
-        report["aug_density"] = augmented_density(spec.method)
-        report["aux_share"] = (k_aug_total - stats["kept"]) / k_aug_total if k_aug_total else 0.0
+    if "aug_density" in details:
+        report["aug_density"] = details["aug_density"]
+    aux = details.get("aux")
+    if aux:
+        for n, a in aux.items():
+            per[n]["aux_share"] = a["aux_kept"] / a["aug_kept"] if a["aug_kept"] else 0.0
+        aug_kept = sum(a["aug_kept"] for a in aux.values())
+        report["aux_share"] = sum(a["aux_kept"] for a in aux.values()) / aug_kept if aug_kept else 0.0
+    if spec.method.project_final:
+        report["projected"] = True  # aux shares describe the trained augmented selection before projection
+    if "rounds" in details:
+        report["rounds"] = details["rounds"]
     return report
 
 
@@ -121,6 +124,7 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
                            generator=generator(spec.init.seed, "method"), progress=progress)
     wall = time.perf_counter() - t0
 
+    details = getattr(method, "details", None) or {}  # what the method found beyond the masks
     net.load_weights(weights)  # rewind: the ticket is always evaluated on the original initialisation
     masks = {n: masks[n].to(device) for n in net.names}
     metrics = {"test": evaluate(net, masks, splits.x_test, splits.y_test),
@@ -132,9 +136,10 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
         model=spec.model.to_dict(),
         init=spec.init.to_dict(),
         weights_sha256=fingerprint(weights),
-        method={**spec.method.to_dict(), "score_init": method.score_init},
+        method={**spec.method.to_dict(), "score_init": method.score_init,
+                **({"score_params": details["score_params"]} if "score_params" in details else {})},
         data=data_meta,
-        sparsity=sparsity_report(masks, spec),
+        sparsity=sparsity_report(masks, spec, details),
         metrics=metrics,
         created_by={"ticketcli": ticketcli.__version__, "torch": torch.__version__},
         checkpoint=checkpoint,
@@ -142,7 +147,8 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     size = ticket_io.save(tk, out, overwrite=overwrite)
     return {"ticket": str(out), "file_bytes": size, "method": spec.method.name, "seed": spec.init.seed,
             "model": spec.model.to_string(), "data": {**data_meta, "source": splits.info["source"]},
-            "sparsity": tk.sparsity, "metrics": metrics}
+            "sparsity": tk.sparsity, "metrics": metrics,
+            **({"score_params": details["score_params"]} if "score_params" in details else {})}
 
 
 def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None) -> tuple[MaskedNet, dict]:
@@ -178,12 +184,24 @@ def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None) -> tuple
     return net, weights
 
 
-def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None) -> dict:
-    """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy."""
+@dataclass
+class OpenTicket:
+    """A loaded ticket with its rebuilt network (initial weights), masks and data splits, all on `device`."""
+
+    ticket: ticket_io.Ticket
+    net: MaskedNet
+    weights: dict[str, torch.Tensor]  # the initial weights (CPU), fingerprint-checked
+    masks: dict[str, torch.Tensor]  # param -> bool mask on device
+    splits: Splits
+    device: torch.device
+
+
+def open_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None) -> OpenTicket:
+    """Load and validate a ticket, rebuild its network and its own data splits (evaluate, train-weak)."""
     path = Path(path)
     tk = ticket_io.load(path)
     dev = resolve_device(device)
-    net, _ = rebuild(tk, path, weights)
+    net, init_weights_ = rebuild(tk, path, weights)
     if tk.data["dataset"] not in DATASETS:
         raise TicketFileError(f"{path}: unknown dataset {tk.data['dataset']!r}")
     spec = replace(data, name=tk.data["dataset"], n_extract=tk.data["n_extract"], n_val=tk.data["n_val"],
@@ -191,8 +209,15 @@ def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", w
     splits = load_splits(spec)
     check_input_shape(ModelSpec.parse(tk.model["spec"]), splits)
     net.to(dev)
-    splits = splits.to(dev)
     masks = {n: m.to(dev) for n, m in tk.masks.items()}
+    return OpenTicket(tk, net, init_weights_, masks, splits.to(dev), dev)
+
+
+def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None) -> dict:
+    """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy."""
+    path = Path(path)
+    o = open_ticket(path, data=data, device=device, weights=weights)
+    tk, net, masks, splits, dev = o.ticket, o.net, o.masks, o.splits, o.device
     test = evaluate(net, masks, splits.x_test, splits.y_test)
     val = evaluate(net, masks, splits.x_val, splits.y_val)
     stored = tk.metrics

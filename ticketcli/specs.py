@@ -72,6 +72,13 @@ class MethodSpec:
     sparsity: float = 0.9  # requested sparsity = 1 - keep density
     layer_densities: tuple[float, ...] | None = None  # per-layer keep densities (edge-popup, random)
     aug_density: float | None = None  # augmented-space keep density; None: 1 - sparsity
+    aux_width: int = 1  # auxiliary score width as a multiple of the original (augmented, iterated)
+    frozen_aux: bool = False  # auxiliary scores keep their random init (never updated)
+    signed_scores: bool = False  # rank raw scores S instead of |S| (the "NoAbs" ablation)
+    project_final: bool = False  # augmented: final mask = top-k of the original scores at exactly 1 - sparsity
+    global_topk: bool = False  # one top-k across all layers instead of one per layer
+    iter_tolerance: float = 0.02  # iterated: stop when achieved sparsity is this close to the requested one
+    max_rounds: int = 8  # iterated: at most this many rounds
     epochs: int = 100  # score-training epochs (Appendix B)
     lr: float = 1e-2  # Adam learning rate for scores (Appendix B)
     batch_size: int = 512
@@ -108,6 +115,13 @@ EXTRACT_DEFAULTS: dict[str, Any] = {
     "sparsity": 0.9,
     "layer_densities": None,
     "aug_density": None,
+    "aux_width": 1,
+    "frozen_aux": False,
+    "signed_scores": False,
+    "project_final": False,
+    "global_topk": False,
+    "iter_tolerance": 0.02,
+    "max_rounds": 8,
     "seed": 0,
     "model": None,
     "bias": False,
@@ -216,6 +230,12 @@ def _check_int(value: Any, what: str, minimum: int) -> int:
     return v
 
 
+def _check_bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{what} must be true or false, got {value!r}")
+    return value
+
+
 def _check_positive(value: Any, what: str, *, allow_zero: bool = False) -> float:
     try:
         v = float(value)
@@ -258,6 +278,13 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
         sparsity=_check_fraction(s["sparsity"], "--sparsity"),
         layer_densities=layer_densities,
         aug_density=aug_density,
+        aux_width=_check_int(s["aux_width"], "--aux-width", 1),
+        frozen_aux=_check_bool(s["frozen_aux"], "--frozen-aux"),
+        signed_scores=_check_bool(s["signed_scores"], "--signed-scores"),
+        project_final=_check_bool(s["project_final"], "--project-final"),
+        global_topk=_check_bool(s["global_topk"], "--global"),
+        iter_tolerance=_check_fraction(s["iter_tolerance"], "--iter-tolerance"),
+        max_rounds=_check_int(s["max_rounds"], "--max-rounds", 1),
         epochs=_check_int(s["epochs"], "--epochs", 1),
         lr=_check_positive(s["lr"], "--lr"),
         batch_size=_check_int(s["batch_size"], "--batch-size", 1),
@@ -273,8 +300,37 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
         **data_location(None if s["data_dir"] is None else str(s["data_dir"]), s["download"]),
     )
     init = InitSpec(scheme=s["init"], k=_check_positive(s["init_k"], "--init-k"), seed=seed)
+    check_method_options(method)
     return RunSpec(model=model, init=init, data=data, method=method, device=str(s["device"]),
                    weights=None if s["weights"] is None else str(s["weights"]))
+
+
+# Score-method variants (issue 4) and the default that means "not used"; a method lists the ones it honours in
+# its class attribute `variants`, and build_extract_spec refuses the others with a clear message.
+VARIANT_DEFAULTS: dict[str, tuple[Any, str]] = {
+    "aug_density": (None, "--aug-density"),
+    "aux_width": (1, "--aux-width"),
+    "frozen_aux": (False, "--frozen-aux"),
+    "signed_scores": (False, "--signed-scores"),
+    "project_final": (False, "--project-final"),
+    "global_topk": (False, "--global"),
+    "layer_densities": (None, "--layer-densities"),
+    "iter_tolerance": (0.02, "--iter-tolerance"),
+    "max_rounds": (8, "--max-rounds"),
+}
+
+
+def check_method_options(method: MethodSpec) -> None:
+    """Refuse a variant option that the chosen method does not use, naming the methods that do."""
+    from ticketcli.methods import METHODS
+
+    for field, (default, flag) in VARIANT_DEFAULTS.items():
+        if getattr(method, field) == default:
+            continue
+        if field not in getattr(METHODS.get(method.name), "variants", frozenset()):
+            users = [n for n in METHODS.names() if field in getattr(METHODS.get(n), "variants", frozenset())]
+            raise UsageError(f"{flag} does not apply to method {method.name!r}",
+                             hint=f"it applies to: {', '.join(users) or 'no method'}")
 
 
 __all__ = ["ModelSpec", "InitSpec", "DataSpec", "MethodSpec", "RunSpec", "build_extract_spec",

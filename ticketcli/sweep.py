@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable
@@ -142,19 +141,14 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
 
 # ---- keeping runs in --out-dir ----
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def store(out_dir: Path, task: SweepTask, record: dict, payload: bytes) -> dict:
     """Write the ticket, then its record (the record last: a record on disk means the ticket is complete)."""
     ticket = out_dir / f"{task.id}.safetensors"
-    _write_atomic(ticket, payload)
+    ticket_io.write_atomic(ticket, payload, overwrite=True)
     record = {**record, "ticket": str(ticket), "ticket_sha256": hashlib.sha256(payload).hexdigest()}
     doc = {"spec": spec_identity(task.spec), "record": record}
-    _write_atomic(out_dir / f"{task.id}.json", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+    ticket_io.write_atomic(out_dir / f"{task.id}.json", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(),
+                           overwrite=True)
     return record
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from ticketcli.data import Splits
-from ticketcli.errors import UsageError
 from ticketcli.masking import keep_count, topk_mask
 from ticketcli.methods.base import Progress, param_densities
 from ticketcli.methods.registry import METHODS
@@ -17,11 +16,10 @@ from ticketcli.specs import MethodSpec
 class RandomMask:
     name = "random"
     score_init = None
+    variants = frozenset({"layer_densities"})
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
                 generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
-        if spec.aug_density is not None:
-            raise UsageError("--aug-density applies to the augmented method only")
         densities = param_densities(net, spec)
         masks = {}
         for name in net.names:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ticketcli.data import Splits
 from ticketcli.errors import RunFailed, UsageError
-from ticketcli.masking import TopKSelector, keep_count, masked_weight
+from ticketcli.masking import TopKSelector, joint_topk_masks, keep_count, masked_weight
 from ticketcli.methods.base import Progress, param_densities
 from ticketcli.methods.registry import METHODS
 from ticketcli.models import MaskedNet, fan_in, layer_of
@@ -38,45 +38,79 @@ def init_scores(net: MaskedNet, parts: int, generator: torch.Generator) -> dict[
     return out
 
 
+def ranking(scores: torch.Tensor, signed: bool) -> torch.Tensor:
+    """What top-k ranks: |S| (edge-popup, double-scoring) or S itself (the "NoAbs" ablation)."""
+    return scores if signed else scores.abs()
+
+
 class Selection:
-    """How score magnitudes become a hard mask on the original coordinates."""
+    """How score tensors become hard masks on the original coordinates.
 
-    parts = 1  # score tensors per parameter
+    Each parameter has `parts` score tensors of its shape: S, then (augmented) `parts - 1` auxiliary ones, i.e.
+    an augmented score matrix of width (1 + aux_width) * n. Top-k runs per parameter (default) or once over all
+    parameters (--global) on |scores| (or signed scores), keeping `keep` entries of the (augmented) space, and
+    the mask is the kept entries on S's coordinates. With `active` (the iterated variant) only the active
+    entries of every part compete: the others rank below everything.
+    """
 
-    def __init__(self, net: MaskedNet, spec: MethodSpec):
-        self.keep = self.keep_counts(net, spec)  # param name -> entries kept (in the selection space)
+    def __init__(self, net: MaskedNet, spec: MethodSpec, *, parts: int, densities: dict[str, float],
+                 active: dict[str, torch.Tensor] | None = None):
+        self.parts, self.signed, self.global_topk = parts, spec.signed_scores, spec.global_topk
+        self.active = active
+        size = {n: int(active[n].sum()) if active is not None else net.weights[n].numel() for n in net.names}
+        if self.global_topk:
+            (d,) = set(densities.values())
+            self.k_global = keep_count(d, parts * sum(size.values()))
+        self.keep = {n: keep_count(densities[n], parts * size[n]) for n in net.names}  # per-layer budgets
         self.topk = TopKSelector()
+        self.frozen: dict[str, list[torch.Tensor]] = {}  # ranked auxiliary values that never change
 
-    def keep_counts(self, net: MaskedNet, spec: MethodSpec) -> dict[str, int]:
-        dens = param_densities(net, spec)
-        return {n: keep_count(dens[n], net.weights[n].numel()) for n in net.names}
+    def ranked(self, name: str, parts: list[torch.Tensor], aux_fixed: bool) -> list[torch.Tensor]:
+        """The values top-k compares for one parameter; inactive entries (iterated) rank last."""
+        def rank(t: torch.Tensor) -> torch.Tensor:
+            r = ranking(t.detach(), self.signed)
+            return r if self.active is None else torch.where(self.active[name], r, -math.inf)
 
-    def select(self, name: str, magnitudes: list[torch.Tensor], dtype: torch.dtype = torch.bool,
-               frozen_aux: bool = False) -> torch.Tensor:
-        """Top-k over all magnitude tensors of a parameter taken together, restricted to the original ones."""
-        return self.topk(name, magnitudes, self.keep[name], dtype, frozen=frozen_aux)
+        if not aux_fixed:
+            return [rank(t) for t in parts]
+        if name not in self.frozen:
+            self.frozen[name] = [rank(t) for t in parts[1:]]
+        return [rank(parts[0]), *self.frozen[name]]
 
+    def select(self, scores: dict[str, list[torch.Tensor]], dtype: torch.dtype = torch.bool,
+               aux_fixed: bool = False) -> dict[str, torch.Tensor]:
+        """Hard masks (as dtype) for every parameter from the current scores; `aux_fixed`: the auxiliary scores
+        have not changed since the first call (their ranking is computed once)."""
+        ranked = {n: self.ranked(n, parts, aux_fixed) for n, parts in scores.items()}
+        if self.global_topk:
+            return {n: m.to(dtype) for n, m in zip(ranked, self.joint(ranked))}
+        return {n: self.topk(n, r, self.keep[n], dtype, frozen=aux_fixed) for n, r in ranked.items()}
 
-class AugmentedSelection(Selection):
-    """Top-k over the concatenation (|S|, |T|), restricted to S's coordinates."""
+    def joint(self, ranked: dict[str, list[torch.Tensor]]) -> list[torch.Tensor]:
+        """Global top-k over every part of every parameter; returns all masks, originals first."""
+        flat = [r[0] for r in ranked.values()] + [a for r in ranked.values() for a in r[1:]]
+        return joint_topk_masks(flat, self.k_global)
 
-    parts = 2
-
-    def keep_counts(self, net: MaskedNet, spec: MethodSpec) -> dict[str, int]:
-        if spec.layer_densities is not None:
-            raise UsageError("--layer-densities applies to edge-popup and random; augmented uses one "
-                             "augmented-space density (--sparsity or --aug-density)")
-        d = augmented_density(spec)
-        return {n: keep_count(d, 2 * net.weights[n].numel()) for n in net.names}
-
-
-def augmented_density(spec: MethodSpec) -> float:
-    """--aug-density if given, else the targetable variant: augmented keep density = 1 - requested sparsity."""
-    return spec.aug_density if spec.aug_density is not None else spec.density
+    def aux_report(self, scores: dict[str, list[torch.Tensor]]) -> dict[str, dict[str, int]]:
+        """Per parameter: kept entries of the augmented space and how many of them are auxiliary coordinates."""
+        ranked = {n: self.ranked(n, parts, False) for n, parts in scores.items()}
+        if self.global_topk:
+            masks, names = self.joint(ranked), list(ranked)
+            orig = {n: int(m.sum()) for n, m in zip(names, masks)}
+            aux = dict.fromkeys(names, 0)
+            for i, m in enumerate(masks[len(names):]):  # each parameter's parts - 1 auxiliary tensors, in order
+                aux[names[i // (self.parts - 1)]] += int(m.sum())
+        else:
+            orig = {n: int(joint_topk_masks(r, self.keep[n])[0].sum()) for n, r in ranked.items()}
+            aux = {n: self.keep[n] - orig[n] for n in ranked}
+        return {n: {"aug_kept": orig[n] + aux[n], "aux_kept": aux[n]} for n in ranked}
 
 
 class ScoreTrainer:
-    """Adam on scores with straight-through gradients through the hard top-k; weights stay frozen."""
+    """Adam on scores with straight-through gradients through the hard top-k; weights stay frozen.
+
+    Auxiliary scores get exactly zero gradient (the loss sees them only through the hard top-k): they are kept
+    out of the autograd graph, and only weight decay could move them (never with --frozen-aux)."""
 
     def __init__(self, net: MaskedNet, selection: Selection, spec: MethodSpec,
                  scores: dict[str, list[torch.Tensor]]):
@@ -84,44 +118,43 @@ class ScoreTrainer:
         self.scores = {n: [s.detach().to(net.device, copy=True).requires_grad_(i == 0) for i, s in enumerate(parts)]
                        for n, parts in scores.items()}
         self.aux = [s for parts in self.scores.values() for s in parts[1:]]
-        for t in self.aux:  # auxiliary scores only ever see zero gradients; weight decay alone could move them
-            t.requires_grad_(spec.weight_decay > 0)
-        # |T| of auxiliary scores that never change is computed once
-        self.frozen_mags = {n: [t.detach().abs() for t in parts[1:]] for n, parts in self.scores.items()
-                            if not any(t.requires_grad for t in parts[1:])}
-        trainable = [parts[0] for parts in self.scores.values()] + [t for t in self.aux if t.requires_grad]
+        self.aux_trains = spec.weight_decay > 0 and not spec.frozen_aux and bool(self.aux)
+        for t in self.aux:
+            t.requires_grad_(self.aux_trains)
+        trainable = [parts[0] for parts in self.scores.values()] + (self.aux if self.aux_trains else [])
         self.opt = torch.optim.Adam(trainable, lr=spec.lr, betas=spec.betas, eps=spec.eps,
                                     weight_decay=spec.weight_decay, fused=net.device.type in ("cpu", "cuda"))
 
     def masks(self) -> dict[str, torch.Tensor]:
         """Current hard masks (bool), from the current scores."""
         with torch.no_grad():
-            return {n: self.selection.select(n, [s.abs() for s in parts]) for n, parts in self.scores.items()}
+            return self.selection.select(self.scores, aux_fixed=not self.aux_trains)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int, dict[str, torch.Tensor]]:
         """One optimiser step; returns (loss, correct predictions, the hard 0/1 masks used)."""
-        hard, effective = {}, {}
-        for n, parts in self.scores.items():
-            with torch.no_grad():
-                frozen = n in self.frozen_mags
-                aux = self.frozen_mags[n] if frozen else [t.abs() for t in parts[1:]]
-                hard[n] = self.selection.select(n, [parts[0].abs(), *aux], parts[0].dtype, frozen)  # 0/1 floats
-            effective[n] = masked_weight(parts[0], self.net.weights[n], hard[n])
+        dtype = next(iter(self.net.weights.values())).dtype
+        with torch.no_grad():
+            hard = self.selection.select(self.scores, dtype, aux_fixed=not self.aux_trains)  # 0/1 floats
+        effective = {n: masked_weight(parts[0], self.net.weights[n], hard[n], self.spec.signed_scores)
+                     for n, parts in self.scores.items()}
         logits = self.net.forward_with(x, effective)
         loss = F.cross_entropy(logits, y)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        for t in self.aux:
-            if t.requires_grad and t.grad is None:
-                t.grad = torch.zeros_like(t)
+        if self.aux_trains:
+            for t in self.aux:
+                if t.grad is None:
+                    t.grad = torch.zeros_like(t)
         self.opt.step()
         correct = int((logits.argmax(1) == y).sum())
         return float(loss.detach()), correct, hard
 
 
 def train_scores(trainer: ScoreTrainer, data: Splits, spec: MethodSpec, generator: torch.Generator,
-                 progress: Progress | None) -> None:
-    """spec.epochs passes over the extraction split in seeded random order (last partial batch included)."""
+                 progress: Progress | None, extra: dict | None = None) -> None:
+    """spec.epochs passes over the extraction split in seeded random order (last partial batch included).
+
+    `extra` is merged into every progress record (the iterated variant adds its round)."""
     n = data.y_extract.numel()
     total_weights = sum(w.numel() for w in trainer.net.weights.values())
     for epoch in range(spec.epochs):
@@ -137,35 +170,110 @@ def train_scores(trainer: ScoreTrainer, data: Splits, spec: MethodSpec, generato
         if progress is not None:
             kept = sum(int(m.sum()) for m in hard.values())
             progress({"epoch": epoch + 1, "epochs": spec.epochs, "loss": loss_sum / n, "accuracy": correct / n,
-                      "sparsity": 1.0 - kept / total_weights})
+                      "sparsity": 1.0 - kept / total_weights, **(extra or {})})
+
+
+def augmented_density(spec: MethodSpec) -> float:
+    """--aug-density if given, else the targetable variant: augmented keep density = 1 - requested sparsity."""
+    return spec.aug_density if spec.aug_density is not None else spec.density
 
 
 class ScoreMethod:
-    selection_cls: type[Selection] = Selection
+    """Score training with frozen weights; subclasses choose the score layout and how the final mask is read."""
+
     score_init = SCORE_INIT
+    variants = frozenset({"signed_scores", "global_topk"})
+    augmented = False  # auxiliary score tensors?
+
+    def __init__(self):
+        self.details: dict = {}  # what the run found beyond the masks (auxiliary shares, rounds), for reports
+
+    def parts(self, spec: MethodSpec) -> int:
+        return 1 + spec.aux_width if self.augmented else 1
+
+    def densities(self, net: MaskedNet, spec: MethodSpec) -> dict[str, float]:
+        if self.augmented:
+            return dict.fromkeys(net.names, augmented_density(spec))
+        if spec.global_topk and spec.layer_densities is not None:
+            raise UsageError("--global and --layer-densities exclude each other")
+        return param_densities(net, spec)
+
+    def selection(self, net: MaskedNet, spec: MethodSpec) -> Selection:
+        return Selection(net, spec, parts=self.parts(spec), densities=self.densities(net, spec))
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
                 generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
-        selection = self.selection_cls(net, spec)
-        self.check(spec)
+        selection = self.selection(net, spec)
         trainer = ScoreTrainer(net, selection, spec, init_scores(net, selection.parts, generator))
         train_scores(trainer, data, spec, generator, progress)
-        return trainer.masks()
+        masks = trainer.masks()
+        if self.augmented:
+            self.details["aux"] = selection.aux_report(trainer.scores)
+            self.details["aug_density"] = augmented_density(spec)
+        self.details["score_params"] = score_params(selection.parts, trainer.aux_trains)
+        if spec.project_final:
+            masks = project(net, spec, trainer.scores)
+        return masks
 
-    def check(self, spec: MethodSpec) -> None:
-        pass
+
+def score_params(parts: int, aux_trains: bool) -> dict[str, int]:
+    """Trainable and total score parameters as multiples of the weight count (the ablation table's column)."""
+    return {"trainable": parts if aux_trains else 1, "total": parts}
+
+
+def project(net: MaskedNet, spec: MethodSpec, scores: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """--project-final: top-k of the original scores alone at exactly the requested density (per layer or global)."""
+    original = {n: parts[:1] for n, parts in scores.items()}
+    return Selection(net, spec, parts=1, densities=dict.fromkeys(net.names, spec.density)).select(original)
 
 
 @METHODS.register("edge-popup")
 class EdgePopup(ScoreMethod):
     name = "edge-popup"
-
-    def check(self, spec: MethodSpec) -> None:
-        if spec.aug_density is not None:
-            raise UsageError("--aug-density applies to the augmented method only")
+    variants = ScoreMethod.variants | {"layer_densities"}
 
 
 @METHODS.register("augmented")
 class Augmented(ScoreMethod):
     name = "augmented"
-    selection_cls = AugmentedSelection
+    augmented = True
+    variants = ScoreMethod.variants | {"aug_density", "aux_width", "frozen_aux", "project_final"}
+
+
+@METHODS.register("iterated")
+class Iterated(ScoreMethod):
+    """DoubleScore-Iterated (Appendix B): a cumulative mask C, starting dense. Each round trains fresh augmented
+    scores for --epochs with only C's active weights competing, at augmented keep density
+    min(target density / current density, 1/2), and multiplies the round's mask into C. It stops when the
+    achieved sparsity is within --iter-tolerance of the requested one, after --max-rounds rounds, or when a
+    round removes nothing."""
+
+    name = "iterated"
+    augmented = True
+    variants = ScoreMethod.variants | {"aux_width", "frozen_aux", "iter_tolerance", "max_rounds"}
+    ROUND_DENSITY_CAP = 0.5
+
+    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
+                generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
+        total = sum(w.numel() for w in net.weights.values())
+        cumulative = {n: torch.ones(w.shape, dtype=torch.bool, device=w.device) for n, w in net.weights.items()}
+        rounds: list[dict] = []
+        self.round_masks: list[dict[str, torch.Tensor]] = []  # the cumulative mask after each round
+        for r in range(1, spec.max_rounds + 1):
+            current = sum(int(m.sum()) for m in cumulative.values()) / total
+            d = min(spec.density / current, self.ROUND_DENSITY_CAP)
+            selection = Selection(net, spec, parts=self.parts(spec), densities=dict.fromkeys(net.names, d),
+                                  active=cumulative)
+            trainer = ScoreTrainer(net, selection, spec, init_scores(net, selection.parts, generator))
+            train_scores(trainer, data, spec, generator, progress, extra={"round": r, "rounds": spec.max_rounds})
+            masks = trainer.masks()
+            self.details["aux"] = selection.aux_report(trainer.scores)
+            self.details["score_params"] = score_params(selection.parts, trainer.aux_trains)
+            cumulative = {n: cumulative[n] & masks[n] for n in net.names}
+            self.round_masks.append(cumulative)
+            achieved = 1.0 - sum(int(m.sum()) for m in cumulative.values()) / total
+            rounds.append({"round": r, "aug_density": d, "achieved_sparsity": achieved})
+            if abs(achieved - spec.sparsity) <= spec.iter_tolerance or achieved <= 1.0 - current:
+                break
+        self.details["rounds"] = rounds
+        return cumulative

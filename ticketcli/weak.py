@@ -1,0 +1,138 @@
+"""train-weak: rewind a ticket to its init and train only its surviving weights, mask fixed (paper Appendix D).
+
+A strong ticket should also be a good weak ticket. Both runs (masked, and the optional dense baseline) start from
+the ticket's own initialisation, see the same batch order and use the same optimiser (Appendix B: Adam, lr 1e-3,
+batch 512, 40 epochs) on the ticket's own extraction split; validation accuracy is measured after every epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from safetensors.torch import save as st_save
+
+import ticketcli
+from ticketcli import ticket as ticket_io
+from ticketcli.errors import RunFailed
+from ticketcli.init import file_sha256, generator
+from ticketcli.masking import mask_stats
+from ticketcli.runs import OpenTicket, open_ticket
+from ticketcli.specs import DataSpec, _check_int, _check_positive
+from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
+
+WEIGHTS_FORMAT = "ticketcli-trained-weights"
+
+
+@dataclass(frozen=True)
+class WeakSpec:
+    """Weight-training settings; defaults are the paper's weak-ticket protocol (Appendix B)."""
+
+    epochs: int = 40
+    batch_size: int = 512
+    optim: WeightOptim = field(default_factory=WeightOptim)  # Adam, lr 1e-3, betas (0.9, 0.999), eps 1e-8
+
+    def to_dict(self) -> dict:
+        return {"epochs": self.epochs, "batch_size": self.batch_size, "optimiser": self.optim.to_dict()}
+
+
+def build_weak_spec(*, epochs: int | None = None, batch_size: int | None = None, lr: float | None = None) -> WeakSpec:
+    """A validated WeakSpec from flag values; None keeps the paper's default."""
+    d = WeakSpec()
+    return WeakSpec(epochs=d.epochs if epochs is None else _check_int(epochs, "--epochs", 1),
+                    batch_size=d.batch_size if batch_size is None else _check_int(batch_size, "--batch-size", 1),
+                    optim=d.optim if lr is None else replace(d.optim, lr=_check_positive(lr, "--lr")))
+
+
+def _measure(o: OpenTicket, masks: dict[str, torch.Tensor] | None) -> dict:
+    """Test and validation metrics of whatever weights o.net holds now."""
+    s = o.splits
+    return {"test": evaluate(o.net, masks, s.x_test, s.y_test), "val": evaluate(o.net, masks, s.x_val, s.y_val)}
+
+
+def train_run(o: OpenTicket, masks: dict[str, torch.Tensor] | None, spec: WeakSpec, *,
+              label: str, progress: Callable[[dict], None] | None = None) -> tuple[dict, WeightTrainer]:
+    """Train from the ticket's init under `masks` (None: dense); returns the run's report and its trainer.
+
+    o.net holds the initial weights again when this returns."""
+    net, s = o.net, o.splits
+    net.load_weights(o.weights)  # rewind
+    initial = _measure(o, masks)
+    trainer = WeightTrainer(net, masks, spec.optim, weights=o.weights)
+    curve: list[dict] = []
+
+    def on_epoch(record: dict) -> None:
+        net.load_weights(trainer.weights())
+        val = evaluate(net, masks, s.x_val, s.y_val)
+        point = {**record, "val_accuracy": val["accuracy"], "val_loss": val["loss"]}
+        curve.append(point)
+        if progress is not None:
+            progress({**point, "run": label})
+
+    t0 = time.perf_counter()
+    # one generator tag for both runs: the masked run and the dense baseline see the same batch order
+    train_weights(trainer, s.x_extract, s.y_extract, epochs=spec.epochs, batch_size=spec.batch_size,
+                  generator=generator(o.ticket.init["seed"], "train-weak"), on_epoch=on_epoch)
+    wall = time.perf_counter() - t0
+    net.load_weights(trainer.weights())
+    final = _measure(o, masks)
+    net.load_weights(o.weights)
+    best = max(curve, key=lambda p: p["val_accuracy"])  # first epoch with the highest validation accuracy
+    gain = (final["test"]["correct"] - initial["test"]["correct"]) / final["test"]["n"]  # exact, not a float difference
+    run = {"initial": initial, "final": final, "gain": gain,
+           "best_val_epoch": best["epoch"], "best_val_accuracy": best["val_accuracy"], "curve": curve,
+           "wall_time_s": wall}
+    return run, trainer
+
+
+def state_dict(trainer: WeightTrainer, masks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Trained weights as a plain CPU state dict, masked entries +0.0 (W * M may leave -0.0)."""
+    return {n: torch.where(masks[n], w, torch.zeros_like(w)).cpu().contiguous() for n, w in trainer.weights().items()}
+
+
+def check_sparsity(weights: dict[str, torch.Tensor], masks: dict[str, torch.Tensor]) -> dict:
+    """The trained weights must be zero wherever the mask is: count nonzeros inside and outside the mask."""
+    masks = {n: m.cpu() for n, m in masks.items()}
+    stats = mask_stats(masks)
+    outside = sum(int(((w != 0) & ~masks[n]).sum()) for n, w in weights.items())
+    nonzero = sum(int((w != 0).sum()) for w in weights.values())
+    if outside:
+        raise RunFailed(f"{outside} masked weights became nonzero during training (a bug in masked training)")
+    return {"kept": stats["kept"], "total": stats["total"], "achieved": 1.0 - stats["density"],
+            "nonzero_after": nonzero, "masked_nonzero_after": outside, "unchanged": True}
+
+
+def train_weak(path: str | Path, *, data: DataSpec, spec: WeakSpec = WeakSpec(), device: str = "auto",
+               weights: str | None = None, dense_baseline: bool = False, out: str | Path | None = None,
+               overwrite: bool = False, progress: Callable[[dict], None] | None = None) -> dict:
+    """Train a ticket's surviving weights with its mask fixed (and optionally the dense net); write them to `out`."""
+    path = Path(path)
+    if out is not None:
+        ticket_io.check_destination(out, overwrite=overwrite)  # fail before the work, not after
+    o = open_ticket(path, data=data, device=device, weights=weights)
+    tk = o.ticket
+    masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress)
+    trained = state_dict(trainer, o.masks)
+    sparsity = {"requested": tk.sparsity.get("requested"), **check_sparsity(trained, o.masks)}
+    ticket_sha = file_sha256(str(path))
+    result = {"ticket": str(path), "ticket_sha256": ticket_sha, "method": tk.method.get("name"),
+              "model": tk.model["spec"], "seed": tk.init["seed"], "device": str(o.device),
+              "data": {k: tk.data[k] for k in ("dataset", "n_extract", "n_val", "split_seed") if k in tk.data}
+              | {"n_test": int(o.splits.y_test.numel())},
+              **spec.to_dict(), "sparsity": sparsity, "masked": masked}
+    if dense_baseline:
+        result["dense"], _ = train_run(o, None, spec, label="dense", progress=progress)
+    if out is not None:
+        meta = {"format": WEIGHTS_FORMAT, "ticket": str(path), "ticket_sha256": ticket_sha,
+                "weights_sha256": tk.weights_sha256, "model": tk.model["spec"], "method": str(tk.method.get("name")),
+                "epochs": str(spec.epochs), "batch_size": str(spec.batch_size),
+                "optimiser": json.dumps(spec.optim.to_dict()), "data": json.dumps(result["data"]),
+                "final": json.dumps({k: v["accuracy"] for k, v in masked["final"].items()}),
+                "created_by": json.dumps({"ticketcli": ticketcli.__version__, "torch": torch.__version__})}
+        size = ticket_io.write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite)
+        result["out"] = {"path": str(out), "file_bytes": size}
+    return result
