@@ -17,7 +17,7 @@ from ticketcli.methods import METHODS
 from ticketcli.specs import ModelSpec, build_extract_spec, merge_settings
 
 runner = CliRunner()
-TINY = dict(method="edge-popup", dataset="digits", model="mlp:64-32-32-10", epochs=2, batch_size=128,
+TINY = dict(method="edge-popup", dataset="digits", model="mlp:64-32-32-10", epochs=1, batch_size=128,
             n_extract=500, n_val=200, device="cpu")
 TINY_FLAGS = ["--dataset", "digits", "--model", "mlp:64-32-32-10", "--epochs", "1", "--batch-size", "128",
               "--n-extract", "300", "--n-val", "100", "--device", "cpu", "--quiet"]
@@ -143,7 +143,7 @@ def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_p
     assert stable(second["records"]) == stable(first["records"])
     assert (tmp_path / f"{plan[0].id}.safetensors").is_file()
     assert sweep.finished(tmp_path, plan[1]) is not None
-    changed = tiny_plan(epochs=1)  # other settings: nothing stored matches
+    changed = tiny_plan(epochs=2)  # other settings: nothing stored matches
     assert all(sweep.finished(tmp_path, t) is None for t in changed)
 
 

@@ -192,7 +192,7 @@ def sweep_table(result: dict) -> None:
     t.add_column("achieved sparsity", justify="right")
     ep = sm["edge_popup"]
     t.add_row(f"edge-popup sweep ({ep['configs']} runs)", f"{_pct(ep['test']['min'])} – {_pct(ep['test']['max'])}",
-              "-" if ep["test"]["std"] is None else f"{100 * ep['test']['std']:.1f}",
+              "-" if ep["test"]["std"] is None else f"{100 * ep['test']['std']:.2f}",
               f"{_pct(ep['achieved_sparsity']['min'])} – {_pct(ep['achieved_sparsity']['max'])}")
     rows = [(f"oracle, val-selected in {100 * lo:g}–{100 * hi:g}%", sm["oracle_constrained"]),
             ("oracle, val-selected, unconstrained", sm["oracle_unconstrained"]),
@@ -200,7 +200,7 @@ def sweep_table(result: dict) -> None:
             *((name, g) for name, g in sm["methods"].items())]
     for label, g in rows:
         t.add_row(label, _pct(g["test"]["mean"]),
-                  "-" if g["test"]["std"] is None else f"{100 * g['test']['std']:.1f}",
+                  "-" if g["test"]["std"] is None else f"{100 * g['test']['std']:.2f}",
                   "-" if g["achieved_sparsity"]["mean"] is None else _pct(g["achieved_sparsity"]["mean"]))
     out = stdout()
     out.print(t)
@@ -248,7 +248,7 @@ def sweep_plot(result: dict) -> bytes:
     groups = list(dict.fromkeys(r["group"] for r in records))
     for i, g in enumerate(groups):
         rs = [r for r in records if r["group"] == g]
-        m, c = markers.get(g, ("D", colors(i % 10)))
+        m, c = markers.get(g, ("D", colors((2 + 2 * i) % 10)))  # clear of the oracles' red and blue
         ax2.scatter([100 * r["achieved_sparsity"] for r in rs], [100 * r["test_accuracy"] for r in rs],
                     marker=m, color=c, s=22, label="edge-popup sweep" if g == "edge-popup" else g)
     for key, m, lab in (("oracle_constrained", "*", "oracle in band"), ("oracle_unconstrained", "P", "oracle")):
