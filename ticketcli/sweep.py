@@ -178,7 +178,6 @@ def _local(tasks: list[SweepTask], workers: int, threads: int):
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
-
     from concurrent.futures.process import BrokenProcessPool
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
