@@ -231,6 +231,12 @@ def _ray(tasks: list[SweepTask], threads: int, address: str | None):
             ray.shutdown()
 
 
+def _cost(task: SweepTask) -> int:
+    """Relative work of a run: score-training epochs, times the rounds for iterated (up to max_rounds)."""
+    m = task.spec.method
+    return m.epochs * (getattr(m, "max_rounds", 1) if m.name == "iterated" else 1) if m.name != "random" else 0
+
+
 def run_sweep(tasks: list[SweepTask], *, workers: int = 1, threads: int = 1, executor: str = "local",
               ray_address: str | None = None, out_dir: str | Path | None = None,
               on_result: OnResult | None = None) -> dict:
@@ -253,6 +259,7 @@ def run_sweep(tasks: list[SweepTask], *, workers: int = 1, threads: int = 1, exe
             resumed.append(t.id)
             if on_result:
                 on_result(rec, True)
+    todo.sort(key=lambda t: -_cost(t))  # longest first, so a multi-round run is not the pool's last straggler
     results = _ray(todo, threads, ray_address) if executor == "ray" and todo else _local(todo, workers, threads)
     for task, (record, payload) in results:
         if out is not None:
