@@ -134,8 +134,9 @@ def child_env(home: Path, **extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"), **extra}
 
 
-def interrupt_when_training(cmd: list[str], cwd: Path, sig: signal.Signals) -> tuple[int, str]:
-    """Run `python -m ticketcli *cmd`, send `sig` once its progress bar shows a loss; (exit code, last stderr line)."""
+def interrupt_when_training(cmd: list[str], cwd: Path, sig: signal.Signals, ready: str = r"loss \d") -> tuple[int, str]:
+    """Run `python -m ticketcli *cmd`, send `sig` once stderr matches `ready` (by default: the progress bar shows a
+    loss); returns (exit code, last stderr line)."""
     err = cwd / "stderr.txt"
     # TTY_COMPATIBLE: rich draws the progress bar into the pipe, so we can see that training has started
     with err.open("w") as stderr:
@@ -143,7 +144,7 @@ def interrupt_when_training(cmd: list[str], cwd: Path, sig: signal.Signals) -> t
                                 cwd=cwd, env=child_env(cwd / "home", TTY_COMPATIBLE="1", COLUMNS="160"))
         try:
             deadline = time.monotonic() + 300
-            while not re.search(r"loss \d", err.read_text()) and proc.poll() is None and time.monotonic() < deadline:
+            while not re.search(ready, err.read_text()) and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert proc.poll() is None, err.read_text()[-2000:]
             proc.send_signal(sig)
@@ -292,3 +293,17 @@ def test_signal_during_drift(tmp_path):
     assert rc == 130, last
     assert re.fullmatch(r"error: interrupted by SIGINT after step \d+; no output was written", last)
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["stderr.txt"]
+
+
+def test_signal_during_sweep_keeps_finished_runs_only(tmp_path):
+    out_dir, plot = tmp_path / "sweep", tmp_path / "s.png"
+    cmd = ["sweep-k", "--dataset", "digits", "--model", "mlp:64-32-32-10", "--epochs", "3", "--seeds", "0,1,2,3",
+           "--layerwise", "8", "--n-extract", "200", "--n-val", "100", "--device", "cpu",
+           "--out-dir", str(out_dir), "--plot", str(plot)]
+    rc, last = interrupt_when_training(cmd, tmp_path, signal.SIGTERM, ready=r"test\)")
+    assert rc == 143, last
+    assert re.fullmatch(rf"error: interrupted by SIGTERM after configuration \d+ of \d+; no output was written; "
+                        rf"finished runs stay in {re.escape(str(out_dir))}; the same command resumes", last)
+    assert not plot.exists()
+    leftovers = [p for p in out_dir.rglob("*") if p.is_file() and p.name.startswith(".")]
+    assert leftovers == []  # no temp files: every kept run was written atomically

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ from typer.core import TyperGroup
 from typer.core import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
 
 import ticketcli
-from ticketcli import report, runs, weak
+from ticketcli import report, runs, sweep, weak
 from ticketcli.checkpoint import checkpoint_path
 from ticketcli.checkpoint import describe as describe_checkpoint
 from ticketcli.data import DATASETS
@@ -22,7 +23,7 @@ from ticketcli.errors import GateFailed, TicketCliError, UsageError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.methods import METHODS
-from ticketcli.specs import DataSpec, build_extract_spec, data_location, merge_settings
+from ticketcli.specs import DataSpec, build_extract_spec, data_location, load_config, merge_settings, parse_floats
 from ticketcli.ticket import check_destination, write_atomic
 
 
@@ -34,6 +35,7 @@ def choices(name: str, names: list[str]) -> type[enum.Enum]:
 MethodName = choices("MethodName", METHODS.names())
 InitName = choices("InitName", INIT_SCHEMES.names())
 DatasetName = choices("DatasetName", DATASETS.names())
+SweepExecutor = choices("SweepExecutor", ["local", "ray"])
 
 class OneLineErrors(TyperGroup):
     """Click's own usage errors (unknown option, a value outside the choices, not a number) as one 'error:' line
@@ -267,6 +269,127 @@ def inspect(
     report.print_json(result) if json_out else report.inspect_table(result)
 
 
+@app.command("sweep-k")
+def sweep_k(
+    sparsity: Annotated[Optional[float], typer.Option(
+        help="Requested sparsity of fixed edge-popup, random and the double-scoring methods. Default: 0.9.")] = None,
+    seeds: Annotated[str, typer.Option(
+        show_default=False, help="Comma-separated seeds; each seed's runs share one initialisation. Default: 0,1,2.")] = "0,1,2",
+    densities: Annotated[Optional[str], typer.Option(
+        help="Comma-separated scalar keep densities for the edge-popup sweep, also the pool of the layerwise "
+             "draws. Default: the paper's 0.01,0.02,0.05,0.075,0.1,0.15,0.2,0.3,0.4,0.5,0.65,0.8.")] = None,
+    layerwise: Annotated[int, typer.Option(
+        show_default=False, help="Random layerwise keep-density tuples per seed, drawn from the density pool. Default: 8.")] = 8,
+    band: Annotated[str, typer.Option(
+        show_default=False, help="Achieved-sparsity band LO-HI of the constrained validation oracle. Default: 0.85-0.95.")] = "0.85-0.95",
+    workers: Annotated[int, typer.Option(
+        show_default=False, help="Local worker processes (spawned); workers x threads must not exceed the CPU cores. Default: 1.")] = 1,
+    threads: Annotated[int, typer.Option(
+        show_default=False, help="Torch threads per run, fixed so that results do not depend on --workers or the executor. "
+             "Default: 1.")] = 1,
+    executor: Annotated[SweepExecutor, typer.Option(
+        show_default=False, help="local (a process pool of --workers) or ray (needs pip install 'ticketcli[ray]'). "
+             "Default: local.")] = SweepExecutor.local,
+    ray_address: Annotated[Optional[str], typer.Option(
+        help="Ray cluster address for --executor ray (e.g. auto or ray://host:10001). "
+             "Default: a new local Ray instance.")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option(
+        help="Keep every run's ticket and record here; re-running skips runs already finished there.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        help="Write a PNG: accuracy per configuration (left), accuracy vs achieved sparsity (right). "
+             "Default: no plot.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --plot if it exists.")] = False,
+    model: Annotated[Optional[str], typer.Option(
+        help="Model spec, e.g. mlp:784-256-256-256-10. Default: the paper's MLP, sized to the dataset.")] = None,
+    bias: Annotated[Optional[bool], typer.Option("--bias/--no-bias",
+                                                 help="Give every layer a (masked) bias. Default: no bias.")] = None,
+    init: Annotated[Optional[InitName], typer.Option(
+                    help="Weight initialisation scheme. Default: scaled-kaiming-uniform.")] = None,
+    init_k: Annotated[Optional[float], typer.Option(help="fan_in scale k of the init. Default: 0.5.")] = None,
+    dataset: Annotated[Optional[DatasetName], typer.Option(help="Dataset. Default: fashion-mnist.")] = None,
+    data_dir: DataDir = None,
+    download: Download = False,
+    n_extract: Annotated[Optional[int], typer.Option(
+        help="Extraction examples. Default: 5000 (fashion-mnist), 1000 (digits).")] = None,
+    n_val: Annotated[Optional[int], typer.Option(
+        help="Validation examples. Default: 5000 (fashion-mnist), 400 (digits).")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="Score-training epochs per run. Default: 100.")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate for the scores. Default: 0.01.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Minibatch size. Default: 512.")] = None,
+    device: Device = None,
+    config: Annotated[Optional[Path], typer.Option(
+        help="TOML file with model, data and training options (as for extract); flags override it.")] = None,
+    json_out: Json = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
+    flags = dict(method="edge-popup", sparsity=sparsity, model=model, bias=bias, init=init and init.value,
+                 init_k=init_k, dataset=dataset and dataset.value,
+                 data_dir=None if data_dir is None else str(data_dir), download=download or None,
+                 n_extract=n_extract, n_val=n_val, epochs=epochs, lr=lr, batch_size=batch_size, device=device)
+    resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
+    with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (),
+                                                 note=lambda: resumable, unit="configuration") as position:
+        seed_list, band_range, pool = sweep_options(seeds, band, densities, layerwise, workers, threads, executor)
+        fixed_by_sweep = sorted({"method", "seed", "layer_densities", "aug_density", "weights"} & set(load_config(config)))
+        if fixed_by_sweep:
+            raise UsageError(f"{config} sets {', '.join(fixed_by_sweep)}, which sweep-k chooses itself",
+                             hint="remove these keys for sweep-k")
+        base = build_extract_spec(merge_settings({**flags, "seed": seed_list[0]}, config))
+        if plot is not None:
+            check_destination(plot, overwrite=force)  # before the work, not after
+        tasks = sweep.build_plan(base, seeds=seed_list, densities=pool, layerwise=layerwise,
+                                 double_scoring=sweep.double_scoring_methods())
+        with report.sweep_progress(len(tasks), quiet=quiet) as progress:
+            done = position.track(None)
+
+            def on_result(record: dict, resumed: bool) -> None:
+                done({"epoch": (position.last or {}).get("epoch", 0) + 1, "epochs": len(tasks), "unit": "configuration"})
+                if progress is not None:
+                    progress(record, resumed)
+
+            result = sweep.sweep_k(tasks, band=band_range, workers=workers, threads=threads,
+                                   executor=executor.value, ray_address=ray_address, out_dir=out_dir,
+                                   on_result=on_result)
+        result["settings"] = {
+            "sparsity": base.method.sparsity, "seeds": seed_list, "densities": list(pool), "layerwise": layerwise,
+            "band": list(band_range), "model": base.model.to_string(), "dataset": base.data.name,
+            "epochs": base.method.epochs, "double_scoring": sweep.double_scoring_methods(), "workers": workers,
+            "threads": threads, "executor": executor.value, "out_dir": None if out_dir is None else str(out_dir)}
+        if plot is not None:
+            write_atomic(plot, report.sweep_plot(result), overwrite=force)
+            result["plot"] = str(plot)
+    report.print_json(result) if json_out else report.sweep_table(result)
+
+
+def sweep_options(seeds: str, band: str, densities: str | None, layerwise: int, workers: int, threads: int,
+                  executor: enum.Enum) -> tuple[list[int], tuple[float, float], tuple[float, ...]]:
+    """Validate sweep-k's own options: seeds, band, density pool, worker and thread counts."""
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds must be comma-separated integers, got {seeds!r}") from None
+    if not seed_list or min(seed_list) < 0 or len(set(seed_list)) != len(seed_list):
+        raise UsageError(f"--seeds must be distinct non-negative integers, got {seeds!r}")
+    parts = band.split("-")
+    try:
+        lo, hi = (float(parts[0]), float(parts[1])) if len(parts) == 2 else (None, None)
+    except ValueError:
+        lo = hi = None
+    if lo is None or not 0 <= lo <= hi <= 1:
+        raise UsageError(f"--band must be LO-HI with 0 <= LO <= HI <= 1, got {band!r}")
+    pool = sweep.PAPER_DENSITIES if densities is None else parse_floats(densities, "--densities")
+    if not all(0 < d <= 1 for d in pool):
+        raise UsageError(f"--densities must lie in (0, 1], got {densities!r}")
+    if layerwise < 0 or workers < 1 or threads < 1:
+        raise UsageError("--layerwise must be >= 0, --workers and --threads >= 1")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if executor.value == "local" and workers * threads > cores:
+        raise UsageError(f"--workers {workers} x --threads {threads} exceeds the {cores} CPU cores here",
+                         hint="lower --workers or --threads")
+    return seed_list, (lo, hi), tuple(pool)
+
+
 @app.command("train-weak")
 def train_weak(
     ticket: Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")],
@@ -360,7 +483,8 @@ def drift(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
-    with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else ()) as position:
+    with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (),
+                                                 unit="step") as position:
         if ticket is not None:
             clash = [f for f, v in (("--model", model), ("--seeds", seeds), ("--dataset", dataset)) if v is not None]
             if clash:

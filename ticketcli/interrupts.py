@@ -31,8 +31,9 @@ class _Signal(BaseException):
 class Position:
     """The last progress record a run reported (epoch, and round for iterated)."""
 
-    def __init__(self):
+    def __init__(self, unit: str = "epoch"):
         self.last: dict | None = None
+        self.unit = unit  # what the progress records count, for "before the first ... finished"
 
     def track(self, progress: Callable[[dict], None] | None) -> Callable[[dict], None]:
         def record(stats: dict) -> None:
@@ -45,7 +46,7 @@ class Position:
     def describe(self) -> str:
         s = self.last
         if s is None:
-            return "before the first epoch finished"
+            return f"before the first {self.unit} finished"
         where = f"after {s.get('unit', 'epoch')} {s['epoch']}" + (f" of {s['epochs']}" if "epochs" in s else "")
         if "run" in s:  # train-weak: the masked run or the dense baseline
             where += f" of the {s['run']} run"
@@ -63,12 +64,12 @@ def _stamp(path: Path) -> tuple | None:
 
 
 @contextmanager
-def stop_on_signals(*, outputs: tuple[Path, ...] = (), note: Callable[[], str | None] | None = None
-                    ) -> Iterator[Position]:
+def stop_on_signals(*, outputs: tuple[Path, ...] = (), note: Callable[[], str | None] | None = None,
+                    unit: str = "epoch") -> Iterator[Position]:
     """Turn SIGINT/SIGTERM (and KeyboardInterrupt) into errors.Interrupted naming the position reached, whether
     each output was written, and `note()` (e.g. where a checkpoint is). A second signal while stopping is ignored,
     so the cleanup (unlinking temp files) always finishes."""
-    position = Position()
+    position = Position(unit)
     before = {p: _stamp(p) for p in outputs}
     caught: list[int] = []
 

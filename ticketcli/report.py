@@ -163,6 +163,116 @@ def inspect_table(r: dict) -> None:
     out.print(lt)
 
 
+# ---- sweep-k ----
+
+@contextmanager
+def sweep_progress(total: int, *, quiet: bool) -> Iterator:
+    """A progress bar over a sweep's configurations (resumed ones count as done at once), with ETA."""
+    if quiet:
+        yield None
+        return
+    columns = [TextColumn("[bold]sweep-k"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("last {task.fields[last]}"), TimeElapsedColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=stderr(), transient=False) as bar:
+        task = bar.add_task("sweep-k", total=total, last="-")
+
+        def update(record: dict, resumed: bool) -> None:
+            how = "resumed" if resumed else f"{_pct(record['test_accuracy'])} test"
+            bar.update(task, advance=1, last=f"{record['id']} ({how})")
+
+        yield update
+
+
+def sweep_table(result: dict) -> None:
+    """The stability table: one row per quantity of Section 6.3."""
+    sm, st = result["summary"], result["settings"]
+    lo, hi = sm["oracle_constrained"]["band"]
+    t = Table(title=f"sweep-k: requested sparsity {_pct(st['sparsity'])}, seeds {st['seeds']}, "
+                    f"{st['model']} on {st['dataset']}, {st['epochs']} epochs")
+    t.add_column("method / selection")
+    t.add_column("test accuracy", justify="right")
+    t.add_column("std (points)", justify="right")
+    t.add_column("achieved sparsity", justify="right")
+    ep = sm["edge_popup"]
+    t.add_row(f"edge-popup sweep ({ep['configs']} runs)", f"{_pct(ep['test']['min'])} – {_pct(ep['test']['max'])}",
+              "-" if ep["test"]["std"] is None else f"{100 * ep['test']['std']:.2f}",
+              f"{_pct(ep['achieved_sparsity']['min'])} – {_pct(ep['achieved_sparsity']['max'])}")
+    rows = [(f"oracle, val-selected in {100 * lo:g}–{100 * hi:g}%", sm["oracle_constrained"]),
+            ("oracle, val-selected, unconstrained", sm["oracle_unconstrained"]),
+            ("fixed edge-popup", sm["fixed_edge_popup"]),
+            *((name, g) for name, g in sm["methods"].items())]
+    for label, g in rows:
+        t.add_row(label, _pct(g["test"]["mean"]),
+                  "-" if g["test"]["std"] is None else f"{100 * g['test']['std']:.2f}",
+                  "-" if g["achieved_sparsity"]["mean"] is None else _pct(g["achieved_sparsity"]["mean"]))
+    out = stdout()
+    out.print(t)
+    missing = sm["oracle_constrained"]["seeds_without_candidate"]
+    if missing:
+        out.print(f"no edge-popup run fell in the band for seed(s) {', '.join(missing)}")
+    out.print(f"{len(result['records'])} runs ({len(result['resumed'])} resumed from {st['out_dir']})"
+              if st["out_dir"] else f"{len(result['records'])} runs")
+
+
+def sweep_plot(result: dict) -> bytes:
+    """Figure 2: (left) test accuracy per configuration/method, one point per seed; (right) accuracy vs achieved
+    sparsity with the constrained oracle's band shaded."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records, sm = result["records"], result["summary"]
+    labels = list(dict.fromkeys(r["config"] for r in records if r["group"] == "edge-popup"))
+    labels += list(dict.fromkeys(("fixed" if r["fixed"] else r["group"]) for r in records
+                                 if r["group"] != "edge-popup" or r["fixed"]))
+    pos = {lab: i for i, lab in enumerate(labels)}
+    seeds = sm["seeds"]
+    colors = plt.get_cmap("tab10")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
+    for r in records:
+        c = colors(seeds.index(r["seed"]) % 10)
+        keys = [r["config"]] if r["group"] == "edge-popup" else []
+        keys += ["fixed"] if r["fixed"] else ([] if r["group"] == "edge-popup" else [r["group"]])
+        for k in keys:
+            ax1.scatter(pos[k], 100 * r["test_accuracy"], color=c, s=18)
+    for s in seeds:
+        ax1.scatter([], [], color=colors(seeds.index(s) % 10), s=18, label=f"seed {s}")
+    ax1.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
+    ax1.set_ylabel("test accuracy (%)")
+    ax1.set_title("accuracy per configuration / method")
+    ax1.legend(fontsize=8)
+
+    lo, hi = sm["oracle_constrained"]["band"]
+    ax2.axvspan(100 * lo, 100 * hi, color="0.9", label=f"band {100 * lo:g}–{100 * hi:g}%")
+    markers = {"edge-popup": ("o", "0.5"), "random": ("x", "k")}
+    groups = list(dict.fromkeys(r["group"] for r in records))
+    for i, g in enumerate(groups):
+        rs = [r for r in records if r["group"] == g]
+        m, c = markers.get(g, ("D", colors((2 + 2 * i) % 10)))  # clear of the oracles' red and blue
+        ax2.scatter([100 * r["achieved_sparsity"] for r in rs], [100 * r["test_accuracy"] for r in rs],
+                    marker=m, color=c, s=22, label="edge-popup sweep" if g == "edge-popup" else g)
+    for key, m, lab in (("oracle_constrained", "*", "oracle in band"), ("oracle_unconstrained", "P", "oracle")):
+        chosen = [v for v in sm[key]["per_seed"].values() if v is not None]
+        ax2.scatter([100 * v["achieved_sparsity"] for v in chosen], [100 * v["test_accuracy"] for v in chosen],
+                    marker=m, s=120, facecolors="none", edgecolors="r" if key == "oracle_constrained" else "b",
+                    label=lab)
+    fixed = [r for r in records if r["fixed"]]
+    ax2.scatter([100 * r["achieved_sparsity"] for r in fixed], [100 * r["test_accuracy"] for r in fixed],
+                marker="s", s=50, facecolors="none", edgecolors="g", label="fixed edge-popup")
+    ax2.set_xlabel("achieved sparsity (%)")
+    ax2.set_ylabel("test accuracy (%)")
+    ax2.set_title("accuracy vs achieved sparsity")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
 @contextmanager
 def runs_progress(total: int, *, quiet: bool) -> Iterator:
     """One progress bar per training run (stats["run"]: masked, dense), each over epochs, with loss and

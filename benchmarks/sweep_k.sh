@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Section 6.3 / Figure 2: the hyperparameter-stability sweep on FashionMNIST at requested 90% sparsity, seeds 0,1,2.
+# Paper protocol: 100 epochs per run (EPOCHS=100); 12 scalar densities + 8 layerwise tuples per seed, fixed
+# edge-popup, random, and every double-scoring variant in the registry. Resumable: finished runs in OUT are kept.
+# Usage: benchmarks/sweep_k.sh [OUT_DIR]   (env: EPOCHS, SEEDS, WORKERS, THREADS)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-sweep-fashion}
+mkdir -p "$OUT"
+python -m ticketcli sweep-k --dataset fashion-mnist --sparsity 0.9 --seeds "${SEEDS:-0,1,2}" --layerwise 8 \
+  --epochs "${EPOCHS:-100}" --workers "${WORKERS:-2}" --threads "${THREADS:-1}" --device cpu \
+  --out-dir "$OUT/runs" --plot "$OUT/stability.png" --json > "$OUT/stability.json"
+python -c "
+import json, sys
+from ticketcli import report
+report.sweep_table(json.load(open('$OUT/stability.json')))
+"

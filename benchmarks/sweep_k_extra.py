@@ -1,0 +1,54 @@
+"""Add the runs of some groups (e.g. iterated, which landed after a sweep was run) to a finished sweep-k result.
+
+Runs only those groups' tasks with the current code into the sweep's --out-dir, first re-running one of the
+sweep's own tasks (--check) to show that the current code still reproduces the stored record bit for bit, then
+writes the combined result (records + summary) and its plot.
+
+    PYTHONPATH=. python benchmarks/sweep_k_extra.py DIR --groups iterated --epochs 20 --check seed0-edge-popup-k0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ticketcli import report, sweep
+from ticketcli.specs import build_extract_spec, merge_settings
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir", type=Path, help="benchmarks/sweep_k.sh's OUT_DIR (stability.json, runs/)")
+    ap.add_argument("--groups", default="iterated")
+    ap.add_argument("--epochs", type=int, required=True)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--check", default=None, help="a task id to re-run and compare with its stored record")
+    a = ap.parse_args()
+    old = json.loads((a.dir / "stability.json").read_text())
+    st = old["settings"]
+    base = build_extract_spec(merge_settings(dict(method="edge-popup", dataset=st["dataset"], sparsity=st["sparsity"],
+                                                  epochs=a.epochs, device="cpu", seed=st["seeds"][0]), None))
+    plan = sweep.build_plan(base, seeds=st["seeds"], densities=tuple(st["densities"]), layerwise=st["layerwise"],
+                            double_scoring=sweep.double_scoring_methods())
+    groups = set(a.groups.split(","))
+    todo = [t for t in plan if t.group in groups]
+    check = {}
+    if a.check:
+        stored = next(r for r in old["records"] if r["id"] == a.check)
+        again = sweep.run_sweep([t for t in plan if t.id == a.check], threads=st["threads"])["records"][0]
+        keep = lambda r: {k: v for k, v in r.items() if k not in sweep.VOLATILE}  # noqa: E731
+        check = {"id": a.check, "identical": keep(stored) == keep(again)}
+        print(json.dumps(check))
+    new = sweep.run_sweep(todo, workers=a.workers, threads=st["threads"], out_dir=a.dir / "runs")
+    records = [r for r in old["records"] if r["group"] not in groups] + new["records"]
+    result = {"settings": {**st, "double_scoring": sweep.double_scoring_methods(), "added_groups": sorted(groups)},
+              "records": records, "resumed": new["resumed"], "reproduction_check": check,
+              "summary": sweep.summarize(records, band=tuple(st["band"]))}
+    (a.dir / "stability_combined.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    (a.dir / "stability_combined.png").write_bytes(report.sweep_plot(result))
+    report.sweep_table(result)
+
+
+if __name__ == "__main__":
+    main()
