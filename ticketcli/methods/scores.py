@@ -123,7 +123,7 @@ def train_scores(trainer: ScoreTrainer, data: Splits, spec: MethodSpec, generato
                  progress: Progress | None) -> None:
     """spec.epochs passes over the extraction split in seeded random order (last partial batch included)."""
     n = data.y_extract.numel()
-    total_weights = sum(w.numel() for w in trainer.net.weights.values())
+    total_weights = sum(trainer.net.weights[n].numel() for n in trainer.net.names)
     for epoch in range(spec.epochs):
         order = torch.randperm(n, generator=generator).to(data.x_extract.device)
         loss_sum, correct = 0.0, 0
