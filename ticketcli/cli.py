@@ -166,5 +166,31 @@ def inspect(
     report.print_json(result) if json_out else report.inspect_table(result)
 
 
+ExportFormat = choices("ExportFormat", ["masked", "prune", "csr", "masks"])
+
+
+@app.command()
+def export(
+    ticket: Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")],
+    format: Annotated[ExportFormat, typer.Option(
+        "--format", help="masked: W*M state dict for plain load_state_dict; prune: torch.nn.utils.prune layout "
+                         "(<name>_orig + <name>_mask); csr: per-layer crow/col/values + a size report; masks: "
+                         "unpacked bool masks keyed by parameter name.")],
+    out: Annotated[Path, typer.Option(help="Where to write: .safetensors for safetensors, anything else "
+                                           "(e.g. .pt) for a torch.save state dict.")],
+    weights: Annotated[Optional[Path], typer.Option(
+        help="The checkpoint the ticket was extracted from (checked against its sha256).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    json_out: Json = False,
+) -> None:
+    """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks."""
+    from ticketcli.export import export_ticket
+
+    with errors_to_exit_codes():
+        result = export_ticket(ticket, fmt=format.value, out=out, weights=None if weights is None else str(weights),
+                               overwrite=force)
+    report.print_json(result) if json_out else report.export_table(result)
+
+
 def main() -> None:
     app()

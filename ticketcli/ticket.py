@@ -92,7 +92,11 @@ def save(ticket: Ticket, path: str | Path, *, overwrite: bool = False) -> int:
     """Write atomically (temp file in the same directory, fsync, rename); returns the file size."""
     path = Path(path)
     check_destination(path, overwrite=overwrite)
-    payload = ticket.to_bytes()
+    return write_atomic(path, ticket.to_bytes())
+
+
+def write_atomic(path: Path, payload: bytes) -> int:
+    """Write bytes atomically (temp file in the same directory, fsync, rename); returns the size."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
