@@ -76,7 +76,7 @@ def test_init_is_deterministic_and_uses_conv_fan_in(name):
 @pytest.mark.parametrize("name", MODELS.names())
 def test_extract_evaluate_round_trip(name, tmp_path):
     spec = RunSpec(model=example(name), init=InitSpec(seed=2),
-                   data=DataSpec(name="digits", n_extract=64, n_val=32, split_seed=2),
+                   data=DataSpec(name="digits", n_extract=32, n_val=32, split_seed=2),
                    method=MethodSpec(name="edge-popup", sparsity=0.5, epochs=1, batch_size=32), device="cpu")
     out = tmp_path / "t.safetensors"
     s = runs.extract_ticket(spec, out=out)
@@ -254,6 +254,11 @@ def test_conv_checkpoint_round_trip_and_sha_check(tmp_path):
     torch.save({n: t * 0.25 for n, t in init_weights(module, InitSpec(seed=9)).items()}, tmp_path / "other.pt")
     err = one_line(runner.invoke(app, ["evaluate", str(out), "--weights", str(tmp_path / "other.pt")]))
     assert "sha256 differs" in err
+    export = ["export", str(out), "--format", "masked", "--out", str(tmp_path / "net.pt")]
+    assert "sha256 differs" in one_line(runner.invoke(app, [*export, "--weights", str(tmp_path / "other.pt")]))
+    assert runner.invoke(app, [*export, "--weights", str(ckpt)]).exit_code == 0
+    assert torch.equal(torch.load(tmp_path / "net.pt", weights_only=True)["features.0.weight"],
+                       runs.rebuild(tk, out, str(ckpt))[0].weights["features.0.weight"] * tk.masks["features.0.weight"])
     bad = tmp_path / "bad.pt"
     torch.save({"features.0.weight": torch.zeros(64, 3, 3, 3)}, bad)
     err = one_line(runner.invoke(app, ["extract", "--model", "conv2", "--weights", str(bad), "--out",
