@@ -28,6 +28,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--init", default="scaled-kaiming-uniform")
+    ap.add_argument("--init-k", type=float, default=0.5)
     ap.add_argument("--json", type=Path, help="also write every run's summary here")
     args = ap.parse_args()
 
@@ -37,9 +39,9 @@ def main() -> None:
             for method in args.methods.split(","):
                 spec = build_extract_spec(merge_settings(
                     {"model": model, "method": method, "sparsity": args.sparsity, "seed": args.seed,
-                     "epochs": args.epochs, "device": args.device}, None))
+                     "epochs": args.epochs, "device": args.device, "init": args.init, "init_k": args.init_k}, None))
                 t0 = time.perf_counter()
-                r = extract_ticket(spec, out=Path(d) / f"{method}.safetensors",
+                r = extract_ticket(spec, out=Path(d) / f"{len(records)}.safetensors",
                                    progress=lambda p: print(f"    epoch {p['epoch']}: loss {p['loss']:.3f} "
                                                             f"train acc {p['accuracy']:.3f}", flush=True))
                 r["total_s"] = time.perf_counter() - t0
@@ -49,7 +51,7 @@ def main() -> None:
                       f"{100 * r['sparsity']['achieved']:.2f}% ({r['epoch_s']:.1f} s/epoch)", flush=True)
 
     print(f"\nFashionMNIST, seed {args.seed}, requested sparsity {args.sparsity:.0%}, {args.epochs} epochs, "
-          f"device {records[0]['metrics']['device']}")
+          f"init {args.init} k={args.init_k}, device {records[0]['metrics']['device']}")
     print(f"| model | method | test acc % | val acc % | achieved sparsity % | s/epoch | eval+setup s |")
     print("|---|---|---|---|---|---|---|")
     for r in records:

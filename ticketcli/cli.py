@@ -82,7 +82,9 @@ def extract(
     seed: Annotated[Optional[int], typer.Option(
         help="Seed of the weights, the data split, score init and batch order. Default: 0.")] = None,
     model: Annotated[Optional[str], typer.Option(
-        help="Model spec, e.g. mlp:784-256-256-256-10 (append +bias for biases). "
+        help="Model spec: mlp:784-256-256-256-10, lenet300, conv2, conv4, conv6, vgg:64-64-M-128-128-M-256-256-M "
+             "(append +bias for biases; input shape and classes come from the dataset), or a factory "
+             "my_pkg.my_module:build_net returning an nn.Module (its Linear/Conv2d weights and biases are masked). "
              "Default: the paper's MLP (three hidden layers of 256), sized to the dataset.")] = None,
     bias: Annotated[Optional[bool], typer.Option("--bias/--no-bias",
                                                  help="Give every layer a (masked) bias. Default: no bias.")] = None,
@@ -97,9 +99,11 @@ def extract(
     data_dir: DataDir = None,
     download: Download = False,
     n_extract: Annotated[Optional[int], typer.Option(
-        help="Extraction examples drawn from the training set. Default: 5000 (fashion-mnist), 1000 (digits).")] = None,
+        help="Extraction examples drawn from the training set. Default: 5000 (fashion-mnist, mnist, cifar10), "
+             "1000 (digits).")] = None,
     n_val: Annotated[Optional[int], typer.Option(
-        help="Validation examples, disjoint from extraction. Default: 5000 (fashion-mnist), 400 (digits).")] = None,
+        help="Validation examples, disjoint from extraction. Default: 5000 (fashion-mnist, mnist, cifar10), "
+             "400 (digits).")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="Score-training epochs. Default: 100.")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Adam learning rate for the scores. Default: 0.01.")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Minibatch size. Default: 512.")] = None,

@@ -173,7 +173,7 @@ def build_user_model(path: str) -> nn.Module:
         raise UsageError(f"model factory {path} returned {type(module).__name__}, not an nn.Module")
     if not masked_names(module):
         raise UsageError(f"model {path} has no nn.Linear or nn.Conv2d parameters to mask")
-    return module.float().eval()
+    return module.cpu().float().eval()
 
 
 def build_model(spec: ModelSpec) -> nn.Module:
