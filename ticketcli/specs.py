@@ -22,7 +22,7 @@ PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model spec string, parsed. Forms (all take "+bias"):
+    """A model spec string, parsed. Forms (the built-in ones take "+bias"):
     "mlp:784-256-256-256-10" (widths), "lenet300" (784-300-100-10), "conv2" / "conv4" / "conv6",
     "vgg:64-64-M-128-128-M-256-256-M" (3x3 conv widths, M = 2x2 max-pool), each optionally "@CxHxW-K"
     (input shape and classes; filled in from the dataset when absent), and "pkg.module:factory" (a user's
