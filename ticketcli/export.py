@@ -109,7 +109,7 @@ def export_ticket(path: str | Path, *, fmt: str, out: str | Path, weights: str |
         meta["layers"] = json.dumps(layers)
     else:
         state = {n: m.to(torch.bool).contiguous() for n, m in masks.items()}
-    size = ticket_io.write_atomic(out, encode(state, out, meta))
+    size = ticket_io.write_atomic(out, encode(state, out, meta), overwrite=overwrite)
     dense = len(st_save(dense_state(net)))
     kept = sum(int(m.sum()) for m in masks.values())
     total = sum(m.numel() for m in masks.values())

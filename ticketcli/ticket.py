@@ -90,13 +90,13 @@ def check_destination(path: str | Path, *, overwrite: bool = False) -> None:
 
 def save(ticket: Ticket, path: str | Path, *, overwrite: bool = False) -> int:
     """Write atomically (temp file in the same directory, fsync, rename); returns the file size."""
+    return write_atomic(path, ticket.to_bytes(), overwrite=overwrite)
+
+
+def write_atomic(path: str | Path, payload: bytes, *, overwrite: bool = False) -> int:
+    """Write bytes atomically (temp file in the same directory, fsync, rename), world-readable as umask allows."""
     path = Path(path)
     check_destination(path, overwrite=overwrite)
-    return write_atomic(path, ticket.to_bytes())
-
-
-def write_atomic(path: Path, payload: bytes) -> int:
-    """Write bytes atomically (temp file in the same directory, fsync, rename); returns the size."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
