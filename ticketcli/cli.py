@@ -133,7 +133,9 @@ def extract(
     seed: Annotated[Optional[int], typer.Option(
         help="Seed of the weights, the data split, score init and batch order. Default: 0.")] = None,
     model: Annotated[Optional[str], typer.Option(
-        help="Model spec, e.g. mlp:784-256-256-256-10 (append +bias for biases). "
+        help="Model spec: mlp:784-256-256-256-10, lenet300, conv2, conv4, conv6, vgg:64-64-M-128-128-M-256-256-M "
+             "(append +bias for biases; input shape and classes come from the dataset), or a factory "
+             "my_pkg.my_module:build_net returning an nn.Module (its Linear/Conv2d weights and biases are masked). "
              "Default: the paper's MLP (three hidden layers of 256), sized to the dataset.")] = None,
     bias: Annotated[Optional[bool], typer.Option("--bias/--no-bias",
                                                  help="Give every layer a (masked) bias. Default: no bias.")] = None,
@@ -148,9 +150,11 @@ def extract(
     data_dir: DataDir = None,
     download: Download = False,
     n_extract: Annotated[Optional[int], typer.Option(
-        help="Extraction examples drawn from the training set. Default: 5000 (fashion-mnist), 1000 (digits).")] = None,
+        help="Extraction examples drawn from the training set. Default: 5000 (fashion-mnist, mnist, cifar10), "
+             "1000 (digits).")] = None,
     n_val: Annotated[Optional[int], typer.Option(
-        help="Validation examples, disjoint from extraction. Default: 5000 (fashion-mnist), 400 (digits).")] = None,
+        help="Validation examples, disjoint from extraction. Default: 5000 (fashion-mnist, mnist, cifar10), "
+             "400 (digits).")] = None,
     epochs: Annotated[Optional[int], typer.Option(
         help="Training epochs: of the scores, or of the weights for imp (split over its rounds), set, rigl, "
              "movement. Default: 100.")] = None,
@@ -508,6 +512,32 @@ def drift(
             write_atomic(plot, report.drift_plot(result), overwrite=force)
             result["plot"] = str(plot)
     report.print_json(result) if json_out else report.drift_tables(result)
+
+
+ExportFormat = choices("ExportFormat", ["masked", "prune", "csr", "masks"])
+
+
+@app.command()
+def export(
+    ticket: Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")],
+    format: Annotated[ExportFormat, typer.Option(
+        "--format", help="masked: W*M state dict for plain load_state_dict; prune: torch.nn.utils.prune layout "
+                         "(<name>_orig + <name>_mask); csr: per-layer crow/col/values + a size report; masks: "
+                         "unpacked bool masks keyed by parameter name.")],
+    out: Annotated[Path, typer.Option(help="Where to write: .safetensors for safetensors, anything else "
+                                           "(e.g. .pt) for a torch.save state dict.")],
+    weights: Annotated[Optional[Path], typer.Option(
+        help="The checkpoint the ticket was extracted from (checked against its sha256).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    json_out: Json = False,
+) -> None:
+    """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks."""
+    from ticketcli.export import export_ticket
+
+    with errors_to_exit_codes():
+        result = export_ticket(ticket, fmt=format.value, out=out, weights=None if weights is None else str(weights),
+                               overwrite=force)
+    report.print_json(result) if json_out else report.export_table(result)
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import pickle
 import struct
 import zlib
 from collections.abc import Callable
@@ -135,31 +136,122 @@ def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
                  source=str(d), prepare=prepare)
 
 
-def _load_fashion_mnist(spec: DataSpec) -> Pools:
-    subdirs = ("", "fashion-mnist", "FashionMNIST/raw", "fashion_mnist")
-    d = find_idx_dir(spec.search_dirs, subdirs)
+def _find_or_download(spec: DataSpec, title: str, subdirs: tuple[str, ...], find: Callable, download: Callable,
+                      hint: str) -> Path:
+    """The first search dir (with one of `subdirs`) holding the dataset, else a torchvision download if allowed."""
+    d = find(spec.search_dirs, subdirs)
     if d is None and spec.download and spec.download_dir is not None:
-        d = _torchvision_download(spec.download_dir)
+        try:
+            d = download(spec.download_dir)
+        except Exception as e:  # network errors come in many types; all mean the same to the user
+            raise UsageError(f"{title} download failed: {str(e).splitlines()[0][:200]}", hint=hint) from None
     if d is None:
         looked = ", ".join(spec.search_dirs) or "(nowhere)"
-        raise UsageError(
-            f"FashionMNIST not found (looked in {looked})",
-            hint="install it with `apt-get install dataset-fashion-mnist`, pass --data-dir DIR holding the four "
-            "IDX files, or add --download to fetch it with torchvision",
-        )
-    return _idx_pools(d, mean=0.2860, std=0.3530)  # the paper's normalisation
+        raise UsageError(f"{title} not found (looked in {looked})", hint=hint + ", or add --download to fetch it "
+                         "with torchvision")
+    return d
 
 
-def _torchvision_download(root: str) -> Path:
+def _idx_dataset(title: str, subdirs: tuple[str, ...], tv_class: str, mean: float, std: float,
+                 hint: str) -> Callable[[DataSpec], Pools]:
+    """A loader for an MNIST-format dataset (four IDX files, plain or gzip'd; torchvision keeps them in
+    <root>/<tv_class>/raw)."""
+
+    def download(root: str) -> Path:
+        import torchvision.datasets
+
+        cls = getattr(torchvision.datasets, tv_class)
+        cls(root=root, train=True, download=True)
+        cls(root=root, train=False, download=True)
+        return Path(root) / tv_class / "raw"
+
+    def load(spec: DataSpec) -> Pools:
+        d = _find_or_download(spec, title, subdirs, find_idx_dir, download, hint)
+        return _idx_pools(d, mean=mean, std=std)
+
+    return load
+
+
+_load_fashion_mnist = _idx_dataset(
+    "FashionMNIST", ("", "fashion-mnist", "FashionMNIST/raw", "fashion_mnist"), "FashionMNIST", 0.2860, 0.3530,
+    hint="install it with `apt-get install dataset-fashion-mnist` or pass --data-dir DIR holding the four IDX files")
+_load_mnist = _idx_dataset(  # the usual MNIST normalisation
+    "MNIST", ("", "mnist", "MNIST/raw"), "MNIST", 0.1307, 0.3081,
+    hint="pass --data-dir DIR holding the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...)")
+
+
+CIFAR10_DIR = "cifar-10-batches-py"
+CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta")
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)  # the standard per-channel statistics of the CIFAR-10 training set
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles the CIFAR-10 python batches (dicts, lists, strings, numpy arrays) and nothing else."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+        return super().find_class(module, name)
+
+
+def _read_cifar_batch(path: Path) -> dict:
     try:
-        from torchvision.datasets import FashionMNIST
+        with open(path, "rb") as f:
+            batch = _ArrayUnpickler(f, encoding="latin1").load()
+    except Exception as e:  # truncated files, foreign pickles, refused globals
+        raise UsageError(f"cannot read {path}: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+    if not isinstance(batch, dict):
+        raise UsageError(f"{path} is not a CIFAR-10 batch (not a dict)")
+    return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in batch.items()}
 
-        FashionMNIST(root=root, train=True, download=True)
-        FashionMNIST(root=root, train=False, download=True)
-    except Exception as e:  # network errors come in many types; all mean the same to the user
-        raise UsageError(f"FashionMNIST download failed: {e}",
-                         hint="install it with `apt-get install dataset-fashion-mnist` or pass --data-dir") from None
-    return Path(root) / "FashionMNIST" / "raw"
+
+def _cifar_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    batch = _read_cifar_batch(path)
+    x, y = batch.get("data"), batch.get("labels")
+    if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3 * 32 * 32:
+        raise UsageError(f"{path}: 'data' must be a uint8 array of shape (N, 3072)")
+    y = np.asarray(y if y is not None else [], dtype=np.int64)
+    if y.shape != (x.shape[0],) or (y.size and (y.min() < 0 or y.max() > 9)):
+        raise UsageError(f"{path}: 'labels' must be {x.shape[0]} integers in 0..9")
+    return x.reshape(-1, 3, 32, 32), y  # rows are 1024 red, 1024 green, 1024 blue values, row-major
+
+
+def find_cifar10_dir(search_dirs: tuple[str, ...], subdirs: tuple[str, ...]) -> Path | None:
+    for base in search_dirs:
+        for sub in subdirs:
+            d = Path(base) / sub if sub else Path(base)
+            if all((d / f).is_file() for f in CIFAR10_FILES):
+                return d
+    return None
+
+
+def _load_cifar10(spec: DataSpec) -> Pools:
+    def download(root: str) -> Path:
+        from torchvision.datasets import CIFAR10
+
+        CIFAR10(root=root, train=True, download=True)
+        return Path(root) / CIFAR10_DIR
+
+    d = _find_or_download(spec, "CIFAR-10", (CIFAR10_DIR, f"cifar10/{CIFAR10_DIR}", ""), find_cifar10_dir, download,
+                          hint=f"pass --data-dir DIR holding {CIFAR10_DIR}/ (the python version: data_batch_1..5, "
+                          "test_batch, batches.meta)")
+    _read_cifar_batch(d / "batches.meta")  # present and readable, as torchvision requires
+    train = [_cifar_arrays(d / f) for f in CIFAR10_FILES[:5]]
+    x_test, y_test = _cifar_arrays(d / "test_batch")
+    mean = torch.tensor(CIFAR10_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(CIFAR10_STD).view(1, 3, 1, 1)
+
+    def prepare(x: torch.Tensor) -> torch.Tensor:  # uint8 (N, 3, 32, 32) -> per-channel normalised float32
+        return (x.to(torch.float32) / 255.0 - mean) / std
+
+    return Pools(torch.from_numpy(np.concatenate([x for x, _ in train])),
+                 torch.from_numpy(np.concatenate([y for _, y in train])),
+                 torch.from_numpy(x_test), torch.from_numpy(y_test), source=str(d), prepare=prepare)
 
 
 DIGITS_TEST = 397  # scikit-learn's digits has no test split: a fixed one is held out (seed-independent)
@@ -179,6 +271,8 @@ def _load_digits(spec: DataSpec) -> Pools:
 
 DATASETS.register("fashion-mnist")(DatasetInfo("fashion-mnist", (1, 28, 28), 10, 5000, 5000, _load_fashion_mnist))
 DATASETS.register("digits")(DatasetInfo("digits", (1, 8, 8), 10, 1000, 400, _load_digits))
+DATASETS.register("mnist")(DatasetInfo("mnist", (1, 28, 28), 10, 5000, 5000, _load_mnist))
+DATASETS.register("cifar10")(DatasetInfo("cifar10", (3, 32, 32), 10, 5000, 5000, _load_cifar10))
 
 
 def load_splits(spec: DataSpec) -> Splits:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ticketcli.models import fan_in, layer_of
+from ticketcli.models import fan_in, layer_of, masked_names
 from ticketcli.registry import Registry
 from ticketcli.specs import InitSpec
 
@@ -53,12 +53,19 @@ def generator(seed: int, tag: str) -> torch.Generator:
 
 
 def init_weights(module: nn.Module, spec: InitSpec) -> dict[str, torch.Tensor]:
-    """Draw every parameter, in named_parameters() order, from one CPU generator seeded with spec.seed."""
+    """Draw every masked parameter, in named_parameters() order, from one CPU generator seeded with spec.seed.
+
+    Built-in models are all masked parameters; a user model's other parameters (norm layers, ...) keep the
+    values its factory gave them."""
     scheme = INIT_SCHEMES.get(spec.scheme)
     g = torch.Generator().manual_seed(spec.seed)
     params = dict(module.named_parameters())
+    masked = set(masked_names(module))
     out = {}
     for name, p in params.items():
+        if name not in masked:
+            out[name] = p.detach().to("cpu", torch.float32, copy=True)
+            continue
         owner_weight = params.get(layer_of(name) + ".weight") if p.dim() == 1 else None
         out[name] = scheme(p.shape, fan_in(p, owner_weight), spec.k, g).to(torch.float32)
     return out

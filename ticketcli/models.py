@@ -45,12 +45,157 @@ def build_mlp(spec: ModelSpec) -> nn.Module:
     return MLP(spec.widths, spec.bias)
 
 
+def _geometry(spec: ModelSpec) -> tuple[tuple[int, int, int], int]:
+    if spec.input is None or spec.classes is None:
+        raise UsageError(f"model {spec.to_string()} needs its input shape and classes",
+                         hint=f"append @CxHxW-K, e.g. {spec.to_string()}@1x28x28-10, or let the dataset fill them in")
+    return spec.input, spec.classes
+
+
+@MODELS.register("lenet300")
+def build_lenet300(spec: ModelSpec) -> nn.Module:
+    """LeNet-300-100: an MLP in_features-300-100-classes."""
+    (c, h, w), classes = _geometry(spec)
+    return MLP((c * h * w, 300, 100, classes), spec.bias)
+
+
+class ConvNet(nn.Module):
+    """3x3 convolutions (padding 1) with ReLU, 2x2 max-pools at "M", then flatten and a ReLU MLP head.
+
+    `features` and `classifier` are nn.Sequentials, so the parameter names ("features.0.weight",
+    "classifier.1.weight", ...) are those of the same model written in plain PyTorch. No BatchNorm."""
+
+    def __init__(self, layers: tuple[str, ...], head: tuple[int, ...], input: tuple[int, int, int], classes: int,
+                 bias: bool):
+        super().__init__()
+        c, h, w = input
+        feats: list[nn.Module] = []
+        for item in layers:
+            if item == "M":
+                if h < 2 or w < 2:
+                    raise UsageError(f"a {input[1]}x{input[2]} input is too small for {len(layers)} layers "
+                                     f"with {layers.count('M')} 2x2 max-pools")
+                feats.append(nn.MaxPool2d(2))
+                h, w = h // 2, w // 2
+            else:
+                feats += [nn.Conv2d(c, int(item), 3, padding=1, bias=bias), nn.ReLU()]
+                c = int(item)
+        self.features = nn.Sequential(*feats)
+        widths = (c * h * w, *head, classes)
+        cls: list[nn.Module] = [nn.Flatten()]
+        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+            cls.append(nn.Linear(a, b, bias=bias))
+            if i < len(widths) - 2:
+                cls.append(nn.ReLU())
+        self.classifier = nn.Sequential(*cls)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+    def forward_with(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The forward pass with these tensors as parameters (cheaper than torch.func.functional_call)."""
+        for prefix, seq in (("features", self.features), ("classifier", self.classifier)):
+            for i, m in enumerate(seq):
+                if isinstance(m, nn.Conv2d):
+                    x = F.conv2d(x, params[f"{prefix}.{i}.weight"], params.get(f"{prefix}.{i}.bias"), padding=1)
+                elif isinstance(m, nn.Linear):
+                    x = F.linear(x, params[f"{prefix}.{i}.weight"], params.get(f"{prefix}.{i}.bias"))
+                else:
+                    x = m(x)
+        return x
+
+
+CONV_FAMILY = {  # Frankle & Carbin / edge-popup Conv-2/4/6: 64-64-pool, +128-128-pool, +256-256-pool; FC 256-256
+    "conv2": ("64", "64", "M"),
+    "conv4": ("64", "64", "M", "128", "128", "M"),
+    "conv6": ("64", "64", "M", "128", "128", "M", "256", "256", "M"),
+}
+
+
+def _conv_family(name: str) -> Callable[[ModelSpec], nn.Module]:
+    def build(spec: ModelSpec) -> nn.Module:
+        shape, classes = _geometry(spec)
+        return ConvNet(CONV_FAMILY[name], (256, 256), shape, classes, spec.bias)
+
+    build.__doc__ = f"{name}: {'-'.join(CONV_FAMILY[name])}, then FC 256-256-classes."
+    return build
+
+
+for _name in CONV_FAMILY:
+    MODELS.register(_name)(_conv_family(_name))
+
+
+@MODELS.register("vgg")
+def build_vgg(spec: ModelSpec) -> nn.Module:
+    """VGG-style ConvNet without BatchNorm (Appendix G): the spec's convs and pools, then one Linear to classes.
+
+    Appendix G does not spell out the head; a single linear classifier keeps the model VGG-style and distinct
+    from conv6 (which has the 256-256 FC head)."""
+    shape, classes = _geometry(spec)
+    return ConvNet(spec.layers, (), shape, classes, spec.bias)
+
+
+def import_factory(path: str) -> Callable[[], nn.Module]:
+    """The function named by "pkg.module:function" (imported with the current directory on sys.path)."""
+    import importlib
+    import sys
+
+    module_name, _, attr = path.partition(":")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # `python -m` puts the cwd first; the console script does not
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        if module_name in MODELS:
+            raise UsageError(f"invalid model spec {path!r}: {module_name} takes numbers, not {attr!r}") from None
+        raise UsageError(f"cannot import {module_name} for model {path}: {e}",
+                         hint="the module must be importable (on PYTHONPATH or in the current directory)") from None
+    except Exception as e:  # the user's module raised while importing
+        raise UsageError(f"importing {module_name} for model {path} failed: {type(e).__name__}: {e}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise UsageError(f"{module_name} has no function {attr!r} (model {path})")
+    return fn
+
+
+FACTORY_SEED = 20260102  # the global RNG seed a factory runs under: its own default init is then reproducible
+
+
+def build_user_model(path: str) -> nn.Module:
+    fn = import_factory(path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(FACTORY_SEED)
+        try:
+            module = fn()
+        except Exception as e:
+            raise UsageError(f"model factory {path} failed: {type(e).__name__}: {e}") from None
+    if not isinstance(module, nn.Module):
+        raise UsageError(f"model factory {path} returned {type(module).__name__}, not an nn.Module")
+    if not masked_names(module):
+        raise UsageError(f"model {path} has no nn.Linear or nn.Conv2d parameters to mask")
+    return module.cpu().float().eval()
+
+
 def build_model(spec: ModelSpec) -> nn.Module:
     """An nn.Module for the spec, parameters frozen (values come from init.py or a checkpoint)."""
-    net = MODELS.get(spec.arch)(spec)
+    net = build_user_model(spec.factory) if spec.arch == "user" else MODELS.get(spec.arch)(spec)
     for p in net.parameters():
         p.requires_grad_(False)
     return net
+
+
+MASKABLE = (nn.Linear, nn.Conv2d)
+
+
+def masked_names(module: nn.Module) -> list[str]:
+    """Parameters that get masks: weights and biases of nn.Linear and nn.Conv2d, in named_parameters order.
+
+    Built-in models consist of these layers only, so every parameter is masked; a user's model may have others
+    (norm layers, embeddings), which stay frozen and unmasked."""
+    owned = {f"{prefix}.{n}" if prefix else n
+             for prefix, m in module.named_modules() if isinstance(m, MASKABLE)
+             for n, _ in m.named_parameters(recurse=False)}
+    return [n for n, _ in module.named_parameters() if n in owned]
 
 
 def layer_of(param_name: str) -> str:
@@ -71,7 +216,7 @@ class MaskedNet:
         self.module = module
         self.spec = spec
         self.weights: dict[str, torch.Tensor] = {n: p.detach() for n, p in module.named_parameters()}
-        self.names: list[str] = list(self.weights)  # every parameter is masked (named_parameters order)
+        self.names: list[str] = masked_names(module)  # Linear/Conv2d parameters (all, in built-in models)
 
     def to(self, device: torch.device) -> MaskedNet:
         self.module.to(device)
@@ -83,6 +228,11 @@ class MaskedNet:
         return next(iter(self.weights.values())).device
 
     def shapes(self) -> dict[str, list[int]]:
+        """Shapes of the masked parameters (a ticket's masks)."""
+        return {n: list(self.weights[n].shape) for n in self.names}
+
+    def param_shapes(self) -> dict[str, list[int]]:
+        """Shapes of every parameter, masked or frozen."""
         return {n: list(w.shape) for n, w in self.weights.items()}
 
     def layers(self) -> dict[str, list[str]]:

@@ -472,3 +472,28 @@ def drift_plot(r: dict) -> bytes:
     finally:
         plt.close(fig)
     return buf.getvalue()
+
+
+def export_table(r: dict) -> None:
+    """`ticket export`: the file written and its size beside the dense float32 checkpoint (per layer for csr)."""
+    t = Table(title=f"{r['format']} export  ->  {r['out']}")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_row("file size", f"{r['file_bytes']:,} bytes")
+    t.add_row("dense float32 checkpoint", f"{r['dense_float32_bytes']:,} bytes")
+    t.add_row("size / dense", f"{r['ratio']:.3f}")
+    t.add_row("ticket file", f"{r['ticket_bytes']:,} bytes")
+    t.add_row("kept / total masked entries", f"{r['kept']:,} / {r['total']:,} ({_pct(r['kept'] / r['total'])})")
+    out = stdout()
+    out.print(t)
+    if "layers" in r:
+        lt = Table(title="csr per layer")
+        lt.add_column("parameter")
+        lt.add_column("shape")
+        lt.add_column("nnz", justify="right")
+        lt.add_column("csr bytes", justify="right")
+        lt.add_column("dense bytes", justify="right")
+        for name, v in r["layers"].items():
+            lt.add_row(name, "x".join(map(str, v["shape"])), f"{v['nnz']:,}", f"{v['csr_bytes']:,}",
+                       f"{v['dense_bytes']:,}")
+        out.print(lt)

@@ -52,13 +52,19 @@ def load_checkpoint(path: str, module: torch.nn.Module) -> dict[str, torch.Tenso
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UsageError(f"{path} is not a state dict of tensors")
     expected = {n: tuple(q.shape) for n, q in module.named_parameters()}
+    buffers = dict(module.named_buffers())  # a user model's buffers (norm statistics) may come along
     missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = sorted(n for n in expected if n in state and tuple(state[n].shape) != expected[n])
+    unexpected = sorted(set(state) - set(expected) - set(buffers))
+    wrong = sorted(n for n in state if n in expected and tuple(state[n].shape) != expected[n]
+                   or n in buffers and state[n].shape != buffers[n].shape)
     if missing or unexpected or wrong:
         detail = "; ".join(f"{k}: {', '.join(v)}" for k, v in
                            (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong)) if v)
         raise UsageError(f"{path} does not fit the model ({detail})")
+    with torch.no_grad():
+        for n, b in buffers.items():
+            if n in state:
+                b.copy_(state[n])
     return {n: state[n].detach().to(torch.float32).contiguous() for n in expected}
 
 
@@ -75,11 +81,54 @@ def build_net(model: ModelSpec, init: InitSpec, weights_path: str | None) -> tup
     return net, weights, checkpoint
 
 
-def check_input_shape(model: ModelSpec, data: Splits) -> None:
+def check_input_shape(model: ModelSpec, data: Splits, net: MaskedNet | None = None) -> None:
+    """A model/dataset mismatch as a one-line error naming both shapes (with `net`, by a forward on one example)."""
+    shape, name = tuple(data.x_test.shape[1:]), data.info["dataset"]
     features = data.x_test[0].numel()
-    if model.widths[0] != features:
-        raise UsageError(f"model {model.to_string()} expects {model.widths[0]} inputs but {data.info['dataset']} "
-                         f"has {tuple(data.x_test.shape[1:])} = {features} features")
+    if model.arch == "mlp" and model.widths[0] != features:
+        raise UsageError(f"model {model.to_string()} expects {model.widths[0]} inputs but {name} "
+                         f"has {shape} = {features} features")
+    if model.input is not None and tuple(model.input) != shape:
+        raise UsageError(f"model {model.to_string()} expects inputs of shape {tuple(model.input)} but {name} "
+                         f"has {shape}")
+    if net is None:
+        return
+    try:
+        with torch.no_grad():
+            logits = net(data.x_test[:1].to(net.device))
+    except Exception as e:  # whatever the user's forward raises on the wrong shape
+        raise UsageError(f"model {model.to_string()} does not accept {name} inputs of shape {shape}: "
+                         f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+    classes = DATASETS.get(name).classes if name in DATASETS else None
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or (classes and logits.shape[1] != classes):
+        got = tuple(logits.shape[1:]) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise UsageError(f"model {model.to_string()} outputs {got} per example but {name} has {classes} classes")
+
+
+def model_record(model: ModelSpec, net: MaskedNet) -> dict:
+    """The ticket's `model` field: the spec, and for a user's factory every parameter's name and shape."""
+    record = model.to_dict()
+    if model.arch == "user":
+        record["parameters"] = net.param_shapes()
+        record["masked"] = list(net.names)
+    return record
+
+
+def check_user_model(model: ModelSpec, record: dict, net: MaskedNet, path: Path) -> None:
+    """Refuse a factory whose parameter names or shapes differ from those the ticket recorded."""
+    if model.arch != "user":
+        return
+    stored = record.get("parameters")
+    if not isinstance(stored, dict):
+        raise TicketFileError(f"{path}: model {model.to_string()} lacks its recorded 'parameters'")
+    now = net.param_shapes()
+    missing, extra = sorted(set(stored) - set(now)), sorted(set(now) - set(stored))
+    wrong = [f"{n} {stored[n]} -> {now[n]}" for n in stored if n in now and list(stored[n]) != now[n]]
+    if missing or extra or wrong or record.get("masked", net.names) != net.names:
+        detail = "; ".join(f"{k}: {', '.join(v)}" for k, v in (("missing", missing), ("unexpected", extra),
+                                                                 ("shape changed", wrong)) if v)
+        raise TicketFileError(f"{path}: model {model.to_string()} no longer matches the ticket "
+                              f"({detail or 'masked parameters differ'})")
 
 
 def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec, details: dict | None = None) -> dict:
@@ -143,7 +192,7 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
                          hint=f"they apply to: {', '.join(resumable)}")
     net, weights, checkpoint = build_net(spec.model, spec.init, spec.weights)
     splits = load_splits(spec.data)
-    check_input_shape(spec.model, splits)
+    check_input_shape(spec.model, splits, net)
     net.to(device)
     splits = splits.to(device)
     saver = None
@@ -168,7 +217,7 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     data_meta = {k: v for k, v in splits.info.items() if k != "source"}
     tk = ticket_io.Ticket(
         masks={n: m.cpu() for n, m in masks.items()},
-        model=spec.model.to_dict(),
+        model=model_record(spec.model, net),
         init=spec.init.to_dict(),
         weights_sha256=fingerprint(weights),
         method={**spec.method.to_dict(), "score_init": method.score_init,
@@ -209,6 +258,7 @@ def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None) -> tuple
         net, weights, _ = build_net(model, init, weights_path)
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
+    check_user_model(model, tk.model, net, path)
     if net.shapes() != tk.shapes:
         raise TicketFileError(f"{path}: mask shapes do not match model {model.to_string()} "
                               f"(ticket {tk.shapes}, model {net.shapes()})")
@@ -244,7 +294,7 @@ def open_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weigh
     spec = replace(data, name=tk.data["dataset"], n_extract=tk.data["n_extract"], n_val=tk.data["n_val"],
                    split_seed=tk.data["split_seed"])
     splits = load_splits(spec)
-    check_input_shape(ModelSpec.parse(tk.model["spec"]), splits)
+    check_input_shape(ModelSpec.parse(tk.model["spec"]), splits, net)
     net.to(dev)
     masks = {n: m.to(dev) for n, m in tk.masks.items()}
     return OpenTicket(tk, net, init_weights_, masks, splits.to(dev), dev)

@@ -6,7 +6,7 @@ import math
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,27 +22,96 @@ PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix
 
 @dataclass(frozen=True)
 class ModelSpec:
-    arch: str = "mlp"  # models registry name
-    widths: tuple[int, ...] = (784, *PAPER_HIDDEN, 10)  # input, hidden..., classes
+    """A model spec string, parsed. Forms (the built-in ones take "+bias"):
+    "mlp:784-256-256-256-10" (widths), "lenet300" (784-300-100-10), "conv2" / "conv4" / "conv6",
+    "vgg:64-64-M-128-128-M-256-256-M" (3x3 conv widths, M = 2x2 max-pool), each optionally "@CxHxW-K"
+    (input shape and classes; filled in from the dataset when absent), and "pkg.module:factory" (a user's
+    function returning an nn.Module)."""
+
+    arch: str = "mlp"  # models registry name, or "user" for a factory
+    widths: tuple[int, ...] = (784, *PAPER_HIDDEN, 10)  # mlp: input, hidden..., classes
     bias: bool = False  # the paper's networks are bias-free
+    layers: tuple[str, ...] = ()  # vgg: conv widths and "M"
+    input: tuple[int, int, int] | None = None  # (C, H, W) for everything but mlp
+    classes: int | None = None
+    factory: str | None = None  # "pkg.module:function" for arch "user"
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the spec fixes every shape (an mlp's widths do; the others need @CxHxW-K)."""
+        return self.arch in ("mlp", "user") or (self.input is not None and self.classes is not None)
+
+    def with_data(self, shape: tuple[int, int, int], classes: int) -> ModelSpec:
+        """Fill in the input shape and class count from the dataset where the spec leaves them open."""
+        if self.arch in ("mlp", "user") or self.resolved:
+            return self
+        return replace(self, input=tuple(shape), classes=int(classes))
 
     def to_string(self) -> str:
-        return f"{self.arch}:{'-'.join(map(str, self.widths))}" + ("+bias" if self.bias else "")
+        if self.arch == "user":
+            return str(self.factory)
+        if self.arch == "mlp":
+            body = ":" + "-".join(map(str, self.widths))
+        else:
+            body = (":" + "-".join(self.layers)) if self.layers else ""
+            if self.input is not None:
+                body += "@" + "x".join(map(str, self.input)) + f"-{self.classes}"
+        return self.arch + body + ("+bias" if self.bias else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"spec": self.to_string(), "arch": self.arch, "widths": list(self.widths), "bias": self.bias}
+        d: dict[str, Any] = {"spec": self.to_string(), "arch": self.arch}
+        if self.arch == "mlp":
+            d["widths"] = list(self.widths)
+        if self.layers:
+            d["layers"] = list(self.layers)
+        if self.input is not None:
+            d["input"], d["classes"] = list(self.input), self.classes
+        if self.factory is not None:
+            d["factory"] = self.factory
+        d["bias"] = self.bias
+        return d
 
     @classmethod
     def parse(cls, text: str, *, bias: bool | None = None) -> ModelSpec:
-        """Parse "mlp:784-256-256-256-10" (optionally "+bias")."""
-        m = re.fullmatch(r"\s*([a-z0-9_]+):([0-9]+(?:-[0-9]+)+)(\+bias)?\s*", text)
+        """Parse a spec string (see the class docstring); --bias adds biases to built-in models."""
+        t = str(text).strip()
+        factory = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):([A-Za-z_][A-Za-z0-9_]*)", t)
+        if factory:
+            if bias:
+                raise UsageError("--bias applies to built-in models; a factory's modules decide their own biases")
+            return cls(arch="user", widths=(), factory=t)
+        hint = ("expected e.g. mlp:784-256-256-256-10, mlp:64-128-10+bias, lenet300, conv6, "
+                "vgg:64-64-M-128-128-M-256-256-M, conv6@3x32x32-10 or my_pkg.my_module:build_net")
+        m = re.fullmatch(r"([a-z][a-z0-9_]*)(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?"
+                         r"(?:@([0-9]+)x([0-9]+)x([0-9]+)-([0-9]+))?(\+bias)?", t)
         if not m:
-            raise UsageError(f"invalid model spec {text!r}", hint="expected e.g. mlp:784-256-256-256-10 or mlp:64-128-10+bias")
-        widths = tuple(int(w) for w in m.group(2).split("-"))
-        if any(w <= 0 for w in widths):
-            raise UsageError(f"invalid model spec {text!r}: widths must be positive")
-        has_bias = bool(m.group(3)) if bias is None else (bias or bool(m.group(3)))
-        return cls(arch=m.group(1), widths=widths, bias=has_bias)
+            raise UsageError(f"invalid model spec {text!r}", hint=hint)
+        arch, body, geometry = m.group(1), m.group(2), m.group(3, 4, 5, 6)
+        has_bias = bool(m.group(7)) if bias is None else (bias or bool(m.group(7)))
+        if geometry[0] is not None and arch == "mlp":
+            raise UsageError(f"invalid model spec {text!r}: an mlp's widths already fix its input and classes")
+        shape = None if geometry[0] is None else tuple(int(g) for g in geometry[:3])
+        classes = None if geometry[3] is None else int(geometry[3])
+        if shape is not None and (min(shape) <= 0 or classes <= 0):
+            raise UsageError(f"invalid model spec {text!r}: input shape and classes must be positive")
+        if arch == "mlp":
+            if body is None or not re.fullmatch(r"[0-9]+(?:-[0-9]+)+", body):
+                raise UsageError(f"invalid model spec {text!r}", hint=hint)
+            widths = tuple(int(w) for w in body.split("-"))
+            if any(w <= 0 for w in widths):
+                raise UsageError(f"invalid model spec {text!r}: widths must be positive")
+            return cls(arch="mlp", widths=widths, bias=has_bias)
+        layers: tuple[str, ...] = ()
+        if arch == "vgg":
+            if body is None or not all(p == "M" or (p.isdigit() and int(p) > 0) for p in body.split("-")):
+                raise UsageError(f"invalid model spec {text!r}: vgg takes positive conv widths and M (max-pool)",
+                                 hint="e.g. vgg:64-64-M-128-128-M-256-256-M")
+            layers = tuple(body.split("-"))
+            if "M" == layers[0] or all(p == "M" for p in layers):
+                raise UsageError(f"invalid model spec {text!r}: vgg must start with a conv width")
+        elif body is not None:
+            raise UsageError(f"invalid model spec {text!r}: {arch} takes no ':' arguments", hint=hint)
+        return cls(arch=arch, widths=(), bias=has_bias, layers=layers, input=shape, classes=classes)
 
 
 @dataclass(frozen=True)
@@ -287,8 +356,10 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
     if s["model"] is None:
         model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes), bias=bool(s["bias"]))
     else:
-        model = ModelSpec.parse(str(s["model"]), bias=bool(s["bias"]))
-    MODELS.get(model.arch)
+        model = ModelSpec.parse(str(s["model"]), bias=bool(s["bias"])).with_data(info.shape, info.classes)
+    if model.arch != "user" and model.arch not in MODELS:
+        raise UsageError(f"invalid model spec {s['model']!r}: unknown model {model.arch!r}",
+                         hint=f"models: {', '.join(MODELS.names())}, or a factory my_pkg.my_module:build_net")
 
     layer_densities = parse_floats(s["layer_densities"], "--layer-densities")
     if layer_densities is not None:

@@ -62,7 +62,7 @@ class Movement(_SparseTraining):
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
                 generator: torch.Generator, progress: Progress | None) -> Masks:
         groups = density_groups(net, spec)
-        scores = {n: spec.movement_noise * torch.randn(w.shape, generator=generator) for n, w in net.weights.items()}
+        scores = {n: spec.movement_noise * torch.randn(w.shape, generator=generator) for n, w in ((n, net.weights[n]) for n in net.names)}
         trainer = MovementTrainer(net, spec, groups, scores)
         total = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
 

@@ -123,7 +123,7 @@ class SynFlow(_Saliency):
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
                 generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
         groups = density_groups(net, spec)
-        masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in net.weights.items()}
+        masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in ((n, net.weights[n]) for n in net.names)}
         rounds = spec.synflow_rounds
         for r in range(1, rounds + 1):
             scores = synflow_scores(net, {n: m.double() for n, m in masks.items()}, data.x_extract[:1])

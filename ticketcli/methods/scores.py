@@ -189,7 +189,7 @@ def train_scores(trainer: ScoreTrainer, data: Splits, spec: MethodSpec, generato
     `checkpoint.every` epochs; a resumed run passes the saved epoch as `start_epoch`. A non-finite loss or score
     stops the run naming the epoch and the first offending parameter."""
     n = data.y_extract.numel()
-    total_weights = sum(w.numel() for w in trainer.net.weights.values())
+    total_weights = sum(trainer.net.weights[n].numel() for n in trainer.net.names)
     for epoch in range(start_epoch, spec.epochs):
         order = torch.randperm(n, generator=generator).to(data.x_extract.device)
         loss_sum, correct = 0.0, 0
@@ -308,8 +308,9 @@ class Iterated(ScoreMethod):
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
                 generator: torch.Generator, progress: Progress | None,
                 checkpoint: Checkpointer | None = None) -> dict[str, torch.Tensor]:
-        total = sum(w.numel() for w in net.weights.values())
-        cumulative = {n: torch.ones(w.shape, dtype=torch.bool, device=w.device) for n, w in net.weights.items()}
+        total = sum(net.weights[n].numel() for n in net.names)
+        cumulative = {n: torch.ones(net.weights[n].shape, dtype=torch.bool, device=net.weights[n].device)
+                      for n in net.names}
         rounds: list[dict] = []
         self.round_masks: list[dict[str, torch.Tensor]] = []  # the cumulative mask after each round
         state = checkpoint.restore() if checkpoint is not None else None

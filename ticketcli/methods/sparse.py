@@ -63,7 +63,7 @@ class IMP(_SparseTraining):
             raise UsageError(f"--epochs {spec.epochs} must be a multiple of --imp-rounds {rounds} "
                              "(each round trains epochs / rounds epochs; the paper: 100 = 5 x 20)")
         per_round = spec.epochs // rounds
-        masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in net.weights.items()}
+        masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in ((n, net.weights[n]) for n in net.names)}
         self.round_masks: list[Masks] = []
         for r in range(1, rounds + 1):
             trainer = WeightTrainer(net, masks, weight_optim(spec))  # built from net.weights: the original init
@@ -105,7 +105,7 @@ class _DynamicSparse(_SparseTraining):
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
                 generator: torch.Generator, progress: Progress | None) -> Masks:
         groups = density_groups(net, spec)
-        start = select({n: torch.rand(w.shape, generator=generator) for n, w in net.weights.items()}, groups)
+        start = select({n: torch.rand(w.shape, generator=generator) for n, w in ((n, net.weights[n]) for n in net.names)}, groups)
         trainer = WeightTrainer(net, {n: m.to(device) for n, m in start.items()}, weight_optim(spec))
         n = data.y_extract.numel()
         total_steps = spec.epochs * math.ceil(n / spec.batch_size)

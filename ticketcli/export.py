@@ -1,0 +1,122 @@
+"""`ticket export`: a ticket's network in formats that plain PyTorch loads without ticketcli.
+
+masked  W * M for every masked parameter (other parameters and buffers as they are): the model's state dict,
+        loadable with plain `load_state_dict`.
+prune   torch.nn.utils.prune's layout: `<name>_orig` (the frozen W) and the `<name>_mask` buffer (0/1, W's dtype)
+        for every masked parameter; load it after `prune.identity(module, name)` on each of them.
+csr     every masked parameter as CSR of its (shape[0], rest) view (`<name>.crow_indices`, `.col_indices`, int32;
+        `.values`, float32; `.shape`, int64), other parameters and buffers dense under their own names.
+masks   the unpacked bool masks keyed by parameter name.
+
+safetensors files (`.safetensors`) or torch.save state dicts (anything else, e.g. `.pt`); `prune` is a `.pt` layout
+by nature but is written as safetensors too when asked.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save as st_save
+
+from ticketcli import runs
+from ticketcli import ticket as ticket_io
+from ticketcli.errors import UsageError
+from ticketcli.models import MaskedNet
+
+FORMATS = ("masked", "prune", "csr", "masks")
+
+
+def dense_state(net: MaskedNet) -> dict[str, torch.Tensor]:
+    """The model's full state dict (parameters and buffers) with the frozen, unmasked weights."""
+    return {n: t.detach().cpu().contiguous() for n, t in net.module.state_dict().items()}
+
+
+def masked_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    state = dense_state(net)
+    for n in net.names:
+        state[n] = state[n] * masks[n].to(state[n].dtype)
+    return state
+
+
+def prune_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict torch.nn.utils.prune.custom_from_mask leaves on a copy of the module."""
+    from torch.nn.utils import prune
+
+    module = copy.deepcopy(net.module).cpu()
+    owners = dict(module.named_modules())
+    for n in net.names:
+        owner, _, attr = n.rpartition(".")
+        prune.custom_from_mask(owners[owner], attr, masks[n].cpu())
+    return {n: t.detach().contiguous() for n, t in module.state_dict().items()}
+
+
+def csr_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict]:
+    """CSR tensors per masked parameter plus a size report (bytes of values + indices vs dense float32)."""
+    state = dense_state(net)
+    layers = {}
+    for n in net.names:
+        w = state.pop(n)
+        m = masks[n].to(torch.bool)
+        rows = w.shape[0] if w.dim() > 1 else 1
+        # the mask decides which entries are stored (an unmasked exact zero is kept, so nnz = kept)
+        keep = m.reshape(rows, -1)
+        counts = keep.sum(1)
+        crow = torch.zeros(rows + 1, dtype=torch.int64)
+        crow[1:] = torch.cumsum(counts, 0)
+        col = keep.nonzero()[:, 1]
+        values = w.reshape(rows, -1)[keep]
+        state[f"{n}.crow_indices"] = crow.to(torch.int32)
+        state[f"{n}.col_indices"] = col.to(torch.int32).contiguous()
+        state[f"{n}.values"] = values.contiguous()
+        state[f"{n}.shape"] = torch.tensor(list(w.shape), dtype=torch.int64)
+        csr_bytes = sum(state[f"{n}.{k}"].numel() * state[f"{n}.{k}"].element_size()
+                        for k in ("crow_indices", "col_indices", "values", "shape"))
+        layers[n] = {"shape": list(w.shape), "nnz": int(values.numel()), "dense_bytes": w.numel() * 4,
+                     "csr_bytes": csr_bytes}
+    return state, layers
+
+
+def encode(state: dict[str, torch.Tensor], out: Path, metadata: dict[str, str] | None = None) -> bytes:
+    if out.suffix == ".safetensors":
+        return st_save(state, metadata=metadata)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+def export_ticket(path: str | Path, *, fmt: str, out: str | Path, weights: str | None = None,
+                  overwrite: bool = False) -> dict:
+    """Rebuild the ticket's network (fingerprint-checked) and write it in `fmt`; returns a size report."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
+    path, out = Path(path), Path(out)
+    ticket_io.check_destination(out, overwrite=overwrite)
+    tk = ticket_io.load(path)
+    net, _ = runs.rebuild(tk, path, weights)
+    masks = {n: tk.masks[n] for n in net.names}
+    meta = {"format": f"ticket-export-{fmt}", "model": tk.model["spec"], "ticket_weights_sha256": tk.weights_sha256}
+    layers = None
+    if fmt == "masked":
+        state = masked_state(net, masks)
+    elif fmt == "prune":
+        state = prune_state(net, masks)
+    elif fmt == "csr":
+        state, layers = csr_state(net, masks)
+        meta["layers"] = json.dumps(layers)
+    else:
+        state = {n: m.to(torch.bool).contiguous() for n, m in masks.items()}
+    size = ticket_io.write_atomic(out, encode(state, out, meta), overwrite=overwrite)
+    dense = len(st_save(dense_state(net)))
+    kept = sum(int(m.sum()) for m in masks.values())
+    total = sum(m.numel() for m in masks.values())
+    result = {"ticket": str(path), "format": fmt, "out": str(out), "file_bytes": size,
+              "dense_float32_bytes": dense, "ratio": size / dense, "ticket_bytes": path.stat().st_size,
+              "kept": kept, "total": total, "tensors": len(state)}
+    if layers is not None:
+        result["layers"] = layers
+        result["csr_payload_bytes"] = sum(v["csr_bytes"] for v in layers.values())
+    return result
