@@ -114,7 +114,8 @@ def test_config_file_and_flag_precedence(tmp_path):
     (["--method", "edge-popup", "--layer-densities", "0.1,0.2"], "layers"),
     (["--epochs", "-1"], "--epochs"),
     (["--model", "mlp:784-10"], "784 inputs"),
-    (["--model", "transformer"], "invalid model spec"),
+    (["--model", "transformer"], "unknown model 'transformer'; choose one of"),
+    (["--model", "mlp:abc"], "invalid model spec"),
     (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
     (["--betas", "0.9"], "--betas"),
 ])

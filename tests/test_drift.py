@@ -211,7 +211,7 @@ def test_ticket_run(tmp_path):
 @pytest.mark.parametrize("args,code,needle", [
     (["--seeds", "0,x"], 2, "--seeds"),
     (["--seeds", "1,1"], 2, "distinct"),
-    (["--model", "conv:64-10"], 2, "MLPs only"),
+    (["--model", "conv6"], 2, "MLPs only"),
     (["--steps", "0"], 2, "--steps"),
     (["--weights", "w.pt"], 2, "--weights only goes with --ticket"),
     (["--plot", "/nonexistent-dir/x.png"], 2, "does not exist"),

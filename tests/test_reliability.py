@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 QUICK = ["--dataset", "digits", "--model", "mlp:64-32-32-10", "--epochs", "2", "--batch-size", "128",
          "--n-extract", "300", "--n-val", "100", "--device", "cpu", "--quiet"]
-METHOD_FLAGS = {"iterated": ["--max-rounds", "2"]}  # keep the quick runs quick
+METHOD_FLAGS = {"iterated": ["--max-rounds", "2"], "imp": ["--imp-rounds", "2"], "synflow": ["--synflow-rounds", "10"],
+                "set": ["--regrow-every", "2"], "rigl": ["--regrow-every", "2"]}  # keep the quick runs quick
 
 
 def invoke(*args: str):
@@ -53,7 +54,7 @@ BAD_EXTRACT = {
     "checkpoint-every-zero": (["--checkpoint-every", "0"], "--checkpoint-every must be >= 1"),
     "unknown-method": (["--method", "magic"], "'augmented', 'edge-popup'"),
     "unknown-dataset": (["--dataset", "imagenet"], "'digits', 'fashion-mnist'"),
-    "unknown-model": (["--model", "resnet:64-10"], "unknown model 'resnet'; choose one of: mlp"),
+    "unknown-model": (["--model", "resnet:64-10"], "unknown model 'resnet'; choose one of: conv2, conv4, conv6, lenet300, mlp, vgg"),
     "unknown-init": (["--init", "zeros"], "is not one of"),
     "unknown-option": (["--sparsty", "0.5"], "No such option: --sparsty"),
 }

@@ -87,6 +87,9 @@ class ModelSpec:
         if not m:
             raise UsageError(f"invalid model spec {text!r}", hint=hint)
         arch, body, geometry = m.group(1), m.group(2), m.group(3, 4, 5, 6)
+        from ticketcli.models import MODELS  # here: models imports specs
+
+        MODELS.get(arch)  # an unknown name: "unknown model ...; choose one of ..." before any syntax complaint
         has_bias = bool(m.group(7)) if bias is None else (bias or bool(m.group(7)))
         if geometry[0] is not None and arch == "mlp":
             raise UsageError(f"invalid model spec {text!r}: an mlp's widths already fix its input and classes")

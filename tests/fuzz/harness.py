@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -322,10 +323,14 @@ def _cli(*args: str) -> Callable[[Path], tuple[int, str]]:
     return run
 
 
+_EXPORT_DIR = Path(tempfile.mkdtemp(prefix="ticket-fuzz-export-"))  # an export of a rejected file never lands here
+
 READERS: dict[str, Callable[[Path], tuple[int, str]]] = {
     "load": _load,
     "inspect": _cli("inspect", "--json"),
     "evaluate": _cli("evaluate", "--json", "--device", "cpu"),
+    "export": _cli("export", "--format", "masks", "--force", "--out", str(_EXPORT_DIR / "x.safetensors")),
+    "train-weak": _cli("train-weak", "--epochs", "1", "--device", "cpu", "--quiet"),
 }
 
 
