@@ -196,14 +196,12 @@ def train_scores(trainer: ScoreTrainer, data: Splits, spec: MethodSpec, generato
         for i in range(0, n, spec.batch_size):
             idx = order[i : i + spec.batch_size]
             loss, c, hard = trainer.step(data.x_extract[idx], data.y_extract[idx])
-            if not math.isfinite(loss) or not trainer.finite():
-                where = trainer.first_nonfinite()
-                what = "loss" if not math.isfinite(loss) else "scores"
-                raise RunFailed(f"non-finite {what} at epoch {epoch + 1}"
-                                + (f" (first non-finite: {where})" if where else " (scores, weights and gradients "
-                                   "are finite: the forward pass overflowed)"), hint="try a smaller --lr")
+            if not math.isfinite(loss):
+                _diverged(trainer, "loss", epoch)
             loss_sum += loss * idx.numel()
             correct += c
+        if not trainer.finite():  # once per epoch: a per-step check costs ~10% of a step for a rare failure
+            _diverged(trainer, "scores", epoch)
         if checkpoint is not None and checkpoint.due(epoch + 1):
             checkpoint.save({**(context or {}), "epoch": epoch + 1, "trainer": trainer.state_dict(),
                              "generator": generator.get_state()})
@@ -211,6 +209,13 @@ def train_scores(trainer: ScoreTrainer, data: Splits, spec: MethodSpec, generato
             kept = sum(int(m.sum()) for m in hard.values())
             progress({"epoch": epoch + 1, "epochs": spec.epochs, "loss": loss_sum / n, "accuracy": correct / n,
                       "sparsity": 1.0 - kept / total_weights, **(extra or {})})
+
+
+def _diverged(trainer: ScoreTrainer, what: str, epoch: int) -> None:
+    where = trainer.first_nonfinite()
+    raise RunFailed(f"non-finite {what} at epoch {epoch + 1}"
+                    + (f" (first non-finite: {where})" if where else " (scores, weights and gradients "
+                       "are finite: the forward pass overflowed)"), hint="try a smaller --lr")
 
 
 def resume(state: dict | None, trainer: ScoreTrainer, generator: torch.Generator) -> int:
