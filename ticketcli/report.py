@@ -214,15 +214,34 @@ def sweep_table(result: dict) -> None:
               if st["out_dir"] else f"{len(result['records'])} runs")
 
 
-def sweep_plot(result: dict) -> bytes:
-    """Figure 2: (left) test accuracy per configuration/method, one point per seed; (right) accuracy vs achieved
-    sparsity with the constrained oracle's band shaded."""
-    import io
-
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed; the backend must be set before pyplot loads)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def png_bytes(fig, *, dpi: int) -> bytes:
+    """The figure as PNG bytes (written by the caller with ticket.write_atomic); the figure is closed."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=dpi)
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def sweep_plot(result: dict) -> bytes:
+    """Figure 2: (left) test accuracy per configuration/method, one point per seed; (right) accuracy vs achieved
+    sparsity with the constrained oracle's band shaded."""
+    plt = pyplot()
 
     records, sm = result["records"], result["summary"]
     labels = list(dict.fromkeys(r["config"] for r in records if r["group"] == "edge-popup"))
@@ -267,10 +286,7 @@ def sweep_plot(result: dict) -> bytes:
     ax2.set_title("accuracy vs achieved sparsity")
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, dpi=110)
 
 
 @contextmanager
@@ -331,12 +347,7 @@ def weak_table(r: dict) -> None:
 
 def weak_plot(r: dict) -> bytes:
     """PNG of validation accuracy and training loss per epoch, masked vs dense (epoch 0 = before training)."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; must precede pyplot
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for k, style in (("masked", "-o"), ("dense", "--s")):
@@ -353,10 +364,7 @@ def weak_plot(r: dict) -> bytes:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, dpi=100)
 
 
 # --- ticket drift ---------------------------------------------------------------------------------------------
@@ -435,10 +443,7 @@ def drift_tables(r: dict) -> None:
 
 def drift_plot(r: dict) -> bytes:
     """PNG: weight mean per layer; negative pre-activation share and activation sparsity per hidden layer."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     sm = r["summary"]
     steps = sm["steps"]
@@ -464,14 +469,7 @@ def drift_plot(r: dict) -> bytes:
     fig.suptitle(f"{r['model']} {r['activation']} {r['loss']} inputs={r['inputs']}, {seeds}"
                  + (", ticket (kept weights)" if r["masked"] else ""))
     fig.tight_layout()
-    import io
-
-    buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format="png", dpi=100)
-    finally:
-        plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, dpi=100)
 
 
 def export_table(r: dict) -> None:
