@@ -95,19 +95,11 @@ class WeightTrainer:
         return {n: p * self.masks[n] for n, p in self.params.items()}
 
     def step(self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy,
-             dense_grads: bool = False, forward: Forward | None = None
-             ) -> tuple[float, int, dict[str, torch.Tensor] | None]:
-        """One optimiser step. Returns (loss, correct predictions, dL/d(W*M) for every entry if dense_grads).
-
-        The dense gradient is the gradient with respect to the effective weights, including masked entries
-        (RigL's regrowth criterion). `forward(x, params) -> logits` replaces the network's own forward pass
-        (drift trains the same MLP with other activations)."""
+             forward: Forward | None = None) -> tuple[float, int]:
+        """One optimiser step; returns (loss, correct predictions). `forward(x, params) -> logits` replaces the
+        network's own forward pass (drift trains the same MLP with other activations). RigL's dense gradient
+        comes from dense_gradient()."""
         eff = self.effective()
-        if dense_grads:
-            for t in eff.values():
-                if not t.requires_grad:
-                    t.requires_grad_(True)
-                t.retain_grad()
         logits = (forward or self.net.forward_with)(x, eff)
         loss = loss_fn(logits, y)
         lv = float(loss.detach())
@@ -120,8 +112,7 @@ class WeightTrainer:
             with torch.no_grad():
                 for n, p in self.params.items():
                     p.mul_(self.masks[n])
-        grads = {n: t.grad.detach() for n, t in eff.items()} if dense_grads else None
-        return lv, int((logits.argmax(1) == y).sum()), grads
+        return lv, int((logits.argmax(1) == y).sum())
 
     def dense_gradient(self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy
                        ) -> dict[str, torch.Tensor]:
@@ -153,7 +144,7 @@ def train_weights(trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, *, e
         for i in range(0, n, batch_size):
             idx = order[i : i + batch_size]
             xb, yb = x[idx], y[idx]
-            loss, c, _ = trainer.step(xb, yb, loss_fn)
+            loss, c = trainer.step(xb, yb, loss_fn)
             step += 1
             if on_step is not None:
                 on_step(step, xb, yb)
