@@ -15,11 +15,11 @@ from typer.core import TyperGroup
 from typer.core import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
 
 import ticketcli
-from ticketcli import report, runs, sweep, weak
+from ticketcli import distributed, report, runs, sweep, weak
 from ticketcli.checkpoint import checkpoint_path
 from ticketcli.checkpoint import describe as describe_checkpoint
 from ticketcli.data import DATASETS
-from ticketcli.errors import GateFailed, TicketCliError, UsageError
+from ticketcli.errors import GateFailed, Interrupted, TicketCliError, TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.methods import METHODS
@@ -70,7 +70,10 @@ def errors_to_exit_codes() -> Iterator[None]:
     try:
         yield
     except TicketCliError as e:
-        report.error(str(e), e.hint)
+        if not distributed.quiet_rank():
+            report.error(str(e), e.hint)
+        elif not isinstance(e, (UsageError, TicketFileError, Interrupted)):  # rank 0 reports those identically
+            report.error(f"(rank {distributed.from_environment().rank}) {e}", e.hint)
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt:
         report.error("interrupted; no output was written")
@@ -83,16 +86,28 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+DATA_PARALLEL_COMMANDS = ("extract", "train-weak")
+
+
 @app.callback()
 def main_options(
+    ctx: typer.Context,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """Extract, share and re-evaluate strong lottery tickets."""
+    with errors_to_exit_codes():
+        if distributed.from_environment().active and ctx.invoked_subcommand not in DATA_PARALLEL_COMMANDS:
+            raise UsageError(f"`ticket {ctx.invoked_subcommand}` does not run under torchrun",
+                             hint=f"run it as a single process; torchrun runs {' and '.join(DATA_PARALLEL_COMMANDS)}")
 
 
 Json = Annotated[bool, typer.Option("--json", help="Print exactly one JSON document on stdout instead of tables.")]
-Device = Annotated[Optional[str], typer.Option(help="auto | cpu | cuda | cuda:N. Default: auto.")]
+Device = Annotated[Optional[str], typer.Option(help="auto | cpu | cuda | cuda:N | mps (auto: CUDA if available, else "
+                                                   "the CPU; under torchrun cuda means cuda:LOCAL_RANK). Default: auto.")]
+Precision = Annotated[Optional[str], typer.Option(help=(
+    "fp32, or bf16: autocast the training forward pass to bfloat16 (meant for ConvNets on a GPU; usually slower on "
+    "the CPU). Accuracies are always measured in fp32. Default: fp32."))]
 DataDir = Annotated[Optional[Path], typer.Option(help="Look for dataset files here first "
                                                      "(then $TICKET_DATA, ~/.cache/ticketcli, /usr/share/datasets).")]
 Download = Annotated[bool, typer.Option("--download", help="Allow torchvision to download the dataset "
@@ -193,6 +208,7 @@ def extract(
         "--match-sparsity-per-layer", help="With --match-sparsity: match each layer's density "
                                            "(as --layer-densities) instead of the global sparsity.")] = False,
     device: Device = None,
+    precision: Precision = None,
     config: Annotated[Optional[Path], typer.Option(
         help="TOML file with any of these options (underscored names); flags override it.")] = None,
     out: Annotated[Path, typer.Option(help="Where to write the ticket.")] = Path("ticket.safetensors"),
@@ -219,7 +235,7 @@ def extract(
                  regrow_every=regrow_every, regrow_fraction=regrow_fraction, movement_warmup=movement_warmup,
                  movement_cooldown=movement_cooldown, movement_noise=movement_noise,
                  match_sparsity=None if match_sparsity is None else str(match_sparsity),
-                 match_sparsity_per_layer=match_sparsity_per_layer or None, device=device)
+                 match_sparsity_per_layer=match_sparsity_per_layer or None, device=device, precision=precision)
     ckpt = checkpoint_path(out)
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
         spec = build_extract_spec(merge_settings(flags, config))
@@ -227,12 +243,20 @@ def extract(
             raise UsageError(f"--checkpoint-every must be >= 1 epoch, got {checkpoint_every}")
         if resume and not ckpt.exists():
             report.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
-        with report.epoch_progress(spec.method.epochs, quiet=quiet or spec.method.name == "random"
-                                   or not getattr(METHODS.get(spec.method.name), "uses_epochs", True),
-                                   label=spec.method.name) as progress:
+        with distributed.joined(lambda: runs.resolve_device(spec.device)) as world, \
+                report.epoch_progress(spec.method.epochs, quiet=quiet or not world.main or spec.method.name == "random"
+                                      or not getattr(METHODS.get(spec.method.name), "uses_epochs", True),
+                                      label=spec.method.name) as progress:
+            warn_precision(spec.method.precision, spec.device)
             summary = runs.extract_ticket(spec, out=out, overwrite=force, progress=position.track(progress),
                                           checkpoint_every=checkpoint_every, resume=resume)
-    report.print_json(summary) if json_out else report.extract_table(summary)
+    if world.main:
+        report.print_json(summary) if json_out else report.extract_table(summary)
+
+
+def warn_precision(precision: str, device: str) -> None:
+    if precision == "bf16" and runs.resolve_device(device).type == "cpu":
+        report.warn("--precision bf16 on the CPU: autocast is usually slower than fp32 there; it is meant for GPUs")
 
 
 @app.command()
@@ -414,20 +438,25 @@ def train_weak(
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
+    precision: Precision = None,
     json_out: Json = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
-        spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr)
+        spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
         data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
-        with report.runs_progress(spec.epochs, quiet=quiet) as progress:
+        with distributed.joined(lambda: runs.resolve_device(device or "auto")) as world, \
+                report.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress:
+            warn_precision(spec.precision, device or "auto")
             result = weak.train_weak(ticket, data=data, spec=spec, device=device or "auto",
                                      weights=None if weights is None else str(weights), dense_baseline=dense_baseline,
                                      out=out, overwrite=force, progress=position.track(progress))
+        if not world.main:
+            return
         if plot is not None:
             write_atomic(plot, report.weak_plot(result), overwrite=force)
             result["plot"] = str(plot)
@@ -435,7 +464,6 @@ def train_weak(
 
 
 from ticketcli import drift as drift_core  # noqa: E402  (kept with its command so branches merge cleanly)
-from ticketcli.errors import UsageError  # noqa: E402
 
 ActivationName = choices("ActivationName", drift_core.ACTIVATIONS.names())
 LossName = choices("LossName", drift_core.LOSSES.names())

@@ -32,7 +32,11 @@ def error(message: str, hint: str | None = None) -> None:
 
 
 def warn(message: str) -> None:
-    sys.stderr.write(f"warning: {message}\n")
+    """One line on stderr (only from rank 0 under torchrun: every rank would say the same)."""
+    from ticketcli.distributed import quiet_rank
+
+    if not quiet_rank():
+        sys.stderr.write(f"warning: {message}\n")
 
 
 @contextmanager

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 import ticketcli
+from ticketcli import distributed
 from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import Checkpointer, checkpoint_path
 from ticketcli.data import DATASETS, Splits, load_splits
@@ -21,17 +22,42 @@ from ticketcli.specs import DataSpec, InitSpec, ModelSpec, RunSpec
 from ticketcli.train import evaluate
 
 
+DEVICES = "auto, cpu, cuda, cuda:N or mps"
+
+
 def resolve_device(name: str) -> torch.device:
+    """auto (CUDA if available, else the CPU), cpu, cuda, cuda:N or mps; under torchrun cuda means
+    cuda:LOCAL_RANK, one GPU per process."""
+    w = distributed.world()
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        name = "cuda"
     try:
         dev = torch.device(name)
     except RuntimeError:
-        raise UsageError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"device {name!r} requested but CUDA is not available here", hint="use --device cpu")
-    if dev.type not in ("cpu", "cuda"):
-        raise UsageError(f"device type {dev.type!r} is not supported; use auto, cpu, cuda or cuda:N")
+        raise UsageError(f"unknown device {name!r}; use {DEVICES}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"device {name!r} requested but CUDA is not available here", hint="use --device cpu")
+        if w.active:
+            if dev.index is not None:
+                raise UsageError(f"--device {name}: under torchrun each process uses cuda:LOCAL_RANK",
+                                 hint="pass --device cuda (or auto)")
+            dev = torch.device("cuda", w.local_rank)
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            what = f"process with LOCAL_RANK {w.local_rank}" if w.active else f"device {name!r}"
+            raise UsageError(f"{what}: this machine has {count} CUDA device{'s' * (count != 1)} "
+                             f"(cuda:0 to cuda:{count - 1})")
+    elif dev.type == "mps":
+        if dev.index not in (None, 0):
+            raise UsageError(f"unknown device {name!r}; use {DEVICES}")
+        if not torch.backends.mps.is_available():
+            raise UsageError(f"device {name!r} requested but MPS (Apple GPU) is not available here",
+                             hint="use --device cpu")
+    elif dev.type != "cpu":
+        raise UsageError(f"device type {dev.type!r} is not supported; use {DEVICES}")
     return dev
 
 
@@ -160,9 +186,13 @@ def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec, details: dict
 def run_identity(spec: RunSpec, weights: dict[str, torch.Tensor], device: torch.device) -> dict:
     """Everything that decides an extraction's masks, for refusing to resume a checkpoint of another run."""
     data = {k: getattr(spec.data, k) for k in ("name", "n_extract", "n_val", "split_seed")}
-    return {"model": spec.model.to_dict(), "init": spec.init.to_dict(), "data": data,
-            "method": spec.method.to_dict(), "weights_sha256": fingerprint(weights), "device": str(device),
-            "torch": torch.__version__}
+    identity = {"model": spec.model.to_dict(), "init": spec.init.to_dict(), "data": data,
+                "method": spec.method.to_dict(), "weights_sha256": fingerprint(weights), "device": str(device),
+                "torch": torch.__version__}
+    world = distributed.world()
+    if world.active:  # the reduction order depends on the process count; each rank has its own cuda:N
+        identity.update(device=device.type, processes=world.size)
+    return identity
 
 
 def trained_metrics(net: MaskedNet, method, masks: dict, splits: Splits) -> dict | None:
@@ -185,7 +215,12 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     exists). The checkpoint is removed once the ticket is written."""
     ticket_io.check_destination(out, overwrite=overwrite)  # fail before the work, not after
     device = resolve_device(spec.device)
+    world = distributed.world()
     method = METHODS.get(spec.method.name)()
+    if world.active and not getattr(method, "data_parallel", False):
+        parallel = [n for n in METHODS.names() if getattr(METHODS.get(n), "data_parallel", False)]
+        raise UsageError(f"method {spec.method.name!r} does not run data-parallel under torchrun",
+                         hint=f"run it as a single process; under torchrun use: {', '.join(parallel)}")
     if (checkpoint_every is not None or resume) and not getattr(method, "resumable", False):
         resumable = [n for n in METHODS.names() if getattr(METHODS.get(n), "resumable", False)]
         raise UsageError(f"--checkpoint-every and --resume do not apply to method {spec.method.name!r}",
@@ -197,8 +232,9 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     splits = splits.to(device)
     saver = None
     if checkpoint_every is not None or resume:
-        saver = Checkpointer(checkpoint_path(out), every=checkpoint_every, identity=run_identity(spec, weights, device),
-                             resume=resume)
+        # every rank resumes from the checkpoint; only rank 0 writes it
+        saver = Checkpointer(checkpoint_path(out), every=checkpoint_every if world.main else None,
+                             identity=run_identity(spec, weights, device), resume=resume)
 
     t0 = time.perf_counter()
     masks = method.extract(net, splits, spec.method, device=device, generator=generator(spec.init.seed, "method"),
@@ -207,11 +243,16 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
 
     details = getattr(method, "details", None) or {}  # what the method found beyond the masks
     masks = {n: masks[n].to(device) for n in net.names}
+    distributed.check_identical(masks, "the final masks")  # under torchrun only
     trained = trained_metrics(net, method, masks, splits)
     net.load_weights(weights)  # rewind: the ticket is always evaluated on the original initialisation
     metrics = {"test": evaluate(net, masks, splits.x_test, splits.y_test),
                "val": evaluate(net, masks, splits.x_val, splits.y_val),
                "device": str(device), "wall_time_s": wall}
+    if world.active:
+        metrics["processes"] = world.size
+    if spec.method.precision != "fp32":
+        metrics["precision"] = spec.method.precision  # of training; the accuracies above are always fp32
     if trained is not None:
         metrics["trained"] = trained
     data_meta = {k: v for k, v in splits.info.items() if k != "source"}
@@ -228,9 +269,11 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
         created_by={"ticketcli": ticketcli.__version__, "torch": torch.__version__},
         checkpoint=checkpoint,
     )
-    size = ticket_io.save(tk, out, overwrite=overwrite)
-    if saver is not None:
-        saver.remove()
+    size = None
+    if world.main:  # under torchrun only rank 0 writes; every rank holds the same masks (checked above)
+        size = ticket_io.save(tk, out, overwrite=overwrite)
+        if saver is not None:
+            saver.remove()
     return {"ticket": str(out), "file_bytes": size, "method": spec.method.name, "seed": spec.init.seed,
             "model": spec.model.to_string(), "data": {**data_meta, "source": splits.info["source"]},
             "sparsity": tk.sparsity, "metrics": metrics,

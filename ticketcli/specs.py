@@ -171,6 +171,7 @@ class MethodSpec:
     movement_cooldown: float = 0.1  # movement: fraction of final steps at the target density
     movement_noise: float = 1e-6  # movement: std of the Gaussian noise on the zero score init (tie-breaking)
     matched_to: str | None = None  # --match-sparsity: the ticket whose achieved sparsity this run matches
+    precision: str = "fp32"  # fp32, or bf16 autocast of the training forward pass (score methods)
 
     @property
     def density(self) -> float:
@@ -190,7 +191,7 @@ class RunSpec:
     init: InitSpec
     data: DataSpec
     method: MethodSpec
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     weights: str | None = None  # frozen weights from this checkpoint instead of the seed
 
 
@@ -237,6 +238,7 @@ EXTRACT_DEFAULTS: dict[str, Any] = {
     "match_sparsity": None,
     "match_sparsity_per_layer": False,
     "device": "auto",
+    "precision": "fp32",
 }
 
 
@@ -400,6 +402,7 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
         movement_warmup=_check_fraction(s["movement_warmup"], "--movement-warmup", lo_open=False),
         movement_cooldown=_check_fraction(s["movement_cooldown"], "--movement-cooldown", lo_open=False),
         movement_noise=_check_positive(s["movement_noise"], "--movement-noise", allow_zero=True),
+        precision=check_precision(s["precision"]),
     )
     check_method_options(method)
     if method.movement_warmup + method.movement_cooldown >= 1:
@@ -425,7 +428,16 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
 METHOD_OPTIONS = ("aug_density", "layer_densities", "aux_width", "frozen_aux", "signed_scores", "project_final",
                   "global_topk", "iter_tolerance", "max_rounds", "weight_lr", "saliency_batches",
                   "grasp_temperature", "synflow_rounds", "imp_rounds", "regrow_every", "regrow_fraction",
-                  "movement_warmup", "movement_cooldown", "movement_noise")
+                  "movement_warmup", "movement_cooldown", "movement_noise", "precision")
+
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def check_precision(value: Any) -> str:
+    if value not in PRECISIONS:
+        raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    return str(value)
 
 
 def option_flag(field: str) -> str:

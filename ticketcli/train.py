@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from ticketcli.errors import RunFailed
+from ticketcli import distributed
+from ticketcli.errors import RunFailed, UsageError
 from ticketcli.models import MaskedNet
 
 EVAL_CHUNK = 2048  # fixed, so that extraction and `ticket evaluate` run bit-identical arithmetic
@@ -36,6 +39,16 @@ def evaluate(net: MaskedNet, masks: dict[str, torch.Tensor] | None, x: torch.Ten
         correct += int((logits.argmax(1) == yb).sum())
     n = y.numel()
     return {"accuracy": correct / n, "loss": loss_sum / n, "correct": correct, "n": n}
+
+
+def precision_context(device: torch.device, precision: str) -> Callable[[], AbstractContextManager]:
+    """What the forward pass runs under: nothing (fp32), or bf16 autocast on the device. Evaluation never
+    autocasts, so a ticket's stored accuracies are fp32 ones whatever precision extracted it."""
+    if precision == "fp32":
+        return nullcontext
+    if precision == "bf16":
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    raise ValueError(f"unknown precision {precision!r}")
 
 
 @dataclass(frozen=True)
@@ -71,15 +84,18 @@ class WeightTrainer:
     replaced between steps with `set_masks` (SET, RigL, IMP)."""
 
     def __init__(self, net: MaskedNet, masks: dict[str, torch.Tensor] | None, optim: WeightOptim,
-                 weights: dict[str, torch.Tensor] | None = None):
+                 weights: dict[str, torch.Tensor] | None = None, precision: str = "fp32"):
         self.net, self.optim = net, optim
         source = weights if weights is not None else net.weights
-        self.params = {n: source[n].detach().to(net.device, torch.float32, copy=True).requires_grad_(True)
+        self.params = {n: nn.Parameter(source[n].detach().to(net.device, torch.float32, copy=True))
                        for n in net.names}
         self.masks: dict[str, torch.Tensor] | None = None
         if masks is not None:
             self.set_masks(masks)
         self.opt = optim.build(list(self.params.values()))
+        self.autocast = precision_context(net.device, precision)
+        # under torchrun, DDP all-reduces the weights' gradients (train-weak); the identity otherwise
+        self.replica = distributed.replicate(list(self.params.values()), self._forward)
 
     @torch.no_grad()
     def set_masks(self, masks: dict[str, torch.Tensor]) -> None:
@@ -99,10 +115,15 @@ class WeightTrainer:
         """One optimiser step; returns (loss, correct predictions). `forward(x, params) -> logits` replaces the
         network's own forward pass (drift trains the same MLP with other activations). RigL's dense gradient
         comes from dense_gradient()."""
-        eff = self.effective()
-        logits = (forward or self.net.forward_with)(x, eff)
-        loss = loss_fn(logits, y)
-        lv = float(loss.detach())
+        if distributed.world().active:
+            if forward is not None or loss_fn is not F.cross_entropy:
+                raise UsageError("only the default forward pass and cross-entropy loss run data-parallel")
+            loss, lv, correct = distributed.cross_entropy_step(self.replica, x, y)
+        else:
+            with self.autocast():
+                logits = (forward or self.net.forward_with)(x, self.effective())
+            loss = loss_fn(logits, y)
+            lv, correct = float(loss.detach()), int((logits.argmax(1) == y).sum())
         if not math.isfinite(lv):
             raise RunFailed("non-finite loss while training weights; try a smaller --lr")
         self.opt.zero_grad(set_to_none=True)
@@ -112,7 +133,11 @@ class WeightTrainer:
             with torch.no_grad():
                 for n, p in self.params.items():
                     p.mul_(self.masks[n])
-        return lv, int((logits.argmax(1) == y).sum())
+        return lv, correct
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        with self.autocast():
+            return self.net.forward_with(x, self.effective())
 
     def dense_gradient(self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy
                        ) -> dict[str, torch.Tensor]:

@@ -17,12 +17,13 @@ import torch
 from safetensors.torch import save as st_save
 
 import ticketcli
+from ticketcli import distributed
 from ticketcli import ticket as ticket_io
 from ticketcli.errors import RunFailed
 from ticketcli.init import file_sha256, generator
 from ticketcli.masking import mask_stats
 from ticketcli.runs import OpenTicket, open_ticket
-from ticketcli.specs import DataSpec, _check_int, _check_positive
+from ticketcli.specs import DataSpec, _check_int, _check_positive, check_precision
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
 
 WEIGHTS_FORMAT = "ticketcli-trained-weights"
@@ -35,17 +36,21 @@ class WeakSpec:
     epochs: int = 40
     batch_size: int = 512
     optim: WeightOptim = field(default_factory=WeightOptim)  # Adam, lr 1e-3, betas (0.9, 0.999), eps 1e-8
+    precision: str = "fp32"  # or bf16 autocast of the training forward pass
 
     def to_dict(self) -> dict:
-        return {"epochs": self.epochs, "batch_size": self.batch_size, "optimiser": self.optim.to_dict()}
+        d = {"epochs": self.epochs, "batch_size": self.batch_size, "optimiser": self.optim.to_dict()}
+        return d | ({"precision": self.precision} if self.precision != "fp32" else {})
 
 
-def build_weak_spec(*, epochs: int | None = None, batch_size: int | None = None, lr: float | None = None) -> WeakSpec:
+def build_weak_spec(*, epochs: int | None = None, batch_size: int | None = None, lr: float | None = None,
+                    precision: str | None = None) -> WeakSpec:
     """A validated WeakSpec from flag values; None keeps the paper's default."""
     d = WeakSpec()
     return WeakSpec(epochs=d.epochs if epochs is None else _check_int(epochs, "--epochs", 1),
                     batch_size=d.batch_size if batch_size is None else _check_int(batch_size, "--batch-size", 1),
-                    optim=d.optim if lr is None else replace(d.optim, lr=_check_positive(lr, "--lr")))
+                    optim=d.optim if lr is None else replace(d.optim, lr=_check_positive(lr, "--lr")),
+                    precision=d.precision if precision is None else check_precision(precision))
 
 
 def _measure(o: OpenTicket, masks: dict[str, torch.Tensor] | None) -> dict:
@@ -62,7 +67,7 @@ def train_run(o: OpenTicket, masks: dict[str, torch.Tensor] | None, spec: WeakSp
     net, s = o.net, o.splits
     net.load_weights(o.weights)  # rewind
     initial = _measure(o, masks)
-    trainer = WeightTrainer(net, masks, spec.optim, weights=o.weights)
+    trainer = WeightTrainer(net, masks, spec.optim, weights=o.weights, precision=spec.precision)
     curve: list[dict] = []
 
     def on_epoch(record: dict) -> None:
@@ -78,6 +83,7 @@ def train_run(o: OpenTicket, masks: dict[str, torch.Tensor] | None, spec: WeakSp
     train_weights(trainer, s.x_extract, s.y_extract, epochs=spec.epochs, batch_size=spec.batch_size,
                   generator=generator(o.ticket.init["seed"], "train-weak"), on_epoch=on_epoch)
     wall = time.perf_counter() - t0
+    distributed.check_identical(trainer.weights(), f"the {label} run's trained weights")  # under torchrun only
     net.load_weights(trainer.weights())
     final = _measure(o, masks)
     net.load_weights(o.weights)
@@ -126,7 +132,9 @@ def train_weak(path: str | Path, *, data: DataSpec, spec: WeakSpec = WeakSpec(),
               **spec.to_dict(), "sparsity": sparsity, "masked": masked}
     if dense_baseline:
         result["dense"], _ = train_run(o, None, spec, label="dense", progress=progress)
-    if out is not None:
+    if distributed.world().active:
+        result["processes"] = distributed.world().size
+    if out is not None and distributed.world().main:  # under torchrun only rank 0 writes
         meta = {"format": WEIGHTS_FORMAT, "ticket": str(path), "ticket_sha256": ticket_sha,
                 "weights_sha256": tk.weights_sha256, "model": tk.model["spec"], "method": str(tk.method.get("name")),
                 "epochs": str(spec.epochs), "batch_size": str(spec.batch_size),

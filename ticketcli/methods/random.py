@@ -18,6 +18,7 @@ class RandomMask:
     score_init = None
     options = frozenset({"layer_densities"})
     resumable = True  # one draw, no epochs: nothing to checkpoint, so resuming is just running again
+    data_parallel = True  # the same draw on every rank
 
     def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
                 generator: torch.Generator, progress: Progress | None, checkpoint=None) -> dict[str, torch.Tensor]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
+from torch import nn
 
+from ticketcli import distributed
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import RunFailed, UsageError
@@ -22,6 +23,7 @@ from ticketcli.methods.base import Progress, param_densities
 from ticketcli.methods.registry import METHODS
 from ticketcli.models import MaskedNet, fan_in, layer_of
 from ticketcli.specs import MethodSpec
+from ticketcli.train import precision_context
 
 SCORE_INIT = {"scheme": "kaiming-uniform", "bound": "1/sqrt(fan_in)",
               "note": "as allenai/hidden-networks (kaiming_uniform_, a=sqrt(5)); the paper does not state it"}
@@ -116,8 +118,12 @@ class ScoreTrainer:
     def __init__(self, net: MaskedNet, selection: Selection, spec: MethodSpec,
                  scores: dict[str, list[torch.Tensor]]):
         self.net, self.selection, self.spec = net, selection, spec
-        self.scores = {n: [s.detach().to(net.device, copy=True).requires_grad_(i == 0) for i, s in enumerate(parts)]
+        self.scores = {n: [nn.Parameter(s.detach().to(net.device, copy=True)) if i == 0
+                           else s.detach().to(net.device, copy=True) for i, s in enumerate(parts)]
                        for n, parts in scores.items()}
+        # under torchrun, DDP all-reduces the trained scores' gradients; the identity otherwise
+        self.forward = distributed.replicate([parts[0] for parts in self.scores.values()], self._forward)
+        self.autocast = precision_context(net.device, spec.precision)
         self.aux = [s for parts in self.scores.values() for s in parts[1:]]
         self.aux_trains = spec.weight_decay > 0 and not spec.frozen_aux and bool(self.aux)
         for t in self.aux:
@@ -136,21 +142,24 @@ class ScoreTrainer:
         dtype = next(iter(self.net.weights.values())).dtype
         with torch.no_grad():
             hard = self.selection.select(self.scores, dtype, aux_fixed=not self.aux_trains)  # 0/1 floats
-        effective = {n: masked_weight(parts[0], self.net.weights[n], hard[n], self.spec.signed_scores)
-                     for n, parts in self.scores.items()}
-        logits = self.net.forward_with(x, effective)
-        loss = F.cross_entropy(logits, y)
+        # under torchrun: this rank's shard of the global batch; loss and correct count are the global ones
+        loss, value, correct = distributed.cross_entropy_step(lambda xb: self.forward(xb, hard), x, y)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.aux_trains:
             for t in self.aux:
                 if t.grad is None:
                     t.grad = torch.zeros_like(t)
-        value = float(loss.detach())
         if math.isfinite(value):  # a non-finite loss leaves the scores as they were, for the caller to diagnose
             self.opt.step()
-        correct = int((logits.argmax(1) == y).sum())
         return value, correct, hard
+
+    def _forward(self, x: torch.Tensor, hard: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Logits with the effective weights W * H, differentiable in the scores (straight-through)."""
+        effective = {n: masked_weight(parts[0], self.net.weights[n], hard[n], self.spec.signed_scores)
+                     for n, parts in self.scores.items()}
+        with self.autocast():
+            return self.net.forward_with(x, effective)
 
     def state_dict(self) -> dict:
         """Scores (every part, on the CPU) and Adam's state: with the generator, all a resumed run needs."""
@@ -202,6 +211,7 @@ def train_scores(trainer: ScoreTrainer, data: Splits, spec: MethodSpec, generato
             correct += c
         if not trainer.finite():  # once per epoch: a per-step check costs ~10% of a step for a rare failure
             _diverged(trainer, "scores", epoch)
+        distributed.check_identical(hard, f"the masks after epoch {epoch + 1}")  # under torchrun only
         if checkpoint is not None and checkpoint.due(epoch + 1):
             checkpoint.save({**(context or {}), "epoch": epoch + 1, "trainer": trainer.state_dict(),
                              "generator": generator.get_state()})
@@ -236,7 +246,8 @@ class ScoreMethod:
     """Score training with frozen weights; subclasses choose the score layout and how the final mask is read."""
 
     score_init = SCORE_INIT
-    options = frozenset({"signed_scores", "global_topk"})
+    options = frozenset({"signed_scores", "global_topk", "precision"})
+    data_parallel = True  # runs under torchrun (scores' gradients all-reduced, masks checked identical)
     augmented = False  # auxiliary score tensors?
     resumable = True  # takes extract(checkpoint=...) and resumes bit-identically
 

@@ -1,0 +1,174 @@
+"""Data parallelism under torchrun, on torch.distributed: gloo on the CPU, NCCL on CUDA.
+
+    torchrun --standalone --nproc-per-node 2 -m ticketcli extract ...
+
+Every rank builds the same network, scores and batch order from the seed (nothing random is drawn per rank).
+Each optimisation step takes the global minibatch the single-process run would take, gives every rank one
+contiguous shard of it, and DistributedDataParallel all-reduces the gradients of the trained tensors (scores, or
+a weak ticket's weights). Each rank backpropagates sum(loss on its shard) * world_size / global batch, and DDP
+divides the all-reduced gradient by world_size, so the gradient is the single-process mean over the global batch
+up to floating-point reduction order. Every rank then applies the same Adam step to the same gradient, so
+scores and masks stay identical on all ranks; `check_identical` verifies that once per epoch and on the final
+masks. Only rank 0 writes files and prints.
+
+Outside torchrun (WORLD_SIZE unset or 1) `world()` is a single process and everything here is a no-op.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from ticketcli.errors import RunFailed, UsageError
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the job: rank, number of processes, rank on this node."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.size > 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+_WORLD = World()
+
+
+def world() -> World:
+    return _WORLD
+
+
+def from_environment(env: dict[str, str] | None = None) -> World:
+    """The World torchrun describes in RANK, WORLD_SIZE and LOCAL_RANK (a single process without them)."""
+    env = os.environ if env is None else env
+    try:
+        size = int(env.get("WORLD_SIZE", "1"))
+        rank, local = int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0"))
+    except ValueError:
+        raise UsageError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (they are set by torchrun)") from None
+    if size < 1 or not 0 <= rank < size or local < 0:
+        raise UsageError(f"inconsistent torchrun environment: RANK={rank} WORLD_SIZE={size} LOCAL_RANK={local}")
+    return World(rank=rank, size=size, local_rank=local)
+
+
+def quiet_rank() -> bool:
+    """True in a torchrun worker other than rank 0: it prints no progress, tables or repeated warnings."""
+    try:
+        return from_environment().rank != 0
+    except UsageError:
+        return False
+
+
+@contextmanager
+def joined(resolve: Callable[[], torch.device], timeout_s: float = 1800.0) -> Iterator[World]:
+    """Join torchrun's process group for the duration (a no-op single process outside torchrun).
+
+    `resolve` picks this rank's device once the rank is known (cuda:LOCAL_RANK for cuda); the backend follows:
+    NCCL for CUDA, gloo for the CPU. MPS has no distributed backend."""
+    global _WORLD
+    w = from_environment()
+    if not w.active:
+        yield w
+        return
+    _WORLD = w
+    try:
+        device = resolve()
+        if device.type == "mps":
+            raise UsageError("mps has no torch.distributed backend; run without torchrun")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        _WORLD = World(rank=dist.get_rank(), size=dist.get_world_size(), local_rank=w.local_rank, backend=backend)
+        try:
+            yield _WORLD
+        finally:
+            dist.destroy_process_group()
+    finally:
+        _WORLD = World()
+
+
+def _comm_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if _WORLD.backend == "nccl" else torch.device("cpu")
+
+
+def shard(batch: torch.Tensor) -> torch.Tensor:
+    """This rank's contiguous share of a global minibatch (sizes differ by at most one; may be empty)."""
+    return batch.tensor_split(_WORLD.size)[_WORLD.rank] if _WORLD.active else batch
+
+
+class _Replica(nn.Module):
+    """The trained tensors as one module, so DDP can hook their gradients; forward is the trainer's own."""
+
+    def __init__(self, params: list[nn.Parameter], forward: Callable[..., torch.Tensor]):
+        super().__init__()
+        self.params = nn.ParameterList(params)
+        self.call = forward
+
+    def forward(self, *args):
+        return self.call(*args)
+
+
+def replicate(params: list[nn.Parameter], forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """`forward`, with the gradients of `params` all-reduced across ranks by DistributedDataParallel when running
+    under torchrun (unchanged otherwise). `forward` must compute its output from exactly these Parameter objects."""
+    if not _WORLD.active:
+        return forward
+    from torch.nn.parallel import DistributedDataParallel
+
+    device = params[0].device
+    module = _Replica(params, forward)
+    return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def cross_entropy_step(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor
+                       ) -> tuple[torch.Tensor, float, int]:
+    """Forward this rank's shard of the global batch (x, y). Returns the tensor to backpropagate, the global mean
+    cross-entropy and the global number of correct predictions (identical on every rank)."""
+    if not _WORLD.active:
+        logits = forward(x)
+        loss = F.cross_entropy(logits, y)
+        return loss, float(loss.detach()), int((logits.argmax(1) == y).sum())
+    xs, ys = shard(x), shard(y)
+    logits = forward(xs)
+    local = F.cross_entropy(logits, ys, reduction="sum")
+    stats = torch.stack([local.detach().double(), (logits.argmax(1) == ys).sum().double()]).to(_comm_device())
+    dist.all_reduce(stats)
+    n = y.numel()
+    return local * (_WORLD.size / n), float(stats[0]) / n, int(stats[1])
+
+
+def check_identical(tensors: dict[str, torch.Tensor], what: str) -> None:
+    """Raise RunFailed unless every rank holds the same values (a hash of the bytes, compared on all ranks)."""
+    if not _WORLD.active:
+        return
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].detach().cpu().contiguous().numpy().tobytes())
+    mine = torch.tensor([int.from_bytes(h.digest()[:8], "little", signed=True)], dtype=torch.int64,
+                        device=_comm_device())
+    everyone = [torch.empty_like(mine) for _ in range(_WORLD.size)]
+    dist.all_gather(everyone, mine)
+    differ = [r for r, t in enumerate(everyone) if int(t) != int(everyone[0])]
+    if differ:
+        raise RunFailed(f"{what} differ between ranks (ranks {', '.join(map(str, differ))} disagree with rank 0)",
+                        hint="a rank diverged; this is a bug, please report it with the command")
