@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# GPU checks for a machine with CUDA (e.g. the device tool's): a ticket extracted on the GPU re-evaluated on the
+# CPU (the README promises agreement within 0.2 points), fp32 vs bf16 timings of a ConvNet, and the GPU suite.
+#
+#   bash benchmarks/gpu_check.sh [OUT_DIR]        # about 5 minutes on one modern GPU
+set -euo pipefail
+out=${1:-gpu-check}
+mkdir -p "$out"
+python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA here'; print(torch.cuda.get_device_name(0))"
+
+# 1. paper protocol on the GPU, then re-evaluated on the CPU
+python3 -m ticketcli extract --method augmented --device cuda --out "$out/gpu.safetensors" --force --quiet --json \
+    > "$out/extract-gpu.json"
+python3 -m ticketcli evaluate "$out/gpu.safetensors" --device cpu --json > "$out/eval-cpu.json"
+python3 - "$out" <<'EOF'
+import json, sys
+d = sys.argv[1]
+e, c = json.load(open(f"{d}/extract-gpu.json")), json.load(open(f"{d}/eval-cpu.json"))
+g, p = e["metrics"]["test"]["accuracy"], c["test"]["accuracy"]
+print(f"augmented, FashionMNIST: test on GPU {100 * g:.2f}%, re-evaluated on CPU {100 * p:.2f}% "
+      f"(difference {100 * abs(g - p):.3f} points; promise <= 0.2); GPU wall {e['metrics']['wall_time_s']:.1f} s")
+EOF
+
+# 2. conv6 on synthetic-free data: fp32 vs bf16 autocast (digits is too small; FashionMNIST 1x28x28 is enough)
+for p in fp32 bf16; do
+  python3 -m ticketcli extract --method augmented --model conv6 --epochs 10 --device cuda --precision $p \
+      --out "$out/conv6-$p.safetensors" --force --quiet --json > "$out/conv6-$p.json"
+  python3 - "$out/conv6-$p.json" $p <<'EOF'
+import json, sys
+e = json.load(open(sys.argv[1]))
+print(f"conv6 10 epochs {sys.argv[2]}: test {100 * e['metrics']['test']['accuracy']:.2f}%, "
+      f"training {e['metrics']['wall_time_s']:.1f} s")
+EOF
+done
+
+# 3. the tests that need a GPU
+python3 -m pytest -q tests/test_distributed.py -k gpu
