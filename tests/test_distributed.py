@@ -112,6 +112,33 @@ def test_two_processes_agree_with_one(extracted):
     assert two.metrics["processes"] == 2 and "processes" not in one.metrics
 
 
+def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monkeypatch):
+    """The whole 2-process run, bit for bit, is one process computing sum(shard losses) / global batch: any
+    difference from the plain 1-process run is floating-point summation order, not data parallelism."""
+    import torch.nn.functional as F
+
+    from ticketcli import runs
+    from ticketcli.specs import build_extract_spec, merge_settings
+
+    def two_shards(forward, x, y):
+        parts = [(forward(xs), ys) for xs, ys in zip(x.tensor_split(2), y.tensor_split(2))]
+        loss = sum(F.cross_entropy(logits, ys, reduction="sum") for logits, ys in parts) / y.numel()
+        return loss, float(loss.detach()), sum(int((logits.argmax(1) == ys).sum()) for logits, ys in parts)
+
+    monkeypatch.setattr(distributed, "cross_entropy_step", two_shards)
+    flags = dict(zip((a.lstrip("-").replace("-", "_") for a in DIGITS[0:-1:2]), DIGITS[1:-1:2]))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs.extract_ticket(build_extract_spec(merge_settings(flags, None)), out=extracted["dir"] / "emulated.st")
+    finally:
+        torch.set_num_threads(threads)
+    emulated, two = ticket_io.load(extracted["dir"] / "emulated.st"), extracted["two"]
+    assert all(torch.equal(emulated.masks[n], two.masks[n]) for n in two.masks)
+    assert emulated.metrics["test"] == two.metrics["test"]
+    (extracted["dir"] / "emulated.st").unlink()
+
+
 def test_only_rank_zero_prints_and_writes(extracted):
     summary = json.loads(extracted["stdout"])  # exactly one JSON document: rank 1 printed nothing
     assert summary["ticket"] == "two.safetensors" and summary["metrics"]["processes"] == 2
