@@ -19,21 +19,59 @@ def _flat_values(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     return flat[0] if len(flat) == 1 else torch.cat(flat)
 
 
-def kth_largest(values: torch.Tensor, k: int) -> float:
-    """The k-th largest entry of a 1-D tensor (1 <= k <= n)."""
-    n = values.numel()
-    if values.device.type == "cpu":
-        # numpy's introselect is ~10x faster than torch.kthvalue on the CPU; the value is the same.
-        a = values.numpy()
-        return float(np.partition(a, n - k)[n - k])
-    return float(values.kthvalue(n - k + 1).values)
+def _kth_sort(values: torch.Tensor, k: int) -> float:
+    return float(values.sort().values[values.numel() - k])
 
 
-def joint_topk_masks(parts: Sequence[torch.Tensor], k: int) -> list[torch.Tensor]:
+def _kth_topk(values: torch.Tensor, k: int) -> float:
+    return float(values.topk(k, sorted=False).values.min())  # the k largest as a multiset: their minimum
+
+
+def _kth_kthvalue(values: torch.Tensor, k: int) -> float:
+    return float(values.kthvalue(values.numel() - k + 1).values)
+
+
+def _kth_numpy(values: torch.Tensor, k: int, overwrite: bool = False) -> float:
+    """np.partition's introselect (CPU only); `overwrite` partitions `values` in place instead of a copy."""
+    if values.device.type != "cpu":
+        raise ValueError("the numpy selection runs on the CPU only")
+    a, j = values.numpy(), values.numel() - k
+    if overwrite:
+        a.partition(j)
+        return float(a[j])
+    return float(np.partition(a, j)[j])
+
+
+# The k-th largest entry of a 1-D tensor, by algorithm; all return the same value (and so the same mask bits).
+KTH_ALGORITHMS = {"sort": _kth_sort, "topk": _kth_topk, "kthvalue": _kth_kthvalue, "numpy": _kth_numpy}
+# Every selection benchmarks/topk_scale.py compares: the stateless ones above and TopKSelector's warm band search.
+SELECT_ALGORITHMS = (*KTH_ALGORITHMS, "band")
+
+# Full (stateless) selection per device type. CPU: measured (benchmarks/topk_scale.py, README "Top-k at scale"):
+# numpy's introselect beats torch.kthvalue, torch.topk and torch.sort. CUDA and MPS were NOT measured here (no GPU
+# on the development machine); the choice follows how torch implements them: on CUDA torch.topk runs a
+# multi-block radix select over one large slice, whereas torch.kthvalue gives each slice a single thread block
+# (a 1-D score tensor is one slice) and torch.sort sorts everything; MPS has a native sort while kthvalue is not
+# implemented there (CPU fallback) and topk with a large k goes through a sort anyway. benchmarks/topk_scale.py
+# prints the measured best when run on a GPU: change this table if it disagrees.
+DEFAULT_KTH = {"cpu": "numpy", "cuda": "topk", "mps": "sort"}
+
+
+def default_algorithm(device: torch.device | str) -> str:
+    """The full-selection algorithm used on this device type when none is named (unknown types: torch.sort)."""
+    return DEFAULT_KTH.get(torch.device(device).type, "sort")
+
+
+def kth_largest(values: torch.Tensor, k: int, algorithm: str | None = None) -> float:
+    """The k-th largest entry of a 1-D tensor (1 <= k <= n), by `algorithm` (default: the device's)."""
+    return KTH_ALGORITHMS[algorithm or default_algorithm(values.device)](values, k)
+
+
+def joint_topk_masks(parts: Sequence[torch.Tensor], k: int, algorithm: str | None = None) -> list[torch.Tensor]:
     """Keep exactly the k largest entries over all parts taken together (as if flattened and concatenated).
 
     Ties at the threshold go to the lowest index in that concatenated order, so the result is unique:
-    any correct selection algorithm, on any device, returns the same bits.
+    any correct selection algorithm (`algorithm`, a KTH_ALGORITHMS name), on any device, returns the same bits.
     """
     flat = _flat_values(parts)
     n = flat.numel()
@@ -42,7 +80,7 @@ def joint_topk_masks(parts: Sequence[torch.Tensor], k: int) -> list[torch.Tensor
     if k == 0 or k == n:
         keep = torch.full((n,), k == n, dtype=torch.bool, device=flat.device)
     else:
-        v = kth_largest(flat, k)
+        v = kth_largest(flat, k, algorithm)
         keep = flat >= v
         extra = int(torch.count_nonzero(keep)) - k
         if extra > 0:  # ties at v: drop the highest-index ones
@@ -70,7 +108,12 @@ class TopKSelector:
     joint_topk_masks(parts, k)[0]: only the search is cheaper.
     """
 
-    def __init__(self):
+    def __init__(self, algorithm: str = "band"):
+        """`algorithm`: "band" (the warm search on the CPU; elsewhere the device's default full selection) or a
+        KTH_ALGORITHMS name, used for a full selection on every call (benchmarks compare them)."""
+        if algorithm not in SELECT_ALGORITHMS:
+            raise ValueError(f"unknown selection algorithm {algorithm!r}; choose from {', '.join(SELECT_ALGORITHMS)}")
+        self.algorithm = algorithm
         self.state: dict[str, tuple[float, float]] = {}  # key -> (last threshold, band half-width)
         self.sorted: dict[str, list[_Sorted]] = {}  # key -> frozen parts, sorted once
 
@@ -78,8 +121,9 @@ class TopKSelector:
                  frozen: bool = False) -> torch.Tensor:
         """The mask of the first part, as `dtype` (a float dtype saves torch's slow bool->float cast)."""
         n = sum(p.numel() for p in parts)
-        if k <= 0 or k >= n or any(p.device.type != "cpu" for p in parts):
-            return joint_topk_masks(parts, k)[0].to(dtype)
+        full = None if self.algorithm == "band" else self.algorithm
+        if k <= 0 or k >= n or full is not None or any(p.device.type != "cpu" for p in parts):
+            return joint_topk_masks(parts, k, full)[0].to(dtype)
         first = _Live(parts[0].detach().reshape(-1).numpy())
         if frozen:
             if key not in self.sorted:
@@ -90,7 +134,8 @@ class TopKSelector:
         last = self.state.get(key)
         v = None if last is None else _band_kth(views, k, *last)
         if v is None:
-            v = kth_largest(_flat_values(parts), k)
+            # a fresh concatenation (several parts) is ours to partition in place: one copy of the scores, not two
+            v = _kth_numpy(_flat_values(parts), k, overwrite=len(parts) > 1)
             w = 0.01 * abs(v) + 1e-12 if last is None else max(4 * abs(v - last[0]), 4 * last[1])
             keep = first.a >= first.a.dtype.type(v)  # exact: v is one of the values
         else:
