@@ -114,7 +114,8 @@ class TopKSelector:
         if algorithm not in SELECT_ALGORITHMS:
             raise ValueError(f"unknown selection algorithm {algorithm!r}; choose from {', '.join(SELECT_ALGORITHMS)}")
         self.algorithm = algorithm
-        self.state: dict[str, tuple[float, float]] = {}  # key -> (last threshold, band half-width)
+        # key -> (last threshold, band half-width, last change of the threshold)
+        self.state: dict[str, tuple[float, float, float]] = {}
         self.sorted: dict[str, list[_Sorted]] = {}  # key -> frozen parts, sorted once
 
     def __call__(self, key: str, parts: Sequence[torch.Tensor], k: int, dtype: torch.dtype = torch.bool,
@@ -132,16 +133,19 @@ class TopKSelector:
         else:
             views = [first, *(_Live(p.detach().reshape(-1).numpy()) for p in parts[1:])]
         last = self.state.get(key)
-        v = None if last is None else _band_kth(views, k, *last)
+        # Scores trained by Adam drift steadily (every entry moves by ~lr a step), so the threshold does too:
+        # centre the band on the linear extrapolation and size it by the extrapolation's error, not by the step.
+        guess = None if last is None else last[0] + last[2]
+        v = None if last is None else _band_kth(views, k, guess, last[1])
         if v is None:
             # a fresh concatenation (several parts) is ours to partition in place: one copy of the scores, not two
             v = _kth_numpy(_flat_values(parts), k, overwrite=len(parts) > 1)
-            w = 0.01 * abs(v) + 1e-12 if last is None else max(4 * abs(v - last[0]), 4 * last[1])
+            w = 0.01 * abs(v) + 1e-12 if last is None else max(4 * abs(v - guess), 4 * last[1])
             keep = first.a >= first.a.dtype.type(v)  # exact: v is one of the values
         else:
-            w = max(2 * abs(v - last[0]), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)
+            w = max(2 * abs(v - guess), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)
             keep = first.at_least(v)  # from the band search's passes, without another one over the scores
-        self.state[key] = (v, w)
+        self.state[key] = (v, w, 0.0 if last is None else v - last[0])
         if int(np.count_nonzero(keep)) + sum(p.count_at_least(first.a.dtype.type(v)) for p in views[1:]) != k:
             return joint_topk_masks(parts, k)[0].to(dtype)  # ties at the threshold: rare, do it exactly
         if dtype != torch.bool:
