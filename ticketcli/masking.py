@@ -141,12 +141,15 @@ class TopKSelector:
             # a fresh concatenation (several parts) is ours to partition in place: one copy of the scores, not two
             v = _kth_numpy(_flat_values(parts), k, overwrite=len(parts) > 1)
             w = 0.01 * abs(v) + 1e-12 if last is None else max(4 * abs(v - guess), 4 * last[1])
-            keep = first.a >= first.a.dtype.type(v)  # exact: v is one of the values
+            x = first.a.dtype.type(v)
+            keep = first.a >= x  # exact: v is one of the values
+            kept = int(np.count_nonzero(keep)) + sum(p.count_at_least(x) for p in views[1:])
         else:
-            w = max(2 * abs(v - guess), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)
+            w = max(2 * abs(v - guess), 0.25 * last[1], 1e-7 * abs(v) + 1e-30)
             keep = first.at_least(v)  # from the band search's passes, without another one over the scores
+            kept = sum(p.band_count_at_least(first.a.dtype.type(v)) for p in views)  # likewise
         self.state[key] = (v, w, 0.0 if last is None else v - last[0])
-        if int(np.count_nonzero(keep)) + sum(p.count_at_least(first.a.dtype.type(v)) for p in views[1:]) != k:
+        if kept != k:
             return joint_topk_masks(parts, k)[0].to(dtype)  # ties at the threshold: rare, do it exactly
         if dtype != torch.bool:
             keep = keep.astype(torch.empty((), dtype=dtype).numpy().dtype)  # ~5x faster than torch's cast
@@ -161,7 +164,8 @@ class _Live:
 
     def count_above(self, x) -> int:
         self.above = self.a > x  # kept for between()
-        return int(np.count_nonzero(self.above))
+        self.n_above = int(np.count_nonzero(self.above))
+        return self.n_above
 
     def between(self, lo) -> np.ndarray:
         """Values in [lo, x] for the x of the last count_above (lo <= x)."""
@@ -178,6 +182,10 @@ class _Live:
 
     def count_at_least(self, x) -> int:
         return int(np.count_nonzero(self.a >= x))
+
+    def band_count_at_least(self, x) -> int:
+        """count_at_least(x) for an x inside the last band, from the band search's counts (no pass)."""
+        return self.n_above + int(np.count_nonzero(self.band_values >= x))
 
 
 class _Sorted:
@@ -196,6 +204,8 @@ class _Sorted:
 
     def count_at_least(self, x: float) -> int:
         return self.s.size - int(np.searchsorted(self.s, x, "left"))
+
+    band_count_at_least = count_at_least  # bisection is cheap anyway
 
 
 def _band_kth(views: list, k: int, t: float, w: float) -> float | None:
