@@ -72,25 +72,32 @@ def joint_topk_masks(parts: Sequence[torch.Tensor], k: int, algorithm: str | Non
 
     Ties at the threshold go to the lowest index in that concatenated order, so the result is unique:
     any correct selection algorithm (`algorithm`, a KTH_ALGORITHMS name), on any device, returns the same bits.
+    Several parts are concatenated only to find the threshold (and on the CPU that copy is partitioned in
+    place); the masks are compared part by part, so no second copy of the scores is made.
     """
-    flat = _flat_values(parts)
-    n = flat.numel()
+    flat = [p.detach().reshape(-1) for p in parts]
+    n = sum(f.numel() for f in flat)
     if not 0 <= k <= n:
         raise ValueError(f"cannot keep {k} of {n} entries")
     if k == 0 or k == n:
-        keep = torch.full((n,), k == n, dtype=torch.bool, device=flat.device)
+        return [torch.full(p.shape, k == n, dtype=torch.bool, device=p.device) for p in parts]
+    algorithm = algorithm or default_algorithm(flat[0].device)
+    if len(flat) == 1:
+        v = kth_largest(flat[0], k, algorithm)
+    elif algorithm == "numpy":
+        v = _kth_numpy(torch.cat(flat), k, overwrite=True)  # the concatenation is ours: no second copy
     else:
-        v = kth_largest(flat, k, algorithm)
-        keep = flat >= v
-        extra = int(torch.count_nonzero(keep)) - k
-        if extra > 0:  # ties at v: drop the highest-index ones
-            tied = torch.nonzero(flat == v).flatten()
-            keep[tied[tied.numel() - extra :]] = False
-    out, start = [], 0
-    for p in parts:
-        out.append(keep[start : start + p.numel()].view(p.shape))
-        start += p.numel()
-    return out
+        v = kth_largest(torch.cat(flat), k, algorithm)
+    keep = [f >= v for f in flat]
+    extra = sum(int(torch.count_nonzero(m)) for m in keep) - k
+    for f, m in zip(reversed(flat), reversed(keep)):  # ties at v: drop the highest-index ones
+        if extra <= 0:
+            break
+        tied = torch.nonzero(f == v).flatten()
+        drop = min(extra, tied.numel())
+        m[tied[tied.numel() - drop :]] = False
+        extra -= drop
+    return [m.view(p.shape) for m, p in zip(keep, parts)]
 
 
 def topk_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
