@@ -152,7 +152,7 @@ class TopKSelector:
             keep = first.a >= x  # exact: v is one of the values
             kept = int(np.count_nonzero(keep)) + sum(p.count_at_least(x) for p in views[1:])
         else:
-            w = max(2 * abs(v - guess), 0.25 * last[1], 1e-7 * abs(v) + 1e-30)
+            w = max(4 * abs(v - guess), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)  # wide is cheap, a miss is not
             keep = first.at_least(v)  # from the band search's passes, without another one over the scores
             kept = sum(p.band_count_at_least(first.a.dtype.type(v)) for p in views)  # likewise
         self.state[key] = (v, w, 0.0 if last is None else v - last[0])
