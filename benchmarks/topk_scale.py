@@ -62,6 +62,13 @@ def batch(model: str, size: int, device: torch.device) -> tuple[torch.Tensor, to
             torch.randint(0, 10, (size,), generator=g).to(device))
 
 
+MISSES: list[str] = []  # printed after the table
+
+
+def net_label(net: MaskedNet) -> str:
+    return f"{type(net.module).__name__} {masked_count(net) / 1e6:.1f}M"
+
+
 def masked_count(net: MaskedNet) -> int:
     return sum(net.weights[n].numel() for n in net.names)
 
@@ -80,7 +87,7 @@ def sync(device: torch.device) -> None:
 
 
 def bench_method(net: MaskedNet, method: str, algorithms: list[str], x, y, repeats: int, block: int, settle: int,
-                 device: torch.device) -> dict[str, tuple[list[float], list[float], list[float]]]:
+                 pretrain: int, device: torch.device) -> dict[str, tuple[list[float], list[float], list[float]]]:
     """Per algorithm: the timed steps' mask times, the rest of each step, and the |S| part of the mask time."""
     trainer = make_trainer(net, method, x.shape[0])
     sel = trainer.selection
@@ -105,6 +112,8 @@ def bench_method(net: MaskedNet, method: str, algorithms: list[str], x, y, repea
         return out
 
     sel.select, sel.ranked = timed_select, timed_ranked
+    for _ in range(pretrain):  # past the first steps, where Adam moves every score by ~lr and the threshold jumps
+        trainer.step(x, y)
     for a in algorithms:  # warm-up: one step each (the band's first call is a full selection)
         sel.topk = selectors[a]
         trainer.step(x, y)
@@ -132,6 +141,10 @@ def bench_method(net: MaskedNet, method: str, algorithms: list[str], x, y, repea
                 out[a][0].append(mask_times[0])
                 out[a][1].append(total - mask_times[0])
                 out[a][2].append(sum(rank_times))
+    band = selectors.get("band")
+    if band is not None and band.searches:
+        MISSES.append(f"{net_label(net)} {method}: {band.misses} of {band.searches} band searches fell back to a "
+                      "full selection")
     return out
 
 
@@ -147,6 +160,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="interleaved rounds over the algorithms")
     ap.add_argument("--block", type=int, default=3, help="timed consecutive steps per algorithm and round")
     ap.add_argument("--settle", type=int, default=3, help="untimed steps before each block")
+    ap.add_argument("--pretrain", type=int, default=20, help="untimed training steps before anything is timed")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -155,7 +169,7 @@ def main() -> None:
     algorithms = args.algorithms or [a for a in SELECT_ALGORITHMS
                                      if device.type == "cpu" or a not in ("numpy", "band")]
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-          f"{args.repeats} rounds x ({args.settle} untimed + {args.block} timed) steps per algorithm, medians; synthetic data, sparsity 0.9",
+          f"{args.pretrain} untimed steps, then {args.repeats} rounds x ({args.settle} untimed + {args.block} timed) steps per algorithm, medians; synthetic data, sparsity 0.9",
           flush=True)
     rows = []
     header = (f"{'model':<11} {'weights':>8} {'batch':>5} {'method':<24} {'algorithm':<9} {'mask ms':>8} "
@@ -166,7 +180,8 @@ def main() -> None:
         bs = args.mlp_batch if model == "mlp" else args.conv_batch
         x, y = batch(model, bs, device)
         for method in args.methods:
-            times = bench_method(net, method, algorithms, x, y, args.repeats, args.block, args.settle, device)
+            times = bench_method(net, method, algorithms, x, y, args.repeats, args.block, args.settle,
+                                 args.pretrain, device)
             for a in algorithms:
                 mask, rest, absolute = (statistics.median(t) * 1e3 for t in times[a])
                 rows.append((model, method, a, mask, rest))
@@ -183,6 +198,7 @@ def main() -> None:
               f"{DEFAULT_KTH.get(device.type, 'sort')!r}" + ("" if best == DEFAULT_KTH.get(device.type) else
                                                             f": recommend changing it to {best!r}"))
     print(f"per-layer selection used by training on {device.type}: {chosen}")
+    print("\n".join(MISSES))
 
 
 if __name__ == "__main__":

@@ -124,6 +124,7 @@ class TopKSelector:
         # key -> (last threshold, band half-width, last change of the threshold)
         self.state: dict[str, tuple[float, float, float]] = {}
         self.sorted: dict[str, list[_Sorted]] = {}  # key -> frozen parts, sorted once
+        self.searches = self.misses = 0  # band searches, and those that fell back to a full selection
 
     def __call__(self, key: str, parts: Sequence[torch.Tensor], k: int, dtype: torch.dtype = torch.bool,
                  frozen: bool = False) -> torch.Tensor:
@@ -144,6 +145,8 @@ class TopKSelector:
         # centre the band on the linear extrapolation and size it by the extrapolation's error, not by the step.
         guess = None if last is None else last[0] + last[2]
         v = None if last is None else _band_kth(views, k, guess, last[1])
+        self.searches += last is not None
+        self.misses += last is not None and v is None
         if v is None:
             # a fresh concatenation (several parts) is ours to partition in place: one copy of the scores, not two
             v = _kth_numpy(_flat_values(parts), k, overwrite=len(parts) > 1)
