@@ -1,7 +1,7 @@
 """Per-step mask computation vs forward+backward+Adam at >= 10^7 masked weights, per top-k selection algorithm.
 
     python benchmarks/topk_scale.py                          # both models, every algorithm, on CUDA if present
-    python benchmarks/topk_scale.py --models mlp --repeats 3 --conv-batch 64
+    python benchmarks/topk_scale.py --models mlp --steps 10 --conv-batch 64
 
 Models: `wide-conv6` (conv6 with doubled conv widths 128-128-M-256-256-M-512-512-M and a 1024-1024 head,
 3x32x32 inputs, 10 classes: 14.0M masked weights) and `mlp` (3072-2048-2048-1024-10: 12.6M, the worst case for
@@ -11,9 +11,10 @@ auxiliary scores (weight decay 5e-4: |T| is recomputed and searched every step).
 at sparsity 0.9 (augmented density 0.1 of the 2x space).
 
 The mask time is the whole Selection.select call inside ScoreTrainer.step (|S|, the search, the float mask); the
-rest of the same step is forward + backward + Adam. Algorithms run in interleaved blocks of consecutive steps on
-one trainer per method (so the warm band search sees the previous step's threshold, except at a block's start,
-which is timed too); medians over all timed steps. Before timing, every algorithm's masks are checked equal.
+rest of the same step is forward + backward + Adam. After 20 pretraining steps, one trainer per algorithm starts
+from the same state and the trainers take steps in turn (so load on a shared machine hits all alike, while the
+warm band search sees consecutive steps as in a real run); medians over the timed steps. Every algorithm's masks
+are checked equal before timing.
 """
 
 from __future__ import annotations
@@ -86,13 +87,53 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bench_method(net: MaskedNet, method: str, algorithms: list[str], x, y, repeats: int, block: int, settle: int,
-                 pretrain: int, device: torch.device) -> dict[str, tuple[list[float], list[float], list[float]]]:
-    """Per algorithm: the timed steps' mask times, the rest of each step, and the |S| part of the mask time."""
-    trainer = make_trainer(net, method, x.shape[0])
-    sel = trainer.selection
-    selectors = {a: TopKSelector(a) for a in algorithms}
-    select, mask_times = sel.select, []
+def bench_method(net: MaskedNet, method: str, algorithms: list[str], x, y, steps: int, warm: int, pretrain: int,
+                 device: torch.device) -> dict[str, tuple[list[float], list[float], list[float]]]:
+    """Per algorithm: the timed steps' mask times, the rest of each step, and the |S| part of the mask time.
+
+    One trainer per algorithm, all started from the same pretrained state, stepped in turn: the steps interleave
+    (shared-machine noise hits every algorithm alike) while each trainer, and so the warm band search, sees
+    consecutive steps as in a real run. Equal masks keep the trainers on the same trajectory."""
+    first = make_trainer(net, method, x.shape[0])
+    for _ in range(pretrain):  # past the first steps, where Adam moves every score by ~lr and the threshold jumps
+        first.step(x, y)
+    state = first.state_dict()
+    del first
+    trainers, times = {}, {}
+    for a in algorithms:
+        trainers[a] = make_trainer(net, method, x.shape[0])
+        trainers[a].load_state_dict(state)
+        trainers[a].selection.topk = TopKSelector(a)
+        times[a] = _time_selection(trainers[a].selection, device)
+    with torch.no_grad():  # the same bits from every algorithm, on the same scores
+        masks = {a: t.selection.select(t.scores, aux_fixed=not t.aux_trains) for a, t in trainers.items()}
+    for a in algorithms:
+        assert all(torch.equal(masks[a][n], masks[algorithms[0]][n]) for n in masks[a]), f"{a} differs"
+    out: dict[str, tuple[list[float], list[float], list[float]]] = {a: ([], [], []) for a in algorithms}
+    for i in range(warm + steps):
+        for a in algorithms:
+            mask_times, rank_times = times[a]
+            mask_times.clear()
+            rank_times.clear()
+            sync(device)
+            t0 = time.perf_counter()
+            trainers[a].step(x, y)
+            sync(device)
+            total = time.perf_counter() - t0
+            if i >= warm:  # the warm-up steps let the band search learn the threshold's drift
+                out[a][0].append(mask_times[0])
+                out[a][1].append(total - mask_times[0])
+                out[a][2].append(sum(rank_times))
+    band = trainers["band"].selection.topk if "band" in trainers else None
+    if band is not None and band.searches:
+        MISSES.append(f"{net_label(net)} {method}: {band.misses} of {band.searches} band searches fell back to a "
+                      "full selection")
+    return out
+
+
+def _time_selection(sel, device: torch.device) -> tuple[list[float], list[float]]:
+    """Wrap sel.select and sel.ranked (|S|, and |T| when it trains, inside select) to record their times."""
+    select, rank, mask_times, rank_times = sel.select, sel.ranked, [], []
 
     def timed_select(*args, **kwargs):
         sync(device)
@@ -102,9 +143,7 @@ def bench_method(net: MaskedNet, method: str, algorithms: list[str], x, y, repea
         mask_times.append(time.perf_counter() - t0)
         return out
 
-    rank, rank_times = sel.ranked, []
-
-    def timed_ranked(*args, **kwargs):  # |S| (and |T| when it trains), inside select
+    def timed_ranked(*args, **kwargs):
         t0 = time.perf_counter()
         out = rank(*args, **kwargs)
         sync(device)
@@ -112,40 +151,7 @@ def bench_method(net: MaskedNet, method: str, algorithms: list[str], x, y, repea
         return out
 
     sel.select, sel.ranked = timed_select, timed_ranked
-    for _ in range(pretrain):  # past the first steps, where Adam moves every score by ~lr and the threshold jumps
-        trainer.step(x, y)
-    for a in algorithms:  # warm-up: one step each (the band's first call is a full selection)
-        sel.topk = selectors[a]
-        trainer.step(x, y)
-    with torch.no_grad():  # the same bits from every algorithm, on the current scores
-        masks = {}
-        for a in algorithms:
-            sel.topk = selectors[a]
-            masks[a] = select(trainer.scores, aux_fixed=not trainer.aux_trains)
-        for a in algorithms:
-            assert all(torch.equal(masks[a][n], masks[algorithms[0]][n]) for n in masks[a]), f"{a} differs"
-    out: dict[str, tuple[list[float], list[float], list[float]]] = {a: ([], [], []) for a in algorithms}
-    for _ in range(repeats):
-        for a in algorithms:
-            sel.topk = selectors[a]
-            for _ in range(settle):  # untimed: the band search re-learns the threshold's drift after the gap
-                trainer.step(x, y)
-            for _ in range(block):
-                mask_times.clear()
-                rank_times.clear()
-                sync(device)
-                t0 = time.perf_counter()
-                trainer.step(x, y)
-                sync(device)
-                total = time.perf_counter() - t0
-                out[a][0].append(mask_times[0])
-                out[a][1].append(total - mask_times[0])
-                out[a][2].append(sum(rank_times))
-    band = selectors.get("band")
-    if band is not None and band.searches:
-        MISSES.append(f"{net_label(net)} {method}: {band.misses} of {band.searches} band searches fell back to a "
-                      "full selection")
-    return out
+    return mask_times, rank_times
 
 
 def main() -> None:
@@ -157,9 +163,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--mlp-batch", type=int, default=512, help="the paper's batch")
     ap.add_argument("--conv-batch", type=int, default=32, help="512 takes ~30 s a step on 2 CPU cores")
-    ap.add_argument("--repeats", type=int, default=2, help="interleaved rounds over the algorithms")
-    ap.add_argument("--block", type=int, default=3, help="timed consecutive steps per algorithm and round")
-    ap.add_argument("--settle", type=int, default=3, help="untimed steps before each block")
+    ap.add_argument("--steps", type=int, default=6, help="timed steps per algorithm (interleaved)")
+    ap.add_argument("--warm", type=int, default=2, help="untimed steps per algorithm before the timed ones")
     ap.add_argument("--pretrain", type=int, default=20, help="untimed training steps before anything is timed")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = ap.parse_args()
@@ -169,7 +174,7 @@ def main() -> None:
     algorithms = args.algorithms or [a for a in SELECT_ALGORITHMS
                                      if device.type == "cpu" or a not in ("numpy", "band")]
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-          f"{args.pretrain} untimed steps, then {args.repeats} rounds x ({args.settle} untimed + {args.block} timed) steps per algorithm, medians; synthetic data, sparsity 0.9",
+          f"{args.pretrain} pretraining steps, then per algorithm {args.warm} untimed + {args.steps} timed steps, interleaved; medians; synthetic data, sparsity 0.9",
           flush=True)
     rows = []
     header = (f"{'model':<11} {'weights':>8} {'batch':>5} {'method':<24} {'algorithm':<9} {'mask ms':>8} "
@@ -180,8 +185,7 @@ def main() -> None:
         bs = args.mlp_batch if model == "mlp" else args.conv_batch
         x, y = batch(model, bs, device)
         for method in args.methods:
-            times = bench_method(net, method, algorithms, x, y, args.repeats, args.block, args.settle,
-                                 args.pretrain, device)
+            times = bench_method(net, method, algorithms, x, y, args.steps, args.warm, args.pretrain, device)
             for a in algorithms:
                 mask, rest, absolute = (statistics.median(t) * 1e3 for t in times[a])
                 rows.append((model, method, a, mask, rest))
