@@ -157,7 +157,11 @@ class TopKSelector:
         else:
             w = max(4 * abs(v - guess), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)  # wide is cheap, a miss is not
             keep = first.at_least(v)  # from the band search's passes, without another one over the scores
-            kept = sum(p.band_count_at_least(first.a.dtype.type(v)) for p in views)  # likewise
+            x = first.a.dtype.type(v)
+            kept = sum(p.band_count_at_least(x) for p in views)  # likewise
+            if kept != k:  # ties at v: the first part's come first in concatenated order, lowest index first
+                first.drop_ties(x, k - sum(p.band_count_above(x) for p in views))
+                kept = k
         self.state[key] = (v, w, 0.0 if last is None else v - last[0])
         if kept != k:
             return joint_topk_masks(parts, k)[0].to(dtype)  # ties at the threshold: rare, do it exactly
@@ -197,6 +201,14 @@ class _Live:
         """count_at_least(x) for an x inside the last band, from the band search's counts (no pass)."""
         return self.n_above + int(np.count_nonzero(self.band_values >= x))
 
+    def band_count_above(self, x) -> int:
+        return self.n_above + int(np.count_nonzero(self.band_values > x))
+
+    def drop_ties(self, x, quota: int) -> None:
+        """In the last at_least(x) mask, keep only the `quota` lowest-index entries equal to x."""
+        tied = self.band[self.band_values == x]  # ascending: the band's indices come from flatnonzero
+        self.ge_lo[tied[max(quota, 0):]] = False
+
 
 class _Sorted:
     """Values that never change: sorted once, then bisection."""
@@ -216,6 +228,9 @@ class _Sorted:
         return self.s.size - int(np.searchsorted(self.s, x, "left"))
 
     band_count_at_least = count_at_least  # bisection is cheap anyway
+
+    def band_count_above(self, x: float) -> int:
+        return self.s.size - int(np.searchsorted(self.s, x, "right"))
 
 
 def _band_kth(views: list, k: int, t: float, w: float) -> float | None:
