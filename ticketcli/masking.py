@@ -154,6 +154,10 @@ class TopKSelector:
             x = first.a.dtype.type(v)
             keep = first.a >= x  # exact: v is one of the values
             kept = int(np.count_nonzero(keep)) + sum(p.count_at_least(x) for p in views[1:])
+            if kept != k:  # ties at v, resolved as joint_topk_masks does without concatenating again
+                tied = np.flatnonzero(first.a == x)
+                keep[tied[max(k - sum(p.count_greater(x) for p in views), 0):]] = False
+                kept = k
         else:
             w = max(4 * abs(v - guess), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)  # wide is cheap, a miss is not
             keep = first.at_least(v)  # from the band search's passes, without another one over the scores
@@ -197,6 +201,9 @@ class _Live:
     def count_at_least(self, x) -> int:
         return int(np.count_nonzero(self.a >= x))
 
+    def count_greater(self, x) -> int:
+        return int(np.count_nonzero(self.a > x))
+
     def band_count_at_least(self, x) -> int:
         """count_at_least(x) for an x inside the last band, from the band search's counts (no pass)."""
         return self.n_above + int(np.count_nonzero(self.band_values >= x))
@@ -229,8 +236,10 @@ class _Sorted:
 
     band_count_at_least = count_at_least  # bisection is cheap anyway
 
-    def band_count_above(self, x: float) -> int:
+    def count_greater(self, x: float) -> int:
         return self.s.size - int(np.searchsorted(self.s, x, "right"))
+
+    band_count_above = count_greater
 
 
 def _band_kth(views: list, k: int, t: float, w: float) -> float | None:
@@ -246,9 +255,12 @@ def _band_kth(views: list, k: int, t: float, w: float) -> float | None:
     size = sum(b.size for b in band)
     if c_hi + size < k:
         return None
-    vals = band[0] if len(band) == 1 else np.concatenate(band)
     j = size - (k - c_hi)  # position of the (k - c_hi)-th largest in ascending order
-    return float(np.partition(vals, j)[j])
+    if len(band) == 1:
+        return float(np.partition(band[0], j)[j])  # a copy: the band's values are used again by at_least
+    vals = np.concatenate(band)  # ours: partition it in place (the band can hold millions of tied-up values)
+    vals.partition(j)
+    return float(vals[j])
 
 
 class _MaskedWeight(torch.autograd.Function):
