@@ -131,7 +131,11 @@ class TopKSelector:
         """The mask of the first part, as `dtype` (a float dtype saves torch's slow bool->float cast)."""
         n = sum(p.numel() for p in parts)
         full = None if self.algorithm == "band" else self.algorithm
-        if k <= 0 or k >= n or full is not None or any(p.device.type != "cpu" for p in parts):
+        # Several live parts (trainable auxiliary scores): measured slower than a full selection at 10^7
+        # weights (benchmarks/topk_scale.py): under weight decay the auxiliary scores collapse into a dense,
+        # tied cluster around the threshold, so the band holds millions of values. Full selection there.
+        live_aux = len(parts) > 1 and not frozen
+        if k <= 0 or k >= n or full is not None or live_aux or any(p.device.type != "cpu" for p in parts):
             return joint_topk_masks(parts, k, full)[0].to(dtype)
         first = _Live(parts[0].detach().reshape(-1).numpy())
         if frozen:
@@ -139,7 +143,7 @@ class TopKSelector:
                 self.sorted[key] = [_Sorted(p.detach().reshape(-1).numpy()) for p in parts[1:]]
             views = [first, *self.sorted[key]]
         else:
-            views = [first, *(_Live(p.detach().reshape(-1).numpy()) for p in parts[1:])]
+            views = [first]  # one part: several live ones took the full selection above
         last = self.state.get(key)
         # Scores trained by Adam drift steadily (every entry moves by ~lr a step), so the threshold does too:
         # centre the band on the linear extrapolation and size it by the extrapolation's error, not by the step.
