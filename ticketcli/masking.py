@@ -111,8 +111,9 @@ class TopKSelector:
     On the CPU it first looks for the k-th largest value in a narrow band around the previous step's
     threshold (a few vectorised passes instead of a full selection), falling back to a full selection when the
     band misses. Parts declared `frozen` (the same values on every call for this key, e.g. auxiliary scores
-    that never train) are sorted once and searched by bisection. The result is always exactly
-    joint_topk_masks(parts, k)[0]: only the search is cheaper.
+    that never train) are sorted once and searched by bisection; several parts that change (trainable auxiliary
+    scores) get a full selection. The result is always exactly joint_topk_masks(parts, k)[0]: only the search
+    is cheaper.
     """
 
     def __init__(self, algorithm: str = "band"):
