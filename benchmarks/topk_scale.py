@@ -174,8 +174,8 @@ def main() -> None:
     algorithms = args.algorithms or [a for a in SELECT_ALGORITHMS
                                      if device.type == "cpu" or a not in ("numpy", "band")]
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-          f"{args.pretrain} pretraining steps, then per algorithm {args.warm} untimed + {args.steps} timed steps, interleaved; medians; synthetic data, sparsity 0.9",
-          flush=True)
+          f"{args.pretrain} pretraining steps, then per algorithm {args.warm} untimed + {args.steps} timed steps, "
+          "interleaved; medians; synthetic data, sparsity 0.9", flush=True)
     rows = []
     header = (f"{'model':<11} {'weights':>8} {'batch':>5} {'method':<24} {'algorithm':<9} {'mask ms':>8} "
               f"{'of it |S|':>9} {'fwd+bwd+opt ms':>14} {'mask %':>7}")
@@ -189,13 +189,14 @@ def main() -> None:
             for a in algorithms:
                 mask, rest, absolute = (statistics.median(t) * 1e3 for t in times[a])
                 rows.append((model, method, a, mask, rest))
-                print(f"{model:<11} {masked_count(net) / 1e6:7.1f}M {bs:>5} {method:<24} {a:<9} {mask:8.1f} {absolute:9.1f} "
-                      f"{rest:14.1f} {100 * mask / (mask + rest):6.1f}%", flush=True)
-    chosen = "band" if device.type == "cpu" else DEFAULT_KTH.get(device.type, "sort")
+                print(f"{model:<11} {masked_count(net) / 1e6:7.1f}M {bs:>5} {method:<24} {a:<9} {mask:8.1f} "
+                      f"{absolute:9.1f} {rest:14.1f} {100 * mask / (mask + rest):6.1f}%", flush=True)
+    chosen = ("band (numpy with trainable auxiliary scores)" if device.type == "cpu"
+              else DEFAULT_KTH.get(device.type, "sort"))
     full = [a for a in algorithms if a in KTH_ALGORITHMS]
     if full:
-        wins = {a: sum(1 for r in rows if r[2] == a and r[3] == min(s[3] for s in rows if s[:2] == r[:2] and s[2] in full))
-                for a in full}
+        fastest = {r[:2]: min(s[3] for s in rows if s[:2] == r[:2] and s[2] in full) for r in rows}
+        wins = {a: sum(1 for r in rows if r[2] == a and r[3] == fastest[r[:2]]) for a in full}
         best = max(wins, key=wins.get)
         print(f"fastest full selection on {device.type}: {best} (fastest in {wins[best]} of "
               f"{len(rows) // len(algorithms)} cases); DEFAULT_KTH[{device.type!r}] = "
