@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ticketcli.masking import (TopKSelector, joint_topk_masks, keep_count, masked_weight,
-                               topk_mask)
+from ticketcli.masking import (KTH_ALGORITHMS, SELECT_ALGORITHMS, TopKSelector, default_algorithm,
+                               joint_topk_masks, keep_count, kth_largest, masked_weight, topk_mask)
 
 
 def reference_topk(values: np.ndarray, k: int) -> np.ndarray:
@@ -110,3 +110,44 @@ def test_band_search_finds_the_kth_largest_or_declines(a, b, t, w, frozen, data)
         assert got == expected
     else:
         assert got is None or got == expected
+
+
+small_parts = st.lists(st.lists(st.integers(-3, 3), min_size=1, max_size=30), min_size=1, max_size=4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_parts, st.data())
+def test_every_selection_algorithm_gives_the_same_bits(parts, data):
+    """sort, topk, kthvalue, numpy and the warm band search: exact counts, ties to the lowest concatenated index,
+    over several parts with heavy ties (the bits tickets and checkpoints rely on)."""
+    tensors = [torch.tensor(p, dtype=torch.float32) for p in parts]
+    flat = np.concatenate([np.array(p, np.float32) for p in parts])
+    k = data.draw(st.integers(0, flat.size))
+    expected = reference_topk(flat, k)
+    first = expected[: len(parts[0])]
+    for algorithm in KTH_ALGORITHMS:
+        got = joint_topk_masks(tensors, k, algorithm)
+        np.testing.assert_array_equal(torch.cat(got).numpy(), expected, err_msg=algorithm)
+        if k:
+            assert kth_largest(torch.from_numpy(flat), k, algorithm) == np.sort(flat)[::-1][k - 1]
+    # the selector, cold then warm (the second call searches a band around the first call's threshold), each
+    # algorithm, auxiliary parts live or frozen (sorted once); a shift of the first part moves the threshold
+    shift = data.draw(st.integers(-1, 1))
+    moved = [tensors[0] + shift, *tensors[1:]]
+    moved_expected = reference_topk(np.concatenate([flat[: len(parts[0])] + shift, flat[len(parts[0]):]]), k)
+    for algorithm in SELECT_ALGORITHMS:
+        for frozen in (False, True):
+            sel = TopKSelector(algorithm)
+            np.testing.assert_array_equal(sel("p", tensors, k, frozen=frozen).numpy(), first, err_msg=algorithm)
+            got = sel("p", moved, k, torch.float32, frozen=frozen)
+            np.testing.assert_array_equal(got.numpy(), moved_expected[: len(parts[0])].astype(np.float32),
+                                          err_msg=f"{algorithm} warm")
+
+
+def test_selection_algorithm_choices():
+    assert default_algorithm("cpu") == "numpy" and default_algorithm("cuda:1") == "topk"
+    assert default_algorithm("meta") == "sort"  # unknown device types: torch.sort, implemented everywhere
+    with pytest.raises(ValueError, match="unknown selection algorithm"):
+        TopKSelector("quick")
+    with pytest.raises(ValueError, match="CPU only"):
+        kth_largest(torch.zeros(3, device="meta"), 1, "numpy")
