@@ -32,6 +32,8 @@ DIGITS = ["--dataset", "digits", "--model", "mlp:64-64-64-10", "--epochs", "8", 
 
 def run(cmd: list[str], cwd: Path, *, parallel: bool) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if Path("/sys/class/net/lo").exists():  # gloo on loopback: no dependence on how the hostname resolves
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(k, None)
     head = TORCHRUN if parallel else [sys.executable]
