@@ -206,6 +206,11 @@ def trained_metrics(net: MaskedNet, method, masks: dict, splits: Splits) -> dict
             "note": "trained weights under the final mask, for information; the ticket is the rewound mask"}
 
 
+def methods_with(capability: str) -> str:
+    """The methods whose class sets this flag (data_parallel, resumable), for a refusal's hint."""
+    return ", ".join(n for n in METHODS.names() if getattr(METHODS.get(n), capability, False))
+
+
 def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
                    progress: Progress | None = None, checkpoint_every: int | None = None,
                    resume: bool = False) -> dict:
@@ -218,13 +223,11 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     world = distributed.world()
     method = METHODS.get(spec.method.name)()
     if world.active and not getattr(method, "data_parallel", False):
-        parallel = [n for n in METHODS.names() if getattr(METHODS.get(n), "data_parallel", False)]
         raise UsageError(f"method {spec.method.name!r} does not run data-parallel under torchrun",
-                         hint=f"run it as a single process; under torchrun use: {', '.join(parallel)}")
+                         hint=f"run it as a single process; under torchrun use: {methods_with('data_parallel')}")
     if (checkpoint_every is not None or resume) and not getattr(method, "resumable", False):
-        resumable = [n for n in METHODS.names() if getattr(METHODS.get(n), "resumable", False)]
         raise UsageError(f"--checkpoint-every and --resume do not apply to method {spec.method.name!r}",
-                         hint=f"they apply to: {', '.join(resumable)}")
+                         hint=f"they apply to: {methods_with('resumable')}")
     net, weights, checkpoint = build_net(spec.model, spec.init, spec.weights)
     splits = load_splits(spec.data)
     check_input_shape(spec.model, splits, net)
