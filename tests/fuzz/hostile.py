@@ -1,0 +1,115 @@
+"""The one check every hostile-input case ends with: the documented exit code, exactly one `error:` line on stderr,
+no traceback, bounded peak memory, no marker file (no code ran) and no leftover or clobbered file.
+
+Cases run in-process through Typer's CliRunner where they can (fast; peak memory by tracemalloc) and as a real
+`python -m ticketcli` child where the process itself matters (signals, closed pipes, imports at start-up; peak
+memory as the child's own maximum resident set, from wait4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[2]
+IN_PROCESS_PEAK = 64 << 20  # Python-level allocations of one rejected input; a declared size would blow past this
+CHILD_PEAK = 1536 << 20  # resident peak of a whole child (python + torch is ~0.4-0.6 GiB before any work)
+
+
+@dataclass
+class Run:
+    exit_code: int
+    stdout: str
+    stderr: str
+    seconds: float
+    peak_bytes: int  # tracemalloc peak (in-process) or the child's max RSS (subprocess)
+    child: bool = False
+    exception: BaseException | None = field(default=None, repr=False)
+
+
+def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Run:
+    """`ticket ARGS` in this process, with its Python allocations traced."""
+    from ticketcli.cli import app
+
+    runner = CliRunner()
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        result = runner.invoke(app, list(args), env=env, input=input)
+    finally:
+        seconds = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    exc = result.exception if not isinstance(result.exception, SystemExit) else None
+    return Run(result.exit_code, result.stdout, result.stderr, seconds, peak, exception=exc)
+
+
+def child(*args: str, env: dict[str, str] | None = None, cwd: str | Path | None = None, timeout: float = 120,
+          stdin: int | None = subprocess.DEVNULL, signal_after: tuple[float, int] | None = None) -> Run:
+    """`python -m ticketcli ARGS` as a child process; `signal_after=(seconds, signum)` sends it a signal."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                **(env or {})}
+    if "TICKET_DEBUG" not in (env or {}):
+        full_env.pop("TICKET_DEBUG", None)  # a developer's shell must not change what the case sees
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        p = subprocess.Popen([sys.executable, "-m", "ticketcli", *args], stdout=out, stderr=err, stdin=stdin,
+                             env=full_env, cwd=cwd)
+        sent = False
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            elapsed = time.perf_counter() - t0
+            if signal_after is not None and not sent and elapsed >= signal_after[0]:
+                os.kill(p.pid, signal_after[1])
+                sent = True
+            if elapsed > timeout:
+                p.kill()
+                _, status, usage = os.wait4(p.pid, 0)
+                raise AssertionError(f"ticket {' '.join(args)} did not end within {timeout} s")
+            time.sleep(0.005)
+        p.returncode = code = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        return Run(code, out.read().decode(errors="replace"), err.read().decode(errors="replace"), seconds,
+                   usage.ru_maxrss * 1024, child=True)
+
+
+def snapshot(*paths: Path) -> dict[Path, str | None]:
+    """Content digests of files (None: absent), to prove afterwards that nothing was clobbered."""
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None for p in paths}
+
+
+def assert_clean(run: Run, code: int = 2, *, contains: str | None = None, markers: tuple[Path, ...] = (),
+                 unchanged: dict[Path, str | None] | None = None, folder: Path | None = None,
+                 peak: int | None = None) -> None:
+    """The documented exit code, one `error:` line (and nothing else on stderr), no traceback, no marker file,
+    nothing clobbered, no temp file left in `folder`, memory under the bound."""
+    if run.exception is not None:
+        raise run.exception  # a crash inside the CliRunner: show its traceback
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert run.exit_code == code, (run.exit_code, run.stderr[-2000:])
+    assert "Traceback" not in run.stderr + run.stdout, run.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error:"), run.stderr[-2000:]
+    if contains is not None:
+        assert contains in lines[0], lines[0]
+    for m in markers:
+        assert not m.exists(), f"marker {m} exists: code ran"
+    if unchanged is not None:
+        assert snapshot(*unchanged) == unchanged, "a file was created, changed or removed"
+    if folder is not None:
+        leftovers = [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+        assert not leftovers, leftovers
+    limit = peak if peak is not None else (CHILD_PEAK if run.child else IN_PROCESS_PEAK)
+    assert run.peak_bytes < limit, (run.peak_bytes, limit)
