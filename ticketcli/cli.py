@@ -46,13 +46,14 @@ class OneLineErrors(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        streams = exits.std_streams()
         try:
             # commands set their own handlers (naming the epoch, the files written); this one covers the rest
             with stop_on_signals(outputs=None, unit=None):
                 rv = super().main(args, prog_name, complete_var, False, **extra)
             code = rv if isinstance(rv, int) else 0
         except BaseException as e:  # the last resort: whatever escaped becomes an exit code here and only here
-            code = exits.exit_code(e, debug=os.environ.get("TICKET_DEBUG", "") not in ("", "0"))
+            code = exits.exit_code(e, debug=os.environ.get("TICKET_DEBUG", "") not in ("", "0"), streams=streams)
         sys.exit(code)
 
 

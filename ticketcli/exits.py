@@ -33,10 +33,13 @@ def report_error(e: TicketCliError) -> int:
     return e.exit_code
 
 
-def exit_code(e: BaseException, *, debug: bool = False) -> int:
-    """The exit code for whatever ended the run, after printing its one line (none for a closed output)."""
-    if closed_output(e):
+def exit_code(e: BaseException, *, debug: bool = False, streams: tuple | None = None) -> int:
+    """The exit code for whatever ended the run, after printing its one line (none for a closed output).
+    `streams`: std_streams() from before the run, to tell our own closed pipe from any other."""
+    if closed_output(e, streams):
         return quiet_exit()
+    if isinstance(e, SystemExit) and _is_epipe(e.__context__):  # Typer's exit for a pipe that was not ours
+        e = e.__context__
     if isinstance(e, click.exceptions.NoArgsIsHelpError):
         if e.format_message():  # Typer's Rich help prints itself while the error is built; plain click's does not
             sys.stdout.write(e.format_message() + "\n")
@@ -69,19 +72,36 @@ def internal_error(e: BaseException, *, debug: bool) -> int:
     return EX_SOFTWARE
 
 
-def closed_output(e: BaseException) -> bool:
-    """Did the run end because the reader of stdout or stderr went away?
+def std_streams() -> tuple:
+    """What fds 1 and 2 are (device, inode): Rich points a broken stdout at /dev/null before it exits."""
+    ids = []
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+            ids.append((st.st_dev, st.st_ino))
+        except OSError:
+            ids.append(None)
+    return tuple(ids)
 
-    Rich and Typer catch the BrokenPipeError of their own writes and raise SystemExit(1) instead (the pipe error
-    stays in the chain); a bare one is checked against our own streams, so that a broken pipe to some worker is
-    not mistaken for the user's `| head`."""
+
+def closed_output(e: BaseException, streams: tuple | None = None) -> bool:
+    """Did the run end because the reader of our stdout or stderr went away?
+
+    A broken pipe (EPIPE) must be in the exception's chain (Rich and Typer turn it into SystemExit(1)), and it
+    must be ours: fd 1 or 2 polls as a pipe without a reader, or Rich has already swapped fd 1 for /dev/null
+    (`streams` changed). A broken pipe to some worker is a bug, not the user's `| head`."""
     chain, seen = [], set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         chain.append(e)
         e = e.__cause__ or e.__context__
-    broken = any(isinstance(x, OSError) and x.errno == errno.EPIPE for x in chain)
-    return broken and (isinstance(chain[0], SystemExit) or _std_stream_closed())
+    if not any(_is_epipe(x) for x in chain):
+        return False
+    return _std_stream_closed() or (streams is not None and std_streams() != streams)
+
+
+def _is_epipe(e: BaseException | None) -> bool:
+    return isinstance(e, OSError) and e.errno == errno.EPIPE
 
 
 def _std_stream_closed() -> bool:

@@ -230,6 +230,8 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     checkpoint_every: save resumable state to `<out>.ckpt` every N epochs; resume: continue from it (when it
     exists). The checkpoint is removed once the ticket is written."""
     ticket_io.check_destination(out, overwrite=overwrite)  # fail before the work, not after
+    if checkpoint_every is not None:
+        ticket_io.check_destination(checkpoint_path(out), overwrite=True)  # replaced every N epochs
     device = resolve_device(spec.device)
     world = distributed.world()
     method = METHODS.get(spec.method.name)()
