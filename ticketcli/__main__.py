@@ -1,6 +1,6 @@
-"""`python -m ticketcli` runs the `ticket` command line."""
+"""`python -m ticketcli` runs the `ticket` command line (start-up signals handled first, see entry.py)."""
 
-from ticketcli.cli import main
+from ticketcli.entry import main
 
 if __name__ == "__main__":
     main()

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,45 @@ from ticketcli.errors import UsageError
 from ticketcli.ticket import write_atomic
 
 FORMAT = "ticket-checkpoint/1"
+
+
+RESAVE = "re-save it as a state dict of tensors (torch.save(model.state_dict(), f)) or as safetensors"
+
+
+def read_torch_file(path: str | Path, what: str, hint: str | None = None) -> Any:
+    """torch.load with weights_only=True (never arbitrary unpickling); every failure is one UsageError line.
+
+    torch's own refusal advises weights_only=False, i.e. running whatever code the file names: that advice is not
+    passed on."""
+    path = Path(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns on stderr about old pickle protocols
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        named = re.search(r"GLOBAL ([\w.]+)", str(e))
+        if named:
+            raise UsageError(f"{path} is a pickle that needs arbitrary code to load (it names {named[1]}); "
+                             f"ticket only reads tensors", hint=hint or RESAVE) from None
+        if _starts_like_pickle(path):
+            raise UsageError(f"{path} is a pickle that torch's safe loader cannot read; ticket only reads tensors",
+                             hint=hint or RESAVE) from None
+        raise UsageError(f"cannot read {what} {path}: not a PyTorch file", hint=hint) from None
+    except Exception as e:  # a torn or foreign file raises many types (RuntimeError, EOFError, KeyError, ...)
+        raise UsageError(f"cannot read {what} {path}: {first_sentence(e)}", hint=hint) from None
+
+
+def first_sentence(e: BaseException) -> str:
+    """The gist of a library's exception for a one-line message (torch's run on for a paragraph)."""
+    text = str(e).strip()
+    return text.splitlines()[0].split(". ")[0][:160] if text else type(e).__name__
+
+
+def _starts_like_pickle(path: Path) -> bool:
+    """The PROTO opcode (0x80) and a protocol number: a pickle rather than random bytes."""
+    with open(path, "rb") as f:
+        head = f.read(2)
+    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
 def checkpoint_path(out: str | Path) -> Path:
@@ -47,20 +91,31 @@ class Checkpointer:
         """The saved state (CPU tensors) if resuming and a checkpoint exists, checked to belong to this run."""
         if not self.resume or not self.path.is_file():
             return None
+        fresh = "delete it to start from scratch"
+        saved = read_torch_file(self.path, "checkpoint", hint=fresh)
         try:
-            saved = torch.load(self.path, map_location="cpu", weights_only=True)
-            identity = json.loads(saved["identity"]) if saved.get("format") == FORMAT else None
-        except Exception as e:  # a torn or foreign file raises many types
-            raise UsageError(f"cannot read checkpoint {self.path}: {str(e).splitlines()[0][:160] if str(e) else e!r}",
-                             hint="delete it to start from scratch") from None
-        if identity is None:
-            raise UsageError(f"{self.path} is not a ticket checkpoint", hint="delete it to start from scratch")
+            ok = saved.get("format") == FORMAT and isinstance(saved.get("state"), dict)
+            identity = json.loads(saved["identity"]) if ok else None
+        except (AttributeError, TypeError, KeyError, ValueError, RecursionError):  # not a dict, no identity, bad JSON
+            identity = None
+        if not isinstance(identity, dict):
+            raise UsageError(f"{self.path} is not a ticket checkpoint", hint=fresh)
         if identity != self.identity:
             changed = sorted(k for k in set(identity) | set(self.identity) if identity.get(k) != self.identity.get(k))
             detail = "; ".join(_diff(k, identity.get(k), self.identity.get(k)) for k in changed)
-            raise UsageError(f"{self.path} belongs to a different run ({detail})",
+            raise UsageError(f"{self.path} belongs to a different run ({detail[:300]})",
                              hint="resume with the original options, or delete the checkpoint to start over")
         return saved["state"]
+
+    @contextmanager
+    def resuming(self) -> Iterator[None]:
+        """Putting a restored state back (scores, Adam, generator, round): a state of the right run but the wrong
+        structure (torn, hand-made, another ticketcli's) is one line, not a traceback from deep in torch."""
+        try:
+            yield
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+            raise UsageError(f"{self.path} does not hold a state this run can resume ({type(e).__name__}: "
+                             f"{first_sentence(e)})", hint="delete it to start from scratch") from None
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -78,8 +133,8 @@ def describe(path: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)["state"]
-        at = f"epoch {state['epoch']}" + (f" of round {state['round']}" if "round" in state else "")
+        state = read_torch_file(path, "checkpoint")["state"]
+        at = f"epoch {int(state['epoch'])}" + (f" of round {int(state['round'])}" if "round" in state else "")
     except Exception:
         at = "an unreadable state"
     return f"checkpoint {path} holds {at}: rerun the same command with --resume to continue"

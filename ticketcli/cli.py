@@ -12,14 +12,13 @@ from typing import Annotated, Optional
 
 import typer
 from typer.core import TyperGroup
-from typer.core import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
 
 import ticketcli
-from ticketcli import distributed, report, runs, sweep, weak
+from ticketcli import distributed, exits, report, runs, sweep, weak
 from ticketcli.checkpoint import checkpoint_path
 from ticketcli.checkpoint import describe as describe_checkpoint
 from ticketcli.data import DATASETS
-from ticketcli.errors import GateFailed, Interrupted, TicketCliError, TicketFileError, UsageError
+from ticketcli.errors import GateFailed, TicketCliError, UsageError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.methods import METHODS
@@ -38,25 +37,24 @@ DatasetName = choices("DatasetName", DATASETS.names())
 SweepExecutor = choices("SweepExecutor", ["local", "ray"])
 
 class OneLineErrors(TyperGroup):
-    """Click's own usage errors (unknown option, a value outside the choices, not a number) as one 'error:' line
-    with exit code 2, like every other bad input, instead of Typer's multi-line box."""
+    """The edge of the program, where every run ends in exactly one exit code (exits.exit_code): Click's own usage
+    errors (unknown option, a value outside the choices, not a number) as one 'error:' line with exit code 2, like
+    every other bad input, instead of Typer's multi-line box; a closed stdout or stderr quietly (141); a signal
+    outside a command's own handling as one line (130/143); anything unexpected as one 'internal error:' line
+    with exit code 70 (the traceback with TICKET_DEBUG=1)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        streams = exits.std_streams()
         try:
-            rv = super().main(args, prog_name, complete_var, False, **extra)
-        except click.exceptions.NoArgsIsHelpError:
-            return super().main(args, prog_name, complete_var, True, **extra)  # prints the help as usual
-        except click.ClickException as e:
-            ctx = getattr(e, "ctx", None)
-            report.error(e.format_message().replace("Value error, ", ""),
-                         hint=f"see '{ctx.command_path} --help'" if ctx is not None else None)
-            sys.exit(e.exit_code)
-        except click.Abort:
-            report.error("aborted")
-            sys.exit(1)
-        sys.exit(rv if isinstance(rv, int) else 0)
+            # commands set their own handlers (naming the epoch, the files written); this one covers the rest
+            with stop_on_signals(outputs=None, unit=None):
+                rv = super().main(args, prog_name, complete_var, False, **extra)
+            code = rv if isinstance(rv, int) else 0
+        except BaseException as e:  # the last resort: whatever escaped becomes an exit code here and only here
+            code = exits.exit_code(e, debug=os.environ.get("TICKET_DEBUG", "") not in ("", "0"), streams=streams)
+        sys.exit(code)
 
 
 app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -65,18 +63,15 @@ app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, add_completion=False,
 
 @contextmanager
 def errors_to_exit_codes() -> Iterator[None]:
-    """The one place where errors become exit codes: 2 bad input, 1 failed gate or run, 130/143 interrupted by
-    SIGINT/SIGTERM (long commands turn those into errors.Interrupted with interrupts.stop_on_signals)."""
+    """A command's own errors as exit codes (exits.report_error): 2 bad input, 1 failed gate or run, 130/143
+    interrupted by SIGINT/SIGTERM (commands turn those into errors.Interrupted with interrupts.stop_on_signals).
+    Anything else goes on to OneLineErrors, the last resort."""
     try:
         yield
     except TicketCliError as e:
-        if not distributed.quiet_rank():
-            report.error(str(e), e.hint)
-        elif not isinstance(e, (UsageError, TicketFileError, Interrupted)):  # rank 0 reports those identically
-            report.error(f"(rank {distributed.from_environment().rank}) {e}", e.hint)
-        raise typer.Exit(e.exit_code) from None
+        raise typer.Exit(exits.report_error(e)) from None
     except KeyboardInterrupt:
-        report.error("interrupted; no output was written")
+        report.error("interrupted by SIGINT; no output was written")
         raise typer.Exit(130) from None
 
 
@@ -271,7 +266,7 @@ def evaluate(
     json_out: Json = False,
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
-    with errors_to_exit_codes():
+    with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         if min_accuracy is not None and not 0 <= min_accuracy <= 1:
             raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
         data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
@@ -292,9 +287,9 @@ def inspect(
     json_out: Json = False,
 ) -> None:
     """Print a ticket's metadata, per-layer density and file size (needs no data)."""
-    with errors_to_exit_codes():
+    with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         result = runs.inspect_ticket(ticket)
-    report.print_json(result) if json_out else report.inspect_table(result)
+        report.print_json(result) if json_out else report.inspect_table(result)
 
 
 @app.command("sweep-k")
@@ -562,10 +557,10 @@ def export(
     """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks."""
     from ticketcli.export import export_ticket
 
-    with errors_to_exit_codes():
+    with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
         result = export_ticket(ticket, fmt=format.value, out=out, weights=None if weights is None else str(weights),
                                overwrite=force)
-    report.print_json(result) if json_out else report.export_table(result)
+        report.print_json(result) if json_out else report.export_table(result)
 
 
 def main() -> None:

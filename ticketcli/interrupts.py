@@ -64,13 +64,14 @@ def _stamp(path: Path) -> tuple | None:
 
 
 @contextmanager
-def stop_on_signals(*, outputs: tuple[Path, ...] = (), note: Callable[[], str | None] | None = None,
-                    unit: str = "epoch") -> Iterator[Position]:
+def stop_on_signals(*, outputs: tuple[Path, ...] | None = (), note: Callable[[], str | None] | None = None,
+                    unit: str | None = "epoch") -> Iterator[Position]:
     """Turn SIGINT/SIGTERM (and KeyboardInterrupt) into errors.Interrupted naming the position reached, whether
     each output was written, and `note()` (e.g. where a checkpoint is). A second signal while stopping is ignored,
-    so the cleanup (unlinking temp files) always finishes."""
-    position = Position(unit)
-    before = {p: _stamp(p) for p in outputs}
+    so the cleanup (unlinking temp files) always finishes. `unit=None` names no position and `outputs=None` makes
+    no claim about files (the CLI's outermost guard, which knows neither)."""
+    position = Position(unit or "epoch")
+    before = {p: _stamp(p) for p in outputs or ()}
     caught: list[int] = []
 
     def handler(signum, frame):
@@ -79,15 +80,19 @@ def stop_on_signals(*, outputs: tuple[Path, ...] = (), note: Callable[[], str | 
         caught.append(signum)
         raise _Signal(signum)
 
-    main = threading.current_thread() is threading.main_thread()  # handlers can only be set there
-    previous = {s: signal.signal(s, handler) for s in SIGNALS} if main else {}
+    main = threading.current_thread() is threading.main_thread()
+    # handlers can only be set in the main thread; a signal the parent ignores (SIGINT of a background job) stays so
+    kept = [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN] if main else []
+    previous = {s: signal.signal(s, handler) for s in kept}
     try:
         yield position
     except (_Signal, KeyboardInterrupt) as e:
         signum = e.signum if isinstance(e, _Signal) else signal.SIGINT
-        written = [str(p) for p in outputs if _stamp(p) != before[p]]
-        parts = [f"interrupted by {signal.Signals(signum).name} {position.describe()}",
-                 f"wrote {', '.join(written)} completely before stopping" if written else "no output was written"]
+        parts = [f"interrupted by {signal.Signals(signum).name}" + (f" {position.describe()}" if unit else "")]
+        if outputs is not None:
+            written = [str(p) for p in outputs if _stamp(p) != before[p]]
+            parts.append(f"wrote {', '.join(written)} completely before stopping" if written
+                         else "no output was written")
         extra = note() if note is not None else None
         raise Interrupted("; ".join(parts + ([extra] if extra else [])), signum) from None
     finally:

@@ -11,7 +11,7 @@ import torch
 import ticketcli
 from ticketcli import distributed
 from ticketcli import ticket as ticket_io
-from ticketcli.checkpoint import Checkpointer, checkpoint_path
+from ticketcli.checkpoint import Checkpointer, checkpoint_path, read_torch_file
 from ticketcli.data import DATASETS, Splits, load_splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES, file_sha256, fingerprint, generator, init_weights
@@ -65,16 +65,16 @@ def load_checkpoint(path: str, module: torch.nn.Module) -> dict[str, torch.Tenso
     """Weights from a safetensors or PyTorch state-dict file (weights_only: never arbitrary unpickling)."""
     p = Path(path)
     if not p.is_file():
-        raise UsageError(f"weights file not found: {path}")
-    try:
-        if p.suffix == ".safetensors":
-            from safetensors.torch import load_file
+        raise UsageError(f"weights file not found: {path}" if not p.exists() else f"{path} is not a regular file")
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
 
+        try:
             state = load_file(str(p))
-        else:
-            state = torch.load(str(p), map_location="cpu", weights_only=True)
-    except Exception as e:  # corrupt files raise many types
-        raise UsageError(f"cannot read weights from {path}: {str(e).splitlines()[0][:200]}") from None
+        except Exception as e:  # corrupt files raise many types
+            raise UsageError(f"cannot read weights from {path}: {str(e).splitlines()[0][:200]}") from None
+    else:
+        state = read_torch_file(p, "weights from")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UsageError(f"{path} is not a state dict of tensors")
     expected = {n: tuple(q.shape) for n, q in module.named_parameters()}
@@ -87,11 +87,22 @@ def load_checkpoint(path: str, module: torch.nn.Module) -> dict[str, torch.Tenso
         detail = "; ".join(f"{k}: {', '.join(v)}" for k, v in
                            (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong)) if v)
         raise UsageError(f"{path} does not fit the model ({detail})")
+    check_finite(path, {n: state[n] for n in state if n in expected or n in buffers})
     with torch.no_grad():
         for n, b in buffers.items():
             if n in state:
                 b.copy_(state[n])
     return {n: state[n].detach().to(torch.float32).contiguous() for n in expected}
+
+
+def check_finite(path: str, tensors: dict[str, torch.Tensor]) -> None:
+    """Frozen weights with NaN or Inf are refused before any method runs: every method would otherwise fail its own
+    way (a non-finite loss blamed on --lr, or a silently meaningless mask)."""
+    for name, t in tensors.items():
+        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise UsageError(f"{path}: {name} has {bad} non-finite value{'s' * (bad != 1)} (NaN or Inf) of "
+                             f"{t.numel()}; frozen weights must be finite", hint="fix or re-export the checkpoint")
 
 
 def build_net(model: ModelSpec, init: InitSpec, weights_path: str | None) -> tuple[MaskedNet, dict, dict | None]:
@@ -219,6 +230,8 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     checkpoint_every: save resumable state to `<out>.ckpt` every N epochs; resume: continue from it (when it
     exists). The checkpoint is removed once the ticket is written."""
     ticket_io.check_destination(out, overwrite=overwrite)  # fail before the work, not after
+    if checkpoint_every is not None:
+        ticket_io.check_destination(checkpoint_path(out), overwrite=True)  # replaced every N epochs
     device = resolve_device(spec.device)
     world = distributed.world()
     method = METHODS.get(spec.method.name)()

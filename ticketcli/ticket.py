@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 import tempfile
 from dataclasses import dataclass, field
@@ -81,14 +82,33 @@ class Ticket:
 
 
 def check_destination(path: str | Path, *, overwrite: bool = False) -> None:
-    """Refuse a path a ticket cannot be written to (callers check before long work, save() checks again)."""
+    """Refuse a path a ticket cannot be written to (callers check before long work, write_atomic checks again).
+
+    Only regular files are ever replaced, and only with `overwrite` (--force): a FIFO, a device (/dev/null), a
+    socket or a directory is refused even then, also behind a symlink. A symlink to a regular file is replaced
+    by the new file (the link, not its target: the rename never writes through it)."""
     path = Path(path)
     if not path.parent.is_dir():
         raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
-    if path.is_dir():
+    try:
+        mode = path.stat().st_mode  # follows a symlink: what a write to this name would reach
+    except FileNotFoundError:
+        mode = None  # absent, or a dangling symlink
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    if mode is not None and stat.S_ISDIR(mode):
         raise UsageError(f"cannot write {path}: it is a directory")
-    if path.exists() and not overwrite:
+    if mode is not None and not stat.S_ISREG(mode):
+        raise UsageError(f"cannot write {path}: it is {_file_kind(mode)}, not a regular file (even --force only "
+                         "replaces regular files)", hint="choose another path")
+    if os.path.lexists(path) and not overwrite:
         raise UsageError(f"{path} already exists", hint="pass --force to overwrite it")
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def save(ticket: Ticket, path: str | Path, *, overwrite: bool = False) -> int:

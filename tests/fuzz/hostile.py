@@ -53,17 +53,32 @@ def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None)
     return Run(result.exit_code, result.stdout, result.stderr, seconds, peak, exception=exc)
 
 
+def _closed_pipe() -> int:
+    """The writing end of a pipe whose reader is already gone: every write to it fails with EPIPE."""
+    r, w = os.pipe()
+    os.close(r)
+    return w
+
+
 def child(*args: str, env: dict[str, str] | None = None, cwd: str | Path | None = None, timeout: float = 120,
-          stdin: int | None = subprocess.DEVNULL, signal_after: tuple[float, int] | None = None) -> Run:
-    """`python -m ticketcli ARGS` as a child process; `signal_after=(seconds, signum)` sends it a signal."""
+          stdin: int | None = subprocess.DEVNULL, signal_after: tuple[float, int] | None = None,
+          closed_stdout: bool = False, closed_stderr: bool = False) -> Run:
+    """`python -m ticketcli ARGS` as a child process; `signal_after=(seconds, signum)` sends it a signal;
+    `closed_stdout`/`closed_stderr` give it a pipe whose reader has gone (`| head -1` after the first line)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                 **(env or {})}
     if "TICKET_DEBUG" not in (env or {}):
         full_env.pop("TICKET_DEBUG", None)  # a developer's shell must not change what the case sees
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        p = subprocess.Popen([sys.executable, "-m", "ticketcli", *args], stdout=out, stderr=err, stdin=stdin,
-                             env=full_env, cwd=cwd)
+        pipes = {"stdout": _closed_pipe() if closed_stdout else out, "stderr": _closed_pipe() if closed_stderr else err}
+        try:
+            p = subprocess.Popen([sys.executable, "-m", "ticketcli", *args], stdin=stdin, env=full_env, cwd=cwd,
+                                 **pipes)
+        finally:
+            for end in pipes.values():
+                if isinstance(end, int):
+                    os.close(end)
         sent = False
         while True:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
@@ -93,15 +108,19 @@ def snapshot(*paths: Path) -> dict[Path, str | None]:
 
 def assert_clean(run: Run, code: int = 2, *, contains: str | None = None, markers: tuple[Path, ...] = (),
                  unchanged: dict[Path, str | None] | None = None, folder: Path | None = None,
-                 peak: int | None = None) -> None:
+                 peak: int | None = None, prefix: str | None = "error:") -> None:
     """The documented exit code, one `error:` line (and nothing else on stderr), no traceback, no marker file,
-    nothing clobbered, no temp file left in `folder`, memory under the bound."""
+    nothing clobbered, no temp file left in `folder`, memory under the bound. `prefix` is what the one line
+    starts with (`internal error:` for exit 70); `prefix=None` asserts that stderr stays empty (a closed pipe)."""
     if run.exception is not None:
         raise run.exception  # a crash inside the CliRunner: show its traceback
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert run.exit_code == code, (run.exit_code, run.stderr[-2000:])
     assert "Traceback" not in run.stderr + run.stdout, run.stderr[-2000:]
-    assert len(lines) == 1 and lines[0].startswith("error:"), run.stderr[-2000:]
+    if prefix is None:
+        assert not lines, run.stderr[-2000:]
+    else:
+        assert len(lines) == 1 and lines[0].startswith(prefix), run.stderr[-2000:]
     if contains is not None:
         assert contains in lines[0], lines[0]
     for m in markers:

@@ -10,6 +10,7 @@ T is kept out of the autograd graph instead of being fed zeros.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 from torch import nn
@@ -170,6 +171,8 @@ class ScoreTrainer:
         with torch.no_grad():
             for n, parts in self.scores.items():
                 for s, saved in zip(parts, state["scores"][n], strict=True):
+                    if not isinstance(saved, torch.Tensor) or saved.shape != s.shape:  # copy_ would broadcast
+                        raise ValueError(f"saved scores of {n} do not have the shape {tuple(s.shape)}")
                     s.copy_(saved)
         self.opt.load_state_dict(state["optimizer"])
 
@@ -232,9 +235,12 @@ def resume(state: dict | None, trainer: ScoreTrainer, generator: torch.Generator
     """Put a checkpointed trainer and generator back; returns the epochs already done (0 without a state)."""
     if state is None:
         return 0
+    epoch = state["epoch"]
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        raise ValueError(f"epoch {str(epoch)[:20]!r} is not a count of epochs")
     trainer.load_state_dict(state["trainer"])
     generator.set_state(state["generator"])
-    return state["epoch"]
+    return epoch
 
 
 def augmented_density(spec: MethodSpec) -> float:
@@ -272,7 +278,11 @@ class ScoreMethod:
                 checkpoint: Checkpointer | None = None) -> dict[str, torch.Tensor]:
         selection = self.selection(net, spec)
         trainer = ScoreTrainer(net, selection, spec, init_scores(net, selection.parts, generator))
-        start = resume(checkpoint.restore() if checkpoint is not None else None, trainer, generator)
+        start = 0
+        if checkpoint is not None:
+            state = checkpoint.restore()
+            with checkpoint.resuming():
+                start = resume(state, trainer, generator)
         train_scores(trainer, data, spec, generator, progress, checkpoint=checkpoint, start_epoch=start)
         masks = trainer.masks()
         if self.augmented:
@@ -332,8 +342,11 @@ class Iterated(ScoreMethod):
         state = checkpoint.restore() if checkpoint is not None else None
         first = 1
         if state is not None:  # resume inside round state["round"], from the cumulative mask before it
-            first, rounds = state["round"], state["rounds"]
-            self.round_masks = [{n: m.to(device) for n, m in r.items()} for r in state["round_masks"]]
+            with checkpoint.resuming():
+                first, rounds = int(state["round"]), list(state["rounds"])
+                self.round_masks = [{n: r[n].to(device, torch.bool) for n in net.names} for r in state["round_masks"]]
+                if any(r[n].shape != cumulative[n].shape for r in self.round_masks for n in net.names):
+                    raise ValueError("a saved round mask does not fit the model")
             cumulative = self.round_masks[-1] if self.round_masks else cumulative
         for r in range(first, spec.max_rounds + 1):
             current = sum(int(m.sum()) for m in cumulative.values()) / total
@@ -341,7 +354,8 @@ class Iterated(ScoreMethod):
             selection = Selection(net, spec, parts=self.parts(spec), densities=dict.fromkeys(net.names, d),
                                   active=cumulative)
             trainer = ScoreTrainer(net, selection, spec, init_scores(net, selection.parts, generator))
-            start = resume(state if r == first else None, trainer, generator)
+            with checkpoint.resuming() if checkpoint is not None else nullcontext():
+                start = resume(state if r == first else None, trainer, generator)
             context = {"round": r, "rounds": rounds,
                        "round_masks": [{n: m.cpu() for n, m in c.items()} for c in self.round_masks]}
             train_scores(trainer, data, spec, generator, progress, extra={"round": r, "rounds": spec.max_rounds},

@@ -1,0 +1,104 @@
+"""SIGINT and SIGTERM end every command with one line and exit 130/143, never a traceback or a silent kill: during
+start-up (while torch is importing, before the CLI exists), inside `inspect`, `evaluate` and `export` (like the
+long commands), while results are printed, and in the middle of writing --out, which then leaves neither a temp
+file nor a half-written or clobbered --out."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from harness import write_seed_ticket
+from hostile import assert_clean, child, cli, snapshot
+from ticketcli import export as export_core
+from ticketcli import report, runs
+
+SIGNALS = [signal.SIGINT, signal.SIGTERM]
+
+
+@pytest.fixture(scope="module")
+def ticket(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("seed") / "t.safetensors"
+    write_seed_ticket(path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def signals_must_not_reach_pytest():
+    """Signals sent to this process must be caught by ticket's handlers; if none is set, fail instead of dying."""
+    def unhandled(signum, frame):
+        raise AssertionError(f"{signal.Signals(signum).name} reached the test process: ticket set no handler")
+
+    previous = {s: signal.signal(s, unhandled) for s in SIGNALS}
+    yield
+    for s, h in previous.items():
+        signal.signal(s, h)
+
+
+def signal_then(sig: int, real=None):
+    """A stand-in that receives `sig` (as from the terminal or a scheduler) and then carries on as `real` would."""
+    def stand_in(*args, **kwargs):
+        os.kill(os.getpid(), sig)
+        return real(*args, **kwargs) if real is not None else None
+
+    return stand_in
+
+
+def exit_of(sig: int) -> int:
+    return 128 + sig
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+@pytest.mark.parametrize("command", ["inspect", "evaluate", "export"])
+def test_inspect_evaluate_export_stop_with_one_line(command, sig, ticket, tmp_path, monkeypatch):
+    out = tmp_path / "x.safetensors"
+    where = {"inspect": (runs, "inspect_ticket"), "evaluate": (runs, "evaluate_ticket"),
+             "export": (export_core, "export_ticket")}[command]
+    monkeypatch.setattr(*where, signal_then(sig, getattr(*where)))
+    args = {"inspect": ["inspect", str(ticket)], "evaluate": ["evaluate", str(ticket), "--device", "cpu"],
+            "export": ["export", str(ticket), "--format", "masks", "--out", str(out)]}[command]
+    run = cli(*args)
+    assert_clean(run, exit_of(sig), contains=f"interrupted by {sig.name}", folder=tmp_path)
+    assert run.stdout == "" and not out.exists()
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+@pytest.mark.parametrize("existing", [False, True], ids=["new-out", "forced-over-old-out"])
+def test_a_signal_in_the_middle_of_writing_leaves_no_temp_and_no_partial_out(existing, sig, ticket, tmp_path,
+                                                                             monkeypatch):
+    out = tmp_path / "x.safetensors"
+    if existing:
+        out.write_bytes(b"the previous export")
+    before = snapshot(out)
+    monkeypatch.setattr(os, "fsync", signal_then(sig, os.fsync))  # the temp file is written, not yet renamed
+    run = cli("export", str(ticket), "--format", "masked", "--out", str(out), *(["--force"] if existing else []))
+    assert_clean(run, exit_of(sig), contains="no output was written", unchanged=before, folder=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["x.safetensors"] if existing else [])
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_a_signal_while_results_are_printed_is_one_line(sig, ticket, monkeypatch):
+    monkeypatch.setattr(report, "evaluate_table", signal_then(sig))
+    assert_clean(cli("evaluate", str(ticket), "--device", "cpu"), exit_of(sig), contains=f"interrupted by {sig.name}")
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_a_signal_outside_any_command_handler_is_one_line(sig, tmp_path, monkeypatch):
+    """extract prints its table after its own handler is gone: the CLI's outermost guard catches the signal."""
+    monkeypatch.setattr(report, "extract_table", signal_then(sig))
+    out = tmp_path / "t.safetensors"
+    run = cli("extract", "--method", "random", "--dataset", "digits", "--model", "mlp:64-13-10", "--n-extract",
+              "100", "--n-val", "50", "--quiet", "--device", "cpu", "--out", str(out))
+    assert_clean(run, exit_of(sig), folder=tmp_path)
+    assert run.stderr.strip() == f"error: interrupted by {sig.name}" and out.is_file()
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_a_signal_during_start_up_is_one_line(sig, tmp_path):
+    """0.3 s after the start the child is importing torch (over a second anywhere), with entry's handler set."""
+    run = child("inspect", str(tmp_path / "t.safetensors"), signal_after=(0.3, sig))
+    assert_clean(run, exit_of(sig), folder=tmp_path)
+    assert run.stderr.strip() == f"error: interrupted by {sig.name} during start-up; nothing was written"

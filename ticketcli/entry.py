@@ -1,0 +1,35 @@
+"""The `ticket` console script and `python -m ticketcli`: signal handlers first, then the command line.
+
+Importing the command line takes seconds (torch). A SIGINT or SIGTERM in that time would otherwise end in a
+KeyboardInterrupt traceback or a silent kill; here it is one line and exit 130/143. Only the standard library is
+imported before the handlers are set. Once the CLI runs, its own handlers take over (cli.OneLineErrors and each
+command's interrupts.stop_on_signals).
+"""
+
+import os
+import signal
+
+
+def _interrupted_at_start(signum, frame):
+    """Write with os.write and leave with os._exit: a signal can land inside any import, mid-way through anything."""
+    name = signal.Signals(signum).name
+    os.write(2, f"error: interrupted by {name} during start-up; nothing was written\n".encode())
+    os._exit(128 + signum)
+
+
+def main() -> None:
+    """Run `ticket` with start-up signals handled (ticketcli.cli:main stays callable on its own)."""
+    # a signal the parent set to be ignored (SIGINT of a background job in a script) stays ignored
+    previous = {s: signal.signal(s, _interrupted_at_start) for s in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(s) is not signal.SIG_IGN}
+    try:
+        from ticketcli.cli import main as cli_main  # torch, typer, rich: the slow part
+
+        cli_main()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+if __name__ == "__main__":
+    main()

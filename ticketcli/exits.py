@@ -1,0 +1,132 @@
+"""How every run of `ticket` ends: the one mapping from what was raised to an exit code and at most one line.
+
+0 success · 1 a gate failed or a run diverged · 2 bad usage or input · 70 an internal error (a bug: one line,
+the traceback only with TICKET_DEBUG=1) · 130/143 interrupted by SIGINT/SIGTERM · 141 stdout or stderr was closed
+by its reader (`ticket inspect t | head -1`), ended quietly as a process killed by SIGPIPE would be.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import sys
+import traceback
+
+import typer
+from typer.core import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
+
+from ticketcli import distributed, report
+from ticketcli.errors import Interrupted, TicketCliError, TicketFileError, UsageError
+
+EX_SOFTWARE = 70  # sysexits.h: an internal software error
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell shows for a process killed by SIGPIPE
+
+
+def report_error(e: TicketCliError) -> int:
+    """Print a user-facing error's one line (under torchrun: rank 0, or a rank's own failure) and return its code."""
+    if not distributed.quiet_rank():
+        report.error(str(e), e.hint)
+    elif not isinstance(e, (UsageError, TicketFileError, Interrupted)):  # rank 0 reports those identically
+        report.error(f"(rank {distributed.from_environment().rank}) {e}", e.hint)
+    return e.exit_code
+
+
+def exit_code(e: BaseException, *, debug: bool = False, streams: tuple | None = None) -> int:
+    """The exit code for whatever ended the run, after printing its one line (none for a closed output).
+    `streams`: std_streams() from before the run, to tell our own closed pipe from any other."""
+    if closed_output(e, streams):
+        return quiet_exit()
+    if isinstance(e, SystemExit) and _is_epipe(e.__context__):  # Typer's exit for a pipe that was not ours
+        e = e.__context__
+    if isinstance(e, click.exceptions.NoArgsIsHelpError):
+        if e.format_message():  # Typer's Rich help prints itself while the error is built; plain click's does not
+            sys.stdout.write(e.format_message() + "\n")
+        return e.exit_code
+    if isinstance(e, click.ClickException):  # unknown option, a value outside the choices, not a number
+        ctx = getattr(e, "ctx", None)
+        report.error(e.format_message().replace("Value error, ", ""),
+                     hint=f"see '{ctx.command_path} --help'" if ctx is not None else None)
+        return e.exit_code
+    if isinstance(e, TicketCliError):
+        return report_error(e)
+    if isinstance(e, KeyboardInterrupt):  # where no handler of ours was set (e.g. not the main thread)
+        report.error("interrupted by SIGINT")
+        return 128 + signal.SIGINT
+    if isinstance(e, SystemExit):
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        report.error(str(e.code))
+        return 1
+    if isinstance(e, typer.Abort) and e.__context__ is not None:  # Typer's wrapper of a stray EOFError
+        e = e.__context__
+    return internal_error(e, debug=debug)
+
+
+def internal_error(e: BaseException, *, debug: bool) -> int:
+    """An exception nobody expected: a bug. One line (and the traceback before it with TICKET_DEBUG=1), exit 70."""
+    if debug:
+        traceback.print_exception(e, file=sys.stderr)
+    report.internal_error(e, traceback_shown=debug)
+    return EX_SOFTWARE
+
+
+def std_streams() -> tuple:
+    """What fds 1 and 2 are (device, inode): Rich points a broken stdout at /dev/null before it exits."""
+    ids = []
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+            ids.append((st.st_dev, st.st_ino))
+        except OSError:
+            ids.append(None)
+    return tuple(ids)
+
+
+def closed_output(e: BaseException, streams: tuple | None = None) -> bool:
+    """Did the run end because the reader of our stdout or stderr went away?
+
+    A broken pipe (EPIPE) must be in the exception's chain (Rich and Typer turn it into SystemExit(1)), and it
+    must be ours: fd 1 or 2 polls as a pipe without a reader, or Rich has already swapped fd 1 for /dev/null
+    (`streams` changed). A broken pipe to some worker is a bug, not the user's `| head`."""
+    chain, seen = [], set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    if not any(_is_epipe(x) for x in chain):
+        return False
+    return _std_stream_closed() or (streams is not None and std_streams() != streams)
+
+
+def _is_epipe(e: BaseException | None) -> bool:
+    return isinstance(e, OSError) and e.errno == errno.EPIPE
+
+
+def _std_stream_closed() -> bool:
+    """A pipe whose reading end is closed polls as POLLERR on the writing end."""
+    try:
+        poll = select.poll()
+        for fd in (1, 2):
+            poll.register(fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (OSError, AttributeError, ValueError):
+        return False
+
+
+def quiet_exit() -> int:
+    """End without another word. A stream whose reader is gone now writes to /dev/null, so that the interpreter's
+    final flush of what is still buffered cannot raise the pipe error again (Python's recipe for SIGPIPE); a stream
+    that still works keeps what was written to it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            try:
+                os.dup2(devnull, fd)
+            except OSError:
+                pass
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
