@@ -70,24 +70,46 @@ class Splits:
 DATASETS: Registry[DatasetInfo] = Registry("dataset")
 
 
-def read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file (optionally gzip'd): unsigned-byte images (N, H, W) or labels (N,)."""
+IDX_CHUNK = 1 << 20  # bytes inflated per read: memory follows the data actually present, not the header
+
+
+def read_idx(path: Path, item: tuple[int, ...], max_n: int) -> np.ndarray:
+    """Read an unsigned-byte IDX file (optionally gzip'd) of N <= max_n items of shape `item`: labels (N,) for
+    item (), images (N, H, W) for item (H, W). The header is checked before the body is inflated, and exactly the
+    declared bytes are read (plus one, to catch trailing data), so a gzip bomb stops at the declared size."""
+    expect = "(" + ", ".join(["N", *map(str, item)]) + f") with N <= {max_n}"
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError, zlib.error) as e:
-        raise UsageError(f"cannot read {path}: {e}") from None
-    if len(data) < 4:
-        raise UsageError(f"{path} is not an IDX file (too short)")
-    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype != 0x08 or ndim not in (1, 3) or len(data) < 4 + 4 * ndim:
-        raise UsageError(f"{path} is not an unsigned-byte IDX file of 1 or 3 dimensions")
-    dims = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
-    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if body.size != math.prod(dims):
-        raise UsageError(f"{path} is truncated or padded: header says {dims}, found {body.size} bytes")
-    return body.reshape(dims).copy()  # writable, so torch can own it
+            head = f.read(4)
+            if len(head) < 4 or head[:2] != b"\0\0":
+                raise UsageError(f"{path} is not an IDX file (bad magic number)")
+            if head[2] != 0x08:
+                raise UsageError(f"{path}: IDX data type 0x{head[2]:02x} is not unsigned bytes (0x08)")
+            if head[3] != 1 + len(item):
+                raise UsageError(f"{path}: {head[3]} dimensions, expected {1 + len(item)}: {expect}")
+            raw_dims = f.read(4 * head[3])
+            if len(raw_dims) < 4 * head[3]:
+                raise UsageError(f"{path} is truncated inside its header")
+            dims = struct.unpack(f">{head[3]}I", raw_dims)
+            if dims[1:] != item or dims[0] > max_n:
+                raise UsageError(f"{path}: header declares shape {dims}, expected {expect}")
+            body = _read_exactly(f, math.prod(dims), path, dims)
+            if f.read(1):
+                raise UsageError(f"{path} has data after the {math.prod(dims)} bytes its header declares")
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise UsageError(f"cannot read {path}: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}") from None
+    return np.frombuffer(body, dtype=np.uint8).reshape(dims)  # writable: a bytearray, so torch can own it
+
+
+def _read_exactly(f, n: int, path: Path, dims: tuple[int, ...]) -> bytearray:
+    body = bytearray()
+    while len(body) < n:
+        chunk = f.read(min(IDX_CHUNK, n - len(body)))
+        if not chunk:
+            raise UsageError(f"{path} is truncated: header declares {dims} ({n} bytes), found {len(body)}")
+        body += chunk
+    return body
 
 
 IDX_FILES = {
@@ -96,6 +118,8 @@ IDX_FILES = {
     "x_test": "t10k-images-idx3-ubyte",
     "y_test": "t10k-labels-idx1-ubyte",
 }
+IDX_SHAPES = {"x": (28, 28), "y": ()}  # MNIST and FashionMNIST: 28x28 images, one label each
+IDX_COUNTS = {"train": 60000, "test": 10000}  # the official files' sizes; a header may declare fewer, never more
 
 
 def find_idx_dir(search_dirs: tuple[str, ...], subdirs: tuple[str, ...]) -> Path | None:
@@ -116,17 +140,16 @@ def _idx_path(d: Path, stem: str) -> Path | None:
 
 
 def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
-    arrays = {key: read_idx(_idx_path(d, stem)) for key, stem in IDX_FILES.items()}
+    arrays = {key: read_idx(_idx_path(d, stem), IDX_SHAPES[key[0]], IDX_COUNTS[key[2:]])
+              for key, stem in IDX_FILES.items()}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if x.ndim != 3 or y.ndim != 1:
-            raise UsageError(f"{d}: the {split} files are not images (N, H, W) and labels (N,)")
+        if x.shape[0] == 0:
+            raise UsageError(f"{d}: the {split} files hold no examples")
         if x.shape[0] != y.shape[0]:
             raise UsageError(f"{d}: {x.shape[0]} {split} images but {y.shape[0]} labels")
         if y.size and int(y.max()) >= classes:
             raise UsageError(f"{d}: {split} labels must lie in 0..{classes - 1}, found {int(y.max())}")
-    if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
-        raise UsageError(f"{d}: train and test images differ in size")
 
     def prepare(x: torch.Tensor) -> torch.Tensor:  # uint8 (N, H, W) -> normalised float32 (N, 1, H, W)
         return ((x.to(torch.float32) / 255.0 - mean) / std).unsqueeze(1)
