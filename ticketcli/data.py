@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import pickle
 import struct
 import zlib
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ticketcli import cifar
 from ticketcli.errors import UsageError
 from ticketcli.init import generator
 from ticketcli.registry import Registry
@@ -209,41 +209,6 @@ CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)  # the standard per-channel statistics o
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 
-class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickles the CIFAR-10 python batches (dicts, lists, strings, numpy arrays) and nothing else."""
-
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-               ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
-
-    def find_class(self, module: str, name: str):
-        if (module, name) not in self.ALLOWED:
-            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-        return super().find_class(module, name)
-
-
-def _read_cifar_batch(path: Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            batch = _ArrayUnpickler(f, encoding="latin1").load()
-    except Exception as e:  # truncated files, foreign pickles, refused globals
-        raise UsageError(f"cannot read {path}: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
-    if not isinstance(batch, dict):
-        raise UsageError(f"{path} is not a CIFAR-10 batch (not a dict)")
-    return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in batch.items()}
-
-
-def _cifar_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    batch = _read_cifar_batch(path)
-    x, y = batch.get("data"), batch.get("labels")
-    if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3 * 32 * 32:
-        raise UsageError(f"{path}: 'data' must be a uint8 array of shape (N, 3072)")
-    y = np.asarray(y if y is not None else [], dtype=np.int64)
-    if y.shape != (x.shape[0],) or (y.size and (y.min() < 0 or y.max() > 9)):
-        raise UsageError(f"{path}: 'labels' must be {x.shape[0]} integers in 0..9")
-    return x.reshape(-1, 3, 32, 32), y  # rows are 1024 red, 1024 green, 1024 blue values, row-major
-
-
 def find_cifar10_dir(search_dirs: tuple[str, ...], subdirs: tuple[str, ...]) -> Path | None:
     for base in search_dirs:
         for sub in subdirs:
@@ -263,9 +228,12 @@ def _load_cifar10(spec: DataSpec) -> Pools:
     d = _find_or_download(spec, "CIFAR-10", (CIFAR10_DIR, f"cifar10/{CIFAR10_DIR}", ""), find_cifar10_dir, download,
                           hint=f"pass --data-dir DIR holding {CIFAR10_DIR}/ (the python version: data_batch_1..5, "
                           "test_batch, batches.meta)")
-    _read_cifar_batch(d / "batches.meta")  # present and readable, as torchvision requires
-    train = [_cifar_arrays(d / f) for f in CIFAR10_FILES[:5]]
-    x_test, y_test = _cifar_arrays(d / "test_batch")
+    per_batch = cifar.read_meta(d / "batches.meta")
+    train = [cifar.read_batch(d / f) for f in CIFAR10_FILES[:5]]
+    for f, (x, _) in zip(CIFAR10_FILES, train):
+        if len(x) != per_batch:
+            raise UsageError(f"{d / f} holds {len(x)} images; batches.meta says every training batch holds {per_batch}")
+    x_test, y_test = cifar.read_batch(d / "test_batch")
     mean = torch.tensor(CIFAR10_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(CIFAR10_STD).view(1, 3, 1, 1)
 
@@ -274,7 +242,7 @@ def _load_cifar10(spec: DataSpec) -> Pools:
 
     return Pools(torch.from_numpy(np.concatenate([x for x, _ in train])),
                  torch.from_numpy(np.concatenate([y for _, y in train])),
-                 torch.from_numpy(x_test), torch.from_numpy(y_test), source=str(d), prepare=prepare)
+                 torch.from_numpy(x_test.copy()), torch.from_numpy(y_test), source=str(d), prepare=prepare)
 
 
 DIGITS_TEST = 397  # scikit-learn's digits has no test split: a fixed one is held out (seed-independent)
