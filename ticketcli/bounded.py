@@ -30,13 +30,15 @@ def read_regular_file(path: str | Path, limit: int, what: str) -> bytes:
     except OSError as e:
         raise UsageError(f"cannot read {what} {p}: {e.strerror or e}") from None
     with os.fdopen(fd, "rb") as f:
-        _check_stat(os.fstat(fd), p, limit, what)  # the file actually opened, not the one stat'ed
+        st = os.fstat(fd)
+        _check_stat(st, p, limit, what)  # the file actually opened, not the one stat'ed
         try:
-            data = f.read(limit + 1)
+            data = f.read(st.st_size)  # read(n) allocates n up front: the real size, never the limit
+            grew = f.read(1)
         except OSError as e:
             raise UsageError(f"cannot read {what} {p}: {e.strerror or e}") from None
-    if len(data) > limit:  # it grew after the stat
-        raise UsageError(f"{what} {p} is larger than {mib(limit)}")
+    if grew or len(data) != st.st_size:
+        raise UsageError(f"{what} {p} changed while it was read")
     return data
 
 

@@ -77,7 +77,7 @@ def read_idx(path: Path, item: tuple[int, ...], max_n: int) -> np.ndarray:
     """Read an unsigned-byte IDX file (optionally gzip'd) of N <= max_n items of shape `item`: labels (N,) for
     item (), images (N, H, W) for item (H, W). The header is checked before the body is inflated, and exactly the
     declared bytes are read (plus one, to catch trailing data), so a gzip bomb stops at the declared size."""
-    expect = "(" + ", ".join(["N", *map(str, item)]) + f") with N <= {max_n}"
+    expect = f"({', '.join(['N', *map(str, item)])}{',' if not item else ''}) with N <= {max_n}"
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
@@ -87,7 +87,7 @@ def read_idx(path: Path, item: tuple[int, ...], max_n: int) -> np.ndarray:
             if head[2] != 0x08:
                 raise UsageError(f"{path}: IDX data type 0x{head[2]:02x} is not unsigned bytes (0x08)")
             if head[3] != 1 + len(item):
-                raise UsageError(f"{path}: {head[3]} dimensions, expected {1 + len(item)}: {expect}")
+                raise UsageError(f"{path}: a {head[3]}-d array, expected {1 + len(item)}-d {expect}")
             raw_dims = f.read(4 * head[3])
             if len(raw_dims) < 4 * head[3]:
                 raise UsageError(f"{path} is truncated inside its header")
@@ -140,16 +140,16 @@ def _idx_path(d: Path, stem: str) -> Path | None:
 
 
 def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
-    arrays = {key: read_idx(_idx_path(d, stem), IDX_SHAPES[key[0]], IDX_COUNTS[key[2:]])
-              for key, stem in IDX_FILES.items()}
+    paths = {key: _idx_path(d, stem) for key, stem in IDX_FILES.items()}
+    arrays = {key: read_idx(path, IDX_SHAPES[key[0]], IDX_COUNTS[key[2:]]) for key, path in paths.items()}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if x.shape[0] == 0:
-            raise UsageError(f"{d}: the {split} files hold no examples")
+            raise UsageError(f"{paths[f'x_{split}']} holds no images")
         if x.shape[0] != y.shape[0]:
-            raise UsageError(f"{d}: {x.shape[0]} {split} images but {y.shape[0]} labels")
-        if y.size and int(y.max()) >= classes:
-            raise UsageError(f"{d}: {split} labels must lie in 0..{classes - 1}, found {int(y.max())}")
+            raise UsageError(f"{paths[f'y_{split}']} holds {y.shape[0]} labels for {x.shape[0]} {split} images")
+        if int(y.max()) >= classes:
+            raise UsageError(f"{paths[f'y_{split}']}: labels must lie in 0..{classes - 1}, found {int(y.max())}")
 
     def prepare(x: torch.Tensor) -> torch.Tensor:  # uint8 (N, H, W) -> normalised float32 (N, 1, H, W)
         return ((x.to(torch.float32) / 255.0 - mean) / std).unsqueeze(1)
