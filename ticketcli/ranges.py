@@ -53,14 +53,16 @@ class Range:
     def contains(self, v: float) -> bool:
         lo_ok = self.lo is None or (v > self.lo if self.lo_open else v >= self.lo)
         hi_ok = self.hi is None or (v < self.hi if self.hi_open else v <= self.hi)
-        return lo_ok and hi_ok  # False for NaN; exact for huge ints (no float conversion)
+        return lo_ok and hi_ok  # False for NaN
 
     def check(self, value: Any, what: str) -> Any:
         """The value, normalised (int, float, bool, str or a tuple of floats), or a one-line UsageError."""
         return getattr(self, "_" + self.kind)(value, what)
 
     def _int(self, value: Any, what: str) -> int:
-        # strict: TOML has integers, and a flag's 3.0 is refused too (click: "not a valid integer")
+        # as the flags: --epochs 3.0 is 3 (Typer parses it so), 3.5 is refused; text is refused (TOML has numbers)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
             raise UsageError(f"{what} must be an integer, got {show(value)}")
         if not self.contains(value):
@@ -71,9 +73,13 @@ class Range:
     def _float(self, value: Any, what: str) -> float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise UsageError(f"{what} must be a number, got {show(value)}")
-        if not self.contains(value) or not math.isfinite(value):  # contains() first: float(10**400) overflows
+        try:
+            v = float(value)
+        except OverflowError:  # an integer beyond any float (TOML allows 10**400)
+            v = math.inf
+        if not (math.isfinite(v) and self.contains(v)):
             raise UsageError(f"{what} must lie in {self.interval()}, got {show(value)}")
-        return float(value)
+        return v
 
     def _bool(self, value: Any, what: str) -> bool:
         if not isinstance(value, bool):  # "false" is a non-empty string: it must not read as true

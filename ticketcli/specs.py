@@ -331,7 +331,7 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
             raise UsageError(f"unknown key {show(key)} in {p}", hint=f"valid keys: {', '.join(sorted(EXTRACT_DEFAULTS))}")
         if k in out:
             raise UsageError(f"{p} sets {k} twice (with dashes and with underscores)")
-        check_setting(k, value, f"{k} in {p}")
+        check_setting(k, value, f"{p}: {k}")
         out[k] = value
     return out
 
