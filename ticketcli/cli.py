@@ -211,7 +211,8 @@ def extract(
     device: Device = None,
     precision: Precision = None,
     config: Annotated[Optional[Path], typer.Option(
-        help="TOML file with any of these options (underscored names); flags override it.")] = None,
+        help="TOML file (at most 1 MiB) with any of these options (underscored names), each checked against the "
+             "same range as its flag (README: Config files and value ranges); flags override it.")] = None,
     out: Annotated[Path, typer.Option(help="Where to write the ticket.")] = Path("ticket.safetensors"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
     checkpoint_every: Annotated[Optional[int], typer.Option(
