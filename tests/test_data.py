@@ -17,6 +17,7 @@ from ticketcli.specs import DataSpec
 
 N_TRAIN, N_TEST = 300, 50
 MEAN, STD = 0.2860, 0.3530
+IMAGES, LABELS = ((28, 28), 60000), ((), 60000)  # read_idx's expected item shape and most items
 NAMES = {"x_train": "train-images-idx3-ubyte", "y_train": "train-labels-idx1-ubyte",
          "x_test": "t10k-images-idx3-ubyte", "y_test": "t10k-labels-idx1-ubyte"}
 
@@ -95,13 +96,13 @@ def test_read_idx_images_and_labels(tmp_path, suffix):
     yi = write_idx(tmp_path / f"labels{suffix}", y)
     raw = gzip.decompress(xi.read_bytes()) if suffix else xi.read_bytes()
     assert raw[:4] == b"\x00\x00\x08\x03" and struct.unpack(">3I", raw[4:16]) == (4, 28, 28)
-    a, b = read_idx(xi), read_idx(yi)
+    a, b = read_idx(xi, *IMAGES), read_idx(yi, *LABELS)
     assert a.dtype == np.uint8 and a.shape == (4, 28, 28) and np.array_equal(a, x)
     assert b.dtype == np.uint8 and b.shape == (4,) and np.array_equal(b, y)
 
 
 def test_read_idx_empty_dataset(tmp_path):
-    a = read_idx(write_idx(tmp_path / "labels", np.zeros(0, dtype=np.uint8)))
+    a = read_idx(write_idx(tmp_path / "labels", np.zeros(0, dtype=np.uint8)), *LABELS)
     assert a.shape == (0,)
 
 
@@ -114,7 +115,7 @@ def test_read_idx_rejects_wrong_size(tmp_path, suffix, edit):
     path = tmp_path / f"images{suffix}"
     path.write_bytes(gzip.compress(raw) if suffix else raw)
     with pytest.raises(UsageError):
-        read_idx(path)
+        read_idx(path, *IMAGES)
 
 
 @pytest.mark.parametrize("magic", [0x00000802, 0x00000804, 0x00000903, 0x00000D03, 0x01000803, 0x03080000])
@@ -123,7 +124,7 @@ def test_read_idx_rejects_wrong_magic(tmp_path, magic):
     path = tmp_path / "images"
     path.write_bytes(struct.pack(">I", magic) + raw[4:])
     with pytest.raises(UsageError):
-        read_idx(path)
+        read_idx(path, *IMAGES)
 
 
 def test_read_idx_rejects_unreadable_gzip(tmp_path):
@@ -131,13 +132,13 @@ def test_read_idx_rejects_unreadable_gzip(tmp_path):
     not_gz = tmp_path / "plain-named.gz"
     not_gz.write_bytes(raw)
     with pytest.raises(UsageError):
-        read_idx(not_gz)
+        read_idx(not_gz, *IMAGES)
     truncated = tmp_path / "truncated.gz"
     truncated.write_bytes(gzip.compress(raw)[:-20])
     with pytest.raises(UsageError):
-        read_idx(truncated)
+        read_idx(truncated, *IMAGES)
     with pytest.raises(UsageError):
-        read_idx(tmp_path / "missing.gz")
+        read_idx(tmp_path / "missing.gz", *IMAGES)
 
 
 # ---------------------------------------------------------------------------------------------- FashionMNIST
@@ -329,14 +330,14 @@ def test_corrupt_gzip_body_is_a_usage_error(tmp_path):
     p = tmp_path / "x.gz"
     p.write_bytes(bytes(raw))
     with pytest.raises(UsageError):
-        read_idx(p)
+        read_idx(p, *LABELS)
 
 
 def test_overflowing_idx_dimensions_are_a_usage_error(tmp_path):
     p = tmp_path / "ov"
     p.write_bytes(b"\0\0\x08\x03" + struct.pack(">3I", 2**22, 2**21, 2**21))
     with pytest.raises(UsageError):
-        read_idx(p)
+        read_idx(p, *IMAGES)
 
 
 @pytest.mark.parametrize("edit", ["fewer_labels", "more_labels", "label_out_of_range", "labels_as_images"])

@@ -55,6 +55,13 @@ def write_cifar(root: Path, seed: int = 0) -> Path:
     return d
 
 
+def rewrite(path: Path, **entries) -> None:
+    """Replace entries of a batch written by write_cifar, keeping the rest of the real format."""
+    with open(path, "rb") as f:
+        batch = pickle.load(f, encoding="latin1")
+    path.write_bytes(pickle.dumps({**batch, **entries}, protocol=2))
+
+
 def image_id(x: torch.Tensor) -> list[int]:
     """Undo the per-channel normalisation of the red channel and read back the ids."""
     red = x[:, 0].double() * CIFAR10_STD[0] + CIFAR10_MEAN[0]
@@ -102,10 +109,8 @@ def test_cifar10_refuses_foreign_pickles_without_running_them(tmp_path):
 @pytest.mark.parametrize("edit,needle", [
     (lambda d: (d / "batches.meta").unlink(), "CIFAR-10 not found"),
     (lambda d: (d / "test_batch").write_bytes(b"\x80\x02garbage"), "cannot read"),
-    (lambda d: (d / "data_batch_1").write_bytes(pickle.dumps({"data": np.zeros((2, 5), np.uint8), "labels": [0, 1]},
-                                                             protocol=2)), "(N, 3072)"),
-    (lambda d: (d / "data_batch_1").write_bytes(pickle.dumps({"data": np.zeros((2, 3072), np.uint8),
-                                                              "labels": [0, 11]}, protocol=2)), "0..9"),
+    (lambda d: rewrite(d / "data_batch_1", data=np.zeros((N_BATCH, 5), np.uint8)), "(N, 3072)"),
+    (lambda d: rewrite(d / "data_batch_1", labels=[0, 11] + [0] * (N_BATCH - 2)), "0..9"),
 ])
 def test_cifar10_bad_files_are_usage_errors(tmp_path, edit, needle):
     edit(write_cifar(tmp_path))

@@ -128,7 +128,8 @@ def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monke
         return loss, float(loss.detach()), sum(int((logits.argmax(1) == ys).sum()) for logits, ys in parts)
 
     monkeypatch.setattr(distributed, "cross_entropy_step", two_shards)
-    flags = dict(zip((a.lstrip("-").replace("-", "_") for a in DIGITS[0:-1:2]), DIGITS[1:-1:2]))
+    flags = {a.lstrip("-").replace("-", "_"): int(v) if v.isdigit() else v  # typed, as Typer hands them over
+             for a, v in zip(DIGITS[0:-1:2], DIGITS[1:-1:2])}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

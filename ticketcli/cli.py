@@ -22,7 +22,8 @@ from ticketcli.errors import GateFailed, TicketCliError, UsageError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.methods import METHODS
-from ticketcli.specs import DataSpec, build_extract_spec, data_location, load_config, merge_settings, parse_floats
+from ticketcli.specs import (DataSpec, build_extract_spec, check_setting, data_location, load_config, merge_settings,
+                             parse_floats)
 from ticketcli.ticket import check_destination, write_atomic
 
 
@@ -205,7 +206,8 @@ def extract(
     device: Device = None,
     precision: Precision = None,
     config: Annotated[Optional[Path], typer.Option(
-        help="TOML file with any of these options (underscored names); flags override it.")] = None,
+        help="TOML file (at most 1 MiB) with any of these options (underscored names), each checked against the "
+             "same range as its flag (README: Config files and value ranges); flags override it.")] = None,
     out: Annotated[Path, typer.Option(help="Where to write the ticket.")] = Path("ticket.safetensors"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
     checkpoint_every: Annotated[Optional[int], typer.Option(
@@ -392,8 +394,9 @@ def sweep_options(seeds: str, band: str, densities: str | None, layerwise: int, 
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise UsageError(f"--seeds must be comma-separated integers, got {seeds!r}") from None
-    if not seed_list or min(seed_list) < 0 or len(set(seed_list)) != len(seed_list):
+    if not seed_list or len(set(seed_list)) != len(seed_list):
         raise UsageError(f"--seeds must be distinct non-negative integers, got {seeds!r}")
+    seed_list = [check_setting("seed", s, "--seeds entries") for s in seed_list]
     parts = band.split("-")
     try:
         lo, hi = (float(parts[0]), float(parts[1])) if len(parts) == 2 else (None, None)
@@ -404,8 +407,8 @@ def sweep_options(seeds: str, band: str, densities: str | None, layerwise: int, 
     pool = sweep.PAPER_DENSITIES if densities is None else parse_floats(densities, "--densities")
     if not all(0 < d <= 1 for d in pool):
         raise UsageError(f"--densities must lie in (0, 1], got {densities!r}")
-    if layerwise < 0 or workers < 1 or threads < 1:
-        raise UsageError("--layerwise must be >= 0, --workers and --threads >= 1")
+    layerwise, workers, threads = (check_setting(k, v) for k, v in
+                                   (("layerwise", layerwise), ("workers", workers), ("threads", threads)))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if executor.value == "local" and workers * threads > cores:
         raise UsageError(f"--workers {workers} x --threads {threads} exceeds the {cores} CPU cores here",

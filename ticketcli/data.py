@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import pickle
 import struct
 import zlib
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ticketcli import cifar
 from ticketcli.errors import UsageError
 from ticketcli.init import generator
 from ticketcli.registry import Registry
@@ -70,24 +70,47 @@ class Splits:
 DATASETS: Registry[DatasetInfo] = Registry("dataset")
 
 
-def read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file (optionally gzip'd): unsigned-byte images (N, H, W) or labels (N,)."""
+IDX_CHUNK = 1 << 20  # bytes inflated per read
+
+
+def read_idx(path: Path, item: tuple[int, ...], max_n: int) -> np.ndarray:
+    """Read an unsigned-byte IDX file (optionally gzip'd) of N <= max_n items of shape `item`: labels (N,) for
+    item (), images (N, H, W) for item (H, W). The header is checked before the body is inflated, and exactly the
+    declared bytes are read (plus one, to catch trailing data), so a gzip bomb stops at the declared size."""
+    expect = f"({', '.join(['N', *map(str, item)])}{',' if not item else ''}) with N <= {max_n}"
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError, zlib.error) as e:
-        raise UsageError(f"cannot read {path}: {e}") from None
-    if len(data) < 4:
-        raise UsageError(f"{path} is not an IDX file (too short)")
-    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype != 0x08 or ndim not in (1, 3) or len(data) < 4 + 4 * ndim:
-        raise UsageError(f"{path} is not an unsigned-byte IDX file of 1 or 3 dimensions")
-    dims = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
-    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if body.size != math.prod(dims):
-        raise UsageError(f"{path} is truncated or padded: header says {dims}, found {body.size} bytes")
-    return body.reshape(dims).copy()  # writable, so torch can own it
+            head = f.read(4)
+            if len(head) < 4 or head[:2] != b"\0\0":
+                raise UsageError(f"{path} is not an IDX file (bad magic number)")
+            if head[2] != 0x08:
+                raise UsageError(f"{path}: IDX data type 0x{head[2]:02x} is not unsigned bytes (0x08)")
+            if head[3] != 1 + len(item):
+                raise UsageError(f"{path}: a {head[3]}-d array, expected {1 + len(item)}-d {expect}")
+            raw_dims = f.read(4 * head[3])
+            if len(raw_dims) < 4 * head[3]:
+                raise UsageError(f"{path} is truncated inside its header")
+            dims = struct.unpack(f">{head[3]}I", raw_dims)
+            if dims[1:] != item or dims[0] > max_n:
+                raise UsageError(f"{path}: header declares shape {dims}, expected {expect}")
+            body = _read_exactly(f, math.prod(dims), path, dims)
+            if f.read(1):
+                raise UsageError(f"{path} has data after the {math.prod(dims)} bytes its header declares")
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise UsageError(f"cannot read {path}: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}") from None
+    return np.frombuffer(body, dtype=np.uint8).reshape(dims)  # writable: a bytearray, so torch can own it
+
+
+def _read_exactly(f, n: int, path: Path, dims: tuple[int, ...]) -> bytearray:
+    body = bytearray(n)  # at most 47 MB: the header was checked against the official sizes
+    view, got = memoryview(body), 0
+    while got < n:
+        k = f.readinto(view[got : got + IDX_CHUNK])
+        if not k:
+            raise UsageError(f"{path} is truncated: header declares {dims} ({n} bytes), found {got}")
+        got += k
+    return body
 
 
 IDX_FILES = {
@@ -96,6 +119,8 @@ IDX_FILES = {
     "x_test": "t10k-images-idx3-ubyte",
     "y_test": "t10k-labels-idx1-ubyte",
 }
+IDX_SHAPES = {"x": (28, 28), "y": ()}  # MNIST and FashionMNIST: 28x28 images, one label each
+IDX_COUNTS = {"train": 60000, "test": 10000}  # the official files' sizes; a header may declare fewer, never more
 
 
 def find_idx_dir(search_dirs: tuple[str, ...], subdirs: tuple[str, ...]) -> Path | None:
@@ -116,17 +141,16 @@ def _idx_path(d: Path, stem: str) -> Path | None:
 
 
 def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
-    arrays = {key: read_idx(_idx_path(d, stem)) for key, stem in IDX_FILES.items()}
+    paths = {key: _idx_path(d, stem) for key, stem in IDX_FILES.items()}
+    arrays = {key: read_idx(path, IDX_SHAPES[key[0]], IDX_COUNTS[key[2:]]) for key, path in paths.items()}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if x.ndim != 3 or y.ndim != 1:
-            raise UsageError(f"{d}: the {split} files are not images (N, H, W) and labels (N,)")
+        if x.shape[0] == 0:
+            raise UsageError(f"{paths[f'x_{split}']} holds no images")
         if x.shape[0] != y.shape[0]:
-            raise UsageError(f"{d}: {x.shape[0]} {split} images but {y.shape[0]} labels")
-        if y.size and int(y.max()) >= classes:
-            raise UsageError(f"{d}: {split} labels must lie in 0..{classes - 1}, found {int(y.max())}")
-    if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
-        raise UsageError(f"{d}: train and test images differ in size")
+            raise UsageError(f"{paths[f'y_{split}']} holds {y.shape[0]} labels for {x.shape[0]} {split} images")
+        if int(y.max()) >= classes:
+            raise UsageError(f"{paths[f'y_{split}']}: labels must lie in 0..{classes - 1}, found {int(y.max())}")
 
     def prepare(x: torch.Tensor) -> torch.Tensor:  # uint8 (N, H, W) -> normalised float32 (N, 1, H, W)
         return ((x.to(torch.float32) / 255.0 - mean) / std).unsqueeze(1)
@@ -186,41 +210,6 @@ CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)  # the standard per-channel statistics o
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 
-class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickles the CIFAR-10 python batches (dicts, lists, strings, numpy arrays) and nothing else."""
-
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-               ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
-
-    def find_class(self, module: str, name: str):
-        if (module, name) not in self.ALLOWED:
-            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-        return super().find_class(module, name)
-
-
-def _read_cifar_batch(path: Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            batch = _ArrayUnpickler(f, encoding="latin1").load()
-    except Exception as e:  # truncated files, foreign pickles, refused globals
-        raise UsageError(f"cannot read {path}: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
-    if not isinstance(batch, dict):
-        raise UsageError(f"{path} is not a CIFAR-10 batch (not a dict)")
-    return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in batch.items()}
-
-
-def _cifar_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    batch = _read_cifar_batch(path)
-    x, y = batch.get("data"), batch.get("labels")
-    if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3 * 32 * 32:
-        raise UsageError(f"{path}: 'data' must be a uint8 array of shape (N, 3072)")
-    y = np.asarray(y if y is not None else [], dtype=np.int64)
-    if y.shape != (x.shape[0],) or (y.size and (y.min() < 0 or y.max() > 9)):
-        raise UsageError(f"{path}: 'labels' must be {x.shape[0]} integers in 0..9")
-    return x.reshape(-1, 3, 32, 32), y  # rows are 1024 red, 1024 green, 1024 blue values, row-major
-
-
 def find_cifar10_dir(search_dirs: tuple[str, ...], subdirs: tuple[str, ...]) -> Path | None:
     for base in search_dirs:
         for sub in subdirs:
@@ -240,9 +229,12 @@ def _load_cifar10(spec: DataSpec) -> Pools:
     d = _find_or_download(spec, "CIFAR-10", (CIFAR10_DIR, f"cifar10/{CIFAR10_DIR}", ""), find_cifar10_dir, download,
                           hint=f"pass --data-dir DIR holding {CIFAR10_DIR}/ (the python version: data_batch_1..5, "
                           "test_batch, batches.meta)")
-    _read_cifar_batch(d / "batches.meta")  # present and readable, as torchvision requires
-    train = [_cifar_arrays(d / f) for f in CIFAR10_FILES[:5]]
-    x_test, y_test = _cifar_arrays(d / "test_batch")
+    per_batch = cifar.read_meta(d / "batches.meta")
+    train = [cifar.read_batch(d / f) for f in CIFAR10_FILES[:5]]
+    for f, (x, _) in zip(CIFAR10_FILES, train):
+        if len(x) != per_batch:
+            raise UsageError(f"{d / f} holds {len(x)} images; batches.meta says every training batch holds {per_batch}")
+    x_test, y_test = cifar.read_batch(d / "test_batch")
     mean = torch.tensor(CIFAR10_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(CIFAR10_STD).view(1, 3, 1, 1)
 
@@ -251,7 +243,7 @@ def _load_cifar10(spec: DataSpec) -> Pools:
 
     return Pools(torch.from_numpy(np.concatenate([x for x, _ in train])),
                  torch.from_numpy(np.concatenate([y for _, y in train])),
-                 torch.from_numpy(x_test), torch.from_numpy(y_test), source=str(d), prepare=prepare)
+                 torch.from_numpy(x_test.copy()), torch.from_numpy(y_test), source=str(d), prepare=prepare)
 
 
 DIGITS_TEST = 397  # scikit-learn's digits has no test split: a fixed one is held out (seed-independent)

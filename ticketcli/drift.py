@@ -28,7 +28,7 @@ from ticketcli.init import generator
 from ticketcli.methods import Progress
 from ticketcli.models import MLP, MaskedNet
 from ticketcli.registry import Registry
-from ticketcli.specs import PAPER_HIDDEN, DataSpec, InitSpec, ModelSpec, _check_int, _check_positive
+from ticketcli.specs import PAPER_HIDDEN, DataSpec, InitSpec, ModelSpec, check_setting
 from ticketcli.train import Loss, WeightOptim, WeightTrainer
 
 
@@ -87,6 +87,11 @@ class DriftSpec:
                 "zero_threshold": 0.0 if exact else self.zero_threshold, "init": self.init.to_dict()}
 
 
+# drift's numeric settings and their defaults; their ranges are specs.RANGES's
+DRIFT_DEFAULTS = {"lr": 1e-3, "momentum": 0.0, "clip": 50.0, "batch_size": 512, "steps": 500, "log_every": 10,
+                  "probe_size": 1024, "zero_threshold": 1e-2}
+
+
 def build_drift_spec(s: dict[str, Any], location: dict[str, Any]) -> DriftSpec:
     """Validate the command's settings (None = default) and freeze them; location is data_location()'s dict."""
     info = DATASETS.get(s.get("dataset") or "fashion-mnist")
@@ -104,17 +109,14 @@ def build_drift_spec(s: dict[str, Any], location: dict[str, Any]) -> DriftSpec:
     optimizer = s.get("optimizer") or "adam"
     if optimizer not in ("adam", "sgd"):
         raise UsageError(f"unknown --optimizer {optimizer!r}; choose adam or sgd")
-    optim = WeightOptim(name=optimizer, lr=_check_positive(_default(s, "lr", 1e-3), "--lr"),
-                        momentum=_check_positive(_default(s, "momentum", 0.0), "--momentum", allow_zero=True))
-    steps = _check_int(_default(s, "steps", 500), "--steps", 1)
+    num = {k: check_setting(k, _default(s, k, v)) for k, v in DRIFT_DEFAULTS.items()}
+    optim = WeightOptim(name=optimizer, lr=num["lr"], momentum=num["momentum"])
     seeds = parse_seeds(_default(s, "seeds", "0"))
     return DriftSpec(
         model=model, data=DataSpec(name=info.name, **location), inputs=inputs, loss=loss, activation=act,
-        clip=_check_positive(_default(s, "clip", 50.0), "--clip"), optim=optim,
-        batch_size=_check_int(_default(s, "batch_size", 512), "--batch-size", 1), steps=steps,
-        log_every=min(_check_int(_default(s, "log_every", 10), "--log-every", 1), steps),
-        probe_size=_check_int(_default(s, "probe_size", 1024), "--probe-size", 1),
-        zero_threshold=_check_positive(_default(s, "zero_threshold", 1e-2), "--zero-threshold"),
+        clip=num["clip"], optim=optim, batch_size=num["batch_size"], steps=num["steps"],
+        log_every=min(num["log_every"], num["steps"]), probe_size=num["probe_size"],
+        zero_threshold=num["zero_threshold"],
         seeds=seeds, device=str(s.get("device") or "auto"))
 
 
@@ -124,7 +126,10 @@ def _default(s: dict, key: str, value: Any) -> Any:
 
 def parse_seeds(text: str) -> tuple[int, ...]:
     """'0,1,2' -> (0, 1, 2): distinct non-negative integers."""
-    seeds = tuple(_check_int(t.strip(), "--seeds entries", 0) for t in str(text).split(",") if t.strip())
+    try:
+        seeds = tuple(check_setting("seeds", int(t), "--seeds entries") for t in str(text).split(",") if t.strip())
+    except ValueError:
+        raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
     if not seeds or len(set(seeds)) != len(seeds):
         raise UsageError(f"--seeds must be distinct comma-separated integers, got {text!r}")
     return seeds

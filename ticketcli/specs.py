@@ -10,7 +10,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ticketcli.bounded import read_regular_file
 from ticketcli.errors import UsageError
+from ticketcli.ranges import BOOL, FLOAT, INT, NUMBERS, TEXT, Range, show
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -241,6 +243,52 @@ EXTRACT_DEFAULTS: dict[str, Any] = {
     "precision": "fp32",
 }
 
+SEED = INT(0, 2**63, hi_open=True)  # a seed seeds torch generators (64-bit) and is stored in tickets
+EPOCHS, BATCH = INT(1, 100_000), INT(1, 1 << 20)
+LR = FLOAT(0, math.inf, lo_open=True, hi_open=True)  # any finite rate: a too large one diverges, which runs catch (exit 1)
+# What every setting may be, for flags and config files alike (flags are checked against the same table); the
+# README's "Config files and value ranges" lists it. train-weak and drift share the names they have in common.
+RANGES: dict[str, Range] = {
+    "method": TEXT, "model": TEXT, "init": TEXT, "weights": TEXT, "dataset": TEXT, "data_dir": TEXT,
+    "match_sparsity": TEXT, "device": TEXT, "precision": TEXT,
+    "bias": BOOL, "download": BOOL, "frozen_aux": BOOL, "signed_scores": BOOL, "project_final": BOOL,
+    "global_topk": BOOL, "match_sparsity_per_layer": BOOL,
+    "sparsity": FLOAT(0, 1, lo_open=True, hi_open=True),
+    "layer_densities": NUMBERS(0, 1, lo_open=True),
+    "aug_density": FLOAT(0, 1, lo_open=True),
+    "aux_width": INT(1, 64),
+    "iter_tolerance": FLOAT(0, 1, lo_open=True, hi_open=True),
+    "max_rounds": INT(1, 1000),
+    "seed": SEED,
+    "init_k": FLOAT(1e-6, 1e6),  # fan_in scale: the init bound is gain / sqrt(k * fan_in)
+    "n_extract": INT(1, 10_000_000), "n_val": INT(1, 10_000_000),
+    "epochs": EPOCHS, "batch_size": BATCH, "lr": LR,
+    "betas": NUMBERS(0, 1, hi_open=True),
+    "eps": FLOAT(0, 1, lo_open=True),
+    "weight_decay": FLOAT(0, 100),
+    "weight_lr": LR,
+    "saliency_batches": INT(1, 10_000),
+    "grasp_temperature": FLOAT(0, 1e6, lo_open=True),
+    "synflow_rounds": INT(1, 10_000),
+    "imp_rounds": INT(1, 1000),
+    "regrow_every": INT(1, 10_000_000),
+    "regrow_fraction": FLOAT(0, 1, hi_open=True),
+    "movement_warmup": FLOAT(0, 1, hi_open=True), "movement_cooldown": FLOAT(0, 1, hi_open=True),
+    "movement_noise": FLOAT(0, 1),
+    # drift only (train-weak takes epochs, lr, batch_size from above)
+    "steps": INT(1, 10_000_000), "log_every": INT(1, 10_000_000), "probe_size": BATCH,
+    "momentum": FLOAT(0, 1, hi_open=True), "clip": FLOAT(0, 1e6, lo_open=True),
+    "zero_threshold": FLOAT(0, 1e6, lo_open=True), "seeds": SEED,
+    # sweep-k only
+    "layerwise": INT(0, 10_000), "workers": INT(1, 4096), "threads": INT(1, 4096),
+}
+MAX_CONFIG = 1 << 20  # bytes of a TOML config file
+
+
+def check_setting(key: str, value: Any, what: str | None = None) -> Any:
+    """`value` checked against RANGES[key] and normalised; `what` names it in the error (default: its flag)."""
+    return RANGES[key].check(value, what or option_flag(key))
+
 
 def user_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -262,23 +310,28 @@ def data_location(data_dir: str | None, download: bool) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None) -> dict[str, Any]:
-    """Read a flat TOML run config; keys are option names (dashes or underscores)."""
+    """Read a flat TOML run config; keys are option names (dashes or underscores), values are checked against
+    RANGES. Only a regular file of at most 1 MiB is read (no FIFO, no device)."""
     if path is None:
         return {}
     p = Path(path)
+    raw = read_regular_file(p, MAX_CONFIG, "config file")
     try:
-        raw = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"config file not found: {p}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read config file {p}: {e}") from None
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"config file {p} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"config file {p} is not valid TOML: {e}") from None
-    out = {}
-    for key, value in raw.items():
+        raise UsageError(f"config file {p} is not valid TOML: {str(e).splitlines()[0][:200]}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise UsageError(f"config file {p} nests arrays or tables too deeply (a run config is flat)") from None
+    out: dict[str, Any] = {}
+    for key, value in data.items():
         k = key.replace("-", "_")
         if k not in EXTRACT_DEFAULTS:
-            raise UsageError(f"unknown key {key!r} in {p}", hint=f"valid keys: {', '.join(sorted(EXTRACT_DEFAULTS))}")
+            raise UsageError(f"unknown key {show(key)} in {p}", hint=f"valid keys: {', '.join(sorted(EXTRACT_DEFAULTS))}")
+        if k in out:
+            raise UsageError(f"{p} sets {k} twice (with dashes and with underscores)")
+        check_setting(k, value, f"{p}: {k}")
         out[k] = value
     return out
 
@@ -304,47 +357,6 @@ def parse_floats(text: str | list | tuple | None, what: str) -> tuple[float, ...
     return values
 
 
-def _check_fraction(value: Any, what: str, *, lo_open: bool = True, hi_open: bool = True) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{what} must be a number, got {value!r}") from None
-    lo_ok = v > 0 if lo_open else v >= 0
-    hi_ok = v < 1 if hi_open else v <= 1
-    if not (math.isfinite(v) and lo_ok and hi_ok):
-        interval = ("(" if lo_open else "[") + "0, 1" + (")" if hi_open else "]")
-        raise UsageError(f"{what} must lie in {interval}, got {value!r}")
-    return v
-
-
-def _check_int(value: Any, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise UsageError(f"{what} must be an integer, got {value!r}")
-    try:
-        v = int(value)
-    except ValueError:
-        raise UsageError(f"{what} must be an integer, got {value!r}") from None
-    if v < minimum:
-        raise UsageError(f"{what} must be >= {minimum}, got {v}")
-    return v
-
-
-def _check_bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise UsageError(f"{what} must be true or false, got {value!r}")
-    return value
-
-
-def _check_positive(value: Any, what: str, *, allow_zero: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{what} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise UsageError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return v
-
-
 def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
     """Validate merged settings and freeze them into a RunSpec."""
     from ticketcli.data import DATASETS  # the dataset decides the default model's input and output widths
@@ -352,75 +364,44 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
     from ticketcli.methods import METHODS
     from ticketcli.models import MODELS
 
-    s = settings
+    s = {k: v if v is None or k not in RANGES else check_setting(k, v) for k, v in settings.items()}
     METHODS.get(s["method"])
     INIT_SCHEMES.get(s["init"])
     info = DATASETS.get(s["dataset"])
-    seed = _check_int(s["seed"], "--seed", 0)
 
     if s["model"] is None:
-        model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes), bias=bool(s["bias"]))
+        model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes), bias=s["bias"])
     else:
-        model = ModelSpec.parse(str(s["model"]), bias=bool(s["bias"])).with_data(info.shape, info.classes)
+        model = ModelSpec.parse(s["model"], bias=s["bias"]).with_data(info.shape, info.classes)
     if model.arch != "user" and model.arch not in MODELS:
         raise UsageError(f"invalid model spec {s['model']!r}: unknown model {model.arch!r}",
                          hint=f"models: {', '.join(MODELS.names())}, or a factory my_pkg.my_module:build_net")
-
-    layer_densities = parse_floats(s["layer_densities"], "--layer-densities")
-    if layer_densities is not None:
-        layer_densities = tuple(_check_fraction(d, "--layer-densities entries", hi_open=False) for d in layer_densities)
-    aug_density = None if s["aug_density"] is None else _check_fraction(s["aug_density"], "--aug-density", hi_open=False)
-    betas = parse_floats(s["betas"], "--betas")
-    if betas is None or len(betas) != 2 or not all(0 <= b < 1 for b in betas):
-        raise UsageError(f"--betas must be two numbers in [0, 1), got {s['betas']!r}")
+    if len(s["betas"]) != 2:
+        raise UsageError(f"--betas must be two numbers in [0, 1), got {show(settings['betas'])}")
 
     method = MethodSpec(
-        name=s["method"],
-        sparsity=_check_fraction(s["sparsity"], "--sparsity"),
-        layer_densities=layer_densities,
-        aug_density=aug_density,
-        aux_width=_check_int(s["aux_width"], "--aux-width", 1),
-        frozen_aux=_check_bool(s["frozen_aux"], "--frozen-aux"),
-        signed_scores=_check_bool(s["signed_scores"], "--signed-scores"),
-        project_final=_check_bool(s["project_final"], "--project-final"),
-        global_topk=_check_bool(s["global_topk"], "--global"),
-        iter_tolerance=_check_fraction(s["iter_tolerance"], "--iter-tolerance"),
-        max_rounds=_check_int(s["max_rounds"], "--max-rounds", 1),
-        epochs=_check_int(s["epochs"], "--epochs", 1),
-        lr=_check_positive(s["lr"], "--lr"),
-        batch_size=_check_int(s["batch_size"], "--batch-size", 1),
-        betas=(betas[0], betas[1]),
-        eps=_check_positive(s["eps"], "--eps"),
-        weight_decay=_check_positive(s["weight_decay"], "--weight-decay", allow_zero=True),
-        weight_lr=_check_positive(s["weight_lr"], "--weight-lr"),
-        saliency_batches=_check_int(s["saliency_batches"], "--saliency-batches", 1),
-        grasp_temperature=_check_positive(s["grasp_temperature"], "--grasp-temperature"),
-        synflow_rounds=_check_int(s["synflow_rounds"], "--synflow-rounds", 1),
-        imp_rounds=_check_int(s["imp_rounds"], "--imp-rounds", 1),
-        regrow_every=_check_int(s["regrow_every"], "--regrow-every", 1),
-        regrow_fraction=_check_fraction(s["regrow_fraction"], "--regrow-fraction", lo_open=False),
-        movement_warmup=_check_fraction(s["movement_warmup"], "--movement-warmup", lo_open=False),
-        movement_cooldown=_check_fraction(s["movement_cooldown"], "--movement-cooldown", lo_open=False),
-        movement_noise=_check_positive(s["movement_noise"], "--movement-noise", allow_zero=True),
+        name=s["method"], sparsity=s["sparsity"], layer_densities=s["layer_densities"], aug_density=s["aug_density"],
+        aux_width=s["aux_width"], frozen_aux=s["frozen_aux"], signed_scores=s["signed_scores"],
+        project_final=s["project_final"], global_topk=s["global_topk"], iter_tolerance=s["iter_tolerance"],
+        max_rounds=s["max_rounds"], epochs=s["epochs"], lr=s["lr"], batch_size=s["batch_size"],
+        betas=(s["betas"][0], s["betas"][1]), eps=s["eps"], weight_decay=s["weight_decay"], weight_lr=s["weight_lr"],
+        saliency_batches=s["saliency_batches"], grasp_temperature=s["grasp_temperature"],
+        synflow_rounds=s["synflow_rounds"], imp_rounds=s["imp_rounds"], regrow_every=s["regrow_every"],
+        regrow_fraction=s["regrow_fraction"], movement_warmup=s["movement_warmup"],
+        movement_cooldown=s["movement_cooldown"], movement_noise=s["movement_noise"],
         precision=check_precision(s["precision"]),
     )
     check_method_options(method)
     if method.movement_warmup + method.movement_cooldown >= 1:
         raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
     if s["match_sparsity"] is not None:
-        method = matched_sparsity(method, str(s["match_sparsity"]), per_layer=bool(s["match_sparsity_per_layer"]))
+        method = matched_sparsity(method, s["match_sparsity"], per_layer=s["match_sparsity_per_layer"])
     elif s["match_sparsity_per_layer"]:
         raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
-    data = DataSpec(
-        name=s["dataset"],
-        n_extract=None if s["n_extract"] is None else _check_int(s["n_extract"], "--n-extract", 1),
-        n_val=None if s["n_val"] is None else _check_int(s["n_val"], "--n-val", 1),
-        split_seed=seed,
-        **data_location(None if s["data_dir"] is None else str(s["data_dir"]), s["download"]),
-    )
-    init = InitSpec(scheme=s["init"], k=_check_positive(s["init_k"], "--init-k"), seed=seed)
-    return RunSpec(model=model, init=init, data=data, method=method, device=str(s["device"]),
-                   weights=None if s["weights"] is None else str(s["weights"]))
+    data = DataSpec(name=s["dataset"], n_extract=s["n_extract"], n_val=s["n_val"], split_seed=s["seed"],
+                    **data_location(s["data_dir"], s["download"]))
+    init = InitSpec(scheme=s["init"], k=s["init_k"], seed=s["seed"])
+    return RunSpec(model=model, init=init, data=data, method=method, device=s["device"], weights=s["weights"])
 
 
 # Options that only some methods read (the score-method variants of issue 4, the baselines' hyper-parameters of
@@ -493,4 +474,4 @@ def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> Metho
 
 
 __all__ = ["ModelSpec", "InitSpec", "DataSpec", "MethodSpec", "RunSpec", "build_extract_spec",
-           "merge_settings", "load_config", "parse_floats", "data_location"]
+           "merge_settings", "load_config", "parse_floats", "data_location", "RANGES", "check_setting"]

@@ -23,7 +23,7 @@ from ticketcli.errors import RunFailed
 from ticketcli.init import file_sha256, generator
 from ticketcli.masking import mask_stats
 from ticketcli.runs import OpenTicket, open_ticket
-from ticketcli.specs import DataSpec, _check_int, _check_positive, check_precision
+from ticketcli.specs import DataSpec, check_precision, check_setting
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
 
 WEIGHTS_FORMAT = "ticketcli-trained-weights"
@@ -47,9 +47,9 @@ def build_weak_spec(*, epochs: int | None = None, batch_size: int | None = None,
                     precision: str | None = None) -> WeakSpec:
     """A validated WeakSpec from flag values; None keeps the paper's default."""
     d = WeakSpec()
-    return WeakSpec(epochs=d.epochs if epochs is None else _check_int(epochs, "--epochs", 1),
-                    batch_size=d.batch_size if batch_size is None else _check_int(batch_size, "--batch-size", 1),
-                    optim=d.optim if lr is None else replace(d.optim, lr=_check_positive(lr, "--lr")),
+    return WeakSpec(epochs=d.epochs if epochs is None else check_setting("epochs", epochs),
+                    batch_size=d.batch_size if batch_size is None else check_setting("batch_size", batch_size),
+                    optim=d.optim if lr is None else replace(d.optim, lr=check_setting("lr", lr)),
                     precision=d.precision if precision is None else check_precision(precision))
 
 

@@ -1,0 +1,50 @@
+"""Reading a small input file whole, within a size bound: regular files only, so that a FIFO cannot hang a reader
+and /dev/zero cannot feed it forever. Config files and CIFAR-10 batches are read this way."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from ticketcli.errors import UsageError
+
+
+def mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB"
+
+
+def read_regular_file(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes; anything else is a one-line UsageError."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise UsageError(f"{what} not found: {p}") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise UsageError(f"cannot read {what} {p}: {getattr(e, 'strerror', None) or e}") from None
+    _check_stat(st, p, limit, what)
+    try:
+        # O_NONBLOCK: if the path was swapped for a FIFO since the stat, open must not wait for a writer
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {p}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        _check_stat(st, p, limit, what)  # the file actually opened, not the one stat'ed
+        try:
+            data = f.read(st.st_size)  # read(n) allocates n up front: the real size, never the limit
+            grew = f.read(1)
+        except OSError as e:
+            raise UsageError(f"cannot read {what} {p}: {e.strerror or e}") from None
+    if grew or len(data) != st.st_size:
+        raise UsageError(f"{what} {p} changed while it was read")
+    return data
+
+
+def _check_stat(st: os.stat_result, p: Path, limit: int, what: str) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise UsageError(f"{what} {p} is {kind}")
+    if st.st_size > limit:
+        raise UsageError(f"{what} {p} is larger than {mib(limit)} ({st.st_size} bytes)")
