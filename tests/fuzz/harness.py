@@ -433,6 +433,15 @@ READERS: dict[str, Callable[[Path], tuple[int, str]]] = {
 MASK_READERS = ("evaluate", "export", "train-weak", "drift")  # they use the masks: a modified one is refused
 
 
+def run_ok(*args: str):
+    """`ticket ARGS` in-process, expected to succeed; no tracemalloc (a first train-weak or drift imports hundreds of
+    modules, which tracing slows tenfold). Returns Typer's Result."""
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, (result.exit_code, result.stderr[-1000:])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
 def read(reader: str, path: Path, *, trace_memory: bool = False) -> Outcome:
     if trace_memory:
         tracemalloc.start()
@@ -454,4 +463,4 @@ def clean_rejection(o: Outcome) -> bool:
 
 
 __all__ = ["MASK_READERS", "READERS", "Outcome", "byte_flips", "clean_rejection", "edit_json", "edit_masks",
-           "edit_metadata", "families", "flip_first_bit", "malformed", "place", "read", "write_seed_ticket"]
+           "edit_metadata", "families", "flip_first_bit", "malformed", "place", "read", "run_ok", "write_seed_ticket"]

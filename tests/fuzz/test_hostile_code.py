@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import run_ok
 from hostile import assert_clean, child, cli, snapshot
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
@@ -102,18 +103,6 @@ def ticket_naming(lab, factory: str, tmp_path: Path) -> Path:
 def marker(lab) -> Path:
     d, mod = lab
     return d / f"{mod}.imported"
-
-
-def run_ok(*args: str):
-    """A command expected to succeed, without tracemalloc (the opt-in runs import heavy modules once)."""
-    from typer.testing import CliRunner
-
-    from ticketcli.cli import app
-
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, (result.exit_code, result.stderr[-1000:])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result
 
 
 @pytest.mark.parametrize("trick", TRICKS)
