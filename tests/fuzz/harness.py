@@ -12,6 +12,7 @@ readers that use the masks (MASK_READERS) refuse it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import struct
@@ -97,6 +98,21 @@ def edit_masks(raw: bytes, fn: Callable[[str, bytearray], object]) -> bytes:
         fn(name, data)
         tensors.append((name, dtype, shape, bytes(data)))
     return encode(*rebuild(header["__metadata__"], tensors))
+
+
+def hand_ticket(raw: bytes, spec: str, shapes: dict[str, list[int]], fill: Callable[[str, int], bytes]) -> bytes:
+    """A ticket written by hand from a real one's metadata: this model spec and these mask shapes, each mask's
+    packed bytes from fill(name, nbytes), and the masks_sha256 they make (a consistent file, however odd)."""
+    header, _ = split(raw)
+    model = {**json.loads(header["__metadata__"]["model"]), "spec": spec}
+    tensors = [(f"mask/{n}", "U8", [(math.prod(s) + 7) // 8], fill(n, (math.prod(s) + 7) // 8))
+               for n, s in sorted(shapes.items())]
+    digest = hashlib.sha256()
+    for name, _, _, data in tensors:
+        digest.update(name.encode() + b"\0" + data)
+    meta = {**header["__metadata__"], "model": json.dumps(model), "shapes": json.dumps(shapes),
+            "masks_sha256": digest.hexdigest()}
+    return encode(*rebuild(meta, tensors))
 
 
 def flip_first_bit(name: str, data: bytearray) -> None:
@@ -463,4 +479,5 @@ def clean_rejection(o: Outcome) -> bool:
 
 
 __all__ = ["MASK_READERS", "READERS", "Outcome", "byte_flips", "clean_rejection", "edit_json", "edit_masks",
-           "edit_metadata", "families", "flip_first_bit", "malformed", "place", "read", "run_ok", "write_seed_ticket"]
+           "edit_metadata", "families", "flip_first_bit", "hand_ticket", "malformed", "place", "read", "run_ok",
+           "write_seed_ticket"]
