@@ -338,6 +338,25 @@ def shape_difference(ticket: dict[str, list[int]], model: dict[str, list[int]]) 
     return f"{name[:80]}: ticket {ticket[name]}, model {model[name]}"
 
 
+CHECKPOINT_BYTES_PER_PARAM = 16  # float64 values and the container's overhead: a bigger file is no checkpoint here
+
+
+def recorded_checkpoint(tk: ticket_io.Ticket, path: Path, max_params: int) -> str:
+    """The checkpoint path the ticket recorded, followed only to a plain file of a checkpoint's size: a ticket must
+    not make a reader hash /proc/self/pagemap (size 0, endless) or any file of hundreds of GB."""
+    stored = tk.checkpoint.get("path") if tk.checkpoint else None
+    try:
+        size = Path(stored).stat().st_size if stored and Path(stored).is_file() else None
+    except OSError:
+        size = None
+    if size is None:
+        raise UsageError(f"{path} was extracted from checkpoint weights; pass them with --weights FILE")
+    if not 0 < size <= CHECKPOINT_BYTES_PER_PARAM * max_params:
+        raise UsageError(f"{path} records the checkpoint {stored[:80]}, a file of {size} bytes, which cannot be it",
+                         hint="pass the checkpoint with --weights FILE")
+    return stored
+
+
 def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None,
             policy: ModelPolicy = ModelPolicy()) -> tuple[MaskedNet, dict]:
     """The ticket's network from its spec and seed (or checkpoint), checked against shapes and fingerprint.
@@ -353,8 +372,8 @@ def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None,
     check_planned(tk, model, path, policy.max_params)
     init = InitSpec(scheme=tk.init["scheme"], k=float(tk.init["k"]), seed=tk.init["seed"])
     if tk.checkpoint is not None:
-        weights_path = weights_path or tk.checkpoint.get("path")
-        if not weights_path or not Path(weights_path).is_file():
+        weights_path = weights_path or recorded_checkpoint(tk, path, policy.max_params)
+        if not Path(weights_path).is_file():
             raise UsageError(f"{path} was extracted from checkpoint weights; pass them with --weights FILE")
         if file_sha256(weights_path) != tk.checkpoint["sha256"]:
             raise TicketFileError(f"{weights_path} is not the checkpoint this ticket was extracted from "
@@ -395,10 +414,10 @@ def open_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weigh
     """Load and validate a ticket, rebuild its network and its own data splits (evaluate, train-weak)."""
     path = Path(path)
     tk = ticket_io.load(path)
+    if tk.data["dataset"] not in DATASETS:  # before anything is built
+        raise TicketFileError(f"{path}: unknown dataset {tk.data['dataset'][:80]!r}")
     dev = resolve_device(device)
     net, init_weights_ = rebuild(tk, path, weights, policy)
-    if tk.data["dataset"] not in DATASETS:
-        raise TicketFileError(f"{path}: unknown dataset {tk.data['dataset']!r}")
     spec = replace(data, name=tk.data["dataset"], n_extract=tk.data["n_extract"], n_val=tk.data["n_val"],
                    split_seed=tk.data["split_seed"])
     splits = load_splits(spec)

@@ -181,3 +181,12 @@ def test_a_4_mib_mask_is_counted_in_less_memory_than_the_file(seed, tmp_path):
     mask = json.loads(run.stdout)["masks"]["layers.0.weight"]
     assert mask["kept"] == int(np.unpackbits(np.frombuffer(data, np.uint8)).sum()) and mask["total"] == 4096 * 8192
     assert run.peak_bytes < path.stat().st_size, run.peak_bytes
+
+
+@pytest.mark.parametrize("stored", ["/proc/self/pagemap", "/proc/self/mem", "/dev/zero", "/"])
+def test_a_recorded_checkpoint_path_cannot_point_at_an_endless_file(seed, tmp_path, stored):
+    """A checkpoint path in a ticket is followed only to a plain file of a checkpoint's size (/proc/self/pagemap
+    reports size 0 and reads for hundreds of GB)."""
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(edit_metadata(seed, checkpoint=json.dumps({"path": stored, "sha256": "a" * 64})))
+    assert_clean(cli("evaluate", str(path), "--device", "cpu"), 2, contains="--weights FILE")
