@@ -355,5 +355,5 @@ def run_drift(spec: DriftSpec, *, ticket: str | Path | None = None, weights: str
         results.append({"seed": seed, "probe_n": int(inputs.probe[1].numel()), **drift_one(net, masks, spec, inputs, on_log=on_log)})
         done += spec.steps
     return {**spec.to_dict(), "seeds": [r["seed"] for r in results], "probe_n": results[0]["probe_n"], "ticket": None if ticket is None else str(ticket),
-            "masked": ticket is not None, "integrity": integrity, "device": str(device), "wall_time_s": time.perf_counter() - t0,
-            "runs": results, "summary": summarise(results)}
+            "masked": ticket is not None, "device": str(device), "wall_time_s": time.perf_counter() - t0,
+            "runs": results, "summary": summarise(results), "integrity": integrity}
