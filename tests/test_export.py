@@ -19,7 +19,7 @@ from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.export import FORMATS
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelSpec, RunSpec
+from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 
 runner = CliRunner()
 
@@ -124,7 +124,7 @@ def test_every_format_reproduces_the_ticket_logits_in_plain_torch(tmp_path, mode
         build = PLAIN_MLP if model.startswith("mlp") else PLAIN_VGG
     ticket = make_ticket(tmp_path, model)
     tk = ticket_io.load(ticket)
-    net, _ = runs.rebuild(tk, ticket, None)
+    net, _ = runs.rebuild(tk, ticket, None, ModelPolicy(trust_model_code=True))  # the user's own factory
     x = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits = net(x, tk.masks)
@@ -135,7 +135,8 @@ def test_every_format_reproduces_the_ticket_logits_in_plain_torch(tmp_path, mode
            "dense": str(tmp_path / "dense.pt")}
     for fmt, suffix in zip(FORMATS, (".safetensors", ".pt", ".safetensors", ".safetensors")):
         out = tmp_path / f"{fmt}{suffix}"
-        r = runner.invoke(app, ["export", str(ticket), "--format", fmt, "--out", str(out), "--json"])
+        r = runner.invoke(app, ["export", str(ticket), "--format", fmt, "--out", str(out), "--json",
+                                "--trust-model-code"])
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["file_bytes"] == out.stat().st_size
         cfg[fmt] = str(out)

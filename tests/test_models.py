@@ -19,7 +19,7 @@ from ticketcli.cli import app
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import RELU_GAIN, fingerprint, init_weights
 from ticketcli.models import MODELS, MaskedNet, build_model
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelSpec, RunSpec
+from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 
 # One tiny example per registered model, sized by the digits data (1x8x8, 10 classes) where left open.
 EXAMPLES = {
@@ -32,6 +32,7 @@ EXAMPLES = {
 }
 DIGITS = ((1, 8, 8), 10)
 runner = CliRunner()
+TRUSTED = ModelPolicy(trust_model_code=True)  # the user opted in to importing the factory a ticket names
 
 
 def example(name: str) -> ModelSpec:
@@ -179,14 +180,16 @@ def test_user_factory_masks_only_linear_and_conv(tmp_path, user_module):
     assert tk.model["factory"] == f"{user_module}:build_net" and tk.model["arch"] == "user"
     assert tk.model["parameters"] == {"conv.weight": [4, 1, 3, 3], "conv.bias": [4], "bn.weight": [4],
                                       "bn.bias": [4], "scale": [], "fc.weight": [10, 64]}
-    net, weights = runs.rebuild(tk, out, None)
+    with pytest.raises(UsageError, match="would import and run"):  # a ticket alone never imports the factory
+        runs.rebuild(tk, out, None)
+    net, weights = runs.rebuild(tk, out, None, TRUSTED)
     assert float(weights["scale"]) == 2.0 and torch.equal(weights["bn.weight"], torch.ones(4))  # frozen as built
-    r = runner.invoke(app, ["evaluate", str(out), "--json"])
+    r = runner.invoke(app, ["evaluate", str(out), "--json", "--model", f"{user_module}:build_net"])
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
 
     # the user's code changes: names or shapes differ -> refused, naming what changed
     write_user_module(tmp_path, user_module, width=5)
-    err = one_line(runner.invoke(app, ["evaluate", str(out)]))
+    err = one_line(runner.invoke(app, ["evaluate", str(out), "--trust-model-code"]))
     assert "no longer matches" in err and "conv.weight [4, 1, 3, 3] -> [5, 1, 3, 3]" in err
 
 
@@ -225,10 +228,10 @@ def test_user_model_checkpoint_needs_every_parameter(tmp_path, user_module):
                             "--out", str(out), *QUICK])
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
-    net, weights = runs.rebuild(tk, out, str(ckpt))
+    net, weights = runs.rebuild(tk, out, str(ckpt), TRUSTED)
     assert float(weights["scale"]) == 2.25  # the frozen, unmasked parameter came from the file
     assert torch.allclose(net.module.bn.running_mean, torch.full((4,), 0.25))  # and so did the buffer
-    r = runner.invoke(app, ["evaluate", str(out), "--weights", str(ckpt), "--json"])
+    r = runner.invoke(app, ["evaluate", str(out), "--weights", str(ckpt), "--json", "--trust-model-code"])
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
 
     partial = tmp_path / "partial.safetensors"
@@ -273,4 +276,4 @@ def test_factory_ticket_without_parameters_record_is_refused(tmp_path, user_modu
     tk.model.pop("parameters")
     ticket_io.save(tk, out, overwrite=True)
     with pytest.raises(TicketFileError, match="parameters"):
-        runs.rebuild(ticket_io.load(out), out, None)
+        runs.rebuild(ticket_io.load(out), out, None, TRUSTED)

@@ -22,8 +22,8 @@ from ticketcli.errors import GateFailed, TicketCliError, UsageError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.methods import METHODS
-from ticketcli.specs import (DataSpec, build_extract_spec, check_setting, data_location, load_config, merge_settings,
-                             parse_floats)
+from ticketcli.specs import (MAX_PARAMS, DataSpec, build_extract_spec, build_model_policy, check_setting,
+                             data_location, load_config, merge_settings, parse_floats)
 from ticketcli.ticket import check_destination, write_atomic
 
 
@@ -110,6 +110,21 @@ Download = Annotated[bool, typer.Option("--download", help="Allow torchvision to
                                                           "into ~/.cache/ticketcli if it is not found.")]
 CheckpointWeights = Annotated[Optional[Path], typer.Option(
     help="The checkpoint the ticket was extracted from (checked against its sha256).")]
+TrustModelCode = Annotated[bool, typer.Option("--trust-model-code", help=(
+    "Allow importing and running the model factory (pkg.module:function) the ticket names. A ticket alone never "
+    "runs code: without this (or --model naming the same factory) such a ticket is refused."))]
+TicketModel = Annotated[Optional[str], typer.Option(help=(
+    "The ticket's own model factory pkg.module:function: confirms that it may be imported (like "
+    "--trust-model-code, for that factory only). Any other model is refused."))]
+MaxParams = Annotated[Optional[int], typer.Option(help=(
+    f"Refuse a model with more parameters than this, before anything is built. Default: {MAX_PARAMS}."))]
+
+
+def warn_unverified(result: dict) -> None:
+    """A ticket written before masks_sha256 existed still works; say once that its masks were not checked."""
+    if result.get("integrity") == "not recorded":
+        report.warn(f"{result.get('ticket')} records no masks_sha256 (an older ticket): its masks could not be "
+                    "checked for changes since it was written")
 
 
 @app.command()
@@ -203,6 +218,7 @@ def extract(
     match_sparsity_per_layer: Annotated[bool, typer.Option(
         "--match-sparsity-per-layer", help="With --match-sparsity: match each layer's density "
                                            "(as --layer-densities) instead of the global sparsity.")] = False,
+    max_params: MaxParams = None,
     device: Device = None,
     precision: Precision = None,
     config: Annotated[Optional[Path], typer.Option(
@@ -232,7 +248,8 @@ def extract(
                  regrow_every=regrow_every, regrow_fraction=regrow_fraction, movement_warmup=movement_warmup,
                  movement_cooldown=movement_cooldown, movement_noise=movement_noise,
                  match_sparsity=None if match_sparsity is None else str(match_sparsity),
-                 match_sparsity_per_layer=match_sparsity_per_layer or None, device=device, precision=precision)
+                 match_sparsity_per_layer=match_sparsity_per_layer or None, device=device, precision=precision,
+                 max_params=max_params)
     ckpt = checkpoint_path(out)
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
         spec = build_extract_spec(merge_settings(flags, config))
@@ -262,6 +279,9 @@ def evaluate(
     min_accuracy: Annotated[Optional[float], typer.Option(
         help="Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8).")] = None,
     weights: CheckpointWeights = None,
+    trust_model_code: TrustModelCode = False,
+    model: TicketModel = None,
+    max_params: MaxParams = None,
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
@@ -271,9 +291,11 @@ def evaluate(
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         if min_accuracy is not None and not 0 <= min_accuracy <= 1:
             raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
+        policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
         data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
         result = runs.evaluate_ticket(ticket, data=data, device=device or "auto",
-                                      weights=None if weights is None else str(weights))
+                                      weights=None if weights is None else str(weights), policy=policy)
+        warn_unverified(result)
         if min_accuracy is not None:
             result["gate"] = {"min_accuracy": min_accuracy, "passed": result["test"]["accuracy"] >= min_accuracy}
         report.print_json(result) if json_out else report.evaluate_table(result)
@@ -344,6 +366,7 @@ def sweep_k(
     device: Device = None,
     config: Annotated[Optional[Path], typer.Option(
         help="TOML file with model, data and training options (as for extract); flags override it.")] = None,
+    max_params: MaxParams = None,
     json_out: Json = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
@@ -351,7 +374,8 @@ def sweep_k(
     flags = dict(method="edge-popup", sparsity=sparsity, model=model, bias=bias, init=init and init.value,
                  init_k=init_k, dataset=dataset and dataset.value,
                  data_dir=None if data_dir is None else str(data_dir), download=download or None,
-                 n_extract=n_extract, n_val=n_val, epochs=epochs, lr=lr, batch_size=batch_size, device=device)
+                 n_extract=n_extract, n_val=n_val, epochs=epochs, lr=lr, batch_size=batch_size, device=device,
+                 max_params=max_params)
     resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
     with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (),
                                                  note=lambda: resumable, unit="configuration") as position:
@@ -433,6 +457,9 @@ def train_weak(
              "Default: no plot.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out and --plot if they exist.")] = False,
     weights: CheckpointWeights = None,
+    trust_model_code: TrustModelCode = False,
+    model: TicketModel = None,
+    max_params: MaxParams = None,
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
@@ -444,6 +471,7 @@ def train_weak(
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)
+        policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
         data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
@@ -452,9 +480,10 @@ def train_weak(
             warn_precision(spec.precision, device or "auto")
             result = weak.train_weak(ticket, data=data, spec=spec, device=device or "auto",
                                      weights=None if weights is None else str(weights), dense_baseline=dense_baseline,
-                                     out=out, overwrite=force, progress=position.track(progress))
+                                     out=out, overwrite=force, progress=position.track(progress), policy=policy)
         if not world.main:
             return
+        warn_unverified(result)
         if plot is not None:
             write_atomic(plot, report.weak_plot(result), overwrite=force)
             result["plot"] = str(plot)
@@ -473,7 +502,8 @@ OptimizerName = choices("OptimizerName", ["adam", "sgd"])
 def drift(
     model: Annotated[Optional[str], typer.Option(
         help="MLP spec, e.g. mlp:784-256-256-10 (+bias for biases). Default: the paper's MLP (three hidden "
-             "layers of 256) sized to the dataset.")] = None,
+             "layers of 256) sized to the dataset. With --ticket only the ticket's own model factory, confirming "
+             "that it may be imported.")] = None,
     activation: Annotated[Optional[ActivationName], typer.Option(
         help="Activation between hidden layers; relu2-clip is min(relu(x)^2, --clip). Default: relu.")] = None,
     clip: Annotated[Optional[float], typer.Option(help="c of relu2-clip. Default: 50.")] = None,
@@ -501,6 +531,8 @@ def drift(
         help="Rebuild this ticket's network (fingerprint-checked) and train only its surviving weights.")] = None,
     weights: Annotated[Optional[Path], typer.Option(
         help="The checkpoint a --ticket was extracted from, if it was.")] = None,
+    trust_model_code: TrustModelCode = False,
+    max_params: MaxParams = None,
     dataset: Annotated[Optional[DatasetName], typer.Option(
         help="Dataset (sizes the default model; the inputs with --inputs data). Default: fashion-mnist.")] = None,
     data_dir: DataDir = None,
@@ -516,11 +548,16 @@ def drift(
     with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (),
                                                  unit="step") as position:
         if ticket is not None:
-            clash = [f for f, v in (("--model", model), ("--seeds", seeds), ("--dataset", dataset)) if v is not None]
+            clash = [f for f, v in (("--seeds", seeds), ("--dataset", dataset)) if v is not None]
             if clash:
                 raise UsageError(f"{', '.join(clash)} cannot be combined with --ticket (the ticket fixes them)")
-        elif weights is not None:
-            raise UsageError("--weights only goes with --ticket")
+        elif weights is not None or trust_model_code:
+            raise UsageError(f"{'--weights' if weights is not None else '--trust-model-code'} only goes with --ticket")
+        # with --ticket, --model may only confirm the ticket's own factory (ModelPolicy); the ticket fixes the model
+        policy = build_model_policy(trust_model_code=trust_model_code, max_params=max_params,
+                                    model=model if ticket is not None else None)
+        if ticket is not None:
+            model = None
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
         settings = dict(model=model, activation=activation and activation.value, clip=clip,
@@ -533,7 +570,8 @@ def drift(
         total = spec.steps * (1 if ticket is not None else len(spec.seeds))
         with report.epoch_progress(total, quiet=quiet, label="drift") as progress:
             result = drift_core.run_drift(spec, ticket=ticket, weights=None if weights is None else str(weights),
-                                          progress=position.track(progress))
+                                          progress=position.track(progress), policy=policy)
+        warn_unverified(result)
         if plot is not None:
             write_atomic(plot, report.drift_plot(result), overwrite=force)
             result["plot"] = str(plot)
@@ -554,6 +592,9 @@ def export(
                                            "(e.g. .pt) for a torch.save state dict.")],
     weights: Annotated[Optional[Path], typer.Option(
         help="The checkpoint the ticket was extracted from (checked against its sha256).")] = None,
+    trust_model_code: TrustModelCode = False,
+    model: TicketModel = None,
+    max_params: MaxParams = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
     json_out: Json = False,
 ) -> None:
@@ -561,8 +602,10 @@ def export(
     from ticketcli.export import export_ticket
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
+        policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
         result = export_ticket(ticket, fmt=format.value, out=out, weights=None if weights is None else str(weights),
-                               overwrite=force)
+                               overwrite=force, policy=policy)
+        warn_unverified(result)
         report.print_json(result) if json_out else report.export_table(result)
 
 

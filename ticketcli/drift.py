@@ -28,7 +28,7 @@ from ticketcli.init import generator
 from ticketcli.methods import Progress
 from ticketcli.models import MLP, MaskedNet
 from ticketcli.registry import Registry
-from ticketcli.specs import PAPER_HIDDEN, DataSpec, InitSpec, ModelSpec, check_setting
+from ticketcli.specs import PAPER_HIDDEN, DataSpec, InitSpec, ModelPolicy, ModelSpec, check_setting
 from ticketcli.train import Loss, WeightOptim, WeightTrainer
 
 
@@ -320,16 +320,21 @@ def summarise(runs_: list[dict]) -> dict:
 
 
 def run_drift(spec: DriftSpec, *, ticket: str | Path | None = None, weights: str | None = None,
-              progress: Progress | None = None) -> dict:
-    """Run spec for every seed (or once on a ticket's rebuilt network, training only its kept weights)."""
+              progress: Progress | None = None, policy: ModelPolicy = ModelPolicy()) -> dict:
+    """Run spec for every seed (or once on a ticket's rebuilt network, training only its kept weights).
+
+    policy: whether a ticket's factory may be imported (drift takes MLPs only, so it never is) and the size limit."""
     device = runs.resolve_device(spec.device)
     jobs = []  # (seed, net, masks, model, data)
+    integrity = None
     if ticket is not None:
         path = Path(ticket)
         tk = ticket_io.load(path)
-        net, _ = runs.rebuild(tk, path, weights)
-        model = ModelSpec.parse(tk.model["spec"])
+        ticket_io.require_intact(tk, path)
+        model = runs.ticket_model(tk, path, policy)  # refuses an untrusted factory before anything else
         _require_mlp(model.arch)
+        net, _ = runs.rebuild(tk, path, weights, policy)
+        integrity = tk.integrity
         data = replace(spec.data, name=tk.data["dataset"], n_extract=tk.data["n_extract"],
                        n_val=tk.data["n_val"], split_seed=tk.data["split_seed"])
         jobs.append((tk.init["seed"], net, tk.masks, model, data))
@@ -337,7 +342,7 @@ def run_drift(spec: DriftSpec, *, ticket: str | Path | None = None, weights: str
                        init=InitSpec(scheme=tk.init["scheme"], k=float(tk.init["k"]), seed=tk.init["seed"]))
     else:
         for seed in spec.seeds:
-            net, _, _ = runs.build_net(spec.model, replace(spec.init, seed=seed), None)
+            net, _, _ = runs.build_net(spec.model, replace(spec.init, seed=seed), None, policy.max_params)
             jobs.append((seed, net, None, spec.model, replace(spec.data, split_seed=seed)))
 
     t0, done, results = time.perf_counter(), 0, []
@@ -356,4 +361,4 @@ def run_drift(spec: DriftSpec, *, ticket: str | Path | None = None, weights: str
         done += spec.steps
     return {**spec.to_dict(), "seeds": [r["seed"] for r in results], "probe_n": results[0]["probe_n"], "ticket": None if ticket is None else str(ticket),
             "masked": ticket is not None, "device": str(device), "wall_time_s": time.perf_counter() - t0,
-            "runs": results, "summary": summarise(results)}
+            "runs": results, "summary": summarise(results), "integrity": integrity}

@@ -26,6 +26,7 @@ from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.errors import UsageError
 from ticketcli.models import MaskedNet
+from ticketcli.specs import ModelPolicy
 
 FORMATS = ("masked", "prune", "csr", "masks")
 
@@ -89,14 +90,14 @@ def encode(state: dict[str, torch.Tensor], out: Path, metadata: dict[str, str] |
 
 
 def export_ticket(path: str | Path, *, fmt: str, out: str | Path, weights: str | None = None,
-                  overwrite: bool = False) -> dict:
+                  overwrite: bool = False, policy: ModelPolicy = ModelPolicy()) -> dict:
     """Rebuild the ticket's network (fingerprint-checked) and write it in `fmt`; returns a size report."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     path, out = Path(path), Path(out)
     ticket_io.check_destination(out, overwrite=overwrite)
     tk = ticket_io.load(path)
-    net, _ = runs.rebuild(tk, path, weights)
+    net, _ = runs.rebuild(tk, path, weights, policy)
     masks = {n: tk.masks[n] for n in net.names}
     meta = {"format": f"ticket-export-{fmt}", "model": tk.model["spec"], "ticket_weights_sha256": tk.weights_sha256}
     layers = None
@@ -115,7 +116,7 @@ def export_ticket(path: str | Path, *, fmt: str, out: str | Path, weights: str |
     total = sum(m.numel() for m in masks.values())
     result = {"ticket": str(path), "format": fmt, "out": str(out), "file_bytes": size,
               "dense_float32_bytes": dense, "ratio": size / dense, "ticket_bytes": path.stat().st_size,
-              "kept": kept, "total": total, "tensors": len(state)}
+              "kept": kept, "total": total, "tensors": len(state), "integrity": tk.integrity}
     if layers is not None:
         result["layers"] = layers
         result["csr_payload_bytes"] = sum(v["csr_bytes"] for v in layers.values())

@@ -136,8 +136,11 @@ def build_vgg(spec: ModelSpec) -> nn.Module:
 
 
 def import_factory(path: str) -> Callable[[], nn.Module]:
-    """The function named by "pkg.module:function" (imported with the current directory on sys.path)."""
+    """The function named by "pkg.module:function" (imported with the current directory on sys.path).
+
+    Callers decide whether importing is allowed: a ticket alone never is (runs.ticket_model)."""
     import importlib
+    import inspect
     import sys
 
     module_name, _, attr = path.partition(":")
@@ -150,11 +153,13 @@ def import_factory(path: str) -> Callable[[], nn.Module]:
             raise UsageError(f"invalid model spec {path!r}: {module_name} takes numbers, not {attr!r}") from None
         raise UsageError(f"cannot import {module_name} for model {path}: {e}",
                          hint="the module must be importable (on PYTHONPATH or in the current directory)") from None
-    except Exception as e:  # the user's module raised while importing
+    except (Exception, SystemExit) as e:  # the user's module raised (or called sys.exit) while importing
         raise UsageError(f"importing {module_name} for model {path} failed: {type(e).__name__}: {e}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise UsageError(f"{module_name} has no function {attr!r} (model {path})")
+    if inspect.isbuiltin(fn):  # sys.exit, os.abort, signal.pause, builtins.exec: never a model factory
+        raise UsageError(f"model {path} names a built-in function, not a factory returning an nn.Module")
     return fn
 
 
@@ -167,7 +172,7 @@ def build_user_model(path: str) -> nn.Module:
         torch.manual_seed(FACTORY_SEED)
         try:
             module = fn()
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # a factory's sys.exit() must not become our exit code
             raise UsageError(f"model factory {path} failed: {type(e).__name__}: {e}") from None
     if not isinstance(module, nn.Module):
         raise UsageError(f"model factory {path} returned {type(module).__name__}, not an nn.Module")
@@ -182,6 +187,27 @@ def build_model(spec: ModelSpec) -> nn.Module:
     for p in net.parameters():
         p.requires_grad_(False)
     return net
+
+
+def check_param_count(spec: ModelSpec, count: int, max_params: int) -> None:
+    """Refuse a model with more than max_params parameters (one line, naming the limit's flag)."""
+    if count > max_params:
+        raise UsageError(f"model {_short(spec.to_string())} has {count:,} parameters, more than the limit of "
+                         f"{max_params:,}", hint="raise the limit with --max-params N if you mean it")
+
+
+def planned_shapes(spec: ModelSpec, max_params: int) -> dict[str, list[int]]:
+    """A built-in model's masked parameter shapes, worked out on the meta device (nothing is allocated, whatever
+    the spec says), after refusing a model with more than max_params parameters."""
+    with torch.device("meta"):
+        module = MODELS.get(spec.arch)(spec)
+    check_param_count(spec, sum(p.numel() for p in module.parameters()), max_params)
+    shapes = dict(module.named_parameters())
+    return {n: list(shapes[n].shape) for n in masked_names(module)}
+
+
+def _short(text: str, n: int = 120) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 MASKABLE = (nn.Linear, nn.Conv2d)

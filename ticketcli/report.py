@@ -182,6 +182,12 @@ def evaluate_table(r: dict) -> None:
         out.print(f"gate: test accuracy >= {g['min_accuracy']}: {'passed' if g['passed'] else 'FAILED'}")
 
 
+MASK_ROWS = 500  # inspect's table shows at most this many masks (Rich takes a minute for 100k rows; --json has all)
+INTEGRITY_NOTES = {"ok": "ok (masks match the recorded masks_sha256)",
+                   "modified": "MODIFIED: masks were modified after the ticket was written",
+                   "not recorded": "not recorded (an older ticket without masks_sha256)"}
+
+
 def inspect_table(r: dict) -> None:
     t = Table(title=f"{r['ticket']} ({r['file_bytes']} bytes; packed masks {r['packed_mask_bytes']} bytes)")
     t.add_column("field")
@@ -204,6 +210,7 @@ def inspect_table(r: dict) -> None:
         t.add_row("accuracy at extraction", f"test {_pct(m['test'].get('accuracy'))}, val {_pct(m['val'].get('accuracy'))}"
                                             f" on {m.get('device')}")
     t.add_row("created by", ", ".join(f"{k} {v}" for k, v in r["created_by"].items()))
+    t.add_row("masks integrity", INTEGRITY_NOTES.get(r.get("integrity"), str(r.get("integrity"))))
     out = stdout()
     out.print(t)
     lt = Table(title="masks")
@@ -211,9 +218,12 @@ def inspect_table(r: dict) -> None:
     lt.add_column("shape")
     lt.add_column("kept / total", justify="right")
     lt.add_column("density", justify="right")
-    for name, v in r["masks"].items():
+    shown = list(r["masks"].items())[:MASK_ROWS]
+    for name, v in shown:
         lt.add_row(name, "x".join(map(str, v["shape"])), f"{v['kept']} / {v['total']}", _pct(v["density"]))
     out.print(lt)
+    if len(r["masks"]) > len(shown):
+        out.print(f"... and {len(r['masks']) - len(shown)} more masks (--json lists every one)")
 
 
 # ---- sweep-k ----

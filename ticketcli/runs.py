@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,8 +18,8 @@ from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES, file_sha256, fingerprint, generator, init_weights
 from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS, Progress
-from ticketcli.models import MaskedNet, build_model
-from ticketcli.specs import DataSpec, InitSpec, ModelSpec, RunSpec
+from ticketcli.models import MaskedNet, build_model, check_param_count, planned_shapes
+from ticketcli.specs import MAX_PARAMS, DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.train import evaluate
 
 
@@ -105,9 +106,17 @@ def check_finite(path: str, tensors: dict[str, torch.Tensor]) -> None:
                              f"{t.numel()}; frozen weights must be finite", hint="fix or re-export the checkpoint")
 
 
-def build_net(model: ModelSpec, init: InitSpec, weights_path: str | None) -> tuple[MaskedNet, dict, dict | None]:
-    """The frozen network (on CPU), its weights, and the checkpoint record when weights came from a file."""
+def build_net(model: ModelSpec, init: InitSpec, weights_path: str | None,
+              max_params: int = MAX_PARAMS) -> tuple[MaskedNet, dict, dict | None]:
+    """The frozen network (on CPU), its weights, and the checkpoint record when weights came from a file.
+
+    A built-in model bigger than max_params is refused before anything is allocated (worked out on the meta
+    device); a user's factory (run because the user named it) is counted once built."""
+    if model.arch != "user":
+        planned_shapes(model, max_params)
     module = build_model(model)
+    if model.arch == "user":
+        check_param_count(model, sum(p.numel() for p in module.parameters()), max_params)
     if weights_path is None:
         weights, checkpoint = init_weights(module, init), None
     else:
@@ -241,7 +250,7 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     if (checkpoint_every is not None or resume) and not getattr(method, "resumable", False):
         raise UsageError(f"--checkpoint-every and --resume do not apply to method {spec.method.name!r}",
                          hint=f"they apply to: {methods_with('resumable')}")
-    net, weights, checkpoint = build_net(spec.model, spec.init, spec.weights)
+    net, weights, checkpoint = build_net(spec.model, spec.init, spec.weights, spec.max_params)
     splits = load_splits(spec.data)
     check_input_shape(spec.model, splits, net)
     net.to(device)
@@ -296,17 +305,88 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
             **({"score_params": details["score_params"]} if "score_params" in details else {})}
 
 
-def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None) -> tuple[MaskedNet, dict]:
-    """The ticket's network from its spec and seed (or checkpoint), checked against shapes and fingerprint."""
+def ticket_model(tk: ticket_io.Ticket, path: Path, policy: ModelPolicy) -> ModelSpec:
+    """The ticket's model spec, parsed, once the policy allows building it: a factory the ticket names is never
+    imported unless the user opted in (--trust-model-code, or --model naming that same factory)."""
     try:
         model = ModelSpec.parse(tk.model["spec"])
+    except UsageError as e:
+        raise TicketFileError(f"{path}: {e}") from None
+    if policy.model is not None:
+        given = ModelSpec.parse(policy.model)
+        if model.arch != "user" or given.factory != model.factory:
+            raise UsageError(f"--model {policy.model[:80]} is not this ticket's model ({model.to_string()[:80]})",
+                             hint="with a ticket, --model only confirms the model factory the ticket names")
+    elif model.arch == "user" and not policy.trust_model_code:
+        module = str(model.factory).partition(":")[0]
+        raise UsageError(f"{path} names the model factory {model.factory}: rebuilding it would import and run "
+                         f"module {module!r}, which a ticket alone never does",
+                         hint=f"if you trust this ticket, pass --trust-model-code or --model {model.factory}")
+    return model
+
+
+def check_planned(tk: ticket_io.Ticket, model: ModelSpec, path: Path, max_params: int) -> None:
+    """Before anything real is built: the model's size against max_params and its masked parameters' names and
+    shapes against the ticket's (a built-in model on the meta device; a factory by what the ticket recorded)."""
+    if model.arch == "user":
+        recorded = tk.model.get("parameters") or tk.shapes
+        check_param_count(model, sum(math.prod(s) for s in recorded.values()), max_params)
+        return
+    try:
+        planned = planned_shapes(model, max_params)
+    except UsageError as e:
+        raise TicketFileError(f"{path}: {e}", hint=e.hint) from None
+    if planned != tk.shapes:
+        raise TicketFileError(f"{path}: mask shapes do not match model {model.to_string()[:80]} "
+                              f"({shape_difference(tk.shapes, planned)})")
+
+
+def shape_difference(ticket: dict[str, list[int]], model: dict[str, list[int]]) -> str:
+    """The first difference between a ticket's shapes and a model's, for a one-line error."""
+    missing, extra = [n for n in model if n not in ticket], [n for n in ticket if n not in model]
+    if missing or extra:
+        return (f"the model has {len(model)} masked parameters, the ticket {len(ticket)}; first missing: "
+                f"{(missing or ['-'])[0][:80]}, first unexpected: {(extra or ['-'])[0][:80]}")
+    name = next(n for n in model if model[n] != ticket[n])
+    return f"{name[:80]}: ticket {ticket[name]}, model {model[name]}"
+
+
+CHECKPOINT_BYTES_PER_PARAM = 16  # float64 values and the container's overhead: a bigger file is no checkpoint here
+
+
+def recorded_checkpoint(tk: ticket_io.Ticket, path: Path, max_params: int) -> str:
+    """The checkpoint path the ticket recorded, followed only to a plain file of a checkpoint's size: a ticket must
+    not make a reader hash /proc/self/pagemap (size 0, endless) or any file of hundreds of GB."""
+    stored = tk.checkpoint.get("path") if tk.checkpoint else None
+    try:
+        size = Path(stored).stat().st_size if stored and Path(stored).is_file() else None
+    except OSError:
+        size = None
+    if size is None:
+        raise UsageError(f"{path} was extracted from checkpoint weights; pass them with --weights FILE")
+    if not 0 < size <= CHECKPOINT_BYTES_PER_PARAM * max_params:
+        raise UsageError(f"{path} records the checkpoint {stored[:80]}, a file of {size} bytes, which cannot be it",
+                         hint="pass the checkpoint with --weights FILE")
+    return stored
+
+
+def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None,
+            policy: ModelPolicy = ModelPolicy()) -> tuple[MaskedNet, dict]:
+    """The ticket's network from its spec and seed (or checkpoint), checked against shapes and fingerprint.
+
+    Refused before anything runs or is allocated: masks that no longer match their recorded digest, a factory
+    the policy does not allow importing, a model over policy.max_params or whose shapes differ from the ticket's."""
+    ticket_io.require_intact(tk, path)
+    model = ticket_model(tk, path, policy)
+    try:
         INIT_SCHEMES.get(tk.init["scheme"])
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
+    check_planned(tk, model, path, policy.max_params)
     init = InitSpec(scheme=tk.init["scheme"], k=float(tk.init["k"]), seed=tk.init["seed"])
     if tk.checkpoint is not None:
-        weights_path = weights_path or tk.checkpoint.get("path")
-        if not weights_path or not Path(weights_path).is_file():
+        weights_path = weights_path or recorded_checkpoint(tk, path, policy.max_params)
+        if not Path(weights_path).is_file():
             raise UsageError(f"{path} was extracted from checkpoint weights; pass them with --weights FILE")
         if file_sha256(weights_path) != tk.checkpoint["sha256"]:
             raise TicketFileError(f"{weights_path} is not the checkpoint this ticket was extracted from "
@@ -314,13 +394,13 @@ def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None) -> tuple
     elif weights_path is not None:
         raise UsageError(f"{path} was built from seed {init.seed}; it takes no --weights")
     try:
-        net, weights, _ = build_net(model, init, weights_path)
+        net, weights, _ = build_net(model, init, weights_path, policy.max_params)
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
     check_user_model(model, tk.model, net, path)
     if net.shapes() != tk.shapes:
-        raise TicketFileError(f"{path}: mask shapes do not match model {model.to_string()} "
-                              f"(ticket {tk.shapes}, model {net.shapes()})")
+        raise TicketFileError(f"{path}: mask shapes do not match model {model.to_string()[:80]} "
+                              f"({shape_difference(tk.shapes, net.shapes())})")
     fp = fingerprint(weights)
     if fp != tk.weights_sha256:
         raise TicketFileError(
@@ -342,14 +422,15 @@ class OpenTicket:
     device: torch.device
 
 
-def open_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None) -> OpenTicket:
+def open_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None,
+                policy: ModelPolicy = ModelPolicy()) -> OpenTicket:
     """Load and validate a ticket, rebuild its network and its own data splits (evaluate, train-weak)."""
     path = Path(path)
     tk = ticket_io.load(path)
+    if tk.data["dataset"] not in DATASETS:  # before anything is built
+        raise TicketFileError(f"{path}: unknown dataset {tk.data['dataset'][:80]!r}")
     dev = resolve_device(device)
-    net, init_weights_ = rebuild(tk, path, weights)
-    if tk.data["dataset"] not in DATASETS:
-        raise TicketFileError(f"{path}: unknown dataset {tk.data['dataset']!r}")
+    net, init_weights_ = rebuild(tk, path, weights, policy)
     spec = replace(data, name=tk.data["dataset"], n_extract=tk.data["n_extract"], n_val=tk.data["n_val"],
                    split_seed=tk.data["split_seed"])
     splits = load_splits(spec)
@@ -359,10 +440,11 @@ def open_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weigh
     return OpenTicket(tk, net, init_weights_, masks, splits.to(dev), dev)
 
 
-def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None) -> dict:
+def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None,
+                    policy: ModelPolicy = ModelPolicy()) -> dict:
     """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy."""
     path = Path(path)
-    o = open_ticket(path, data=data, device=device, weights=weights)
+    o = open_ticket(path, data=data, device=device, weights=weights, policy=policy)
     tk, net, masks, splits, dev = o.ticket, o.net, o.masks, o.splits, o.device
     test = evaluate(net, masks, splits.x_test, splits.y_test)
     val = evaluate(net, masks, splits.x_val, splits.y_val)
@@ -374,19 +456,23 @@ def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", w
             "stored": {"test_accuracy": stored.get("test", {}).get("accuracy"),
                        "val_accuracy": stored.get("val", {}).get("accuracy"), "device": stored.get("device")},
             "reproduced": reproduced, "sparsity": {"requested": tk.sparsity.get("requested"),
-                                                   "achieved": tk.sparsity.get("achieved")}}
+                                                   "achieved": tk.sparsity.get("achieved")},
+            "integrity": tk.integrity}
 
 
 def inspect_ticket(path: str | Path) -> dict:
-    """A ticket's metadata and per-parameter density, without data or weights."""
+    """A ticket's metadata, per-parameter density and mask integrity, without data or weights: nothing is
+    imported or built, and the masks are counted from their packed bytes (memory independent of their size)."""
     path = Path(path)
-    tk = ticket_io.load(path)
-    stats = mask_stats(tk.masks)
+    scanned = ticket_io.scan(path)
+    tk = scanned.ticket
+    masks = {n: {"shape": tk.shapes[n], "kept": kept, "total": total, "density": kept / total}
+             for n, (kept, total) in scanned.counts.items()}
+    kept = sum(k for k, _ in scanned.counts.values())
+    total = sum(t for _, t in scanned.counts.values())
     return {"ticket": str(path), "file_bytes": path.stat().st_size, "format_version": ticket_io.FORMAT_VERSION,
             "model": tk.model, "init": tk.init, "weights_sha256": tk.weights_sha256, "method": tk.method,
             "data": tk.data, "sparsity": tk.sparsity, "metrics": tk.metrics, "checkpoint": tk.checkpoint,
-            "created_by": tk.created_by,
-            "masks": {n: {"shape": tk.shapes[n], "kept": s["kept"], "total": s["total"], "density": s["density"]}
-                      for n, s in stats["per_param"].items()},
-            "density": stats["density"], "packed_mask_bytes": sum((s["total"] + 7) // 8
-                                                                   for s in stats["per_param"].values())}
+            "created_by": tk.created_by, "masks": masks, "density": kept / total,
+            "packed_mask_bytes": sum((t + 7) // 8 for _, t in scanned.counts.values()),
+            "masks_sha256": tk.masks_sha256, "integrity": tk.integrity}

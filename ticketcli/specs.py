@@ -20,6 +20,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix B)
+MAX_SPEC_CHARS = 1000  # a model spec longer than this is refused (the longest real ones are under 100)
+MAX_SPEC_DIGITS = 9  # every number in a built-in spec is below 10^9 (int() of a 5000-digit string raises)
+MAX_PARAMS = 2 * 10**9  # default --max-params: a bigger model is refused before anything is allocated
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class ModelSpec:
     def parse(cls, text: str, *, bias: bool | None = None) -> ModelSpec:
         """Parse a spec string (see the class docstring); --bias adds biases to built-in models."""
         t = str(text).strip()
+        if len(t) > MAX_SPEC_CHARS:
+            raise UsageError(f"model spec of {len(t)} characters is too long (at most {MAX_SPEC_CHARS})")
         factory = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):([A-Za-z_][A-Za-z0-9_]*)", t)
         if factory:
             if bias:
@@ -89,6 +94,9 @@ class ModelSpec:
         if not m:
             raise UsageError(f"invalid model spec {text!r}", hint=hint)
         arch, body, geometry = m.group(1), m.group(2), m.group(3, 4, 5, 6)
+        if re.search(f"[0-9]{{{MAX_SPEC_DIGITS + 1}}}", "-".join(g or "" for g in m.group(2, 3, 4, 5, 6))):
+            raise UsageError(f"invalid model spec {_clip(t)!r}: numbers in a model spec have at most "
+                             f"{MAX_SPEC_DIGITS} digits")
         from ticketcli.models import MODELS  # here: models imports specs
 
         MODELS.get(arch)  # an unknown name: "unknown model ...; choose one of ..." before any syntax complaint
@@ -117,6 +125,29 @@ class ModelSpec:
         elif body is not None:
             raise UsageError(f"invalid model spec {text!r}: {arch} takes no ':' arguments", hint=hint)
         return cls(arch=arch, widths=(), bias=has_bias, layers=layers, input=shape, classes=classes)
+
+
+def _clip(text: str, n: int = 80) -> str:
+    """At most n characters of a user's text, for an error line."""
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+@dataclass(frozen=True)
+class ModelPolicy:
+    """What a reader of a ticket may do to rebuild its network. A ticket never decides that code runs: a model
+    factory (pkg.module:function) it names is imported only with trust_model_code or when `model` (the --model
+    given on the command line) names that same factory."""
+
+    trust_model_code: bool = False  # --trust-model-code: import and call the factory the ticket names
+    model: str | None = None  # --model: with a ticket, confirms the ticket's own factory (same effect)
+    max_params: int = MAX_PARAMS  # refuse a model with more parameters, before anything is built
+
+
+def build_model_policy(*, trust_model_code: bool = False, model: str | None = None,
+                       max_params: int | None = None) -> ModelPolicy:
+    """A validated ModelPolicy from flag values (None: the default limit)."""
+    limit = MAX_PARAMS if max_params is None else check_setting("max_params", max_params)
+    return ModelPolicy(trust_model_code=bool(trust_model_code), model=model, max_params=limit)
 
 
 @dataclass(frozen=True)
@@ -195,6 +226,7 @@ class RunSpec:
     method: MethodSpec
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     weights: str | None = None  # frozen weights from this checkpoint instead of the seed
+    max_params: int = MAX_PARAMS  # refuse a bigger model before building it
 
 
 # Every key a config file may set, with the built-in default (flags override the file, the file overrides these).
@@ -241,6 +273,7 @@ EXTRACT_DEFAULTS: dict[str, Any] = {
     "match_sparsity_per_layer": False,
     "device": "auto",
     "precision": "fp32",
+    "max_params": None,
 }
 
 SEED = INT(0, 2**63, hi_open=True)  # a seed seeds torch generators (64-bit) and is stored in tickets
@@ -260,6 +293,7 @@ RANGES: dict[str, Range] = {
     "iter_tolerance": FLOAT(0, 1, lo_open=True, hi_open=True),
     "max_rounds": INT(1, 1000),
     "seed": SEED,
+    "max_params": INT(1, 10**12),  # --max-params: refuse bigger models before building them (default 2e9)
     "init_k": FLOAT(1e-6, 1e6),  # fan_in scale: the init bound is gain / sqrt(k * fan_in)
     "n_extract": INT(1, 10_000_000), "n_val": INT(1, 10_000_000),
     "epochs": EPOCHS, "batch_size": BATCH, "lr": LR,
@@ -401,7 +435,8 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
     data = DataSpec(name=s["dataset"], n_extract=s["n_extract"], n_val=s["n_val"], split_seed=s["seed"],
                     **data_location(s["data_dir"], s["download"]))
     init = InitSpec(scheme=s["init"], k=s["init_k"], seed=s["seed"])
-    return RunSpec(model=model, init=init, data=data, method=method, device=s["device"], weights=s["weights"])
+    return RunSpec(model=model, init=init, data=data, method=method, device=s["device"], weights=s["weights"],
+                   max_params=MAX_PARAMS if s["max_params"] is None else s["max_params"])
 
 
 # Options that only some methods read (the score-method variants of issue 4, the baselines' hyper-parameters of
@@ -457,17 +492,17 @@ def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> Metho
     if per_layer and not method_reads(method.name, "layer_densities"):
         raise UsageError(f"--match-sparsity-per-layer needs per-layer densities, which {method.name} does not take",
                          hint="use --match-sparsity alone (global)")
-    tk = ticket_io.load(path)
+    counts = ticket_io.scan(path).counts  # counted from the packed bits: nothing imported, built or unpacked
     if per_layer:
         kept: dict[str, list[int]] = {}
-        for name, m in tk.masks.items():  # masks are in named_parameters order, so layers come out in order
+        for name, (k_, n_) in counts.items():  # in named_parameters order, so layers come out in order
             k = kept.setdefault(layer_of(name), [0, 0])
-            k[0], k[1] = k[0] + int(m.sum()), k[1] + m.numel()
+            k[0], k[1] = k[0] + k_, k[1] + n_
         densities = tuple(a / b for a, b in kept.values())
         return replace(method, sparsity=1.0 - sum(a for a, _ in kept.values()) / sum(b for _, b in kept.values()),
                        layer_densities=densities, matched_to=path)
-    kept_total = sum(int(m.sum()) for m in tk.masks.values())
-    total = sum(m.numel() for m in tk.masks.values())
+    kept_total = sum(k for k, _ in counts.values())
+    total = sum(n for _, n in counts.values())
     if kept_total == 0:
         raise UsageError(f"{path} keeps no weights; there is no sparsity to match")
     return replace(method, sparsity=1.0 - kept_total / total, matched_to=path)

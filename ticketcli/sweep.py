@@ -23,8 +23,8 @@ from ticketcli import ticket as ticket_io
 from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
 from ticketcli.init import file_sha256, generator
 from ticketcli.methods import METHODS
-from ticketcli.models import MaskedNet, build_model
-from ticketcli.specs import ModelSpec, RunSpec
+from ticketcli.models import MaskedNet, build_model, layer_of, planned_shapes
+from ticketcli.specs import MAX_PARAMS, ModelSpec, RunSpec
 
 PAPER_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # Appendix B
 PAPER_LAYERWISE = 8  # random layerwise tuples per seed (Appendix B)
@@ -51,7 +51,10 @@ def double_scoring_methods() -> list[str]:
     return [m for m in DOUBLE_SCORING if m in METHODS.names()]
 
 
-def model_layers(model: ModelSpec) -> int:
+def model_layers(model: ModelSpec, max_params: int = MAX_PARAMS) -> int:
+    """Layers of the model, worked out on the meta device for a built-in one (after its size check)."""
+    if model.arch != "user":
+        return len({layer_of(n) for n in planned_shapes(model, max_params)})
     return len(MaskedNet(build_model(model), model).layers())
 
 
@@ -73,7 +76,7 @@ def build_plan(base: RunSpec, *, seeds: Iterable[int], densities: tuple[float, .
     """Every run of the sweep, in a fixed order; base.method carries the requested sparsity and training settings."""
     s = base.method.sparsity
     target = 1.0 - s
-    n_layers = model_layers(base.model)
+    n_layers = model_layers(base.model, base.max_params)
     double_scoring = list(double_scoring)
     tasks = []
     for seed in seeds:

@@ -23,7 +23,7 @@ from ticketcli.errors import RunFailed
 from ticketcli.init import file_sha256, generator
 from ticketcli.masking import mask_stats
 from ticketcli.runs import OpenTicket, open_ticket
-from ticketcli.specs import DataSpec, check_precision, check_setting
+from ticketcli.specs import DataSpec, ModelPolicy, check_precision, check_setting
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
 
 WEIGHTS_FORMAT = "ticketcli-trained-weights"
@@ -114,12 +114,13 @@ def check_sparsity(weights: dict[str, torch.Tensor], masks: dict[str, torch.Tens
 
 def train_weak(path: str | Path, *, data: DataSpec, spec: WeakSpec = WeakSpec(), device: str = "auto",
                weights: str | None = None, dense_baseline: bool = False, out: str | Path | None = None,
-               overwrite: bool = False, progress: Callable[[dict], None] | None = None) -> dict:
+               overwrite: bool = False, progress: Callable[[dict], None] | None = None,
+               policy: ModelPolicy = ModelPolicy()) -> dict:
     """Train a ticket's surviving weights with its mask fixed (and optionally the dense net); write them to `out`."""
     path = Path(path)
     if out is not None:
         ticket_io.check_destination(out, overwrite=overwrite)  # fail before the work, not after
-    o = open_ticket(path, data=data, device=device, weights=weights)
+    o = open_ticket(path, data=data, device=device, weights=weights, policy=policy)
     tk = o.ticket
     masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress)
     trained = state_dict(trainer, o.masks)
@@ -129,7 +130,7 @@ def train_weak(path: str | Path, *, data: DataSpec, spec: WeakSpec = WeakSpec(),
               "model": tk.model["spec"], "seed": tk.init["seed"], "device": str(o.device),
               "data": {k: tk.data[k] for k in ("dataset", "n_extract", "n_val", "split_seed") if k in tk.data}
               | {"n_test": int(o.splits.y_test.numel())},
-              **spec.to_dict(), "sparsity": sparsity, "masked": masked}
+              **spec.to_dict(), "sparsity": sparsity, "masked": masked, "integrity": tk.integrity}
     if dense_baseline:
         result["dense"], _ = train_run(o, None, spec, label="dense", progress=progress)
     if distributed.world().active:

@@ -3,11 +3,16 @@ every way a file can be broken, and a table of readers that must all reject each
 line. Used by tests/fuzz/test_fuzz_tickets.py (a few hundred cases) and benchmarks/fuzz_long.py (thousands).
 
 Extending it: a new reader of ticket files (e.g. `ticket export`) is one more entry in READERS; a new way to
-break a file is one more strategy in FAMILIES (it must produce a file no reader may accept).
+break a file is one more strategy in FAMILIES (it must produce a file no reader may accept). The module-level
+editors (edit_metadata, edit_json, edit_masks) make one deliberate change to a real ticket for the hostile suite.
+
+A changed mask bit is not a family: load and inspect accept the file and report `integrity: modified`; the
+readers that use the masks (MASK_READERS) refuse it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import struct
@@ -67,6 +72,53 @@ def rebuild(meta: dict | None, tensors: list[tuple[str, str, list, bytes]]) -> t
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(body), len(body) + len(data)]}
         body += data
     return header, body
+
+
+def edit_metadata(raw: bytes, **changes: str | None) -> bytes:
+    """The same ticket with these metadata strings replaced (None: removed); tensors and digest untouched."""
+    header, body = split(raw)
+    meta = {k: v for k, v in {**header["__metadata__"], **changes}.items() if v is not None}
+    return encode(*rebuild(meta, tensors_of(header, body)))
+
+
+def edit_json(raw: bytes, field: str, fn: Callable[[dict], object]) -> bytes:
+    """The same ticket with one JSON metadata field changed in place by fn (its return value is ignored)."""
+    value = json.loads(split(raw)[0]["__metadata__"][field])
+    fn(value)
+    return edit_metadata(raw, **{field: json.dumps(value)})
+
+
+def edit_masks(raw: bytes, fn: Callable[[str, bytearray], object]) -> bytes:
+    """The same ticket with fn(name, packed bytes) editing masks in place; the metadata (and so the recorded
+    masks_sha256) stays as it was."""
+    header, body = split(raw)
+    tensors = []
+    for name, dtype, shape, data in tensors_of(header, body):
+        data = bytearray(data)
+        fn(name, data)
+        tensors.append((name, dtype, shape, bytes(data)))
+    return encode(*rebuild(header["__metadata__"], tensors))
+
+
+def hand_ticket(raw: bytes, spec: str, shapes: dict[str, list[int]], fill: Callable[[str, int], bytes]) -> bytes:
+    """A ticket written by hand from a real one's metadata: this model spec and these mask shapes, each mask's
+    packed bytes from fill(name, nbytes), and the masks_sha256 they make (a consistent file, however odd)."""
+    header, _ = split(raw)
+    model = {**json.loads(header["__metadata__"]["model"]), "spec": spec}
+    tensors = [(f"mask/{n}", "U8", [(math.prod(s) + 7) // 8], fill(n, (math.prod(s) + 7) // 8))
+               for n, s in sorted(shapes.items())]
+    digest = hashlib.sha256()
+    for name, _, _, data in tensors:
+        digest.update(name.encode() + b"\0" + data)
+    meta = {**header["__metadata__"], "model": json.dumps(model), "shapes": json.dumps(shapes),
+            "masks_sha256": digest.hexdigest()}
+    return encode(*rebuild(meta, tensors))
+
+
+def flip_first_bit(name: str, data: bytearray) -> None:
+    """edit_masks helper: flip the first element of the first mask (a bit that is never padding)."""
+    if name == "mask/layers.0.weight":
+        data[0] ^= 0x80
 
 
 # ---- families of breakage: each a strategy of (family, bytes or None for "a directory") ---------------------
@@ -155,11 +207,16 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
         return with_meta(**{key: draw(st.one_of(bad_json, wrong_types))})
 
     missing = object()
-    bad_fields = [("init", "seed", v) for v in ("7", -1, 1.5, True, [], missing)] + \
-        [("init", "k", v) for v in ("7", -1.5, 0, True, float("inf"), missing)] + \
+    bad_fields = [("init", "seed", v) for v in ("7", -1, 1.5, True, [], missing, 2**63, 2**64 - 1)] + \
+        [("init", "k", v) for v in ("7", -1.5, 0, True, float("inf"), float("nan"), missing, 5e-324, 1e-300, 1e13)] + \
         [(f, sub, v) for f, sub in (("init", "scheme"), ("model", "spec"), ("data", "dataset"), ("method", "name"))
          for v in (5, None, [], missing)] + \
-        [("data", sub, v) for sub in ("n_extract", "n_val", "split_seed") for v in (-1, "7", 1.5, False, missing)]
+        [("data", sub, v) for sub in ("n_extract", "n_val", "split_seed") for v in (-1, "7", 1.5, False, missing)] + \
+        [("data", sub, v) for sub in ("n_extract", "n_val") for v in (0, 2**63)] + [("data", "split_seed", 2**63)] + \
+        [("metrics", split, v) for split in ("test", "val") for v in ("high", [], 3)] + \
+        [("sparsity", sub, v) for sub in ("requested", "achieved") for v in ("90%", -0.5, 1.5, [], {})] + \
+        [("sparsity", "per_layer", 3), ("metrics", "device", 7), ("model", "spec", "mlp:" + "9-" * 600 + "9"),
+         ("model", "parameters", {"w": "big"}), ("model", "masked", "layers.0.weight")]
 
     @st.composite
     def metadata_field_types(draw):
@@ -171,6 +228,53 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
         else:
             obj[sub] = value
         return with_meta(**{field: json.dumps(obj)})
+
+    @st.composite
+    def metric_field_types(draw):
+        """metrics.test / metrics.val entries of the wrong type or out of range (the tables print them)."""
+        split = draw(st.sampled_from(["test", "val"]))
+        key, value = draw(st.sampled_from([("accuracy", "0.9"), ("accuracy", 1.5), ("accuracy", -0.1),
+                                           ("accuracy", float("nan")), ("loss", "low"), ("loss", []),
+                                           ("correct", -1), ("correct", "7"), ("n", 1.5), ("n", True)]))
+        metrics = json.loads(meta["metrics"])
+        metrics.setdefault(split, {})[key] = value
+        return with_meta(metrics=json.dumps(metrics))
+
+    @st.composite
+    def long_integer(draw):
+        """An integer of more than 20 digits (up to 5000: json.loads itself fails past 4300) anywhere in the
+        header: a metadata JSON value, or the safetensors header's own shape or offsets."""
+        digits = draw(st.sampled_from([21, 40, 4301, 5000]))
+        number = "9" * digits
+        where = draw(st.sampled_from(["metadata", "shape", "offset"]))
+        if where == "metadata":
+            field = draw(st.sampled_from(["init", "data", "metrics", "method", "sparsity", "created_by", "model"]))
+            text = meta[field]
+            return with_meta(**{field: text[:-1] + (", " if len(text) > 2 else "") + f'"big": {number}}}'})
+        text = json.dumps(header, separators=(",", ":"))
+        entry = json.dumps(header[names[0]], separators=(",", ":"))
+        if where == "shape":
+            new = entry.replace('"shape":[', f'"shape":[{number},', 1)
+        else:
+            new = entry.replace('"data_offsets":[', f'"data_offsets":[{number},', 1)
+        return encode(text.replace(entry, new, 1), body)
+
+    @st.composite
+    def deep_nesting(draw):
+        """A metadata value (or the safetensors header itself) nested deeper than any ticket needs."""
+        depth = draw(st.sampled_from([40, 500, 5000, 100_000]))
+        field = draw(st.sampled_from(["metrics", "method", "sparsity", "created_by", "header"]))
+        nested = "[" * depth + "]" * depth
+        if field == "header":
+            return encode(json.dumps(header, separators=(",", ":"))[:-1] + f',"deep":{nested}}}', body)
+        text = meta[field]
+        return with_meta(**{field: text[:-1] + (", " if len(text) > 2 else "") + f'"deep": {nested}}}'})
+
+    @st.composite
+    def masks_digest(draw):
+        """masks_sha256 that is not a sha256 hex digest (a modified mask is not a family: see the docstring)."""
+        return with_meta(masks_sha256=draw(st.sampled_from(["", "x" * 64, meta["masks_sha256"].upper(),
+                                                             meta["masks_sha256"][:63], "[]"])))
 
     @st.composite
     def missing_field(draw):
@@ -260,7 +364,9 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
             "metadata-field-types": metadata_field_types(), "missing-field": missing_field(),
             "format-version": format_version(), "non-string-metadata": non_string_metadata(),
             "padding-bits": padding_bits(), "byte-length": byte_length(), "duplicated-key": duplicated_key(),
-            "foreign-safetensors": foreign_safetensors(), "garbage": garbage()}
+            "foreign-safetensors": foreign_safetensors(), "garbage": garbage(),
+            "metric-field-types": metric_field_types(), "long-integer": long_integer(),
+            "deep-nesting": deep_nesting(), "masks-digest": masks_digest()}
     return fams
 
 
@@ -325,13 +431,31 @@ def _cli(*args: str) -> Callable[[Path], tuple[int, str]]:
 
 _EXPORT_DIR = Path(tempfile.mkdtemp(prefix="ticket-fuzz-export-"))  # an export of a rejected file never lands here
 
+def _drift(path: Path) -> tuple[int, str]:
+    result = runner.invoke(app, ["drift", "--ticket", str(path), "--steps", "1", "--device", "cpu", "--quiet"])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stderr
+
+
 READERS: dict[str, Callable[[Path], tuple[int, str]]] = {
     "load": _load,
     "inspect": _cli("inspect", "--json"),
     "evaluate": _cli("evaluate", "--json", "--device", "cpu"),
     "export": _cli("export", "--format", "masks", "--force", "--out", str(_EXPORT_DIR / "x.safetensors")),
     "train-weak": _cli("train-weak", "--epochs", "1", "--device", "cpu", "--quiet"),
+    "drift": _drift,
 }
+MASK_READERS = ("evaluate", "export", "train-weak", "drift")  # they use the masks: a modified one is refused
+
+
+def run_ok(*args: str):
+    """`ticket ARGS` in-process, expected to succeed; no tracemalloc (a first train-weak or drift imports hundreds of
+    modules, which tracing slows tenfold). Returns Typer's Result."""
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, (result.exit_code, result.stderr[-1000:])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
 
 
 def read(reader: str, path: Path, *, trace_memory: bool = False) -> Outcome:
@@ -354,5 +478,6 @@ def clean_rejection(o: Outcome) -> bool:
     return o.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in o.message
 
 
-__all__ = ["READERS", "Outcome", "byte_flips", "clean_rejection", "families", "malformed", "place", "read",
+__all__ = ["MASK_READERS", "READERS", "Outcome", "byte_flips", "clean_rejection", "edit_json", "edit_masks",
+           "edit_metadata", "families", "flip_first_bit", "hand_ticket", "malformed", "place", "read", "run_ok",
            "write_seed_ticket"]

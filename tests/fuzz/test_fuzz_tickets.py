@@ -1,5 +1,6 @@
 """Hostile ticket files: every way of breaking a real ticket ends in exit code 2 with one line, for every reader
-(ticket.load, `ticket inspect`, `ticket evaluate`), without allocating for sizes the file only declares."""
+(ticket.load, `ticket inspect`, `evaluate`, `export`, `train-weak`, `drift --ticket`), without allocating for sizes
+the file only declares; a changed mask bit is reported by load/inspect and refused by every reader of the masks."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import READERS, byte_flips, clean_rejection, families, malformed, place, read, write_seed_ticket
+from harness import (MASK_READERS, READERS, byte_flips, clean_rejection, edit_masks, families, flip_first_bit,
+                     malformed, place, read, split, write_seed_ticket)
+from ticketcli import ticket as ticket_io
 
 CASES = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -48,7 +51,8 @@ def test_malformed_tickets_exit_2_with_one_line(seed, tmp_path, reader):
 
 
 @pytest.mark.parametrize("family", ["huge-shape", "header-length-lie", "duplicated-key", "padding-bits",
-                                    "byte-length", "tensor-set", "garbage"])
+                                    "byte-length", "tensor-set", "garbage", "metric-field-types", "long-integer",
+                                    "deep-nesting", "masks-digest", "metadata-field-types"])
 def test_each_family_is_rejected_by_load(seed, tmp_path, family):
     """Every family on its own (the mixed draw above may visit rare ones seldom)."""
     path = tmp_path / "case.safetensors"
@@ -64,7 +68,8 @@ def test_each_family_is_rejected_by_load(seed, tmp_path, family):
 
 @pytest.mark.parametrize("reader", ["load", "inspect"])
 def test_byte_flips_never_crash(seed, tmp_path, reader):
-    """Arbitrary byte changes may leave a valid ticket (a flipped mask bit); otherwise a clean exit 2."""
+    """Arbitrary byte changes may leave a readable ticket (a metric's digit, or a flipped mask bit, which load and
+    inspect report as `integrity: modified`); otherwise a clean exit 2."""
     path = tmp_path / "case.safetensors"
 
     @settings(CASES, max_examples=40)
@@ -74,6 +79,49 @@ def test_byte_flips_never_crash(seed, tmp_path, reader):
         assert outcome.exit_code == 0 or clean_rejection(outcome), outcome
 
     check()
+
+
+@st.composite
+def mask_byte_flips(draw, raw: bytes):
+    """1-3 bytes of the mask data changed (each really changed): what load accepts only as `modified`."""
+    body = len(split(raw)[1])
+    data = bytearray(raw)
+    for _ in range(draw(st.integers(1, 3))):
+        i = len(raw) - body + draw(st.integers(0, body - 1))
+        data[i] ^= draw(st.integers(1, 255))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("reader", ["load", *MASK_READERS])
+def test_changed_mask_bytes_are_refused_by_every_reader_of_masks(seed, tmp_path, reader):
+    """A changed mask byte is either set padding (every reader refuses) or a changed mask: load returns it marked
+    `modified`, and evaluate, export, train-weak and drift refuse it with one line."""
+    path = tmp_path / "case.safetensors"
+
+    @settings(CASES, max_examples=15)
+    @given(payload=mask_byte_flips(seed))
+    def check(payload):
+        if payload == seed:
+            return  # the flips cancelled out
+        outcome = read(reader, place(payload, path))
+        if reader == "load":
+            assert clean_rejection(outcome) and "padding" in outcome.message or (
+                outcome.exit_code == 0 and ticket_io.load(path).integrity == "modified"), outcome
+        else:
+            assert clean_rejection(outcome), outcome
+            assert "padding" in outcome.message or "masks were modified after the ticket was written" in \
+                outcome.message, outcome
+
+    check()
+
+
+def test_one_flipped_mask_bit_is_modified_not_corrupt(seed, tmp_path):
+    path = place(edit_masks(seed, flip_first_bit), tmp_path / "flipped.safetensors")
+    assert ticket_io.load(path).integrity == "modified"
+    assert ticket_io.load(place(seed, tmp_path / "s.safetensors")).integrity == "ok"
+    for reader in MASK_READERS:
+        outcome = read(reader, path)
+        assert clean_rejection(outcome) and "masks were modified after the ticket was written" in outcome.message
 
 
 def test_directory_and_empty_file(tmp_path):
