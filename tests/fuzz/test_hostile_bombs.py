@@ -36,9 +36,9 @@ TICKET_READERS = {
 CLI_SPECS = {  # --model on the command line -> what the one error line says
     "mlp-2e12": (BIG_MLP, "more than the limit"),
     "conv-2e13": (BIG_CONV, "more than the limit"),
-    "5000-digit-width": ("mlp:64-" + NINES + "-10", "too long"),
+    "5000-digit-width": ("mlp:64-" + NINES + "-10", "characters"),  # the text range or the spec cap, by command
     "10-digit-width": ("mlp:64-1234567890-10", "at most 9 digits"),
-    "100k-characters": ("mlp:" + "-".join(["64"] * 35_000), "too long"),
+    "100k-characters": ("mlp:" + "-".join(["64"] * 35_000), "characters"),
     "50-layers-of-1e5": ("mlp:64-" + "-".join(["100000"] * 50) + "-10", "more than the limit"),
 }
 QUICK = ["--dataset", "digits", "--n-extract", "64", "--n-val", "32", "--epochs", "1", "--quiet"]
