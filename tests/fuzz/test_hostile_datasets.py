@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import typer.testing
 
 from hostile import assert_clean, cli, snapshot
 
@@ -23,16 +22,6 @@ IDX = {"x_train": "train-images-idx3-ubyte", "y_train": "train-labels-idx1-ubyte
 LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 N_TRAIN, N_TEST = 60, 20  # per file: MNIST's train set, CIFAR's batches of 12 (five of them) and test batch
 GIB_OF_ZEROS = gzip.compress(bytes(1 << 24), compresslevel=1) * 64  # 64 gzip members of 16 MiB: 1 GiB, ~4.7 MB
-
-
-@pytest.fixture(scope="module", autouse=True)
-def command_built_once():
-    """Typer rebuilds the click command on every CliRunner.invoke (~0.3 s, most of a case here); build it once."""
-    build, cache = typer.testing._get_command, {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(typer.testing, "_get_command", lambda app: cache.get(id(app)) or cache.setdefault(id(app), build(app)),
-                   raising=False)
-        yield
 
 
 def idx(dtype: int, dims: tuple[int, ...], body: bytes) -> bytes:

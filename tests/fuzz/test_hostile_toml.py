@@ -12,23 +12,12 @@ import threading
 from pathlib import Path
 
 import pytest
-import typer.testing
 
 from hostile import assert_clean, cli, snapshot
 from ticketcli.errors import UsageError
 from ticketcli.specs import EXTRACT_DEFAULTS, RANGES, build_extract_spec, merge_settings, option_flag
 
 BASE = ("--dataset", "digits", "--method", "random", "--model", "mlp:64-8-10", "--quiet")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def command_built_once():
-    """Typer rebuilds the click command on every CliRunner.invoke (~0.3 s, 95% of a case here); build it once."""
-    build, cache = typer.testing._get_command, {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(typer.testing, "_get_command", lambda app: cache.get(id(app)) or cache.setdefault(id(app), build(app)),
-                   raising=False)
-        yield
 
 
 def toml_value(v) -> str:
