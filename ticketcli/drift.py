@@ -1,4 +1,4 @@
-"""Weight drift and activation sparsity (papers/weight-drift-notes.md): train an MLP's weights from the seeded init
+"""Weight drift and activation sparsity (arXiv 2605.17659): train an MLP's weights from the seeded init
 (densely, or only a ticket's surviving weights) and log per layer, every few steps, the weight mean, negative
 pre-activation share, activation sparsity, gradient statistics and activation spikes. It measures; it asserts
 nothing about the outcome.
