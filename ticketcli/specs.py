@@ -330,7 +330,7 @@ def user_cache_dir() -> Path:
 
 
 def data_search_dirs(data_dir: str | None) -> tuple[str, ...]:
-    """DESIGN.md's resolution order: --data-dir, $TICKET_DATA, the user cache, then system copies."""
+    """The data resolution order: --data-dir, $TICKET_DATA, the user cache, then system copies."""
     from ticketcli.data import SYSTEM_DIRS
 
     dirs = [data_dir, os.environ.get("TICKET_DATA"), str(user_cache_dir()), *SYSTEM_DIRS]
