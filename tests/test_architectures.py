@@ -447,3 +447,16 @@ def test_drift_runs_on_normalised_residual_mlps():
         assert r.exit_code == 0, r.output
         out = json.loads(r.stdout)
         assert out["model"] == model and len(out["runs"][0]["steps"]) == 3
+
+
+def test_train_weak_on_a_batchnorm_ticket(tmp_path):
+    """Weights train with batch statistics; every evaluation recalibrates for the weights it measures."""
+    from ticketcli.weak import WeakSpec, train_weak
+
+    out = extract(tmp_path, "mlp:64-16-16-10+res+norm=batch")
+    r = train_weak(out, data=DataSpec(), spec=WeakSpec(epochs=2, batch_size=32), device="cpu", dense_baseline=True)
+    tk = ticket_io.load(out)
+    assert r["masked"]["initial"]["test"]["correct"] == tk.metrics["test"]["correct"]  # rewound = the ticket
+    assert r["sparsity"]["masked_nonzero_after"] == 0
+    assert r["masked"]["final"]["test"]["correct"] != r["masked"]["initial"]["test"]["correct"]
+    assert r["dense"]["initial"]["test"]["correct"] != r["masked"]["initial"]["test"]["correct"]
