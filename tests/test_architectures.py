@@ -460,3 +460,9 @@ def test_train_weak_on_a_batchnorm_ticket(tmp_path):
     assert r["sparsity"]["masked_nonzero_after"] == 0
     assert r["masked"]["final"]["test"]["correct"] != r["masked"]["initial"]["test"]["correct"]
     assert r["dense"]["initial"]["test"]["correct"] != r["masked"]["initial"]["test"]["correct"]
+
+
+def test_drift_refuses_a_one_example_probe_for_batchnorm():
+    r = runner.invoke(app, ["drift", "--dataset", "digits", "--model", "mlp:64-16-16-10+norm=batch", "--steps", "2",
+                            "--probe-size", "1", "--quiet"])
+    assert "batch of 1 example" in one_line(r) and "--probe-size" in r.stderr

@@ -269,12 +269,14 @@ def drift_one(net: MaskedNet, masks: dict[str, torch.Tensor] | None, spec: Drift
             on_log(step, m, {n: w.detach() for n, w in eff.items()})
 
     # +norm=batch: training steps and probe measurements alike normalise with their own batch's statistics
+    hint = "choose a --batch-size and --probe-size of 2 or more (and, with --inputs data, no final batch of 1)"
+    check = partial(batchnorm.check_batch, hint=hint) if net.batchnorms else (lambda n: None)
+    check(inputs.probe[1].numel())
     with batchnorm.statistics(net.batchnorms, net.bn_statistics, "batch"):
         log(0)
         for step in range(1, spec.steps + 1):
             xb, yb = inputs.next()
-            if net.batchnorms:
-                batchnorm.check_batch(xb.shape[0])
+            check(xb.shape[0])
             trainer.step(xb, yb, loss_fn, forward=forward)
             if step in todo:
                 log(step)
