@@ -207,7 +207,8 @@ def main() -> None:
                 continue
             aug = extract(model, "augmented", args.sparsity, seed, args)
             matched = extract(model, "edge-popup", aug["achieved"], seed, args)
-            for r, label, req in ((ep, "edge-popup", f"{args.sparsity:.0%}"), (aug, "augmented", f"{args.sparsity:.0%}"),
+            asked = f"{args.sparsity:.0%}"
+            for r, label, req in ((ep, "edge-popup", asked), (aug, "augmented", asked),
                                   (matched, "edge-popup matched", "augmented's")):
                 records.append({**r, "label": label, "requested_label": req})
         key = records[-1]["model"]

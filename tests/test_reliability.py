@@ -55,7 +55,8 @@ BAD_EXTRACT = {
     "checkpoint-every-zero": (["--checkpoint-every", "0"], "--checkpoint-every must be >= 1"),
     "unknown-method": (["--method", "magic"], "'augmented', 'edge-popup'"),
     "unknown-dataset": (["--dataset", "imagenet"], "'digits', 'fashion-mnist'"),
-    "unknown-model": (["--model", "resnet:64-10"], f"unknown model 'resnet'; choose one of: {', '.join(MODELS.names())}"),
+    "unknown-model": (["--model", "resnet:64-10"],
+                      f"unknown model 'resnet'; choose one of: {', '.join(MODELS.names())}"),
     "unknown-init": (["--init", "zeros"], "is not one of"),
     "unknown-option": (["--sparsty", "0.5"], "No such option: --sparsty"),
 }
