@@ -124,7 +124,8 @@ def test_every_format_reproduces_the_ticket_logits_in_plain_torch(tmp_path, mode
         build = PLAIN_MLP if model.startswith("mlp") else PLAIN_VGG
     ticket = make_ticket(tmp_path, model)
     tk = ticket_io.load(ticket)
-    net, _ = runs.rebuild(tk, ticket, None, ModelPolicy(trust_model_code=True))  # the user's own factory
+    net = runs.open_ticket(ticket, data=DataSpec(), device="cpu", policy=ModelPolicy(trust_model_code=True)).net
+    net.calibrate(tk.masks)  # BatchNorm (the user model's): the statistics evaluate and export use
     x = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits = net(x, tk.masks)

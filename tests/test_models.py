@@ -29,6 +29,10 @@ EXAMPLES = {
     "conv4": "conv4",
     "conv6": "conv6",
     "vgg": "vgg:8-M-16-16-M",
+    "resnet20": "resnet20",
+    "resnet18": "resnet18",
+    "wrn": "wrn:10-1",
+    "vit": "vit:p4-d16-l1-h2",
 }
 DIGITS = ((1, 8, 8), 10)
 runner = CliRunner()

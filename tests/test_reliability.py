@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from ticketcli.cli import app
 from ticketcli.methods import METHODS
+from ticketcli.models import MODELS
 from test_cli import one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +55,8 @@ BAD_EXTRACT = {
     "checkpoint-every-zero": (["--checkpoint-every", "0"], "--checkpoint-every must be >= 1"),
     "unknown-method": (["--method", "magic"], "'augmented', 'edge-popup'"),
     "unknown-dataset": (["--dataset", "imagenet"], "'digits', 'fashion-mnist'"),
-    "unknown-model": (["--model", "resnet:64-10"], "unknown model 'resnet'; choose one of: conv2, conv4, conv6, lenet300, mlp, vgg"),
+    "unknown-model": (["--model", "resnet:64-10"],
+                      f"unknown model 'resnet'; choose one of: {', '.join(MODELS.names())}"),
     "unknown-init": (["--init", "zeros"], "is not one of"),
     "unknown-option": (["--sparsty", "0.5"], "No such option: --sparsty"),
 }

@@ -159,9 +159,12 @@ def extract(
     seed: Annotated[Optional[int], typer.Option(
         help="Seed of the weights, the data split, score init and batch order. Default: 0.")] = None,
     model: Annotated[Optional[str], typer.Option(
-        help="Model spec: mlp:784-256-256-256-10, lenet300, conv2, conv4, conv6, vgg:64-64-M-128-128-M-256-256-M "
+        help="Model spec: mlp:784-256-256-256-10 (+res: skips between equal-width hidden layers; "
+             "+norm=batch|layer|rms), lenet300, conv2, conv4, conv6, vgg:64-64-M-128-128-M-256-256-M, resnet20, "
+             "resnet18, wrn:16-4 (depth-width), vit:p4-d64-l4-h4 (patch, width, blocks, heads; -m2: MLP ratio) "
              "(append +bias for biases; input shape and classes come from the dataset), or a factory "
-             "my_pkg.my_module:build_net returning an nn.Module (its Linear/Conv2d weights and biases are masked). "
+             "my_pkg.my_module:build_net or torchvision.models:resnet18 returning an nn.Module (its Linear/Conv2d "
+             "weights and biases are masked; a factory taking num_classes gets the dataset's). "
              "Default: the paper's MLP (three hidden layers of 256), sized to the dataset.")] = None,
     bias: Annotated[Optional[bool], typer.Option("--bias/--no-bias",
                                                  help="Give every layer a (masked) bias. Default: no bias.")] = None,
@@ -347,7 +350,8 @@ def sweep_k(
              "Default: no plot.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --plot if it exists.")] = False,
     model: Annotated[Optional[str], typer.Option(
-        help="Model spec, e.g. mlp:784-256-256-256-10. Default: the paper's MLP, sized to the dataset.")] = None,
+        help="Model spec, e.g. mlp:784-256-256-256-10, conv6, resnet20, wrn:16-4, vit:p4-d64-l4-h4 (as for "
+             "extract). Default: the paper's MLP, sized to the dataset.")] = None,
     bias: Annotated[Optional[bool], typer.Option("--bias/--no-bias",
                                                  help="Give every layer a (masked) bias. Default: no bias.")] = None,
     init: Annotated[Optional[InitName], typer.Option(
@@ -501,9 +505,10 @@ OptimizerName = choices("OptimizerName", ["adam", "sgd"])
 @app.command()
 def drift(
     model: Annotated[Optional[str], typer.Option(
-        help="MLP spec, e.g. mlp:784-256-256-10 (+bias for biases). Default: the paper's MLP (three hidden "
-             "layers of 256) sized to the dataset. With --ticket only the ticket's own model factory, confirming "
-             "that it may be imported.")] = None,
+        help="MLP spec, e.g. mlp:784-256-256-10 (+res for skips between equal-width hidden layers, "
+             "+norm=batch|layer|rms before each hidden activation, +bias for biases). Default: the paper's MLP "
+             "(three hidden layers of 256) sized to the dataset. With --ticket only the ticket's own model factory, "
+             "confirming that it may be imported.")] = None,
     activation: Annotated[Optional[ActivationName], typer.Option(
         help="Activation between hidden layers; relu2-clip is min(relu(x)^2, --clip). Default: relu.")] = None,
     clip: Annotated[Optional[float], typer.Option(help="c of relu2-clip. Default: 50.")] = None,
@@ -596,15 +601,19 @@ def export(
     model: TicketModel = None,
     max_params: MaxParams = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    data_dir: DataDir = None,
+    download: Download = False,
     json_out: Json = False,
 ) -> None:
-    """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks."""
+    """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks. BatchNorm
+    statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need their data)."""
     from ticketcli.export import export_ticket
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
         policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
+        data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
         result = export_ticket(ticket, fmt=format.value, out=out, weights=None if weights is None else str(weights),
-                               overwrite=force, policy=policy)
+                               overwrite=force, policy=policy, data=data)
         warn_unverified(result)
         report.print_json(result) if json_out else report.export_table(result)
 

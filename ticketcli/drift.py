@@ -20,13 +20,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ticketcli import runs
+from ticketcli import batchnorm, runs
 from ticketcli import ticket as ticket_io
 from ticketcli.data import DATASETS, load_splits
 from ticketcli.errors import UsageError
 from ticketcli.init import generator
 from ticketcli.methods import Progress
-from ticketcli.models import MLP, MaskedNet
+from ticketcli.models import MLP, MaskedNet, mlp_forward
 from ticketcli.registry import Registry
 from ticketcli.specs import PAPER_HIDDEN, DataSpec, InitSpec, ModelPolicy, ModelSpec, check_setting
 from ticketcli.train import Loss, WeightOptim, WeightTrainer
@@ -141,38 +141,28 @@ def _require_mlp(arch: str) -> None:
                          hint="use --model mlp:784-256-256-256-10")
 
 
-def mlp_forward(x: torch.Tensor, params: dict[str, torch.Tensor], n_layers: int,
-                act: Callable[[torch.Tensor], torch.Tensor], trace: list | None = None) -> torch.Tensor:
-    """The MLP's forward pass with `act` between layers; with a trace list, appends (input a, pre-activation h)
-    of every layer, so hidden layer i's activation is trace[i + 1][0] and the logits are trace[-1][1]."""
-    a = x.flatten(1)  # (B, in_features)
-    for i in range(n_layers):
-        h = F.linear(a, params[f"layers.{i}.weight"], params.get(f"layers.{i}.bias"))  # (B, out_i)
-        if trace is not None:
-            trace.append((a, h))
-        a = act(h) if i < n_layers - 1 else h
-    return a
-
-
 def _masked_mean(t: torch.Tensor, keep: torch.Tensor | None) -> float:
     return float(t.mean() if keep is None else t[keep].mean())
 
 
 def measure(params: dict[str, torch.Tensor], masks: dict[str, torch.Tensor] | None, x: torch.Tensor,
             y: torch.Tensor, *, act: Callable[[torch.Tensor], torch.Tensor], exact_zeros: bool,
-            zero_threshold: float, loss_fn: Loss) -> dict:
+            zero_threshold: float, loss_fn: Loss, forward: Callable | None = None) -> dict:
     """All statistics of the effective weights `params` (W * M) on the probe batch (x, y).
 
-    Gradients are per-example: g = dℓ_i/dh_i = B · dL/dh for the batch-mean loss L. The mean weight gradient
-    over kept entries splits exactly into mean(outer(E[g], E[a])) + mean(Cov(g, a)) (population covariance over
-    the batch), computed separately in float64 from g and the layer input a."""
+    `forward(x, params, act=, trace=)` is the MLP's pass (default: mlp_forward without norms or skips).
+    Gradients are per-example: g = dℓ_i/dz_i = B · dL/dz for the batch-mean loss L and the linear output z (the
+    pre-activation; with +norm the activation sees norm(z), and the pre-activation statistics use that). The mean
+    weight gradient over kept entries splits exactly into mean(outer(E[g], E[a])) + mean(Cov(g, a)) (population
+    covariance over the batch), computed separately in float64 from g and the layer input a."""
     n_layers = sum(1 for n in params if n.endswith(".weight"))
+    forward = forward or partial(mlp_forward, n_layers=n_layers)
     eff = {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
     trace: list = []
-    logits = mlp_forward(x, eff, n_layers, act, trace)
+    logits = forward(x, eff, act=act, trace=trace)
     loss = loss_fn(logits, y)
     weights = [eff[f"layers.{i}.weight"] for i in range(n_layers)]
-    grads = torch.autograd.grad(loss, weights + [h for _, h in trace])
+    grads = torch.autograd.grad(loss, weights + [z for _, z, _, _ in trace])
     b = x.shape[0]
     layers = {}
     for i in range(n_layers):
@@ -190,8 +180,8 @@ def measure(params: dict[str, torch.Tensor], masks: dict[str, torch.Tensor] | No
              "grad_mean": _masked_mean(grads[i].double(), keep),
              "grad_outer": _masked_mean(outer, keep), "grad_cov": _masked_mean(cov, keep)}
         if i < n_layers - 1:
-            h = trace[i][1].detach()  # (B, out) pre-activation
-            a = trace[i + 1][0].detach()  # (B, out) activation
+            h = trace[i][2].detach()  # (B, out) pre-activation: what the activation sees
+            a = trace[i][3].detach()  # (B, out) activation (before any skip connection adds the layer's input)
             zero = a == 0 if exact_zeros else a.abs() < zero_threshold
             pos = h > 0
             rms = float(a.double().square().mean().sqrt())
@@ -256,8 +246,9 @@ def drift_one(net: MaskedNet, masks: dict[str, torch.Tensor] | None, spec: Drift
         _require_mlp(net.spec.arch if net.spec is not None else type(net.module).__name__)
     activation = ACTIVATIONS.get(spec.activation)
     act = partial(activation.fn, c=spec.clip)
-    n_layers = len(net.module.layers)
-    forward = partial(mlp_forward, n_layers=n_layers, act=act)
+    mlp = net.module
+    pass_ = partial(mlp_forward, n_layers=len(mlp.layers), norms=mlp.norms, skips=mlp.skips)  # +norm, +res
+    forward = partial(pass_, act=act)
     loss_fn = LOSSES.get(spec.loss)
     trainer = WeightTrainer(net, masks, spec.optim)
     keep = None if trainer.masks is None else {n: m.bool() for n, m in trainer.masks.items()}
@@ -267,7 +258,7 @@ def drift_one(net: MaskedNet, masks: dict[str, torch.Tensor] | None, spec: Drift
     def log(step: int) -> None:
         eff = trainer.effective()
         m = measure(eff, keep, *inputs.probe, act=act, exact_zeros=activation.exact_zeros,
-                    zero_threshold=spec.zero_threshold, loss_fn=loss_fn)
+                    zero_threshold=spec.zero_threshold, loss_fn=loss_fn, forward=pass_)
         series["steps"].append(step)
         series["loss"].append(m["loss"])
         series["accuracy"].append(m["accuracy"])
@@ -282,12 +273,18 @@ def drift_one(net: MaskedNet, masks: dict[str, torch.Tensor] | None, spec: Drift
         if on_log is not None:
             on_log(step, m, {n: w.detach() for n, w in eff.items()})
 
-    log(0)
-    for step in range(1, spec.steps + 1):
-        xb, yb = inputs.next()
-        trainer.step(xb, yb, loss_fn, forward=forward)
-        if step in todo:
-            log(step)
+    # +norm=batch: training steps and probe measurements alike normalise with their own batch's statistics
+    hint = "choose a --batch-size and --probe-size of 2 or more (and, with --inputs data, no final batch of 1)"
+    check = partial(batchnorm.check_batch, hint=hint) if net.batchnorms else (lambda n: None)
+    check(inputs.probe[1].numel())
+    with batchnorm.statistics(net.batchnorms, net.bn_statistics, "batch"):
+        log(0)
+        for step in range(1, spec.steps + 1):
+            xb, yb = inputs.next()
+            check(xb.shape[0])
+            trainer.step(xb, yb, loss_fn, forward=forward)
+            if step in todo:
+                log(step)
     return series
 
 

@@ -26,7 +26,7 @@ from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.errors import UsageError
 from ticketcli.models import MaskedNet
-from ticketcli.specs import ModelPolicy
+from ticketcli.specs import DataSpec, ModelPolicy
 
 FORMATS = ("masked", "prune", "csr", "masks")
 
@@ -90,14 +90,24 @@ def encode(state: dict[str, torch.Tensor], out: Path, metadata: dict[str, str] |
 
 
 def export_ticket(path: str | Path, *, fmt: str, out: str | Path, weights: str | None = None,
-                  overwrite: bool = False, policy: ModelPolicy = ModelPolicy()) -> dict:
-    """Rebuild the ticket's network (fingerprint-checked) and write it in `fmt`; returns a size report."""
+                  overwrite: bool = False, policy: ModelPolicy = ModelPolicy(),
+                  data: DataSpec | None = None) -> dict:
+    """Rebuild the ticket's network (fingerprint-checked) and write it in `fmt`; returns a size report.
+
+    A network with recalibrated BatchNorm (batchnorm.py) gets the running statistics `evaluate` uses, computed
+    on the ticket's extraction split (found through `data`'s search path), so plain PyTorch in eval mode
+    reproduces the ticket."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     path, out = Path(path), Path(out)
     ticket_io.check_destination(out, overwrite=overwrite)
     tk = ticket_io.load(path)
     net, _ = runs.rebuild(tk, path, weights, policy)
+    if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
+        opened = runs.open_ticket(path, data=data or DataSpec(), device="cpu", weights=weights,
+                                 policy=policy)
+        net = opened.net
+        net.calibrate(opened.masks)
     masks = {n: tk.masks[n] for n in net.names}
     meta = {"format": f"ticket-export-{fmt}", "model": tk.model["spec"], "ticket_weights_sha256": tk.weights_sha256}
     layers = None

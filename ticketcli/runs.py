@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 import ticketcli
-from ticketcli import distributed
+from ticketcli import batchnorm, distributed
 from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import Checkpointer, checkpoint_path, read_torch_file
 from ticketcli.data import DATASETS, Splits, load_splits
@@ -152,12 +152,32 @@ def check_input_shape(model: ModelSpec, data: Splits, net: MaskedNet | None = No
 
 
 def model_record(model: ModelSpec, net: MaskedNet) -> dict:
-    """The ticket's `model` field: the spec, and for a user's factory every parameter's name and shape."""
+    """The ticket's `model` field: the spec, for a user's factory every parameter's name and shape, and for a
+    network with BatchNorm how evaluation gets its statistics (batchnorm.RECORD)."""
     record = model.to_dict()
     if model.arch == "user":
         record["parameters"] = net.param_shapes()
         record["masked"] = list(net.names)
+    if net.batchnorms:
+        record["batchnorm"] = {**batchnorm.RECORD, "batch_size": net.calibration_batch}
     return record
+
+
+def batchnorm_convention(record: dict, net: MaskedNet, path: Path) -> None:
+    """Set up net's BatchNorm as the ticket was evaluated: recalibrated as recorded, or, for tickets written
+    before the record existed, the module's own statistics ("frozen")."""
+    stored = record.get("batchnorm")
+    if stored is None:
+        if net.batchnorms:
+            net.bn_statistics = "frozen"
+        return
+    if not net.batchnorms:
+        raise TicketFileError(f"{path}: the ticket records BatchNorm statistics but model {record.get('spec')} "
+                              "has no BatchNorm layer")
+    try:
+        net.calibration_batch = batchnorm.read_record(stored)
+    except ValueError as e:
+        raise TicketFileError(f"{path}: {e}") from None
 
 
 def check_user_model(model: ModelSpec, record: dict, net: MaskedNet, path: Path) -> None:
@@ -255,6 +275,7 @@ def extract_ticket(spec: RunSpec, *, out: str | Path, overwrite: bool = False,
     check_input_shape(spec.model, splits, net)
     net.to(device)
     splits = splits.to(device)
+    net.calibration = splits.x_extract  # BatchNorm's evaluation statistics come from the extraction split
     saver = None
     if checkpoint_every is not None or resume:
         # every rank resumes from the checkpoint; only rank 0 writes it
@@ -398,6 +419,7 @@ def rebuild(tk: ticket_io.Ticket, path: Path, weights_path: str | None,
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
     check_user_model(model, tk.model, net, path)
+    batchnorm_convention(tk.model, net, path)
     if net.shapes() != tk.shapes:
         raise TicketFileError(f"{path}: mask shapes do not match model {model.to_string()[:80]} "
                               f"({shape_difference(tk.shapes, net.shapes())})")
@@ -437,7 +459,9 @@ def open_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weigh
     check_input_shape(ModelSpec.parse(tk.model["spec"]), splits, net)
     net.to(dev)
     masks = {n: m.to(dev) for n, m in tk.masks.items()}
-    return OpenTicket(tk, net, init_weights_, masks, splits.to(dev), dev)
+    splits = splits.to(dev)
+    net.calibration = splits.x_extract  # as at extraction: BatchNorm statistics recomputed from this split
+    return OpenTicket(tk, net, init_weights_, masks, splits, dev)
 
 
 def evaluate_ticket(path: str | Path, *, data: DataSpec, device: str = "auto", weights: str | None = None,

@@ -28,10 +28,12 @@ MAX_PARAMS = 2 * 10**9  # default --max-params: a bigger model is refused before
 @dataclass(frozen=True)
 class ModelSpec:
     """A model spec string, parsed. Forms (the built-in ones take "+bias"):
-    "mlp:784-256-256-256-10" (widths), "lenet300" (784-300-100-10), "conv2" / "conv4" / "conv6",
-    "vgg:64-64-M-128-128-M-256-256-M" (3x3 conv widths, M = 2x2 max-pool), each optionally "@CxHxW-K"
-    (input shape and classes; filled in from the dataset when absent), and "pkg.module:factory" (a user's
-    function returning an nn.Module)."""
+    "mlp:784-256-256-256-10" (widths; also "+res" and "+norm=batch|layer|rms"), "lenet300" (784-300-100-10),
+    "conv2" / "conv4" / "conv6", "vgg:64-64-M-128-128-M-256-256-M" (3x3 conv widths, M = 2x2 max-pool),
+    "resnet20", "resnet18", "wrn:16-4" (depth-width), "vit:p4-d64-l4-h4" (patch, width, blocks, heads; "-m2" sets
+    the MLP ratio), each optionally "@CxHxW-K" (input shape and classes; filled in from the dataset when absent),
+    and "pkg.module:factory" (a user's function returning an nn.Module; "@CxHxW-K" passes num_classes=K).
+    Suffixes print in one canonical order: +res, +norm=..., +bias."""
 
     arch: str = "mlp"  # models registry name, or "user" for a factory
     widths: tuple[int, ...] = (784, *PAPER_HIDDEN, 10)  # mlp: input, hidden..., classes
@@ -40,6 +42,8 @@ class ModelSpec:
     input: tuple[int, int, int] | None = None  # (C, H, W) for everything but mlp
     classes: int | None = None
     factory: str | None = None  # "pkg.module:function" for arch "user"
+    residual: bool = False  # mlp "+res": identity skips around hidden layers whose input and output widths agree
+    norm: str | None = None  # mlp "+norm=batch|layer|rms": non-affine normalisation before each hidden activation
 
     @property
     def resolved(self) -> bool:
@@ -53,15 +57,15 @@ class ModelSpec:
         return replace(self, input=tuple(shape), classes=int(classes))
 
     def to_string(self) -> str:
+        geometry = "" if self.input is None else "@" + "x".join(map(str, self.input)) + f"-{self.classes}"
         if self.arch == "user":
-            return str(self.factory)
+            return str(self.factory) + geometry
         if self.arch == "mlp":
             body = ":" + "-".join(map(str, self.widths))
         else:
-            body = (":" + "-".join(self.layers)) if self.layers else ""
-            if self.input is not None:
-                body += "@" + "x".join(map(str, self.input)) + f"-{self.classes}"
-        return self.arch + body + ("+bias" if self.bias else "")
+            body = ((":" + "-".join(self.layers)) if self.layers else "") + geometry
+        suffixes = ("+res" if self.residual else "") + (f"+norm={self.norm}" if self.norm else "")
+        return self.arch + body + suffixes + ("+bias" if self.bias else "")
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"spec": self.to_string(), "arch": self.arch}
@@ -73,57 +77,60 @@ class ModelSpec:
             d["input"], d["classes"] = list(self.input), self.classes
         if self.factory is not None:
             d["factory"] = self.factory
+        if self.residual:  # only when set, so that the records of plain MLPs stay as they were
+            d["residual"] = True
+        if self.norm is not None:
+            d["norm"] = self.norm
         d["bias"] = self.bias
         return d
 
     @classmethod
     def parse(cls, text: str, *, bias: bool | None = None) -> ModelSpec:
         """Parse a spec string (see the class docstring); --bias adds biases to built-in models."""
+        from ticketcli.models import MODELS  # here: models imports specs
+
         t = str(text).strip()
         if len(t) > MAX_SPEC_CHARS:
             raise UsageError(f"model spec of {len(t)} characters is too long (at most {MAX_SPEC_CHARS})")
-        factory = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):([A-Za-z_][A-Za-z0-9_]*)", t)
-        if factory:
-            if bias:
-                raise UsageError("--bias applies to built-in models; a factory's modules decide their own biases")
-            return cls(arch="user", widths=(), factory=t)
-        hint = ("expected e.g. mlp:784-256-256-256-10, mlp:64-128-10+bias, lenet300, conv6, "
-                "vgg:64-64-M-128-128-M-256-256-M, conv6@3x32x32-10 or my_pkg.my_module:build_net")
-        m = re.fullmatch(r"([a-z][a-z0-9_]*)(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?"
-                         r"(?:@([0-9]+)x([0-9]+)x([0-9]+)-([0-9]+))?(\+bias)?", t)
-        if not m:
-            raise UsageError(f"invalid model spec {text!r}", hint=hint)
-        arch, body, geometry = m.group(1), m.group(2), m.group(3, 4, 5, 6)
-        if re.search(f"[0-9]{{{MAX_SPEC_DIGITS + 1}}}", "-".join(g or "" for g in m.group(2, 3, 4, 5, 6))):
+        if re.search(f"[0-9]{{{MAX_SPEC_DIGITS + 1}}}", t):
             raise UsageError(f"invalid model spec {_clip(t)!r}: numbers in a model spec have at most "
                              f"{MAX_SPEC_DIGITS} digits")
-        from ticketcli.models import MODELS  # here: models imports specs
-
+        geometry_re = r"(?:@([0-9]+)x([0-9]+)x([0-9]+)-([0-9]+))?"
+        factory = re.fullmatch(r"((?:[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*)"
+                               + geometry_re, t)
+        if factory and factory.group(1).partition(":")[0] not in MODELS:  # "vit:p4" is a built-in, not a module
+            if bias:
+                raise UsageError("--bias applies to built-in models; a factory's modules decide their own biases")
+            shape, classes = _geometry(text, factory.group(2, 3, 4, 5))
+            return cls(arch="user", widths=(), factory=factory.group(1), input=shape, classes=classes)
+        hint = ("expected e.g. mlp:784-256-256-256-10, mlp:64-128-10+bias, mlp:784-256-256-10+res+norm=layer, "
+                "lenet300, conv6, vgg:64-64-M-128-128-M-256-256-M, resnet20, wrn:16-4, vit:p4-d64-l4-h4, "
+                "conv6@3x32x32-10 or my_pkg.my_module:build_net")
+        m = re.fullmatch(r"([a-z][a-z0-9_]*)(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?" + geometry_re
+                         + r"((?:\+[a-z]+(?:=[a-z]+)?)*)", t)
+        if not m:
+            raise UsageError(f"invalid model spec {text!r}", hint=hint)
+        arch, body = m.group(1), m.group(2)
         MODELS.get(arch)  # an unknown name: "unknown model ...; choose one of ..." before any syntax complaint
-        has_bias = bool(m.group(7)) if bias is None else (bias or bool(m.group(7)))
-        if geometry[0] is not None and arch == "mlp":
+        suffix = _suffixes(text, m.group(7))
+        has_bias = suffix["bias"] if bias is None else (bias or suffix["bias"])
+        if arch != "mlp" and (suffix["res"] or suffix["norm"]):
+            raise UsageError(f"invalid model spec {text!r}: +res and +norm apply to mlp specs only")
+        if m.group(3) is not None and arch == "mlp":
             raise UsageError(f"invalid model spec {text!r}: an mlp's widths already fix its input and classes")
-        shape = None if geometry[0] is None else tuple(int(g) for g in geometry[:3])
-        classes = None if geometry[3] is None else int(geometry[3])
-        if shape is not None and (min(shape) <= 0 or classes <= 0):
-            raise UsageError(f"invalid model spec {text!r}: input shape and classes must be positive")
+        shape, classes = _geometry(text, m.group(3, 4, 5, 6))
         if arch == "mlp":
             if body is None or not re.fullmatch(r"[0-9]+(?:-[0-9]+)+", body):
                 raise UsageError(f"invalid model spec {text!r}", hint=hint)
             widths = tuple(int(w) for w in body.split("-"))
             if any(w <= 0 for w in widths):
                 raise UsageError(f"invalid model spec {text!r}: widths must be positive")
-            return cls(arch="mlp", widths=widths, bias=has_bias)
-        layers: tuple[str, ...] = ()
-        if arch == "vgg":
-            if body is None or not all(p == "M" or (p.isdigit() and int(p) > 0) for p in body.split("-")):
-                raise UsageError(f"invalid model spec {text!r}: vgg takes positive conv widths and M (max-pool)",
-                                 hint="e.g. vgg:64-64-M-128-128-M-256-256-M")
-            layers = tuple(body.split("-"))
-            if "M" == layers[0] or all(p == "M" for p in layers):
-                raise UsageError(f"invalid model spec {text!r}: vgg must start with a conv width")
-        elif body is not None:
-            raise UsageError(f"invalid model spec {text!r}: {arch} takes no ':' arguments", hint=hint)
+            if suffix["res"] and not any(a == b for a, b in zip(widths[1:-2], widths[2:-1])):
+                raise UsageError(f"invalid model spec {text!r}: +res adds identity skips only around hidden layers "
+                                 "whose input and output widths agree, and this mlp has none",
+                                 hint="e.g. mlp:784-256-256-256-10+res")
+            return cls(arch="mlp", widths=widths, bias=has_bias, residual=suffix["res"], norm=suffix["norm"])
+        layers = _body(text, arch, body, hint)
         return cls(arch=arch, widths=(), bias=has_bias, layers=layers, input=shape, classes=classes)
 
 
@@ -148,6 +155,78 @@ def build_model_policy(*, trust_model_code: bool = False, model: str | None = No
     """A validated ModelPolicy from flag values (None: the default limit)."""
     limit = MAX_PARAMS if max_params is None else check_setting("max_params", max_params)
     return ModelPolicy(trust_model_code=bool(trust_model_code), model=model, max_params=limit)
+
+
+SPEC_NORMS = ("batch", "layer", "rms")  # mlp "+norm=..." (models.py maps them to modules)
+
+
+def _suffixes(text: str, raw: str) -> dict[str, Any]:
+    """"+res+norm=layer+bias" in any order, each at most once -> {"res", "norm", "bias"}."""
+    out: dict[str, Any] = {"res": False, "norm": None, "bias": False}
+    seen: set[str] = set()
+    for item in raw.split("+")[1:]:
+        key, _, value = item.partition("=")
+        if key in seen:
+            raise UsageError(f"invalid model spec {text!r}: +{key} given twice")
+        seen.add(key)
+        if key == "norm" and value in SPEC_NORMS:
+            out["norm"] = value
+        elif key in ("res", "bias") and not value:
+            out[key] = True
+        else:
+            raise UsageError(f"invalid model spec {text!r}: unknown suffix +{item}",
+                             hint=f"suffixes: +res, +norm={'|'.join(SPEC_NORMS)}, +bias")
+    return out
+
+
+def _geometry(text: str, groups: tuple) -> tuple[tuple[int, int, int] | None, int | None]:
+    """The "@CxHxW-K" groups as (shape, classes), both None when absent."""
+    if groups[0] is None:
+        return None, None
+    shape, classes = tuple(int(g) for g in groups[:3]), int(groups[3])
+    if min(shape) <= 0 or classes <= 0:
+        raise UsageError(f"invalid model spec {text!r}: input shape and classes must be positive")
+    return shape, classes  # type: ignore[return-value]
+
+
+VIT_BODY = r"p([0-9]+)-d([0-9]+)-l([0-9]+)-h([0-9]+)(?:-m([0-9]+))?"
+
+
+def _body(text: str, arch: str, body: str | None, hint: str) -> tuple[str, ...]:
+    """The ':' arguments of a built-in other than mlp, validated, as the tuple ModelSpec.layers stores."""
+    if arch == "vgg":
+        if body is None or not all(p == "M" or (p.isdigit() and int(p) > 0) for p in body.split("-")):
+            raise UsageError(f"invalid model spec {text!r}: vgg takes positive conv widths and M (max-pool)",
+                             hint="e.g. vgg:64-64-M-128-128-M-256-256-M")
+        layers = tuple(body.split("-"))
+        if "M" == layers[0] or all(p == "M" for p in layers):
+            raise UsageError(f"invalid model spec {text!r}: vgg must start with a conv width")
+        return layers
+    if arch == "wrn":
+        m = re.fullmatch(r"([0-9]+)-([0-9]+)", body or "")
+        if not m:
+            raise UsageError(f"invalid model spec {text!r}: wrn takes depth-width, e.g. wrn:16-4 or wrn:28-10")
+        depth, width = int(m.group(1)), int(m.group(2))
+        if depth < 10 or (depth - 4) % 6 or width < 1:
+            raise UsageError(f"invalid model spec {text!r}: a wide ResNet's depth is 6n+4 (10, 16, 22, 28, 40, ...) "
+                             "and its width factor at least 1")
+        return (str(depth), str(width))
+    if arch == "vit":
+        m = re.fullmatch(VIT_BODY, body or "")
+        if not m:
+            raise UsageError(f"invalid model spec {text!r}: vit takes p<patch>-d<width>-l<blocks>-h<heads>"
+                             "[-m<mlp ratio>]", hint="e.g. vit:p4-d64-l4-h4 or vit:p4-d64-l4-h4-m2")
+        values = [int(v) for v in m.groups() if v is not None]
+        if min(values) <= 0:
+            raise UsageError(f"invalid model spec {text!r}: vit's numbers must be positive")
+        patch, width, _, heads = values[:4]
+        if width % heads or width % 4:
+            raise UsageError(f"invalid model spec {text!r}: vit's width d{width} must be a multiple of its "
+                             f"{heads} heads and of 4 (the 2-D sin-cos position embedding)")
+        return tuple(body.split("-"))  # type: ignore[union-attr]
+    if body is not None:
+        raise UsageError(f"invalid model spec {text!r}: {arch} takes no ':' arguments", hint=hint)
+    return ()
 
 
 @dataclass(frozen=True)
@@ -396,7 +475,7 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
     from ticketcli.data import DATASETS  # the dataset decides the default model's input and output widths
     from ticketcli.init import INIT_SCHEMES
     from ticketcli.methods import METHODS
-    from ticketcli.models import MODELS
+    from ticketcli.models import MODELS, import_factory, takes_num_classes
 
     s = {k: v if v is None or k not in RANGES else check_setting(k, v) for k, v in settings.items()}
     METHODS.get(s["method"])
@@ -406,7 +485,10 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
     if s["model"] is None:
         model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes), bias=s["bias"])
     else:
-        model = ModelSpec.parse(s["model"], bias=s["bias"]).with_data(info.shape, info.classes)
+        model = ModelSpec.parse(str(s["model"]), bias=bool(s["bias"])).with_data(info.shape, info.classes)
+        if model.arch == "user" and model.classes is None and takes_num_classes(import_factory(str(model.factory))):
+            # e.g. torchvision.models:resnet18 -> torchvision.models:resnet18@3x32x32-10, built with num_classes=10
+            model = replace(model, input=tuple(info.shape), classes=info.classes)
     if model.arch != "user" and model.arch not in MODELS:
         raise UsageError(f"invalid model spec {s['model']!r}: unknown model {model.arch!r}",
                          hint=f"models: {', '.join(MODELS.names())}, or a factory my_pkg.my_module:build_net")

@@ -30,7 +30,9 @@ Forward = Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor]  # (x,
 
 @torch.no_grad()
 def evaluate(net: MaskedNet, masks: dict[str, torch.Tensor] | None, x: torch.Tensor, y: torch.Tensor) -> dict:
-    """Mean cross-entropy, correct count and accuracy of W * M on (x, y)."""
+    """Mean cross-entropy, correct count and accuracy of W * M on (x, y) (BatchNorm on statistics recomputed for
+    these masks and weights: MaskedNet.calibrate)."""
+    net.calibrate(masks)
     loss_sum, correct = 0.0, 0
     for i in range(0, y.numel(), EVAL_CHUNK):
         logits = net(x[i : i + EVAL_CHUNK], masks)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ticketcli import batchnorm
 from ticketcli.data import Splits
 from ticketcli.methods.base import Progress
 from ticketcli.methods.registry import METHODS
@@ -70,9 +71,13 @@ def grasp_scores(net: MaskedNet, g_batches: Batches, h_batches: Batches, tempera
 
 
 def synflow_scores(net: MaskedNet, masks: Params, input_like: torch.Tensor) -> Params:
-    """|θ ⊙ dR/dθ| for θ = |W| ⊙ M and R = sum of the outputs on an all-ones input (float64: R is a product)."""
+    """|θ ⊙ dR/dθ| for θ = |W| ⊙ M and R = sum of the outputs on an all-ones input (float64: R is a product).
+
+    BatchNorm runs in eval mode on its running statistics, as SynFlow's authors do (batch statistics of a
+    constant input would zero every activation)."""
     params = {n: (net.weights[n].detach().double().abs() * masks[n]).requires_grad_(True) for n in net.names}
-    r = net.forward_with(torch.ones_like(input_like, dtype=torch.float64), params).sum()
+    with batchnorm.buffers_as(net.module, torch.float64):
+        r = net.forward_with(torch.ones_like(input_like, dtype=torch.float64), params, batch_statistics=False).sum()
     grads = torch.autograd.grad(r, list(params.values()))
     return {n: (g * params[n]).detach().abs() for (n, _), g in zip(params.items(), grads)}
 

@@ -1,0 +1,133 @@
+"""A small Vision Transformer for strong tickets: "vit:p4-d64-l4-h4" (patch 4, width 64, 4 blocks, 4 heads).
+
+The layout is the "simple ViT" of Beyer, Zhai & Kolesnikov (2022, "Better plain ViT baselines for ImageNet-1k"):
+a patch embedding (a p x p convolution at stride p), fixed 2-D sin-cos position embeddings, pre-norm blocks
+(x + attn(LN(x)), x + MLP(LN(x)), GELU, MLP ratio 4 unless "-m"), a final LayerNorm, global average pooling
+over the tokens (no class token) and one Linear head. Names follow timm's VisionTransformer (`patch_embed.proj`,
+`blocks.0.attn.qkv`, `blocks.0.attn.proj`, `blocks.0.mlp.fc1`, `head`).
+
+What is masked: every parameter, i.e. the patch embedding, the joint q/k/v projection (one tensor, one top-k
+budget), the attention output projection, both MLP layers and the head. Nothing else has parameters:
+LayerNorm is non-affine (edge-popup's non-affine BatchNorm convention carried over: with frozen weights a learned
+affine would stay at its 1/0 init, i.e. the identity), and the sin-cos position embedding is a fixed buffer, so
+no frozen random tensor exists outside the masks and the seed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ticketcli.errors import UsageError
+from ticketcli.specs import VIT_BODY, ModelSpec
+
+
+def sincos_2d(h: int, w: int, dim: int) -> torch.Tensor:
+    """(h * w, dim) position embedding, tokens in row-major order: a quarter of the features each for sin and
+    cos of the column and of the row index, at frequencies 1 / 10000^(i / (dim / 4))."""
+    quarter = dim // 4
+    omega = 1.0 / 10000 ** (torch.arange(quarter, dtype=torch.float32) / quarter)  # (dim/4,)
+    rows, cols = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32),
+                                indexing="ij")
+    cx = cols.reshape(-1, 1) * omega  # (h*w, dim/4)
+    ry = rows.reshape(-1, 1) * omega
+    return torch.cat([cx.sin(), cx.cos(), ry.sin(), ry.cos()], dim=1)
+
+
+def attention(x: torch.Tensor, qkv: torch.Tensor, heads: int) -> torch.Tensor:
+    """Multi-head self-attention from x's projected (B, N, 3D) q/k/v; returns (B, N, D) before the output
+    projection. Written out (not scaled_dot_product_attention) so double backward (GraSP) works everywhere."""
+    b, n, three_d = qkv.shape
+    d = three_d // 3
+    q, k, v = qkv.reshape(b, n, 3, heads, d // heads).permute(2, 0, 3, 1, 4)  # each (B, heads, N, hd)
+    weights = torch.softmax((q @ k.transpose(-2, -1)) * (d // heads) ** -0.5, dim=-1)  # (B, heads, N, N)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int, bias: bool):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
+        self.proj = nn.Linear(dim, dim, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(attention(x, self.qkv(x), self.heads))
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim: int, hidden: int, bias: bool):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden, bias=bias)
+        self.fc2 = nn.Linear(hidden, dim, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, mlp_ratio: int, bias: bool):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, elementwise_affine=False)
+        self.attn = Attention(dim, heads, bias)
+        self.norm2 = nn.LayerNorm(dim, elementwise_affine=False)
+        self.mlp = Mlp(dim, mlp_ratio * dim, bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+    def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], prefix: str) -> torch.Tensor:
+        def linear(name: str, t: torch.Tensor) -> torch.Tensor:
+            return F.linear(t, p[f"{prefix}.{name}.weight"], p.get(f"{prefix}.{name}.bias"))
+
+        x = x + linear("attn.proj", attention(x, linear("attn.qkv", self.norm1(x)), self.attn.heads))
+        return x + linear("mlp.fc2", F.gelu(linear("mlp.fc1", self.norm2(x))))
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self, channels: int, dim: int, patch: int, bias: bool):
+        super().__init__()
+        self.proj = nn.Conv2d(channels, dim, patch, patch, bias=bias)
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, input: tuple[int, int, int], classes: int, patch: int, dim: int, depth: int, heads: int,
+                 mlp_ratio: int, bias: bool):
+        super().__init__()
+        c, h, w = input
+        self.patch_embed = PatchEmbed(c, dim, patch, bias)
+        # a fixed function of the geometry, not state: left out of state dicts (exports, checkpoints)
+        self.register_buffer("pos_embed", sincos_2d(h // patch, w // patch, dim), persistent=False)  # (N, D)
+        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio, bias) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim, elementwise_affine=False)
+        self.head = nn.Linear(dim, classes, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2) + self.pos_embed  # (B, N, D)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x).mean(1))
+
+    def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        proj = self.patch_embed.proj
+        x = F.conv2d(x, p["patch_embed.proj.weight"], p.get("patch_embed.proj.bias"), proj.stride)
+        x = x.flatten(2).transpose(1, 2) + self.pos_embed  # (B, N, D)
+        for i, block in enumerate(self.blocks):
+            x = block.forward_with(x, p, f"blocks.{i}")
+        return F.linear(self.norm(x).mean(1), p["head.weight"], p.get("head.bias"))
+
+
+def build_vit(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
+    """vit:pP-dD-lL-hH[-mR] for the spec's input: patches must tile the image exactly."""
+    values = [int(v) for v in re.fullmatch(VIT_BODY, "-".join(spec.layers)).groups() if v is not None]
+    patch, dim, depth, heads = values[:4]
+    mlp_ratio = values[4] if len(values) > 4 else 4
+    c, h, w = shape
+    if h % patch or w % patch:
+        raise UsageError(f"model {spec.to_string()}: {patch}x{patch} patches do not tile {h}x{w} inputs "
+                         f"(shape {shape})", hint="choose a patch size that divides the image's height and width")
+    return VisionTransformer(shape, classes, patch, dim, depth, heads, mlp_ratio, spec.bias)
