@@ -28,7 +28,9 @@ from ticketcli.errors import UsageError
 from ticketcli.init import init_weights
 from ticketcli.methods import METHODS
 from ticketcli.models import MODELS, MaskedNet, build_model
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelSpec, RunSpec
+from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+
+TRUSTED = ModelPolicy(trust_model_code=True)  # these tests' own factories: the user opted in
 
 runner = CliRunner()
 MLP_VARIANTS = ["mlp:64-16-16-10+res", "mlp:64-16-16-10+norm=batch", "mlp:64-16-16-10+res+norm=layer+bias",
@@ -236,7 +238,7 @@ def test_variants_extract_and_reevaluate(tmp_path, model):
     out = extract(tmp_path, model, method="augmented")
     tk = ticket_io.load(out)
     assert ("batchnorm" in tk.model) == ("norm=batch" in model)
-    r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu")
+    r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert r["reproduced"] and tk.model["spec"] == spec_of(model).to_string()
 
 
@@ -249,12 +251,12 @@ def test_every_method_runs_on_a_batchnorm_network(tmp_path, name):
                                         if k in getattr(METHODS.get(name), "options", ())}), device="cpu")
     out = tmp_path / "t.safetensors"
     runs.extract_ticket(spec, out=out)
-    assert runs.evaluate_ticket(out, data=DataSpec(), device="cpu")["reproduced"]
+    assert runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)["reproduced"]
 
 
 def test_grasp_differentiates_twice_through_the_vit(tmp_path):
     out = extract(tmp_path, "vit:p4-d16-l1-h2", method="grasp")
-    assert runs.evaluate_ticket(out, data=DataSpec(), device="cpu")["reproduced"]
+    assert runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)["reproduced"]
 
 
 def test_a_batch_of_one_example_is_refused(tmp_path):
@@ -296,9 +298,9 @@ def test_user_factory_with_batchnorm(tmp_path, norm_module):
     tk = ticket_io.load(out)
     assert list(tk.masks) == ["0.weight", "0.bias", "4.weight", "4.bias", "7.weight", "7.bias"]  # not BN's
     assert tk.model["batchnorm"] == batchnorm.RECORD
-    o = runs.open_ticket(out, data=DataSpec(), device="cpu")
+    o = runs.open_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert torch.equal(o.weights["1.weight"], torch.ones(6)) and torch.equal(o.weights["5.bias"], torch.zeros(16))
-    r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu")
+    r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert r["reproduced"]
     o.net.calibrate(o.masks)
     assert float(o.net.module[1].running_mean.abs().max()) > 0  # recalibrated, not the factory's zeros
@@ -311,7 +313,7 @@ def test_user_factory_with_layernorm(tmp_path, norm_module):
     tk = ticket_io.load(out)
     assert list(tk.masks) == ["1.weight", "1.bias", "4.weight", "4.bias"] and "batchnorm" not in tk.model
     assert tk.model["parameters"]["2.weight"] == [16]  # LayerNorm's affine: recorded, frozen, unmasked
-    r = runner.invoke(app, ["evaluate", str(out), "--json"])
+    r = runner.invoke(app, ["evaluate", str(out), "--json", "--trust-model-code"])
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
 
 
@@ -332,9 +334,9 @@ def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm
                                *QUICK]).exit_code == 0
     monkeypatch.undo()
     assert "batchnorm" not in ticket_io.load(out).model
-    r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu")
+    r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert r["reproduced"]
-    o = runs.open_ticket(out, data=DataSpec(), device="cpu")
+    o = runs.open_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert o.net.bn_statistics == "frozen"
 
 
@@ -365,7 +367,8 @@ def test_torchvision_factory_gets_the_dataset_classes(tmp_path):
     tk = ticket_io.load(out)
     assert tk.model["spec"] == "torchvision.models:resnet18@3x32x32-10" and tk.shapes["fc.weight"] == [10, 512]
     assert "bn1.weight" not in tk.masks and tk.model["batchnorm"] == batchnorm.RECORD
-    r = runner.invoke(app, ["evaluate", str(out), "--data-dir", str(tmp_path), "--json"])
+    r = runner.invoke(app, ["evaluate", str(out), "--data-dir", str(tmp_path), "--json",
+                                "--model", "torchvision.models:resnet18"])
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
 
 
