@@ -350,30 +350,36 @@ def _integrity(recorded: str | None, computed: str) -> str:
     return "not recorded" if recorded is None else "ok" if recorded == computed else "modified"
 
 
+def _read(path: Path, take: Callable[[str, Iterable[bytes]], int]) -> Ticket:
+    """Open, validate and walk a ticket (see _walk), feeding each mask's packed bytes to take; returns the Ticket
+    without masks. An unreadable file is one TicketFileError line."""
+    f, size = _open(path)
+    try:
+        with f:
+            layout = _layout(f, size, path)
+            computed = _walk(f, layout, path, take)
+    except OSError as e:
+        raise TicketFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    return Ticket(masks={}, **layout.fields, masks_sha256=layout.recorded,
+                  integrity=_integrity(layout.recorded, computed))
+
+
 def load(path: str | Path) -> Ticket:
     """Read and fully validate a ticket file and unpack its masks; every problem is a TicketFileError with one
     line. A mask digest that differs from the recorded one is not refused here: Ticket.integrity says it, and
     readers that use the masks call require_intact."""
     path = Path(path)
-    f, size = _open(path)
-    masks: dict[str, torch.Tensor] = {}
+    packed_masks: dict[str, np.ndarray] = {}
 
-    def unpack(name: str, pieces: Iterable[bytes]) -> int:
-        packed = np.frombuffer(b"".join(pieces), dtype=np.uint8)
-        shape = layout.fields["shapes"][name]
-        bits = np.unpackbits(packed, count=math.prod(shape), bitorder="big")  # 0/1 uint8: a valid bool view
-        masks[name] = torch.from_numpy(bits.view(np.bool_)).reshape(shape)
+    def keep(name: str, pieces: Iterable[bytes]) -> int:
+        packed = packed_masks[name] = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         return int(packed[-1]) if packed.size else 0
 
-    try:
-        with f:
-            layout = _layout(f, size, path)
-            computed = _walk(f, layout, path, unpack)
-    except OSError as e:
-        raise TicketFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    ordered = {n: masks[n] for n in layout.fields["shapes"]}  # named_parameters() order, as written
-    return Ticket(masks=ordered, **layout.fields, masks_sha256=layout.recorded,
-                  integrity=_integrity(layout.recorded, computed))
+    tk = _read(path, keep)
+    for name, shape in tk.shapes.items():  # named_parameters() order, as written
+        bits = np.unpackbits(packed_masks.pop(name), count=math.prod(shape), bitorder="big")  # 0/1: a bool view
+        tk.masks[name] = torch.from_numpy(bits.view(np.bool_)).reshape(shape)
+    return tk
 
 
 @dataclass
@@ -388,7 +394,6 @@ def scan(path: str | Path) -> Scan:
     """Validate a ticket like load() and count each mask's kept bits straight from the packed bytes, a chunk at a
     time: memory stays a few MiB whatever the file's size, and no torch op runs per mask."""
     path = Path(path)
-    f, size = _open(path)
     kept: dict[str, int] = {}
 
     def count(name: str, pieces: Iterable[bytes]) -> int:
@@ -399,16 +404,8 @@ def scan(path: str | Path) -> Scan:
         kept[name] = total
         return last
 
-    try:
-        with f:
-            layout = _layout(f, size, path)
-            computed = _walk(f, layout, path, count)
-    except OSError as e:
-        raise TicketFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    shapes = layout.fields["shapes"]
-    tk = Ticket(masks={}, **layout.fields, masks_sha256=layout.recorded,
-                integrity=_integrity(layout.recorded, computed))
-    return Scan(tk, {n: (kept[n], math.prod(shapes[n])) for n in shapes})
+    tk = _read(path, count)
+    return Scan(tk, {n: (kept[n], math.prod(shape)) for n, shape in tk.shapes.items()})
 
 
 _BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)  # set bits per byte value
