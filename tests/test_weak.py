@@ -69,7 +69,7 @@ def test_initial_accuracy_equals_evaluate(ticket):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["masked"]["initial"] == {"test": ev["test"], "val": ev["val"]}
-    assert doc["epochs"] == 3 and doc["optimiser"]["name"] == "adam" and doc["optimiser"]["lr"] == 1e-3
+    assert doc["epochs"] == 3 and doc["optimizer"]["name"] == "adam" and doc["optimizer"]["lr"] == 1e-3
     assert doc["sparsity"]["achieved"] == pytest.approx(ev["sparsity"]["achieved"])
     assert doc["sparsity"]["masked_nonzero_after"] == 0 and doc["sparsity"]["unchanged"] is True
     assert doc["masked"]["final"]["test"]["accuracy"] - doc["masked"]["initial"]["test"]["accuracy"] == \
@@ -94,7 +94,7 @@ def test_output_file_loads_into_the_model_and_reproduces_final_accuracy(ticket, 
     with safe_open(str(out), "pt") as f:
         meta = f.metadata()
     assert meta["ticket_sha256"] == file_sha256(str(ticket)) == doc["ticket_sha256"]
-    assert meta["epochs"] == "3" and json.loads(meta["optimiser"])["name"] == "adam"
+    assert meta["epochs"] == "3" and json.loads(meta["optimizer"])["name"] == "adam"
     assert meta["weights_sha256"] == ticket_io.load(ticket).weights_sha256
 
 

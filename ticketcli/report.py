@@ -383,7 +383,7 @@ def runs_progress(total: int, *, quiet: bool) -> Iterator:
 def weak_table(r: dict) -> None:
     runs = [k for k in ("masked", "dense") if k in r]
     t = Table(title=f"{r['ticket']}: {r['method']} ticket on {r['model']}, seed {r['seed']}, trained {r['epochs']} "
-                    f"epochs (lr {r['optimiser']['lr']:g}, batch {r['batch_size']})")
+                    f"epochs (lr {r['optimizer']['lr']:g}, batch {r['batch_size']})")
     t.add_column("quantity")
     for k in runs:
         t.add_column(k, justify="right")

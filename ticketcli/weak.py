@@ -39,7 +39,7 @@ class WeakSpec:
     precision: str = "fp32"  # or bf16 autocast of the training forward pass
 
     def to_dict(self) -> dict:
-        d = {"epochs": self.epochs, "batch_size": self.batch_size, "optimiser": self.optim.to_dict()}
+        d = {"epochs": self.epochs, "batch_size": self.batch_size, "optimizer": self.optim.to_dict()}
         return d | ({"precision": self.precision} if self.precision != "fp32" else {})
 
 
@@ -139,7 +139,7 @@ def train_weak(path: str | Path, *, data: DataSpec, spec: WeakSpec = WeakSpec(),
         meta = {"format": WEIGHTS_FORMAT, "ticket": str(path), "ticket_sha256": ticket_sha,
                 "weights_sha256": tk.weights_sha256, "model": tk.model["spec"], "method": str(tk.method.get("name")),
                 "epochs": str(spec.epochs), "batch_size": str(spec.batch_size),
-                "optimiser": json.dumps(spec.optim.to_dict()), "data": json.dumps(result["data"]),
+                "optimizer": json.dumps(spec.optim.to_dict()), "data": json.dumps(result["data"]),
                 "final": json.dumps({k: v["accuracy"] for k, v in masked["final"].items()}),
                 "created_by": json.dumps({"ticketcli": ticketcli.__version__, "torch": torch.__version__})}
         size = ticket_io.write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite)
