@@ -1,0 +1,134 @@
+"""Golden tickets: record a small ticket per method (plus drift, train-weak, sweep-k and evaluate outputs) and later
+check that a refactor reproduces them bit for bit.
+
+    python benchmarks/golden_tickets.py record DIR     # before the change
+    python benchmarks/golden_tickets.py compare DIR    # after it: exit 1 on any difference (reruns in a temp dir)
+
+Each case runs `python -m ticketcli ...` with the working tree's code (PYTHONPATH is set to the repository root), on
+scikit-learn's digits so it needs no files. Tickets are compared on their masks, metadata (model, init, shapes,
+weights fingerprint, method, data, sparsity, masks digest) and test/val metrics; JSON outputs are compared whole,
+wall-clock fields aside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ["--dataset", "digits", "--quiet", "--json"]
+METHOD_ARGS = {
+    "augmented": ["--model", "mlp:64-32-32-10", "--epochs", "3"],
+    "edge-popup": ["--model", "conv4", "--epochs", "2"],
+    "grasp": ["--model", "mlp:64-32-10+bias", "--epochs", "2"],
+    "imp": ["--model", "mlp:64-32-10", "--epochs", "2", "--imp-rounds", "2"],
+    "iterated": ["--model", "mlp:64-32-10", "--epochs", "2"],
+    "movement": ["--model", "mlp:64-32-10", "--epochs", "2"],
+    "random": ["--model", "mlp:64-32-10"],
+    "rigl": ["--model", "mlp:64-32-10", "--epochs", "2"],
+    "set": ["--model", "mlp:64-32-10", "--epochs", "2"],
+    "snip": ["--model", "mlp:64-32-10+bias", "--epochs", "2"],
+    "synflow": ["--model", "mlp:64-32-10", "--epochs", "2"],
+}
+EXTRA_TICKETS = {
+    "resnet-bn": ["extract", "--method", "edge-popup", "--model", "resnet20", "--epochs", "1", "--n-extract", "300",
+                  "--n-val", "100"],
+    "mlp-res-norm": ["extract", "--method", "augmented", "--model", "mlp:64-32-32-10+res+norm=layer", "--epochs", "2"],
+}
+KEYS = ("model", "init", "shapes", "weights_sha256", "method", "data", "sparsity", "masks_sha256")
+VOLATILE = {"wall_time_s", "seconds", "elapsed_s", "time_s"}
+
+
+def run(args: list[str], cwd: Path) -> dict:
+    """Run `python -m ticketcli ARGS` with this tree's code; return its JSON (stdout) or fail loudly."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "ticketcli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True)
+    if done.returncode not in (0, 1):
+        sys.exit(f"ticket {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def cases(folder: Path) -> dict[str, list[str]]:
+    """Case name -> command line; tickets are written into (and read from) `folder`."""
+    out: dict[str, list[str]] = {}
+    for method, extra in METHOD_ARGS.items():
+        out[method] = ["extract", "--method", method, *extra, *DIGITS, "--out", str(folder / f"{method}.safetensors")]
+    for name, extra in EXTRA_TICKETS.items():
+        out[name] = [*extra, *DIGITS, "--out", str(folder / f"{name}.safetensors")]
+    out["drift"] = ["drift", "--dataset", "digits", "--model", "mlp:64-32-32-10", "--steps", "30", "--log-every", "10",
+                    "--quiet", "--json"]
+    out["drift-ticket"] = ["drift", "--ticket", str(folder / "augmented.safetensors"), "--steps", "20", "--log-every",
+                           "10", "--activation", "gelu", "--quiet", "--json"]
+    out["train-weak"] = ["train-weak", str(folder / "edge-popup.safetensors"), "--epochs", "2", "--quiet", "--json"]
+    out["sweep-k"] = ["sweep-k", "--dataset", "digits", "--model", "mlp:64-32-10", "--epochs", "1", "--seeds", "0,1",
+                      "--densities", "0.3,0.5", "--out-dir", str(folder / "sweep"), "--quiet", "--json"]
+    for name in ("augmented", "edge-popup", "snip", "resnet-bn"):
+        out[f"evaluate-{name}"] = ["evaluate", str(folder / f"{name}.safetensors"), "--json"]
+    return out
+
+
+def strip(doc, folder: Path):
+    """The JSON without wall-clock fields, and with the run's folder written as $DIR (paths differ between runs)."""
+    if isinstance(doc, dict):
+        return {k: strip(v, folder) for k, v in doc.items() if k not in VOLATILE}
+    if isinstance(doc, list):
+        return [strip(v, folder) for v in doc]
+    if isinstance(doc, str):
+        return doc.replace(str(folder), "$DIR")
+    return doc
+
+
+def ticket_view(path: Path) -> dict:
+    """What must not change in a ticket: masks, the identifying metadata and the metrics."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+        tensors = {k: f.get_tensor(k).tolist() for k in sorted(f.keys())}
+    metrics = json.loads(meta.get("metrics", "{}"))
+    return {"meta": {k: meta.get(k) for k in KEYS}, "tensors": tensors,
+            "metrics": {s: {k: metrics.get(s, {}).get(k) for k in ("correct", "loss", "accuracy")}
+                        for s in ("test", "val")}}
+
+
+def record(folder: Path) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    views = {}
+    for name, args in cases(folder).items():
+        print(f"  {name}", file=sys.stderr)
+        views[name] = {"json": strip(run(args, folder), folder)}
+        ticket = folder / f"{name}.safetensors"
+        if args[0] == "extract":
+            views[name]["ticket"] = ticket_view(ticket)
+    return views
+
+
+def main() -> None:
+    if len(sys.argv) != 3 or sys.argv[1] not in ("record", "compare"):
+        sys.exit(__doc__)
+    folder = Path(sys.argv[2]).resolve()
+    if sys.argv[1] == "record":
+        views = record(folder)
+        (folder / "golden.json").write_text(json.dumps(views, sort_keys=True))
+        print(f"recorded {len(views)} cases in {folder}")
+        return
+    before = json.loads((folder / "golden.json").read_text())
+    with tempfile.TemporaryDirectory() as scratch:
+        now = record(Path(scratch))
+    bad = 0
+    for name in before:
+        same = {part: before[name].get(part) == now.get(name, {}).get(part) for part in ("json", "ticket")}
+        ok = all(same.values())
+        bad += not ok
+        print(f"{name:14s} {'identical' if ok else 'DIFFERENT ' + str([p for p, s in same.items() if not s])}")
+    print(f"{len(before) - bad}/{len(before)} cases identical")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
