@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-
 from table1 import mean_std, run_one
 
 # name -> extract settings
@@ -45,8 +44,10 @@ def flags(settings: dict) -> str:
 
 
 def print_table(records: list[dict], names: list[str], sparsities: list[float]) -> None:
-    print(f"\n{'variant':<26} {'req.':>5} {'test acc %':>11} {'achieved %':>11} {'aux share %':>11} "
-          f"{'score params':>12} {'s/run':>6} | {'paper acc':>9} {'paper ach.':>10}")
+    print(
+        f"\n{'variant':<26} {'req.':>5} {'test acc %':>11} {'achieved %':>11} {'aux share %':>11} "
+        f"{'score params':>12} {'s/run':>6} | {'paper acc':>9} {'paper ach.':>10}"
+    )
     for s in sparsities:
         for name in names:
             rs = [r for r in records if r["variant"] == name and r["requested"] == s]
@@ -56,9 +57,11 @@ def print_table(records: list[dict], names: list[str], sparsities: list[float]) 
             sp = rs[0]["score_params"]
             wall = statistics.mean(r["metrics"]["wall_time_s"] for r in rs)
             p_acc, p_ach = PAPER_90.get(name, (None, None)) if s == 0.9 else (None, None)
-            print(f"{name:<26} {s:>5} {mean_std(acc):>11} {mean_std(ach):>11} {mean_std(aux) if aux else '-':>11} "
-                  f"{sp['trainable']}/{sp['total']:<10} {wall:>6.1f} | "
-                  f"{'-' if p_acc is None else p_acc:>9} {'-' if p_ach is None else p_ach:>10}")
+            print(
+                f"{name:<26} {s:>5} {mean_std(acc):>11} {mean_std(ach):>11} {mean_std(aux) if aux else '-':>11} "
+                f"{sp['trainable']}/{sp['total']:<10} {wall:>6.1f} | "
+                f"{'-' if p_acc is None else p_acc:>9} {'-' if p_ach is None else p_ach:>10}"
+            )
 
 
 def main() -> None:
@@ -87,8 +90,11 @@ def main() -> None:
                         print(f"  ticket extract {flags(settings)}", flush=True)
                     r = run_one(settings, Path(d) / f"{name}-{s}-{seed}.safetensors")
                     records.append({**r, "variant": name, "requested": s})
-                    print(f"  {name} s={s} seed={seed}: test {100 * r['metrics']['test']['accuracy']:.2f}% at "
-                          f"{100 * r['sparsity']['achieved']:.2f}% ({r['metrics']['wall_time_s']:.1f} s)", flush=True)
+                    print(
+                        f"  {name} s={s} seed={seed}: test {100 * r['metrics']['test']['accuracy']:.2f}% at "
+                        f"{100 * r['sparsity']['achieved']:.2f}% ({r['metrics']['wall_time_s']:.1f} s)",
+                        flush=True,
+                    )
             print_table(records, names, [s])  # each sparsity's table as soon as it is complete
 
     if args.json:

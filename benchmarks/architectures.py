@@ -54,16 +54,30 @@ class EpochClock:
         now = time.perf_counter()
         self.times.append(now - self.last)
         self.last = now
-        print(f"    {self.label} epoch {record['epoch']}: loss {record['loss']:.3f} train acc "
-              f"{record['accuracy']:.3f} ({self.times[-1]:.1f} s)", flush=True)
+        print(
+            f"    {self.label} epoch {record['epoch']}: loss {record['loss']:.3f} train acc "
+            f"{record['accuracy']:.3f} ({self.times[-1]:.1f} s)",
+            flush=True,
+        )
 
     def per_epoch_ms(self) -> float:
         return 1000 * statistics.median(self.times)
 
 
 def spec_for(model: str, method: str, sparsity: float, seed: int, args) -> object:
-    return build_extract_spec(merge_settings({"model": model, "method": method, "sparsity": sparsity, "seed": seed,
-                                              "epochs": args.epochs, "device": args.device}, None))
+    return build_extract_spec(
+        merge_settings(
+            {
+                "model": model,
+                "method": method,
+                "sparsity": sparsity,
+                "seed": seed,
+                "epochs": args.epochs,
+                "device": args.device,
+            },
+            None,
+        )
+    )
 
 
 def extract(model: str, method: str, sparsity: float, seed: int, args) -> dict:
@@ -77,20 +91,30 @@ def extract(model: str, method: str, sparsity: float, seed: int, args) -> dict:
     splits = splits.to(device)
     net.bn_statistics = "trajectory"  # same forward values; the running averages follow training as edge-popup's
     clock = EpochClock(device, f"{method} seed {seed}")
-    masks = METHODS.get(method)().extract(net, splits, spec.method, device=device,
-                                          generator=generator(seed, "method"), progress=clock)
+    masks = METHODS.get(method)().extract(
+        net, splits, spec.method, device=device, generator=generator(seed, "method"), progress=clock
+    )
     masks = {n: masks[n].to(device) for n in net.names}
     net.load_weights(weights)
-    out = {"model": spec.model.to_string(), "method": method, "seed": seed, "requested": sparsity,
-           "achieved": 1.0 - sum(int(m.sum()) for m in masks.values()) / sum(m.numel() for m in masks.values()),
-           "ms_per_epoch": clock.per_epoch_ms(), "device": str(device)}
+    out = {
+        "model": spec.model.to_string(),
+        "method": method,
+        "seed": seed,
+        "requested": sparsity,
+        "achieved": 1.0 - sum(int(m.sum()) for m in masks.values()) / sum(m.numel() for m in masks.values()),
+        "ms_per_epoch": clock.per_epoch_ms(),
+        "device": str(device),
+    }
     if net.batchnorms:
         out["test_trajectory"] = evaluate(net, masks, splits.x_test, splits.y_test)["accuracy"]
     net.bn_statistics, net.calibration = "recalibrate", splits.x_extract
     out["test"] = evaluate(net, masks, splits.x_test, splits.y_test)["accuracy"]
-    print(f"  {out['model']} {method} seed {seed}: test {100 * out['test']:.2f}% at {100 * out['achieved']:.2f}% "
-          + (f"(trajectory statistics {100 * out['test_trajectory']:.2f}%) " if net.batchnorms else "")
-          + f"{out['ms_per_epoch']:.0f} ms/epoch", flush=True)
+    print(
+        f"  {out['model']} {method} seed {seed}: test {100 * out['test']:.2f}% at {100 * out['achieved']:.2f}% "
+        + (f"(trajectory statistics {100 * out['test_trajectory']:.2f}%) " if net.batchnorms else "")
+        + f"{out['ms_per_epoch']:.0f} ms/epoch",
+        flush=True,
+    )
     return out
 
 
@@ -122,9 +146,13 @@ def timed_epochs(model: str, seed: int, args) -> dict[str, dict[str, float]]:
         return lambda: train_scores(trainer, splits, m_spec, batches(), None)
 
     dense = WeightTrainer(net, None, WeightOptim())
-    epochs = {"dense": lambda: train_weights(dense, splits.x_extract, splits.y_extract, epochs=1,
-                                             batch_size=one.batch_size, generator=batches()),
-              "edge-popup": score_epoch(EdgePopup()), "augmented": score_epoch(Augmented())}
+    epochs = {
+        "dense": lambda: train_weights(
+            dense, splits.x_extract, splits.y_extract, epochs=1, batch_size=one.batch_size, generator=batches()
+        ),
+        "edge-popup": score_epoch(EdgePopup()),
+        "augmented": score_epoch(Augmented()),
+    }
     wall: dict[str, list[float]] = {k: [] for k in epochs}
     cpu: dict[str, list[float]] = {k: [] for k in epochs}
     for r in range(args.timing_repeats):
@@ -135,10 +163,11 @@ def timed_epochs(model: str, seed: int, args) -> dict[str, dict[str, float]]:
             sync(device)
             wall[name].append(time.perf_counter() - t)
             cpu[name].append(time.process_time() - c)
-            print(f"    timing {model} repeat {r + 1} {name}: {wall[name][-1]:.1f} s wall, {cpu[name][-1]:.1f} s CPU",
-                  flush=True)
-    return {k: {"wall_ms": 1000 * min(wall[k]), "cpu_ms": 1000 * min(cpu[k])}
-            for k in epochs}
+            print(
+                f"    timing {model} repeat {r + 1} {name}: {wall[name][-1]:.1f} s wall, {cpu[name][-1]:.1f} s CPU",
+                flush=True,
+            )
+    return {k: {"wall_ms": 1000 * min(wall[k]), "cpu_ms": 1000 * min(cpu[k])} for k in epochs}
 
 
 def check_ticket(record: dict, args) -> bool:
@@ -155,25 +184,35 @@ def mean_std(values: list[float]) -> str:
 
 
 def table(records: list[dict]) -> str:
-    rows = ["| model | method | requested | achieved sparsity % | test acc % (recalibrated BN) | "
-            "test acc % (trajectory BN) | ms/epoch in the run |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| model | method | requested | achieved sparsity % | test acc % (recalibrated BN) | "
+        "test acc % (trajectory BN) | ms/epoch in the run |",
+        "|---|---|---|---|---|---|---|",
+    ]
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((r["model"], r["label"]), []).append(r)
     for (model, label), rs in groups.items():
         traj = [r["test_trajectory"] for r in rs if "test_trajectory" in r]
-        rows.append(f"| {model} | {label} | {rs[0]['requested_label']} | "
-                    f"{mean_std([r['achieved'] for r in rs])} | {mean_std([r['test'] for r in rs])} | "
-                    f"{mean_std(traj) if traj else '—'} | {statistics.mean(r['ms_per_epoch'] for r in rs):.0f} |")
+        rows.append(
+            f"| {model} | {label} | {rs[0]['requested_label']} | "
+            f"{mean_std([r['achieved'] for r in rs])} | {mean_std([r['test'] for r in rs])} | "
+            f"{mean_std(traj) if traj else '—'} | {statistics.mean(r['ms_per_epoch'] for r in rs):.0f} |"
+        )
     return "\n".join(rows)
 
 
 def timing_table(timing: dict[str, dict[str, dict[str, float]]]) -> str:
-    rows = ["| model | training | CPU ms/epoch (all threads) | × dense (CPU) | wall ms/epoch | × dense (wall) |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| model | training | CPU ms/epoch (all threads) | × dense (CPU) | wall ms/epoch | × dense (wall) |",
+        "|---|---|---|---|---|---|",
+    ]
     for model, t in timing.items():
-        rows += [f"| {model} | {name} | {v['cpu_ms']:.0f} | {v['cpu_ms'] / t['dense']['cpu_ms']:.2f} | "
-                 f"{v['wall_ms']:.0f} | {v['wall_ms'] / t['dense']['wall_ms']:.2f} |" for name, v in t.items()]
+        rows += [
+            f"| {model} | {name} | {v['cpu_ms']:.0f} | {v['cpu_ms'] / t['dense']['cpu_ms']:.2f} | "
+            f"{v['wall_ms']:.0f} | {v['wall_ms'] / t['dense']['wall_ms']:.2f} |"
+            for name, v in t.items()
+        ]
     return "\n".join(rows)
 
 
@@ -183,12 +222,19 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--sparsity", type=float, default=0.9)
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--timing-repeats", type=int, default=3,
-                    help="interleaved one-epoch repeats of dense, edge-popup and augmented training per model")
+    ap.add_argument(
+        "--timing-repeats",
+        type=int,
+        default=3,
+        help="interleaved one-epoch repeats of dense, edge-popup and augmented training per model",
+    )
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
     ap.add_argument("--check-ticket", action="store_true", help="one real extract_ticket per model, compared")
-    ap.add_argument("--bn-only", action="store_true",
-                    help="edge-popup at --sparsity only (the BatchNorm comparison at a longer budget), no timing")
+    ap.add_argument(
+        "--bn-only",
+        action="store_true",
+        help="edge-popup at --sparsity only (the BatchNorm comparison at a longer budget), no timing",
+    )
     ap.add_argument("--timing-only", action="store_true", help="only the interleaved time per epoch")
     ap.add_argument("--json", type=Path, help="also write every run's record here")
     args = ap.parse_args()
@@ -197,8 +243,9 @@ def main() -> None:
     t0, records, timing, checks = time.perf_counter(), [], {}, {}
     for model in args.models.split(","):
         if args.timing_only:
-            timing[spec_for(model, "edge-popup", args.sparsity, seeds[0], args).model.to_string()] = \
-                timed_epochs(model, seeds[0], args)
+            timing[spec_for(model, "edge-popup", args.sparsity, seeds[0], args).model.to_string()] = timed_epochs(
+                model, seeds[0], args
+            )
             continue
         for seed in seeds:
             ep = extract(model, "edge-popup", args.sparsity, seed, args)
@@ -208,8 +255,11 @@ def main() -> None:
             aug = extract(model, "augmented", args.sparsity, seed, args)
             matched = extract(model, "edge-popup", aug["achieved"], seed, args)
             asked = f"{args.sparsity:.0%}"
-            for r, label, req in ((ep, "edge-popup", asked), (aug, "augmented", asked),
-                                  (matched, "edge-popup matched", "augmented's")):
+            for r, label, req in (
+                (ep, "edge-popup", asked),
+                (aug, "augmented", asked),
+                (matched, "edge-popup matched", "augmented's"),
+            ):
                 records.append({**r, "label": label, "requested_label": req})
         key = records[-1]["model"]
         if not args.bn_only and args.timing_repeats > 0:
@@ -219,17 +269,29 @@ def main() -> None:
             print(f"  extract_ticket stores the same accuracy: {checks[key]}", flush=True)
 
     device = str(runs.resolve_device(args.device))
-    print(f"\nFashionMNIST, seeds {args.seeds}, {args.epochs} score epochs (Adam 1e-2, batch 512, 5000/5000 split, "
-          f"full test set), device {device}, {torch.get_num_threads()} threads, total "
-          f"{(time.perf_counter() - t0) / 60:.1f} min")
+    print(
+        f"\nFashionMNIST, seeds {args.seeds}, {args.epochs} score epochs (Adam 1e-2, batch 512, 5000/5000 split, "
+        f"full test set), device {device}, {torch.get_num_threads()} threads, total "
+        f"{(time.perf_counter() - t0) / 60:.1f} min"
+    )
     if records:
         print(table(records))
     if timing:
         print(f"\ntime per epoch, same network and batches, {args.timing_repeats} interleaved repeats (minimum):")
         print(timing_table(timing))
     if args.json:
-        args.json.write_text(json.dumps({"records": records, "timing_ms_per_epoch": timing, "checks": checks,
-                                         "epochs": args.epochs, "device": device}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "records": records,
+                    "timing_ms_per_epoch": timing,
+                    "checks": checks,
+                    "epochs": args.epochs,
+                    "device": device,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -37,27 +37,50 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         for model in args.models.split(","):
             for method in args.methods.split(","):
-                spec = build_extract_spec(merge_settings(
-                    {"model": model, "method": method, "sparsity": args.sparsity, "seed": args.seed,
-                     "epochs": args.epochs, "device": args.device, "init": args.init, "init_k": args.init_k}, None))
+                spec = build_extract_spec(
+                    merge_settings(
+                        {
+                            "model": model,
+                            "method": method,
+                            "sparsity": args.sparsity,
+                            "seed": args.seed,
+                            "epochs": args.epochs,
+                            "device": args.device,
+                            "init": args.init,
+                            "init_k": args.init_k,
+                        },
+                        None,
+                    )
+                )
                 t0 = time.perf_counter()
-                r = extract_ticket(spec, out=Path(d) / f"{len(records)}.safetensors",
-                                   progress=lambda p: print(f"    epoch {p['epoch']}: loss {p['loss']:.3f} "
-                                                            f"train acc {p['accuracy']:.3f}", flush=True))
+                r = extract_ticket(
+                    spec,
+                    out=Path(d) / f"{len(records)}.safetensors",
+                    progress=lambda p: print(
+                        f"    epoch {p['epoch']}: loss {p['loss']:.3f} train acc {p['accuracy']:.3f}", flush=True
+                    ),
+                )
                 r["total_s"] = time.perf_counter() - t0
                 r["epoch_s"] = r["metrics"]["wall_time_s"] / args.epochs
                 records.append(r)
-                print(f"  {r['model']} {method}: test {100 * r['metrics']['test']['accuracy']:.2f}% at "
-                      f"{100 * r['sparsity']['achieved']:.2f}% ({r['epoch_s']:.1f} s/epoch)", flush=True)
+                print(
+                    f"  {r['model']} {method}: test {100 * r['metrics']['test']['accuracy']:.2f}% at "
+                    f"{100 * r['sparsity']['achieved']:.2f}% ({r['epoch_s']:.1f} s/epoch)",
+                    flush=True,
+                )
 
-    print(f"\nFashionMNIST, seed {args.seed}, requested sparsity {args.sparsity:.0%}, {args.epochs} epochs, "
-          f"init {args.init} k={args.init_k}, device {records[0]['metrics']['device']}")
-    print(f"| model | method | test acc % | val acc % | achieved sparsity % | s/epoch | eval+setup s |")
+    print(
+        f"\nFashionMNIST, seed {args.seed}, requested sparsity {args.sparsity:.0%}, {args.epochs} epochs, "
+        f"init {args.init} k={args.init_k}, device {records[0]['metrics']['device']}"
+    )
+    print("| model | method | test acc % | val acc % | achieved sparsity % | s/epoch | eval+setup s |")
     print("|---|---|---|---|---|---|---|")
     for r in records:
         m = r["metrics"]
-        print(f"| {r['model']} | {r['method']} | {100 * m['test']['accuracy']:.2f} | {100 * m['val']['accuracy']:.2f} "
-              f"| {100 * r['sparsity']['achieved']:.2f} | {r['epoch_s']:.1f} | {r['total_s'] - m['wall_time_s']:.1f} |")
+        print(
+            f"| {r['model']} | {r['method']} | {100 * m['test']['accuracy']:.2f} | {100 * m['val']['accuracy']:.2f} "
+            f"| {100 * r['sparsity']['achieved']:.2f} | {r['epoch_s']:.1f} | {r['total_s'] - m['wall_time_s']:.1f} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(records, indent=2))
 

@@ -30,8 +30,27 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 def extract(out: Path, method: str, seed: int, epochs: int, procs: int, threads: int, extra=()) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     head = [*TORCHRUN, str(procs)] if procs > 1 else [sys.executable]
-    cmd = [*head, "-m", "ticketcli", "extract", "--method", method, "--seed", str(seed), "--epochs", str(epochs),
-           "--sparsity", "0.9", "--device", "cpu", "--out", str(out), "--force", "--quiet", *extra]
+    cmd = [
+        *head,
+        "-m",
+        "ticketcli",
+        "extract",
+        "--method",
+        method,
+        "--seed",
+        str(seed),
+        "--epochs",
+        str(epochs),
+        "--sparsity",
+        "0.9",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--force",
+        "--quiet",
+        *extra,
+    ]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode != 0:
@@ -71,8 +90,28 @@ def resume_check(d: Path, method: str, epochs: int) -> None:
     full, cut = d / "full.safetensors", d / "cut.safetensors"
     extract(full, method, 0, epochs, 2, 1)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [*TORCHRUN, "2", "-m", "ticketcli", "extract", "--method", method, "--seed", "0", "--epochs", str(epochs),
-           "--sparsity", "0.9", "--device", "cpu", "--out", str(cut), "--quiet", "--checkpoint-every", "1"]
+    cmd = [
+        *TORCHRUN,
+        "2",
+        "-m",
+        "ticketcli",
+        "extract",
+        "--method",
+        method,
+        "--seed",
+        "0",
+        "--epochs",
+        str(epochs),
+        "--sparsity",
+        "0.9",
+        "--device",
+        "cpu",
+        "--out",
+        str(cut),
+        "--quiet",
+        "--checkpoint-every",
+        "1",
+    ]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ckpt = cut.with_name(cut.name + ".ckpt")
     while not ckpt.exists() and p.poll() is None:
@@ -86,8 +125,10 @@ def resume_check(d: Path, method: str, epochs: int) -> None:
     extract(cut, method, 0, epochs, 2, 1, extra=("--checkpoint-every", "1", "--resume"))
     a, b = ticket_io.load(full), ticket_io.load(cut)
     same = all(bool((a.masks[n] == b.masks[n]).all()) for n in a.masks)
-    print(f"resumed 2-process ticket equals the uninterrupted one bit for bit: {same}; "
-          f"test {b.metrics['test']['accuracy']:.4f} vs {a.metrics['test']['accuracy']:.4f}")
+    print(
+        f"resumed 2-process ticket equals the uninterrupted one bit for bit: {same}; "
+        f"test {b.metrics['test']['accuracy']:.4f} vs {a.metrics['test']['accuracy']:.4f}"
+    )
 
 
 def main() -> None:
@@ -97,23 +138,30 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2, help="threads of the single-process run")
     ap.add_argument("--resume-check", action="store_true")
-    ap.add_argument("--emulate", action="store_true",
-                    help="also run the 2-shard loss in one process and compare it with both runs")
+    ap.add_argument(
+        "--emulate", action="store_true", help="also run the 2-shard loss in one process and compare it with both runs"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        print(f"{'method':<11} {'seed':>4} {'agree %':>8} {'1-proc test %':>13} {'2-proc test %':>13} "
-              f"{'achieved 1/2 %':>15} {'1-proc s':>8} {'2-proc s':>8}"
-              + (f" {'emulated=2-proc %':>17} {'emulated=1-proc %':>17}" if args.emulate else ""))
+        print(
+            f"{'method':<11} {'seed':>4} {'agree %':>8} {'1-proc test %':>13} {'2-proc test %':>13} "
+            f"{'achieved 1/2 %':>15} {'1-proc s':>8} {'2-proc s':>8}"
+            + (f" {'emulated=2-proc %':>17} {'emulated=1-proc %':>17}" if args.emulate else "")
+        )
         for method in args.methods.split(","):
             for seed in (int(s) for s in args.seeds.split(",")):
                 t1 = extract(d / "one.safetensors", method, seed, args.epochs, 1, args.threads)
                 t2 = extract(d / "two.safetensors", method, seed, args.epochs, 2, 1)
                 a, b = ticket_io.load(d / "one.safetensors"), ticket_io.load(d / "two.safetensors")
-                print(f"{method:<11} {seed:>4} {100 * agreement(a, b):>8.3f} "
-                      f"{100 * a.metrics['test']['accuracy']:>13.2f} {100 * b.metrics['test']['accuracy']:>13.2f} "
-                      f"{100 * a.sparsity['achieved']:>7.3f}/{100 * b.sparsity['achieved']:<7.3f} "
-                      f"{t1:>8.1f} {t2:>8.1f}", end="", flush=True)
+                print(
+                    f"{method:<11} {seed:>4} {100 * agreement(a, b):>8.3f} "
+                    f"{100 * a.metrics['test']['accuracy']:>13.2f} {100 * b.metrics['test']['accuracy']:>13.2f} "
+                    f"{100 * a.sparsity['achieved']:>7.3f}/{100 * b.sparsity['achieved']:<7.3f} "
+                    f"{t1:>8.1f} {t2:>8.1f}",
+                    end="",
+                    flush=True,
+                )
                 if args.emulate:
                     emulate(d / "emu.safetensors", method, seed, args.epochs)
                     e = ticket_io.load(d / "emu.safetensors")

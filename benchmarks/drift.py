@@ -40,28 +40,49 @@ def main() -> None:
     results = []
     for inputs in a.inputs.split(","):
         for act in a.activations.split(","):
-            spec = build_drift_spec(dict(inputs=inputs, activation=act, steps=a.steps, log_every=a.log_every,
-                                         seeds=a.seeds, loss=a.loss, device=a.device), data_location(None, False))
+            spec = build_drift_spec(
+                dict(
+                    inputs=inputs,
+                    activation=act,
+                    steps=a.steps,
+                    log_every=a.log_every,
+                    seeds=a.seeds,
+                    loss=a.loss,
+                    device=a.device,
+                ),
+                data_location(None, False),
+            )
             t0 = time.perf_counter()
             r = run_drift(spec)
             wall = time.perf_counter() - t0
             results.append(r)
             sm = r["summary"]
-            print(f"\n### {r['model']}, {act}, {r['loss']}, inputs {inputs}, Adam lr 1e-3, batch 512, "
-                  f"{a.steps} steps, seeds {a.seeds} (mean ± std; zero rule {r['zero_rule']}; {wall:.0f} s)\n")
-            print(f"loss {fmt(sm['loss'], 0)} -> {fmt(sm['loss'], -1)}, "
-                  f"probe accuracy {fmt(sm['accuracy'], 0, True)} -> {fmt(sm['accuracy'], -1, True)}\n")
-            print("| layer | W mean step 0 | W mean last | drift/σ₀ last | seeds W mean fell | h<0 step 0 | h<0 last "
-                  "| sparsity step 0 | sparsity last |")
+            print(
+                f"\n### {r['model']}, {act}, {r['loss']}, inputs {inputs}, Adam lr 1e-3, batch 512, "
+                f"{a.steps} steps, seeds {a.seeds} (mean ± std; zero rule {r['zero_rule']}; {wall:.0f} s)\n"
+            )
+            print(
+                f"loss {fmt(sm['loss'], 0)} -> {fmt(sm['loss'], -1)}, "
+                f"probe accuracy {fmt(sm['accuracy'], 0, True)} -> {fmt(sm['accuracy'], -1, True)}\n"
+            )
+            print(
+                "| layer | W mean step 0 | W mean last | drift/σ₀ last | seeds W mean fell | h<0 step 0 | h<0 last "
+                "| sparsity step 0 | sparsity last |"
+            )
             print("|---|---|---|---|---|---|---|---|---|")
             for layer, st in sm["layers"].items():
                 hid = "neg_preact_share" in st
-                print(f"| {layer} | {fmt(st['weight_mean'], 0)} | {fmt(st['weight_mean'], -1)} | "
-                      f"{fmt(st['weight_drift_std'], -1)} | {round(st['negative_drift_share'] * len(r['seeds']))}"
-                      f"/{len(r['seeds'])} | "
-                      + (f"{fmt(st['neg_preact_share'], 0, True)} | {fmt(st['neg_preact_share'], -1, True)} | "
-                         f"{fmt(st['sparsity'], 0, True)} | {fmt(st['sparsity'], -1, True)} |" if hid
-                         else "- | - | - | - |"))
+                print(
+                    f"| {layer} | {fmt(st['weight_mean'], 0)} | {fmt(st['weight_mean'], -1)} | "
+                    f"{fmt(st['weight_drift_std'], -1)} | {round(st['negative_drift_share'] * len(r['seeds']))}"
+                    f"/{len(r['seeds'])} | "
+                    + (
+                        f"{fmt(st['neg_preact_share'], 0, True)} | {fmt(st['neg_preact_share'], -1, True)} | "
+                        f"{fmt(st['sparsity'], 0, True)} | {fmt(st['sparsity'], -1, True)} |"
+                        if hid
+                        else "- | - | - | - |"
+                    )
+                )
     with open(a.out, "w") as f:
         json.dump(results, f)
     print(f"\nfull series in {a.out}")

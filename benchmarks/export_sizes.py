@@ -30,22 +30,38 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for i, (model, method) in enumerate(runs):
-            spec = build_extract_spec(merge_settings({"model": model, "method": method, "sparsity": args.sparsity,
-                                                      "epochs": args.epochs, "device": "cpu"}, None))
+            spec = build_extract_spec(
+                merge_settings(
+                    {
+                        "model": model,
+                        "method": method,
+                        "sparsity": args.sparsity,
+                        "epochs": args.epochs,
+                        "device": "cpu",
+                    },
+                    None,
+                )
+            )
             ticket = Path(d) / f"t{i}.safetensors"
             s = extract_ticket(spec, out=ticket)
             sizes = {fmt: export_ticket(ticket, fmt=fmt, out=Path(d) / f"{i}-{fmt}{SUFFIX[fmt]}") for fmt in FORMATS}
             rows.append((s, sizes))
             print(f"  {s['model']} {method}: achieved {100 * s['sparsity']['achieved']:.2f}%", flush=True)
-    print(f"\n| model | ticket | achieved sparsity % | dense float32 | ticket file | "
-          + " | ".join(f"{f} ({SUFFIX[f]})" for f in FORMATS) + " | csr payload |")
+    print(
+        "\n| model | ticket | achieved sparsity % | dense float32 | ticket file | "
+        + " | ".join(f"{f} ({SUFFIX[f]})" for f in FORMATS)
+        + " | csr payload |"
+    )
     print("|---|---|---|---|---|" + "---|" * (len(FORMATS) + 1))
     for s, sizes in rows:
         dense = sizes["masked"]["dense_float32_bytes"]
         cells = [f"{sizes[f]['file_bytes']:,} ({sizes[f]['ratio']:.3f})" for f in FORMATS]
-        print(f"| {s['model']} | {s['method']} | {100 * s['sparsity']['achieved']:.2f} | {dense:,} | "
-              f"{s['file_bytes']:,} ({s['file_bytes'] / dense:.3f}) | " + " | ".join(cells)
-              + f" | {sizes['csr']['csr_payload_bytes']:,} |")
+        print(
+            f"| {s['model']} | {s['method']} | {100 * s['sparsity']['achieved']:.2f} | {dense:,} | "
+            f"{s['file_bytes']:,} ({s['file_bytes'] / dense:.3f}) | "
+            + " | ".join(cells)
+            + f" | {sizes['csr']['csr_payload_bytes']:,} |"
+        )
     print("\nbytes (ratio to the dense float32 checkpoint)")
 
 

@@ -23,9 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "fuzz")]  # this checkout's ticketcli, then the harness
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-
 from harness import READERS, byte_flips, clean_rejection, malformed, place, read, write_seed_ticket  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -34,8 +33,15 @@ def rss_mib() -> float:
 
 def fuzz_reader(reader: str, seed: bytes, path: Path, examples: int, opts: dict) -> dict:
     """`examples` malformed files through one reader; counts, slowest case and Python peak allocation."""
-    stats = {"tried": 0, "clean_exit_2": 0, "slowest_s": 0.0, "slowest_family": None, "peak_py_bytes": 0,
-             "families": collections.Counter(), "failures": []}
+    stats = {
+        "tried": 0,
+        "clean_exit_2": 0,
+        "slowest_s": 0.0,
+        "slowest_family": None,
+        "peak_py_bytes": 0,
+        "families": collections.Counter(),
+        "failures": [],
+    }
 
     @settings(max_examples=examples, **opts)
     @given(case=malformed(seed))
@@ -75,9 +81,12 @@ def main() -> None:
 
     for reader in READERS:
         stats = results["readers"][reader] = fuzz_reader(reader, seed, path, args.examples, opts)
-        print(f"{reader:9s} tried {stats['tried']:6d}  clean exit 2 {stats['clean_exit_2']:6d}  "
-              f"slowest {stats['slowest_s'] * 1000:7.1f} ms ({stats['slowest_family']})  "
-              f"peak python {stats['peak_py_bytes'] / 1024:7.1f} KiB  wall {stats['wall_s']:.0f} s", flush=True)
+        print(
+            f"{reader:9s} tried {stats['tried']:6d}  clean exit 2 {stats['clean_exit_2']:6d}  "
+            f"slowest {stats['slowest_s'] * 1000:7.1f} ms ({stats['slowest_family']})  "
+            f"peak python {stats['peak_py_bytes'] / 1024:7.1f} KiB  wall {stats['wall_s']:.0f} s",
+            flush=True,
+        )
 
     flips = collections.Counter()
 
@@ -92,12 +101,16 @@ def main() -> None:
     results["rss_peak_mib"] = rss_mib()
     total = sum(r["tried"] for r in results["readers"].values())
     clean = sum(r["clean_exit_2"] for r in results["readers"].values())
-    print(f"total malformed cases {total}, clean exit 2 {clean} ({'all' if clean == total else 'NOT ALL'}); "
-          f"byte flips through inspect: {dict(flips)}")
-    print(f"slowest case {max(r['slowest_s'] for r in results['readers'].values()) * 1000:.1f} ms; "
-          f"peak RSS {results['rss_peak_mib']:.0f} MiB (before the first case {rss_before:.0f} MiB); "
-          f"peak Python allocation during one case "
-          f"{max(r['peak_py_bytes'] for r in results['readers'].values()) / 1024:.1f} KiB")
+    print(
+        f"total malformed cases {total}, clean exit 2 {clean} ({'all' if clean == total else 'NOT ALL'}); "
+        f"byte flips through inspect: {dict(flips)}"
+    )
+    print(
+        f"slowest case {max(r['slowest_s'] for r in results['readers'].values()) * 1000:.1f} ms; "
+        f"peak RSS {results['rss_peak_mib']:.0f} MiB (before the first case {rss_before:.0f} MiB); "
+        f"peak Python allocation during one case "
+        f"{max(r['peak_py_bytes'] for r in results['readers'].values()) / 1024:.1f} KiB"
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     sys.exit(0 if clean == total and "OTHER" not in flips else 1)

@@ -35,8 +35,19 @@ METHOD_ARGS = {
     "synflow": ["--model", "mlp:64-32-10", "--epochs", "2"],
 }
 EXTRA_TICKETS = {
-    "resnet-bn": ["extract", "--method", "edge-popup", "--model", "resnet20", "--epochs", "1", "--n-extract", "300",
-                  "--n-val", "100"],
+    "resnet-bn": [
+        "extract",
+        "--method",
+        "edge-popup",
+        "--model",
+        "resnet20",
+        "--epochs",
+        "1",
+        "--n-extract",
+        "300",
+        "--n-val",
+        "100",
+    ],
     "mlp-res-norm": ["extract", "--method", "augmented", "--model", "mlp:64-32-32-10+res+norm=layer", "--epochs", "2"],
 }
 KEYS = ("model", "init", "shapes", "weights_sha256", "method", "data", "sparsity", "masks_sha256")
@@ -46,8 +57,7 @@ VOLATILE = {"wall_time_s", "seconds", "elapsed_s", "time_s"}
 def run(args: list[str], cwd: Path) -> dict:
     """Run `python -m ticketcli ARGS` with this tree's code; return its JSON (stdout) or fail loudly."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-m", "ticketcli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True)
+    done = subprocess.run([sys.executable, "-m", "ticketcli", *args], cwd=cwd, env=env, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         sys.exit(f"ticket {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
     return json.loads(done.stdout)
@@ -60,13 +70,50 @@ def cases(folder: Path) -> dict[str, list[str]]:
         out[method] = ["extract", "--method", method, *extra, *DIGITS, "--out", str(folder / f"{method}.safetensors")]
     for name, extra in EXTRA_TICKETS.items():
         out[name] = [*extra, *DIGITS, "--out", str(folder / f"{name}.safetensors")]
-    out["drift"] = ["drift", "--dataset", "digits", "--model", "mlp:64-32-32-10", "--steps", "30", "--log-every", "10",
-                    "--quiet", "--json"]
-    out["drift-ticket"] = ["drift", "--ticket", str(folder / "augmented.safetensors"), "--steps", "20", "--log-every",
-                           "10", "--activation", "gelu", "--quiet", "--json"]
+    out["drift"] = [
+        "drift",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-32-32-10",
+        "--steps",
+        "30",
+        "--log-every",
+        "10",
+        "--quiet",
+        "--json",
+    ]
+    out["drift-ticket"] = [
+        "drift",
+        "--ticket",
+        str(folder / "augmented.safetensors"),
+        "--steps",
+        "20",
+        "--log-every",
+        "10",
+        "--activation",
+        "gelu",
+        "--quiet",
+        "--json",
+    ]
     out["train-weak"] = ["train-weak", str(folder / "edge-popup.safetensors"), "--epochs", "2", "--quiet", "--json"]
-    out["sweep-k"] = ["sweep-k", "--dataset", "digits", "--model", "mlp:64-32-10", "--epochs", "1", "--seeds", "0,1",
-                      "--densities", "0.3,0.5", "--out-dir", str(folder / "sweep"), "--quiet", "--json"]
+    out["sweep-k"] = [
+        "sweep-k",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-32-10",
+        "--epochs",
+        "1",
+        "--seeds",
+        "0,1",
+        "--densities",
+        "0.3,0.5",
+        "--out-dir",
+        str(folder / "sweep"),
+        "--quiet",
+        "--json",
+    ]
     for name in ("augmented", "edge-popup", "snip", "resnet-bn"):
         out[f"evaluate-{name}"] = ["evaluate", str(folder / f"{name}.safetensors"), "--json"]
     return out
@@ -91,9 +138,13 @@ def ticket_view(path: Path) -> dict:
         meta = f.metadata() or {}
         tensors = {k: f.get_tensor(k).tolist() for k in sorted(f.keys())}
     metrics = json.loads(meta.get("metrics", "{}"))
-    return {"meta": {k: meta.get(k) for k in KEYS}, "tensors": tensors,
-            "metrics": {s: {k: metrics.get(s, {}).get(k) for k in ("correct", "loss", "accuracy")}
-                        for s in ("test", "val")}}
+    return {
+        "meta": {k: meta.get(k) for k in KEYS},
+        "tensors": tensors,
+        "metrics": {
+            s: {k: metrics.get(s, {}).get(k) for k in ("correct", "loss", "accuracy")} for s in ("test", "val")
+        },
+    }
 
 
 def record(folder: Path) -> dict:

@@ -35,19 +35,28 @@ CHUNK = 1 << 22  # bits generated at a time while writing the sparse ticket
 
 def metadata(spec: str, shapes: dict[str, list[int]], digest: str) -> dict[str, str]:
     """Format v1 metadata a reader accepts (inspect checks no fingerprint, so weights_sha256 is a placeholder)."""
-    return {"format": "ticket", "format_version": "1",
-            "model": json.dumps({"spec": spec, "arch": "mlp", "bias": False}),
-            "init": json.dumps({"scheme": "scaled-kaiming-uniform", "k": 0.5, "gain": "relu", "seed": 0}),
-            "shapes": json.dumps(shapes), "weights_sha256": "0" * 64,
-            "method": json.dumps({"name": "random", "sparsity": 0.99}),
-            "data": json.dumps({"dataset": "fashion-mnist", "n_extract": 5000, "n_val": 5000, "n_test": 10000,
-                                "split_seed": 0}),
-            "sparsity": json.dumps({"requested": 0.99, "achieved": 0.99}),
-            "metrics": json.dumps({"test": {"accuracy": 0.1, "loss": 2.3, "correct": 1000, "n": 10000},
-                                   "val": {"accuracy": 0.1, "loss": 2.3, "correct": 500, "n": 5000},
-                                   "device": "cpu"}),
-            "created_by": json.dumps({"ticketcli": "benchmark", "torch": "-"}),
-            "masks_sha256": digest}
+    return {
+        "format": "ticket",
+        "format_version": "1",
+        "model": json.dumps({"spec": spec, "arch": "mlp", "bias": False}),
+        "init": json.dumps({"scheme": "scaled-kaiming-uniform", "k": 0.5, "gain": "relu", "seed": 0}),
+        "shapes": json.dumps(shapes),
+        "weights_sha256": "0" * 64,
+        "method": json.dumps({"name": "random", "sparsity": 0.99}),
+        "data": json.dumps(
+            {"dataset": "fashion-mnist", "n_extract": 5000, "n_val": 5000, "n_test": 10000, "split_seed": 0}
+        ),
+        "sparsity": json.dumps({"requested": 0.99, "achieved": 0.99}),
+        "metrics": json.dumps(
+            {
+                "test": {"accuracy": 0.1, "loss": 2.3, "correct": 1000, "n": 10000},
+                "val": {"accuracy": 0.1, "loss": 2.3, "correct": 500, "n": 5000},
+                "device": "cpu",
+            }
+        ),
+        "created_by": json.dumps({"ticketcli": "benchmark", "torch": "-"}),
+        "masks_sha256": digest,
+    }
 
 
 def write(path: Path, spec: str, shapes: dict[str, list[int]], chunks) -> int:
@@ -80,6 +89,7 @@ def sparse_chunks(rng: np.random.Generator):
     def chunks(name: str, n: int):
         for start in range(0, n, CHUNK):  # CHUNK is a multiple of 8: only the last chunk has padding bits
             yield np.packbits(rng.random(min(CHUNK, n - start)) < 0.01, bitorder="big").tobytes()
+
     return chunks
 
 
@@ -89,6 +99,7 @@ def many_chunks(rng: np.random.Generator):
 
     def chunks(name: str, n: int):
         yield bits[next(counter) % bits.size].tobytes()  # one byte = all 8 bits of the mask
+
     return chunks
 
 
@@ -97,8 +108,9 @@ def child(repo: Path, *args: str) -> tuple[int, float, int, str]:
     env = {**os.environ, "PYTHONPATH": str(repo)}
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        p = subprocess.Popen([sys.executable, "-m", "ticketcli", *args], stdout=subprocess.DEVNULL, stderr=err,
-                             env=env, cwd=repo)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "ticketcli", *args], stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=repo
+        )
         _, status, usage = os.wait4(p.pid, 0)
         seconds = time.perf_counter() - t0
         err.seek(0)
@@ -127,9 +139,11 @@ def main() -> None:
     print(f"baseline (python -m ticketcli --version): max RSS {base / 2**20:.0f} MiB, {seconds:.2f} s")
     for path, table in ((sparse, False), (many, False), (many, True)):
         code, seconds, peak, last = child(args.repo, "inspect", *([] if table else ["--json"]), str(path))
-        print(f"inspect{'' if table else ' --json'} {path.name} ({path.stat().st_size / 2**20:.1f} MiB): exit {code}, "
-              f"{seconds:.2f} s, max RSS {peak / 2**20:.0f} MiB (+{(peak - base) / 2**20:.0f} MiB over the baseline)"
-              + (f"  [{last[:160]}]" if code else ""))
+        print(
+            f"inspect{'' if table else ' --json'} {path.name} ({path.stat().st_size / 2**20:.1f} MiB): exit {code}, "
+            f"{seconds:.2f} s, max RSS {peak / 2**20:.0f} MiB (+{(peak - base) / 2**20:.0f} MiB over the baseline)"
+            + (f"  [{last[:160]}]" if code else "")
+        )
 
 
 if __name__ == "__main__":

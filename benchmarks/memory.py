@@ -34,7 +34,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ticketcli, not the installed one
 
 import torch  # noqa: E402
-
 from topk_scale import MODELS, batch, build, make_trainer, masked_count  # noqa: E402
 
 from ticketcli.models import MLP, MaskedNet  # noqa: E402
@@ -47,8 +46,12 @@ FLOAT = 4
 def expected_bytes(config: str, n: int, largest: int) -> int:
     backward = 2 * largest * FLOAT  # dL/d(W*M) and dL/dS of one layer at a time
     base = 6 * n * FLOAT + backward  # S, S.grad, m, v, float mask, W*M
-    return {"dense": 4 * n * FLOAT, "edge-popup": base, "augmented": base + 3 * n * FLOAT,
-            "augmented+trainable-aux": base + 5 * n * FLOAT}[config]
+    return {
+        "dense": 4 * n * FLOAT,
+        "edge-popup": base,
+        "augmented": base + 3 * n * FLOAT,
+        "augmented+trainable-aux": base + 5 * n * FLOAT,
+    }[config]
 
 
 def rss() -> int:
@@ -111,8 +114,16 @@ def one(config: str, model: str, batch_size: int, steps: int, device: torch.devi
         how = "VmHWM after clear_refs" if reset else "ru_maxrss"
     n = masked_count(net)
     largest = max(net.weights[k].numel() for k in net.names)
-    return {"config": config, "model": model, "weights": n, "batch": batch_size, "steps": steps,
-            "peak_bytes": peak, "expected_bytes": expected_bytes(config, n, largest), "how": how}
+    return {
+        "config": config,
+        "model": model,
+        "weights": n,
+        "batch": batch_size,
+        "steps": steps,
+        "peak_bytes": peak,
+        "expected_bytes": expected_bytes(config, n, largest),
+        "how": how,
+    }
 
 
 def main() -> None:
@@ -128,24 +139,51 @@ def main() -> None:
         print(json.dumps(one(args.one, args.model, args.batch, args.steps, device)))
         return
     mb = 2**20
-    print(f"torch {torch.__version__}, device {device}, model {args.model}, batch {args.batch}, {args.steps} steps, "
-          f"one fresh process per configuration")
+    print(
+        f"torch {torch.__version__}, device {device}, model {args.model}, batch {args.batch}, {args.steps} steps, "
+        f"one fresh process per configuration"
+    )
     # glibc keeps freed blocks under its (self-raising, up to 32 MiB) mmap threshold in the heap, so the resident
     # peak also counts memory no tensor holds any more; with the threshold pinned at 128 KiB every large tensor
     # is its own mapping, returned on free, and the resident peak follows the live tensors.
     envs = {"default": {}, "mmap": {"MALLOC_MMAP_THRESHOLD_": "131072"}} if device.type == "cpu" else {"": {}}
-    print(f"{'config':<24} {'weights':>8} " + " ".join(f"{'peak MiB' + (' ' + e if e else ''):>15}" for e in envs)
-          + f" {'expected MiB':>12} {'last/expected':>13}  measured by")
+    print(
+        f"{'config':<24} {'weights':>8} "
+        + " ".join(f"{'peak MiB' + (' ' + e if e else ''):>15}" for e in envs)
+        + f" {'expected MiB':>12} {'last/expected':>13}  measured by"
+    )
     for config in CONFIGS:
         peaks = []
         for extra in envs.values():
-            out = subprocess.run([sys.executable, __file__, "--one", config, "--model", args.model, "--batch",
-                                  str(args.batch), "--steps", str(args.steps), "--device", args.device],
-                                 check=True, capture_output=True, text=True, env={**os.environ, **extra}).stdout
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    config,
+                    "--model",
+                    args.model,
+                    "--batch",
+                    str(args.batch),
+                    "--steps",
+                    str(args.steps),
+                    "--device",
+                    args.device,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                env={**os.environ, **extra},
+            ).stdout
             r = json.loads(out.strip().splitlines()[-1])
             peaks.append(r["peak_bytes"])
-        print(f"{config:<24} {r['weights'] / 1e6:7.1f}M " + " ".join(f"{p / mb:15.0f}" for p in peaks)
-              + f" {r['expected_bytes'] / mb:12.0f} {peaks[-1] / r['expected_bytes']:13.2f}  {r['how']}", flush=True)
+        print(
+            f"{config:<24} {r['weights'] / 1e6:7.1f}M "
+            + " ".join(f"{p / mb:15.0f}" for p in peaks)
+            + f" {r['expected_bytes'] / mb:12.0f} {peaks[-1] / r['expected_bytes']:13.2f}  {r['how']}",
+            flush=True,
+        )
+
 
 if __name__ == "__main__":
     main()

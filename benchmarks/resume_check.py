@@ -31,8 +31,9 @@ from ticketcli import ticket as ticket_io  # noqa: E402
 
 def extract(args: list[str], **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "ticketcli", "extract", *args], env=env,
-                            stdout=subprocess.DEVNULL, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ticketcli", "extract", *args], env=env, stdout=subprocess.DEVNULL, **kw
+    )
 
 
 def saved_epoch(ckpt: Path) -> tuple[int, int]:
@@ -51,10 +52,27 @@ def main() -> None:
     ap.add_argument("--stop-after", type=int, default=12, help="send SIGTERM once a checkpoint past this exists")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="resume-"))
-    common = ["--dataset", "digits", "--model", "mlp:64-64-64-10", "--n-extract", "400", "--n-val", "200", "--epochs", str(a.epochs), "--batch-size", "64",
-              "--device", "cpu", "--quiet"]
-    print(f"{'method':11s} {'stopped at':>16s} {'exit':>4s} {'resumed':>7s} {'masks identical':>16s} "
-          f"{'metrics identical':>18s}  test acc")
+    common = [
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-64-64-10",
+        "--n-extract",
+        "400",
+        "--n-val",
+        "200",
+        "--epochs",
+        str(a.epochs),
+        "--batch-size",
+        "64",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
+    print(
+        f"{'method':11s} {'stopped at':>16s} {'exit':>4s} {'resumed':>7s} {'masks identical':>16s} "
+        f"{'metrics identical':>18s}  test acc"
+    )
     for method in a.methods.split(","):
         extra = ["--method", method] + (["--sparsity", "0.9", "--max-rounds", "3"] if method == "iterated" else [])
         ref, out = work / f"{method}-ref.safetensors", work / f"{method}.safetensors"
@@ -73,14 +91,20 @@ def main() -> None:
         stopped = err.read_text().strip().splitlines()[-1] if err.read_text().strip() else ""
         where = saved_epoch(ckpt)
         # a run that finished before the signal (random has no epochs) has nothing to resume
-        resumed = extract([*common, *extra, "--out", str(out), "--checkpoint-every", str(a.every),
-                           "--resume"]).wait() if code != 0 else 0
-        same_masks = (out.exists() and {k: v.numpy().tobytes() for k, v in load_file(str(out)).items()}
-                      == {k: v.numpy().tobytes() for k, v in load_file(str(ref)).items()})
+        resumed = (
+            extract([*common, *extra, "--out", str(out), "--checkpoint-every", str(a.every), "--resume"]).wait()
+            if code != 0
+            else 0
+        )
+        same_masks = out.exists() and {k: v.numpy().tobytes() for k, v in load_file(str(out)).items()} == {
+            k: v.numpy().tobytes() for k, v in load_file(str(ref)).items()
+        }
         mr, mo = ticket_io.load(ref).metrics, ticket_io.load(out).metrics if out.exists() else {}
         same_metrics = all(mr[s] == mo.get(s) for s in ("test", "val"))
-        print(f"{method:11s} {'round %d epoch %d' % where if code != 0 else 'finished':>16s} {code:4d} "
-              f"{resumed:7d} {str(same_masks):>16s} {str(same_metrics):>18s}  {mr['test']['accuracy']:.4f}")
+        print(
+            f"{method:11s} {'round {} epoch {}'.format(*where) if code != 0 else 'finished':>16s} {code:4d} "
+            f"{resumed:7d} {str(same_masks):>16s} {str(same_metrics):>18s}  {mr['test']['accuracy']:.4f}"
+        )
         print(f"    {stopped}")
         print(f"    checkpoint left after the resumed run: {ckpt.exists()}")
 

@@ -42,7 +42,7 @@ class SortSelection(Selection):
             flat = parts[0].detach().abs().flatten()
             order = flat.sort().indices  # ascending
             mask = torch.zeros_like(flat, dtype=dtype)
-            mask[order[flat.numel() - self.keep[name]:]] = 1
+            mask[order[flat.numel() - self.keep[name] :]] = 1
             out[name] = mask.view_as(parts[0])
         return out
 
@@ -98,8 +98,11 @@ def main() -> None:
             t0 = time.perf_counter()
             runners[k]()
             times[k].append((time.perf_counter() - t0) / args.epochs)
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, data {'FashionMNIST' if args.real else 'synthetic'}, "
-          f"{data.y_extract.numel()} examples/epoch, batch {mspec.batch_size}, {args.epochs} epochs x {args.repeats} repeats")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"data {'FashionMNIST' if args.real else 'synthetic'}, {data.y_extract.numel()} examples/epoch, "
+        f"batch {mspec.batch_size}, {args.epochs} epochs x {args.repeats} repeats"
+    )
     dense = statistics.median(times["dense"])
     print(f"{'method':<16} {'ms/epoch':>9} {'x dense':>8}")
     for k in kinds:
@@ -110,10 +113,29 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             out = Path(d) / "t.safetensors"
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "ticketcli", "extract", "--method", "augmented", "--sparsity", "0.9",
-                            "--seed", "0", "--out", str(out), "--quiet"], check=True, stdout=subprocess.DEVNULL)
-            print(f"full paper-protocol extraction (augmented, 100 epochs, incl. start-up and data load): "
-                  f"{time.perf_counter() - t0:.1f} s")
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "ticketcli",
+                    "extract",
+                    "--method",
+                    "augmented",
+                    "--sparsity",
+                    "0.9",
+                    "--seed",
+                    "0",
+                    "--out",
+                    str(out),
+                    "--quiet",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            print(
+                f"full paper-protocol extraction (augmented, 100 epochs, incl. start-up and data load): "
+                f"{time.perf_counter() - t0:.1f} s"
+            )
 
 
 if __name__ == "__main__":

@@ -27,10 +27,26 @@ def main() -> None:
     a = ap.parse_args()
     old = json.loads((a.dir / "stability.json").read_text())
     st = old["settings"]
-    base = build_extract_spec(merge_settings(dict(method="edge-popup", dataset=st["dataset"], sparsity=st["sparsity"],
-                                                  epochs=a.epochs, device="cpu", seed=st["seeds"][0]), None))
-    plan = sweep.build_plan(base, seeds=st["seeds"], densities=tuple(st["densities"]), layerwise=st["layerwise"],
-                            double_scoring=sweep.double_scoring_methods())
+    base = build_extract_spec(
+        merge_settings(
+            dict(
+                method="edge-popup",
+                dataset=st["dataset"],
+                sparsity=st["sparsity"],
+                epochs=a.epochs,
+                device="cpu",
+                seed=st["seeds"][0],
+            ),
+            None,
+        )
+    )
+    plan = sweep.build_plan(
+        base,
+        seeds=st["seeds"],
+        densities=tuple(st["densities"]),
+        layerwise=st["layerwise"],
+        double_scoring=sweep.double_scoring_methods(),
+    )
     groups = set(a.groups.split(","))
     todo = [t for t in plan if t.group in groups]
     check = {}
@@ -42,9 +58,13 @@ def main() -> None:
         print(json.dumps(check))
     new = sweep.run_sweep(todo, workers=a.workers, threads=st["threads"], out_dir=a.dir / "runs")
     records = [r for r in old["records"] if r["group"] not in groups] + new["records"]
-    result = {"settings": {**st, "double_scoring": sweep.double_scoring_methods(), "added_groups": sorted(groups)},
-              "records": records, "resumed": new["resumed"], "reproduction_check": check,
-              "summary": sweep.summarize(records, band=tuple(st["band"]))}
+    result = {
+        "settings": {**st, "double_scoring": sweep.double_scoring_methods(), "added_groups": sorted(groups)},
+        "records": records,
+        "resumed": new["resumed"],
+        "reproduction_check": check,
+        "summary": sweep.summarize(records, band=tuple(st["band"])),
+    }
     (a.dir / "stability_combined.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     (a.dir / "stability_combined.png").write_bytes(report.sweep_plot(result))
     report.sweep_table(result)

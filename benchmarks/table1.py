@@ -25,14 +25,17 @@ from ticketcli.specs import build_extract_spec, merge_settings
 
 # Table 1 of the paper: (test accuracy %, achieved sparsity %) at requested 90% and 95%.
 PAPER = {
-    ("edge-popup", 0.9): (77.7, 90.0), ("edge-popup", 0.95): (60.6, 95.0),
-    ("augmented", 0.9): (82.7, 81.3), ("augmented", 0.95): (78.0, 90.0),
-    ("random", 0.9): (None, 90.0), ("random", 0.95): (None, 95.0),
-    ("iterated", 0.9): (82.1, 86.6), ("iterated", 0.95): (77.1, 90.7),
+    ("edge-popup", 0.9): (77.7, 90.0),
+    ("edge-popup", 0.95): (60.6, 95.0),
+    ("augmented", 0.9): (82.7, 81.3),
+    ("augmented", 0.95): (78.0, 90.0),
+    ("random", 0.9): (None, 90.0),
+    ("random", 0.95): (None, 95.0),
+    ("iterated", 0.9): (82.1, 86.6),
+    ("iterated", 0.95): (77.1, 90.7),
 }
 # Baselines whose Table 1 numbers the text does not give (the table is an image): the paper's words instead.
-PAPER_WORDS = {"snip": "near chance", "grasp": "near chance", "random": "near chance",
-               "movement": "best rewound"}
+PAPER_WORDS = {"snip": "near chance", "grasp": "near chance", "random": "near chance", "movement": "best rewound"}
 
 
 def mean_std(xs: list[float]) -> str:
@@ -66,18 +69,25 @@ def main() -> None:
         for seed in map(int, args.seeds.split(",")):
             for method in args.methods.split(","):
                 for s in map(float, args.sparsities.split(",")):
-                    r = run_one({"method": method, "sparsity": s, "seed": seed, "epochs": args.epochs},
-                                Path(d) / f"{method}-{s}-{seed}.safetensors")
+                    r = run_one(
+                        {"method": method, "sparsity": s, "seed": seed, "epochs": args.epochs},
+                        Path(d) / f"{method}-{s}-{seed}.safetensors",
+                    )
                     records.append({**r, "requested": s})
                     trained = r["metrics"].get("trained")
-                    print(f"  {method} s={s} seed={seed}: test {100 * r['metrics']['test']['accuracy']:.2f}% "
-                          f"at {100 * r['sparsity']['achieved']:.2f}% ({r['metrics']['wall_time_s']:.1f} s)"
-                          + (f"; trained {100 * trained['test']['accuracy']:.2f}%" if trained else ""), flush=True)
+                    print(
+                        f"  {method} s={s} seed={seed}: test {100 * r['metrics']['test']['accuracy']:.2f}% "
+                        f"at {100 * r['sparsity']['achieved']:.2f}% ({r['metrics']['wall_time_s']:.1f} s)"
+                        + (f"; trained {100 * trained['test']['accuracy']:.2f}%" if trained else ""),
+                        flush=True,
+                    )
                     if args.json:
                         args.json.write_text(json.dumps(records, indent=2))
 
-    print(f"\n{'method':<11} {'req.':>5} {'n':>2} {'test acc % (ours)':>18} {'achieved %':>11} {'aux share %':>11} "
-          f"{'trained %':>11} {'s/run':>6} | {'paper acc':>9} {'paper ach.':>10}")
+    print(
+        f"\n{'method':<11} {'req.':>5} {'n':>2} {'test acc % (ours)':>18} {'achieved %':>11} {'aux share %':>11} "
+        f"{'trained %':>11} {'s/run':>6} | {'paper acc':>9} {'paper ach.':>10}"
+    )
     for method in args.methods.split(","):
         for s in map(float, args.sparsities.split(",")):
             rs = [r for r in records if r["method"] == method and r["requested"] == s]
@@ -89,10 +99,12 @@ def main() -> None:
             trained = [100 * r["metrics"]["trained"]["test"]["accuracy"] for r in rs if "trained" in r["metrics"]]
             wall = statistics.mean(r["metrics"]["wall_time_s"] for r in rs)
             p_acc, p_ach = PAPER.get((method, s), (None, None))
-            print(f"{method:<11} {s:>5} {len(rs):>2} {mean_std(acc):>18} {mean_std(ach):>11} "
-                  f"{mean_std(aux) if aux else '-':>11} {mean_std(trained) if trained else '-':>11} {wall:>6.1f} | "
-                  f"{PAPER_WORDS.get(method, '-') if p_acc is None else p_acc:>9} "
-                  f"{'-' if p_ach is None else p_ach:>10}")
+            print(
+                f"{method:<11} {s:>5} {len(rs):>2} {mean_std(acc):>18} {mean_std(ach):>11} "
+                f"{mean_std(aux) if aux else '-':>11} {mean_std(trained) if trained else '-':>11} {wall:>6.1f} | "
+                f"{PAPER_WORDS.get(method, '-') if p_acc is None else p_acc:>9} "
+                f"{'-' if p_ach is None else p_ach:>10}"
+            )
     if args.json:
         args.json.write_text(json.dumps(records, indent=2))
 

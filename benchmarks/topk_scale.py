@@ -59,8 +59,10 @@ def build(model: str, device: torch.device) -> MaskedNet:
 
 def batch(model: str, size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return (torch.randn(size, *MODELS[model][1], generator=g).to(device),
-            torch.randint(0, 10, (size,), generator=g).to(device))
+    return (
+        torch.randn(size, *MODELS[model][1], generator=g).to(device),
+        torch.randint(0, 10, (size,), generator=g).to(device),
+    )
 
 
 MISSES: list[str] = []  # printed after the table
@@ -87,8 +89,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bench_method(net: MaskedNet, method: str, algorithms: list[str], x, y, steps: int, warm: int, pretrain: int,
-                 device: torch.device) -> dict[str, tuple[list[float], list[float], list[float]]]:
+def bench_method(
+    net: MaskedNet, method: str, algorithms: list[str], x, y, steps: int, warm: int, pretrain: int, device: torch.device
+) -> dict[str, tuple[list[float], list[float], list[float]]]:
     """Per algorithm: the timed steps' mask times, the rest of each step, and the |S| part of the mask time.
 
     One trainer per algorithm, all started from the same pretrained state, stepped in turn: the steps interleave
@@ -126,8 +129,9 @@ def bench_method(net: MaskedNet, method: str, algorithms: list[str], x, y, steps
                 out[a][2].append(sum(rank_times))
     band = trainers["band"].selection.topk if "band" in trainers else None
     if band is not None and band.searches:
-        MISSES.append(f"{net_label(net)} {method}: {band.misses} of {band.searches} band searches fell back to a "
-                      "full selection")
+        MISSES.append(
+            f"{net_label(net)} {method}: {band.misses} of {band.searches} band searches fell back to a full selection"
+        )
     return out
 
 
@@ -158,8 +162,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    ap.add_argument("--algorithms", nargs="+", default=None, choices=SELECT_ALGORITHMS,
-                    help="default: all (numpy and band only on the CPU)")
+    ap.add_argument(
+        "--algorithms",
+        nargs="+",
+        default=None,
+        choices=SELECT_ALGORITHMS,
+        help="default: all (numpy and band only on the CPU)",
+    )
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--mlp-batch", type=int, default=512, help="the paper's batch")
     ap.add_argument("--conv-batch", type=int, default=32, help="512 takes ~30 s a step on 2 CPU cores")
@@ -171,14 +180,18 @@ def main() -> None:
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
-    algorithms = args.algorithms or [a for a in SELECT_ALGORITHMS
-                                     if device.type == "cpu" or a not in ("numpy", "band")]
-    print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-          f"{args.pretrain} pretraining steps, then per algorithm {args.warm} untimed + {args.steps} timed steps, "
-          "interleaved; medians; synthetic data, sparsity 0.9", flush=True)
+    algorithms = args.algorithms or [a for a in SELECT_ALGORITHMS if device.type == "cpu" or a not in ("numpy", "band")]
+    print(
+        f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
+        f"{args.pretrain} pretraining steps, then per algorithm {args.warm} untimed + {args.steps} timed steps, "
+        "interleaved; medians; synthetic data, sparsity 0.9",
+        flush=True,
+    )
     rows = []
-    header = (f"{'model':<11} {'weights':>8} {'batch':>5} {'method':<24} {'algorithm':<9} {'mask ms':>8} "
-              f"{'of it |S|':>9} {'fwd+bwd+opt ms':>14} {'mask %':>7}")
+    header = (
+        f"{'model':<11} {'weights':>8} {'batch':>5} {'method':<24} {'algorithm':<9} {'mask ms':>8} "
+        f"{'of it |S|':>9} {'fwd+bwd+opt ms':>14} {'mask %':>7}"
+    )
     print(header, flush=True)
     for model in args.models:
         net = build(model, device)
@@ -189,19 +202,25 @@ def main() -> None:
             for a in algorithms:
                 mask, rest, absolute = (statistics.median(t) * 1e3 for t in times[a])
                 rows.append((model, method, a, mask, rest))
-                print(f"{model:<11} {masked_count(net) / 1e6:7.1f}M {bs:>5} {method:<24} {a:<9} {mask:8.1f} "
-                      f"{absolute:9.1f} {rest:14.1f} {100 * mask / (mask + rest):6.1f}%", flush=True)
-    chosen = ("band (numpy with trainable auxiliary scores)" if device.type == "cpu"
-              else DEFAULT_KTH.get(device.type, "sort"))
+                print(
+                    f"{model:<11} {masked_count(net) / 1e6:7.1f}M {bs:>5} {method:<24} {a:<9} {mask:8.1f} "
+                    f"{absolute:9.1f} {rest:14.1f} {100 * mask / (mask + rest):6.1f}%",
+                    flush=True,
+                )
+    chosen = (
+        "band (numpy with trainable auxiliary scores)" if device.type == "cpu" else DEFAULT_KTH.get(device.type, "sort")
+    )
     full = [a for a in algorithms if a in KTH_ALGORITHMS]
     if full:
         fastest = {r[:2]: min(s[3] for s in rows if s[:2] == r[:2] and s[2] in full) for r in rows}
         wins = {a: sum(1 for r in rows if r[2] == a and r[3] == fastest[r[:2]]) for a in full}
         best = max(wins, key=wins.get)
-        print(f"fastest full selection on {device.type}: {best} (fastest in {wins[best]} of "
-              f"{len(rows) // len(algorithms)} cases); DEFAULT_KTH[{device.type!r}] = "
-              f"{DEFAULT_KTH.get(device.type, 'sort')!r}" + ("" if best == DEFAULT_KTH.get(device.type) else
-                                                            f": recommend changing it to {best!r}"))
+        print(
+            f"fastest full selection on {device.type}: {best} (fastest in {wins[best]} of "
+            f"{len(rows) // len(algorithms)} cases); DEFAULT_KTH[{device.type!r}] = "
+            f"{DEFAULT_KTH.get(device.type, 'sort')!r}"
+            + ("" if best == DEFAULT_KTH.get(device.type) else f": recommend changing it to {best!r}")
+        )
     print(f"per-layer selection used by training on {device.type}: {chosen}")
     print("\n".join(MISSES))
 

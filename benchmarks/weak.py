@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from table1 import mean_std  # benchmarks/ is on sys.path when run as a script
+
 from ticketcli.runs import extract_ticket
 from ticketcli.specs import DataSpec, build_extract_spec, data_location, merge_settings
 from ticketcli.weak import WeakSpec, train_weak
@@ -38,7 +39,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         for seed in map(int, args.seeds.split(",")):
             for i, method in enumerate(args.methods.split(",")):
-                ex = build_extract_spec(merge_settings({"method": method, "sparsity": args.sparsity, "seed": seed}, None))
+                ex = build_extract_spec(
+                    merge_settings({"method": method, "sparsity": args.sparsity, "seed": seed}, None)
+                )
                 path = Path(d) / f"{method}-{seed}.safetensors"
                 extract_ticket(ex, out=path)
                 r = train_weak(path, data=data, spec=spec, dense_baseline=i == 0)
@@ -47,19 +50,26 @@ def main() -> None:
                     rows.setdefault("dense", []).append({**r["dense"], "sparsity": 0.0})
                 for name in (method, "dense") if "dense" in r else (method,):
                     x = rows[name][-1]
-                    print(f"  {name} seed={seed}: {100 * x['initial']['test']['accuracy']:.2f}% -> "
-                          f"{100 * x['final']['test']['accuracy']:.2f}% (best val epoch {x['best_val_epoch']}, "
-                          f"{x['wall_time_s']:.1f} s)", flush=True)
+                    print(
+                        f"  {name} seed={seed}: {100 * x['initial']['test']['accuracy']:.2f}% -> "
+                        f"{100 * x['final']['test']['accuracy']:.2f}% (best val epoch {x['best_val_epoch']}, "
+                        f"{x['wall_time_s']:.1f} s)",
+                        flush=True,
+                    )
 
-    print(f"\n{'method':<11} {'achieved %':>10} {'initial %':>10} {'final %':>10} {'gain pts':>9} "
-          f"{'best val ep':>11} | paper (initial -> final %)")
+    print(
+        f"\n{'method':<11} {'achieved %':>10} {'initial %':>10} {'final %':>10} {'gain pts':>9} "
+        f"{'best val ep':>11} | paper (initial -> final %)"
+    )
     for name, rs in rows.items():
         init = [100 * r["initial"]["test"]["accuracy"] for r in rs]
         final = [100 * r["final"]["test"]["accuracy"] for r in rs]
         gain = [100 * r["gain"] for r in rs]
-        print(f"{name:<11} {mean_std([100 * r['sparsity'] for r in rs]):>10} {mean_std(init):>10} "
-              f"{mean_std(final):>10} {mean_std(gain):>9} {mean_std([r['best_val_epoch'] for r in rs]):>11} | "
-              f"{PAPER.get(name, '-')}")
+        print(
+            f"{name:<11} {mean_std([100 * r['sparsity'] for r in rs]):>10} {mean_std(init):>10} "
+            f"{mean_std(final):>10} {mean_std(gain):>9} {mean_std([r['best_val_epoch'] for r in rs]):>11} | "
+            f"{PAPER.get(name, '-')}"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -54,8 +54,9 @@ def quick_method(name: str, **kw) -> MethodSpec:
     from ticketcli.specs import method_reads
 
     small = dict(imp_rounds=2, synflow_rounds=10, regrow_every=2)  # small enough for 2 epochs of 5 steps
-    base = dict(name=name, sparsity=0.8, epochs=2, batch_size=128,
-                **{k: v for k, v in small.items() if method_reads(name, k)})
+    base = dict(
+        name=name, sparsity=0.8, epochs=2, batch_size=128, **{k: v for k, v in small.items() if method_reads(name, k)}
+    )
     base.update(kw)
     return MethodSpec(**base)
 

@@ -38,9 +38,20 @@ def main(out: Path) -> None:
             caught = None
         except RunFailed as e:
             caught = str(e)
-        torch.save({"world": world.size, "loss": loss, "correct": correct, "scores": scores, "wloss": wloss,
-                    "wcorrect": wcorrect, "weights": weights, "caught": caught, "shard": distributed.shard(y)},
-                   out / f"rank{world.rank}.pt")
+        torch.save(
+            {
+                "world": world.size,
+                "loss": loss,
+                "correct": correct,
+                "scores": scores,
+                "wloss": wloss,
+                "wcorrect": wcorrect,
+                "weights": weights,
+                "caught": caught,
+                "shard": distributed.shard(y),
+            },
+            out / f"rank{world.rank}.pt",
+        )
 
 
 if __name__ == "__main__":

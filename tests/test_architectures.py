@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_models import DIGITS, EXAMPLES, one_line
 from torch import nn
 from typer.testing import CliRunner
 
-from test_models import EXAMPLES, DIGITS, one_line
 from ticketcli import batchnorm, runs
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
@@ -33,10 +33,26 @@ from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSp
 TRUSTED = ModelPolicy(trust_model_code=True)  # these tests' own factories: the user opted in
 
 runner = CliRunner()
-MLP_VARIANTS = ["mlp:64-16-16-10+res", "mlp:64-16-16-10+norm=batch", "mlp:64-16-16-10+res+norm=layer+bias",
-                "mlp:64-16-16-10+norm=rms"]
-QUICK = ["--dataset", "digits", "--n-extract", "64", "--n-val", "32", "--epochs", "1", "--batch-size", "32",
-         "--quiet", "--json"]
+MLP_VARIANTS = [
+    "mlp:64-16-16-10+res",
+    "mlp:64-16-16-10+norm=batch",
+    "mlp:64-16-16-10+res+norm=layer+bias",
+    "mlp:64-16-16-10+norm=rms",
+]
+QUICK = [
+    "--dataset",
+    "digits",
+    "--n-extract",
+    "64",
+    "--n-val",
+    "32",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "32",
+    "--quiet",
+    "--json",
+]
 
 
 def spec_of(text: str, geometry=DIGITS) -> ModelSpec:
@@ -76,8 +92,14 @@ def test_resnet18_names_and_blocks_match_torchvision():
     with torch.device("meta"):
         ours = build_model(spec_of("resnet18", ((3, 32, 32), 10)))
         theirs = tv.models.resnet18(num_classes=10)
-    ref = {n: tuple(p.shape) for n, p in theirs.named_parameters() if ".bn" not in n and not n.startswith("bn")
-           and not n.endswith(("downsample.1.weight", "downsample.1.bias")) and n != "fc.bias"}
+    ref = {
+        n: tuple(p.shape)
+        for n, p in theirs.named_parameters()
+        if ".bn" not in n
+        and not n.startswith("bn")
+        and not n.endswith(("downsample.1.weight", "downsample.1.bias"))
+        and n != "fc.bias"
+    }
     mine = {n: tuple(p.shape) for n, p in ours.named_parameters()}
     # torchvision's names and order, BatchNorm's affine parameters and the classifier's bias (ours are bias-free
     # unless +bias) aside
@@ -87,8 +109,9 @@ def test_resnet18_names_and_blocks_match_torchvision():
     # one of our blocks computes exactly what torchvision's BasicBlock computes with the same weights
     block = build_model(spec_of("resnet20", ((3, 32, 32), 10))).layer2[0]
     norm = partial(nn.BatchNorm2d, affine=False)
-    ref_block = tv.models.resnet.BasicBlock(16, 32, 2, nn.Sequential(nn.Conv2d(16, 32, 1, 2, bias=False), norm(32)),
-                                            norm_layer=norm)
+    ref_block = tv.models.resnet.BasicBlock(
+        16, 32, 2, nn.Sequential(nn.Conv2d(16, 32, 1, 2, bias=False), norm(32)), norm_layer=norm
+    )
     torch.manual_seed(0)
     for p in block.parameters():
         p.data.normal_()
@@ -110,8 +133,13 @@ def test_wide_resnet_layout():
 def test_vit_layout():
     module = build_model(spec_of("vit:p4-d64-l4-h4", ((1, 28, 28), 10)))
     shapes = {n: tuple(p.shape) for n, p in module.named_parameters()}
-    assert list(shapes)[:5] == ["patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "blocks.0.attn.proj.weight",
-                                "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc2.weight"]
+    assert list(shapes)[:5] == [
+        "patch_embed.proj.weight",
+        "blocks.0.attn.qkv.weight",
+        "blocks.0.attn.proj.weight",
+        "blocks.0.mlp.fc1.weight",
+        "blocks.0.mlp.fc2.weight",
+    ]
     assert shapes["patch_embed.proj.weight"] == (64, 1, 4, 4) and shapes["blocks.3.attn.qkv.weight"] == (192, 64)
     assert shapes["blocks.0.mlp.fc1.weight"] == (256, 64) and shapes["head.weight"] == (10, 64)
     assert sum(p.numel() for p in module.parameters()) == 198_272
@@ -211,9 +239,13 @@ def test_recalibration_chunks_never_hold_one_example():
 
 
 def extract(tmp_path: Path, model: str, method: str = "edge-popup", n_extract: int = 64, name: str = "t") -> Path:
-    spec = RunSpec(model=spec_of(model), init=InitSpec(seed=1),
-                   data=DataSpec(name="digits", n_extract=n_extract, n_val=32, split_seed=1),
-                   method=MethodSpec(name=method, sparsity=0.7, epochs=1, batch_size=32), device="cpu")
+    spec = RunSpec(
+        model=spec_of(model),
+        init=InitSpec(seed=1),
+        data=DataSpec(name="digits", n_extract=n_extract, n_val=32, split_seed=1),
+        method=MethodSpec(name=method, sparsity=0.7, epochs=1, batch_size=32),
+        device="cpu",
+    )
     out = tmp_path / f"{name}.safetensors"
     runs.extract_ticket(spec, out=out)
     return out
@@ -225,8 +257,13 @@ def test_batchnorm_ticket_reevaluates_exactly_in_a_fresh_process(tmp_path, model
     tk = ticket_io.load(out)
     assert tk.model["batchnorm"] == batchnorm.RECORD
     env = {**__import__("os").environ, "PYTHONPATH": str(Path(runs.__file__).parents[1])}
-    p = subprocess.run([sys.executable, "-m", "ticketcli", "evaluate", str(out), "--json"], capture_output=True,
-                       text=True, env=env, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "ticketcli", "evaluate", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert r["reproduced"] and r["test"]["correct"] == tk.metrics["test"]["correct"]
@@ -244,11 +281,23 @@ def test_variants_extract_and_reevaluate(tmp_path, model):
 
 @pytest.mark.parametrize("name", METHODS.names())
 def test_every_method_runs_on_a_batchnorm_network(tmp_path, name):
-    spec = RunSpec(model=spec_of("mlp:64-16-16-10+norm=batch"), init=InitSpec(seed=2),
-                   data=DataSpec(name="digits", n_extract=96, n_val=32, split_seed=2),
-                   method=MethodSpec(name=name, sparsity=0.7, epochs=2, batch_size=48,
-                                     **{k: v for k, v in dict(imp_rounds=2, synflow_rounds=5, regrow_every=1).items()
-                                        if k in getattr(METHODS.get(name), "options", ())}), device="cpu")
+    spec = RunSpec(
+        model=spec_of("mlp:64-16-16-10+norm=batch"),
+        init=InitSpec(seed=2),
+        data=DataSpec(name="digits", n_extract=96, n_val=32, split_seed=2),
+        method=MethodSpec(
+            name=name,
+            sparsity=0.7,
+            epochs=2,
+            batch_size=48,
+            **{
+                k: v
+                for k, v in dict(imp_rounds=2, synflow_rounds=5, regrow_every=1).items()
+                if k in getattr(METHODS.get(name), "options", ())
+            },
+        ),
+        device="cpu",
+    )
     out = tmp_path / "t.safetensors"
     runs.extract_ticket(spec, out=out)
     assert runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)["reproduced"]
@@ -260,8 +309,19 @@ def test_grasp_differentiates_twice_through_the_vit(tmp_path):
 
 
 def test_a_batch_of_one_example_is_refused(tmp_path):
-    r = runner.invoke(app, ["extract", "--model", "mlp:64-16-16-10+norm=batch", "--out", str(tmp_path / "t.st"),
-                            *QUICK, "--n-extract", "33"])
+    r = runner.invoke(
+        app,
+        [
+            "extract",
+            "--model",
+            "mlp:64-16-16-10+norm=batch",
+            "--out",
+            str(tmp_path / "t.st"),
+            *QUICK,
+            "--n-extract",
+            "33",
+        ],
+    )
     assert "batch of 1 example" in one_line(r)
 
 
@@ -327,11 +387,14 @@ def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm
         return net, weights, ckpt
 
     monkeypatch.setattr(runs, "build_net", legacy_build)
-    monkeypatch.setattr(runs, "model_record", lambda m, n: {k: v for k, v in real_record(m, n).items()
-                                                            if k != "batchnorm"})
+    monkeypatch.setattr(
+        runs, "model_record", lambda m, n: {k: v for k, v in real_record(m, n).items() if k != "batchnorm"}
+    )
     out = tmp_path / "old.safetensors"
-    assert runner.invoke(app, ["extract", "--model", f"{norm_module}:with_batchnorm", "--out", str(out),
-                               *QUICK]).exit_code == 0
+    assert (
+        runner.invoke(app, ["extract", "--model", f"{norm_module}:with_batchnorm", "--out", str(out), *QUICK]).exit_code
+        == 0
+    )
     monkeypatch.undo()
     assert "batchnorm" not in ticket_io.load(out).model
     r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
@@ -361,24 +424,51 @@ def test_torchvision_factory_gets_the_dataset_classes(tmp_path):
     write_cifar(tmp_path)
     out = tmp_path / "tv.safetensors"
     data = ["--dataset", "cifar10", "--data-dir", str(tmp_path), "--n-extract", "40", "--n-val", "20"]
-    r = runner.invoke(app, ["extract", "--model", "torchvision.models:resnet18", "--out", str(out), *data,
-                            "--epochs", "1", "--batch-size", "20", "--quiet", "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "extract",
+            "--model",
+            "torchvision.models:resnet18",
+            "--out",
+            str(out),
+            *data,
+            "--epochs",
+            "1",
+            "--batch-size",
+            "20",
+            "--quiet",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
     assert tk.model["spec"] == "torchvision.models:resnet18@3x32x32-10" and tk.shapes["fc.weight"] == [10, 512]
     assert "bn1.weight" not in tk.masks and tk.model["batchnorm"] == batchnorm.RECORD
-    r = runner.invoke(app, ["evaluate", str(out), "--data-dir", str(tmp_path), "--json",
-                                "--model", "torchvision.models:resnet18"])
+    r = runner.invoke(
+        app, ["evaluate", str(out), "--data-dir", str(tmp_path), "--json", "--model", "torchvision.models:resnet18"]
+    )
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
 
 
 # ---------------------------------------------------------------- spec strings and refusals
 
 
-@pytest.mark.parametrize("text", ["resnet20", "resnet18@3x32x32-10", "wrn:16-4", "wrn:28-10+bias",
-                                  "vit:p4-d64-l4-h4", "vit:p4-d64-l4-h4-m2@3x32x32-10+bias",
-                                  "mlp:784-256-256-10+res", "mlp:784-256-256-10+norm=layer",
-                                  "mlp:784-256-256-10+res+norm=rms+bias", "torchvision.models:resnet18@3x32x32-10"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "resnet20",
+        "resnet18@3x32x32-10",
+        "wrn:16-4",
+        "wrn:28-10+bias",
+        "vit:p4-d64-l4-h4",
+        "vit:p4-d64-l4-h4-m2@3x32x32-10+bias",
+        "mlp:784-256-256-10+res",
+        "mlp:784-256-256-10+norm=layer",
+        "mlp:784-256-256-10+res+norm=rms+bias",
+        "torchvision.models:resnet18@3x32x32-10",
+    ],
+)
 def test_new_spec_strings_round_trip(text):
     spec = ModelSpec.parse(text)
     assert spec.to_string() == text and ModelSpec.parse(spec.to_string()) == spec
@@ -387,23 +477,32 @@ def test_new_spec_strings_round_trip(text):
 def test_suffixes_print_in_canonical_order():
     spec = ModelSpec.parse("mlp:64-16-16-10+bias+norm=batch+res")
     assert spec.to_string() == "mlp:64-16-16-10+res+norm=batch+bias"
-    assert spec.to_dict() == {"spec": "mlp:64-16-16-10+res+norm=batch+bias", "arch": "mlp",
-                              "widths": [64, 16, 16, 10], "residual": True, "norm": "batch", "bias": True}
+    assert spec.to_dict() == {
+        "spec": "mlp:64-16-16-10+res+norm=batch+bias",
+        "arch": "mlp",
+        "widths": [64, 16, 16, 10],
+        "residual": True,
+        "norm": "batch",
+        "bias": True,
+    }
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("wrn:12-1", "6n+4"),
-    ("wrn:16", "depth-width"),
-    ("vit:p4-d18-l1-h4", "multiple of its 4 heads"),
-    ("vit:p4-d64", "p<patch>-d<width>"),
-    ("vit:p0-d16-l1-h2", "positive"),
-    ("conv6+res", "+res and +norm apply to mlp specs only"),
-    ("resnet20+norm=layer", "+res and +norm apply to mlp specs only"),
-    ("mlp:64-32-16-10+res", "+res adds identity skips only"),
-    ("mlp:64-16-16-10+norm=group", "unknown suffix +norm=group"),
-    ("mlp:64-16-16-10+res+res", "+res given twice"),
-    ("resnet20:3", "takes no ':' arguments"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("wrn:12-1", "6n+4"),
+        ("wrn:16", "depth-width"),
+        ("vit:p4-d18-l1-h4", "multiple of its 4 heads"),
+        ("vit:p4-d64", "p<patch>-d<width>"),
+        ("vit:p0-d16-l1-h2", "positive"),
+        ("conv6+res", "+res and +norm apply to mlp specs only"),
+        ("resnet20+norm=layer", "+res and +norm apply to mlp specs only"),
+        ("mlp:64-32-16-10+res", "+res adds identity skips only"),
+        ("mlp:64-16-16-10+norm=group", "unknown suffix +norm=group"),
+        ("mlp:64-16-16-10+res+res", "+res given twice"),
+        ("resnet20:3", "takes no ':' arguments"),
+    ],
+)
 def test_invalid_new_specs(text, needle):
     with pytest.raises(UsageError) as e:
         ModelSpec.parse(text)
@@ -433,8 +532,17 @@ def test_drift_measures_the_activation_not_the_skip_sum():
     x, y = torch.randn(32, 8, generator=torch.Generator().manual_seed(0)), torch.arange(32) % 3
     mlp = net.module
     forward = partial(mlp.forward_with)
-    s = measure(net.weights, None, x, y, act=torch.relu, exact_zeros=True, zero_threshold=0.0,
-                loss_fn=torch.nn.functional.cross_entropy, forward=forward)
+    s = measure(
+        net.weights,
+        None,
+        x,
+        y,
+        act=torch.relu,
+        exact_zeros=True,
+        zero_threshold=0.0,
+        loss_fn=torch.nn.functional.cross_entropy,
+        forward=forward,
+    )
     a0 = torch.relu(x @ net.weights["layers.0.weight"].T)
     a1 = torch.relu(a0 @ net.weights["layers.1.weight"].T)  # layer 1's activation; its output is a0 + a1
     assert s["layers"]["layers.1"]["sparsity"] == pytest.approx(float((a1 == 0).double().mean()))
@@ -445,8 +553,10 @@ def test_drift_measures_the_activation_not_the_skip_sum():
 
 def test_drift_runs_on_normalised_residual_mlps():
     for model in ("mlp:64-16-16-10+res+norm=batch", "mlp:64-16-16-10+norm=rms"):
-        r = runner.invoke(app, ["drift", "--dataset", "digits", "--model", model, "--steps", "4", "--log-every",
-                                "2", "--quiet", "--json"])
+        r = runner.invoke(
+            app,
+            ["drift", "--dataset", "digits", "--model", model, "--steps", "4", "--log-every", "2", "--quiet", "--json"],
+        )
         assert r.exit_code == 0, r.output
         out = json.loads(r.stdout)
         assert out["model"] == model and len(out["runs"][0]["steps"]) == 3
@@ -466,6 +576,19 @@ def test_train_weak_on_a_batchnorm_ticket(tmp_path):
 
 
 def test_drift_refuses_a_one_example_probe_for_batchnorm():
-    r = runner.invoke(app, ["drift", "--dataset", "digits", "--model", "mlp:64-16-16-10+norm=batch", "--steps", "2",
-                            "--probe-size", "1", "--quiet"])
+    r = runner.invoke(
+        app,
+        [
+            "drift",
+            "--dataset",
+            "digits",
+            "--model",
+            "mlp:64-16-16-10+norm=batch",
+            "--steps",
+            "2",
+            "--probe-size",
+            "1",
+            "--quiet",
+        ],
+    )
     assert "batch of 1 example" in one_line(r) and "--probe-size" in r.stderr

@@ -7,15 +7,14 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import make_net, quick_method
 from typer.testing import CliRunner
 
-from conftest import make_net, quick_method
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.data import load_splits
 from ticketcli.masking import keep_count, topk_mask
-from ticketcli.methods import METHODS
-from ticketcli.methods import movement, saliency, sparse
+from ticketcli.methods import METHODS, movement, saliency, sparse
 from ticketcli.methods.movement import cubic_density
 from ticketcli.methods.saliency import grasp_scores, hessian_vector_product, loss_gradient, snip_scores, synflow_scores
 from ticketcli.methods.sparse import prune_and_regrow
@@ -23,8 +22,9 @@ from ticketcli.runs import build_net, extract_ticket
 from ticketcli.specs import DataSpec, build_extract_spec, check_method_options, merge_settings
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate
 
-BASELINES = [n for n in METHODS.names() if METHODS.get(n).__module__ in
-             (saliency.__name__, sparse.__name__, movement.__name__)]
+BASELINES = [
+    n for n in METHODS.names() if METHODS.get(n).__module__ in (saliency.__name__, sparse.__name__, movement.__name__)
+]
 TRAINS_WEIGHTS = [n for n in BASELINES if METHODS.get(n).__module__ != saliency.__name__]
 
 
@@ -33,8 +33,14 @@ def run(name, data, net=None, seed=0, **kw):
     method = METHODS.get(name)()
     spec = quick_method(name, **kw)
     check_method_options(spec)
-    masks = method.extract(net or make_net(), data, spec, device=torch.device("cpu"),
-                           generator=torch.Generator().manual_seed(seed), progress=None)
+    masks = method.extract(
+        net or make_net(),
+        data,
+        spec,
+        device=torch.device("cpu"),
+        generator=torch.Generator().manual_seed(seed),
+        progress=None,
+    )
     return method, masks
 
 
@@ -62,10 +68,23 @@ def test_aug_density_is_refused(name, digits):
 
 
 def quick_spec(name: str, **kw):
-    small = {k: v for k, v in {"imp_rounds": 2, "synflow_rounds": 10, "regrow_every": 2}.items()
-             if k in METHODS.get(name).options}
-    settings = {"method": name, "dataset": "digits", "model": "mlp:64-32-32-10", "epochs": 2, "batch_size": 128,
-                "n_extract": 500, "n_val": 200, "sparsity": 0.8, **small, **kw}
+    small = {
+        k: v
+        for k, v in {"imp_rounds": 2, "synflow_rounds": 10, "regrow_every": 2}.items()
+        if k in METHODS.get(name).options
+    }
+    settings = {
+        "method": name,
+        "dataset": "digits",
+        "model": "mlp:64-32-32-10",
+        "epochs": 2,
+        "batch_size": 128,
+        "n_extract": 500,
+        "n_val": 200,
+        "sparsity": 0.8,
+        **small,
+        **kw,
+    }
     return build_extract_spec(merge_settings(settings, None))
 
 
@@ -113,8 +132,10 @@ def test_grasp_hessian_vector_product_matches_finite_differences():
     net, x, y = two_layer_net()
     params = {n: w.double().requires_grad_(True) for n, w in net.weights.items()}
     batches = [(x.double(), y)]
-    v = {n: torch.randn(p.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
-         for n, p in params.items()}
+    v = {
+        n: torch.randn(p.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+        for n, p in params.items()
+    }
     hv = hessian_vector_product(net, params, batches, v, temperature=2.0)
     eps = 1e-6
 
@@ -134,12 +155,13 @@ def test_grasp_keeps_the_largest_signed_scores(digits):
     # the same batches the method drew: two shuffles from the same seeded generator
     gen = torch.Generator().manual_seed(0)
     spec = quick_method("grasp")
-    s = grasp_scores(net, saliency.minibatches(digits, spec, gen), saliency.minibatches(digits, spec, gen),
-                     spec.grasp_temperature)
+    s = grasp_scores(
+        net, saliency.minibatches(digits, spec, gen), saliency.minibatches(digits, spec, gen), spec.grasp_temperature
+    )
     flat = torch.cat([s[n].flatten() for n in net.names])
     expected = topk_mask(flat, keep_count(0.2, flat.numel()))
     assert torch.equal(torch.cat([masks[n].flatten() for n in net.names]), expected)
-    assert (flat[expected].min() >= flat[~expected].max())  # the top end of -θ⊙Hg, signs included
+    assert flat[expected].min() >= flat[~expected].max()  # the top end of -θ⊙Hg, signs included
 
 
 def test_synflow_scores_by_hand_and_data_free(digits):
@@ -222,8 +244,9 @@ def test_set_regrows_only_inactive_entries_and_drops_the_smallest():
         scores = {"w": torch.rand(1, 8, generator=torch.Generator().manual_seed(seed))}
         new, grown = prune_and_regrow(masks, weights, scores, groups, fraction=0.5)
         assert new["w"][0, 1] and new["w"][0, 3]  # the two largest |w| survive
-        assert int(grown["w"].sum()) == 2 and not bool((grown["w"] & torch.tensor([[0, 1, 0, 1, 0, 0, 0, 0]],
-                                                                                 dtype=torch.bool)).any())
+        assert int(grown["w"].sum()) == 2 and not bool(
+            (grown["w"] & torch.tensor([[0, 1, 0, 1, 0, 0, 0, 0]], dtype=torch.bool)).any()
+        )
         assert int(new["w"].sum()) == 4
 
 
@@ -243,8 +266,22 @@ def test_movement_schedule_reaches_the_target_and_final_mask_is_signed_topk(digi
 
 
 runner = CliRunner()
-QUICK = ["--dataset", "digits", "--model", "mlp:64-32-32-10", "--epochs", "2", "--batch-size", "128",
-         "--n-extract", "500", "--n-val", "200", "--quiet", "--json"]
+QUICK = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp:64-32-32-10",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "128",
+    "--n-extract",
+    "500",
+    "--n-val",
+    "200",
+    "--quiet",
+    "--json",
+]
 
 
 def extract_json(tmp_path, name, *extra):
@@ -256,30 +293,45 @@ def extract_json(tmp_path, name, *extra):
 def test_match_sparsity_global_and_per_layer(tmp_path):
     ref = extract_json(tmp_path, "aug.safetensors", "--method", "augmented", "--aug-density", "0.5")
     kept = {n: v["kept"] for n, v in ref["sparsity"]["per_layer"].items()}
-    g = extract_json(tmp_path, "g.safetensors", "--method", "snip",
-                     "--match-sparsity", str(tmp_path / "aug.safetensors"))
+    g = extract_json(
+        tmp_path, "g.safetensors", "--method", "snip", "--match-sparsity", str(tmp_path / "aug.safetensors")
+    )
     assert g["sparsity"]["kept"] == ref["sparsity"]["kept"]
     assert g["sparsity"]["achieved"] == pytest.approx(ref["sparsity"]["achieved"])
-    p = extract_json(tmp_path, "p.safetensors", "--method", "rigl", "--regrow-every", "2", "--match-sparsity",
-                     str(tmp_path / "aug.safetensors"), "--match-sparsity-per-layer")
+    p = extract_json(
+        tmp_path,
+        "p.safetensors",
+        "--method",
+        "rigl",
+        "--regrow-every",
+        "2",
+        "--match-sparsity",
+        str(tmp_path / "aug.safetensors"),
+        "--match-sparsity-per-layer",
+    )
     assert {n: v["kept"] for n, v in p["sparsity"]["per_layer"].items()} == kept
     assert "trained" in p["metrics"]
     meta = ticket_io.load(tmp_path / "p.safetensors").method
     assert meta["matched_to"] == str(tmp_path / "aug.safetensors") and len(meta["layer_densities"]) == 3
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--method", "snip", "--match-sparsity-per-layer"], "needs --match-sparsity"),
-    (["--method", "snip", "--match-sparsity", "missing.safetensors"], "no such file"),
-    (["--method", "movement", "--aug-density", "0.5"], "--aug-density applies to augmented only, not movement"),
-    (["--method", "snip", "--regrow-every", "5"], "applies to rigl, set only, not snip"),
-    (["--method", "edge-popup", "--weight-lr", "0.01"], "applies to imp, movement, rigl, set only"),
-    (["--method", "snip", "--layer-densities", "0.1,0.1,0.1", "--match-sparsity", "x.safetensors"],
-     "drop --layer-densities"),
-    (["--method", "imp", "--imp-rounds", "3"], "multiple of --imp-rounds"),
-    (["--method", "set", "--regrow-fraction", "1.5"], "--regrow-fraction"),
-    (["--method", "movement", "--movement-warmup", "0.6", "--movement-cooldown", "0.5"], "must be < 1"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--method", "snip", "--match-sparsity-per-layer"], "needs --match-sparsity"),
+        (["--method", "snip", "--match-sparsity", "missing.safetensors"], "no such file"),
+        (["--method", "movement", "--aug-density", "0.5"], "--aug-density applies to augmented only, not movement"),
+        (["--method", "snip", "--regrow-every", "5"], "applies to rigl, set only, not snip"),
+        (["--method", "edge-popup", "--weight-lr", "0.01"], "applies to imp, movement, rigl, set only"),
+        (
+            ["--method", "snip", "--layer-densities", "0.1,0.1,0.1", "--match-sparsity", "x.safetensors"],
+            "drop --layer-densities",
+        ),
+        (["--method", "imp", "--imp-rounds", "3"], "multiple of --imp-rounds"),
+        (["--method", "set", "--regrow-fraction", "1.5"], "--regrow-fraction"),
+        (["--method", "movement", "--movement-warmup", "0.6", "--movement-cooldown", "0.5"], "must be < 1"),
+    ],
+)
 def test_bad_baseline_options_are_one_line_errors(tmp_path, args, needle):
     r = runner.invoke(app, ["extract", *QUICK, "--out", str(tmp_path / "t.safetensors"), *args])
     assert r.exit_code == 2, r.output

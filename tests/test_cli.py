@@ -17,8 +17,21 @@ from ticketcli.models import build_model
 from ticketcli.specs import InitSpec, ModelSpec
 
 runner = CliRunner()
-QUICK = ["--dataset", "digits", "--model", "mlp:64-32-32-10", "--epochs", "2", "--batch-size", "128",
-         "--n-extract", "500", "--n-val", "200", "--quiet"]
+QUICK = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp:64-32-32-10",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "128",
+    "--n-extract",
+    "500",
+    "--n-val",
+    "200",
+    "--quiet",
+]
 
 
 def invoke(*args: str):
@@ -107,18 +120,21 @@ def test_config_file_and_flag_precedence(tmp_path):
     one_line_error(extract(tmp_path / "u.safetensors", "--config", str(bad)))
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--sparsity", "1.5"], "--sparsity"),
-    (["--sparsity", "0"], "--sparsity"),
-    (["--layer-densities", "0.1,abc"], "--layer-densities"),
-    (["--method", "edge-popup", "--layer-densities", "0.1,0.2"], "layers"),
-    (["--epochs", "-1"], "--epochs"),
-    (["--model", "mlp:784-10"], "784 inputs"),
-    (["--model", "transformer"], "unknown model 'transformer'; choose one of"),
-    (["--model", "mlp:abc"], "invalid model spec"),
-    (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
-    (["--betas", "0.9"], "--betas"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--sparsity", "1.5"], "--sparsity"),
+        (["--sparsity", "0"], "--sparsity"),
+        (["--layer-densities", "0.1,abc"], "--layer-densities"),
+        (["--method", "edge-popup", "--layer-densities", "0.1,0.2"], "layers"),
+        (["--epochs", "-1"], "--epochs"),
+        (["--model", "mlp:784-10"], "784 inputs"),
+        (["--model", "transformer"], "unknown model 'transformer'; choose one of"),
+        (["--model", "mlp:abc"], "invalid model spec"),
+        (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+        (["--betas", "0.9"], "--betas"),
+    ],
+)
 def test_bad_values_are_one_line_errors(tmp_path, args, needle):
     out = tmp_path / "t.safetensors"
     err = one_line_error(extract(out, *args))

@@ -18,8 +18,12 @@ from ticketcli.specs import DataSpec
 N_TRAIN, N_TEST = 300, 50
 MEAN, STD = 0.2860, 0.3530
 IMAGES, LABELS = ((28, 28), 60000), ((), 60000)  # read_idx's expected item shape and most items
-NAMES = {"x_train": "train-images-idx3-ubyte", "y_train": "train-labels-idx1-ubyte",
-         "x_test": "t10k-images-idx3-ubyte", "y_test": "t10k-labels-idx1-ubyte"}
+NAMES = {
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
+}
 
 
 def idx_bytes(a: np.ndarray) -> bytes:
@@ -45,8 +49,12 @@ def fake_images(n: int, seed: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 def fake_arrays() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(1)
-    return {"x_train": fake_images(N_TRAIN, 2), "y_train": rng.integers(0, 10, N_TRAIN, dtype=np.uint8),
-            "x_test": fake_images(N_TEST, 3), "y_test": rng.integers(0, 10, N_TEST, dtype=np.uint8)}
+    return {
+        "x_train": fake_images(N_TRAIN, 2),
+        "y_train": rng.integers(0, 10, N_TRAIN, dtype=np.uint8),
+        "x_test": fake_images(N_TEST, 3),
+        "y_test": rng.integers(0, 10, N_TEST, dtype=np.uint8),
+    }
 
 
 def write_fashion(d: Path, arrays: dict[str, np.ndarray], gz: bool = True) -> Path:
@@ -110,8 +118,13 @@ def test_read_idx_empty_dataset(tmp_path):
 @pytest.mark.parametrize("edit", ["drop-last-byte", "drop-many", "extra-byte", "header-only", "3-bytes"])
 def test_read_idx_rejects_wrong_size(tmp_path, suffix, edit):
     raw = idx_bytes(fake_images(3, 0))
-    raw = {"drop-last-byte": raw[:-1], "drop-many": raw[:100], "extra-byte": raw + b"\x00",
-           "header-only": raw[:16], "3-bytes": raw[:3]}[edit]
+    raw = {
+        "drop-last-byte": raw[:-1],
+        "drop-many": raw[:100],
+        "extra-byte": raw + b"\x00",
+        "header-only": raw[:16],
+        "3-bytes": raw[:3],
+    }[edit]
     path = tmp_path / f"images{suffix}"
     path.write_bytes(gzip.compress(raw) if suffix else raw)
     with pytest.raises(UsageError):
@@ -296,8 +309,11 @@ def test_digits_defaults(sklearn_digits):
     assert s.x_val.shape == (400, 1, 8, 8) and s.y_val.shape == (400,)
     assert s.x_test.shape == (397, 1, 8, 8) and s.y_test.shape == (397,)
     assert s.x_extract.dtype == torch.float32 and s.y_extract.dtype == torch.int64
-    ext, val, test = digits_rows(s.x_extract, s.y_extract), digits_rows(s.x_val, s.y_val), \
-        digits_rows(s.x_test, s.y_test)
+    ext, val, test = (
+        digits_rows(s.x_extract, s.y_extract),
+        digits_rows(s.x_val, s.y_val),
+        digits_rows(s.x_test, s.y_test),
+    )
     x, y = sklearn_digits
     full = Counter((tuple(r), int(t)) for r, t in zip(x.tolist(), y.tolist()))
     # the three splits together are exactly the dataset, each example used once (as a multiset)

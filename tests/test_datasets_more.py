@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_data import NAMES, fake_images, write_idx
 from typer.testing import CliRunner
 
-from test_data import NAMES, fake_images, write_idx
 from ticketcli.cli import app
 from ticketcli.data import CIFAR10_MEAN, CIFAR10_STD, DATASETS, load_splits
 from ticketcli.errors import UsageError
@@ -23,8 +23,12 @@ N_BATCH, N_TEST = 20, 30  # five training batches of 20: a pool of 100
 
 def write_mnist(d: Path, seed: int = 0, gz: bool = True) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    arrays = {"x_train": fake_images(120, seed + 1), "y_train": rng.integers(0, 10, 120, dtype=np.uint8),
-              "x_test": fake_images(N_TEST, seed + 2), "y_test": rng.integers(0, 10, N_TEST, dtype=np.uint8)}
+    arrays = {
+        "x_train": fake_images(120, seed + 1),
+        "y_train": rng.integers(0, 10, 120, dtype=np.uint8),
+        "x_test": fake_images(N_TEST, seed + 2),
+        "y_test": rng.integers(0, 10, N_TEST, dtype=np.uint8),
+    }
     d.mkdir(parents=True, exist_ok=True)
     for key, stem in NAMES.items():
         write_idx(d / (stem + (".gz" if gz else "")), arrays[key])
@@ -36,8 +40,12 @@ def cifar_batch(n: int, first_id: int, rng: np.random.Generator) -> dict:
     data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
     ids = np.arange(first_id, first_id + n)
     data[:, 0], data[:, 1] = ids % 256, ids // 256
-    return {"batch_label": f"batch {first_id}", "labels": [int(v) for v in rng.integers(0, 10, n)],
-            "data": data, "filenames": [f"img_{i}.png" for i in ids]}
+    return {
+        "batch_label": f"batch {first_id}",
+        "labels": [int(v) for v in rng.integers(0, 10, n)],
+        "data": data,
+        "filenames": [f"img_{i}.png" for i in ids],
+    }
 
 
 def write_cifar(root: Path, seed: int = 0) -> Path:
@@ -46,9 +54,11 @@ def write_cifar(root: Path, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     batches = {f"data_batch_{i}": cifar_batch(N_BATCH, (i - 1) * N_BATCH, rng) for i in range(1, 6)}
     batches["test_batch"] = cifar_batch(N_TEST, 1000, rng)
-    batches["batches.meta"] = {"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
-                                               "horse", "ship", "truck"], "num_cases_per_batch": N_BATCH,
-                               "num_vis": 3072}
+    batches["batches.meta"] = {
+        "label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
+        "num_cases_per_batch": N_BATCH,
+        "num_vis": 3072,
+    }
     for name, batch in batches.items():
         with open(d / name, "wb") as f:
             pickle.dump(batch, f, protocol=2)  # the original files are Python 2 pickles
@@ -106,12 +116,15 @@ def test_cifar10_refuses_foreign_pickles_without_running_them(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("edit,needle", [
-    (lambda d: (d / "batches.meta").unlink(), "CIFAR-10 not found"),
-    (lambda d: (d / "test_batch").write_bytes(b"\x80\x02garbage"), "cannot read"),
-    (lambda d: rewrite(d / "data_batch_1", data=np.zeros((N_BATCH, 5), np.uint8)), "(N, 3072)"),
-    (lambda d: rewrite(d / "data_batch_1", labels=[0, 11] + [0] * (N_BATCH - 2)), "0..9"),
-])
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda d: (d / "batches.meta").unlink(), "CIFAR-10 not found"),
+        (lambda d: (d / "test_batch").write_bytes(b"\x80\x02garbage"), "cannot read"),
+        (lambda d: rewrite(d / "data_batch_1", data=np.zeros((N_BATCH, 5), np.uint8)), "(N, 3072)"),
+        (lambda d: rewrite(d / "data_batch_1", labels=[0, 11] + [0] * (N_BATCH - 2)), "0..9"),
+    ],
+)
 def test_cifar10_bad_files_are_usage_errors(tmp_path, edit, needle):
     edit(write_cifar(tmp_path))
     with pytest.raises(UsageError) as e:
@@ -127,8 +140,11 @@ def test_mnist_from_idx_files(tmp_path, layout, gz):
     expect = (arrays["x_test"].astype(np.float64) / 255.0 - 0.1307) / 0.3081  # the usual MNIST statistics
     assert torch.allclose(s.x_test[:, 0].double(), torch.from_numpy(expect), atol=1e-5)
     assert s.y_test.tolist() == arrays["y_test"].tolist()
-    ids = lambda x: (torch.round((x[:, 0, 0, :2].double() * 0.3081 + 0.1307) * 255) @ torch.tensor([1.0, 256.0],
-                                                                                                   dtype=torch.float64))
+
+    def ids(x):
+        pixels = torch.round((x[:, 0, 0, :2].double() * 0.3081 + 0.1307) * 255)
+        return pixels @ torch.tensor([1.0, 256.0], dtype=torch.float64)
+
     assert set(ids(s.x_extract).tolist()).isdisjoint(ids(s.x_val).tolist())
 
 
@@ -143,8 +159,26 @@ def test_cli_extract_and_evaluate_on_cifar10_files(tmp_path, isolated_env):
     runner = CliRunner()
     out = tmp_path / "t.safetensors"
     common = ["--data-dir", str(tmp_path / "data"), "--json"]
-    r = runner.invoke(app, ["extract", "--dataset", "cifar10", "--model", "conv2", "--n-extract", "30", "--n-val",
-                            "20", "--epochs", "1", "--quiet", "--out", str(out), *common])
+    r = runner.invoke(
+        app,
+        [
+            "extract",
+            "--dataset",
+            "cifar10",
+            "--model",
+            "conv2",
+            "--n-extract",
+            "30",
+            "--n-val",
+            "20",
+            "--epochs",
+            "1",
+            "--quiet",
+            "--out",
+            str(out),
+            *common,
+        ],
+    )
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert s["model"] == "conv2@3x32x32-10" and s["data"]["n_test"] == N_TEST
@@ -152,7 +186,22 @@ def test_cli_extract_and_evaluate_on_cifar10_files(tmp_path, isolated_env):
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["reproduced"] is True
     # the paper's MLP sized for FashionMNIST does not fit CIFAR-10: one line naming both shapes
-    r = runner.invoke(app, ["extract", "--dataset", "cifar10", "--model", "mlp:784-256-10", "--n-extract", "30",
-                            "--n-val", "20", "--out", str(tmp_path / "u.safetensors"), *common])
+    r = runner.invoke(
+        app,
+        [
+            "extract",
+            "--dataset",
+            "cifar10",
+            "--model",
+            "mlp:784-256-10",
+            "--n-extract",
+            "30",
+            "--n-val",
+            "20",
+            "--out",
+            str(tmp_path / "u.safetensors"),
+            *common,
+        ],
+    )
     assert r.exit_code == 2 and "784 inputs" in r.output and "(3, 32, 32)" in r.output
     assert len(r.output.strip().splitlines()) <= 2

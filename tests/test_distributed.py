@@ -13,11 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ddp_cases
 import pytest
 import torch
 from typer.testing import CliRunner
 
-import ddp_cases
 from ticketcli import distributed
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
@@ -26,8 +26,21 @@ from ticketcli.runs import resolve_device
 
 HERE = Path(__file__).parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-DIGITS = ["--dataset", "digits", "--model", "mlp:64-64-64-10", "--epochs", "8", "--batch-size", "99", "--seed", "1",
-          "--device", "cpu", "--quiet"]
+DIGITS = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp:64-64-64-10",
+    "--epochs",
+    "8",
+    "--batch-size",
+    "99",
+    "--seed",
+    "1",
+    "--device",
+    "cpu",
+    "--quiet",
+]
 
 
 def run(cmd: list[str], cwd: Path, *, parallel: bool) -> subprocess.CompletedProcess:
@@ -41,6 +54,7 @@ def run(cmd: list[str], cwd: Path, *, parallel: bool) -> subprocess.CompletedPro
 
 
 # --- one step, compared tensor by tensor with the single-process oracle ---
+
 
 @pytest.fixture(scope="module")
 def one_step(tmp_path_factory) -> list[dict]:
@@ -93,6 +107,7 @@ def test_a_diverged_rank_is_caught_on_every_rank(one_step):
 
 # --- whole runs through the CLI ---
 
+
 @pytest.fixture(scope="module")
 def extracted(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("ddp-extract")
@@ -100,8 +115,13 @@ def extracted(tmp_path_factory) -> dict:
     two = run(["-m", "ticketcli", "extract", *DIGITS, "--out", "two.safetensors", "--json"], d, parallel=True)
     assert one.returncode == 0, one.stderr[-3000:]
     assert two.returncode == 0, two.stderr[-3000:]
-    return {"dir": d, "one": ticket_io.load(d / "one.safetensors"), "two": ticket_io.load(d / "two.safetensors"),
-            "stdout": two.stdout, "stderr": two.stderr}
+    return {
+        "dir": d,
+        "one": ticket_io.load(d / "one.safetensors"),
+        "two": ticket_io.load(d / "two.safetensors"),
+        "stdout": two.stdout,
+        "stderr": two.stderr,
+    }
 
 
 def test_two_processes_agree_with_one(extracted):
@@ -128,8 +148,10 @@ def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monke
         return loss, float(loss.detach()), sum(int((logits.argmax(1) == ys).sum()) for logits, ys in parts)
 
     monkeypatch.setattr(distributed, "cross_entropy_step", two_shards)
-    flags = {a.lstrip("-").replace("-", "_"): int(v) if v.isdigit() else v  # typed, as Typer hands them over
-             for a, v in zip(DIGITS[0:-1:2], DIGITS[1:-1:2])}
+    flags = {
+        a.lstrip("-").replace("-", "_"): int(v) if v.isdigit() else v  # typed, as Typer hands them over
+        for a, v in zip(DIGITS[0:-1:2], DIGITS[1:-1:2])
+    }
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -151,8 +173,20 @@ def test_only_rank_zero_prints_and_writes(extracted):
 
 def test_train_weak_runs_data_parallel(extracted):
     d = extracted["dir"]
-    args = ["-m", "ticketcli", "train-weak", "one.safetensors", "--epochs", "3", "--batch-size", "99", "--device", "cpu",
-            "--quiet", "--json"]
+    args = [
+        "-m",
+        "ticketcli",
+        "train-weak",
+        "one.safetensors",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "99",
+        "--device",
+        "cpu",
+        "--quiet",
+        "--json",
+    ]
     one = run([*args, "--out", "w1.safetensors"], d, parallel=False)
     two = run([*args, "--out", "w2.safetensors"], d, parallel=True)
     assert one.returncode == 0, one.stderr[-3000:]
@@ -170,8 +204,9 @@ def test_train_weak_runs_data_parallel(extracted):
 
 
 def test_baselines_are_refused_under_torchrun(tmp_path):
-    p = run(["-m", "ticketcli", "extract", "--method", "snip", *DIGITS, "--out", "s.safetensors"], tmp_path,
-            parallel=True)
+    p = run(
+        ["-m", "ticketcli", "extract", "--method", "snip", *DIGITS, "--out", "s.safetensors"], tmp_path, parallel=True
+    )
     assert p.returncode != 0
     assert "error: method 'snip' does not run data-parallel under torchrun" in p.stderr
     assert p.stderr.count("error: method 'snip'") == 1  # rank 1 stays quiet about the same usage error
@@ -188,26 +223,42 @@ def test_other_commands_refuse_a_torchrun_environment(extracted, monkeypatch):
 
 # --- the torchrun environment and devices, without processes ---
 
-@pytest.mark.parametrize("env, expected", [
-    ({}, distributed.World()),
-    ({"WORLD_SIZE": "1"}, distributed.World()),
-    ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}, distributed.World(rank=3, size=4, local_rank=1)),
-])
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, distributed.World()),
+        ({"WORLD_SIZE": "1"}, distributed.World()),
+        ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}, distributed.World(rank=3, size=4, local_rank=1)),
+    ],
+)
 def test_world_from_the_torchrun_environment(env, expected):
     assert distributed.from_environment(env) == expected
 
 
-@pytest.mark.parametrize("env", [{"WORLD_SIZE": "two"}, {"WORLD_SIZE": "2", "RANK": "2"}, {"WORLD_SIZE": "0"},
-                                 {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "-1"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"WORLD_SIZE": "two"},
+        {"WORLD_SIZE": "2", "RANK": "2"},
+        {"WORLD_SIZE": "0"},
+        {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "-1"},
+    ],
+)
 def test_inconsistent_torchrun_environment_is_a_usage_error(env):
     with pytest.raises(UsageError):
         distributed.from_environment(env)
 
 
-@pytest.mark.parametrize("name, needle", [
-    ("tpu", "unknown device 'tpu'"), ("cuda:x", "unknown device"), ("mps:1", "unknown device 'mps:1'"),
-    ("xla", "device type 'xla' is not supported"),
-])
+@pytest.mark.parametrize(
+    "name, needle",
+    [
+        ("tpu", "unknown device 'tpu'"),
+        ("cuda:x", "unknown device"),
+        ("mps:1", "unknown device 'mps:1'"),
+        ("xla", "device type 'xla' is not supported"),
+    ],
+)
 def test_bad_devices_are_usage_errors(name, needle):
     with pytest.raises(UsageError, match=needle):
         resolve_device(name)
@@ -251,6 +302,7 @@ def test_a_gpu_ticket_evaluates_on_the_cpu_within_a_fifth_of_a_point(tmp_path):
 
 # --- --precision ---
 
+
 def test_bf16_autocasts_the_training_forward_pass_only():
     x, _ = ddp_cases.batch()
     st = ddp_cases.score_trainer()
@@ -282,11 +334,17 @@ def test_precision_on_the_command_line(tmp_path):
     assert json.loads(r.stdout)["precision"] == "bf16"
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["extract", "--precision", "fp16"], "--precision must be one of fp32, bf16, got 'fp16'"),
-    (["extract", "--method", "imp", "--precision", "bf16"], "--precision applies to augmented, edge-popup, iterated"),
-    (["extract", "--device", "mps"], "MPS (Apple GPU) is not available here"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["extract", "--precision", "fp16"], "--precision must be one of fp32, bf16, got 'fp16'"),
+        (
+            ["extract", "--method", "imp", "--precision", "bf16"],
+            "--precision applies to augmented, edge-popup, iterated",
+        ),
+        (["extract", "--device", "mps"], "MPS (Apple GPU) is not available here"),
+    ],
+)
 def test_bad_precision_and_device_flags_are_one_line_errors(args, needle, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     r = CliRunner().invoke(app, [*args, "--dataset", "digits", "--epochs", "1", "--out", str(tmp_path / "t.st")])

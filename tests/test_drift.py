@@ -11,12 +11,21 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import make_net
 from typer.testing import CliRunner
 
-from conftest import make_net
 from ticketcli.cli import app
-from ticketcli.drift import (ACTIVATIONS, LOSSES, DriftSpec, Inputs, drift_one, logged_steps, measure, mlp_forward,
-                             summarise)
+from ticketcli.drift import (
+    ACTIVATIONS,
+    LOSSES,
+    DriftSpec,
+    Inputs,
+    drift_one,
+    logged_steps,
+    measure,
+    mlp_forward,
+    summarise,
+)
 from ticketcli.specs import DataSpec, ModelSpec
 from ticketcli.train import WeightOptim, WeightTrainer
 
@@ -26,17 +35,27 @@ W1 = torch.tensor([[1.0, -2.0, 0.5], [-1.0, 0.5, 1.0]])
 X = torch.tensor([[1.0, 0.0, 1.0], [0.0, 2.0, 1.0], [1.0, 1.0, 0.0], [2.0, 0.0, 0.0]])
 Y = torch.tensor([0, 1, 1, 0])
 # pre-activations h = X W0^T, by hand:     unit0  unit1  unit2
-H = [[1.0, -1.5, -2.0],  # x = (1, 0, 1)
-     [-2.0, -1.0, -3.0],  # x = (0, 2, 1)
-     [0.0, 1.0, -2.0],  # x = (1, 1, 0): unit 0 sits exactly at 0
-     [2.0, 1.0, -2.0]]  # x = (2, 0, 0)
+H = [
+    [1.0, -1.5, -2.0],  # x = (1, 0, 1)
+    [-2.0, -1.0, -3.0],  # x = (0, 2, 1)
+    [0.0, 1.0, -2.0],  # x = (1, 1, 0): unit 0 sits exactly at 0
+    [2.0, 1.0, -2.0],
+]  # x = (2, 0, 0)
 PARAMS = {"layers.0.weight": W0, "layers.1.weight": W1}
 
 
 def stats(activation="relu", threshold=1e-2, loss="mse", masks=None, params=PARAMS):
     act = ACTIVATIONS.get(activation)
-    return measure(params, masks, X, Y, act=partial(act.fn, c=50.0), exact_zeros=act.exact_zeros,
-                   zero_threshold=threshold, loss_fn=LOSSES.get(loss))
+    return measure(
+        params,
+        masks,
+        X,
+        Y,
+        act=partial(act.fn, c=50.0),
+        exact_zeros=act.exact_zeros,
+        zero_threshold=threshold,
+        loss_fn=LOSSES.get(loss),
+    )
 
 
 def test_hand_computed_statistics_relu():
@@ -80,8 +99,11 @@ def test_hand_computed_gradient_statistics():
 @pytest.mark.parametrize("loss", LOSSES.names())
 def test_split_sums_to_mean_gradient_for_every_activation_and_loss(name, loss):
     torch.manual_seed(0)
-    params = {"layers.0.weight": torch.randn(5, 3), "layers.1.weight": torch.randn(4, 5),
-              "layers.2.weight": torch.randn(2, 4)}
+    params = {
+        "layers.0.weight": torch.randn(5, 3),
+        "layers.1.weight": torch.randn(4, 5),
+        "layers.2.weight": torch.randn(2, 4),
+    }
     for s in stats(name, loss=loss, params=params)["layers"].values():
         # float32 gradients of size ~0.1 round at ~1e-8; cross-entropy's last-layer mean gradient cancels to ~0
         # (it sums to zero over the classes), so the absolute tolerance is float32's, not 1e-9 (a wrong split is
@@ -114,8 +136,14 @@ def test_masked_weights_stay_zero_and_are_excluded(digits):
     net = make_net("mlp:64-16-16-10")
     g = torch.Generator().manual_seed(4321)
     masks = {n: torch.rand(w.shape, generator=g) < 0.3 for n, w in net.weights.items()}
-    spec = DriftSpec(model=net.spec, data=DataSpec(name="digits", n_extract=300, n_val=100), steps=6,
-                     log_every=2, batch_size=64, probe_size=100)
+    spec = DriftSpec(
+        model=net.spec,
+        data=DataSpec(name="digits", n_extract=300, n_val=100),
+        steps=6,
+        log_every=2,
+        batch_size=64,
+        probe_size=100,
+    )
     seen = []
 
     def check(step, m, eff):
@@ -134,8 +162,9 @@ def test_masked_weights_stay_zero_and_are_excluded(digits):
 
 
 def test_random_inputs_are_seeded_and_in_range():
-    spec = DriftSpec(model=ModelSpec(widths=(5, 4, 3)), data=DataSpec(name="digits"), inputs="uniform",
-                     batch_size=64, probe_size=32)
+    spec = DriftSpec(
+        model=ModelSpec(widths=(5, 4, 3)), data=DataSpec(name="digits"), inputs="uniform", batch_size=64, probe_size=32
+    )
     first = Inputs(spec, spec.model, spec.data, 7, torch.device("cpu"))
     x, y = first.next()
     assert x.shape == (64, 5) and bool((x >= 0).all() and (x <= 1).all()) and set(y.tolist()) <= {0, 1, 2}
@@ -146,8 +175,12 @@ def test_random_inputs_are_seeded_and_in_range():
 
 def test_summary_is_mean_and_std_across_seeds():
     def run(means):
-        return {"steps": [0, 5], "loss": [1.0, 0.5], "accuracy": [0.1, 0.2],
-                "layers": {"layers.0": {"weight_mean": means, "initial_std": 1.0}}}
+        return {
+            "steps": [0, 5],
+            "loss": [1.0, 0.5],
+            "accuracy": [0.1, 0.2],
+            "layers": {"layers.0": {"weight_mean": means, "initial_std": 1.0}},
+        }
 
     sm = summarise([run([0.0, -1.0]), run([0.0, -3.0]), run([0.0, 1.0])])
     wm = sm["layers"]["layers.0"]["weight_mean"]
@@ -163,8 +196,18 @@ def test_logged_steps():
 # --- command line ---------------------------------------------------------------------------------------------
 
 runner = CliRunner()
-TINY = ["drift", "--dataset", "digits", "--model", "mlp:64-16-16-10", "--batch-size", "64", "--probe-size", "100",
-        "--quiet"]
+TINY = [
+    "drift",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp:64-16-16-10",
+    "--batch-size",
+    "64",
+    "--probe-size",
+    "100",
+    "--quiet",
+]
 
 
 def invoke(*args):
@@ -199,11 +242,28 @@ def test_table_and_plot(tmp_path):
 
 def test_ticket_run(tmp_path):
     t = tmp_path / "t.safetensors"
-    r = runner.invoke(app, ["extract", "--dataset", "digits", "--model", "mlp:64-16-16-10", "--method", "random",
-                            "--seed", "3", "--quiet", "--out", str(t)])
+    r = runner.invoke(
+        app,
+        [
+            "extract",
+            "--dataset",
+            "digits",
+            "--model",
+            "mlp:64-16-16-10",
+            "--method",
+            "random",
+            "--seed",
+            "3",
+            "--quiet",
+            "--out",
+            str(t),
+        ],
+    )
     assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["drift", "--ticket", str(t), "--steps", "2", "--log-every", "1", "--batch-size", "64",
-                            "--quiet", "--json"])
+    r = runner.invoke(
+        app,
+        ["drift", "--ticket", str(t), "--steps", "2", "--log-every", "1", "--batch-size", "64", "--quiet", "--json"],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["masked"] is True and doc["seeds"] == [3] and doc["model"] == "mlp:64-16-16-10"
@@ -211,15 +271,18 @@ def test_ticket_run(tmp_path):
     assert clash.exit_code == 2 and "cannot be combined with --ticket" in clash.stderr
 
 
-@pytest.mark.parametrize("args,code,needle", [
-    (["--seeds", "0,x"], 2, "--seeds"),
-    (["--seeds", "1,1"], 2, "distinct"),
-    (["--model", "conv6"], 2, "MLPs only"),
-    (["--steps", "0"], 2, "--steps"),
-    (["--weights", "w.pt"], 2, "--weights only goes with --ticket"),
-    (["--plot", "/nonexistent-dir/x.png"], 2, "does not exist"),
-    (["--optimizer", "sgd", "--lr", "1e30", "--steps", "3"], 1, "non-finite"),
-])
+@pytest.mark.parametrize(
+    "args,code,needle",
+    [
+        (["--seeds", "0,x"], 2, "--seeds"),
+        (["--seeds", "1,1"], 2, "distinct"),
+        (["--model", "conv6"], 2, "MLPs only"),
+        (["--steps", "0"], 2, "--steps"),
+        (["--weights", "w.pt"], 2, "--weights only goes with --ticket"),
+        (["--plot", "/nonexistent-dir/x.png"], 2, "does not exist"),
+        (["--optimizer", "sgd", "--lr", "1e30", "--steps", "3"], 1, "non-finite"),
+    ],
+)
 def test_exit_codes(args, code, needle):
     r = invoke(*args)
     assert r.exit_code == code, r.output
@@ -241,12 +304,14 @@ def test_sgd_step_moves_weight_mean_by_minus_lr_times_mean_gradient(digits):
     trainer = WeightTrainer(net, None, WeightOptim(name="sgd", lr=0.05))
 
     def probe():
-        return measure(trainer.effective(), None, x, y, act=act, exact_zeros=True, zero_threshold=0.01,
-                       loss_fn=F.cross_entropy)["layers"]
+        return measure(
+            trainer.effective(), None, x, y, act=act, exact_zeros=True, zero_threshold=0.01, loss_fn=F.cross_entropy
+        )["layers"]
 
     before = probe()
     trainer.step(x, y, F.cross_entropy, forward=partial(mlp_forward, n_layers=3, act=act))
     after = probe()
     for layer, s in before.items():
-        assert after[layer]["weight_mean"] - s["weight_mean"] == pytest.approx(-0.05 * s["grad_mean"], rel=1e-3,
-                                                                               abs=1e-8)
+        assert after[layer]["weight_mean"] - s["weight_mean"] == pytest.approx(
+            -0.05 * s["grad_mean"], rel=1e-3, abs=1e-8
+        )

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_models import user_module, write_user_module  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
-from test_models import user_module, write_user_module  # noqa: F401  (fixture)
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
@@ -107,9 +107,13 @@ LOADER = textwrap.dedent("""
 
 
 def make_ticket(tmp_path: Path, model: str) -> Path:
-    spec = RunSpec(model=ModelSpec.parse(model).with_data((1, 8, 8), 10), init=InitSpec(seed=3),
-                   data=DataSpec(name="digits", n_extract=64, n_val=32, split_seed=3),
-                   method=MethodSpec(name="augmented", sparsity=0.7, epochs=1, batch_size=32), device="cpu")
+    spec = RunSpec(
+        model=ModelSpec.parse(model).with_data((1, 8, 8), 10),
+        init=InitSpec(seed=3),
+        data=DataSpec(name="digits", n_extract=64, n_val=32, split_seed=3),
+        method=MethodSpec(name="augmented", sparsity=0.7, epochs=1, batch_size=32),
+        device="cpu",
+    )
     out = tmp_path / "ticket.safetensors"
     runs.extract_ticket(spec, out=out)
     return out
@@ -132,17 +136,23 @@ def test_every_format_reproduces_the_ticket_logits_in_plain_torch(tmp_path, mode
     torch.save(x, tmp_path / "x.pt")
     torch.save(logits, tmp_path / "logits.pt")
     torch.save(net.module.state_dict(), tmp_path / "dense.pt")  # the user's own (unmasked) checkpoint
-    cfg = {"build": build, "x": str(tmp_path / "x.pt"), "logits": str(tmp_path / "logits.pt"),
-           "dense": str(tmp_path / "dense.pt")}
+    cfg = {
+        "build": build,
+        "x": str(tmp_path / "x.pt"),
+        "logits": str(tmp_path / "logits.pt"),
+        "dense": str(tmp_path / "dense.pt"),
+    }
     for fmt, suffix in zip(FORMATS, (".safetensors", ".pt", ".safetensors", ".safetensors")):
         out = tmp_path / f"{fmt}{suffix}"
-        r = runner.invoke(app, ["export", str(ticket), "--format", fmt, "--out", str(out), "--json",
-                                "--trust-model-code"])
+        r = runner.invoke(
+            app, ["export", str(ticket), "--format", fmt, "--out", str(out), "--json", "--trust-model-code"]
+        )
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["file_bytes"] == out.stat().st_size
         cfg[fmt] = str(out)
-    p = subprocess.run([sys.executable, "-c", LOADER, json.dumps(cfg)], capture_output=True, text=True,
-                       cwd=tmp_path, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", LOADER, json.dumps(cfg)], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
     assert p.returncode == 0, p.stderr
     result = json.loads(p.stdout)
     assert result == {fmt: [True, 0.0] for fmt in FORMATS}, result
@@ -151,8 +161,9 @@ def test_every_format_reproduces_the_ticket_logits_in_plain_torch(tmp_path, mode
 def test_export_contents_and_sizes(tmp_path):
     ticket = make_ticket(tmp_path, "vgg:8-M-16-M+bias")
     tk = ticket_io.load(ticket)
-    r = runner.invoke(app, ["export", str(ticket), "--format", "csr", "--out", str(tmp_path / "c.safetensors"),
-                            "--json"])
+    r = runner.invoke(
+        app, ["export", str(ticket), "--format", "csr", "--out", str(tmp_path / "c.safetensors"), "--json"]
+    )
     s = json.loads(r.stdout)
     sd = load_file(str(tmp_path / "c.safetensors"))
     for n, m in tk.masks.items():
@@ -178,9 +189,12 @@ def test_export_refuses_overwrite_bad_format_and_wrong_checkpoint(tmp_path):
     out.write_bytes(b"keep me")
     r = runner.invoke(app, ["export", str(ticket), "--format", "masked", "--out", str(out)])
     assert r.exit_code == 2 and "already exists" in r.stderr and out.read_bytes() == b"keep me"
-    assert runner.invoke(app, ["export", str(ticket), "--format", "masked", "--out", str(out), "--force"]).exit_code == 0
+    assert (
+        runner.invoke(app, ["export", str(ticket), "--format", "masked", "--out", str(out), "--force"]).exit_code == 0
+    )
     r = runner.invoke(app, ["export", str(ticket), "--format", "dense", "--out", str(out), "--force"])
     assert r.exit_code == 2 and "Traceback" not in r.output
-    r = runner.invoke(app, ["export", str(ticket), "--format", "masked", "--out", str(out), "--force",
-                            "--weights", str(out)])
+    r = runner.invoke(
+        app, ["export", str(ticket), "--format", "masked", "--out", str(out), "--force", "--weights", str(out)]
+    )
     assert r.exit_code == 2 and "takes no --weights" in r.stderr

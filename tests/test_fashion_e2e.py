@@ -9,17 +9,33 @@ import json
 import subprocess
 import sys
 
+from conftest import require_fashion
 from typer.testing import CliRunner
 
-from conftest import require_fashion
 from ticketcli.cli import app
 
 
 def test_extract_then_evaluate_on_fashion_mnist(tmp_path):
     require_fashion()
     out = tmp_path / "ticket.safetensors"
-    r = CliRunner().invoke(app, ["extract", "--method", "augmented", "--sparsity", "0.9", "--seed", "0",
-                                 "--epochs", "3", "--out", str(out), "--json", "--quiet"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "extract",
+            "--method",
+            "augmented",
+            "--sparsity",
+            "0.9",
+            "--seed",
+            "0",
+            "--epochs",
+            "3",
+            "--out",
+            str(out),
+            "--json",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert s["data"]["dataset"] == "fashion-mnist"
@@ -32,8 +48,13 @@ def test_extract_then_evaluate_on_fashion_mnist(tmp_path):
     # a fresh process in another working directory rebuilds the same network and the same accuracy
     other = tmp_path / "elsewhere"
     other.mkdir()
-    p = subprocess.run([sys.executable, "-m", "ticketcli", "evaluate", str(out), "--min-accuracy", "0.6", "--json"],
-                       cwd=other, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "ticketcli", "evaluate", str(out), "--min-accuracy", "0.6", "--json"],
+        cwd=other,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     ev = json.loads(p.stdout)
     assert ev["reproduced"] is True

@@ -96,8 +96,12 @@ def test_bias_only_variant_differs_from_bias_free_after_first_layer():
 @pytest.mark.parametrize("k", [0.5, 1.0, 2.0])
 def test_scaled_kaiming_uniform_bounds(k):
     _, w = draw("mlp:400-500-10+bias", "scaled-kaiming-uniform", seed=3, k=k)
-    for name, fan in (("layers.0.weight", 400), ("layers.0.bias", 400), ("layers.1.weight", 500),
-                      ("layers.1.bias", 500)):
+    for name, fan in (
+        ("layers.0.weight", 400),
+        ("layers.0.bias", 400),
+        ("layers.1.weight", 500),
+        ("layers.1.bias", 500),
+    ):
         b = bound(k, fan)
         assert w[name].abs().max().item() <= b * (1 + 1e-6), name
     big = w["layers.0.weight"].double()  # 200k draws
@@ -114,8 +118,12 @@ def test_scaled_kaiming_uniform_bounds(k):
 @pytest.mark.parametrize("k", [0.5, 1.0])
 def test_signed_kaiming_constant_two_values(k):
     _, w = draw("mlp:400-500-10+bias", "signed-kaiming-constant", seed=4, k=k)
-    for name, fan in (("layers.0.weight", 400), ("layers.0.bias", 400), ("layers.1.weight", 500),
-                      ("layers.1.bias", 500)):
+    for name, fan in (
+        ("layers.0.weight", 400),
+        ("layers.0.bias", 400),
+        ("layers.1.weight", 500),
+        ("layers.1.bias", 500),
+    ):
         c = torch.tensor(bound(k, fan), dtype=torch.float32).item()
         values = set(torch.unique(w[name]).tolist())
         assert values <= {c, -c}, name
@@ -188,14 +196,17 @@ def test_derive_seed_distinct_and_stable():
         assert v != s
     g1, g2 = generator(3, "split"), torch.Generator().manual_seed(derive_seed(3, "split"))
     assert torch.equal(torch.rand(5, generator=g1), torch.rand(5, generator=g2))
-    assert not torch.equal(torch.rand(5, generator=generator(3, "split")),
-                           torch.rand(5, generator=generator(3, "scores")))
+    assert not torch.equal(
+        torch.rand(5, generator=generator(3, "split")), torch.rand(5, generator=generator(3, "scores"))
+    )
 
 
 def test_derive_seed_same_in_another_process():
     """No dependence on Python's per-process string hashing: tickets store only the seed."""
-    code = ("from ticketcli.init import derive_seed;"
-            "print([derive_seed(s, t) for s in (0, 1, 12345) for t in ('split', 'scores', 'batches')])")
+    code = (
+        "from ticketcli.init import derive_seed;"
+        "print([derive_seed(s, t) for s in (0, 1, 12345) for t in ('split', 'scores', 'batches')])"
+    )
     here = [derive_seed(s, t) for s in (0, 1, 12345) for t in ("split", "scores", "batches")]
     env = dict(os.environ, PYTHONHASHSEED="12345")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

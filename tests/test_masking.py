@@ -8,8 +8,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ticketcli.masking import (KTH_ALGORITHMS, SELECT_ALGORITHMS, TopKSelector, default_algorithm,
-                               joint_topk_masks, keep_count, kth_largest, masked_weight, topk_mask)
+from ticketcli.masking import (
+    KTH_ALGORITHMS,
+    SELECT_ALGORITHMS,
+    TopKSelector,
+    default_algorithm,
+    joint_topk_masks,
+    keep_count,
+    kth_largest,
+    masked_weight,
+    topk_mask,
+)
 
 
 def reference_topk(values: np.ndarray, k: int) -> np.ndarray:
@@ -31,8 +40,11 @@ def test_topk_exact_count_and_ties_to_lowest_index(values, data):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.lists(st.integers(0, 4), min_size=1, max_size=40),
-       st.data())
+@given(
+    st.lists(st.integers(0, 4), min_size=1, max_size=40),
+    st.lists(st.integers(0, 4), min_size=1, max_size=40),
+    st.data(),
+)
 def test_joint_topk_is_topk_of_concatenation(a, b, data):
     ta, tb = torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32)
     k = data.draw(st.integers(0, len(a) + len(b)))
@@ -47,8 +59,10 @@ def test_topk_keeps_shape_and_largest():
     assert s[m].min() > s[~m].max()
 
 
-@pytest.mark.parametrize("density,n,expected", [(0.1, 10, 1), (1 - 0.9, 10, 1), (0.29, 100, 29), (0.5, 7, 3),
-                                                (1.0, 5, 5), (0.0, 5, 0), (0.2, 200704, 40140)])
+@pytest.mark.parametrize(
+    "density,n,expected",
+    [(0.1, 10, 1), (1 - 0.9, 10, 1), (0.29, 100, 29), (0.5, 7, 3), (1.0, 5, 5), (0.0, 5, 0), (0.2, 200704, 40140)],
+)
 def test_keep_count_is_floor_without_float_surprises(density, n, expected):
     assert keep_count(density, n) == expected
 
@@ -94,8 +108,14 @@ def test_straight_through_gradient_is_upstream_times_sign():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(0, 6), min_size=1, max_size=40), st.lists(st.integers(0, 6), max_size=40),
-       st.integers(0, 6), st.sampled_from([0.0, 0.5, 1.0, 2.5, 10.0]), st.booleans(), st.data())
+@given(
+    st.lists(st.integers(0, 6), min_size=1, max_size=40),
+    st.lists(st.integers(0, 6), max_size=40),
+    st.integers(0, 6),
+    st.sampled_from([0.0, 0.5, 1.0, 2.5, 10.0]),
+    st.booleans(),
+    st.data(),
+)
 def test_band_search_finds_the_kth_largest_or_declines(a, b, t, w, frozen, data):
     """The warm-start search returns exactly the k-th largest value whenever it answers (ties at both band ends)."""
     from ticketcli.masking import _band_kth, _Live, _Sorted
@@ -134,14 +154,15 @@ def test_every_selection_algorithm_gives_the_same_bits(parts, data):
     # algorithm, auxiliary parts live or frozen (sorted once); a shift of the first part moves the threshold
     shift = data.draw(st.integers(-1, 1))
     moved = [tensors[0] + shift, *tensors[1:]]
-    moved_expected = reference_topk(np.concatenate([flat[: len(parts[0])] + shift, flat[len(parts[0]):]]), k)
+    moved_expected = reference_topk(np.concatenate([flat[: len(parts[0])] + shift, flat[len(parts[0]) :]]), k)
     for algorithm in SELECT_ALGORITHMS:
         for frozen in (False, True):
             sel = TopKSelector(algorithm)
             np.testing.assert_array_equal(sel("p", tensors, k, frozen=frozen).numpy(), first, err_msg=algorithm)
             got = sel("p", moved, k, torch.float32, frozen=frozen)
-            np.testing.assert_array_equal(got.numpy(), moved_expected[: len(parts[0])].astype(np.float32),
-                                          err_msg=f"{algorithm} warm")
+            np.testing.assert_array_equal(
+                got.numpy(), moved_expected[: len(parts[0])].astype(np.float32), err_msg=f"{algorithm} warm"
+            )
 
 
 def test_selection_algorithm_choices():

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
+from conftest import make_net, quick_method
 from torch import nn
 
-from conftest import make_net, quick_method
 from ticketcli.errors import UsageError
 from ticketcli.masking import keep_count
 from ticketcli.methods import METHODS
@@ -23,8 +22,9 @@ def run(name: str, data, net=None, seed: int = 0, progress=None, method=None, **
     spec = quick_method(name, **kw)
     check_method_options(spec)
     method = method or METHODS.get(name)()
-    return method.extract(net, data, spec, device=torch.device("cpu"),
-                          generator=torch.Generator().manual_seed(seed), progress=progress)
+    return method.extract(
+        net, data, spec, device=torch.device("cpu"), generator=torch.Generator().manual_seed(seed), progress=progress
+    )
 
 
 @pytest.mark.parametrize("name", METHODS.names())
@@ -54,7 +54,7 @@ def test_kept_counts(name, digits):
         total = sum(m.numel() for m in masks.values())
         assert method.details["rounds"][-1]["achieved_sparsity"] == 1 - kept / total
         return
-    for n, m in masks.items():
+    for _n, m in masks.items():
         total = m.numel()
         if name == "augmented":  # floor(0.2 * 2n) kept in the augmented space; at most n of them auxiliary
             k_aug = keep_count(0.2, 2 * total)
@@ -68,7 +68,7 @@ def test_kept_counts(name, digits):
 @pytest.mark.parametrize("name", ["edge-popup", "random"])
 def test_layer_densities(name, digits):
     masks = run(name, digits, layer_densities=(0.1, 0.5, 1.0))
-    for (n, m), d in zip(masks.items(), (0.1, 0.5, 1.0)):
+    for (_n, m), d in zip(masks.items(), (0.1, 0.5, 1.0)):
         assert int(m.sum()) == keep_count(d, m.numel())
     with pytest.raises(UsageError, match="3 layers"):
         run(name, digits, layer_densities=(0.1, 0.5))
@@ -86,7 +86,7 @@ def test_biases_get_their_own_masks(digits):
     net = make_net("mlp:64-32-10+bias")
     masks = run("augmented", digits, net=net, aug_density=0.5)
     assert set(masks) == {"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"}
-    for n, m in masks.items():
+    for _n, m in masks.items():
         assert int(m.sum()) <= m.numel()
     ep = run("edge-popup", digits, net=make_net("mlp:64-32-10+bias"), sparsity=0.5)
     assert int(ep["layers.0.bias"].sum()) == 16
@@ -118,7 +118,7 @@ def test_auxiliary_scores_never_change_and_get_no_gradient(digits):
     aux0 = {n: p[1].clone() for n, p in scores.items()}
     trainer = ScoreTrainer(net, sel, spec, scores)
     for i in range(5):
-        trainer.step(digits.x_extract[i * 64:(i + 1) * 64], digits.y_extract[i * 64:(i + 1) * 64])
+        trainer.step(digits.x_extract[i * 64 : (i + 1) * 64], digits.y_extract[i * 64 : (i + 1) * 64])
     for n, parts in trainer.scores.items():
         assert parts[1].grad is None or torch.count_nonzero(parts[1].grad) == 0
         assert torch.equal(parts[1], aux0[n])
@@ -126,6 +126,7 @@ def test_auxiliary_scores_never_change_and_get_no_gradient(digits):
 
 
 # ---- Theorem H.6: double-scoring at density 1/2 == edge-popup at 1/2 on the zero-padded network ----
+
 
 class PaddedMLP(nn.Module):
     """Each layer W (out, in) becomes [W, 0] (out, 2 in) applied to [h, h]: the same function."""
@@ -150,7 +151,7 @@ def test_double_scoring_equals_edge_popup_on_zero_padded_network(digits):
     net = MaskedNet(net.module, net.spec)
     padded_module = PaddedMLP(widths).double().requires_grad_(False)
     with torch.no_grad():
-        for (n, w), p in zip(net.weights.items(), padded_module.parameters()):
+        for w, p in zip(net.weights.values(), padded_module.parameters()):
             p.copy_(torch.cat([w, torch.zeros_like(w)], 1))
     padded = MaskedNet(padded_module)
 
@@ -158,12 +159,16 @@ def test_double_scoring_equals_edge_popup_on_zero_padded_network(digits):
     spec_ep = quick_method("edge-popup", sparsity=0.5)
     s_t = init_scores(net, 2, torch.Generator().manual_seed(3))
     aug = ScoreTrainer(net, Augmented().selection(net, spec_aug), spec_aug, s_t)
-    ep = ScoreTrainer(padded, EdgePopup().selection(padded, spec_ep), spec_ep,
-                      {n: [torch.cat([s, t], 1)] for n, (s, t) in s_t.items()})
+    ep = ScoreTrainer(
+        padded,
+        EdgePopup().selection(padded, spec_ep),
+        spec_ep,
+        {n: [torch.cat([s, t], 1)] for n, (s, t) in s_t.items()},
+    )
 
     x, y = digits.x_extract.double(), digits.y_extract
     for step in range(8):
-        xb, yb = x[step * 64:(step + 1) * 64], y[step * 64:(step + 1) * 64]
+        xb, yb = x[step * 64 : (step + 1) * 64], y[step * 64 : (step + 1) * 64]
         loss_a, _, hard_a = aug.step(xb, yb)
         loss_e, _, hard_e = ep.step(xb, yb)
         assert loss_a == pytest.approx(loss_e, rel=1e-12, abs=1e-12), step

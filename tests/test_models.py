@@ -80,9 +80,13 @@ def test_init_is_deterministic_and_uses_conv_fan_in(name):
 
 @pytest.mark.parametrize("name", MODELS.names())
 def test_extract_evaluate_round_trip(name, tmp_path):
-    spec = RunSpec(model=example(name), init=InitSpec(seed=2),
-                   data=DataSpec(name="digits", n_extract=32, n_val=32, split_seed=2),
-                   method=MethodSpec(name="edge-popup", sparsity=0.5, epochs=1, batch_size=32), device="cpu")
+    spec = RunSpec(
+        model=example(name),
+        init=InitSpec(seed=2),
+        data=DataSpec(name="digits", n_extract=32, n_val=32, split_seed=2),
+        method=MethodSpec(name="edge-popup", sparsity=0.5, epochs=1, batch_size=32),
+        device="cpu",
+    )
     out = tmp_path / "t.safetensors"
     s = runs.extract_ticket(spec, out=out)
     assert s["model"] == example(name).to_string()
@@ -90,9 +94,21 @@ def test_extract_evaluate_round_trip(name, tmp_path):
     assert r["reproduced"] and r["test"]["correct"] == s["metrics"]["test"]["correct"]
 
 
-@pytest.mark.parametrize("text", ["mlp:784-256-256-256-10", "mlp:64-128-10+bias", "conv6", "conv2+bias",
-                                  "conv4@3x32x32-10", "lenet300@1x28x28-10+bias", "vgg:64-64-M-128-128-M-256-256-M",
-                                  "vgg:8-M@3x32x32-100+bias", "my_pkg.my_module:build_net", "mod:f"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mlp:784-256-256-256-10",
+        "mlp:64-128-10+bias",
+        "conv6",
+        "conv2+bias",
+        "conv4@3x32x32-10",
+        "lenet300@1x28x28-10+bias",
+        "vgg:64-64-M-128-128-M-256-256-M",
+        "vgg:8-M@3x32x32-100+bias",
+        "my_pkg.my_module:build_net",
+        "mod:f",
+    ],
+)
 def test_spec_strings_round_trip(text):
     spec = ModelSpec.parse(text)
     assert spec.to_string() == text and ModelSpec.parse(spec.to_string()) == spec
@@ -100,13 +116,31 @@ def test_spec_strings_round_trip(text):
 
 def test_paper_mlp_spec_is_unchanged():
     spec = ModelSpec.parse("mlp:784-256-256-256-10")
-    assert spec == ModelSpec() and spec.to_dict() == {"spec": "mlp:784-256-256-256-10", "arch": "mlp",
-                                                      "widths": [784, 256, 256, 256, 10], "bias": False}
+    assert spec == ModelSpec() and spec.to_dict() == {
+        "spec": "mlp:784-256-256-256-10",
+        "arch": "mlp",
+        "widths": [784, 256, 256, 256, 10],
+        "bias": False,
+    }
     assert ModelSpec.parse("conv6").with_data((3, 32, 32), 10).to_string() == "conv6@3x32x32-10"
 
 
-@pytest.mark.parametrize("text", ["mlp", "mlp:784", "mlp:784-0-10", "vgg", "vgg:M-64", "vgg:64-X", "conv6:64",
-                                  "mlp:784-10@1x28x28-10", "conv6@0x28x28-10", "Conv6", "a.b:c:d"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mlp",
+        "mlp:784",
+        "mlp:784-0-10",
+        "vgg",
+        "vgg:M-64",
+        "vgg:64-X",
+        "conv6:64",
+        "mlp:784-10@1x28x28-10",
+        "conv6@0x28x28-10",
+        "Conv6",
+        "a.b:c:d",
+    ],
+)
 def test_invalid_spec_strings(text):
     with pytest.raises(UsageError):
         ModelSpec.parse(text)
@@ -165,8 +199,20 @@ def user_module(tmp_path, monkeypatch):
     sys.modules.pop(name, None)
 
 
-QUICK = ["--dataset", "digits", "--n-extract", "64", "--n-val", "32", "--epochs", "1", "--batch-size", "32",
-         "--quiet", "--json"]
+QUICK = [
+    "--dataset",
+    "digits",
+    "--n-extract",
+    "64",
+    "--n-val",
+    "32",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "32",
+    "--quiet",
+    "--json",
+]
 
 
 def one_line(r, code=2) -> str:
@@ -182,8 +228,14 @@ def test_user_factory_masks_only_linear_and_conv(tmp_path, user_module):
     tk = ticket_io.load(out)
     assert list(tk.masks) == ["conv.weight", "conv.bias", "fc.weight"]
     assert tk.model["factory"] == f"{user_module}:build_net" and tk.model["arch"] == "user"
-    assert tk.model["parameters"] == {"conv.weight": [4, 1, 3, 3], "conv.bias": [4], "bn.weight": [4],
-                                      "bn.bias": [4], "scale": [], "fc.weight": [10, 64]}
+    assert tk.model["parameters"] == {
+        "conv.weight": [4, 1, 3, 3],
+        "conv.bias": [4],
+        "bn.weight": [4],
+        "bn.bias": [4],
+        "scale": [],
+        "fc.weight": [10, 64],
+    }
     with pytest.raises(UsageError, match="would import and run"):  # a ticket alone never imports the factory
         runs.rebuild(tk, out, None)
     net, weights = runs.rebuild(tk, out, None, TRUSTED)
@@ -197,22 +249,28 @@ def test_user_factory_masks_only_linear_and_conv(tmp_path, user_module):
     assert "no longer matches" in err and "conv.weight [4, 1, 3, 3] -> [5, 1, 3, 3]" in err
 
 
-@pytest.mark.parametrize("model,needle", [
-    ("no_such_module_xyz:build_net", "cannot import no_such_module_xyz"),
-    ("{mod}:missing", "has no function 'missing'"),
-    ("{mod}:not_a_module", "returned int, not an nn.Module"),
-])
+@pytest.mark.parametrize(
+    "model,needle",
+    [
+        ("no_such_module_xyz:build_net", "cannot import no_such_module_xyz"),
+        ("{mod}:missing", "has no function 'missing'"),
+        ("{mod}:not_a_module", "returned int, not an nn.Module"),
+    ],
+)
 def test_user_factory_errors(tmp_path, user_module, model, needle):
-    r = runner.invoke(app, ["extract", "--model", model.format(mod=user_module), "--out",
-                            str(tmp_path / "t.safetensors"), *QUICK])
+    r = runner.invoke(
+        app, ["extract", "--model", model.format(mod=user_module), "--out", str(tmp_path / "t.safetensors"), *QUICK]
+    )
     assert needle in one_line(r)
 
 
 def test_user_model_input_mismatch_names_both_shapes(tmp_path, user_module):
     (tmp_path / f"{user_module}_big.py").write_text(
-        "from torch import nn\ndef build_net():\n    return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))\n")
-    r = runner.invoke(app, ["extract", "--model", f"{user_module}_big:build_net", "--out",
-                            str(tmp_path / "t.safetensors"), *QUICK])
+        "from torch import nn\ndef build_net():\n    return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))\n"
+    )
+    r = runner.invoke(
+        app, ["extract", "--model", f"{user_module}_big:build_net", "--out", str(tmp_path / "t.safetensors"), *QUICK]
+    )
     err = one_line(r)
     assert "(1, 8, 8)" in err and "784" in err and "digits" in err
 
@@ -228,8 +286,9 @@ def test_user_model_checkpoint_needs_every_parameter(tmp_path, user_module):
     ckpt = tmp_path / "user.safetensors"
     save_file(state, str(ckpt))
     out = tmp_path / "t.safetensors"
-    r = runner.invoke(app, ["extract", "--model", f"{user_module}:build_net", "--weights", str(ckpt),
-                            "--out", str(out), *QUICK])
+    r = runner.invoke(
+        app, ["extract", "--model", f"{user_module}:build_net", "--weights", str(ckpt), "--out", str(out), *QUICK]
+    )
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
     net, weights = runs.rebuild(tk, out, str(ckpt), TRUSTED)
@@ -239,10 +298,24 @@ def test_user_model_checkpoint_needs_every_parameter(tmp_path, user_module):
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
 
     partial = tmp_path / "partial.safetensors"
-    save_file({k: v for k, v in state.items() if k not in ("scale", "fc.weight")} | {"extra": torch.zeros(1)},
-              str(partial))
-    err = one_line(runner.invoke(app, ["extract", "--model", f"{user_module}:build_net", "--weights", str(partial),
-                                       "--out", str(tmp_path / "u.safetensors"), *QUICK]))
+    save_file(
+        {k: v for k, v in state.items() if k not in ("scale", "fc.weight")} | {"extra": torch.zeros(1)}, str(partial)
+    )
+    err = one_line(
+        runner.invoke(
+            app,
+            [
+                "extract",
+                "--model",
+                f"{user_module}:build_net",
+                "--weights",
+                str(partial),
+                "--out",
+                str(tmp_path / "u.safetensors"),
+                *QUICK,
+            ],
+        )
+    )
     assert "missing: fc.weight, scale" in err and "unexpected: extra" in err
 
 
@@ -264,18 +337,26 @@ def test_conv_checkpoint_round_trip_and_sha_check(tmp_path):
     export = ["export", str(out), "--format", "masked", "--out", str(tmp_path / "net.pt")]
     assert "sha256 differs" in one_line(runner.invoke(app, [*export, "--weights", str(tmp_path / "other.pt")]))
     assert runner.invoke(app, [*export, "--weights", str(ckpt)]).exit_code == 0
-    assert torch.equal(torch.load(tmp_path / "net.pt", weights_only=True)["features.0.weight"],
-                       runs.rebuild(tk, out, str(ckpt))[0].weights["features.0.weight"] * tk.masks["features.0.weight"])
+    assert torch.equal(
+        torch.load(tmp_path / "net.pt", weights_only=True)["features.0.weight"],
+        runs.rebuild(tk, out, str(ckpt))[0].weights["features.0.weight"] * tk.masks["features.0.weight"],
+    )
     bad = tmp_path / "bad.pt"
     torch.save({"features.0.weight": torch.zeros(64, 3, 3, 3)}, bad)
-    err = one_line(runner.invoke(app, ["extract", "--model", "conv2", "--weights", str(bad), "--out",
-                                       str(tmp_path / "u.safetensors"), *QUICK]))
+    err = one_line(
+        runner.invoke(
+            app,
+            ["extract", "--model", "conv2", "--weights", str(bad), "--out", str(tmp_path / "u.safetensors"), *QUICK],
+        )
+    )
     assert "missing: classifier.1.weight" in err and "wrong shape: features.0.weight" in err
 
 
 def test_factory_ticket_without_parameters_record_is_refused(tmp_path, user_module):
     out = tmp_path / "t.safetensors"
-    assert runner.invoke(app, ["extract", "--model", f"{user_module}:build_net", "--out", str(out), *QUICK]).exit_code == 0
+    assert (
+        runner.invoke(app, ["extract", "--model", f"{user_module}:build_net", "--out", str(out), *QUICK]).exit_code == 0
+    )
     tk = ticket_io.load(out)
     tk.model.pop("parameters")
     ticket_io.save(tk, out, overwrite=True)

@@ -15,19 +15,39 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cli import one_line_error
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
 from ticketcli.methods import METHODS
 from ticketcli.models import MODELS
-from test_cli import one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-QUICK = ["--dataset", "digits", "--model", "mlp:64-32-32-10", "--epochs", "2", "--batch-size", "128",
-         "--n-extract", "300", "--n-val", "100", "--device", "cpu", "--quiet"]
-METHOD_FLAGS = {"iterated": ["--max-rounds", "2"], "imp": ["--imp-rounds", "2"], "synflow": ["--synflow-rounds", "10"],
-                "set": ["--regrow-every", "2"], "rigl": ["--regrow-every", "2"]}  # keep the quick runs quick
+QUICK = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp:64-32-32-10",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "128",
+    "--n-extract",
+    "300",
+    "--n-val",
+    "100",
+    "--device",
+    "cpu",
+    "--quiet",
+]
+METHOD_FLAGS = {
+    "iterated": ["--max-rounds", "2"],
+    "imp": ["--imp-rounds", "2"],
+    "synflow": ["--synflow-rounds", "10"],
+    "set": ["--regrow-every", "2"],
+    "rigl": ["--regrow-every", "2"],
+}  # keep the quick runs quick
 
 
 def invoke(*args: str):
@@ -55,8 +75,10 @@ BAD_EXTRACT = {
     "checkpoint-every-zero": (["--checkpoint-every", "0"], "--checkpoint-every must be >= 1"),
     "unknown-method": (["--method", "magic"], "'augmented', 'edge-popup'"),
     "unknown-dataset": (["--dataset", "imagenet"], "'digits', 'fashion-mnist'"),
-    "unknown-model": (["--model", "resnet:64-10"],
-                      f"unknown model 'resnet'; choose one of: {', '.join(MODELS.names())}"),
+    "unknown-model": (
+        ["--model", "resnet:64-10"],
+        f"unknown model 'resnet'; choose one of: {', '.join(MODELS.names())}",
+    ),
     "unknown-init": (["--init", "zeros"], "is not one of"),
     "unknown-option": (["--sparsty", "0.5"], "No such option: --sparsty"),
 }
@@ -82,8 +104,10 @@ def test_output_under_a_regular_file(tmp_path):
     assert "does not exist" in err and listing(tmp_path) == ["file"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories; "
-                                              "test_output_under_a_regular_file covers an unwritable parent")
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="root writes into read-only directories; test_output_under_a_regular_file covers an unwritable parent",
+)
 def test_output_in_read_only_directory(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -131,6 +155,7 @@ def test_bad_evaluate_and_inspect_values(tmp_path, a_ticket, case):
 
 # ---- interrupts -----------------------------------------------------------------------------------------------
 
+
 def child_env(home: Path, **extra: str) -> dict[str, str]:
     """This checkout's ticketcli (not an installed one), a private HOME and cache, no $TICKET_DATA."""
     env = {k: v for k, v in os.environ.items() if k not in ("TICKET_DATA", "PYTHONPATH")}
@@ -143,8 +168,13 @@ def interrupt_when_training(cmd: list[str], cwd: Path, sig: signal.Signals, read
     err = cwd / "stderr.txt"
     # TTY_COMPATIBLE: rich draws the progress bar into the pipe, so we can see that training has started
     with err.open("w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "ticketcli", *cmd], stdout=subprocess.DEVNULL, stderr=stderr,
-                                cwd=cwd, env=child_env(cwd / "home", TTY_COMPATIBLE="1", COLUMNS="160"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ticketcli", *cmd],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=cwd,
+            env=child_env(cwd / "home", TTY_COMPATIBLE="1", COLUMNS="160"),
+        )
         try:
             deadline = time.monotonic() + 300
             while not re.search(ready, err.read_text()) and proc.poll() is None and time.monotonic() < deadline:
@@ -158,13 +188,33 @@ def interrupt_when_training(cmd: list[str], cwd: Path, sig: signal.Signals, read
     return rc, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err.read_text()).strip().splitlines()[-1]  # minus terminal codes
 
 
-@pytest.mark.parametrize("sig,code,checkpoint", [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, True)],
-                         ids=["SIGINT", "SIGTERM-with-checkpoints"])
+@pytest.mark.parametrize(
+    "sig,code,checkpoint",
+    [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, True)],
+    ids=["SIGINT", "SIGTERM-with-checkpoints"],
+)
 def test_signal_during_extract(tmp_path, sig, code, checkpoint):
     out = tmp_path / "t.safetensors"
-    cmd = ["extract", "--dataset", "digits", "--model", "mlp:64-32-32-10",
-           "--epochs", "1000", "--n-extract", "300", "--n-val", "100", "--batch-size", "64", "--device", "cpu",
-           "--out", str(out), *(["--checkpoint-every", "1"] if checkpoint else [])]
+    cmd = [
+        "extract",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-32-32-10",
+        "--epochs",
+        "1000",
+        "--n-extract",
+        "300",
+        "--n-val",
+        "100",
+        "--batch-size",
+        "64",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        *(["--checkpoint-every", "1"] if checkpoint else []),
+    ]
     rc, last = interrupt_when_training(cmd, tmp_path, sig)
     assert rc == code, last
     assert re.fullmatch(rf"error: interrupted by {sig.name} after epoch \d+ of 1000; no output was written.*", last)
@@ -174,17 +224,29 @@ def test_signal_during_extract(tmp_path, sig, code, checkpoint):
     if checkpoint:
         assert f"checkpoint {ckpt} holds epoch" in last and "--resume" in last
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == sorted(
-        ["stderr.txt", *(["t.safetensors.ckpt"] if checkpoint else [])])  # no stray temp files
+        ["stderr.txt", *(["t.safetensors.ckpt"] if checkpoint else [])]
+    )  # no stray temp files
 
 
 def test_signal_during_train_weak(tmp_path, a_ticket):
     out, plot = tmp_path / "w.safetensors", tmp_path / "w.png"
-    cmd = ["train-weak", str(a_ticket), "--epochs", "100000", "--batch-size", "16", "--device", "cpu",
-           "--out", str(out), "--plot", str(plot)]
+    cmd = [
+        "train-weak",
+        str(a_ticket),
+        "--epochs",
+        "100000",
+        "--batch-size",
+        "16",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--plot",
+        str(plot),
+    ]
     rc, last = interrupt_when_training(cmd, tmp_path, signal.SIGTERM)
     assert rc == 143, last
-    assert re.fullmatch(r"error: interrupted by SIGTERM after epoch \d+ of the masked run; no output was written",
-                        last)
+    assert re.fullmatch(r"error: interrupted by SIGTERM after epoch \d+ of the masked run; no output was written", last)
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["stderr.txt"]
 
 
@@ -217,6 +279,7 @@ def test_keyboard_interrupt_in_process_names_the_epoch(tmp_path, monkeypatch):
 
 # ---- determinism, for every registered method -----------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def twice(tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
     """Each method's ticket extracted twice by the same command, with the first run's JSON summary."""
@@ -224,8 +287,10 @@ def twice(tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
     out = {}
     for method in METHODS.names():
         paths = (d / f"{method}-a.safetensors", d / f"{method}-b.safetensors")
-        runs = [invoke("extract", *QUICK, "--method", method, *METHOD_FLAGS.get(method, []), "--out", str(p),
-                       "--json") for p in paths]
+        runs = [
+            invoke("extract", *QUICK, "--method", method, *METHOD_FLAGS.get(method, []), "--out", str(p), "--json")
+            for p in paths
+        ]
         assert all(r.exit_code == 0 for r in runs), [r.output for r in runs]
         out[method] = (*paths, json.loads(runs[0].stdout))
     return out
@@ -236,21 +301,29 @@ def fresh_process(twice, tmp_path_factory) -> dict[str, dict]:
     """`ticket evaluate --json` of every first ticket in one new process: another cwd, HOME and cache, no
     $TICKET_DATA."""
     elsewhere = tmp_path_factory.mktemp("elsewhere")
-    script = ("import contextlib, io, json, sys, ticketcli\n"
-              "from ticketcli.cli import app\n"
-              "res = {'module': ticketcli.__file__}\n"
-              "for p in sys.argv[1:]:\n"
-              "    buf = io.StringIO()\n"
-              "    with contextlib.redirect_stdout(buf):\n"
-              "        try:\n"
-              "            app(['evaluate', p, '--json', '--device', 'cpu'])\n"
-              "        except SystemExit as e:\n"
-              "            code = e.code\n"
-              "    res[p] = {'code': code, 'result': json.loads(buf.getvalue())}\n"
-              "print(json.dumps(res))\n")
+    script = (
+        "import contextlib, io, json, sys, ticketcli\n"
+        "from ticketcli.cli import app\n"
+        "res = {'module': ticketcli.__file__}\n"
+        "for p in sys.argv[1:]:\n"
+        "    buf = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(buf):\n"
+        "        try:\n"
+        "            app(['evaluate', p, '--json', '--device', 'cpu'])\n"
+        "        except SystemExit as e:\n"
+        "            code = e.code\n"
+        "    res[p] = {'code': code, 'result': json.loads(buf.getvalue())}\n"
+        "print(json.dumps(res))\n"
+    )
     paths = [str(a) for a, _, _ in twice.values()]
-    r = subprocess.run([sys.executable, "-c", script, *paths], capture_output=True, text=True, cwd=elsewhere,
-                       env=child_env(elsewhere / "home"), timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", script, *paths],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=child_env(elsewhere / "home"),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout)
     assert Path(res.pop("module")).parent == ROOT / "ticketcli"  # this checkout's code, not an installed one
@@ -284,14 +357,33 @@ def test_fresh_process_elsewhere_evaluates_identically(twice, fresh_process, met
     child = fresh_process[str(a)]
     assert child["code"] == 0 and child["result"]["reproduced"] is True
     for split in ("test", "val"):
-        assert child["result"][split] == json.loads(invoke("evaluate", str(a), "--json", "--device", "cpu").stdout)[split]
+        assert (
+            child["result"][split] == json.loads(invoke("evaluate", str(a), "--json", "--device", "cpu").stdout)[split]
+        )
         assert child["result"][split]["accuracy"] == summary["metrics"][split]["accuracy"]
 
 
 def test_signal_during_drift(tmp_path):
     plot = tmp_path / "d.png"
-    cmd = ["drift", "--inputs", "gaussian", "--model", "mlp:64-32-10", "--steps", "10000000", "--log-every", "1",
-           "--probe-size", "64", "--batch-size", "16", "--device", "cpu", "--plot", str(plot)]
+    cmd = [
+        "drift",
+        "--inputs",
+        "gaussian",
+        "--model",
+        "mlp:64-32-10",
+        "--steps",
+        "10000000",
+        "--log-every",
+        "1",
+        "--probe-size",
+        "64",
+        "--batch-size",
+        "16",
+        "--device",
+        "cpu",
+        "--plot",
+        str(plot),
+    ]
     rc, last = interrupt_when_training(cmd, tmp_path, signal.SIGINT)
     assert rc == 130, last
     assert re.fullmatch(r"error: interrupted by SIGINT after step \d+; no output was written", last)
@@ -300,13 +392,36 @@ def test_signal_during_drift(tmp_path):
 
 def test_signal_during_sweep_keeps_finished_runs_only(tmp_path):
     out_dir, plot = tmp_path / "sweep", tmp_path / "s.png"
-    cmd = ["sweep-k", "--dataset", "digits", "--model", "mlp:64-32-32-10", "--epochs", "3", "--seeds", "0,1,2,3",
-           "--layerwise", "8", "--n-extract", "200", "--n-val", "100", "--device", "cpu",
-           "--out-dir", str(out_dir), "--plot", str(plot)]
+    cmd = [
+        "sweep-k",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-32-32-10",
+        "--epochs",
+        "3",
+        "--seeds",
+        "0,1,2,3",
+        "--layerwise",
+        "8",
+        "--n-extract",
+        "200",
+        "--n-val",
+        "100",
+        "--device",
+        "cpu",
+        "--out-dir",
+        str(out_dir),
+        "--plot",
+        str(plot),
+    ]
     rc, last = interrupt_when_training(cmd, tmp_path, signal.SIGTERM, ready=r"test\)")
     assert rc == 143, last
-    assert re.fullmatch(rf"error: interrupted by SIGTERM after configuration \d+ of \d+; no output was written; "
-                        rf"finished runs stay in {re.escape(str(out_dir))}; the same command resumes", last)
+    assert re.fullmatch(
+        rf"error: interrupted by SIGTERM after configuration \d+ of \d+; no output was written; "
+        rf"finished runs stay in {re.escape(str(out_dir))}; the same command resumes",
+        last,
+    )
     assert not plot.exists()
     leftovers = [p for p in out_dir.rglob("*") if p.is_file() and p.name.startswith(".")]
     assert leftovers == []  # no temp files: every kept run was written atomically

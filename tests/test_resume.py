@@ -3,14 +3,13 @@ identical metrics to an uninterrupted run; another run's checkpoint is refused; 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_net, quick_method
 from typer.testing import CliRunner
 
-from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import checkpoint_path
 from ticketcli.cli import app
 from ticketcli.errors import RunFailed, UsageError
@@ -18,10 +17,16 @@ from ticketcli.methods import METHODS
 from ticketcli.methods.scores import ScoreTrainer, Selection, init_scores, train_scores
 from ticketcli.runs import extract_ticket
 from ticketcli.specs import build_extract_spec, merge_settings
-from conftest import make_net, quick_method
 
-SETTINGS = {"dataset": "digits", "model": "mlp:64-24-24-10", "n_extract": 300, "n_val": 100, "epochs": 5,
-            "batch_size": 128, "device": "cpu"}
+SETTINGS = {
+    "dataset": "digits",
+    "model": "mlp:64-24-24-10",
+    "n_extract": 300,
+    "n_val": 100,
+    "epochs": 5,
+    "batch_size": 128,
+    "device": "cpu",
+}
 PER_METHOD = {"iterated": {"sparsity": 0.9, "max_rounds": 3}}  # two rounds: the stop falls in round 2
 
 
@@ -51,8 +56,9 @@ def leftovers(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") or p.suffix == ".tmp")
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS.names() if getattr(METHODS.get(m), "resumable", False)
-                                    and m != "random"])
+@pytest.mark.parametrize(
+    "method", [m for m in METHODS.names() if getattr(METHODS.get(m), "resumable", False) and m != "random"]
+)
 def test_resume_after_interrupt_is_bit_identical(tmp_path, method):
     spec = spec_for(method)
     ref = tmp_path / "ref.safetensors"
@@ -65,8 +71,9 @@ def test_resume_after_interrupt_is_bit_identical(tmp_path, method):
     assert not out.exists() and checkpoint_path(out).is_file()
 
     seen = []
-    resumed = extract_ticket(spec, out=out, checkpoint_every=2, resume=True, progress=lambda s: seen.append(
-        (s.get("round"), s["epoch"])))
+    resumed = extract_ticket(
+        spec, out=out, checkpoint_every=2, resume=True, progress=lambda s: seen.append((s.get("round"), s["epoch"]))
+    )
     assert seen[0] == (stop.round, 3)  # it really resumed from epoch 2 instead of starting over
     assert mask_bytes(out) == mask_bytes(ref)
     for split in ("test", "val"):
@@ -93,10 +100,34 @@ def test_resuming_a_different_run_is_refused(tmp_path):
     with pytest.raises(UsageError, match="different run"):
         extract_ticket(spec_for("edge-popup", seed=1), out=out, resume=True)
 
-    r = CliRunner().invoke(app, ["extract", "--method", "edge-popup", "--dataset", "digits", "--model",
-                                 SETTINGS["model"], "--n-extract", "300", "--n-val", "100", "--epochs", "5",
-                                 "--batch-size", "128", "--device", "cpu", "--lr", "0.02", "--quiet",
-                                 "--out", str(out), "--resume"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "extract",
+            "--method",
+            "edge-popup",
+            "--dataset",
+            "digits",
+            "--model",
+            SETTINGS["model"],
+            "--n-extract",
+            "300",
+            "--n-val",
+            "100",
+            "--epochs",
+            "5",
+            "--batch-size",
+            "128",
+            "--device",
+            "cpu",
+            "--lr",
+            "0.02",
+            "--quiet",
+            "--out",
+            str(out),
+            "--resume",
+        ],
+    )
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "different run" in r.stderr
     assert not out.exists() and checkpoint_path(out).is_file()  # the checkpoint is kept for the right command
 
@@ -115,6 +146,7 @@ def test_checkpoint_options_refused_for_methods_without_resume(tmp_path, monkeyp
 
 # ---- non-finite values ----------------------------------------------------------------------------------------
 
+
 def test_nan_weight_is_named_with_epoch_and_layer(digits):
     net = make_net("mlp:64-32-32-10")
     net.weights["layers.1.weight"][3, 4] = float("nan")
@@ -132,16 +164,38 @@ def test_nan_score_is_named(digits):
     scores = init_scores(net, 2, torch.Generator().manual_seed(0))
     scores["layers.2.weight"][1][0, 0] = float("inf")  # an auxiliary score
     trainer = ScoreTrainer(net, selection, spec, scores)
-    with pytest.raises(RunFailed, match=r"non-finite scores at epoch 1 \(first non-finite: scores of layers.2.weight\)"):
+    with pytest.raises(
+        RunFailed, match=r"non-finite scores at epoch 1 \(first non-finite: scores of layers.2.weight\)"
+    ):
         train_scores(trainer, digits, spec, torch.Generator().manual_seed(1), None)
 
 
 @pytest.mark.parametrize("method", ["edge-popup", "augmented"])
 def test_huge_lr_stops_with_exit_1_and_no_ticket(tmp_path, method):
     out = tmp_path / "t.safetensors"
-    r = CliRunner().invoke(app, ["extract", "--method", method, "--dataset", "digits", "--model", "mlp:64-16-10",
-                                 "--n-extract", "200", "--n-val", "50", "--epochs", "3", "--lr", "1e38",
-                                 "--quiet", "--out", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "extract",
+            "--method",
+            method,
+            "--dataset",
+            "digits",
+            "--model",
+            "mlp:64-16-10",
+            "--n-extract",
+            "200",
+            "--n-val",
+            "50",
+            "--epochs",
+            "3",
+            "--lr",
+            "1e38",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 1, r.output
     err = r.stderr.strip()
     assert len(err.splitlines()) == 1 and "non-finite" in err and "epoch 1" in err and "layers.0.weight" in err

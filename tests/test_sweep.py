@@ -17,16 +17,40 @@ from ticketcli.methods import METHODS
 from ticketcli.specs import ModelSpec, build_extract_spec, merge_settings
 
 runner = CliRunner()
-TINY = dict(method="edge-popup", dataset="digits", model="mlp:64-32-32-10", epochs=1, batch_size=128,
-            n_extract=500, n_val=200, device="cpu")
-TINY_FLAGS = ["--dataset", "digits", "--model", "mlp:64-32-32-10", "--epochs", "1", "--batch-size", "128",
-              "--n-extract", "300", "--n-val", "100", "--device", "cpu", "--quiet"]
+TINY = dict(
+    method="edge-popup",
+    dataset="digits",
+    model="mlp:64-32-32-10",
+    epochs=1,
+    batch_size=128,
+    n_extract=500,
+    n_val=200,
+    device="cpu",
+)
+TINY_FLAGS = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp:64-32-32-10",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "128",
+    "--n-extract",
+    "300",
+    "--n-val",
+    "100",
+    "--device",
+    "cpu",
+    "--quiet",
+]
 
 
 def tiny_plan(seeds=(0,), densities=(0.1, 0.3), layerwise=1, **settings):
     base = build_extract_spec(merge_settings({**TINY, **settings}, None))
-    return sweep.build_plan(base, seeds=seeds, densities=densities, layerwise=layerwise,
-                            double_scoring=sweep.double_scoring_methods())
+    return sweep.build_plan(
+        base, seeds=seeds, densities=densities, layerwise=layerwise, double_scoring=sweep.double_scoring_methods()
+    )
 
 
 def stable(records):
@@ -35,15 +59,29 @@ def stable(records):
 
 
 def rec(i, seed, val, achieved, group="edge-popup", test=None, fixed=False):
-    return {"id": f"r{i}", "seed": seed, "group": group, "config": f"c{i}", "val_accuracy": val,
-            "test_accuracy": val if test is None else test, "achieved_sparsity": achieved, "fixed": fixed}
+    return {
+        "id": f"r{i}",
+        "seed": seed,
+        "group": group,
+        "config": f"c{i}",
+        "val_accuracy": val,
+        "test_accuracy": val if test is None else test,
+        "achieved_sparsity": achieved,
+        "fixed": fixed,
+    }
 
 
 # ---- oracle and summary on hand-made records ----
 
+
 def test_constrained_oracle_respects_band_and_unconstrained_does_not():
-    rs = [rec(0, 0, 0.80, 0.70), rec(1, 0, 0.60, 0.90), rec(2, 0, 0.65, 0.96), rec(3, 0, 0.62, 0.85),
-          rec(4, 0, 0.99, 0.90, group="augmented")]  # not an edge-popup sweep run: never the oracle
+    rs = [
+        rec(0, 0, 0.80, 0.70),
+        rec(1, 0, 0.60, 0.90),
+        rec(2, 0, 0.65, 0.96),
+        rec(3, 0, 0.62, 0.85),
+        rec(4, 0, 0.99, 0.90, group="augmented"),
+    ]  # not an edge-popup sweep run: never the oracle
     assert sweep.oracle(rs, (0.85, 0.95))["id"] == "r3"
     assert sweep.oracle(rs, None)["id"] == "r0"
     assert sweep.oracle(rs, (0.97, 0.99)) is None
@@ -61,9 +99,15 @@ def test_oracle_ties_prefer_sparser_then_plan_order():
 
 
 def test_summary_by_hand():
-    rs = [rec(0, 0, 0.5, 0.9, test=0.50, fixed=True), rec(1, 0, 0.7, 0.7, test=0.80), rec(2, 0, 0.6, 0.88, test=0.6),
-          rec(3, 1, 0.4, 0.9, test=0.40, fixed=True), rec(4, 1, 0.9, 0.5, test=0.90),
-          rec(5, 0, 0, 0.85, "augmented", 0.81), rec(6, 1, 0, 0.83, "augmented", 0.79)]
+    rs = [
+        rec(0, 0, 0.5, 0.9, test=0.50, fixed=True),
+        rec(1, 0, 0.7, 0.7, test=0.80),
+        rec(2, 0, 0.6, 0.88, test=0.6),
+        rec(3, 1, 0.4, 0.9, test=0.40, fixed=True),
+        rec(4, 1, 0.9, 0.5, test=0.90),
+        rec(5, 0, 0, 0.85, "augmented", 0.81),
+        rec(6, 1, 0, 0.83, "augmented", 0.79),
+    ]
     sm = sweep.summarize(rs, band=(0.85, 0.95))
     tests = [0.5, 0.8, 0.6, 0.4, 0.9]
     assert sm["edge_popup"]["configs"] == 5
@@ -77,11 +121,14 @@ def test_summary_by_hand():
     assert u["achieved_sparsity"]["mean"] == pytest.approx(0.6)
     assert sm["fixed_edge_popup"]["test"]["mean"] == pytest.approx(0.45)
     aug = sm["methods"]["augmented"]
-    assert aug["test"]["mean"] == pytest.approx(0.80) and aug["test"]["std"] == pytest.approx(statistics.stdev([0.81, 0.79]))
+    assert aug["test"]["mean"] == pytest.approx(0.80) and aug["test"]["std"] == pytest.approx(
+        statistics.stdev([0.81, 0.79])
+    )
     assert sweep.summarize(rs, band=(0.95, 1.0))["oracle_constrained"]["seeds_without_candidate"] == ["0", "1"]
 
 
 # ---- the plan ----
+
 
 def test_layerwise_tuples_reproducible_from_the_seed():
     pool = sweep.PAPER_DENSITIES
@@ -106,14 +153,16 @@ def test_plan_shares_init_per_seed_and_covers_every_double_scoring_method():
     groups = {t.group for t in plan if t.seed == 0}
     assert groups == {"edge-popup", "random", *ds}  # fixed (k=0.1) is the sweep's own k=0.1 run
     fixed = [t for t in plan if t.fixed]
-    assert [t.config for t in fixed] == ["k=0.1", "k=0.1"] and all(t.spec.method.density == pytest.approx(0.1)
-                                                                      for t in fixed)
+    assert [t.config for t in fixed] == ["k=0.1", "k=0.1"] and all(
+        t.spec.method.density == pytest.approx(0.1) for t in fixed
+    )
     other = tiny_plan(densities=(0.05, 0.3), layerwise=0)  # target 0.1 not in the pool: its own task
     assert [t.group for t in other if t.fixed] == ["fixed"]
     assert all(t.spec.method.sparsity == 0.9 for t in other if t.group != "edge-popup")
 
 
 # ---- executors and resume ----
+
 
 def test_two_workers_give_exactly_the_records_of_one_worker():
     plan = tiny_plan()
@@ -156,8 +205,12 @@ def test_ray_local_mode_equals_local(tmp_path):
 
     plan = tiny_plan(densities=(0.1,), layerwise=0)
     local = sweep.run_sweep(plan)["records"]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"py_modules": [os.path.dirname(sweep.__file__)]})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"py_modules": [os.path.dirname(sweep.__file__)]},
+    )
     try:
         remote = sweep.run_sweep(plan, executor="ray", out_dir=tmp_path)
     finally:
@@ -168,10 +221,21 @@ def test_ray_local_mode_equals_local(tmp_path):
 
 # ---- the command ----
 
+
 def test_cli_json_table_and_png(tmp_path):
     png = tmp_path / "stability.png"
-    args = ["sweep-k", *TINY_FLAGS, "--seeds", "0,1", "--densities", "0.05,0.1,0.3", "--layerwise", "1",
-            "--plot", str(png)]
+    args = [
+        "sweep-k",
+        *TINY_FLAGS,
+        "--seeds",
+        "0,1",
+        "--densities",
+        "0.05,0.1,0.3",
+        "--layerwise",
+        "1",
+        "--plot",
+        str(png),
+    ]
     r = runner.invoke(app, [*args, "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
@@ -191,14 +255,17 @@ def test_cli_json_table_and_png(tmp_path):
     assert r.exit_code == 2 and "already exists" in r.stderr
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--band", "0.9-0.8"], "--band"),
-    (["--band", "x"], "--band"),
-    (["--seeds", "0,0"], "--seeds"),
-    (["--densities", "0.1,1.5"], "--densities"),
-    (["--workers", str(len(os.sched_getaffinity(0)) + 1)], "exceeds"),
-    (["--sparsity", "1.2"], "--sparsity"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--band", "0.9-0.8"], "--band"),
+        (["--band", "x"], "--band"),
+        (["--seeds", "0,0"], "--seeds"),
+        (["--densities", "0.1,1.5"], "--densities"),
+        (["--workers", str(len(os.sched_getaffinity(0)) + 1)], "exceeds"),
+        (["--sparsity", "1.2"], "--sparsity"),
+    ],
+)
 def test_cli_bad_options_are_one_line_errors(extra, needle):
     r = runner.invoke(app, ["sweep-k", *TINY_FLAGS, *extra])
     assert r.exit_code == 2, r.output
@@ -208,8 +275,9 @@ def test_cli_bad_options_are_one_line_errors(extra, needle):
 
 def test_cli_ray_missing_gives_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
-    r = runner.invoke(app, ["sweep-k", *TINY_FLAGS, "--seeds", "0", "--densities", "0.1", "--layerwise", "0",
-                            "--executor", "ray"])
+    r = runner.invoke(
+        app, ["sweep-k", *TINY_FLAGS, "--seeds", "0", "--densities", "0.1", "--layerwise", "0", "--executor", "ray"]
+    )
     assert r.exit_code == 2, r.output
     assert "pip install 'ticketcli[ray]'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 

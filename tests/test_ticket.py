@@ -138,8 +138,18 @@ def make_ticket(seed: int = 0, checkpoint: dict | None = None) -> Ticket:
     )
 
 
-FIELDS = ("model", "init", "shapes", "weights_sha256", "method", "data", "sparsity", "metrics", "created_by",
-          "checkpoint")
+FIELDS = (
+    "model",
+    "init",
+    "shapes",
+    "weights_sha256",
+    "method",
+    "data",
+    "sparsity",
+    "metrics",
+    "created_by",
+    "checkpoint",
+)
 
 
 def assert_same_ticket(a: Ticket, b: Ticket) -> None:
@@ -192,7 +202,7 @@ def test_file_layout_matches_spec(tmp_path):
         assert json.loads(meta[key]) == (t.shapes if key == "shapes" else getattr(t, key))
     tensors = st_load(raw)
     assert set(tensors) == {f"mask/{name}" for name in SHAPES}
-    for name, shape in SHAPES.items():
+    for name, _shape in SHAPES.items():
         packed = tensors[f"mask/{name}"]
         assert packed.dtype == torch.uint8 and packed.dim() == 1
         assert bytes(packed.numpy()) == oracle_pack(t.masks[name].reshape(-1).int().tolist())
@@ -258,12 +268,33 @@ def test_load_directory(tmp_path):
     assert_rejected(d)
 
 
-@pytest.mark.parametrize("content", [b"", b"abc", b"\x00" * 7, struct.pack("<Q", 0),
-                                     struct.pack("<Q", 1000) + b"{}", struct.pack("<Q", 2**63) + b"{}",
-                                     struct.pack("<Q", 2) + b"[]", struct.pack("<Q", 2) + b"\"x\"",
-                                     struct.pack("<Q", 4) + b"{\xff\xfe}", struct.pack("<Q", 2) + b"{}"],
-                         ids=["empty", "3-bytes", "7-bytes", "zero-header", "header-too-long", "huge-header",
-                              "header-list", "header-string", "header-not-utf8", "empty-header"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"abc",
+        b"\x00" * 7,
+        struct.pack("<Q", 0),
+        struct.pack("<Q", 1000) + b"{}",
+        struct.pack("<Q", 2**63) + b"{}",
+        struct.pack("<Q", 2) + b"[]",
+        struct.pack("<Q", 2) + b'"x"',
+        struct.pack("<Q", 4) + b"{\xff\xfe}",
+        struct.pack("<Q", 2) + b"{}",
+    ],
+    ids=[
+        "empty",
+        "3-bytes",
+        "7-bytes",
+        "zero-header",
+        "header-too-long",
+        "huge-header",
+        "header-list",
+        "header-string",
+        "header-not-utf8",
+        "empty-header",
+    ],
+)
 def test_load_rejects_non_safetensors(tmp_path, content):
     path = tmp_path / "bad.safetensors"
     path.write_bytes(content)
@@ -306,6 +337,7 @@ def mutate(key: str, value):
             del meta[key]
         else:
             meta[key] = value
+
     return f
 
 
@@ -314,6 +346,7 @@ def mutate_json(key: str, fn):
         d = json.loads(meta[key])
         fn(d)
         meta[key] = json.dumps(d)
+
     return f
 
 
@@ -323,6 +356,7 @@ def setitem(k, v):
             del d[k]
         else:
             d[k] = v
+
     return f
 
 
@@ -332,6 +366,7 @@ W0, W1 = "mask/layers.0.weight", "mask/layers.1.weight"
 def tensor_edit(fn):
     def f(tensors, meta):
         fn(tensors)
+
     return f
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
 from conftest import make_net
+
 from ticketcli.init import generator
 from ticketcli.train import WeightOptim, WeightTrainer, train_weights
 
@@ -59,8 +59,9 @@ def test_training_is_deterministic_under_the_seed(digits):
     for _ in range(2):
         net = make_net()
         tr = WeightTrainer(net, random_masks(net), WeightOptim())
-        hist = train_weights(tr, digits.x_extract, digits.y_extract, epochs=1, batch_size=100,
-                             generator=generator(3, "t"))
+        hist = train_weights(
+            tr, digits.x_extract, digits.y_extract, epochs=1, batch_size=100, generator=generator(3, "t")
+        )
         out.append((hist, tr.weights()))
     assert out[0][0] == out[1][0]
     assert all(torch.equal(out[0][1][n], out[1][1][n]) for n in out[0][1])

@@ -7,13 +7,13 @@ import json
 
 import pytest
 import torch
-
 from conftest import make_net, quick_method
 from test_methods import run
+
 from ticketcli.errors import UsageError
 from ticketcli.masking import joint_topk_masks, keep_count, masked_weight
 from ticketcli.methods import METHODS
-from ticketcli.methods.scores import Augmented, EdgePopup, Iterated, ScoreTrainer, Selection, init_scores
+from ticketcli.methods.scores import Augmented, EdgePopup, Iterated, ScoreTrainer, init_scores
 from ticketcli.specs import check_method_options
 
 
@@ -26,6 +26,7 @@ def total(masks) -> int:
 
 
 # ---- iterated ----
+
 
 @pytest.mark.parametrize("sparsity,tol,max_rounds", [(0.9, 0.02, 8), (0.95, 0.005, 3), (0.6, 0.02, 8)])
 def test_iterated_rounds_nest_and_the_stopping_rule_holds(digits, sparsity, tol, max_rounds):
@@ -67,6 +68,7 @@ def test_iterated_progress_reports_rounds(digits):
 
 # ---- auxiliary width ----
 
+
 @pytest.mark.parametrize("m", [1, 2, 4])
 def test_aux_width_gives_score_tensors_of_the_right_shape_and_kept_count(digits, m):
     net = make_net()
@@ -94,11 +96,14 @@ def test_wider_aux_reservoir_on_frozen_scores_keeps_fewer_originals():
         sel = Augmented().selection(net, spec)
         scores = init_scores(net, sel.parts, torch.Generator().manual_seed(1))
         rep = sel.aux_report(scores)
-        shares.append(sum(a["aug_kept"] - a["aux_kept"] for a in rep.values()) / sum(a["aug_kept"] for a in rep.values()))
+        shares.append(
+            sum(a["aug_kept"] - a["aux_kept"] for a in rep.values()) / sum(a["aug_kept"] for a in rep.values())
+        )
     assert shares[0] == pytest.approx(1 / 2, abs=0.05) and shares[1] == pytest.approx(1 / 5, abs=0.05)
 
 
 # ---- frozen auxiliary ----
+
 
 def test_frozen_aux_is_bit_identical_after_training_even_with_weight_decay(digits):
     net = make_net()
@@ -107,13 +112,14 @@ def test_frozen_aux_is_bit_identical_after_training_even_with_weight_decay(digit
         scores = init_scores(net, 2, torch.Generator().manual_seed(0))
         trainer = ScoreTrainer(net, Augmented().selection(net, spec), spec, scores)
         for i in range(4):
-            trainer.step(digits.x_extract[i * 64:(i + 1) * 64], digits.y_extract[i * 64:(i + 1) * 64])
+            trainer.step(digits.x_extract[i * 64 : (i + 1) * 64], digits.y_extract[i * 64 : (i + 1) * 64])
         same = all(torch.equal(trainer.scores[n][1], scores[n][1]) for n in scores)
         assert same == frozen  # weight decay is the only thing that moves T, and --frozen-aux stops it
         assert all(not torch.equal(trainer.scores[n][0].detach(), scores[n][0]) for n in scores)
 
 
 # ---- signed scores ----
+
 
 def test_signed_ranking_differs_from_absolute_ranking_on_a_hand_built_case():
     net = make_net("mlp:4-1")
@@ -145,6 +151,7 @@ def test_signed_scores_change_the_extracted_mask(digits, name):
 
 # ---- projected final ----
 
+
 @pytest.mark.parametrize("global_topk", [False, True])
 def test_project_final_hits_the_exact_requested_sparsity(digits, global_topk):
     method = Augmented()
@@ -158,6 +165,7 @@ def test_project_final_hits_the_exact_requested_sparsity(digits, global_topk):
 
 
 # ---- global top-k ----
+
 
 @pytest.mark.parametrize("name", ["edge-popup", "augmented"])
 def test_global_topk_keeps_exactly_the_requested_count_across_layers(name, digits):
@@ -186,8 +194,10 @@ def test_global_aux_report_attributes_wide_aux_to_its_layer():
     spec = quick_method("augmented", sparsity=0.5, global_topk=True, aux_width=2)
     sel = Augmented().selection(net, spec)
     big, small = torch.full((4, 8), 10.0), torch.full((2, 4), 0.0)
-    scores = {"layers.0.weight": [torch.zeros(4, 8), big, big.clone()],  # only layer 0's aux can win
-              "layers.1.weight": [torch.ones(2, 4), small, small.clone()]}
+    scores = {
+        "layers.0.weight": [torch.zeros(4, 8), big, big.clone()],  # only layer 0's aux can win
+        "layers.1.weight": [torch.ones(2, 4), small, small.clone()],
+    }
     rep = sel.aux_report(scores)
     k = keep_count(0.5, 3 * 40)  # 60 of 120: 64 aux entries of layer 0 compete at the top
     assert rep["layers.0.weight"] == {"aug_kept": k, "aux_kept": k}
@@ -196,11 +206,21 @@ def test_global_aux_report_attributes_wide_aux_to_its_layer():
 
 # ---- options are refused where they do not apply ----
 
-@pytest.mark.parametrize("name,option", [("edge-popup", {"aux_width": 2}), ("edge-popup", {"frozen_aux": True}),
-                                         ("random", {"signed_scores": True}), ("random", {"global_topk": True}),
-                                         ("edge-popup", {"project_final": True}), ("iterated", {"aug_density": 0.5}),
-                                         ("augmented", {"max_rounds": 3}), ("iterated", {"project_final": True}),
-                                         ("augmented", {"layer_densities": (0.1, 0.2, 0.3)})])
+
+@pytest.mark.parametrize(
+    "name,option",
+    [
+        ("edge-popup", {"aux_width": 2}),
+        ("edge-popup", {"frozen_aux": True}),
+        ("random", {"signed_scores": True}),
+        ("random", {"global_topk": True}),
+        ("edge-popup", {"project_final": True}),
+        ("iterated", {"aug_density": 0.5}),
+        ("augmented", {"max_rounds": 3}),
+        ("iterated", {"project_final": True}),
+        ("augmented", {"layer_densities": (0.1, 0.2, 0.3)}),
+    ],
+)
 def test_inapplicable_options_are_refused(name, option):
     with pytest.raises(UsageError, match="applies to .* only, not"):
         check_method_options(quick_method(name, **option))
@@ -213,6 +233,7 @@ def test_global_and_layer_densities_exclude_each_other(digits):
 
 # ---- through the command line ----
 
+
 def test_cli_records_variants_and_reports_aux_share(tmp_path, isolated_env):
     from typer.testing import CliRunner
 
@@ -220,21 +241,71 @@ def test_cli_records_variants_and_reports_aux_share(tmp_path, isolated_env):
     from ticketcli.cli import app
 
     out = tmp_path / "t.safetensors"
-    r = CliRunner().invoke(app, ["extract", "--method", "augmented", "--dataset", "digits", "--epochs", "2",
-                                 "--aux-width", "2", "--frozen-aux", "--signed-scores", "--global",
-                                 "--out", str(out), "--json", "--quiet"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "extract",
+            "--method",
+            "augmented",
+            "--dataset",
+            "digits",
+            "--epochs",
+            "2",
+            "--aux-width",
+            "2",
+            "--frozen-aux",
+            "--signed-scores",
+            "--global",
+            "--out",
+            str(out),
+            "--json",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     per = summary["sparsity"]["per_layer"]
     assert all(0 <= v["aux_share"] <= 1 for v in per.values()) and 0 <= summary["sparsity"]["aux_share"] <= 1
     tk = ticket_io.load(out)
-    assert (tk.method["aux_width"], tk.method["frozen_aux"], tk.method["signed_scores"], tk.method["global_topk"]) \
-        == (2, True, True, True)
-    r = CliRunner().invoke(app, ["extract", "--method", "iterated", "--dataset", "digits", "--epochs", "1",
-                                 "--max-rounds", "2", "--out", str(tmp_path / "i.safetensors"), "--json", "--quiet"])
+    assert (tk.method["aux_width"], tk.method["frozen_aux"], tk.method["signed_scores"], tk.method["global_topk"]) == (
+        2,
+        True,
+        True,
+        True,
+    )
+    r = CliRunner().invoke(
+        app,
+        [
+            "extract",
+            "--method",
+            "iterated",
+            "--dataset",
+            "digits",
+            "--epochs",
+            "1",
+            "--max-rounds",
+            "2",
+            "--out",
+            str(tmp_path / "i.safetensors"),
+            "--json",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     rounds = json.loads(r.stdout)["sparsity"]["rounds"]
     assert 1 <= len(rounds) <= 2
-    r = CliRunner().invoke(app, ["extract", "--method", "edge-popup", "--dataset", "digits", "--aux-width", "2",
-                                 "--out", str(tmp_path / "e.safetensors")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "extract",
+            "--method",
+            "edge-popup",
+            "--dataset",
+            "digits",
+            "--aux-width",
+            "2",
+            "--out",
+            str(tmp_path / "e.safetensors"),
+        ],
+    )
     assert r.exit_code == 2 and "--aux-width applies to augmented, iterated only, not edge-popup" in r.output

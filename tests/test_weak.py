@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-
 from test_cli import QUICK, invoke, one_line_error
+
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.errors import RunFailed
@@ -72,8 +72,9 @@ def test_initial_accuracy_equals_evaluate(ticket):
     assert doc["epochs"] == 3 and doc["optimizer"]["name"] == "adam" and doc["optimizer"]["lr"] == 1e-3
     assert doc["sparsity"]["achieved"] == pytest.approx(ev["sparsity"]["achieved"])
     assert doc["sparsity"]["masked_nonzero_after"] == 0 and doc["sparsity"]["unchanged"] is True
-    assert doc["masked"]["final"]["test"]["accuracy"] - doc["masked"]["initial"]["test"]["accuracy"] == \
-        pytest.approx(doc["masked"]["gain"])
+    assert doc["masked"]["final"]["test"]["accuracy"] - doc["masked"]["initial"]["test"]["accuracy"] == pytest.approx(
+        doc["masked"]["gain"]
+    )
     assert "dense" not in doc and "out" not in doc
 
 
@@ -149,15 +150,18 @@ def test_existing_outputs_need_force(ticket, tmp_path):
     assert set(load_file(str(out))) == set(ticket_io.load(ticket).masks)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--epochs", "0"], "--epochs"),
-    (["--batch-size", "0"], "--batch-size"),
-    (["--lr", "-1"], "--lr"),
-    (["--lr", "nan"], "--lr"),
-    (["--weights", "x.safetensors"], "takes no --weights"),
-    (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
-    (["--out", "/nonexistent/dir/w.safetensors"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--epochs", "0"], "--epochs"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--lr", "-1"], "--lr"),
+        (["--lr", "nan"], "--lr"),
+        (["--weights", "x.safetensors"], "takes no --weights"),
+        (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+        (["--out", "/nonexistent/dir/w.safetensors"], "does not exist"),
+    ],
+)
 def test_bad_values_are_one_line_errors(ticket, args, needle):
     assert needle in one_line_error(invoke("train-weak", str(ticket), *TRAIN, *args))
 

@@ -66,16 +66,21 @@ EXTRACT_HINT = "choose --batch-size and --n-extract so that no batch (the last o
 def check_batch(n: int, hint: str = EXTRACT_HINT) -> None:
     """Batch statistics need two examples at least (torch refuses one per channel)."""
     if n < 2:
-        raise UsageError("a BatchNorm network normalises with batch statistics, and a batch of 1 example has none",
-                         hint=hint)
+        raise UsageError(
+            "a BatchNorm network normalises with batch statistics, and a batch of 1 example has none", hint=hint
+        )
 
 
 @contextmanager
 def buffers_as(module: nn.Module, dtype: torch.dtype) -> Iterator[None]:
     """The module's floating-point buffers (BatchNorm statistics) temporarily in `dtype`, for a forward pass in
     that dtype (SynFlow's float64 pass; eval-mode BatchNorm refuses mixed dtypes)."""
-    saved = [(m, name, b) for m in module.modules() for name, b in m.named_buffers(recurse=False)
-             if b.is_floating_point() and b.dtype != dtype]
+    saved = [
+        (m, name, b)
+        for m in module.modules()
+        for name, b in m.named_buffers(recurse=False)
+        if b.is_floating_point() and b.dtype != dtype
+    ]
     for m, name, b in saved:
         setattr(m, name, b.to(dtype))
     try:
@@ -86,8 +91,9 @@ def buffers_as(module: nn.Module, dtype: torch.dtype) -> Iterator[None]:
 
 
 @torch.no_grad()
-def recalibrate(layers: list[nn.Module], forward: Callable[[torch.Tensor], object], x: torch.Tensor,
-                batch_size: int) -> None:
+def recalibrate(
+    layers: list[nn.Module], forward: Callable[[torch.Tensor], object], x: torch.Tensor, batch_size: int
+) -> None:
     """Reset the running statistics and accumulate them over x in order, in ceil(n / batch_size) chunks of
     nearly equal size (each then counts about as much as it holds), never fewer than 2 examples a chunk."""
     n = x.shape[0]
@@ -104,7 +110,12 @@ def read_record(record: object) -> int:
     if not isinstance(record, dict) or set(record) != set(RECORD):
         raise ValueError(f"unsupported batchnorm record {record!r}")
     size = record["batch_size"]
-    if record["statistics"] != "recalibrated" or record["split"] != "extract" or isinstance(size, bool) \
-            or not isinstance(size, int) or not 1 <= size <= 1 << 20:
+    if (
+        record["statistics"] != "recalibrated"
+        or record["split"] != "extract"
+        or isinstance(size, bool)
+        or not isinstance(size, int)
+        or not 1 <= size <= 1 << 20
+    ):
         raise ValueError(f"unsupported batchnorm record {record!r}")
     return size

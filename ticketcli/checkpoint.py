@@ -43,11 +43,16 @@ def read_torch_file(path: str | Path, what: str, hint: str | None = None) -> Any
     except pickle.UnpicklingError as e:
         named = re.search(r"GLOBAL ([\w.]+)", str(e))
         if named:
-            raise UsageError(f"{path} is a pickle that needs arbitrary code to load (it names {named[1]}); "
-                             f"ticket only reads tensors", hint=hint or RESAVE) from None
+            raise UsageError(
+                f"{path} is a pickle that needs arbitrary code to load (it names {named[1]}); "
+                f"ticket only reads tensors",
+                hint=hint or RESAVE,
+            ) from None
         if _starts_like_pickle(path):
-            raise UsageError(f"{path} is a pickle that torch's safe loader cannot read; ticket only reads tensors",
-                             hint=hint or RESAVE) from None
+            raise UsageError(
+                f"{path} is a pickle that torch's safe loader cannot read; ticket only reads tensors",
+                hint=hint or RESAVE,
+            ) from None
         raise UsageError(f"cannot read {what} {path}: not a PyTorch file", hint=hint) from None
     except Exception as e:  # a torn or foreign file raises many types (RuntimeError, EOFError, KeyError, ...)
         raise UsageError(f"cannot read {what} {path}: {first_sentence(e)}", hint=hint) from None
@@ -103,8 +108,10 @@ class Checkpointer:
         if identity != self.identity:
             changed = sorted(k for k in set(identity) | set(self.identity) if identity.get(k) != self.identity.get(k))
             detail = "; ".join(_diff(k, identity.get(k), self.identity.get(k)) for k in changed)
-            raise UsageError(f"{self.path} belongs to a different run ({detail[:300]})",
-                             hint="resume with the original options, or delete the checkpoint to start over")
+            raise UsageError(
+                f"{self.path} belongs to a different run ({detail[:300]})",
+                hint="resume with the original options, or delete the checkpoint to start over",
+            )
         return saved["state"]
 
     @contextmanager
@@ -114,8 +121,10 @@ class Checkpointer:
         try:
             yield
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
-            raise UsageError(f"{self.path} does not hold a state this run can resume ({type(e).__name__}: "
-                             f"{first_sentence(e)})", hint="delete it to start from scratch") from None
+            raise UsageError(
+                f"{self.path} does not hold a state this run can resume ({type(e).__name__}: {first_sentence(e)})",
+                hint="delete it to start from scratch",
+            ) from None
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)

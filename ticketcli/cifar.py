@@ -31,11 +31,53 @@ LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "
 
 # Binary opcodes of protocols 2-5 that build dicts, lists, tuples, strings, numbers and call the few globals
 # below. No text opcodes, no INST/OBJ/NEWOBJ, extension codes, persistent ids, sets or out-of-band buffers.
-OPCODES = {"PROTO", "FRAME", "STOP", "MARK", "POP", "POP_MARK", "DUP", "NONE", "NEWTRUE", "NEWFALSE", "BININT",
-           "BININT1", "BININT2", "LONG1", "BINFLOAT", "SHORT_BINSTRING", "BINSTRING", "SHORT_BINBYTES", "BINBYTES",
-           "BINBYTES8", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "EMPTY_LIST", "APPEND", "APPENDS", "LIST",
-           "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS",
-           "GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "BINPUT", "LONG_BINPUT", "MEMOIZE", "BINGET", "LONG_BINGET"}
+OPCODES = {
+    "PROTO",
+    "FRAME",
+    "STOP",
+    "MARK",
+    "POP",
+    "POP_MARK",
+    "DUP",
+    "NONE",
+    "NEWTRUE",
+    "NEWFALSE",
+    "BININT",
+    "BININT1",
+    "BININT2",
+    "LONG1",
+    "BINFLOAT",
+    "SHORT_BINSTRING",
+    "BINSTRING",
+    "SHORT_BINBYTES",
+    "BINBYTES",
+    "BINBYTES8",
+    "SHORT_BINUNICODE",
+    "BINUNICODE",
+    "BINUNICODE8",
+    "EMPTY_LIST",
+    "APPEND",
+    "APPENDS",
+    "LIST",
+    "EMPTY_TUPLE",
+    "TUPLE",
+    "TUPLE1",
+    "TUPLE2",
+    "TUPLE3",
+    "EMPTY_DICT",
+    "DICT",
+    "SETITEM",
+    "SETITEMS",
+    "GLOBAL",
+    "STACK_GLOBAL",
+    "REDUCE",
+    "BUILD",
+    "BINPUT",
+    "LONG_BINPUT",
+    "MEMOIZE",
+    "BINGET",
+    "LONG_BINGET",
+}
 
 
 def scan(raw: bytes) -> None:
@@ -74,8 +116,13 @@ class _Uint8:
     """Stands for numpy.dtype('u1'); BUILD hands it the dtype's state, which must be that of a plain uint8."""
 
     def __setstate__(self, state: Any) -> None:
-        if not (isinstance(state, tuple) and len(state) in (8, 9) and state[0] in (3, 4) and state[1] in "|<>="
-                and all(s is None for s in state[2:5])):
+        if not (
+            isinstance(state, tuple)
+            and len(state) in (8, 9)
+            and state[0] in (3, 4)
+            and state[1] in "|<>="
+            and all(s is None for s in state[2:5])
+        ):
             raise pickle.UnpicklingError("the array's dtype is not plain uint8")
 
 
@@ -94,10 +141,16 @@ class PendingArray:
         version, shape, dtype, fortran, data = state
         if version != 1 or not isinstance(dtype, _Uint8) or fortran is not False:
             raise pickle.UnpicklingError("'data' must be a C-ordered uint8 array")
-        if not (isinstance(shape, tuple) and len(shape) == 2 and all(type(n) is int for n in shape)
-                and 1 <= shape[0] <= MAX_ROWS and shape[1] == ROW):
-            raise pickle.UnpicklingError(f"'data' must be a uint8 array of shape (N, {ROW}) with 1 <= N <= "
-                                         f"{MAX_ROWS}, not {str(shape)[:80]}")
+        if not (
+            isinstance(shape, tuple)
+            and len(shape) == 2
+            and all(type(n) is int for n in shape)
+            and 1 <= shape[0] <= MAX_ROWS
+            and shape[1] == ROW
+        ):
+            raise pickle.UnpicklingError(
+                f"'data' must be a uint8 array of shape (N, {ROW}) with 1 <= N <= {MAX_ROWS}, not {str(shape)[:80]}"
+            )
         if not isinstance(data, (bytes, str)) or len(data) != shape[0] * ROW:
             raise pickle.UnpicklingError(f"'data' of shape {shape} must hold {shape[0] * ROW} bytes")
         if isinstance(data, str):  # a Python 2 str, decoded as latin-1 by the unpickler
@@ -122,10 +175,13 @@ class BatchUnpickler(pickle.Unpickler):
         self.budget = [len(raw)]
         self.ndarray = _Global()
         reconstruct = _Global(self._reconstruct)
-        self.globals = {("numpy.core.multiarray", "_reconstruct"): reconstruct,
-                        ("numpy._core.multiarray", "_reconstruct"): reconstruct,  # numpy >= 2 names it so
-                        ("numpy", "ndarray"): self.ndarray, ("numpy", "dtype"): _Global(self._dtype),
-                        ("_codecs", "encode"): _Global(self._encode)}
+        self.globals = {
+            ("numpy.core.multiarray", "_reconstruct"): reconstruct,
+            ("numpy._core.multiarray", "_reconstruct"): reconstruct,  # numpy >= 2 names it so
+            ("numpy", "ndarray"): self.ndarray,
+            ("numpy", "dtype"): _Global(self._dtype),
+            ("_codecs", "encode"): _Global(self._encode),
+        }
 
     def find_class(self, module: str, name: str) -> Any:
         found = self.globals.get((module, name))
@@ -158,8 +214,9 @@ def load(path: Path) -> dict:
         scan(raw)
         obj = BatchUnpickler(raw).load()
     except Exception as e:  # truncated files, foreign pickles, refused globals and shapes
-        raise UsageError(f"cannot read {path}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-                         ) from None
+        raise UsageError(
+            f"cannot read {path}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        ) from None
     if not isinstance(obj, dict) or not all(isinstance(k, (str, bytes)) for k in obj):
         raise UsageError(f"{path} is not a CIFAR-10 batch (not a dict of named entries)")
     return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in obj.items()}
@@ -169,10 +226,17 @@ def read_meta(path: Path) -> int:
     """batches.meta, checked; returns the number of images per training batch."""
     meta = load(path)
     n = meta.get("num_cases_per_batch")
-    if set(meta) != META_KEYS or meta["label_names"] != LABEL_NAMES or meta["num_vis"] != ROW \
-            or type(n) is not int or not 1 <= n <= MAX_ROWS:
-        raise UsageError(f"{path} is not CIFAR-10's batches.meta (keys {', '.join(sorted(META_KEYS))}; the ten "
-                         f"label names airplane..truck, num_vis {ROW}, num_cases_per_batch in 1..{MAX_ROWS})")
+    if (
+        set(meta) != META_KEYS
+        or meta["label_names"] != LABEL_NAMES
+        or meta["num_vis"] != ROW
+        or type(n) is not int
+        or not 1 <= n <= MAX_ROWS
+    ):
+        raise UsageError(
+            f"{path} is not CIFAR-10's batches.meta (keys {', '.join(sorted(META_KEYS))}; the ten "
+            f"label names airplane..truck, num_vis {ROW}, num_cases_per_batch in 1..{MAX_ROWS})"
+        )
     return n
 
 

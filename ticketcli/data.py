@@ -98,7 +98,9 @@ def read_idx(path: Path, item: tuple[int, ...], max_n: int) -> np.ndarray:
             if f.read(1):
                 raise UsageError(f"{path} has data after the {math.prod(dims)} bytes its header declares")
     except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
-        raise UsageError(f"cannot read {path}: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}") from None
+        raise UsageError(
+            f"cannot read {path}: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}"
+        ) from None
     return np.frombuffer(body, dtype=np.uint8).reshape(dims)  # writable: a bytearray, so torch can own it
 
 
@@ -155,13 +157,19 @@ def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
     def prepare(x: torch.Tensor) -> torch.Tensor:  # uint8 (N, H, W) -> normalised float32 (N, 1, H, W)
         return ((x.to(torch.float32) / 255.0 - mean) / std).unsqueeze(1)
 
-    return Pools(torch.from_numpy(arrays["x_train"]), torch.from_numpy(arrays["y_train"].astype(np.int64)),
-                 torch.from_numpy(arrays["x_test"]), torch.from_numpy(arrays["y_test"].astype(np.int64)),
-                 source=str(d), prepare=prepare)
+    return Pools(
+        torch.from_numpy(arrays["x_train"]),
+        torch.from_numpy(arrays["y_train"].astype(np.int64)),
+        torch.from_numpy(arrays["x_test"]),
+        torch.from_numpy(arrays["y_test"].astype(np.int64)),
+        source=str(d),
+        prepare=prepare,
+    )
 
 
-def _find_or_download(spec: DataSpec, title: str, subdirs: tuple[str, ...], find: Callable, download: Callable,
-                      hint: str) -> Path:
+def _find_or_download(
+    spec: DataSpec, title: str, subdirs: tuple[str, ...], find: Callable, download: Callable, hint: str
+) -> Path:
     """The first search dir (with one of `subdirs`) holding the dataset, else a torchvision download if allowed."""
     d = find(spec.search_dirs, subdirs)
     if d is None and spec.download and spec.download_dir is not None:
@@ -171,13 +179,15 @@ def _find_or_download(spec: DataSpec, title: str, subdirs: tuple[str, ...], find
             raise UsageError(f"{title} download failed: {str(e).splitlines()[0][:200]}", hint=hint) from None
     if d is None:
         looked = ", ".join(spec.search_dirs) or "(nowhere)"
-        raise UsageError(f"{title} not found (looked in {looked})", hint=hint + ", or add --download to fetch it "
-                         "with torchvision")
+        raise UsageError(
+            f"{title} not found (looked in {looked})", hint=hint + ", or add --download to fetch it with torchvision"
+        )
     return d
 
 
-def _idx_dataset(title: str, subdirs: tuple[str, ...], tv_class: str, mean: float, std: float,
-                 hint: str) -> Callable[[DataSpec], Pools]:
+def _idx_dataset(
+    title: str, subdirs: tuple[str, ...], tv_class: str, mean: float, std: float, hint: str
+) -> Callable[[DataSpec], Pools]:
     """A loader for an MNIST-format dataset (four IDX files, plain or gzip'd; torchvision keeps them in
     <root>/<tv_class>/raw)."""
 
@@ -197,11 +207,21 @@ def _idx_dataset(title: str, subdirs: tuple[str, ...], tv_class: str, mean: floa
 
 
 _load_fashion_mnist = _idx_dataset(
-    "FashionMNIST", ("", "fashion-mnist", "FashionMNIST/raw", "fashion_mnist"), "FashionMNIST", 0.2860, 0.3530,
-    hint="install it with `apt-get install dataset-fashion-mnist` or pass --data-dir DIR holding the four IDX files")
+    "FashionMNIST",
+    ("", "fashion-mnist", "FashionMNIST/raw", "fashion_mnist"),
+    "FashionMNIST",
+    0.2860,
+    0.3530,
+    hint="install it with `apt-get install dataset-fashion-mnist` or pass --data-dir DIR holding the four IDX files",
+)
 _load_mnist = _idx_dataset(  # the usual MNIST normalisation
-    "MNIST", ("", "mnist", "MNIST/raw"), "MNIST", 0.1307, 0.3081,
-    hint="pass --data-dir DIR holding the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...)")
+    "MNIST",
+    ("", "mnist", "MNIST/raw"),
+    "MNIST",
+    0.1307,
+    0.3081,
+    hint="pass --data-dir DIR holding the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...)",
+)
 
 
 CIFAR10_DIR = "cifar-10-batches-py"
@@ -226,9 +246,15 @@ def _load_cifar10(spec: DataSpec) -> Pools:
         CIFAR10(root=root, train=True, download=True)
         return Path(root) / CIFAR10_DIR
 
-    d = _find_or_download(spec, "CIFAR-10", (CIFAR10_DIR, f"cifar10/{CIFAR10_DIR}", ""), find_cifar10_dir, download,
-                          hint=f"pass --data-dir DIR holding {CIFAR10_DIR}/ (the python version: data_batch_1..5, "
-                          "test_batch, batches.meta)")
+    d = _find_or_download(
+        spec,
+        "CIFAR-10",
+        (CIFAR10_DIR, f"cifar10/{CIFAR10_DIR}", ""),
+        find_cifar10_dir,
+        download,
+        hint=f"pass --data-dir DIR holding {CIFAR10_DIR}/ (the python version: data_batch_1..5, "
+        "test_batch, batches.meta)",
+    )
     per_batch = cifar.read_meta(d / "batches.meta")
     train = [cifar.read_batch(d / f) for f in CIFAR10_FILES[:5]]
     for f, (x, _) in zip(CIFAR10_FILES, train):
@@ -241,9 +267,14 @@ def _load_cifar10(spec: DataSpec) -> Pools:
     def prepare(x: torch.Tensor) -> torch.Tensor:  # uint8 (N, 3, 32, 32) -> per-channel normalised float32
         return (x.to(torch.float32) / 255.0 - mean) / std
 
-    return Pools(torch.from_numpy(np.concatenate([x for x, _ in train])),
-                 torch.from_numpy(np.concatenate([y for _, y in train])),
-                 torch.from_numpy(x_test.copy()), torch.from_numpy(y_test), source=str(d), prepare=prepare)
+    return Pools(
+        torch.from_numpy(np.concatenate([x for x, _ in train])),
+        torch.from_numpy(np.concatenate([y for _, y in train])),
+        torch.from_numpy(x_test.copy()),
+        torch.from_numpy(y_test),
+        source=str(d),
+        prepare=prepare,
+    )
 
 
 DIGITS_TEST = 397  # scikit-learn's digits has no test split: a fixed one is held out (seed-independent)
@@ -278,8 +309,21 @@ def load_splits(spec: DataSpec) -> Splits:
         raise UsageError(f"{spec.name} has {n} training examples; cannot draw {n_e} extraction + {n_v} validation")
     perm = torch.randperm(n, generator=generator(spec.split_seed, "split"))
     ext, val = perm[:n_e], perm[n_e : n_e + n_v]
-    meta = {"dataset": spec.name, "n_extract": n_e, "n_val": n_v, "n_test": len(pools.y_test),
-            "split_seed": spec.split_seed, "source": pools.source}
+    meta = {
+        "dataset": spec.name,
+        "n_extract": n_e,
+        "n_val": n_v,
+        "n_test": len(pools.y_test),
+        "split_seed": spec.split_seed,
+        "source": pools.source,
+    }
     prep = pools.prepare
-    return Splits(prep(pools.x_train[ext]), pools.y_train[ext], prep(pools.x_train[val]), pools.y_train[val],
-                  prep(pools.x_test), pools.y_test, meta)
+    return Splits(
+        prep(pools.x_train[ext]),
+        pools.y_train[ext],
+        prep(pools.x_train[val]),
+        pools.y_train[val],
+        prep(pools.x_test),
+        pools.y_test,
+        meta,
+    )

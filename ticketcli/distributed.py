@@ -139,8 +139,9 @@ def replicate(params: list[nn.Parameter], forward: Callable[..., torch.Tensor]) 
     return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def cross_entropy_step(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor
-                       ) -> tuple[torch.Tensor, float, int]:
+def cross_entropy_step(
+    forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, float, int]:
     """Forward this rank's shard of the global batch (x, y). Returns the tensor to backpropagate, the global mean
     cross-entropy and the global number of correct predictions (identical on every rank)."""
     if not _WORLD.active:
@@ -164,11 +165,14 @@ def check_identical(tensors: dict[str, torch.Tensor], what: str) -> None:
     for name in sorted(tensors):
         h.update(name.encode())
         h.update(tensors[name].detach().cpu().contiguous().numpy().tobytes())
-    mine = torch.tensor([int.from_bytes(h.digest()[:8], "little", signed=True)], dtype=torch.int64,
-                        device=_comm_device())
+    mine = torch.tensor(
+        [int.from_bytes(h.digest()[:8], "little", signed=True)], dtype=torch.int64, device=_comm_device()
+    )
     everyone = [torch.empty_like(mine) for _ in range(_WORLD.size)]
     dist.all_gather(everyone, mine)
     differ = [r for r, t in enumerate(everyone) if int(t) != int(everyone[0])]
     if differ:
-        raise RunFailed(f"{what} differ between ranks (ranks {', '.join(map(str, differ))} disagree with rank 0)",
-                        hint="a rank diverged; this is a bug, please report it with the command")
+        raise RunFailed(
+            f"{what} differ between ranks (ranks {', '.join(map(str, differ))} disagree with rank 0)",
+            hint="a rank diverged; this is a bug, please report it with the command",
+        )

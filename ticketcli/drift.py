@@ -79,17 +79,35 @@ class DriftSpec:
 
     def to_dict(self) -> dict[str, Any]:
         exact = ACTIVATIONS.get(self.activation).exact_zeros
-        return {"model": self.model.to_string(), "dataset": self.data.name, "inputs": self.inputs,
-                "loss": self.loss, "activation": self.activation, "clip": self.clip,
-                "optimizer": self.optim.to_dict(), "batch_size": self.batch_size, "steps": self.steps,
-                "log_every": self.log_every, "probe_size": self.probe_size,
-                "zero_rule": "a == 0" if exact else f"|a| < {self.zero_threshold:g}",
-                "zero_threshold": 0.0 if exact else self.zero_threshold, "init": self.init.to_dict()}
+        return {
+            "model": self.model.to_string(),
+            "dataset": self.data.name,
+            "inputs": self.inputs,
+            "loss": self.loss,
+            "activation": self.activation,
+            "clip": self.clip,
+            "optimizer": self.optim.to_dict(),
+            "batch_size": self.batch_size,
+            "steps": self.steps,
+            "log_every": self.log_every,
+            "probe_size": self.probe_size,
+            "zero_rule": "a == 0" if exact else f"|a| < {self.zero_threshold:g}",
+            "zero_threshold": 0.0 if exact else self.zero_threshold,
+            "init": self.init.to_dict(),
+        }
 
 
 # drift's numeric settings and their defaults; their ranges are specs.RANGES's
-DRIFT_DEFAULTS = {"lr": 1e-3, "momentum": 0.0, "clip": 50.0, "batch_size": 512, "steps": 500, "log_every": 10,
-                  "probe_size": 1024, "zero_threshold": 1e-2}
+DRIFT_DEFAULTS = {
+    "lr": 1e-3,
+    "momentum": 0.0,
+    "clip": 50.0,
+    "batch_size": 512,
+    "steps": 500,
+    "log_every": 10,
+    "probe_size": 1024,
+    "zero_threshold": 1e-2,
+}
 
 
 def build_drift_spec(s: dict[str, Any], location: dict[str, Any]) -> DriftSpec:
@@ -113,11 +131,21 @@ def build_drift_spec(s: dict[str, Any], location: dict[str, Any]) -> DriftSpec:
     optim = WeightOptim(name=optimizer, lr=num["lr"], momentum=num["momentum"])
     seeds = parse_seeds(_default(s, "seeds", "0"))
     return DriftSpec(
-        model=model, data=DataSpec(name=info.name, **location), inputs=inputs, loss=loss, activation=act,
-        clip=num["clip"], optim=optim, batch_size=num["batch_size"], steps=num["steps"],
-        log_every=min(num["log_every"], num["steps"]), probe_size=num["probe_size"],
+        model=model,
+        data=DataSpec(name=info.name, **location),
+        inputs=inputs,
+        loss=loss,
+        activation=act,
+        clip=num["clip"],
+        optim=optim,
+        batch_size=num["batch_size"],
+        steps=num["steps"],
+        log_every=min(num["log_every"], num["steps"]),
+        probe_size=num["probe_size"],
         zero_threshold=num["zero_threshold"],
-        seeds=seeds, device=str(s.get("device") or "auto"))
+        seeds=seeds,
+        device=str(s.get("device") or "auto"),
+    )
 
 
 def _default(s: dict, key: str, value: Any) -> Any:
@@ -137,17 +165,27 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 
 def _require_mlp(arch: str) -> None:
     if arch != "mlp":
-        raise UsageError(f"drift measures Linear-layer MLPs only, not {arch!r} models",
-                         hint="use --model mlp:784-256-256-256-10")
+        raise UsageError(
+            f"drift measures Linear-layer MLPs only, not {arch!r} models", hint="use --model mlp:784-256-256-256-10"
+        )
 
 
 def _masked_mean(t: torch.Tensor, keep: torch.Tensor | None) -> float:
     return float(t.mean() if keep is None else t[keep].mean())
 
 
-def measure(params: dict[str, torch.Tensor], masks: dict[str, torch.Tensor] | None, x: torch.Tensor,
-            y: torch.Tensor, *, act: Callable[[torch.Tensor], torch.Tensor], exact_zeros: bool,
-            zero_threshold: float, loss_fn: Loss, forward: Callable | None = None) -> dict:
+def measure(
+    params: dict[str, torch.Tensor],
+    masks: dict[str, torch.Tensor] | None,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    act: Callable[[torch.Tensor], torch.Tensor],
+    exact_zeros: bool,
+    zero_threshold: float,
+    loss_fn: Loss,
+    forward: Callable | None = None,
+) -> dict:
     """All statistics of the effective weights `params` (W * M) on the probe batch (x, y).
 
     `forward(x, params, act=, trace=)` is the MLP's pass (default: mlp_forward without norms or skips).
@@ -175,20 +213,27 @@ def measure(params: dict[str, torch.Tensor], masks: dict[str, torch.Tensor] | No
         g_mean, a_mean = g.mean(0), a_in.mean(0)
         outer = torch.outer(g_mean, a_mean)  # (out, in)
         cov = (g - g_mean).T @ (a_in - a_mean) / b  # (out, in)
-        s = {"weight_mean": float(kept.mean()), "weight_std": float(kept.std()) if kept.numel() > 1 else 0.0,
-             "neg_weight_share": float((kept < 0).double().mean()),
-             "grad_mean": _masked_mean(grads[i].double(), keep),
-             "grad_outer": _masked_mean(outer, keep), "grad_cov": _masked_mean(cov, keep)}
+        s = {
+            "weight_mean": float(kept.mean()),
+            "weight_std": float(kept.std()) if kept.numel() > 1 else 0.0,
+            "neg_weight_share": float((kept < 0).double().mean()),
+            "grad_mean": _masked_mean(grads[i].double(), keep),
+            "grad_outer": _masked_mean(outer, keep),
+            "grad_cov": _masked_mean(cov, keep),
+        }
         if i < n_layers - 1:
             h = trace[i][2].detach()  # (B, out) pre-activation: what the activation sees
             a = trace[i][3].detach()  # (B, out) activation (before any skip connection adds the layer's input)
             zero = a == 0 if exact_zeros else a.abs() < zero_threshold
             pos = h > 0
             rms = float(a.double().square().mean().sqrt())
-            s.update(neg_preact_share=float((h < 0).double().mean()), sparsity=float(zero.double().mean()),
-                     dead_units=int(zero.all(0).sum()),
-                     grad_pos_preact=float(g[pos].mean()) if bool(pos.any()) else None,
-                     spike_ratio=float(a.abs().max()) / rms if rms > 0 else None)
+            s.update(
+                neg_preact_share=float((h < 0).double().mean()),
+                sparsity=float(zero.double().mean()),
+                dead_units=int(zero.all(0).sum()),
+                grad_pos_preact=float(g[pos].mean()) if bool(pos.any()) else None,
+                spike_ratio=float(a.abs().max()) / rms if rms > 0 else None,
+            )
         layers[f"layers.{i}"] = s
     acc = float((logits.argmax(1) == y).double().mean())
     return {"loss": float(loss.detach()), "accuracy": acc, "layers": layers}
@@ -206,8 +251,9 @@ class Inputs:
             runs.check_input_shape(model, splits)
             info = DATASETS.get(data.name)
             if self.classes < info.classes:
-                raise UsageError(f"model {model.to_string()} has {self.classes} outputs but {data.name} has "
-                                 f"{info.classes} classes")
+                raise UsageError(
+                    f"model {model.to_string()} has {self.classes} outputs but {data.name} has {info.classes} classes"
+                )
             self.x, self.y = splits.x_extract.to(device), splits.y_extract.to(device)
             self.probe = (splits.x_val[: spec.probe_size].to(device), splits.y_val[: spec.probe_size].to(device))
             self.g = generator(seed, "drift-batches")
@@ -238,8 +284,14 @@ def logged_steps(steps: int, log_every: int) -> list[int]:
     return out if out[-1] == steps else out + [steps]
 
 
-def drift_one(net: MaskedNet, masks: dict[str, torch.Tensor] | None, spec: DriftSpec, inputs: Inputs, *,
-              on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None) -> dict:
+def drift_one(
+    net: MaskedNet,
+    masks: dict[str, torch.Tensor] | None,
+    spec: DriftSpec,
+    inputs: Inputs,
+    *,
+    on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
+) -> dict:
     """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
     on_log(step, statistics, effective weights) runs at every logged step."""
     if not isinstance(net.module, MLP):
@@ -257,8 +309,16 @@ def drift_one(net: MaskedNet, masks: dict[str, torch.Tensor] | None, spec: Drift
 
     def log(step: int) -> None:
         eff = trainer.effective()
-        m = measure(eff, keep, *inputs.probe, act=act, exact_zeros=activation.exact_zeros,
-                    zero_threshold=spec.zero_threshold, loss_fn=loss_fn, forward=pass_)
+        m = measure(
+            eff,
+            keep,
+            *inputs.probe,
+            act=act,
+            exact_zeros=activation.exact_zeros,
+            zero_threshold=spec.zero_threshold,
+            loss_fn=loss_fn,
+            forward=pass_,
+        )
         series["steps"].append(step)
         series["loss"].append(m["loss"])
         series["accuracy"].append(m["accuracy"])
@@ -266,7 +326,7 @@ def drift_one(net: MaskedNet, masks: dict[str, torch.Tensor] | None, spec: Drift
             out = series["layers"].setdefault(layer, {})
             if step == 0:
                 out["initial_std"] = s["weight_std"]
-            s["weight_drift"] = (s["weight_mean"] - out["weight_mean"][0] if out.get("weight_mean") else 0.0)
+            s["weight_drift"] = s["weight_mean"] - out["weight_mean"][0] if out.get("weight_mean") else 0.0
             s["weight_drift_std"] = s["weight_drift"] / out["initial_std"] if out["initial_std"] > 0 else None
             for k, v in s.items():
                 out.setdefault(k, []).append(v)
@@ -300,6 +360,7 @@ def _mean_std(values: list) -> tuple[float | None, float | None]:
 def summarise(runs_: list[dict]) -> dict:
     """Mean and (sample) std across seeds of every series, step by step, and per layer the share of seeds whose
     weight mean ended below where it started."""
+
     def across(get: Callable[[dict], list]) -> dict:
         cols = list(zip(*(get(r) for r in runs_)))
         pairs = [_mean_std(list(c)) for c in cols]
@@ -308,16 +369,30 @@ def summarise(runs_: list[dict]) -> dict:
     first = runs_[0]
     layers = {}
     for layer, metrics in first["layers"].items():
-        layers[layer] = {k: across(lambda r, k=k, layer=layer: r["layers"][layer][k])
-                         for k, v in metrics.items() if isinstance(v, list)}
+        layers[layer] = {
+            k: across(lambda r, k=k, layer=layer: r["layers"][layer][k])
+            for k, v in metrics.items()
+            if isinstance(v, list)
+        }
         layers[layer]["negative_drift_share"] = sum(
-            r["layers"][layer]["weight_mean"][-1] < r["layers"][layer]["weight_mean"][0] for r in runs_) / len(runs_)
-    return {"steps": first["steps"], "loss": across(lambda r: r["loss"]),
-            "accuracy": across(lambda r: r["accuracy"]), "layers": layers}
+            r["layers"][layer]["weight_mean"][-1] < r["layers"][layer]["weight_mean"][0] for r in runs_
+        ) / len(runs_)
+    return {
+        "steps": first["steps"],
+        "loss": across(lambda r: r["loss"]),
+        "accuracy": across(lambda r: r["accuracy"]),
+        "layers": layers,
+    }
 
 
-def run_drift(spec: DriftSpec, *, ticket: str | Path | None = None, weights: str | None = None,
-              progress: Progress | None = None, policy: ModelPolicy = ModelPolicy()) -> dict:
+def run_drift(
+    spec: DriftSpec,
+    *,
+    ticket: str | Path | None = None,
+    weights: str | None = None,
+    progress: Progress | None = None,
+    policy: ModelPolicy = ModelPolicy(),
+) -> dict:
     """Run spec for every seed (or once on a ticket's rebuilt network, training only its kept weights).
 
     policy: whether a ticket's factory may be imported (drift takes MLPs only, so it never is) and the size limit."""
@@ -332,11 +407,21 @@ def run_drift(spec: DriftSpec, *, ticket: str | Path | None = None, weights: str
         _require_mlp(model.arch)
         net, _ = runs.rebuild(tk, path, weights, policy)
         integrity = tk.integrity
-        data = replace(spec.data, name=tk.data["dataset"], n_extract=tk.data["n_extract"],
-                       n_val=tk.data["n_val"], split_seed=tk.data["split_seed"])
+        data = replace(
+            spec.data,
+            name=tk.data["dataset"],
+            n_extract=tk.data["n_extract"],
+            n_val=tk.data["n_val"],
+            split_seed=tk.data["split_seed"],
+        )
         jobs.append((tk.init["seed"], net, tk.masks, model, data))
-        spec = replace(spec, model=model, data=data, seeds=(tk.init["seed"],),
-                       init=InitSpec(scheme=tk.init["scheme"], k=float(tk.init["k"]), seed=tk.init["seed"]))
+        spec = replace(
+            spec,
+            model=model,
+            data=data,
+            seeds=(tk.init["seed"],),
+            init=InitSpec(scheme=tk.init["scheme"], k=float(tk.init["k"]), seed=tk.init["seed"]),
+        )
     else:
         for seed in spec.seeds:
             net, _, _ = runs.build_net(spec.model, replace(spec.init, seed=seed), None, policy.max_params)
@@ -351,11 +436,33 @@ def run_drift(spec: DriftSpec, *, ticket: str | Path | None = None, weights: str
         def on_log(step: int, m: dict, _w: dict, base: int = done) -> None:
             if progress is not None:
                 hidden = [s["sparsity"] for s in m["layers"].values() if "sparsity" in s]
-                progress({"epoch": base + step, "unit": "step", "loss": m["loss"], "accuracy": m["accuracy"],
-                          "sparsity": sum(hidden) / len(hidden) if hidden else 0.0})
+                progress(
+                    {
+                        "epoch": base + step,
+                        "unit": "step",
+                        "loss": m["loss"],
+                        "accuracy": m["accuracy"],
+                        "sparsity": sum(hidden) / len(hidden) if hidden else 0.0,
+                    }
+                )
 
-        results.append({"seed": seed, "probe_n": int(inputs.probe[1].numel()), **drift_one(net, masks, spec, inputs, on_log=on_log)})
+        results.append(
+            {
+                "seed": seed,
+                "probe_n": int(inputs.probe[1].numel()),
+                **drift_one(net, masks, spec, inputs, on_log=on_log),
+            }
+        )
         done += spec.steps
-    return {**spec.to_dict(), "seeds": [r["seed"] for r in results], "probe_n": results[0]["probe_n"], "ticket": None if ticket is None else str(ticket),
-            "masked": ticket is not None, "device": str(device), "wall_time_s": time.perf_counter() - t0,
-            "runs": results, "summary": summarise(results), "integrity": integrity}
+    return {
+        **spec.to_dict(),
+        "seeds": [r["seed"] for r in results],
+        "probe_n": results[0]["probe_n"],
+        "ticket": None if ticket is None else str(ticket),
+        "masked": ticket is not None,
+        "device": str(device),
+        "wall_time_s": time.perf_counter() - t0,
+        "runs": results,
+        "summary": summarise(results),
+        "integrity": integrity,
+    }

@@ -20,8 +20,11 @@ def _interrupted_at_start(signum, frame):
 def main() -> None:
     """Run `ticket` with start-up signals handled (ticketcli.cli:main stays callable on its own)."""
     # a signal the parent set to be ignored (SIGINT of a background job in a script) stays ignored
-    previous = {s: signal.signal(s, _interrupted_at_start) for s in (signal.SIGINT, signal.SIGTERM)
-                if signal.getsignal(s) is not signal.SIG_IGN}
+    previous = {
+        s: signal.signal(s, _interrupted_at_start)
+        for s in (signal.SIGINT, signal.SIGTERM)
+        if signal.getsignal(s) is not signal.SIG_IGN
+    }
     try:
         from ticketcli.cli import main as cli_main  # torch, typer, rich: the slow part
 

@@ -46,8 +46,10 @@ def exit_code(e: BaseException, *, debug: bool = False, streams: tuple | None = 
         return e.exit_code
     if isinstance(e, click.ClickException):  # unknown option, a value outside the choices, not a number
         ctx = getattr(e, "ctx", None)
-        report.error(e.format_message().replace("Value error, ", ""),
-                     hint=f"see '{ctx.command_path} --help'" if ctx is not None else None)
+        report.error(
+            e.format_message().replace("Value error, ", ""),
+            hint=f"see '{ctx.command_path} --help'" if ctx is not None else None,
+        )
         return e.exit_code
     if isinstance(e, TicketCliError):
         return report_error(e)

@@ -74,10 +74,16 @@ def csr_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> tuple[dict[str,
         state[f"{n}.col_indices"] = col.to(torch.int32).contiguous()
         state[f"{n}.values"] = values.contiguous()
         state[f"{n}.shape"] = torch.tensor(list(w.shape), dtype=torch.int64)
-        csr_bytes = sum(state[f"{n}.{k}"].numel() * state[f"{n}.{k}"].element_size()
-                        for k in ("crow_indices", "col_indices", "values", "shape"))
-        layers[n] = {"shape": list(w.shape), "nnz": int(values.numel()), "dense_bytes": w.numel() * 4,
-                     "csr_bytes": csr_bytes}
+        csr_bytes = sum(
+            state[f"{n}.{k}"].numel() * state[f"{n}.{k}"].element_size()
+            for k in ("crow_indices", "col_indices", "values", "shape")
+        )
+        layers[n] = {
+            "shape": list(w.shape),
+            "nnz": int(values.numel()),
+            "dense_bytes": w.numel() * 4,
+            "csr_bytes": csr_bytes,
+        }
     return state, layers
 
 
@@ -89,9 +95,16 @@ def encode(state: dict[str, torch.Tensor], out: Path, metadata: dict[str, str] |
     return buf.getvalue()
 
 
-def export_ticket(path: str | Path, *, fmt: str, out: str | Path, weights: str | None = None,
-                  overwrite: bool = False, policy: ModelPolicy = ModelPolicy(),
-                  data: DataSpec | None = None) -> dict:
+def export_ticket(
+    path: str | Path,
+    *,
+    fmt: str,
+    out: str | Path,
+    weights: str | None = None,
+    overwrite: bool = False,
+    policy: ModelPolicy = ModelPolicy(),
+    data: DataSpec | None = None,
+) -> dict:
     """Rebuild the ticket's network (fingerprint-checked) and write it in `fmt`; returns a size report.
 
     A network with recalibrated BatchNorm (batchnorm.py) gets the running statistics `evaluate` uses, computed
@@ -104,8 +117,7 @@ def export_ticket(path: str | Path, *, fmt: str, out: str | Path, weights: str |
     tk = ticket_io.load(path)
     net, _ = runs.rebuild(tk, path, weights, policy)
     if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
-        opened = runs.open_ticket(path, data=data or DataSpec(), device="cpu", weights=weights,
-                                 policy=policy)
+        opened = runs.open_ticket(path, data=data or DataSpec(), device="cpu", weights=weights, policy=policy)
         net = opened.net
         net.calibrate(opened.masks)
     masks = {n: tk.masks[n] for n in net.names}
@@ -124,9 +136,19 @@ def export_ticket(path: str | Path, *, fmt: str, out: str | Path, weights: str |
     dense = len(st_save(dense_state(net)))
     kept = sum(int(m.sum()) for m in masks.values())
     total = sum(m.numel() for m in masks.values())
-    result = {"ticket": str(path), "format": fmt, "out": str(out), "file_bytes": size,
-              "dense_float32_bytes": dense, "ratio": size / dense, "ticket_bytes": path.stat().st_size,
-              "kept": kept, "total": total, "tensors": len(state), "integrity": tk.integrity}
+    result = {
+        "ticket": str(path),
+        "format": fmt,
+        "out": str(out),
+        "file_bytes": size,
+        "dense_float32_bytes": dense,
+        "ratio": size / dense,
+        "ticket_bytes": path.stat().st_size,
+        "kept": kept,
+        "total": total,
+        "tensors": len(state),
+        "integrity": tk.integrity,
+    }
     if layers is not None:
         result["layers"] = layers
         result["csr_payload_bytes"] = sum(v["csr_bytes"] for v in layers.values())

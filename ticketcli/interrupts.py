@@ -64,8 +64,9 @@ def _stamp(path: Path) -> tuple | None:
 
 
 @contextmanager
-def stop_on_signals(*, outputs: tuple[Path, ...] | None = (), note: Callable[[], str | None] | None = None,
-                    unit: str | None = "epoch") -> Iterator[Position]:
+def stop_on_signals(
+    *, outputs: tuple[Path, ...] | None = (), note: Callable[[], str | None] | None = None, unit: str | None = "epoch"
+) -> Iterator[Position]:
     """Turn SIGINT/SIGTERM (and KeyboardInterrupt) into errors.Interrupted naming the position reached, whether
     each output was written, and `note()` (e.g. where a checkpoint is). A second signal while stopping is ignored,
     so the cleanup (unlinking temp files) always finishes. `unit=None` names no position and `outputs=None` makes
@@ -91,8 +92,9 @@ def stop_on_signals(*, outputs: tuple[Path, ...] | None = (), note: Callable[[],
         parts = [f"interrupted by {signal.Signals(signum).name}" + (f" {position.describe()}" if unit else "")]
         if outputs is not None:
             written = [str(p) for p in outputs if _stamp(p) != before[p]]
-            parts.append(f"wrote {', '.join(written)} completely before stopping" if written
-                         else "no output was written")
+            parts.append(
+                f"wrote {', '.join(written)} completely before stopping" if written else "no output was written"
+            )
         extra = note() if note is not None else None
         raise Interrupted("; ".join(parts + ([extra] if extra else [])), signum) from None
     finally:

@@ -127,8 +127,9 @@ class TopKSelector:
         self.sorted: dict[str, list[_Sorted]] = {}  # key -> frozen parts, sorted once
         self.searches = self.misses = 0  # band searches, and those that fell back to a full selection
 
-    def __call__(self, key: str, parts: Sequence[torch.Tensor], k: int, dtype: torch.dtype = torch.bool,
-                 frozen: bool = False) -> torch.Tensor:
+    def __call__(
+        self, key: str, parts: Sequence[torch.Tensor], k: int, dtype: torch.dtype = torch.bool, frozen: bool = False
+    ) -> torch.Tensor:
         """The mask of the first part, as `dtype` (a float dtype saves torch's slow bool->float cast)."""
         n = sum(p.numel() for p in parts)
         full = None if self.algorithm == "band" else self.algorithm
@@ -161,7 +162,7 @@ class TopKSelector:
             kept = int(np.count_nonzero(keep)) + sum(p.count_at_least(x) for p in views[1:])
             if kept != k:  # ties at v, resolved as joint_topk_masks does without concatenating again
                 tied = np.flatnonzero(first.a == x)
-                keep[tied[max(k - sum(p.count_greater(x) for p in views), 0):]] = False
+                keep[tied[max(k - sum(p.count_greater(x) for p in views), 0) :]] = False
                 kept = k
         else:
             w = max(4 * abs(v - guess), 0.5 * last[1], 1e-7 * abs(v) + 1e-30)  # wide is cheap, a miss is not
@@ -219,7 +220,7 @@ class _Live:
     def drop_ties(self, x, quota: int) -> None:
         """In the last at_least(x) mask, keep only the `quota` lowest-index entries equal to x."""
         tied = self.band[self.band_values == x]  # ascending: the band's indices come from flatnonzero
-        self.ge_lo[tied[max(quota, 0):]] = False
+        self.ge_lo[tied[max(quota, 0) :]] = False
 
 
 class _Sorted:

@@ -52,17 +52,27 @@ class MLP(nn.Module):
             a = a + out if i in self.skips else out
         raise ValueError("an MLP has at least one layer")
 
-    def forward_with(self, x: torch.Tensor, params: dict[str, torch.Tensor],
-                     act: Callable[[torch.Tensor], torch.Tensor] = torch.relu, trace: list | None = None
-                     ) -> torch.Tensor:
+    def forward_with(
+        self,
+        x: torch.Tensor,
+        params: dict[str, torch.Tensor],
+        act: Callable[[torch.Tensor], torch.Tensor] = torch.relu,
+        trace: list | None = None,
+    ) -> torch.Tensor:
         """The forward pass with these tensors as parameters (cheaper than torch.func.functional_call); see
         mlp_forward for `act` and `trace`."""
         return mlp_forward(x, params, len(self.layers), act, trace, self.norms, self.skips)
 
 
-def mlp_forward(x: torch.Tensor, params: dict[str, torch.Tensor], n_layers: int,
-                act: Callable[[torch.Tensor], torch.Tensor] = torch.relu, trace: list | None = None,
-                norms: nn.ModuleList | None = None, skips: frozenset[int] = frozenset()) -> torch.Tensor:
+def mlp_forward(
+    x: torch.Tensor,
+    params: dict[str, torch.Tensor],
+    n_layers: int,
+    act: Callable[[torch.Tensor], torch.Tensor] = torch.relu,
+    trace: list | None = None,
+    norms: nn.ModuleList | None = None,
+    skips: frozenset[int] = frozenset(),
+) -> torch.Tensor:
     """An MLP's forward pass from its parameters, with `act` between layers (drift varies it), norms[i] before
     hidden activation i and identity skips around the hidden layers in `skips`. With a trace list, appends per
     layer (input a, linear output z, activation input h = norm(z), activation output act(h)); the last layer's
@@ -89,8 +99,10 @@ def build_mlp(spec: ModelSpec) -> nn.Module:
 
 def _geometry(spec: ModelSpec) -> tuple[tuple[int, int, int], int]:
     if spec.input is None or spec.classes is None:
-        raise UsageError(f"model {spec.to_string()} needs its input shape and classes",
-                         hint=f"append @CxHxW-K, e.g. {spec.to_string()}@1x28x28-10, or let the dataset fill them in")
+        raise UsageError(
+            f"model {spec.to_string()} needs its input shape and classes",
+            hint=f"append @CxHxW-K, e.g. {spec.to_string()}@1x28x28-10, or let the dataset fill them in",
+        )
     return spec.input, spec.classes
 
 
@@ -107,16 +119,19 @@ class ConvNet(nn.Module):
     `features` and `classifier` are nn.Sequentials, so the parameter names ("features.0.weight",
     "classifier.1.weight", ...) are those of the same model written in plain PyTorch. No BatchNorm."""
 
-    def __init__(self, layers: tuple[str, ...], head: tuple[int, ...], input: tuple[int, int, int], classes: int,
-                 bias: bool):
+    def __init__(
+        self, layers: tuple[str, ...], head: tuple[int, ...], input: tuple[int, int, int], classes: int, bias: bool
+    ):
         super().__init__()
         c, h, w = input
         feats: list[nn.Module] = []
         for item in layers:
             if item == "M":
                 if h < 2 or w < 2:
-                    raise UsageError(f"a {input[1]}x{input[2]} input is too small for {len(layers)} layers "
-                                     f"with {layers.count('M')} 2x2 max-pools")
+                    raise UsageError(
+                        f"a {input[1]}x{input[2]} input is too small for {len(layers)} layers "
+                        f"with {layers.count('M')} 2x2 max-pools"
+                    )
                 feats.append(nn.MaxPool2d(2))
                 h, w = h // 2, w // 2
             else:
@@ -179,6 +194,7 @@ def build_vgg(spec: ModelSpec) -> nn.Module:
 
 def _sized(build: Callable[[ModelSpec, tuple[int, int, int], int], nn.Module]) -> Callable[[ModelSpec], nn.Module]:
     """A builder that takes the input shape and class count from the spec's @CxHxW-K."""
+
     def builder(spec: ModelSpec) -> nn.Module:
         return build(spec, *_geometry(spec))
 
@@ -187,8 +203,12 @@ def _sized(build: Callable[[ModelSpec, tuple[int, int, int], int], nn.Module]) -
 
 
 # ResNets (non-affine BatchNorm) and the ViT (non-affine LayerNorm) live in their own modules
-for _name, _build in (("resnet20", models_resnet.build_resnet20), ("resnet18", models_resnet.build_resnet18),
-                      ("wrn", models_resnet.build_wrn), ("vit", models_vit.build_vit)):
+for _name, _build in (
+    ("resnet20", models_resnet.build_resnet20),
+    ("resnet18", models_resnet.build_resnet18),
+    ("wrn", models_resnet.build_wrn),
+    ("vit", models_vit.build_vit),
+):
     MODELS.register(_name)(_sized(_build))
 
 
@@ -208,8 +228,10 @@ def import_factory(path: str) -> Callable[[], nn.Module]:
     except ImportError as e:
         if module_name in MODELS:
             raise UsageError(f"invalid model spec {path!r}: {module_name} takes numbers, not {attr!r}") from None
-        raise UsageError(f"cannot import {module_name} for model {path}: {e}",
-                         hint="the module must be importable (on PYTHONPATH or in the current directory)") from None
+        raise UsageError(
+            f"cannot import {module_name} for model {path}: {e}",
+            hint="the module must be importable (on PYTHONPATH or in the current directory)",
+        ) from None
     except (Exception, SystemExit) as e:  # the user's module raised (or called sys.exit) while importing
         raise UsageError(f"importing {module_name} for model {path} failed: {type(e).__name__}: {e}") from None
     fn = getattr(module, attr, None)
@@ -238,8 +260,10 @@ def build_user_model(path: str, classes: int | None = None) -> nn.Module:
     """The factory's module, built under FACTORY_SEED; with `classes` (the spec's @CxHxW-K) as num_classes=K."""
     fn = import_factory(path)
     if classes is not None and not takes_num_classes(fn):
-        raise UsageError(f"model {path}@...-{classes} passes num_classes={classes}, which {path} does not take",
-                         hint=f"drop the @CxHxW-K part, or give {path} a num_classes parameter")
+        raise UsageError(
+            f"model {path}@...-{classes} passes num_classes={classes}, which {path} does not take",
+            hint=f"drop the @CxHxW-K part, or give {path} a num_classes parameter",
+        )
     kwargs = {} if classes is None else {"num_classes": classes}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(FACTORY_SEED)
@@ -268,8 +292,10 @@ def build_model(spec: ModelSpec) -> nn.Module:
 def check_param_count(spec: ModelSpec, count: int, max_params: int) -> None:
     """Refuse a model with more than max_params parameters (one line, naming the limit's flag)."""
     if count > max_params:
-        raise UsageError(f"model {_short(spec.to_string())} has {count:,} parameters, more than the limit of "
-                         f"{max_params:,}", hint="raise the limit with --max-params N if you mean it")
+        raise UsageError(
+            f"model {_short(spec.to_string())} has {count:,} parameters, more than the limit of {max_params:,}",
+            hint="raise the limit with --max-params N if you mean it",
+        )
 
 
 def planned_shapes(spec: ModelSpec, max_params: int) -> dict[str, list[int]]:
@@ -294,9 +320,12 @@ def masked_names(module: nn.Module) -> list[str]:
 
     Built-in models consist of these layers only, so every parameter is masked; a user's model may have others
     (norm layers, embeddings), which stay frozen and unmasked."""
-    owned = {f"{prefix}.{n}" if prefix else n
-             for prefix, m in module.named_modules() if isinstance(m, MASKABLE)
-             for n, _ in m.named_parameters(recurse=False)}
+    owned = {
+        f"{prefix}.{n}" if prefix else n
+        for prefix, m in module.named_modules()
+        if isinstance(m, MASKABLE)
+        for n, _ in m.named_parameters(recurse=False)
+    }
     return [n for n, _ in module.named_parameters() if n in owned]
 
 
@@ -372,8 +401,9 @@ class MaskedNet:
         with batchnorm.statistics(self.batchnorms, self.bn_statistics, "running"):
             return self.module(x) if masks is None else self._run(x, self.masked(masks))
 
-    def forward_with(self, x: torch.Tensor, params: dict[str, torch.Tensor], *, batch_statistics: bool = True,
-                     **options) -> torch.Tensor:
+    def forward_with(
+        self, x: torch.Tensor, params: dict[str, torch.Tensor], *, batch_statistics: bool = True, **options
+    ) -> torch.Tensor:
         """Training: the module's forward with these tensors in place of its parameters, BatchNorm on the batch's
         statistics (`batch_statistics=False`: on the running ones, as SynFlow's data-free pass wants). `options`
         go to a built-in model's own forward_with (the MLP takes act= and trace=)."""
@@ -400,8 +430,12 @@ class MaskedNet:
         if self.calibration is None:
             raise RuntimeError("a BatchNorm network was evaluated before MaskedNet.calibration was set")
         params = None if masks is None else self.masked(masks)
-        batchnorm.recalibrate(self.batchnorms, self.module if params is None else lambda c: self._run(c, params),
-                              self.calibration, self.calibration_batch)
+        batchnorm.recalibrate(
+            self.batchnorms,
+            self.module if params is None else lambda c: self._run(c, params),
+            self.calibration,
+            self.calibration_batch,
+        )
         self._calibrated = key
 
     __call__ = forward

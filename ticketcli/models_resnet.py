@@ -36,8 +36,9 @@ class BasicBlock(nn.Module):
         self.bn1 = _bn(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=bias)
         self.bn2 = _bn(cout)
-        self.downsample = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=bias), _bn(cout))
-                           if stride != 1 or cin != cout else None)
+        self.downsample = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=bias), _bn(cout)) if stride != 1 or cin != cout else None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
@@ -55,16 +56,21 @@ class ResNet(nn.Module):
     """3x3 stem conv (stride 1) - BN - ReLU, stages of BasicBlocks (the first at stride 1, the others halving the
     resolution), global average pooling, Linear."""
 
-    def __init__(self, widths: tuple[int, ...], blocks: tuple[int, ...], input: tuple[int, int, int], classes: int,
-                 bias: bool):
+    def __init__(
+        self, widths: tuple[int, ...], blocks: tuple[int, ...], input: tuple[int, int, int], classes: int, bias: bool
+    ):
         super().__init__()
         self.conv1 = nn.Conv2d(input[0], widths[0], 3, 1, 1, bias=bias)
         self.bn1 = _bn(widths[0])
         self.stages = len(widths)
         cin = widths[0]
         for i, (width, n) in enumerate(zip(widths, blocks)):
-            self.add_module(f"layer{i + 1}", nn.Sequential(*(
-                BasicBlock(cin if j == 0 else width, width, 2 if i > 0 and j == 0 else 1, bias) for j in range(n))))
+            self.add_module(
+                f"layer{i + 1}",
+                nn.Sequential(
+                    *(BasicBlock(cin if j == 0 else width, width, 2 if i > 0 and j == 0 else 1, bias) for j in range(n))
+                ),
+            )
             cin = width
         self.fc = nn.Linear(cin, classes, bias=bias)
 
@@ -119,8 +125,12 @@ class WideResNet(nn.Module):
         self.conv1 = nn.Conv2d(input[0], 16, 3, 1, 1, bias=bias)
         cin = 16
         for i, width in enumerate((16 * k, 32 * k, 64 * k)):
-            self.add_module(f"layer{i + 1}", nn.Sequential(*(
-                WideBlock(cin if j == 0 else width, width, 2 if i > 0 and j == 0 else 1, bias) for j in range(n))))
+            self.add_module(
+                f"layer{i + 1}",
+                nn.Sequential(
+                    *(WideBlock(cin if j == 0 else width, width, 2 if i > 0 and j == 0 else 1, bias) for j in range(n))
+                ),
+            )
             cin = width
         self.bn = _bn(cin)
         self.fc = nn.Linear(cin, classes, bias=bias)

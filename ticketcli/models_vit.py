@@ -30,8 +30,9 @@ def sincos_2d(h: int, w: int, dim: int) -> torch.Tensor:
     cos of the column and of the row index, at frequencies 1 / 10000^(i / (dim / 4))."""
     quarter = dim // 4
     omega = 1.0 / 10000 ** (torch.arange(quarter, dtype=torch.float32) / quarter)  # (dim/4,)
-    rows, cols = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32),
-                                indexing="ij")
+    rows, cols = torch.meshgrid(
+        torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij"
+    )
     cx = cols.reshape(-1, 1) * omega  # (h*w, dim/4)
     ry = rows.reshape(-1, 1) * omega
     return torch.cat([cx.sin(), cx.cos(), ry.sin(), ry.cos()], dim=1)
@@ -95,8 +96,17 @@ class PatchEmbed(nn.Module):
 
 
 class VisionTransformer(nn.Module):
-    def __init__(self, input: tuple[int, int, int], classes: int, patch: int, dim: int, depth: int, heads: int,
-                 mlp_ratio: int, bias: bool):
+    def __init__(
+        self,
+        input: tuple[int, int, int],
+        classes: int,
+        patch: int,
+        dim: int,
+        depth: int,
+        heads: int,
+        mlp_ratio: int,
+        bias: bool,
+    ):
         super().__init__()
         c, h, w = input
         self.patch_embed = PatchEmbed(c, dim, patch, bias)
@@ -128,6 +138,8 @@ def build_vit(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.
     mlp_ratio = values[4] if len(values) > 4 else 4
     c, h, w = shape
     if h % patch or w % patch:
-        raise UsageError(f"model {spec.to_string()}: {patch}x{patch} patches do not tile {h}x{w} inputs "
-                         f"(shape {shape})", hint="choose a patch size that divides the image's height and width")
+        raise UsageError(
+            f"model {spec.to_string()}: {patch}x{patch} patches do not tile {h}x{w} inputs (shape {shape})",
+            hint="choose a patch size that divides the image's height and width",
+        )
     return VisionTransformer(shape, classes, patch, dim, depth, heads, mlp_ratio, spec.bias)

@@ -94,10 +94,14 @@ def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator:
     if quiet:
         yield None
         return
-    columns = [TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}",
-                          markup=False),
-               TimeElapsedColumn(), TimeRemainingColumn()]
+    columns = [
+        TextColumn("{task.description}", style="bold", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}", markup=False),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
     bar = Progress(*columns, console=stderr(), transient=False)
     task = None
 
@@ -108,8 +112,13 @@ def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator:
             task = bar.add_task(label, total=total, loss="-", acc="-", sparsity="-")
         if "round" in stats:  # iterated: the bar restarts each round
             bar.update(task, description=f"{label} round {stats['round']}")
-        bar.update(task, completed=stats["epoch"], loss=f"{stats['loss']:.4f}",
-                   acc=f"{stats['accuracy']:.2%}", sparsity=f"{stats['sparsity']:.2%}")
+        bar.update(
+            task,
+            completed=stats["epoch"],
+            loss=f"{stats['loss']:.4f}",
+            acc=f"{stats['accuracy']:.2%}",
+            sparsity=f"{stats['sparsity']:.2%}",
+        )
 
     try:
         yield update
@@ -141,7 +150,9 @@ def extract_table(s: dict) -> None:
     if sp.get("projected"):
         t.add_row("final mask", "projected onto the original scores")
     for r in sp.get("rounds", []):
-        t.add_row(f"round {r['round']}", f"aug density {r['aug_density']:.4f} -> sparsity {_pct(r['achieved_sparsity'])}")
+        t.add_row(
+            f"round {r['round']}", f"aug density {r['aug_density']:.4f} -> sparsity {_pct(r['achieved_sparsity'])}"
+        )
     t.add_row("model / seed", f"{s['model']} / {s['seed']}")
     t.add_row("data", f"{s['data']['dataset']} ({s['data']['n_extract']}/{s['data']['n_val']}/{s['data']['n_test']})")
     t.add_row("wall time", f"{m['wall_time_s']:.1f} s on {m['device']}")
@@ -183,9 +194,11 @@ def evaluate_table(r: dict) -> None:
 
 
 MASK_ROWS = 500  # inspect's table shows at most this many masks (Rich takes a minute for 100k rows; --json has all)
-INTEGRITY_NOTES = {"ok": "ok (masks match the recorded masks_sha256)",
-                   "modified": "MODIFIED: masks were modified after the ticket was written",
-                   "not recorded": "not recorded (an older ticket without masks_sha256)"}
+INTEGRITY_NOTES = {
+    "ok": "ok (masks match the recorded masks_sha256)",
+    "modified": "MODIFIED: masks were modified after the ticket was written",
+    "not recorded": "not recorded (an older ticket without masks_sha256)",
+}
 
 
 def inspect_table(r: dict) -> None:
@@ -201,14 +214,19 @@ def inspect_table(r: dict) -> None:
     method = ", ".join(f"{k}={v}" for k, v in r["method"].items() if k != "score_init" and v is not None)
     t.add_row("method", method)
     d = r["data"]
-    t.add_row("data", f"{d['dataset']}: {d['n_extract']} extraction / {d['n_val']} validation / "
-                      f"{d.get('n_test', '?')} test, split seed {d['split_seed']}")
+    t.add_row(
+        "data",
+        f"{d['dataset']}: {d['n_extract']} extraction / {d['n_val']} validation / "
+        f"{d.get('n_test', '?')} test, split seed {d['split_seed']}",
+    )
     sp = r["sparsity"]
     t.add_row("sparsity", f"requested {_pct(sp.get('requested'))}, achieved {_pct(1 - r['density'])}")
     m = r["metrics"]
     if "test" in m:
-        t.add_row("accuracy at extraction", f"test {_pct(m['test'].get('accuracy'))}, val {_pct(m['val'].get('accuracy'))}"
-                                            f" on {m.get('device')}")
+        t.add_row(
+            "accuracy at extraction",
+            f"test {_pct(m['test'].get('accuracy'))}, val {_pct(m['val'].get('accuracy'))} on {m.get('device')}",
+        )
     t.add_row("created by", ", ".join(f"{k} {v}" for k, v in r["created_by"].items()))
     t.add_row("masks integrity", INTEGRITY_NOTES.get(r.get("integrity"), str(r.get("integrity"))))
     out = stdout()
@@ -228,14 +246,21 @@ def inspect_table(r: dict) -> None:
 
 # ---- sweep-k ----
 
+
 @contextmanager
 def sweep_progress(total: int, *, quiet: bool) -> Iterator:
     """A progress bar over a sweep's configurations (resumed ones count as done at once), with ETA."""
     if quiet:
         yield None
         return
-    columns = [TextColumn("sweep-k", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
-               TextColumn("last {task.fields[last]}", markup=False), TimeElapsedColumn(), TimeRemainingColumn()]
+    columns = [
+        TextColumn("sweep-k", style="bold", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("last {task.fields[last]}", markup=False),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
     with Progress(*columns, console=stderr(), transient=False) as bar:
         task = bar.add_task("sweep-k", total=total, last="-")
 
@@ -250,31 +275,44 @@ def sweep_table(result: dict) -> None:
     """The stability table: one row per quantity of Section 6.3."""
     sm, st = result["summary"], result["settings"]
     lo, hi = sm["oracle_constrained"]["band"]
-    t = Table(title=f"sweep-k: requested sparsity {_pct(st['sparsity'])}, seeds {st['seeds']}, "
-                    f"{st['model']} on {st['dataset']}, {st['epochs']} epochs")
+    t = Table(
+        title=f"sweep-k: requested sparsity {_pct(st['sparsity'])}, seeds {st['seeds']}, "
+        f"{st['model']} on {st['dataset']}, {st['epochs']} epochs"
+    )
     t.add_column("method / selection")
     t.add_column("test accuracy", justify="right")
     t.add_column("std (points)", justify="right")
     t.add_column("achieved sparsity", justify="right")
     ep = sm["edge_popup"]
-    t.add_row(f"edge-popup sweep ({ep['configs']} runs)", f"{_pct(ep['test']['min'])} – {_pct(ep['test']['max'])}",
-              "-" if ep["test"]["std"] is None else f"{100 * ep['test']['std']:.2f}",
-              f"{_pct(ep['achieved_sparsity']['min'])} – {_pct(ep['achieved_sparsity']['max'])}")
-    rows = [(f"oracle, val-selected in {100 * lo:g}–{100 * hi:g}%", sm["oracle_constrained"]),
-            ("oracle, val-selected, unconstrained", sm["oracle_unconstrained"]),
-            ("fixed edge-popup", sm["fixed_edge_popup"]),
-            *((name, g) for name, g in sm["methods"].items())]
+    t.add_row(
+        f"edge-popup sweep ({ep['configs']} runs)",
+        f"{_pct(ep['test']['min'])} – {_pct(ep['test']['max'])}",
+        "-" if ep["test"]["std"] is None else f"{100 * ep['test']['std']:.2f}",
+        f"{_pct(ep['achieved_sparsity']['min'])} – {_pct(ep['achieved_sparsity']['max'])}",
+    )
+    rows = [
+        (f"oracle, val-selected in {100 * lo:g}–{100 * hi:g}%", sm["oracle_constrained"]),
+        ("oracle, val-selected, unconstrained", sm["oracle_unconstrained"]),
+        ("fixed edge-popup", sm["fixed_edge_popup"]),
+        *((name, g) for name, g in sm["methods"].items()),
+    ]
     for label, g in rows:
-        t.add_row(label, _pct(g["test"]["mean"]),
-                  "-" if g["test"]["std"] is None else f"{100 * g['test']['std']:.2f}",
-                  "-" if g["achieved_sparsity"]["mean"] is None else _pct(g["achieved_sparsity"]["mean"]))
+        t.add_row(
+            label,
+            _pct(g["test"]["mean"]),
+            "-" if g["test"]["std"] is None else f"{100 * g['test']['std']:.2f}",
+            "-" if g["achieved_sparsity"]["mean"] is None else _pct(g["achieved_sparsity"]["mean"]),
+        )
     out = stdout()
     out.print(t)
     missing = sm["oracle_constrained"]["seeds_without_candidate"]
     if missing:
         out.print(f"no edge-popup run fell in the band for seed(s) {', '.join(missing)}")
-    out.print(f"{len(result['records'])} runs ({len(result['resumed'])} resumed from {st['out_dir']})"
-              if st["out_dir"] else f"{len(result['records'])} runs")
+    out.print(
+        f"{len(result['records'])} runs ({len(result['resumed'])} resumed from {st['out_dir']})"
+        if st["out_dir"]
+        else f"{len(result['records'])} runs"
+    )
 
 
 def pyplot():
@@ -308,8 +346,11 @@ def sweep_plot(result: dict) -> bytes:
 
     records, sm = result["records"], result["summary"]
     labels = list(dict.fromkeys(r["config"] for r in records if r["group"] == "edge-popup"))
-    labels += list(dict.fromkeys(("fixed" if r["fixed"] else r["group"]) for r in records
-                                 if r["group"] != "edge-popup" or r["fixed"]))
+    labels += list(
+        dict.fromkeys(
+            ("fixed" if r["fixed"] else r["group"]) for r in records if r["group"] != "edge-popup" or r["fixed"]
+        )
+    )
     pos = {lab: i for i, lab in enumerate(labels)}
     seeds = sm["seeds"]
     colors = plt.get_cmap("tab10")
@@ -334,16 +375,35 @@ def sweep_plot(result: dict) -> bytes:
     for i, g in enumerate(groups):
         rs = [r for r in records if r["group"] == g]
         m, c = markers.get(g, ("D", colors((2 + 2 * i) % 10)))  # clear of the oracles' red and blue
-        ax2.scatter([100 * r["achieved_sparsity"] for r in rs], [100 * r["test_accuracy"] for r in rs],
-                    marker=m, color=c, s=22, label="edge-popup sweep" if g == "edge-popup" else g)
+        ax2.scatter(
+            [100 * r["achieved_sparsity"] for r in rs],
+            [100 * r["test_accuracy"] for r in rs],
+            marker=m,
+            color=c,
+            s=22,
+            label="edge-popup sweep" if g == "edge-popup" else g,
+        )
     for key, m, lab in (("oracle_constrained", "*", "oracle in band"), ("oracle_unconstrained", "P", "oracle")):
         chosen = [v for v in sm[key]["per_seed"].values() if v is not None]
-        ax2.scatter([100 * v["achieved_sparsity"] for v in chosen], [100 * v["test_accuracy"] for v in chosen],
-                    marker=m, s=120, facecolors="none", edgecolors="r" if key == "oracle_constrained" else "b",
-                    label=lab)
+        ax2.scatter(
+            [100 * v["achieved_sparsity"] for v in chosen],
+            [100 * v["test_accuracy"] for v in chosen],
+            marker=m,
+            s=120,
+            facecolors="none",
+            edgecolors="r" if key == "oracle_constrained" else "b",
+            label=lab,
+        )
     fixed = [r for r in records if r["fixed"]]
-    ax2.scatter([100 * r["achieved_sparsity"] for r in fixed], [100 * r["test_accuracy"] for r in fixed],
-                marker="s", s=50, facecolors="none", edgecolors="g", label="fixed edge-popup")
+    ax2.scatter(
+        [100 * r["achieved_sparsity"] for r in fixed],
+        [100 * r["test_accuracy"] for r in fixed],
+        marker="s",
+        s=50,
+        facecolors="none",
+        edgecolors="g",
+        label="fixed edge-popup",
+    )
     ax2.set_xlabel("achieved sparsity (%)")
     ax2.set_ylabel("test accuracy (%)")
     ax2.set_title("accuracy vs achieved sparsity")
@@ -359,9 +419,14 @@ def runs_progress(total: int, *, quiet: bool) -> Iterator:
     if quiet:
         yield None
         return
-    columns = [TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]}  val acc {task.fields[acc]}", markup=False),
-               TimeElapsedColumn(), TimeRemainingColumn()]
+    columns = [
+        TextColumn("{task.description}", style="bold", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}  val acc {task.fields[acc]}", markup=False),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
     bar = Progress(*columns, console=stderr(), transient=False)
     tasks: dict[str, int] = {}
 
@@ -370,8 +435,12 @@ def runs_progress(total: int, *, quiet: bool) -> Iterator:
             bar.start()
         if stats["run"] not in tasks:
             tasks[stats["run"]] = bar.add_task(stats["run"], total=total, loss="-", acc="-")
-        bar.update(tasks[stats["run"]], completed=stats["epoch"], loss=f"{stats['loss']:.4f}",
-                   acc=f"{stats['val_accuracy']:.2%}")
+        bar.update(
+            tasks[stats["run"]],
+            completed=stats["epoch"],
+            loss=f"{stats['loss']:.4f}",
+            acc=f"{stats['val_accuracy']:.2%}",
+        )
 
     try:
         yield update
@@ -382,26 +451,34 @@ def runs_progress(total: int, *, quiet: bool) -> Iterator:
 
 def weak_table(r: dict) -> None:
     runs = [k for k in ("masked", "dense") if k in r]
-    t = Table(title=f"{r['ticket']}: {r['method']} ticket on {r['model']}, seed {r['seed']}, trained {r['epochs']} "
-                    f"epochs (lr {r['optimizer']['lr']:g}, batch {r['batch_size']})")
+    t = Table(
+        title=f"{r['ticket']}: {r['method']} ticket on {r['model']}, seed {r['seed']}, trained {r['epochs']} "
+        f"epochs (lr {r['optimizer']['lr']:g}, batch {r['batch_size']})"
+    )
     t.add_column("quantity")
     for k in runs:
         t.add_column(k, justify="right")
-    rows = [("initial test accuracy", lambda x: _pct(x["initial"]["test"]["accuracy"])),
-            ("final test accuracy", lambda x: _pct(x["final"]["test"]["accuracy"])),
-            ("gain", lambda x: f"{100 * x['gain']:+.2f} pts"),
-            ("initial / final validation", lambda x: f"{_pct(x['initial']['val']['accuracy'])} / "
-                                                     f"{_pct(x['final']['val']['accuracy'])}"),
-            ("best validation (epoch)", lambda x: f"{_pct(x['best_val_accuracy'])} ({x['best_val_epoch']})"),
-            ("final train loss", lambda x: f"{x['curve'][-1]['loss']:.4f}"),
-            ("wall time", lambda x: f"{x['wall_time_s']:.1f} s")]
+    rows = [
+        ("initial test accuracy", lambda x: _pct(x["initial"]["test"]["accuracy"])),
+        ("final test accuracy", lambda x: _pct(x["final"]["test"]["accuracy"])),
+        ("gain", lambda x: f"{100 * x['gain']:+.2f} pts"),
+        (
+            "initial / final validation",
+            lambda x: f"{_pct(x['initial']['val']['accuracy'])} / {_pct(x['final']['val']['accuracy'])}",
+        ),
+        ("best validation (epoch)", lambda x: f"{_pct(x['best_val_accuracy'])} ({x['best_val_epoch']})"),
+        ("final train loss", lambda x: f"{x['curve'][-1]['loss']:.4f}"),
+        ("wall time", lambda x: f"{x['wall_time_s']:.1f} s"),
+    ]
     for name, cell in rows:
         t.add_row(name, *(cell(r[k]) for k in runs))
     out = stdout()
     out.print(t)
     sp = r["sparsity"]
-    out.print(f"sparsity {_pct(sp['achieved'])} ({sp['kept']} / {sp['total']} kept), unchanged: "
-              f"{sp['masked_nonzero_after']} masked weights nonzero after training, on {r['device']}.")
+    out.print(
+        f"sparsity {_pct(sp['achieved'])} ({sp['kept']} / {sp['total']} kept), unchanged: "
+        f"{sp['masked_nonzero_after']} masked weights nonzero after training, on {r['device']}."
+    )
     if "out" in r:
         out.print(f"trained weights -> {r['out']['path']} ({r['out']['file_bytes']} bytes)")
     if r.get("plot"):
@@ -433,10 +510,17 @@ def weak_plot(r: dict) -> bytes:
 # --- ticket drift ---------------------------------------------------------------------------------------------
 
 DRIFT_COLUMNS = (  # (metric, row label); hidden-layer statistics are blank for the output layer
-    ("weight_mean", "W mean"), ("weight_drift_std", "drift / σ₀"), ("neg_weight_share", "W < 0"),
-    ("neg_preact_share", "h < 0"), ("sparsity", "a = 0 (sparsity)"), ("dead_units", "dead units"),
-    ("grad_pos_preact", "E[g | h > 0]"), ("grad_mean", "mean dL/dW"), ("grad_outer", "  outer(E g, E a)"),
-    ("grad_cov", "  + Cov(g, a)"), ("spike_ratio", "max|a| / RMS(a)"),
+    ("weight_mean", "W mean"),
+    ("weight_drift_std", "drift / σ₀"),
+    ("neg_weight_share", "W < 0"),
+    ("neg_preact_share", "h < 0"),
+    ("sparsity", "a = 0 (sparsity)"),
+    ("dead_units", "dead units"),
+    ("grad_pos_preact", "E[g | h > 0]"),
+    ("grad_mean", "mean dL/dW"),
+    ("grad_outer", "  outer(E g, E a)"),
+    ("grad_cov", "  + Cov(g, a)"),
+    ("spike_ratio", "max|a| / RMS(a)"),
 )
 SHARES = {"neg_weight_share", "neg_preact_share", "sparsity", "accuracy"}
 
@@ -475,30 +559,43 @@ def drift_tables(r: dict) -> None:
     sm, n_seeds = r["summary"], len(r["seeds"])
     what = f"ticket {r['ticket']} (kept weights only)" if r["masked"] else f"seeds {','.join(map(str, r['seeds']))}"
     clip = f" (c = {r['clip']:g})" if r["activation"] == "relu2-clip" else ""
-    out.print(f"drift: {r['model']}, {r['activation']}{clip}, {r['loss']}, inputs {r['inputs']} "
-              f"({r['dataset']}), {r['optimizer']['name']} lr {r['optimizer']['lr']:g}, batch {r['batch_size']}, "
-              f"{r['steps']} steps, {what}. Statistics on a fixed probe batch of {r['probe_n']}; an activation "
-              f"counts as zero when {r['zero_rule']}; g = per-example dℓ/dh; a positive mean gradient pushes the "
-              f"weight mean down.")
+    out.print(
+        f"drift: {r['model']}, {r['activation']}{clip}, {r['loss']}, inputs {r['inputs']} "
+        f"({r['dataset']}), {r['optimizer']['name']} lr {r['optimizer']['lr']:g}, batch {r['batch_size']}, "
+        f"{r['steps']} steps, {what}. Statistics on a fixed probe batch of {r['probe_n']}; an activation "
+        f"counts as zero when {r['zero_rule']}; g = per-example dℓ/dh; a positive mean gradient pushes the "
+        f"weight mean down."
+    )
     layers = list(sm["layers"])
     for i in compact_indices(len(sm["steps"])):
-        t = Table(title=f"step {sm['steps'][i]}: loss {_cell('loss', sm['loss'], i, n_seeds)}, "
-                        f"accuracy {_cell('accuracy', sm['accuracy'], i, n_seeds)}")
+        t = Table(
+            title=f"step {sm['steps'][i]}: loss {_cell('loss', sm['loss'], i, n_seeds)}, "
+            f"accuracy {_cell('accuracy', sm['accuracy'], i, n_seeds)}"
+        )
         t.add_column("statistic")
         for layer in layers:
             t.add_column(layer, justify="right")
         for metric, header in DRIFT_COLUMNS:
-            t.add_row(header, *(_cell(metric, sm["layers"][la][metric], i, n_seeds)
-                                if metric in sm["layers"][la] else "" for la in layers))
+            t.add_row(
+                header,
+                *(
+                    _cell(metric, sm["layers"][la][metric], i, n_seeds) if metric in sm["layers"][la] else ""
+                    for la in layers
+                ),
+            )
         out.print(t)
     t = Table(title="weight drift from step 0 to the last step")
     for header in ("layer", "W mean first", "W mean last", "drift/σ₀", "seeds with negative drift"):
         t.add_column(header, justify="left" if header == "layer" else "right")
     for layer, stats in sm["layers"].items():
         wm = stats["weight_mean"]
-        t.add_row(layer, _cell("weight_mean", wm, 0, n_seeds), _cell("weight_mean", wm, -1, n_seeds),
-                  _cell("weight_drift_std", stats["weight_drift_std"], -1, n_seeds),
-                  f"{round(stats['negative_drift_share'] * n_seeds)} of {n_seeds}")
+        t.add_row(
+            layer,
+            _cell("weight_mean", wm, 0, n_seeds),
+            _cell("weight_mean", wm, -1, n_seeds),
+            _cell("weight_drift_std", stats["weight_drift_std"], -1, n_seeds),
+            f"{round(stats['negative_drift_share'] * n_seeds)} of {n_seeds}",
+        )
     out.print(t)
     if "plot" in r:
         out.print(f"plot written to {r['plot']}")
@@ -511,8 +608,11 @@ def drift_plot(r: dict) -> bytes:
     sm = r["summary"]
     steps = sm["steps"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    panels = (("weight_mean", "weight mean"), ("neg_preact_share", "share of negative pre-activations"),
-              ("sparsity", f"activation sparsity ({r['zero_rule']})"))
+    panels = (
+        ("weight_mean", "weight mean"),
+        ("neg_preact_share", "share of negative pre-activations"),
+        ("sparsity", f"activation sparsity ({r['zero_rule']})"),
+    )
     for ax, (metric, title) in zip(axes, panels):
         for layer, stats in sm["layers"].items():
             if metric not in stats:
@@ -521,16 +621,19 @@ def drift_plot(r: dict) -> bytes:
             std = [0.0 if v is None else v for v in stats[metric]["std"]]
             ax.plot(steps, mean, label=layer)
             if len(r["seeds"]) > 1:
-                ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                                alpha=0.2)
+                ax.fill_between(
+                    steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.2
+                )
         if metric == "weight_mean":
             ax.axhline(0.0, color="grey", lw=0.5)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.legend(fontsize=8)
     seeds = f"{len(r['seeds'])} seeds (mean ± std)" if len(r["seeds"]) > 1 else f"seed {r['seeds'][0]}"
-    fig.suptitle(f"{r['model']} {r['activation']} {r['loss']} inputs={r['inputs']}, {seeds}"
-                 + (", ticket (kept weights)" if r["masked"] else ""))
+    fig.suptitle(
+        f"{r['model']} {r['activation']} {r['loss']} inputs={r['inputs']}, {seeds}"
+        + (", ticket (kept weights)" if r["masked"] else "")
+    )
     fig.tight_layout()
     return png_bytes(fig, dpi=100)
 
@@ -555,6 +658,7 @@ def export_table(r: dict) -> None:
         lt.add_column("csr bytes", justify="right")
         lt.add_column("dense bytes", justify="right")
         for name, v in r["layers"].items():
-            lt.add_row(name, "x".join(map(str, v["shape"])), f"{v['nnz']:,}", f"{v['csr_bytes']:,}",
-                       f"{v['dense_bytes']:,}")
+            lt.add_row(
+                name, "x".join(map(str, v["shape"])), f"{v['nnz']:,}", f"{v['csr_bytes']:,}", f"{v['dense_bytes']:,}"
+            )
         out.print(lt)

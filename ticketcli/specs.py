@@ -93,21 +93,26 @@ class ModelSpec:
         if len(t) > MAX_SPEC_CHARS:
             raise UsageError(f"model spec of {len(t)} characters is too long (at most {MAX_SPEC_CHARS})")
         if re.search(f"[0-9]{{{MAX_SPEC_DIGITS + 1}}}", t):
-            raise UsageError(f"invalid model spec {_clip(t)!r}: numbers in a model spec have at most "
-                             f"{MAX_SPEC_DIGITS} digits")
+            raise UsageError(
+                f"invalid model spec {_clip(t)!r}: numbers in a model spec have at most {MAX_SPEC_DIGITS} digits"
+            )
         geometry_re = r"(?:@([0-9]+)x([0-9]+)x([0-9]+)-([0-9]+))?"
-        factory = re.fullmatch(r"((?:[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*)"
-                               + geometry_re, t)
+        factory = re.fullmatch(
+            r"((?:[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*)" + geometry_re, t
+        )
         if factory and factory.group(1).partition(":")[0] not in MODELS:  # "vit:p4" is a built-in, not a module
             if bias:
                 raise UsageError("--bias applies to built-in models; a factory's modules decide their own biases")
             shape, classes = _geometry(text, factory.group(2, 3, 4, 5))
             return cls(arch="user", widths=(), factory=factory.group(1), input=shape, classes=classes)
-        hint = ("expected e.g. mlp:784-256-256-256-10, mlp:64-128-10+bias, mlp:784-256-256-10+res+norm=layer, "
-                "lenet300, conv6, vgg:64-64-M-128-128-M-256-256-M, resnet20, wrn:16-4, vit:p4-d64-l4-h4, "
-                "conv6@3x32x32-10 or my_pkg.my_module:build_net")
-        m = re.fullmatch(r"([a-z][a-z0-9_]*)(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?" + geometry_re
-                         + r"((?:\+[a-z]+(?:=[a-z]+)?)*)", t)
+        hint = (
+            "expected e.g. mlp:784-256-256-256-10, mlp:64-128-10+bias, mlp:784-256-256-10+res+norm=layer, "
+            "lenet300, conv6, vgg:64-64-M-128-128-M-256-256-M, resnet20, wrn:16-4, vit:p4-d64-l4-h4, "
+            "conv6@3x32x32-10 or my_pkg.my_module:build_net"
+        )
+        m = re.fullmatch(
+            r"([a-z][a-z0-9_]*)(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?" + geometry_re + r"((?:\+[a-z]+(?:=[a-z]+)?)*)", t
+        )
         if not m:
             raise UsageError(f"invalid model spec {text!r}", hint=hint)
         arch, body = m.group(1), m.group(2)
@@ -126,9 +131,11 @@ class ModelSpec:
             if any(w <= 0 for w in widths):
                 raise UsageError(f"invalid model spec {text!r}: widths must be positive")
             if suffix["res"] and not any(a == b for a, b in zip(widths[1:-2], widths[2:-1])):
-                raise UsageError(f"invalid model spec {text!r}: +res adds identity skips only around hidden layers "
-                                 "whose input and output widths agree, and this mlp has none",
-                                 hint="e.g. mlp:784-256-256-256-10+res")
+                raise UsageError(
+                    f"invalid model spec {text!r}: +res adds identity skips only around hidden layers "
+                    "whose input and output widths agree, and this mlp has none",
+                    hint="e.g. mlp:784-256-256-256-10+res",
+                )
             return cls(arch="mlp", widths=widths, bias=has_bias, residual=suffix["res"], norm=suffix["norm"])
         layers = _body(text, arch, body, hint)
         return cls(arch=arch, widths=(), bias=has_bias, layers=layers, input=shape, classes=classes)
@@ -150,8 +157,9 @@ class ModelPolicy:
     max_params: int = MAX_PARAMS  # refuse a model with more parameters, before anything is built
 
 
-def build_model_policy(*, trust_model_code: bool = False, model: str | None = None,
-                       max_params: int | None = None) -> ModelPolicy:
+def build_model_policy(
+    *, trust_model_code: bool = False, model: str | None = None, max_params: int | None = None
+) -> ModelPolicy:
     """A validated ModelPolicy from flag values (None: the default limit)."""
     limit = MAX_PARAMS if max_params is None else check_setting("max_params", max_params)
     return ModelPolicy(trust_model_code=bool(trust_model_code), model=model, max_params=limit)
@@ -161,7 +169,7 @@ SPEC_NORMS = ("batch", "layer", "rms")  # mlp "+norm=..." (models.py maps them t
 
 
 def _suffixes(text: str, raw: str) -> dict[str, Any]:
-    """"+res+norm=layer+bias" in any order, each at most once -> {"res", "norm", "bias"}."""
+    """ "+res+norm=layer+bias" in any order, each at most once -> {"res", "norm", "bias"}."""
     out: dict[str, Any] = {"res": False, "norm": None, "bias": False}
     seen: set[str] = set()
     for item in raw.split("+")[1:]:
@@ -174,8 +182,10 @@ def _suffixes(text: str, raw: str) -> dict[str, Any]:
         elif key in ("res", "bias") and not value:
             out[key] = True
         else:
-            raise UsageError(f"invalid model spec {text!r}: unknown suffix +{item}",
-                             hint=f"suffixes: +res, +norm={'|'.join(SPEC_NORMS)}, +bias")
+            raise UsageError(
+                f"invalid model spec {text!r}: unknown suffix +{item}",
+                hint=f"suffixes: +res, +norm={'|'.join(SPEC_NORMS)}, +bias",
+            )
     return out
 
 
@@ -196,8 +206,10 @@ def _body(text: str, arch: str, body: str | None, hint: str) -> tuple[str, ...]:
     """The ':' arguments of a built-in other than mlp, validated, as the tuple ModelSpec.layers stores."""
     if arch == "vgg":
         if body is None or not all(p == "M" or (p.isdigit() and int(p) > 0) for p in body.split("-")):
-            raise UsageError(f"invalid model spec {text!r}: vgg takes positive conv widths and M (max-pool)",
-                             hint="e.g. vgg:64-64-M-128-128-M-256-256-M")
+            raise UsageError(
+                f"invalid model spec {text!r}: vgg takes positive conv widths and M (max-pool)",
+                hint="e.g. vgg:64-64-M-128-128-M-256-256-M",
+            )
         layers = tuple(body.split("-"))
         if "M" == layers[0] or all(p == "M" for p in layers):
             raise UsageError(f"invalid model spec {text!r}: vgg must start with a conv width")
@@ -208,21 +220,27 @@ def _body(text: str, arch: str, body: str | None, hint: str) -> tuple[str, ...]:
             raise UsageError(f"invalid model spec {text!r}: wrn takes depth-width, e.g. wrn:16-4 or wrn:28-10")
         depth, width = int(m.group(1)), int(m.group(2))
         if depth < 10 or (depth - 4) % 6 or width < 1:
-            raise UsageError(f"invalid model spec {text!r}: a wide ResNet's depth is 6n+4 (10, 16, 22, 28, 40, ...) "
-                             "and its width factor at least 1")
+            raise UsageError(
+                f"invalid model spec {text!r}: a wide ResNet's depth is 6n+4 (10, 16, 22, 28, 40, ...) "
+                "and its width factor at least 1"
+            )
         return (str(depth), str(width))
     if arch == "vit":
         m = re.fullmatch(VIT_BODY, body or "")
         if not m:
-            raise UsageError(f"invalid model spec {text!r}: vit takes p<patch>-d<width>-l<blocks>-h<heads>"
-                             "[-m<mlp ratio>]", hint="e.g. vit:p4-d64-l4-h4 or vit:p4-d64-l4-h4-m2")
+            raise UsageError(
+                f"invalid model spec {text!r}: vit takes p<patch>-d<width>-l<blocks>-h<heads>[-m<mlp ratio>]",
+                hint="e.g. vit:p4-d64-l4-h4 or vit:p4-d64-l4-h4-m2",
+            )
         values = [int(v) for v in m.groups() if v is not None]
         if min(values) <= 0:
             raise UsageError(f"invalid model spec {text!r}: vit's numbers must be positive")
         patch, width, _, heads = values[:4]
         if width % heads or width % 4:
-            raise UsageError(f"invalid model spec {text!r}: vit's width d{width} must be a multiple of its "
-                             f"{heads} heads and of 4 (the 2-D sin-cos position embedding)")
+            raise UsageError(
+                f"invalid model spec {text!r}: vit's width d{width} must be a multiple of its "
+                f"{heads} heads and of 4 (the 2-D sin-cos position embedding)"
+            )
         return tuple(body.split("-"))  # type: ignore[union-attr]
     if body is not None:
         raise UsageError(f"invalid model spec {text!r}: {arch} takes no ':' arguments", hint=hint)
@@ -357,14 +375,28 @@ EXTRACT_DEFAULTS: dict[str, Any] = {
 
 SEED = INT(0, 2**63, hi_open=True)  # a seed seeds torch generators (64-bit) and is stored in tickets
 EPOCHS, BATCH = INT(1, 100_000), INT(1, 1 << 20)
-LR = FLOAT(0, math.inf, lo_open=True, hi_open=True)  # any finite rate: a too large one diverges, which runs catch (exit 1)
+LR = FLOAT(
+    0, math.inf, lo_open=True, hi_open=True
+)  # any finite rate: a too large one diverges, which runs catch (exit 1)
 # What every setting may be, for flags and config files alike (flags are checked against the same table); the
 # README's "Config files and value ranges" lists it. train-weak and drift share the names they have in common.
 RANGES: dict[str, Range] = {
-    "method": TEXT, "model": TEXT, "init": TEXT, "weights": TEXT, "dataset": TEXT, "data_dir": TEXT,
-    "match_sparsity": TEXT, "device": TEXT, "precision": TEXT,
-    "bias": BOOL, "download": BOOL, "frozen_aux": BOOL, "signed_scores": BOOL, "project_final": BOOL,
-    "global_topk": BOOL, "match_sparsity_per_layer": BOOL,
+    "method": TEXT,
+    "model": TEXT,
+    "init": TEXT,
+    "weights": TEXT,
+    "dataset": TEXT,
+    "data_dir": TEXT,
+    "match_sparsity": TEXT,
+    "device": TEXT,
+    "precision": TEXT,
+    "bias": BOOL,
+    "download": BOOL,
+    "frozen_aux": BOOL,
+    "signed_scores": BOOL,
+    "project_final": BOOL,
+    "global_topk": BOOL,
+    "match_sparsity_per_layer": BOOL,
     "sparsity": FLOAT(0, 1, lo_open=True, hi_open=True),
     "layer_densities": NUMBERS(0, 1, lo_open=True),
     "aug_density": FLOAT(0, 1, lo_open=True),
@@ -374,8 +406,11 @@ RANGES: dict[str, Range] = {
     "seed": SEED,
     "max_params": INT(1, 10**12),  # --max-params: refuse bigger models before building them (default 2e9)
     "init_k": FLOAT(1e-6, 1e6),  # fan_in scale: the init bound is gain / sqrt(k * fan_in)
-    "n_extract": INT(1, 10_000_000), "n_val": INT(1, 10_000_000),
-    "epochs": EPOCHS, "batch_size": BATCH, "lr": LR,
+    "n_extract": INT(1, 10_000_000),
+    "n_val": INT(1, 10_000_000),
+    "epochs": EPOCHS,
+    "batch_size": BATCH,
+    "lr": LR,
     "betas": NUMBERS(0, 1, hi_open=True),
     "eps": FLOAT(0, 1, lo_open=True),
     "weight_decay": FLOAT(0, 100),
@@ -386,14 +421,21 @@ RANGES: dict[str, Range] = {
     "imp_rounds": INT(1, 1000),
     "regrow_every": INT(1, 10_000_000),
     "regrow_fraction": FLOAT(0, 1, hi_open=True),
-    "movement_warmup": FLOAT(0, 1, hi_open=True), "movement_cooldown": FLOAT(0, 1, hi_open=True),
+    "movement_warmup": FLOAT(0, 1, hi_open=True),
+    "movement_cooldown": FLOAT(0, 1, hi_open=True),
     "movement_noise": FLOAT(0, 1),
     # drift only (train-weak takes epochs, lr, batch_size from above)
-    "steps": INT(1, 10_000_000), "log_every": INT(1, 10_000_000), "probe_size": BATCH,
-    "momentum": FLOAT(0, 1, hi_open=True), "clip": FLOAT(0, 1e6, lo_open=True),
-    "zero_threshold": FLOAT(0, 1e6, lo_open=True), "seeds": SEED,
+    "steps": INT(1, 10_000_000),
+    "log_every": INT(1, 10_000_000),
+    "probe_size": BATCH,
+    "momentum": FLOAT(0, 1, hi_open=True),
+    "clip": FLOAT(0, 1e6, lo_open=True),
+    "zero_threshold": FLOAT(0, 1e6, lo_open=True),
+    "seeds": SEED,
     # sweep-k only
-    "layerwise": INT(0, 10_000), "workers": INT(1, 4096), "threads": INT(1, 4096),
+    "layerwise": INT(0, 10_000),
+    "workers": INT(1, 4096),
+    "threads": INT(1, 4096),
 }
 MAX_CONFIG = 1 << 20  # bytes of a TOML config file
 
@@ -418,8 +460,11 @@ def data_search_dirs(data_dir: str | None) -> tuple[str, ...]:
 
 def data_location(data_dir: str | None, download: bool) -> dict[str, Any]:
     """DataSpec's where-to-find-it fields, resolved from flags and the environment here at the edge."""
-    return {"search_dirs": data_search_dirs(data_dir), "download": bool(download),
-            "download_dir": str(user_cache_dir())}
+    return {
+        "search_dirs": data_search_dirs(data_dir),
+        "download": bool(download),
+        "download_dir": str(user_cache_dir()),
+    }
 
 
 def load_config(path: str | Path | None) -> dict[str, Any]:
@@ -441,7 +486,9 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
     for key, value in data.items():
         k = key.replace("-", "_")
         if k not in EXTRACT_DEFAULTS:
-            raise UsageError(f"unknown key {show(key)} in {p}", hint=f"valid keys: {', '.join(sorted(EXTRACT_DEFAULTS))}")
+            raise UsageError(
+                f"unknown key {show(key)} in {p}", hint=f"valid keys: {', '.join(sorted(EXTRACT_DEFAULTS))}"
+            )
         if k in out:
             raise UsageError(f"{p} sets {k} twice (with dashes and with underscores)")
         check_setting(k, value, f"{p}: {k}")
@@ -490,21 +537,41 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
             # e.g. torchvision.models:resnet18 -> torchvision.models:resnet18@3x32x32-10, built with num_classes=10
             model = replace(model, input=tuple(info.shape), classes=info.classes)
     if model.arch != "user" and model.arch not in MODELS:
-        raise UsageError(f"invalid model spec {s['model']!r}: unknown model {model.arch!r}",
-                         hint=f"models: {', '.join(MODELS.names())}, or a factory my_pkg.my_module:build_net")
+        raise UsageError(
+            f"invalid model spec {s['model']!r}: unknown model {model.arch!r}",
+            hint=f"models: {', '.join(MODELS.names())}, or a factory my_pkg.my_module:build_net",
+        )
     if len(s["betas"]) != 2:
         raise UsageError(f"--betas must be two numbers in [0, 1), got {show(settings['betas'])}")
 
     method = MethodSpec(
-        name=s["method"], sparsity=s["sparsity"], layer_densities=s["layer_densities"], aug_density=s["aug_density"],
-        aux_width=s["aux_width"], frozen_aux=s["frozen_aux"], signed_scores=s["signed_scores"],
-        project_final=s["project_final"], global_topk=s["global_topk"], iter_tolerance=s["iter_tolerance"],
-        max_rounds=s["max_rounds"], epochs=s["epochs"], lr=s["lr"], batch_size=s["batch_size"],
-        betas=(s["betas"][0], s["betas"][1]), eps=s["eps"], weight_decay=s["weight_decay"], weight_lr=s["weight_lr"],
-        saliency_batches=s["saliency_batches"], grasp_temperature=s["grasp_temperature"],
-        synflow_rounds=s["synflow_rounds"], imp_rounds=s["imp_rounds"], regrow_every=s["regrow_every"],
-        regrow_fraction=s["regrow_fraction"], movement_warmup=s["movement_warmup"],
-        movement_cooldown=s["movement_cooldown"], movement_noise=s["movement_noise"],
+        name=s["method"],
+        sparsity=s["sparsity"],
+        layer_densities=s["layer_densities"],
+        aug_density=s["aug_density"],
+        aux_width=s["aux_width"],
+        frozen_aux=s["frozen_aux"],
+        signed_scores=s["signed_scores"],
+        project_final=s["project_final"],
+        global_topk=s["global_topk"],
+        iter_tolerance=s["iter_tolerance"],
+        max_rounds=s["max_rounds"],
+        epochs=s["epochs"],
+        lr=s["lr"],
+        batch_size=s["batch_size"],
+        betas=(s["betas"][0], s["betas"][1]),
+        eps=s["eps"],
+        weight_decay=s["weight_decay"],
+        weight_lr=s["weight_lr"],
+        saliency_batches=s["saliency_batches"],
+        grasp_temperature=s["grasp_temperature"],
+        synflow_rounds=s["synflow_rounds"],
+        imp_rounds=s["imp_rounds"],
+        regrow_every=s["regrow_every"],
+        regrow_fraction=s["regrow_fraction"],
+        movement_warmup=s["movement_warmup"],
+        movement_cooldown=s["movement_cooldown"],
+        movement_noise=s["movement_noise"],
         precision=check_precision(s["precision"]),
     )
     check_method_options(method)
@@ -514,19 +581,49 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
         method = matched_sparsity(method, s["match_sparsity"], per_layer=s["match_sparsity_per_layer"])
     elif s["match_sparsity_per_layer"]:
         raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
-    data = DataSpec(name=s["dataset"], n_extract=s["n_extract"], n_val=s["n_val"], split_seed=s["seed"],
-                    **data_location(s["data_dir"], s["download"]))
+    data = DataSpec(
+        name=s["dataset"],
+        n_extract=s["n_extract"],
+        n_val=s["n_val"],
+        split_seed=s["seed"],
+        **data_location(s["data_dir"], s["download"]),
+    )
     init = InitSpec(scheme=s["init"], k=s["init_k"], seed=s["seed"])
-    return RunSpec(model=model, init=init, data=data, method=method, device=s["device"], weights=s["weights"],
-                   max_params=MAX_PARAMS if s["max_params"] is None else s["max_params"])
+    return RunSpec(
+        model=model,
+        init=init,
+        data=data,
+        method=method,
+        device=s["device"],
+        weights=s["weights"],
+        max_params=MAX_PARAMS if s["max_params"] is None else s["max_params"],
+    )
 
 
 # Options that only some methods read (the score-method variants of issue 4, the baselines' hyper-parameters of
 # issue 3). Each method class lists the ones it reads in `options`; build_extract_spec refuses the others.
-METHOD_OPTIONS = ("aug_density", "layer_densities", "aux_width", "frozen_aux", "signed_scores", "project_final",
-                  "global_topk", "iter_tolerance", "max_rounds", "weight_lr", "saliency_batches",
-                  "grasp_temperature", "synflow_rounds", "imp_rounds", "regrow_every", "regrow_fraction",
-                  "movement_warmup", "movement_cooldown", "movement_noise", "precision")
+METHOD_OPTIONS = (
+    "aug_density",
+    "layer_densities",
+    "aux_width",
+    "frozen_aux",
+    "signed_scores",
+    "project_final",
+    "global_topk",
+    "iter_tolerance",
+    "max_rounds",
+    "weight_lr",
+    "saliency_batches",
+    "grasp_temperature",
+    "synflow_rounds",
+    "imp_rounds",
+    "regrow_every",
+    "regrow_fraction",
+    "movement_warmup",
+    "movement_cooldown",
+    "movement_noise",
+    "precision",
+)
 
 
 PRECISIONS = ("fp32", "bf16")
@@ -558,8 +655,9 @@ def check_method_options(method: MethodSpec) -> None:
     for field in METHOD_OPTIONS:
         if getattr(method, field) != defaults[field] and not method_reads(method.name, field):
             users = [n for n in METHODS.names() if method_reads(n, field)]
-            raise UsageError(f"{option_flag(field)} applies to {', '.join(users) or 'no method'} only, "
-                             f"not {method.name}")
+            raise UsageError(
+                f"{option_flag(field)} applies to {', '.join(users) or 'no method'} only, not {method.name}"
+            )
 
 
 def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:
@@ -572,8 +670,10 @@ def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> Metho
     if method.layer_densities is not None:
         raise UsageError("--match-sparsity sets the densities itself; drop --layer-densities")
     if per_layer and not method_reads(method.name, "layer_densities"):
-        raise UsageError(f"--match-sparsity-per-layer needs per-layer densities, which {method.name} does not take",
-                         hint="use --match-sparsity alone (global)")
+        raise UsageError(
+            f"--match-sparsity-per-layer needs per-layer densities, which {method.name} does not take",
+            hint="use --match-sparsity alone (global)",
+        )
     counts = ticket_io.scan(path).counts  # counted from the packed bits: nothing imported, built or unpacked
     if per_layer:
         kept: dict[str, list[int]] = {}
@@ -581,8 +681,12 @@ def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> Metho
             k = kept.setdefault(layer_of(name), [0, 0])
             k[0], k[1] = k[0] + k_, k[1] + n_
         densities = tuple(a / b for a, b in kept.values())
-        return replace(method, sparsity=1.0 - sum(a for a, _ in kept.values()) / sum(b for _, b in kept.values()),
-                       layer_densities=densities, matched_to=path)
+        return replace(
+            method,
+            sparsity=1.0 - sum(a for a, _ in kept.values()) / sum(b for _, b in kept.values()),
+            layer_densities=densities,
+            matched_to=path,
+        )
     kept_total = sum(k for k, _ in counts.values())
     total = sum(n for _, n in counts.values())
     if kept_total == 0:
@@ -590,5 +694,17 @@ def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> Metho
     return replace(method, sparsity=1.0 - kept_total / total, matched_to=path)
 
 
-__all__ = ["ModelSpec", "InitSpec", "DataSpec", "MethodSpec", "RunSpec", "build_extract_spec",
-           "merge_settings", "load_config", "parse_floats", "data_location", "RANGES", "check_setting"]
+__all__ = [
+    "ModelSpec",
+    "InitSpec",
+    "DataSpec",
+    "MethodSpec",
+    "RunSpec",
+    "build_extract_spec",
+    "merge_settings",
+    "load_config",
+    "parse_floats",
+    "data_location",
+    "RANGES",
+    "check_setting",
+]

@@ -67,12 +67,17 @@ def layerwise_tuples(seed: int, pool: tuple[float, ...], n_layers: int, count: i
 
 
 def _for_seed(spec: RunSpec, seed: int, **method) -> RunSpec:
-    return replace(spec, init=replace(spec.init, seed=seed), data=replace(spec.data, split_seed=seed),
-                   method=replace(spec.method, **method))
+    return replace(
+        spec,
+        init=replace(spec.init, seed=seed),
+        data=replace(spec.data, split_seed=seed),
+        method=replace(spec.method, **method),
+    )
 
 
-def build_plan(base: RunSpec, *, seeds: Iterable[int], densities: tuple[float, ...], layerwise: int,
-               double_scoring: Iterable[str]) -> list[SweepTask]:
+def build_plan(
+    base: RunSpec, *, seeds: Iterable[int], densities: tuple[float, ...], layerwise: int, double_scoring: Iterable[str]
+) -> list[SweepTask]:
     """Every run of the sweep, in a fixed order; base.method carries the requested sparsity and training settings."""
     s = base.method.sparsity
     target = 1.0 - s
@@ -86,29 +91,69 @@ def build_plan(base: RunSpec, *, seeds: Iterable[int], densities: tuple[float, .
         for d in densities:
             fixed = math.isclose(d, target, rel_tol=0, abs_tol=1e-12)
             has_fixed |= fixed
-            tasks.append(SweepTask(f"{p}edge-popup-k{d:g}", seed, "edge-popup", f"k={d:g}",
-                                   _for_seed(base, seed, **ep, sparsity=round(1.0 - d, 12)), fixed=fixed))
+            tasks.append(
+                SweepTask(
+                    f"{p}edge-popup-k{d:g}",
+                    seed,
+                    "edge-popup",
+                    f"k={d:g}",
+                    _for_seed(base, seed, **ep, sparsity=round(1.0 - d, 12)),
+                    fixed=fixed,
+                )
+            )
         for i, tup in enumerate(layerwise_tuples(seed, densities, n_layers, layerwise)):
-            tasks.append(SweepTask(f"{p}edge-popup-lw{i}", seed, "edge-popup", f"layerwise {i}",
-                                   _for_seed(base, seed, **{**ep, "layer_densities": tup}, sparsity=s)))
+            tasks.append(
+                SweepTask(
+                    f"{p}edge-popup-lw{i}",
+                    seed,
+                    "edge-popup",
+                    f"layerwise {i}",
+                    _for_seed(base, seed, **{**ep, "layer_densities": tup}, sparsity=s),
+                )
+            )
         if not has_fixed:
-            tasks.append(SweepTask(f"{p}fixed", seed, "fixed", f"fixed k={target:g}",
-                                   _for_seed(base, seed, **ep, sparsity=s), fixed=True))
-        tasks.append(SweepTask(f"{p}random", seed, "random", "random",
-                               _for_seed(base, seed, name="random", layer_densities=None, aug_density=None,
-                                         sparsity=s)))
+            tasks.append(
+                SweepTask(
+                    f"{p}fixed",
+                    seed,
+                    "fixed",
+                    f"fixed k={target:g}",
+                    _for_seed(base, seed, **ep, sparsity=s),
+                    fixed=True,
+                )
+            )
+        tasks.append(
+            SweepTask(
+                f"{p}random",
+                seed,
+                "random",
+                "random",
+                _for_seed(base, seed, name="random", layer_densities=None, aug_density=None, sparsity=s),
+            )
+        )
         for name in double_scoring:
-            tasks.append(SweepTask(f"{p}{name}", seed, name, name,
-                                   _for_seed(base, seed, name=name, layer_densities=None, aug_density=None,
-                                             sparsity=s)))
+            tasks.append(
+                SweepTask(
+                    f"{p}{name}",
+                    seed,
+                    name,
+                    name,
+                    _for_seed(base, seed, name=name, layer_densities=None, aug_density=None, sparsity=s),
+                )
+            )
     return tasks
 
 
 def spec_identity(spec: RunSpec) -> dict:
     """What decides a run's result (not where the data files live): a resumed record must match it exactly."""
     data = {k: v for k, v in asdict(spec.data).items() if k not in ("search_dirs", "download", "download_dir")}
-    return {"model": spec.model.to_dict(), "init": spec.init.to_dict(), "data": data,
-            "method": spec.method.to_dict(), "device": spec.device}
+    return {
+        "model": spec.model.to_dict(),
+        "init": spec.init.to_dict(),
+        "data": data,
+        "method": spec.method.to_dict(),
+        "device": spec.device,
+    }
 
 
 def masks_sha256(masks: dict[str, torch.Tensor]) -> str:
@@ -131,18 +176,31 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
     finally:
         torch.set_num_threads(previous)
     m, sp = summary["metrics"], summary["sparsity"]
-    record = {"id": task.id, "seed": task.seed, "group": task.group, "config": task.config, "fixed": task.fixed,
-              "method": task.spec.method.name, "requested_sparsity": task.spec.method.sparsity,
-              "layer_densities": None if task.spec.method.layer_densities is None
-              else list(task.spec.method.layer_densities),
-              "test_accuracy": m["test"]["accuracy"], "val_accuracy": m["val"]["accuracy"],
-              "test_loss": m["test"]["loss"], "achieved_sparsity": sp["achieved"],
-              "masks_sha256": masks_sha256(masks), "device": m["device"], "threads": threads,
-              "wall_time_s": m["wall_time_s"], "ticket": None, "ticket_sha256": None}
+    record = {
+        "id": task.id,
+        "seed": task.seed,
+        "group": task.group,
+        "config": task.config,
+        "fixed": task.fixed,
+        "method": task.spec.method.name,
+        "requested_sparsity": task.spec.method.sparsity,
+        "layer_densities": None if task.spec.method.layer_densities is None else list(task.spec.method.layer_densities),
+        "test_accuracy": m["test"]["accuracy"],
+        "val_accuracy": m["val"]["accuracy"],
+        "test_loss": m["test"]["loss"],
+        "achieved_sparsity": sp["achieved"],
+        "masks_sha256": masks_sha256(masks),
+        "device": m["device"],
+        "threads": threads,
+        "wall_time_s": m["wall_time_s"],
+        "ticket": None,
+        "ticket_sha256": None,
+    }
     return record, payload
 
 
 # ---- keeping runs in --out-dir ----
+
 
 def store(out_dir: Path, task: SweepTask, record: dict, payload: bytes) -> dict:
     """Write the ticket, then its record (the record last: a record on disk means the ticket is complete)."""
@@ -150,8 +208,9 @@ def store(out_dir: Path, task: SweepTask, record: dict, payload: bytes) -> dict:
     ticket_io.write_atomic(ticket, payload, overwrite=True)
     record = {**record, "ticket": str(ticket), "ticket_sha256": hashlib.sha256(payload).hexdigest()}
     doc = {"spec": spec_identity(task.spec), "record": record}
-    ticket_io.write_atomic(out_dir / f"{task.id}.json", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(),
-                           overwrite=True)
+    ticket_io.write_atomic(
+        out_dir / f"{task.id}.json", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), overwrite=True
+    )
     return record
 
 
@@ -174,6 +233,7 @@ def finished(out_dir: Path, task: SweepTask) -> dict | None:
 
 # ---- executors ----
 
+
 def _local(tasks: list[SweepTask], workers: int, threads: int):
     if workers == 1:
         for t in tasks:
@@ -190,8 +250,9 @@ def _local(tasks: list[SweepTask], workers: int, threads: int):
                 try:
                     result = f.result()
                 except BrokenProcessPool:
-                    raise RunFailed(f"a worker process died while running {futures[f].id} "
-                                    "(out of memory or killed)") from None
+                    raise RunFailed(
+                        f"a worker process died while running {futures[f].id} (out of memory or killed)"
+                    ) from None
                 yield futures[f], result
         except BaseException:
             for f in futures:
@@ -209,11 +270,17 @@ def _ray(tasks: list[SweepTask], threads: int, address: str | None):
         # Ship this very package to the workers, so the cluster runs the driver's code.
         pkg = str(Path(__file__).resolve().parent)
         try:
-            ray.init(address=address, runtime_env={"py_modules": [pkg]}, include_dashboard=False,
-                     log_to_driver=False, logging_level="ERROR")
+            ray.init(
+                address=address,
+                runtime_env={"py_modules": [pkg]},
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level="ERROR",
+            )
         except Exception as e:  # ConnectionError, ValueError, RuntimeError... depending on the address
-            raise UsageError(f"cannot connect to Ray at {address or 'a new local cluster'}: "
-                             f"{str(e).splitlines()[0][:200]}") from None
+            raise UsageError(
+                f"cannot connect to Ray at {address or 'a new local cluster'}: {str(e).splitlines()[0][:200]}"
+            ) from None
     try:
         remote = ray.remote(num_cpus=threads)(run_task)
         refs = {remote.remote(t, threads): t for t in tasks}
@@ -240,9 +307,16 @@ def _cost(task: SweepTask) -> int:
     return m.epochs * (getattr(m, "max_rounds", 1) if m.name == "iterated" else 1) if m.name != "random" else 0
 
 
-def run_sweep(tasks: list[SweepTask], *, workers: int = 1, threads: int = 1, executor: str = "local",
-              ray_address: str | None = None, out_dir: str | Path | None = None,
-              on_result: OnResult | None = None) -> dict:
+def run_sweep(
+    tasks: list[SweepTask],
+    *,
+    workers: int = 1,
+    threads: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    out_dir: str | Path | None = None,
+    on_result: OnResult | None = None,
+) -> dict:
     """Run (or resume) every task; returns {"records": in plan order, "resumed": ids taken from out_dir}."""
     out = None if out_dir is None else Path(out_dir)
     if out is not None:
@@ -275,11 +349,16 @@ def run_sweep(tasks: list[SweepTask], *, workers: int = 1, threads: int = 1, exe
 
 # ---- the stability summary ----
 
+
 def _stats(values: list[float]) -> dict:
     """Mean, sample standard deviation (0 for a single value), min and max."""
-    return {"n": len(values), "mean": statistics.fmean(values) if values else None,
-            "std": statistics.stdev(values) if len(values) > 1 else (0.0 if values else None),
-            "min": min(values, default=None), "max": max(values, default=None)}
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values) if values else None,
+        "std": statistics.stdev(values) if len(values) > 1 else (0.0 if values else None),
+        "min": min(values, default=None),
+        "max": max(values, default=None),
+    }
 
 
 def in_band(achieved: float, band: tuple[float, float]) -> bool:
@@ -295,8 +374,10 @@ def oracle(records: list[dict], band: tuple[float, float] | None = None) -> dict
     for r in records:
         if r["group"] != "edge-popup" or (band is not None and not in_band(r["achieved_sparsity"], band)):
             continue
-        if best is None or (r["val_accuracy"], r["achieved_sparsity"]) > (best["val_accuracy"],
-                                                                        best["achieved_sparsity"]):
+        if best is None or (r["val_accuracy"], r["achieved_sparsity"]) > (
+            best["val_accuracy"],
+            best["achieved_sparsity"],
+        ):
             best = r
     return best
 
@@ -305,18 +386,26 @@ def _oracle_summary(records: list[dict], seeds: list[int], band: tuple[float, fl
     per_seed = {}
     for seed in seeds:
         r = oracle([x for x in records if x["seed"] == seed], band)
-        per_seed[str(seed)] = None if r is None else {k: r[k] for k in ("id", "config", "val_accuracy",
-                                                                         "test_accuracy", "achieved_sparsity")}
+        per_seed[str(seed)] = (
+            None
+            if r is None
+            else {k: r[k] for k in ("id", "config", "val_accuracy", "test_accuracy", "achieved_sparsity")}
+        )
     chosen = [v for v in per_seed.values() if v is not None]
-    return {"band": None if band is None else list(band), "per_seed": per_seed,
-            "test": _stats([v["test_accuracy"] for v in chosen]),
-            "achieved_sparsity": _stats([v["achieved_sparsity"] for v in chosen]),
-            "seeds_without_candidate": [s for s, v in per_seed.items() if v is None]}
+    return {
+        "band": None if band is None else list(band),
+        "per_seed": per_seed,
+        "test": _stats([v["test_accuracy"] for v in chosen]),
+        "achieved_sparsity": _stats([v["achieved_sparsity"] for v in chosen]),
+        "seeds_without_candidate": [s for s, v in per_seed.items() if v is None],
+    }
 
 
 def _group_summary(rs: list[dict]) -> dict:
-    return {"test": _stats([r["test_accuracy"] for r in rs]),
-            "achieved_sparsity": _stats([r["achieved_sparsity"] for r in rs])}
+    return {
+        "test": _stats([r["test_accuracy"] for r in rs]),
+        "achieved_sparsity": _stats([r["achieved_sparsity"] for r in rs]),
+    }
 
 
 def summarize(records: list[dict], *, band: tuple[float, float] = PAPER_BAND) -> dict:

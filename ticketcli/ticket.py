@@ -9,7 +9,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import stat
 import struct
 import tempfile
@@ -23,15 +22,38 @@ import torch
 from safetensors.torch import save as st_save
 
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.ticket_meta import (HEX64, MAX_DIMS, DuplicateKey, TooManyDigits, check_fields, json_error,
-                                   json_field, strict_json)
+from ticketcli.ticket_meta import (
+    HEX64,
+    MAX_DIMS,
+    DuplicateKey,
+    TooManyDigits,
+    check_fields,
+    json_error,
+    json_field,
+    strict_json,
+)
 
 FORMAT = "ticket"
 FORMAT_VERSION = "1"
 MAX_FILE_BYTES = 1 << 30  # a ticket of 8e9 weights; anything bigger is not a ticket
 MAX_HEADER_BYTES = 1 << 24  # a ticket's JSON header is a few KiB (safetensors itself allows 100 MB)
-DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-               "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}  # safetensors dtypes -> item size
+DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}  # safetensors dtypes -> item size
 REQUIRED = ("model", "init", "shapes", "weights_sha256", "method", "data", "sparsity", "metrics", "created_by")
 ENTRY_KEYS = {"dtype", "shape", "data_offsets"}  # a safetensors tensor entry: exactly these (type(d) is int: no bools)
 CHUNK_BYTES = 1 << 20  # masks are read (and counted) at most this many bytes at a time
@@ -49,8 +71,9 @@ def unpack_bits(packed: torch.Tensor, shape: tuple[int, ...], what: str = "mask"
     n = math.prod(shape)
     data = packed.numpy()
     if data.ndim != 1 or data.size != (n + 7) // 8:
-        raise TicketFileError(f"{what}: {data.size} bytes do not hold a mask of shape {tuple(shape)} "
-                              f"(needs {(n + 7) // 8})")
+        raise TicketFileError(
+            f"{what}: {data.size} bytes do not hold a mask of shape {tuple(shape)} (needs {(n + 7) // 8})"
+        )
     bits = np.unpackbits(data, bitorder="big")
     if bits[n:].any():
         raise TicketFileError(f"{what}: padding bits are set (corrupt mask)")
@@ -125,15 +148,22 @@ def check_destination(path: str | Path, *, overwrite: bool = False) -> None:
     if mode is not None and stat.S_ISDIR(mode):
         raise UsageError(f"cannot write {path}: it is a directory")
     if mode is not None and not stat.S_ISREG(mode):
-        raise UsageError(f"cannot write {path}: it is {_file_kind(mode)}, not a regular file (even --force only "
-                         "replaces regular files)", hint="choose another path")
+        raise UsageError(
+            f"cannot write {path}: it is {_file_kind(mode)}, not a regular file (even --force only "
+            "replaces regular files)",
+            hint="choose another path",
+        )
     if os.path.lexists(path) and not overwrite:
         raise UsageError(f"{path} already exists", hint="pass --force to overwrite it")
 
 
 def _file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     return next((name for test, name in kinds if test(mode)), "a special file")
 
 
@@ -211,12 +241,18 @@ def _check_layout(header: dict, body: int, path: Path) -> None:
             raise TicketFileError(f"{where} has unknown dtype {str(dtype)[:20]!r}")
         if not (isinstance(shape, list) and len(shape) <= MAX_DIMS and all(type(d) is int and d >= 0 for d in shape)):
             raise TicketFileError(f"{where}: shape must be a list of at most {MAX_DIMS} non-negative integers")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and type(offsets[0]) is int
-                and type(offsets[1]) is int and 0 <= offsets[0] <= offsets[1] <= body):
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and type(offsets[0]) is int
+            and type(offsets[1]) is int
+            and 0 <= offsets[0] <= offsets[1] <= body
+        ):
             raise TicketFileError(f"{where}: data_offsets must be [begin, end] inside the {body}-byte body")
         if offsets[1] - offsets[0] != math.prod(shape) * DTYPE_BYTES[dtype]:
-            raise TicketFileError(f"{where}: shape {shape} of {dtype} does not match its "
-                                  f"{offsets[1] - offsets[0]} bytes")
+            raise TicketFileError(
+                f"{where}: shape {shape} of {dtype} does not match its {offsets[1] - offsets[0]} bytes"
+            )
         ranges.append(offsets)
     end = 0
     for begin, stop in sorted(ranges):
@@ -258,8 +294,10 @@ def _layout(f: BinaryIO, size: int, path: Path) -> _Layout:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise TicketFileError(f"{path}: a safetensors file, but not a ticket (no format=ticket metadata)")
     if meta.get("format_version") != FORMAT_VERSION:
-        raise TicketFileError(f"{path}: ticket format_version {str(meta.get('format_version'))[:20]!r} is not "
-                              f"supported (this ticketcli reads version {FORMAT_VERSION})")
+        raise TicketFileError(
+            f"{path}: ticket format_version {str(meta.get('format_version'))[:20]!r} is not "
+            f"supported (this ticketcli reads version {FORMAT_VERSION})"
+        )
     if not all(isinstance(v, str) for v in meta.values()):
         raise TicketFileError(f"{path}: metadata values must be strings")
     fields = {key: json_field(meta, key, dict, path) for key in REQUIRED if key != "weights_sha256"}
@@ -277,8 +315,9 @@ def _layout(f: BinaryIO, size: int, path: Path) -> _Layout:
     expected = {f"mask/{n}" for n in shapes}
     if set(tensors) != expected:
         missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-        raise TicketFileError(f"{path}: mask tensors do not match 'shapes' (missing {_few(missing)}, "
-                              f"unexpected {_few(extra)})")
+        raise TicketFileError(
+            f"{path}: mask tensors do not match 'shapes' (missing {_few(missing)}, unexpected {_few(extra)})"
+        )
     spans = {}
     for name, shape in shapes.items():
         t, n = tensors[f"mask/{name}"], math.prod(shape)
@@ -287,8 +326,10 @@ def _layout(f: BinaryIO, size: int, path: Path) -> _Layout:
         if t["dtype"] != "U8" or len(t["shape"]) != 1:
             raise TicketFileError(f"{path}: mask/{name} must be a 1-D uint8 tensor, found {t['dtype']} {t['shape']}")
         if t["shape"][0] != (n + 7) // 8:
-            raise TicketFileError(f"{path}: mask/{name}: {t['shape'][0]} bytes do not hold a mask of shape "
-                                  f"{tuple(shape)} (needs {(n + 7) // 8})")
+            raise TicketFileError(
+                f"{path}: mask/{name}: {t['shape'][0]} bytes do not hold a mask of shape "
+                f"{tuple(shape)} (needs {(n + 7) // 8})"
+            )
         begin, end = t["data_offsets"]
         spans[name] = (body + begin, body + end)
     return _Layout({**fields, "weights_sha256": sha, "checkpoint": checkpoint}, spans, recorded)
@@ -360,8 +401,9 @@ def _read(path: Path, take: Callable[[str, Iterable[bytes]], int]) -> Ticket:
             computed = _walk(f, layout, path, take)
     except OSError as e:
         raise TicketFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    return Ticket(masks={}, **layout.fields, masks_sha256=layout.recorded,
-                  integrity=_integrity(layout.recorded, computed))
+    return Ticket(
+        masks={}, **layout.fields, masks_sha256=layout.recorded, integrity=_integrity(layout.recorded, computed)
+    )
 
 
 def load(path: str | Path) -> Ticket:
@@ -424,5 +466,7 @@ def _popcount(piece: bytes) -> int:
 def require_intact(tk: Ticket, path: str | Path) -> None:
     """Refuse a ticket whose masks differ from the digest recorded when it was written."""
     if tk.integrity == "modified":
-        raise TicketFileError(f"{path}: masks were modified after the ticket was written (masks_sha256 differs)",
-                              hint="the file was edited or damaged; ask for the original ticket")
+        raise TicketFileError(
+            f"{path}: masks were modified after the ticket was written (masks_sha256 differs)",
+            hint="the file was edited or damaged; ask for the original ticket",
+        )

@@ -104,6 +104,7 @@ def _fraction(x: Any) -> bool:
 
 def check_fields(f: dict[str, dict], checkpoint: dict | None, path: Path) -> None:
     """Every field a reader uses has its type and a sane range; a problem is one TicketFileError line."""
+
     def need(ok: bool, what: str) -> None:
         if not ok:
             raise TicketFileError(f"{path}: metadata {what}")
@@ -112,17 +113,23 @@ def check_fields(f: dict[str, dict], checkpoint: dict | None, path: Path) -> Non
     need(isinstance(model.get("spec"), str), "'model' lacks a 'spec' string")
     need(len(model["spec"]) <= MAX_SPEC_CHARS, f"'model.spec' is longer than {MAX_SPEC_CHARS} characters")
     if "parameters" in model:  # a factory's every parameter (runs.check_user_model compares them)
-        need(isinstance(model["parameters"], dict) and all(_shape(s, minimum=0) for s in model["parameters"].values()),
-             "'model.parameters' must map names to lists of non-negative integers")
+        need(
+            isinstance(model["parameters"], dict) and all(_shape(s, minimum=0) for s in model["parameters"].values()),
+            "'model.parameters' must map names to lists of non-negative integers",
+        )
     if "masked" in model:
-        need(isinstance(model["masked"], list) and all(isinstance(n, str) for n in model["masked"]),
-             "'model.masked' must be a list of names")
+        need(
+            isinstance(model["masked"], list) and all(isinstance(n, str) for n in model["masked"]),
+            "'model.masked' must be a list of names",
+        )
     init = f["init"]
     need(isinstance(init.get("scheme"), str), "'init' lacks a 'scheme' string")
     need(is_int(init.get("seed")) and 0 <= init["seed"] < SEED_LIMIT, "'init.seed' must be an integer in [0, 2^63)")
     k = init.get("k")
-    need(_is_number(k) and math.isfinite(k) and K_RANGE[0] <= k <= K_RANGE[1],
-         f"'init.k' must be a number in [{K_RANGE[0]:g}, {K_RANGE[1]:g}]")
+    need(
+        _is_number(k) and math.isfinite(k) and K_RANGE[0] <= k <= K_RANGE[1],
+        f"'init.k' must be a number in [{K_RANGE[0]:g}, {K_RANGE[1]:g}]",
+    )
     shapes = f["shapes"]
     need(len(shapes) > 0, "'shapes' is empty")
     for name, shape in shapes.items():
@@ -132,18 +139,25 @@ def check_fields(f: dict[str, dict], checkpoint: dict | None, path: Path) -> Non
     need(isinstance(data.get("dataset"), str), "'data' lacks a 'dataset' string")
     for key in ("n_extract", "n_val"):  # extraction and validation both need examples (accuracy divides by n)
         need(is_int(data.get(key)) and 1 <= data[key] < SEED_LIMIT, f"'data.{key}' must be a positive integer")
-    need(is_int(data.get("split_seed")) and 0 <= data["split_seed"] < SEED_LIMIT,
-         "'data.split_seed' must be an integer in [0, 2^63)")
+    need(
+        is_int(data.get("split_seed")) and 0 <= data["split_seed"] < SEED_LIMIT,
+        "'data.split_seed' must be an integer in [0, 2^63)",
+    )
     _check_reported(f["sparsity"], f["metrics"], need)
     if checkpoint is not None:
-        need(isinstance(checkpoint.get("sha256"), str) and HEX64.fullmatch(checkpoint["sha256"]) is not None,
-             "'checkpoint.sha256' must be a sha256 hex digest")
+        need(
+            isinstance(checkpoint.get("sha256"), str) and HEX64.fullmatch(checkpoint["sha256"]) is not None,
+            "'checkpoint.sha256' must be a sha256 hex digest",
+        )
         need(isinstance(checkpoint.get("path", ""), str), "'checkpoint.path' must be a string")
 
 
 def _shape(shape: Any, *, minimum: int) -> bool:
-    return (isinstance(shape, list) and len(shape) <= MAX_DIMS
-            and all(is_int(d) and minimum <= d < SEED_LIMIT for d in shape))
+    return (
+        isinstance(shape, list)
+        and len(shape) <= MAX_DIMS
+        and all(is_int(d) and minimum <= d < SEED_LIMIT for d in shape)
+    )
 
 
 def _check_reported(sparsity: dict, metrics: dict, need) -> None:
@@ -157,6 +171,8 @@ def _check_reported(sparsity: dict, metrics: dict, need) -> None:
         need(_fraction(m.get("accuracy")), f"'metrics.{split}.accuracy' must be a number in [0, 1]")
         need(m.get("loss") is None or _is_number(m["loss"]), f"'metrics.{split}.loss' must be a number")
         for key in ("correct", "n"):
-            need(m.get(key) is None or (is_int(m[key]) and m[key] >= 0),
-                 f"'metrics.{split}.{key}' must be a non-negative integer")
+            need(
+                m.get(key) is None or (is_int(m[key]) and m[key] >= 0),
+                f"'metrics.{split}.{key}' must be a non-negative integer",
+            )
     need(isinstance(metrics.get("device", ""), str), "'metrics.device' must be a string")

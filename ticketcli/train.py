@@ -72,8 +72,9 @@ class WeightOptim:
     def build(self, params: list[torch.Tensor]) -> torch.optim.Optimizer:
         if self.name == "adam":
             fused = params[0].device.type in ("cpu", "cuda")
-            return torch.optim.Adam(params, lr=self.lr, betas=self.betas, eps=self.eps,
-                                    weight_decay=self.weight_decay, fused=fused)
+            return torch.optim.Adam(
+                params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay, fused=fused
+            )
         if self.name == "sgd":
             return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
         raise ValueError(f"unknown optimiser {self.name!r}")
@@ -85,12 +86,17 @@ class WeightTrainer:
     `params` holds the trained weights (masked entries exactly zero); `masks` are float 0/1 tensors and may be
     replaced between steps with `set_masks` (SET, RigL, IMP)."""
 
-    def __init__(self, net: MaskedNet, masks: dict[str, torch.Tensor] | None, optim: WeightOptim,
-                 weights: dict[str, torch.Tensor] | None = None, precision: str = "fp32"):
+    def __init__(
+        self,
+        net: MaskedNet,
+        masks: dict[str, torch.Tensor] | None,
+        optim: WeightOptim,
+        weights: dict[str, torch.Tensor] | None = None,
+        precision: str = "fp32",
+    ):
         self.net, self.optim = net, optim
         source = weights if weights is not None else net.weights
-        self.params = {n: nn.Parameter(source[n].detach().to(net.device, torch.float32, copy=True))
-                       for n in net.names}
+        self.params = {n: nn.Parameter(source[n].detach().to(net.device, torch.float32, copy=True)) for n in net.names}
         self.masks: dict[str, torch.Tensor] | None = None
         if masks is not None:
             self.set_masks(masks)
@@ -112,8 +118,9 @@ class WeightTrainer:
             return dict(self.params)
         return {n: p * self.masks[n] for n, p in self.params.items()}
 
-    def step(self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy,
-             forward: Forward | None = None) -> tuple[float, int]:
+    def step(
+        self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy, forward: Forward | None = None
+    ) -> tuple[float, int]:
         """One optimiser step; returns (loss, correct predictions). `forward(x, params) -> logits` replaces the
         network's own forward pass (drift trains the same MLP with other activations). RigL's dense gradient
         comes from dense_gradient()."""
@@ -141,8 +148,9 @@ class WeightTrainer:
         with self.autocast():
             return self.net.forward_with(x, self.effective())
 
-    def dense_gradient(self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy
-                       ) -> dict[str, torch.Tensor]:
+    def dense_gradient(
+        self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy
+    ) -> dict[str, torch.Tensor]:
         """dL/d(W*M) for every entry, masked ones included, on (x, y) without taking a step (RigL's regrowth)."""
         eff = {n: t.detach().requires_grad_(True) for n, t in self.effective().items()}
         loss = loss_fn(self.net.forward_with(x, eff), y)
@@ -156,9 +164,18 @@ class WeightTrainer:
 StepHook = Callable[[int, torch.Tensor, torch.Tensor], None]  # (global step, x batch, y batch) after each step
 
 
-def train_weights(trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int,
-                  generator: torch.Generator, on_epoch: Callable[[dict], None] | None = None,
-                  on_step: StepHook | None = None, loss_fn: Loss = F.cross_entropy) -> list[dict]:
+def train_weights(
+    trainer: WeightTrainer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int,
+    batch_size: int,
+    generator: torch.Generator,
+    on_epoch: Callable[[dict], None] | None = None,
+    on_step: StepHook | None = None,
+    loss_fn: Loss = F.cross_entropy,
+) -> list[dict]:
     """`epochs` passes over (x, y) in seeded random order (last partial batch included).
 
     Returns one record per epoch: {"epoch", "loss", "accuracy"} (training loss/accuracy over the epoch);

@@ -43,14 +43,17 @@ class WeakSpec:
         return d | ({"precision": self.precision} if self.precision != "fp32" else {})
 
 
-def build_weak_spec(*, epochs: int | None = None, batch_size: int | None = None, lr: float | None = None,
-                    precision: str | None = None) -> WeakSpec:
+def build_weak_spec(
+    *, epochs: int | None = None, batch_size: int | None = None, lr: float | None = None, precision: str | None = None
+) -> WeakSpec:
     """A validated WeakSpec from flag values; None keeps the paper's default."""
     d = WeakSpec()
-    return WeakSpec(epochs=d.epochs if epochs is None else check_setting("epochs", epochs),
-                    batch_size=d.batch_size if batch_size is None else check_setting("batch_size", batch_size),
-                    optim=d.optim if lr is None else replace(d.optim, lr=check_setting("lr", lr)),
-                    precision=d.precision if precision is None else check_precision(precision))
+    return WeakSpec(
+        epochs=d.epochs if epochs is None else check_setting("epochs", epochs),
+        batch_size=d.batch_size if batch_size is None else check_setting("batch_size", batch_size),
+        optim=d.optim if lr is None else replace(d.optim, lr=check_setting("lr", lr)),
+        precision=d.precision if precision is None else check_precision(precision),
+    )
 
 
 def _measure(o: OpenTicket, masks: dict[str, torch.Tensor] | None) -> dict:
@@ -59,8 +62,14 @@ def _measure(o: OpenTicket, masks: dict[str, torch.Tensor] | None) -> dict:
     return {"test": evaluate(o.net, masks, s.x_test, s.y_test), "val": evaluate(o.net, masks, s.x_val, s.y_val)}
 
 
-def train_run(o: OpenTicket, masks: dict[str, torch.Tensor] | None, spec: WeakSpec, *,
-              label: str, progress: Callable[[dict], None] | None = None) -> tuple[dict, WeightTrainer]:
+def train_run(
+    o: OpenTicket,
+    masks: dict[str, torch.Tensor] | None,
+    spec: WeakSpec,
+    *,
+    label: str,
+    progress: Callable[[dict], None] | None = None,
+) -> tuple[dict, WeightTrainer]:
     """Train from the ticket's init under `masks` (None: dense); returns the run's report and its trainer.
 
     o.net holds the initial weights again when this returns."""
@@ -80,8 +89,15 @@ def train_run(o: OpenTicket, masks: dict[str, torch.Tensor] | None, spec: WeakSp
 
     t0 = time.perf_counter()
     # one generator tag for both runs: the masked run and the dense baseline see the same batch order
-    train_weights(trainer, s.x_extract, s.y_extract, epochs=spec.epochs, batch_size=spec.batch_size,
-                  generator=generator(o.ticket.init["seed"], "train-weak"), on_epoch=on_epoch)
+    train_weights(
+        trainer,
+        s.x_extract,
+        s.y_extract,
+        epochs=spec.epochs,
+        batch_size=spec.batch_size,
+        generator=generator(o.ticket.init["seed"], "train-weak"),
+        on_epoch=on_epoch,
+    )
     wall = time.perf_counter() - t0
     distributed.check_identical(trainer.weights(), f"the {label} run's trained weights")  # under torchrun only
     net.load_weights(trainer.weights())
@@ -89,9 +105,15 @@ def train_run(o: OpenTicket, masks: dict[str, torch.Tensor] | None, spec: WeakSp
     net.load_weights(o.weights)
     best = max(curve, key=lambda p: p["val_accuracy"])  # first epoch with the highest validation accuracy
     gain = (final["test"]["correct"] - initial["test"]["correct"]) / final["test"]["n"]  # exact, not a float difference
-    run = {"initial": initial, "final": final, "gain": gain,
-           "best_val_epoch": best["epoch"], "best_val_accuracy": best["val_accuracy"], "curve": curve,
-           "wall_time_s": wall}
+    run = {
+        "initial": initial,
+        "final": final,
+        "gain": gain,
+        "best_val_epoch": best["epoch"],
+        "best_val_accuracy": best["val_accuracy"],
+        "curve": curve,
+        "wall_time_s": wall,
+    }
     return run, trainer
 
 
@@ -108,14 +130,29 @@ def check_sparsity(weights: dict[str, torch.Tensor], masks: dict[str, torch.Tens
     nonzero = sum(int((w != 0).sum()) for w in weights.values())
     if outside:
         raise RunFailed(f"{outside} masked weights became nonzero during training (a bug in masked training)")
-    return {"kept": stats["kept"], "total": stats["total"], "achieved": 1.0 - stats["density"],
-            "nonzero_after": nonzero, "masked_nonzero_after": outside, "unchanged": True}
+    return {
+        "kept": stats["kept"],
+        "total": stats["total"],
+        "achieved": 1.0 - stats["density"],
+        "nonzero_after": nonzero,
+        "masked_nonzero_after": outside,
+        "unchanged": True,
+    }
 
 
-def train_weak(path: str | Path, *, data: DataSpec, spec: WeakSpec = WeakSpec(), device: str = "auto",
-               weights: str | None = None, dense_baseline: bool = False, out: str | Path | None = None,
-               overwrite: bool = False, progress: Callable[[dict], None] | None = None,
-               policy: ModelPolicy = ModelPolicy()) -> dict:
+def train_weak(
+    path: str | Path,
+    *,
+    data: DataSpec,
+    spec: WeakSpec = WeakSpec(),
+    device: str = "auto",
+    weights: str | None = None,
+    dense_baseline: bool = False,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    progress: Callable[[dict], None] | None = None,
+    policy: ModelPolicy = ModelPolicy(),
+) -> dict:
     """Train a ticket's surviving weights with its mask fixed (and optionally the dense net); write them to `out`."""
     path = Path(path)
     if out is not None:
@@ -126,22 +163,39 @@ def train_weak(path: str | Path, *, data: DataSpec, spec: WeakSpec = WeakSpec(),
     trained = state_dict(trainer, o.masks)
     sparsity = {"requested": tk.sparsity.get("requested"), **check_sparsity(trained, o.masks)}
     ticket_sha = file_sha256(str(path))
-    result = {"ticket": str(path), "ticket_sha256": ticket_sha, "method": tk.method.get("name"),
-              "model": tk.model["spec"], "seed": tk.init["seed"], "device": str(o.device),
-              "data": {k: tk.data[k] for k in ("dataset", "n_extract", "n_val", "split_seed") if k in tk.data}
-              | {"n_test": int(o.splits.y_test.numel())},
-              **spec.to_dict(), "sparsity": sparsity, "masked": masked, "integrity": tk.integrity}
+    result = {
+        "ticket": str(path),
+        "ticket_sha256": ticket_sha,
+        "method": tk.method.get("name"),
+        "model": tk.model["spec"],
+        "seed": tk.init["seed"],
+        "device": str(o.device),
+        "data": {k: tk.data[k] for k in ("dataset", "n_extract", "n_val", "split_seed") if k in tk.data}
+        | {"n_test": int(o.splits.y_test.numel())},
+        **spec.to_dict(),
+        "sparsity": sparsity,
+        "masked": masked,
+        "integrity": tk.integrity,
+    }
     if dense_baseline:
         result["dense"], _ = train_run(o, None, spec, label="dense", progress=progress)
     if distributed.world().active:
         result["processes"] = distributed.world().size
     if out is not None and distributed.world().main:  # under torchrun only rank 0 writes
-        meta = {"format": WEIGHTS_FORMAT, "ticket": str(path), "ticket_sha256": ticket_sha,
-                "weights_sha256": tk.weights_sha256, "model": tk.model["spec"], "method": str(tk.method.get("name")),
-                "epochs": str(spec.epochs), "batch_size": str(spec.batch_size),
-                "optimizer": json.dumps(spec.optim.to_dict()), "data": json.dumps(result["data"]),
-                "final": json.dumps({k: v["accuracy"] for k, v in masked["final"].items()}),
-                "created_by": json.dumps({"ticketcli": ticketcli.__version__, "torch": torch.__version__})}
+        meta = {
+            "format": WEIGHTS_FORMAT,
+            "ticket": str(path),
+            "ticket_sha256": ticket_sha,
+            "weights_sha256": tk.weights_sha256,
+            "model": tk.model["spec"],
+            "method": str(tk.method.get("name")),
+            "epochs": str(spec.epochs),
+            "batch_size": str(spec.batch_size),
+            "optimizer": json.dumps(spec.optim.to_dict()),
+            "data": json.dumps(result["data"]),
+            "final": json.dumps({k: v["accuracy"] for k, v in masked["final"].items()}),
+            "created_by": json.dumps({"ticketcli": ticketcli.__version__, "torch": torch.__version__}),
+        }
         size = ticket_io.write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite)
         result["out"] = {"path": str(out), "file_bytes": size}
     return result

@@ -39,13 +39,25 @@ HUGE = 10**12
 
 def write_seed_ticket(path: Path) -> bytes:
     """A valid ticket from the real writer (random masks over a tiny digits MLP); returns its bytes."""
-    spec = build_extract_spec(merge_settings({"method": "random", "dataset": "digits", "model": SEED_MODEL,
-                                              "n_extract": 100, "n_val": 50, "sparsity": 0.7}, None))
+    spec = build_extract_spec(
+        merge_settings(
+            {
+                "method": "random",
+                "dataset": "digits",
+                "model": SEED_MODEL,
+                "n_extract": 100,
+                "n_val": 50,
+                "sparsity": 0.7,
+            },
+            None,
+        )
+    )
     runs.extract_ticket(spec, out=path, overwrite=True)
     return path.read_bytes()
 
 
 # ---- the file as parts: header dict (tensor entries + __metadata__) and body --------------------------------
+
 
 def split(raw: bytes) -> tuple[dict, bytes]:
     (n,) = struct.unpack("<Q", raw[:8])
@@ -60,8 +72,11 @@ def encode(header: dict | str, body: bytes, *, length: int | None = None) -> byt
 
 
 def tensors_of(header: dict, body: bytes) -> list[tuple[str, str, list, bytes]]:
-    out = [(k, v["dtype"], v["shape"], body[v["data_offsets"][0] : v["data_offsets"][1]])
-           for k, v in header.items() if k != "__metadata__"]
+    out = [
+        (k, v["dtype"], v["shape"], body[v["data_offsets"][0] : v["data_offsets"][1]])
+        for k, v in header.items()
+        if k != "__metadata__"
+    ]
     return sorted(out, key=lambda t: header[t[0]]["data_offsets"][0])
 
 
@@ -105,13 +120,19 @@ def hand_ticket(raw: bytes, spec: str, shapes: dict[str, list[int]], fill: Calla
     packed bytes from fill(name, nbytes), and the masks_sha256 they make (a consistent file, however odd)."""
     header, _ = split(raw)
     model = {**json.loads(header["__metadata__"]["model"]), "spec": spec}
-    tensors = [(f"mask/{n}", "U8", [(math.prod(s) + 7) // 8], fill(n, (math.prod(s) + 7) // 8))
-               for n, s in sorted(shapes.items())]
+    tensors = [
+        (f"mask/{n}", "U8", [(math.prod(s) + 7) // 8], fill(n, (math.prod(s) + 7) // 8))
+        for n, s in sorted(shapes.items())
+    ]
     digest = hashlib.sha256()
     for name, _, _, data in tensors:
         digest.update(name.encode() + b"\0" + data)
-    meta = {**header["__metadata__"], "model": json.dumps(model), "shapes": json.dumps(shapes),
-            "masks_sha256": digest.hexdigest()}
+    meta = {
+        **header["__metadata__"],
+        "model": json.dumps(model),
+        "shapes": json.dumps(shapes),
+        "masks_sha256": digest.hexdigest(),
+    }
     return encode(*rebuild(meta, tensors))
 
 
@@ -122,6 +143,7 @@ def flip_first_bit(name: str, data: bytearray) -> None:
 
 
 # ---- families of breakage: each a strategy of (family, bytes or None for "a directory") ---------------------
+
 
 def families(raw: bytes) -> dict[str, st.SearchStrategy]:
     header, body = split(raw)
@@ -149,8 +171,14 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
     @st.composite
     def header_length_lie(draw):
         true = n_header
-        lie = draw(st.one_of(st.integers(0, true - 1), st.integers(true + 1, len(raw) + 64),
-                             st.integers(len(raw), 2**64 - 1), st.sampled_from([2**63, 2**64 - 1, 2**32])))
+        lie = draw(
+            st.one_of(
+                st.integers(0, true - 1),
+                st.integers(true + 1, len(raw) + 64),
+                st.integers(len(raw), 2**64 - 1),
+                st.sampled_from([2**63, 2**64 - 1, 2**32]),
+            )
+        )
         return struct.pack("<Q", lie) + raw[8:]
 
     @st.composite
@@ -169,14 +197,22 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
     @st.composite
     def wrong_dtype(draw):
         i = draw(st.integers(0, len(names) - 1))
-        dtype = draw(st.one_of(st.sampled_from(sorted(set(ticket_io.DTYPE_BYTES) - {"U8"})),
-                               st.text(max_size=8).filter(lambda d: d not in ticket_io.DTYPE_BYTES)))
+        dtype = draw(
+            st.one_of(
+                st.sampled_from(sorted(set(ticket_io.DTYPE_BYTES) - {"U8"})),
+                st.text(max_size=8).filter(lambda d: d not in ticket_io.DTYPE_BYTES),
+            )
+        )
         if dtype in ticket_io.DTYPE_BYTES and draw(st.booleans()):  # keep the layout consistent
             size = len(tensors[i][3])
             item = ticket_io.DTYPE_BYTES[dtype]
             t = list(tensors)
-            t[i] = (t[i][0], dtype, [size // item] if size % item == 0 else [size], t[i][3] + b"\0" * (
-                0 if size % item == 0 else size * item - size))
+            t[i] = (
+                t[i][0],
+                dtype,
+                [size // item] if size % item == 0 else [size],
+                t[i][3] + b"\0" * (0 if size % item == 0 else size * item - size),
+            )
             return encode(*rebuild(meta, t))
         return edit_tensor(i, dtype=dtype)
 
@@ -185,8 +221,11 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
         kind = draw(st.sampled_from(["extra", "missing", "renamed", "none"]))
         t = list(tensors)
         if kind == "extra":
-            name = draw(st.one_of(st.just("mask/extra"), st.text(min_size=1, max_size=12)).filter(
-                lambda n: n not in names and n != "__metadata__"))
+            name = draw(
+                st.one_of(st.just("mask/extra"), st.text(min_size=1, max_size=12)).filter(
+                    lambda n: n not in names and n != "__metadata__"
+                )
+            )
             t.insert(draw(st.integers(0, len(t))), (name, "U8", [3], b"\xff\0\x01"))
         elif kind == "missing":
             del t[draw(st.integers(0, len(t) - 1))]
@@ -198,8 +237,8 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
             t = []
         return encode(*rebuild(meta, t))
 
-    bad_json = st.sampled_from(["", "{", "not json", "{'a': 1}", "[1, 2", "{\"a\": NaN", "\"\\ud800", "\0"])
-    wrong_types = st.sampled_from(["[]", "1", "\"text\"", "null", "true", "3.5"])
+    bad_json = st.sampled_from(["", "{", "not json", "{'a': 1}", "[1, 2", '{"a": NaN', '"\\ud800', "\0"])
+    wrong_types = st.sampled_from(["[]", "1", '"text"', "null", "true", "3.5"])
 
     @st.composite
     def metadata_value(draw):
@@ -207,16 +246,27 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
         return with_meta(**{key: draw(st.one_of(bad_json, wrong_types))})
 
     missing = object()
-    bad_fields = [("init", "seed", v) for v in ("7", -1, 1.5, True, [], missing, 2**63, 2**64 - 1)] + \
-        [("init", "k", v) for v in ("7", -1.5, 0, True, float("inf"), float("nan"), missing, 5e-324, 1e-300, 1e13)] + \
-        [(f, sub, v) for f, sub in (("init", "scheme"), ("model", "spec"), ("data", "dataset"), ("method", "name"))
-         for v in (5, None, [], missing)] + \
-        [("data", sub, v) for sub in ("n_extract", "n_val", "split_seed") for v in (-1, "7", 1.5, False, missing)] + \
-        [("data", sub, v) for sub in ("n_extract", "n_val") for v in (0, 2**63)] + [("data", "split_seed", 2**63)] + \
-        [("metrics", split, v) for split in ("test", "val") for v in ("high", [], 3)] + \
-        [("sparsity", sub, v) for sub in ("requested", "achieved") for v in ("90%", -0.5, 1.5, [], {})] + \
-        [("sparsity", "per_layer", 3), ("metrics", "device", 7), ("model", "spec", "mlp:" + "9-" * 600 + "9"),
-         ("model", "parameters", {"w": "big"}), ("model", "masked", "layers.0.weight")]
+    bad_fields = (
+        [("init", "seed", v) for v in ("7", -1, 1.5, True, [], missing, 2**63, 2**64 - 1)]
+        + [("init", "k", v) for v in ("7", -1.5, 0, True, float("inf"), float("nan"), missing, 5e-324, 1e-300, 1e13)]
+        + [
+            (f, sub, v)
+            for f, sub in (("init", "scheme"), ("model", "spec"), ("data", "dataset"), ("method", "name"))
+            for v in (5, None, [], missing)
+        ]
+        + [("data", sub, v) for sub in ("n_extract", "n_val", "split_seed") for v in (-1, "7", 1.5, False, missing)]
+        + [("data", sub, v) for sub in ("n_extract", "n_val") for v in (0, 2**63)]
+        + [("data", "split_seed", 2**63)]
+        + [("metrics", split, v) for split in ("test", "val") for v in ("high", [], 3)]
+        + [("sparsity", sub, v) for sub in ("requested", "achieved") for v in ("90%", -0.5, 1.5, [], {})]
+        + [
+            ("sparsity", "per_layer", 3),
+            ("metrics", "device", 7),
+            ("model", "spec", "mlp:" + "9-" * 600 + "9"),
+            ("model", "parameters", {"w": "big"}),
+            ("model", "masked", "layers.0.weight"),
+        ]
+    )
 
     @st.composite
     def metadata_field_types(draw):
@@ -233,9 +283,22 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
     def metric_field_types(draw):
         """metrics.test / metrics.val entries of the wrong type or out of range (the tables print them)."""
         split = draw(st.sampled_from(["test", "val"]))
-        key, value = draw(st.sampled_from([("accuracy", "0.9"), ("accuracy", 1.5), ("accuracy", -0.1),
-                                           ("accuracy", float("nan")), ("loss", "low"), ("loss", []),
-                                           ("correct", -1), ("correct", "7"), ("n", 1.5), ("n", True)]))
+        key, value = draw(
+            st.sampled_from(
+                [
+                    ("accuracy", "0.9"),
+                    ("accuracy", 1.5),
+                    ("accuracy", -0.1),
+                    ("accuracy", float("nan")),
+                    ("loss", "low"),
+                    ("loss", []),
+                    ("correct", -1),
+                    ("correct", "7"),
+                    ("n", 1.5),
+                    ("n", True),
+                ]
+            )
+        )
         metrics = json.loads(meta["metrics"])
         metrics.setdefault(split, {})[key] = value
         return with_meta(metrics=json.dumps(metrics))
@@ -273,8 +336,11 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
     @st.composite
     def masks_digest(draw):
         """masks_sha256 that is not a sha256 hex digest (a modified mask is not a family: see the docstring)."""
-        return with_meta(masks_sha256=draw(st.sampled_from(["", "x" * 64, meta["masks_sha256"].upper(),
-                                                             meta["masks_sha256"][:63], "[]"])))
+        return with_meta(
+            masks_sha256=draw(
+                st.sampled_from(["", "x" * 64, meta["masks_sha256"].upper(), meta["masks_sha256"][:63], "[]"])
+            )
+        )
 
     @st.composite
     def missing_field(draw):
@@ -283,8 +349,11 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
 
     @st.composite
     def format_version(draw):
-        v = draw(st.one_of(st.text(max_size=6), st.sampled_from(["2", "0", "1.0", " 1", "v1"])).filter(
-            lambda v: v != ticket_io.FORMAT_VERSION))
+        v = draw(
+            st.one_of(st.text(max_size=6), st.sampled_from(["2", "0", "1.0", " 1", "v1"])).filter(
+                lambda v: v != ticket_io.FORMAT_VERSION
+            )
+        )
         return with_meta(format_version=v) if draw(st.booleans()) else with_meta(format=v or "pt")
 
     @st.composite
@@ -316,8 +385,9 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
             return with_meta(shapes=json.dumps({**shapes, key: [new]}))
         t = list(tensors)
         data = t[i][3]
-        data = data + bytes(draw(st.integers(1, 16))) if draw(st.booleans()) else data[: -draw(
-            st.integers(1, len(data)))]
+        data = (
+            data + bytes(draw(st.integers(1, 16))) if draw(st.booleans()) else data[: -draw(st.integers(1, len(data)))]
+        )
         t[i] = (t[i][0], "U8", [len(data)], data)
         return encode(*rebuild(meta, t))
 
@@ -330,8 +400,9 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
             text = text[:-1] + "," + entry + "}"
         elif where == "metadata":
             key = draw(st.sampled_from(sorted(meta)))
-            text = text.replace('{"__metadata__":{', '{"__metadata__":{' + json.dumps(key) + ":"
-                                + json.dumps(meta[key]) + ",", 1)
+            text = text.replace(
+                '{"__metadata__":{', '{"__metadata__":{' + json.dumps(key) + ":" + json.dumps(meta[key]) + ",", 1
+            )
         elif where == "tensor field":
             text = text.replace('"dtype":"U8"', '"dtype":"U8","dtype":"U8"', 1)
         else:
@@ -345,8 +416,13 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
     def foreign_safetensors(draw):
         n = draw(st.integers(0, 40))
         data = bytes(draw(st.binary(min_size=4 * n, max_size=4 * n)))
-        m = draw(st.one_of(st.none(), st.just({"format": "pt"}), st.dictionaries(
-            st.text(max_size=5), st.text(max_size=5), max_size=3)))
+        m = draw(
+            st.one_of(
+                st.none(),
+                st.just({"format": "pt"}),
+                st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3),
+            )
+        )
         return encode(*rebuild(m, [("weight", "F32", [n], data)]))
 
     @st.composite
@@ -359,14 +435,27 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
         data = draw(st.binary(max_size=300))
         return data if kind == "random" else struct.pack("<Q", draw(st.integers(0, len(data)))) + data
 
-    fams = {"truncation": truncation(), "header-length-lie": header_length_lie(), "huge-shape": huge_shape(),
-            "wrong-dtype": wrong_dtype(), "tensor-set": tensor_set(), "metadata-not-json": metadata_value(),
-            "metadata-field-types": metadata_field_types(), "missing-field": missing_field(),
-            "format-version": format_version(), "non-string-metadata": non_string_metadata(),
-            "padding-bits": padding_bits(), "byte-length": byte_length(), "duplicated-key": duplicated_key(),
-            "foreign-safetensors": foreign_safetensors(), "garbage": garbage(),
-            "metric-field-types": metric_field_types(), "long-integer": long_integer(),
-            "deep-nesting": deep_nesting(), "masks-digest": masks_digest()}
+    fams = {
+        "truncation": truncation(),
+        "header-length-lie": header_length_lie(),
+        "huge-shape": huge_shape(),
+        "wrong-dtype": wrong_dtype(),
+        "tensor-set": tensor_set(),
+        "metadata-not-json": metadata_value(),
+        "metadata-field-types": metadata_field_types(),
+        "missing-field": missing_field(),
+        "format-version": format_version(),
+        "non-string-metadata": non_string_metadata(),
+        "padding-bits": padding_bits(),
+        "byte-length": byte_length(),
+        "duplicated-key": duplicated_key(),
+        "foreign-safetensors": foreign_safetensors(),
+        "garbage": garbage(),
+        "metric-field-types": metric_field_types(),
+        "long-integer": long_integer(),
+        "deep-nesting": deep_nesting(),
+        "masks-digest": masks_digest(),
+    }
     return fams
 
 
@@ -399,6 +488,7 @@ def place(payload: bytes | None, path: Path) -> Path:
 
 # ---- the readers ----------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Outcome:
     reader: str
@@ -430,6 +520,7 @@ def _cli(*args: str) -> Callable[[Path], tuple[int, str]]:
 
 
 _EXPORT_DIR = Path(tempfile.mkdtemp(prefix="ticket-fuzz-export-"))  # an export of a rejected file never lands here
+
 
 def _drift(path: Path) -> tuple[int, str]:
     result = runner.invoke(app, ["drift", "--ticket", str(path), "--steps", "1", "--device", "cpu", "--quiet"])
@@ -478,6 +569,21 @@ def clean_rejection(o: Outcome) -> bool:
     return o.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in o.message
 
 
-__all__ = ["MASK_READERS", "READERS", "Outcome", "byte_flips", "clean_rejection", "edit_json", "edit_masks",
-           "edit_metadata", "families", "flip_first_bit", "hand_ticket", "malformed", "place", "read", "run_ok",
-           "write_seed_ticket"]
+__all__ = [
+    "MASK_READERS",
+    "READERS",
+    "Outcome",
+    "byte_flips",
+    "clean_rejection",
+    "edit_json",
+    "edit_masks",
+    "edit_metadata",
+    "families",
+    "flip_first_bit",
+    "hand_ticket",
+    "malformed",
+    "place",
+    "read",
+    "run_ok",
+    "write_seed_ticket",
+]

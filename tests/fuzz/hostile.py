@@ -82,21 +82,28 @@ def _closed_pipe() -> int:
     return w
 
 
-def child(*args: str, env: dict[str, str] | None = None, cwd: str | Path | None = None, timeout: float = 120,
-          stdin: int | None = subprocess.DEVNULL, signal_after: tuple[float, int] | None = None,
-          closed_stdout: bool = False, closed_stderr: bool = False) -> Run:
+def child(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    timeout: float = 120,
+    stdin: int | None = subprocess.DEVNULL,
+    signal_after: tuple[float, int] | None = None,
+    closed_stdout: bool = False,
+    closed_stderr: bool = False,
+) -> Run:
     """`python -m ticketcli ARGS` as a child process; `signal_after=(seconds, signum)` sends it a signal;
     `closed_stdout`/`closed_stderr` give it a pipe whose reader has gone (`| head -1` after the first line)."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
     if "TICKET_DEBUG" not in (env or {}):
         full_env.pop("TICKET_DEBUG", None)  # a developer's shell must not change what the case sees
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         pipes = {"stdout": _closed_pipe() if closed_stdout else out, "stderr": _closed_pipe() if closed_stderr else err}
         try:
-            p = subprocess.Popen([sys.executable, "-m", "ticketcli", *args], stdin=stdin, env=full_env, cwd=cwd,
-                                 **pipes)
+            p = subprocess.Popen(
+                [sys.executable, "-m", "ticketcli", *args], stdin=stdin, env=full_env, cwd=cwd, **pipes
+            )
         finally:
             for end in pipes.values():
                 if isinstance(end, int):
@@ -119,8 +126,14 @@ def child(*args: str, env: dict[str, str] | None = None, cwd: str | Path | None 
         seconds = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
-        return Run(code, out.read().decode(errors="replace"), err.read().decode(errors="replace"), seconds,
-                   usage.ru_maxrss * 1024, child=True)
+        return Run(
+            code,
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+            seconds,
+            usage.ru_maxrss * 1024,
+            child=True,
+        )
 
 
 def snapshot(*paths: Path) -> dict[Path, str | None]:
@@ -128,9 +141,17 @@ def snapshot(*paths: Path) -> dict[Path, str | None]:
     return {p: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None for p in paths}
 
 
-def assert_clean(run: Run, code: int = 2, *, contains: str | None = None, markers: tuple[Path, ...] = (),
-                 unchanged: dict[Path, str | None] | None = None, folder: Path | None = None,
-                 peak: int | None = None, prefix: str | None = "error:") -> None:
+def assert_clean(
+    run: Run,
+    code: int = 2,
+    *,
+    contains: str | None = None,
+    markers: tuple[Path, ...] = (),
+    unchanged: dict[Path, str | None] | None = None,
+    folder: Path | None = None,
+    peak: int | None = None,
+    prefix: str | None = "error:",
+) -> None:
     """The documented exit code, one `error:` line (and nothing else on stderr), no traceback, no marker file,
     nothing clobbered, no temp file left in `folder`, memory under the bound. `prefix` is what the one line
     starts with (`internal error:` for exit 70); `prefix=None` asserts that stderr stays empty (a closed pipe)."""

@@ -4,18 +4,33 @@ the file only declares; a changed mask bit is reported by load/inspect and refus
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from harness import (
+    MASK_READERS,
+    READERS,
+    byte_flips,
+    clean_rejection,
+    edit_masks,
+    families,
+    flip_first_bit,
+    malformed,
+    place,
+    read,
+    split,
+    write_seed_ticket,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import (MASK_READERS, READERS, byte_flips, clean_rejection, edit_masks, families, flip_first_bit,
-                     malformed, place, read, split, write_seed_ticket)
 from ticketcli import ticket as ticket_io
 
-CASES = settings(max_examples=60, deadline=None, derandomize=True, database=None,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+CASES = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 MAX_PEAK_BYTES = 16 << 20  # the seed ticket is ~1 KB; a reader that allocates a declared size blows far past this
 
 
@@ -50,9 +65,23 @@ def test_malformed_tickets_exit_2_with_one_line(seed, tmp_path, reader):
     assert len(seen) >= len(families(seed)) // 2  # the draw really spreads over the families
 
 
-@pytest.mark.parametrize("family", ["huge-shape", "header-length-lie", "duplicated-key", "padding-bits",
-                                    "byte-length", "tensor-set", "garbage", "metric-field-types", "long-integer",
-                                    "deep-nesting", "masks-digest", "metadata-field-types"])
+@pytest.mark.parametrize(
+    "family",
+    [
+        "huge-shape",
+        "header-length-lie",
+        "duplicated-key",
+        "padding-bits",
+        "byte-length",
+        "tensor-set",
+        "garbage",
+        "metric-field-types",
+        "long-integer",
+        "deep-nesting",
+        "masks-digest",
+        "metadata-field-types",
+    ],
+)
 def test_each_family_is_rejected_by_load(seed, tmp_path, family):
     """Every family on its own (the mixed draw above may visit rare ones seldom)."""
     path = tmp_path / "case.safetensors"
@@ -105,12 +134,16 @@ def test_changed_mask_bytes_are_refused_by_every_reader_of_masks(seed, tmp_path,
             return  # the flips cancelled out
         outcome = read(reader, place(payload, path))
         if reader == "load":
-            assert clean_rejection(outcome) and "padding" in outcome.message or (
-                outcome.exit_code == 0 and ticket_io.load(path).integrity == "modified"), outcome
+            assert (
+                clean_rejection(outcome)
+                and "padding" in outcome.message
+                or (outcome.exit_code == 0 and ticket_io.load(path).integrity == "modified")
+            ), outcome
         else:
             assert clean_rejection(outcome), outcome
-            assert "padding" in outcome.message or "masks were modified after the ticket was written" in \
-                outcome.message, outcome
+            assert (
+                "padding" in outcome.message or "masks were modified after the ticket was written" in outcome.message
+            ), outcome
 
     check()
 

@@ -10,7 +10,6 @@ import json
 
 import numpy as np
 import pytest
-
 from harness import edit_metadata, encode, hand_ticket, run_ok, split, write_seed_ticket
 from hostile import assert_clean, child, cli, snapshot
 
@@ -44,10 +43,32 @@ CLI_SPECS = {  # --model on the command line -> what the one error line says
 QUICK = ["--dataset", "digits", "--n-extract", "64", "--n-val", "32", "--epochs", "1", "--quiet"]
 CLI_COMMANDS = {
     "extract": lambda spec, out: ["extract", "--model", spec, "--out", out, *QUICK],
-    "sweep-k": lambda spec, out: ["sweep-k", "--model", spec, "--seeds", "0", "--layerwise", "0", "--densities",
-                                  "0.5", "--plot", out, *QUICK],
-    "drift": lambda spec, out: ["drift", "--model", spec, "--dataset", "digits", "--steps", "1", "--quiet",
-                                "--plot", out],
+    "sweep-k": lambda spec, out: [
+        "sweep-k",
+        "--model",
+        spec,
+        "--seeds",
+        "0",
+        "--layerwise",
+        "0",
+        "--densities",
+        "0.5",
+        "--plot",
+        out,
+        *QUICK,
+    ],
+    "drift": lambda spec, out: [
+        "drift",
+        "--model",
+        spec,
+        "--dataset",
+        "digits",
+        "--steps",
+        "1",
+        "--quiet",
+        "--plot",
+        out,
+    ],
 }
 
 
@@ -93,16 +114,29 @@ def test_absurd_spec_on_the_command_line(tmp_path, command, case):
     assert_clean(run, 2, contains=needle, unchanged=snapshot(out), folder=tmp_path)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["extract", "--model", "mlp:64-32-10", "--max-params", "1000", *QUICK],
-     "2,368 parameters, more than the limit of 1,000"),
-    (["extract", "--max-params", "0", *QUICK], "--max-params must be >= 1"),
-    (["sweep-k", "--max-params", "10", "--seeds", "0", *QUICK], "more than the limit of 10"),
-    (["drift", "--max-params", "10", "--dataset", "digits", "--steps", "1", "--quiet"], "more than the limit of 10"),
-], ids=["extract", "extract-zero", "sweep-k", "drift"])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (
+            ["extract", "--model", "mlp:64-32-10", "--max-params", "1000", *QUICK],
+            "2,368 parameters, more than the limit of 1,000",
+        ),
+        (["extract", "--max-params", "0", *QUICK], "--max-params must be >= 1"),
+        (["sweep-k", "--max-params", "10", "--seeds", "0", *QUICK], "more than the limit of 10"),
+        (
+            ["drift", "--max-params", "10", "--dataset", "digits", "--steps", "1", "--quiet"],
+            "more than the limit of 10",
+        ),
+    ],
+    ids=["extract", "extract-zero", "sweep-k", "drift"],
+)
 def test_max_params_flag(tmp_path, args, needle):
-    assert_clean(cli(*args, *(["--out", str(tmp_path / "t.st")] if args[0] == "extract" else [])), 2, contains=needle,
-                 folder=tmp_path)
+    assert_clean(
+        cli(*args, *(["--out", str(tmp_path / "t.st")] if args[0] == "extract" else [])),
+        2,
+        contains=needle,
+        folder=tmp_path,
+    )
 
 
 def test_max_params_from_a_config_file(tmp_path):
@@ -122,6 +156,7 @@ def test_max_params_on_a_ticket(seed, tmp_path, reader):
 
 # ---- declared sizes and many or big masks ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("reader", ["inspect", "evaluate"])
 @pytest.mark.parametrize("where", ["metadata-shapes", "tensor-entry"])
 def test_huge_declared_shapes_allocate_nothing(seed, tmp_path, reader, where):
@@ -134,8 +169,9 @@ def test_huge_declared_shapes_allocate_nothing(seed, tmp_path, reader, where):
         payload, needle = encode(header, body), "data_offsets"
     path = tmp_path / "t.safetensors"
     path.write_bytes(payload)
-    assert_clean(cli(reader, str(path), *(["--device", "cpu"] if reader == "evaluate" else [])), 2, contains=needle,
-                 peak=8 << 20)
+    assert_clean(
+        cli(reader, str(path), *(["--device", "cpu"] if reader == "evaluate" else [])), 2, contains=needle, peak=8 << 20
+    )
 
 
 MANY = 5000  # masks; tracemalloc slows parsing tenfold, so the 100k case is benchmarks/inspect_memory.py's
@@ -145,8 +181,14 @@ MANY = 5000  # masks; tracemalloc slows parsing tenfold, so the 100k case is ben
 def many(seed, tmp_path_factory):
     rng = np.random.default_rng(0)
     path = tmp_path_factory.mktemp("many") / "many.safetensors"
-    path.write_bytes(hand_ticket(seed, "mlp:64-13-10+bias", {f"layers.{i}.weight": [8] for i in range(MANY)},
-                                 lambda name, n: rng.integers(0, 256, n, dtype=np.uint8).tobytes()))
+    path.write_bytes(
+        hand_ticket(
+            seed,
+            "mlp:64-13-10+bias",
+            {f"layers.{i}.weight": [8] for i in range(MANY)},
+            lambda name, n: rng.integers(0, 256, n, dtype=np.uint8).tobytes(),
+        )
+    )
     return path
 
 
@@ -173,8 +215,14 @@ def test_a_4_mib_mask_is_counted_in_less_memory_than_the_file(seed, tmp_path):
     """One 33.5M-bit mask: inspect reads and counts it a chunk at a time (the old reader unpacked it: 72 MiB)."""
     rng = np.random.default_rng(1)
     path = tmp_path / "big.safetensors"
-    path.write_bytes(hand_ticket(seed, "mlp:8192-4096", {"layers.0.weight": [4096, 8192]},
-                                 lambda name, n: rng.integers(0, 256, n, dtype=np.uint8).tobytes()))
+    path.write_bytes(
+        hand_ticket(
+            seed,
+            "mlp:8192-4096",
+            {"layers.0.weight": [4096, 8192]},
+            lambda name, n: rng.integers(0, 256, n, dtype=np.uint8).tobytes(),
+        )
+    )
     data = split(path.read_bytes())[1]
     run = cli("inspect", "--json", str(path))
     assert run.exit_code == 0, run.stderr

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from hostile import assert_clean, cli, snapshot
 from typer.testing import CliRunner
 
-from hostile import assert_clean, cli, snapshot
 from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.cli import app
@@ -28,8 +28,7 @@ from ticketcli.models import build_model
 from ticketcli.specs import ModelSpec
 
 MODEL = "mlp:64-13-10"
-BASE = ["--dataset", "digits", "--model", MODEL, "--n-extract", "100", "--n-val", "50", "--device", "cpu",
-        "--quiet"]
+BASE = ["--dataset", "digits", "--model", MODEL, "--n-extract", "100", "--n-val", "50", "--device", "cpu", "--quiet"]
 RESUMABLE = [*BASE, "--method", "edge-popup", "--epochs", "2", "--batch-size", "50"]
 
 
@@ -60,8 +59,10 @@ class Marker:
 
 # ---- --weights with NaN or Inf: every method, every reader ----------------------------------------------------
 
-NON_FINITE = [(m, v) for m in METHODS.names() for v in (math.nan, math.inf)] + [("augmented", -math.inf),
-                                                                                ("random", -math.inf)]
+NON_FINITE = [(m, v) for m in METHODS.names() for v in (math.nan, math.inf)] + [
+    ("augmented", -math.inf),
+    ("random", -math.inf),
+]
 
 
 @pytest.mark.parametrize("method, value", NON_FINITE, ids=[f"{m}-{v}" for m, v in NON_FINITE])
@@ -92,16 +93,20 @@ def ticket_from_weights(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.mark.parametrize("command", ["evaluate", "export", "train-weak", "drift"])
 def test_non_finite_weights_are_refused_by_every_reader(command, ticket_from_weights, tmp_path):
     path, bad = ticket_from_weights
-    args = {"evaluate": ["evaluate", str(path), "--device", "cpu"],
-            "export": ["export", str(path), "--format", "masked", "--out", str(tmp_path / "x.safetensors")],
-            "train-weak": ["train-weak", str(path), "--epochs", "1", "--device", "cpu", "--quiet"],
-            "drift": ["drift", "--ticket", str(path), "--steps", "2", "--quiet"]}[command]
-    assert_clean(cli(*args, "--weights", str(bad)), 2, contains="layers.0.weight has 1 non-finite value",
-                 folder=tmp_path)
+    args = {
+        "evaluate": ["evaluate", str(path), "--device", "cpu"],
+        "export": ["export", str(path), "--format", "masked", "--out", str(tmp_path / "x.safetensors")],
+        "train-weak": ["train-weak", str(path), "--epochs", "1", "--device", "cpu", "--quiet"],
+        "drift": ["drift", "--ticket", str(path), "--steps", "2", "--quiet"],
+    }[command]
+    assert_clean(
+        cli(*args, "--weights", str(bad)), 2, contains="layers.0.weight has 1 non-finite value", folder=tmp_path
+    )
     assert not (tmp_path / "x.safetensors").exists()
 
 
 # ---- --weights files that are not state dicts of tensors -------------------------------------------------------
+
 
 def hostile_weights(kind: str, folder: Path) -> Path:
     marker = folder / "MARKER"
@@ -124,7 +129,7 @@ def hostile_weights(kind: str, folder: Path) -> Path:
     elif kind == "bare-tensor":
         save(good["layers.0.weight"], path)
     elif kind == "corrupt-safetensors":
-        path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": [1, 2, 3]}")
+        path.write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a": [1, 2, 3]}')
     elif kind == "fifo":
         os.mkfifo(path)
     elif kind == "directory":
@@ -157,6 +162,7 @@ def test_weights_that_are_not_tensors_are_refused_without_running_code(kind, tmp
 
 
 # ---- extract --resume from a damaged, foreign or mismatched OUT.ckpt -------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def real_checkpoint(tmp_path_factory) -> bytes:
@@ -197,13 +203,17 @@ RESUME_CASES = {  # name -> (the OUT.ckpt's bytes from the genuine ones, a fragm
     "a-list": (lambda raw: torch_bytes([1, 2, 3]), "not a ticket checkpoint"),
     "identity-not-json": (lambda raw: edited(raw, lambda s: s.update(identity="{oops")), "not a ticket checkpoint"),
     "identity-a-list": (lambda raw: edited(raw, lambda s: s.update(identity="[1, 2]")), "not a ticket checkpoint"),
-    "pickle-with-globals": (lambda raw: torch_bytes({"format": "ticket-checkpoint/1", "x": Marker(Path("MARKER"))}),
-                            "needs arbitrary code to load"),
+    "pickle-with-globals": (
+        lambda raw: torch_bytes({"format": "ticket-checkpoint/1", "x": Marker(Path("MARKER"))}),
+        "needs arbitrary code to load",
+    ),
     "no-trainer": (lambda raw: edited(raw, lambda s: s["state"].pop("trainer")), "does not hold a state"),
     "scores-of-another-shape": (lambda raw: edited(raw, _scores_reshaped), "does not hold a state"),
     "epoch-not-a-number": (lambda raw: edited(raw, lambda s: s["state"].update(epoch="x")), "does not hold a state"),
-    "generator-state-garbage": (lambda raw: edited(raw, lambda s: s["state"].update(generator=torch.zeros(3))),
-                                "does not hold a state"),
+    "generator-state-garbage": (
+        lambda raw: edited(raw, lambda s: s["state"].update(generator=torch.zeros(3))),
+        "does not hold a state",
+    ),
 }
 
 
@@ -226,8 +236,9 @@ def test_resume_with_other_options_names_what_changed(real_checkpoint, tmp_path)
     ckpt.write_bytes(real_checkpoint)
     before = snapshot(out, ckpt)
     run = cli("extract", *RESUMABLE, "--lr", "0.02", "--resume", "--out", str(out))
-    assert_clean(run, 2, contains="belongs to a different run (method.lr: 0.01 -> 0.02)", unchanged=before,
-                 folder=tmp_path)
+    assert_clean(
+        run, 2, contains="belongs to a different run (method.lr: 0.01 -> 0.02)", unchanged=before, folder=tmp_path
+    )
 
 
 def test_the_genuine_checkpoint_resumes(real_checkpoint, tmp_path):

@@ -18,9 +18,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from harness import run_ok
 from hostile import assert_clean, child, cli, snapshot
+
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.specs import build_extract_spec, merge_settings
@@ -32,9 +32,21 @@ from torch import nn
 def build_net():
     return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
 """
-TRICKS = ["{mod}:build_net", "sys:exit", "os:abort", "os:_exit", "signal:pause", "builtins:exec",
-          "builtins:breakpoint", "builtins:input", "this:s", "subprocess:call", "pdb:set_trace", "code:interact",
-          "os:system"]
+TRICKS = [
+    "{mod}:build_net",
+    "sys:exit",
+    "os:abort",
+    "os:_exit",
+    "signal:pause",
+    "builtins:exec",
+    "builtins:breakpoint",
+    "builtins:input",
+    "this:s",
+    "subprocess:call",
+    "pdb:set_trace",
+    "code:interact",
+    "os:system",
+]
 READERS = {  # reader -> its command for a ticket, and where export writes
     "evaluate": lambda t, out: ["evaluate", t, "--device", "cpu", "--json"],
     "train-weak": lambda t, out: ["train-weak", t, "--epochs", "1", "--device", "cpu", "--quiet", "--json"],
@@ -51,12 +63,25 @@ def lab(tmp_path_factory):
     d = tmp_path_factory.mktemp("hostile-code")
     mod = f"marker_{d.name.replace('-', '_')}"
     (d / f"{mod}.py").write_text(MARKER_SOURCE)
-    for name, body in (("exit_on_import", "import sys\nsys.exit(0)\n"),
-                       ("exit_on_call", "import sys\ndef build_net():\n    sys.exit(0)\n")):
+    for name, body in (
+        ("exit_on_import", "import sys\nsys.exit(0)\n"),
+        ("exit_on_call", "import sys\ndef build_net():\n    sys.exit(0)\n"),
+    ):
         (d / f"{mod}_{name}.py").write_text(body)
     sys.path.insert(0, str(d))
-    spec = build_extract_spec(merge_settings({"method": "random", "dataset": "digits", "model": f"{mod}:build_net",
-                                              "n_extract": 64, "n_val": 32, "sparsity": 0.5}, None))
+    spec = build_extract_spec(
+        merge_settings(
+            {
+                "method": "random",
+                "dataset": "digits",
+                "model": f"{mod}:build_net",
+                "n_extract": 64,
+                "n_val": 32,
+                "sparsity": 0.5,
+            },
+            None,
+        )
+    )
     runs.extract_ticket(spec, out=d / "factory.safetensors")
     yield d, mod
     sys.path.remove(str(d))
@@ -82,10 +107,19 @@ def tripwires(monkeypatch):
         def tripped(*args, **kwargs):
             calls.append(f"{getattr(owner, '__name__', owner)}.{name}")
             raise RuntimeError(f"tripwire {name}")
+
         monkeypatch.setattr(owner, name, tripped)
 
-    for owner, name in ((os, "abort"), (os, "_exit"), (os, "system"), (signal, "pause"), (subprocess, "call"),
-                        (pdb, "set_trace"), (code, "interact"), (sys, "breakpointhook")):
+    for owner, name in (
+        (os, "abort"),
+        (os, "_exit"),
+        (os, "system"),
+        (signal, "pause"),
+        (subprocess, "call"),
+        (pdb, "set_trace"),
+        (code, "interact"),
+        (sys, "breakpointhook"),
+    ):
         wire(owner, name)
     return calls
 
@@ -112,8 +146,14 @@ def test_a_ticket_alone_never_imports_or_calls(lab, tmp_path, tripwires, reader,
     out = tmp_path / "export.safetensors"
     run = cli(*READERS[reader](str(path), str(out)))
     module = trick.format(mod=lab[1]).partition(":")[0]
-    assert_clean(run, 2, contains=f"would import and run module {module!r}", markers=(marker(lab),),
-                 unchanged=snapshot(out), folder=tmp_path)
+    assert_clean(
+        run,
+        2,
+        contains=f"would import and run module {module!r}",
+        markers=(marker(lab),),
+        unchanged=snapshot(out),
+        folder=tmp_path,
+    )
     assert "--trust-model-code" in run.stderr and "this" not in sys.modules and "Beautiful is" not in run.stdout
     assert tripwires == []
 
@@ -136,10 +176,15 @@ def test_drift_never_imports_a_factory_even_with_opt_in(lab, opt_in):
     assert_clean(run, 2, contains="MLPs only", markers=(marker(lab),))
 
 
-@pytest.mark.parametrize("given,needle", [("{mod}_other:build_net", "is not this ticket's model"),
-                                          ("{mod}:other", "is not this ticket's model"),
-                                          ("mlp:64-10", "is not this ticket's model"),
-                                          ("mlp:1x", "invalid model spec")])
+@pytest.mark.parametrize(
+    "given,needle",
+    [
+        ("{mod}_other:build_net", "is not this ticket's model"),
+        ("{mod}:other", "is not this ticket's model"),
+        ("mlp:64-10", "is not this ticket's model"),
+        ("mlp:1x", "invalid model spec"),
+    ],
+)
 @pytest.mark.parametrize("reader", [*RUNNABLE, "drift"])
 def test_model_flag_must_name_the_tickets_own_factory(lab, tmp_path, reader, given, needle):
     d, mod = lab
@@ -163,8 +208,7 @@ def test_opt_in_still_refuses_built_in_functions(lab, tmp_path, trick):
 
 @pytest.mark.parametrize("which", ["exit_on_import", "exit_on_call"])
 def test_a_factory_calling_sys_exit_is_an_error_not_exit_0(lab, tmp_path, which):
-    run = cli("evaluate", str(ticket_naming(lab, f"{{mod}}_{which}:build_net", tmp_path)), *GATE,
-              "--trust-model-code")
+    run = cli("evaluate", str(ticket_naming(lab, f"{{mod}}_{which}:build_net", tmp_path)), *GATE, "--trust-model-code")
     assert_clean(run, 2, contains="SystemExit")
 
 
@@ -177,14 +221,31 @@ def test_inspect_never_imports(lab, args):
 
 def test_match_sparsity_never_imports(lab, tmp_path):
     d, _ = lab
-    run = run_ok("extract", "--method", "random", "--dataset", "digits", "--model", "mlp:64-10", "--n-extract",
-                 "64", "--n-val", "32", "--match-sparsity", str(d / "factory.safetensors"), "--out",
-                 str(tmp_path / "m.safetensors"), "--quiet", "--json")
+    run = run_ok(
+        "extract",
+        "--method",
+        "random",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-10",
+        "--n-extract",
+        "64",
+        "--n-val",
+        "32",
+        "--match-sparsity",
+        str(d / "factory.safetensors"),
+        "--out",
+        str(tmp_path / "m.safetensors"),
+        "--quiet",
+        "--json",
+    )
     assert not marker(lab).exists()
     assert json.loads(run.stdout)["sparsity"]["requested"] == pytest.approx(0.5, abs=0.02)
 
 
 # ---- real processes: what the in-process tripwires stand in for ---------------------------------------------
+
 
 @pytest.mark.parametrize("trick", ["os:abort", "signal:pause"])
 def test_built_in_tricks_with_opt_in_in_a_real_process(lab, tmp_path, trick):
@@ -205,5 +266,4 @@ def test_a_module_beside_the_ticket_is_not_imported(lab, tmp_path):
     tk.model["spec"] = tk.model["factory"] = "evil_model:build_net"
     ticket_io.save(tk, shared / "t.safetensors")
     run = child("evaluate", "t.safetensors", "--device", "cpu", cwd=shared, timeout=90)
-    assert_clean(run, 2, contains="would import and run module 'evil_model'",
-                 markers=(shared / "evil_model.imported",))
+    assert_clean(run, 2, contains="would import and run module 'evil_model'", markers=(shared / "evil_model.imported",))

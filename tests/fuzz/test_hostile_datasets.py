@@ -14,11 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from hostile import assert_clean, cli, snapshot
 
-IDX = {"x_train": "train-images-idx3-ubyte", "y_train": "train-labels-idx1-ubyte",
-       "x_test": "t10k-images-idx3-ubyte", "y_test": "t10k-labels-idx1-ubyte"}
+IDX = {
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
+}
 LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 N_TRAIN, N_TEST = 60, 20  # per file: MNIST's train set, CIFAR's batches of 12 (five of them) and test batch
 GIB_OF_ZEROS = gzip.compress(bytes(1 << 24), compresslevel=1) * 64  # 64 gzip members of 16 MiB: 1 GiB, ~4.7 MB
@@ -30,10 +33,12 @@ def idx(dtype: int, dims: tuple[int, ...], body: bytes) -> bytes:
 
 def mnist_files(rng: np.random.Generator) -> dict[str, bytes]:
     """The four valid (gzip'd) IDX files of a small MNIST-format dataset."""
-    arrays = {"x_train": rng.integers(0, 256, (N_TRAIN, 28, 28), dtype=np.uint8),
-              "y_train": rng.integers(0, 10, N_TRAIN, dtype=np.uint8),
-              "x_test": rng.integers(0, 256, (N_TEST, 28, 28), dtype=np.uint8),
-              "y_test": rng.integers(0, 10, N_TEST, dtype=np.uint8)}
+    arrays = {
+        "x_train": rng.integers(0, 256, (N_TRAIN, 28, 28), dtype=np.uint8),
+        "y_train": rng.integers(0, 10, N_TRAIN, dtype=np.uint8),
+        "x_test": rng.integers(0, 256, (N_TEST, 28, 28), dtype=np.uint8),
+        "y_test": rng.integers(0, 10, N_TEST, dtype=np.uint8),
+    }
     return {IDX[k] + ".gz": gzip.compress(idx(8, a.shape, a.tobytes())) for k, a in arrays.items()}
 
 
@@ -48,12 +53,29 @@ def extract(tmp_path: Path, dataset: str, data_dir: Path, model: str):
     """`ticket extract` on the files, the cheapest way to reach the loader; returns the run and the output path."""
     out = tmp_path / "t.safetensors"
     before = snapshot(out)
-    run = cli("extract", "--dataset", dataset, "--data-dir", str(data_dir), "--method", "random", "--model", model,
-              "--n-extract", "10", "--n-val", "10", "--quiet", "--out", str(out))
+    run = cli(
+        "extract",
+        "--dataset",
+        dataset,
+        "--data-dir",
+        str(data_dir),
+        "--method",
+        "random",
+        "--model",
+        model,
+        "--n-extract",
+        "10",
+        "--n-val",
+        "10",
+        "--quiet",
+        "--out",
+        str(out),
+    )
     return run, before
 
 
 # --------------------------------------------------------------------------------------------------- IDX
+
 
 def _gz(raw: bytes) -> bytes:
     return gzip.compress(raw, compresslevel=1)
@@ -142,6 +164,7 @@ def test_idx_special_files_are_never_opened(tmp_path, mnist, special):
 
 # --------------------------------------------------------------------------------------------------- CIFAR-10
 
+
 class Reduce:
     """Pickles as fn(*args) (then BUILD with state, if given): how a hostile batch names its callables."""
 
@@ -161,9 +184,13 @@ def array(shape, dtype="u1", data: bytes | list = b"\0", fortran=False) -> Reduc
 
 
 def batch(n: int, rng: np.random.Generator, **entries) -> dict:
-    return {"batch_label": "training batch 1 of 5", "labels": [int(v) for v in rng.integers(0, 10, n)],
-            "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), "filenames": [f"im_{i}.png" for i in range(n)],
-            **entries}
+    return {
+        "batch_label": "training batch 1 of 5",
+        "labels": [int(v) for v in rng.integers(0, 10, n)],
+        "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+        "filenames": [f"im_{i}.png" for i in range(n)],
+        **entries,
+    }
 
 
 class Py2Pickler(pickle._Pickler):
@@ -172,8 +199,11 @@ class Py2Pickler(pickle._Pickler):
     dispatch = dict(pickle._Pickler.dispatch)
 
     def save_bytes(self, obj):
-        op = pickle.SHORT_BINSTRING + bytes([len(obj)]) if len(obj) < 256 else pickle.BINSTRING + struct.pack("<i",
-                                                                                                               len(obj))
+        op = (
+            pickle.SHORT_BINSTRING + bytes([len(obj)])
+            if len(obj) < 256
+            else pickle.BINSTRING + struct.pack("<i", len(obj))
+        )
         self.write(op + obj)
         self.memoize(obj)
 
@@ -223,8 +253,10 @@ MARKER = f"/tmp/ticket-hostile-marker-{os.getpid()}"  # a case that ran code wou
 
 # numpy's pickle of a (1, 3072) uint8 array, spelled out: _reconstruct(ndarray, (0,), b'b'), then BUILD's state
 RECON = b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85C\x01b\x87R"
-ARRAY_STATE = (b"(K\x01K\x01M\x00\x0c\x86cnumpy\ndtype\nU\x02u1K\x00K\x01\x87R(K\x03U\x01|NNNJ\xff\xff\xff\xffJ"
-               b"\xff\xff\xff\xffK\x00tb\x89B" + struct.pack("<I", 3072) + bytes(3072) + b"t")
+ARRAY_STATE = (
+    b"(K\x01K\x01M\x00\x0c\x86cnumpy\ndtype\nU\x02u1K\x00K\x01\x87R(K\x03U\x01|NNNJ\xff\xff\xff\xffJ"
+    b"\xff\xff\xff\xffK\x00tb\x89B" + struct.pack("<I", 3072) + bytes(3072) + b"t"
+)
 
 # name -> (file to replace, its bytes, a piece of the one error line)
 B1, META = "data_batch_1", "batches.meta"
@@ -242,50 +274,92 @@ CIFAR_CASES = {
     "uint8-10^12-flat": (B1, pickle.dumps(batch(12, rng0, data=array((10**12,))), protocol=2), "(N, 3072)"),
     "10001-rows": (B1, pickle.dumps(batch(12, rng0, data=array((10001, 3072))), protocol=2), "1 <= N <= 10000"),
     "object-array-2^28": (B1, pickle.dumps(batch(12, rng0, data=array((2**28,), "O", [0])), protocol=2), "uint8"),
-    "object-array-rows": (B1, pickle.dumps(batch(12, rng0, data=array((12, 3072), "O", [0] * 12)), protocol=2),
-                          "uint8"),
+    "object-array-rows": (
+        B1,
+        pickle.dumps(batch(12, rng0, data=array((12, 3072), "O", [0] * 12)), protocol=2),
+        "uint8",
+    ),
     "float-array": (B1, pickle.dumps(batch(12, rng0, data=rng0.random((12, 3072))), protocol=2), "uint8"),
-    "bytes-short-by-one": (B1, pickle.dumps(batch(12, rng0, data=array((12, 3072), data=bytes(12 * 3072 - 1))),
-                                            protocol=2), "must hold 36864 bytes"),
-    "fortran-order": (B1, pickle.dumps(batch(12, rng0, data=array((12, 3072), data=bytes(12 * 3072), fortran=True)),
-                                       protocol=2), "C-ordered"),
-    "os-system": (B1, pickle.dumps(batch(12, rng0, data=Reduce(os.system, (f"touch {MARKER}",))), protocol=2),
-                  "refusing to load posix.system"),
-    "builtins-eval": (B1, pickle.dumps(batch(12, rng0, labels=Reduce(eval, ("[0]*12",))), protocol=2),
-                      "refusing to load __builtin__.eval"),
-    "stack-global-getattr": (B1, pickle.dumps(batch(12, rng0, labels=Reduce(getattr, (0, "real"))), protocol=4),
-                             "refusing to load builtins.getattr"),
-    "numpy-scalar-labels": (B1, pickle.dumps(batch(12, rng0, labels=list(np.arange(12) % 10)), protocol=2),
-                            "refusing to load"),
+    "bytes-short-by-one": (
+        B1,
+        pickle.dumps(batch(12, rng0, data=array((12, 3072), data=bytes(12 * 3072 - 1))), protocol=2),
+        "must hold 36864 bytes",
+    ),
+    "fortran-order": (
+        B1,
+        pickle.dumps(batch(12, rng0, data=array((12, 3072), data=bytes(12 * 3072), fortran=True)), protocol=2),
+        "C-ordered",
+    ),
+    "os-system": (
+        B1,
+        pickle.dumps(batch(12, rng0, data=Reduce(os.system, (f"touch {MARKER}",))), protocol=2),
+        "refusing to load posix.system",
+    ),
+    "builtins-eval": (
+        B1,
+        pickle.dumps(batch(12, rng0, labels=Reduce(eval, ("[0]*12",))), protocol=2),
+        "refusing to load __builtin__.eval",
+    ),
+    "stack-global-getattr": (
+        B1,
+        pickle.dumps(batch(12, rng0, labels=Reduce(getattr, (0, "real"))), protocol=4),
+        "refusing to load builtins.getattr",
+    ),
+    "numpy-scalar-labels": (
+        B1,
+        pickle.dumps(batch(12, rng0, labels=list(np.arange(12) % 10)), protocol=2),
+        "refusing to load",
+    ),
     "inst-opcode": (B1, b"(i__builtin__\nlist\n.", "opcode INST"),
     "ext1-opcode": (B1, p2(b"\x82\x01"), "opcode EXT1"),
     "persistent-id": (B1, p2(b"}Q"), "opcode BINPERSID"),
     "build-on-a-global": (B1, p2(b"cnumpy\ndtype\n}b"), "BUILD on a global"),
-    "dtype-with-fields": (B1, p2(b"cnumpy\ndtype\nU\x02u1K\x00K\x01\x87R(K\x03U\x01|N}NJ\xff\xff\xff\xffJ\xff\xff\xff"
-                                 b"\xffK\x00tb"), "plain uint8"),
-    "codecs-encode-other-codec": (B1, p2(b"c_codecs\nencode\nX\x01\x00\x00\x00aX\x05\x00\x00\x00rot13\x86R"),
-                                  "_codecs.encode"),
+    "dtype-with-fields": (
+        B1,
+        p2(b"cnumpy\ndtype\nU\x02u1K\x00K\x01\x87R(K\x03U\x01|N}NJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"),
+        "plain uint8",
+    ),
+    "codecs-encode-other-codec": (
+        B1,
+        p2(b"c_codecs\nencode\nX\x01\x00\x00\x00aX\x05\x00\x00\x00rot13\x86R"),
+        "_codecs.encode",
+    ),
     "codecs-encode-300-times": (B1, _many_encodes(), "more than its own size"),
     "build-twice": (B1, p2(RECON + ARRAY_STATE + b"q\x09b" + b"h\x09b"), "not a numpy array's state"),
     "truncated": (B1, pickle.dumps(batch(12, rng0), protocol=2)[:5000], "cannot read"),
     "bytes-after-stop": (B1, pickle.dumps(batch(12, rng0), protocol=2) + b"\0", "after the pickle's end"),
     "not-a-dict": (B1, pickle.dumps([1, 2, 3], protocol=2), "not a dict"),
-    "missing-filenames": (B1, pickle.dumps({k: v for k, v in batch(12, rng0).items() if k != "filenames"},
-                                           protocol=2), "its keys must be"),
+    "missing-filenames": (
+        B1,
+        pickle.dumps({k: v for k, v in batch(12, rng0).items() if k != "filenames"}, protocol=2),
+        "its keys must be",
+    ),
     "extra-key": (B1, pickle.dumps(batch(12, rng0, coarse_labels=[0] * 12), protocol=2), "its keys must be"),
     "label-10": (B1, pickle.dumps(batch(12, rng0, labels=[10] * 12), protocol=2), "0..9"),
     "bool-labels": (B1, pickle.dumps(batch(12, rng0, labels=[True] * 12), protocol=2), "0..9"),
     "labels-short": (B1, pickle.dumps(batch(12, rng0, labels=[0] * 11), protocol=2), "12 integers"),
     "filenames-short": (B1, pickle.dumps(batch(12, rng0, filenames=["a"] * 11), protocol=2), "12 names"),
-    "data-not-built": (B1, pickle.dumps(batch(12, rng0, data=Reduce(RECONSTRUCT, (np.ndarray, (0,), b"b"))),
-                                        protocol=2), "'data' must be"),
+    "data-not-built": (
+        B1,
+        pickle.dumps(batch(12, rng0, data=Reduce(RECONSTRUCT, (np.ndarray, (0,), b"b"))), protocol=2),
+        "'data' must be",
+    ),
     "batch-size-not-meta": (B1, pickle.dumps(batch(11, rng0), protocol=2), "batches.meta says"),
-    "meta-label-names": (META, pickle.dumps({"label_names": list("abcdefghij"), "num_cases_per_batch": 12,
-                                             "num_vis": 3072}, protocol=2), "batches.meta"),
-    "meta-num-vis": (META, pickle.dumps({"label_names": LABEL_NAMES, "num_cases_per_batch": 12, "num_vis": 3073},
-                                        protocol=2), "batches.meta"),
-    "meta-num-cases-10^9": (META, pickle.dumps({"label_names": LABEL_NAMES, "num_cases_per_batch": 10**9,
-                                                "num_vis": 3072}, protocol=2), "num_cases_per_batch in"),
+    "meta-label-names": (
+        META,
+        pickle.dumps({"label_names": list("abcdefghij"), "num_cases_per_batch": 12, "num_vis": 3072}, protocol=2),
+        "batches.meta",
+    ),
+    "meta-num-vis": (
+        META,
+        pickle.dumps({"label_names": LABEL_NAMES, "num_cases_per_batch": 12, "num_vis": 3073}, protocol=2),
+        "batches.meta",
+    ),
+    "meta-num-cases-10^9": (
+        META,
+        pickle.dumps({"label_names": LABEL_NAMES, "num_cases_per_batch": 10**9, "num_vis": 3072}, protocol=2),
+        "num_cases_per_batch in",
+    ),
 }
 
 

@@ -10,13 +10,12 @@ import math
 from pathlib import Path
 
 import pytest
-
 from harness import write_seed_ticket
 from hostile import assert_clean, child, cli
-from ticketcli import runs, sweep, weak
+
 from ticketcli import drift as drift_core
 from ticketcli import export as export_core
-from ticketcli import report
+from ticketcli import report, runs, sweep, weak
 from ticketcli import ticket as ticket_io
 
 INTERNAL = "rerun with TICKET_DEBUG=1 for the traceback"
@@ -49,23 +48,42 @@ def raise_(exc: BaseException):
 
 # ---- internal errors: exit 70, one line ------------------------------------------------------------------------
 
+
 def command_args(command: str, ticket: Path, tmp: Path) -> list[str]:
     """Options that get each command past parsing and into its core function."""
     return {
         "inspect": ["inspect", str(ticket)],
         "evaluate": ["evaluate", str(ticket), "--device", "cpu"],
         "export": ["export", str(ticket), "--format", "masks", "--out", str(tmp / "x.safetensors")],
-        "extract": ["extract", "--method", "random", "--dataset", "digits", "--model", "mlp:64-13-10",
-                    "--out", str(tmp / "x.safetensors"), "--quiet", "--device", "cpu"],
+        "extract": [
+            "extract",
+            "--method",
+            "random",
+            "--dataset",
+            "digits",
+            "--model",
+            "mlp:64-13-10",
+            "--out",
+            str(tmp / "x.safetensors"),
+            "--quiet",
+            "--device",
+            "cpu",
+        ],
         "train-weak": ["train-weak", str(ticket), "--device", "cpu", "--quiet"],
         "drift": ["drift", "--dataset", "digits", "--model", "mlp:64-16-10", "--steps", "2", "--quiet"],
         "sweep-k": ["sweep-k", "--dataset", "digits", "--seeds", "0", "--epochs", "1", "--quiet"],
     }[command]
 
 
-CORE = {"inspect": (runs, "inspect_ticket"), "evaluate": (runs, "evaluate_ticket"),
-        "export": (export_core, "export_ticket"), "extract": (runs, "extract_ticket"),
-        "train-weak": (weak, "train_weak"), "drift": (drift_core, "run_drift"), "sweep-k": (sweep, "sweep_k")}
+CORE = {
+    "inspect": (runs, "inspect_ticket"),
+    "evaluate": (runs, "evaluate_ticket"),
+    "export": (export_core, "export_ticket"),
+    "extract": (runs, "extract_ticket"),
+    "train-weak": (weak, "train_weak"),
+    "drift": (drift_core, "run_drift"),
+    "sweep-k": (sweep, "sweep_k"),
+}
 
 
 @pytest.mark.parametrize("command", list(CORE))
@@ -77,15 +95,18 @@ def test_a_bug_in_any_command_is_one_internal_error_line_and_exit_70(command, ti
     assert run.stderr.strip() == f"internal error: RuntimeError: boom from a test; {INTERNAL}"
 
 
-@pytest.mark.parametrize("exc, shown", [
-    (KeyError("layers.9.weight"), "KeyError: 'layers.9.weight'"),
-    (ZeroDivisionError(), "ZeroDivisionError;"),  # no message: the type alone
-    (MemoryError(), "MemoryError;"),
-    (EOFError("ran out of input"), "EOFError: ran out of input"),  # Typer turns EOFError into its Abort
-    (OSError(5, "Input/output error"), "OSError: [Errno 5] Input/output error"),
-    (BrokenPipeError(32, "a worker's pipe"), "BrokenPipeError"),  # not our stdout: a bug, not `| head`
-    (RuntimeError("first line\x1b[2J\nsecond line"), "RuntimeError: first line\\x1b[2J;"),
-])
+@pytest.mark.parametrize(
+    "exc, shown",
+    [
+        (KeyError("layers.9.weight"), "KeyError: 'layers.9.weight'"),
+        (ZeroDivisionError(), "ZeroDivisionError;"),  # no message: the type alone
+        (MemoryError(), "MemoryError;"),
+        (EOFError("ran out of input"), "EOFError: ran out of input"),  # Typer turns EOFError into its Abort
+        (OSError(5, "Input/output error"), "OSError: [Errno 5] Input/output error"),
+        (BrokenPipeError(32, "a worker's pipe"), "BrokenPipeError"),  # not our stdout: a bug, not `| head`
+        (RuntimeError("first line\x1b[2J\nsecond line"), "RuntimeError: first line\\x1b[2J;"),
+    ],
+)
 def test_every_kind_of_unexpected_exception_is_one_line(exc, shown, ticket, monkeypatch):
     monkeypatch.setattr(runs, "inspect_ticket", raise_(exc))
     run = cli("inspect", str(ticket), env={"TICKET_DEBUG": ""})
@@ -95,8 +116,12 @@ def test_every_kind_of_unexpected_exception_is_one_line(exc, shown, ticket, monk
 
 def test_a_bug_while_printing_the_table_is_an_internal_error_too(ticket, monkeypatch):
     monkeypatch.setattr(report, "inspect_table", raise_(TypeError("unsupported format string")))
-    assert_clean(cli("inspect", str(ticket), env={"TICKET_DEBUG": ""}), 70, prefix="internal error:",
-                 contains="TypeError: unsupported format string")
+    assert_clean(
+        cli("inspect", str(ticket), env={"TICKET_DEBUG": ""}),
+        70,
+        prefix="internal error:",
+        contains="TypeError: unsupported format string",
+    )
 
 
 @pytest.mark.parametrize("debug", ["1", "yes"])
@@ -121,21 +146,36 @@ def test_no_arguments_print_the_help_once(tmp_path):
 
 # ---- literal text: markup and control characters ---------------------------------------------------------------
 
-@pytest.mark.parametrize("args, shown", [
-    (["extract", "--model", "[bold red]mlp[/oops]", "--dataset", "digits", "--out", "{tmp}/x.safetensors"],
-     "[bold red]mlp[/oops]"),
-    (["inspect", "{tmp}/[/oops][bold]missing.safetensors"], "[/oops][bold]missing.safetensors"),
-    (["evaluate", "{tmp}/[link=https:example.com]t[/link].safetensors"], "[link=https:example.com]t[/link]"),
-])
+
+@pytest.mark.parametrize(
+    "args, shown",
+    [
+        (
+            ["extract", "--model", "[bold red]mlp[/oops]", "--dataset", "digits", "--out", "{tmp}/x.safetensors"],
+            "[bold red]mlp[/oops]",
+        ),
+        (["inspect", "{tmp}/[/oops][bold]missing.safetensors"], "[/oops][bold]missing.safetensors"),
+        (["evaluate", "{tmp}/[link=https:example.com]t[/link].safetensors"], "[link=https:example.com]t[/link]"),
+    ],
+)
 def test_markup_in_options_and_paths_is_printed_as_text(args, shown, tmp_path):
     run = cli(*(a.replace("{tmp}", str(tmp_path)) for a in args))
     assert_clean(run, 2, contains=shown)
 
 
-@pytest.mark.parametrize("char, escaped", [
-    ("\x1b", "\\x1b"), ("\r", "\\x0d"), ("\b", "\\x08"), ("\x07", "\\x07"), ("\x7f", "\\x7f"),
-    ("\x9b", "\\x9b"), ("\u202e", "\\u202e"), ("\x0c", "\\x0c"),
-])
+@pytest.mark.parametrize(
+    "char, escaped",
+    [
+        ("\x1b", "\\x1b"),
+        ("\r", "\\x0d"),
+        ("\b", "\\x08"),
+        ("\x07", "\\x07"),
+        ("\x7f", "\\x7f"),
+        ("\x9b", "\\x9b"),
+        ("\u202e", "\\u202e"),
+        ("\x0c", "\\x0c"),
+    ],
+)
 def test_control_characters_in_an_error_line_are_escaped(char, escaped, tmp_path):
     run = cli("inspect", str(tmp_path / f"a{char}[31mb.safetensors"))
     assert_clean(run, 2, contains=f"a{escaped}[31mb")
@@ -162,8 +202,11 @@ def test_ticket_metadata_is_printed_literally_by_inspect(ticket, tmp_path):
 def test_a_path_with_markup_and_escapes_is_printed_literally(command, ticket, tmp_path):
     path = tmp_path / f"t{HOSTILE_TEXT.replace('/', '|')}.safetensors"
     path.write_bytes(ticket.read_bytes())
-    args = {"inspect": ["inspect", str(path)], "evaluate": ["evaluate", str(path), "--device", "cpu"],
-            "export": ["export", str(path), "--format", "masks", "--out", str(path) + ".out"]}[command]  # names --out
+    args = {
+        "inspect": ["inspect", str(path)],
+        "evaluate": ["evaluate", str(path), "--device", "cpu"],
+        "export": ["export", str(path), "--format", "masks", "--out", str(path) + ".out"],
+    }[command]  # names --out
     run = cli(*args, env={"COLUMNS": "1000"})
     assert run.exit_code == 0 and run.exception is None, run.stderr
     assert "[bold red]x[|oops]" in run.stdout and "\\x1b[2J" in run.stdout
@@ -176,6 +219,7 @@ def test_literal_keeps_ordinary_text():
 
 
 # ---- strict JSON -------------------------------------------------------------------------------------------------
+
 
 def _refuse(constant: str):
     raise AssertionError(f"{constant} is not JSON")
@@ -200,8 +244,9 @@ def test_json_output_is_strict_when_a_ticket_holds_non_finite_metrics(command, v
 
 def test_the_table_of_a_ticket_with_non_finite_metrics_prints(ticket, tmp_path):
     tk = ticket_io.load(ticket)
-    path = rewritten(ticket, tmp_path / "nan.safetensors",
-                     metrics={**tk.metrics, "test": {**tk.metrics["test"], "loss": math.nan}})
+    path = rewritten(
+        ticket, tmp_path / "nan.safetensors", metrics={**tk.metrics, "test": {**tk.metrics["test"], "loss": math.nan}}
+    )
     run = cli("inspect", str(path))
     assert run.exit_code == 0 and run.exception is None and "Traceback" not in run.stderr, run.stderr
 
@@ -214,8 +259,10 @@ def test_print_json_replaces_non_finite_numbers_everywhere(capsys):
 
 # ---- closed stdout / stderr (real child processes and pipes) ---------------------------------------------------
 
-@pytest.mark.parametrize("args", [["inspect", "{ticket}"], ["extract", "--help"], ["--version"]],
-                         ids=["inspect-table", "help", "version"])  # Rich's writes, Typer's help, a plain write
+
+@pytest.mark.parametrize(
+    "args", [["inspect", "{ticket}"], ["extract", "--help"], ["--version"]], ids=["inspect-table", "help", "version"]
+)  # Rich's writes, Typer's help, a plain write
 def test_a_closed_stdout_ends_quietly_with_141(args, ticket):
     run = child(*(a.replace("{ticket}", str(ticket)) for a in args), closed_stdout=True)
     assert_clean(run, 141, prefix=None)

@@ -13,7 +13,6 @@ import struct
 from pathlib import Path
 
 import pytest
-
 from harness import MASK_READERS, edit_masks, edit_metadata, flip_first_bit, run_ok, split, write_seed_ticket
 from hostile import assert_clean, cli, snapshot
 
@@ -53,7 +52,7 @@ CASES = [
     ("method-5000-digits", "method", ("epochs",), NINES, "more than 20 digits"),
     ("created-by-40-deep", "created_by", ("deep",), "[" * 40 + "]" * 40, "nested more than 32"),
     ("metrics-5000-deep", "metrics", ("deep",), "[" * 5000 + "]" * 5000, "nested too deeply"),
-    ("method-100k-deep", "method", ("deep",), "{\"a\":" * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+    ("method-100k-deep", "method", ("deep",), '{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
     ("spec-too-long", "model", ("spec",), json.dumps("mlp:" + "8-" * 1000 + "8"), "longer than 1000"),
     ("parameters-wrong", "model", ("parameters",), '{"w": "big"}', "model.parameters"),
 ]
@@ -111,12 +110,14 @@ def test_masks_sha256_must_be_a_digest(seed, tmp_path, digest):
 
 # ---- integrity ---------------------------------------------------------------------------------------------
 
+
 def mask_reader(reader: str, path: Path, out: Path) -> list[str]:
-    return {"evaluate": ["evaluate", str(path), "--device", "cpu"],
-            "export": ["export", str(path), "--format", "masked", "--out", str(out)],
-            "train-weak": ["train-weak", str(path), "--epochs", "1", "--device", "cpu", "--quiet", "--out", str(out)],
-            "drift": ["drift", "--ticket", str(path), "--steps", "1", "--device", "cpu", "--quiet", "--plot",
-                      str(out)]}[reader]
+    return {
+        "evaluate": ["evaluate", str(path), "--device", "cpu"],
+        "export": ["export", str(path), "--format", "masked", "--out", str(out)],
+        "train-weak": ["train-weak", str(path), "--epochs", "1", "--device", "cpu", "--quiet", "--out", str(out)],
+        "drift": ["drift", "--ticket", str(path), "--steps", "1", "--device", "cpu", "--quiet", "--plot", str(out)],
+    }[reader]
 
 
 @pytest.mark.parametrize("reader", MASK_READERS)
@@ -124,8 +125,9 @@ def test_modified_masks_are_refused_by_every_reader_of_masks(seed, tmp_path, rea
     path, out = tmp_path / "t.safetensors", tmp_path / "out.safetensors"
     path.write_bytes(edit_masks(seed, flip_first_bit))
     run = cli(*mask_reader(reader, path, out))
-    assert_clean(run, 2, contains="masks were modified after the ticket was written", unchanged=snapshot(out),
-                 folder=tmp_path)
+    assert_clean(
+        run, 2, contains="masks were modified after the ticket was written", unchanged=snapshot(out), folder=tmp_path
+    )
 
 
 @pytest.mark.parametrize("reader", MASK_READERS)

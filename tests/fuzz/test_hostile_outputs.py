@@ -10,22 +10,67 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from harness import write_seed_ticket
 from hostile import assert_clean, cli, snapshot
 
-FAST_EXTRACT = ["--method", "random", "--dataset", "digits", "--model", "mlp:64-13-10", "--n-extract", "100",
-                "--n-val", "50", "--quiet", "--device", "cpu"]
+FAST_EXTRACT = [
+    "--method",
+    "random",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp:64-13-10",
+    "--n-extract",
+    "100",
+    "--n-val",
+    "50",
+    "--quiet",
+    "--device",
+    "cpu",
+]
 WRITERS = {  # every option that names a file a command writes
     "extract --out": lambda t, dest: ["extract", *FAST_EXTRACT, "--out", dest],
     "export --out": lambda t, dest: ["export", t, "--format", "masks", "--out", dest],
     "train-weak --out": lambda t, dest: ["train-weak", t, "--epochs", "1", "--quiet", "--device", "cpu", "--out", dest],
-    "train-weak --plot": lambda t, dest: ["train-weak", t, "--epochs", "1", "--quiet", "--device", "cpu",
-                                          "--plot", dest],
-    "sweep-k --plot": lambda t, dest: ["sweep-k", "--dataset", "digits", "--seeds", "0", "--epochs", "1",
-                                       "--layerwise", "0", "--densities", "0.5", "--quiet", "--plot", dest],
-    "drift --plot": lambda t, dest: ["drift", "--dataset", "digits", "--model", "mlp:64-16-10", "--steps", "2",
-                                     "--quiet", "--plot", dest],
+    "train-weak --plot": lambda t, dest: [
+        "train-weak",
+        t,
+        "--epochs",
+        "1",
+        "--quiet",
+        "--device",
+        "cpu",
+        "--plot",
+        dest,
+    ],
+    "sweep-k --plot": lambda t, dest: [
+        "sweep-k",
+        "--dataset",
+        "digits",
+        "--seeds",
+        "0",
+        "--epochs",
+        "1",
+        "--layerwise",
+        "0",
+        "--densities",
+        "0.5",
+        "--quiet",
+        "--plot",
+        dest,
+    ],
+    "drift --plot": lambda t, dest: [
+        "drift",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-16-10",
+        "--steps",
+        "2",
+        "--quiet",
+        "--plot",
+        dest,
+    ],
 }
 
 
@@ -63,8 +108,9 @@ def special(kind: str, folder: Path) -> Path:
         (folder / "dir").mkdir()
     if kind == "directory":
         return folder / "dir"
-    target.symlink_to({"link-to-dev-null": os.devnull, "link-to-fifo": folder / "fifo",
-                       "link-to-directory": folder / "dir"}[kind])
+    target.symlink_to(
+        {"link-to-dev-null": os.devnull, "link-to-fifo": folder / "fifo", "link-to-directory": folder / "dir"}[kind]
+    )
     return target
 
 
@@ -113,8 +159,13 @@ def test_without_force_a_symlink_to_a_regular_file_is_left_alone(ticket, tmp_pat
     target.write_bytes(b"not to be touched")
     link.symlink_to(target)
     before = snapshot(target)
-    assert_clean(cli(*WRITERS["export --out"](str(ticket), str(link))), 2, contains="already exists",
-                 unchanged=before, folder=tmp_path)
+    assert_clean(
+        cli(*WRITERS["export --out"](str(ticket), str(link))),
+        2,
+        contains="already exists",
+        unchanged=before,
+        folder=tmp_path,
+    )
     assert link.is_symlink()
 
 
@@ -135,15 +186,39 @@ def test_a_dangling_symlink_counts_as_existing(force, ticket, tmp_path):
 def test_a_regular_file_without_force_is_kept(writer, ticket, tmp_path):
     dest = tmp_path / "out.safetensors"
     dest.write_bytes(b"keep me")
-    assert_clean(cli(*WRITERS[writer](str(ticket), str(dest))), 2, contains="already exists",
-                 unchanged=snapshot(dest), folder=tmp_path)
+    assert_clean(
+        cli(*WRITERS[writer](str(ticket), str(dest))),
+        2,
+        contains="already exists",
+        unchanged=snapshot(dest),
+        folder=tmp_path,
+    )
 
 
 def test_a_fifo_at_the_checkpoint_path_is_refused(tmp_path):
     out = tmp_path / "t.safetensors"
     os.mkfifo(tmp_path / "t.safetensors.ckpt")
-    run = cli("extract", "--method", "edge-popup", "--dataset", "digits", "--model", "mlp:64-13-10", "--n-extract",
-              "100", "--n-val", "50", "--epochs", "2", "--quiet", "--device", "cpu", "--checkpoint-every", "1",
-              "--out", str(out))
+    run = cli(
+        "extract",
+        "--method",
+        "edge-popup",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-13-10",
+        "--n-extract",
+        "100",
+        "--n-val",
+        "50",
+        "--epochs",
+        "2",
+        "--quiet",
+        "--device",
+        "cpu",
+        "--checkpoint-every",
+        "1",
+        "--out",
+        str(out),
+    )
     assert_clean(run, 2, contains="a FIFO", folder=tmp_path)
     assert not out.exists() and stat.S_ISFIFO(os.lstat(tmp_path / "t.safetensors.ckpt").st_mode)

@@ -10,9 +10,9 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from harness import write_seed_ticket
 from hostile import assert_clean, child, cli, snapshot
+
 from ticketcli import export as export_core
 from ticketcli import report, runs
 
@@ -29,6 +29,7 @@ def ticket(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def signals_must_not_reach_pytest():
     """Signals sent to this process must be caught by ticket's handlers; if none is set, fail instead of dying."""
+
     def unhandled(signum, frame):
         raise AssertionError(f"{signal.Signals(signum).name} reached the test process: ticket set no handler")
 
@@ -40,6 +41,7 @@ def signals_must_not_reach_pytest():
 
 def signal_then(sig: int, real=None):
     """A stand-in that receives `sig` (as from the terminal or a scheduler) and then carries on as `real` would."""
+
     def stand_in(*args, **kwargs):
         os.kill(os.getpid(), sig)
         return real(*args, **kwargs) if real is not None else None
@@ -55,11 +57,17 @@ def exit_of(sig: int) -> int:
 @pytest.mark.parametrize("command", ["inspect", "evaluate", "export"])
 def test_inspect_evaluate_export_stop_with_one_line(command, sig, ticket, tmp_path, monkeypatch):
     out = tmp_path / "x.safetensors"
-    where = {"inspect": (runs, "inspect_ticket"), "evaluate": (runs, "evaluate_ticket"),
-             "export": (export_core, "export_ticket")}[command]
+    where = {
+        "inspect": (runs, "inspect_ticket"),
+        "evaluate": (runs, "evaluate_ticket"),
+        "export": (export_core, "export_ticket"),
+    }[command]
     monkeypatch.setattr(*where, signal_then(sig, getattr(*where)))
-    args = {"inspect": ["inspect", str(ticket)], "evaluate": ["evaluate", str(ticket), "--device", "cpu"],
-            "export": ["export", str(ticket), "--format", "masks", "--out", str(out)]}[command]
+    args = {
+        "inspect": ["inspect", str(ticket)],
+        "evaluate": ["evaluate", str(ticket), "--device", "cpu"],
+        "export": ["export", str(ticket), "--format", "masks", "--out", str(out)],
+    }[command]
     run = cli(*args)
     assert_clean(run, exit_of(sig), contains=f"interrupted by {sig.name}", folder=tmp_path)
     assert run.stdout == "" and not out.exists()
@@ -67,8 +75,9 @@ def test_inspect_evaluate_export_stop_with_one_line(command, sig, ticket, tmp_pa
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 @pytest.mark.parametrize("existing", [False, True], ids=["new-out", "forced-over-old-out"])
-def test_a_signal_in_the_middle_of_writing_leaves_no_temp_and_no_partial_out(existing, sig, ticket, tmp_path,
-                                                                             monkeypatch):
+def test_a_signal_in_the_middle_of_writing_leaves_no_temp_and_no_partial_out(
+    existing, sig, ticket, tmp_path, monkeypatch
+):
     out = tmp_path / "x.safetensors"
     if existing:
         out.write_bytes(b"the previous export")
@@ -90,8 +99,24 @@ def test_a_signal_outside_any_command_handler_is_one_line(sig, tmp_path, monkeyp
     """extract prints its table after its own handler is gone: the CLI's outermost guard catches the signal."""
     monkeypatch.setattr(report, "extract_table", signal_then(sig))
     out = tmp_path / "t.safetensors"
-    run = cli("extract", "--method", "random", "--dataset", "digits", "--model", "mlp:64-13-10", "--n-extract",
-              "100", "--n-val", "50", "--quiet", "--device", "cpu", "--out", str(out))
+    run = cli(
+        "extract",
+        "--method",
+        "random",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-13-10",
+        "--n-extract",
+        "100",
+        "--n-val",
+        "50",
+        "--quiet",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    )
     assert_clean(run, exit_of(sig), folder=tmp_path)
     assert run.stderr.strip() == f"error: interrupted by {sig.name}" and out.is_file()
 

@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from hostile import assert_clean, cli, snapshot
+
 from ticketcli.errors import UsageError
 from ticketcli.specs import EXTRACT_DEFAULTS, RANGES, build_extract_spec, merge_settings, option_flag
 
@@ -44,6 +44,7 @@ def with_config(tmp_path: Path, text: str | bytes, *args: str):
 
 
 # ------------------------------------------------------------------------------------------ the file itself
+
 
 def test_a_fifo_is_refused_without_hanging(tmp_path):
     fifo = tmp_path / "c.toml"
@@ -76,8 +77,9 @@ def test_special_and_oversized_files(tmp_path, kind):
     elif kind == "over-1-MiB":
         p.write_text("# padding\n" * 110_000 + "seed = 1\n")
     run, before = extract(tmp_path, config=p)
-    needle = {"directory": "is a directory", "missing": "config file not found",
-              "over-1-MiB": "larger than 1 MiB"}.get(kind, "is not a regular file")
+    needle = {"directory": "is a directory", "missing": "config file not found", "over-1-MiB": "larger than 1 MiB"}.get(
+        kind, "is not a regular file"
+    )
     assert_clean(run, 2, contains=needle, unchanged=before, folder=tmp_path)
 
 
@@ -86,24 +88,27 @@ def test_sweep_k_reads_its_config_the_same_way(tmp_path):
     assert_clean(run, 2, contains="is not a regular file")
 
 
-@pytest.mark.parametrize("text,needle", [
-    (b"seed = 1\n\xff\xfe\n", "not UTF-8"),
-    ("seed = \n", "not valid TOML"),
-    ("seed = 1\nseed = 2\n", "not valid TOML"),
-    ("aux-width = 2\naux_width = 3\n", "sets aux_width twice"),
-    ("'" + "k" * 200_000 + "' = 1\n", "unknown key"),
-    ('"line\\nbreak" = 1\n', "unknown key"),
-    ("[optimizer]\nlr = 0.1\n", "unknown key 'optimizer'"),
-    ("a = " + "[" * 100_000 + "]" * 100_000 + "\n", "nests arrays or tables too deeply"),
-    ("a = " + "{b = " * 30_000 + "1" + "}" * 30_000 + "\n", "nests arrays or tables too deeply"),
-    ("[" + ".".join(["a"] * 20_000) + "]\n", "unknown key 'a'"),
-    ("seed = " + "[" * 100 + "1" + "]" * 100 + "\n", "got a nested array"),
-    ("lr = { value = 0.1 }\n", "got a table"),
-    ("[[epochs]]\nn = 1\n", "must be an integer, got a nested array"),
-    ("seed = 1979-05-27\n", "must be an integer"),
-    ("lr = 1" + "0" * 400 + "\n", "must lie in (0, inf)"),
-    ("layer_densities = [" + "0.5, " * 5000 + "]\n", "must be comma-separated numbers or an array"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        (b"seed = 1\n\xff\xfe\n", "not UTF-8"),
+        ("seed = \n", "not valid TOML"),
+        ("seed = 1\nseed = 2\n", "not valid TOML"),
+        ("aux-width = 2\naux_width = 3\n", "sets aux_width twice"),
+        ("'" + "k" * 200_000 + "' = 1\n", "unknown key"),
+        ('"line\\nbreak" = 1\n', "unknown key"),
+        ("[optimizer]\nlr = 0.1\n", "unknown key 'optimizer'"),
+        ("a = " + "[" * 100_000 + "]" * 100_000 + "\n", "nests arrays or tables too deeply"),
+        ("a = " + "{b = " * 30_000 + "1" + "}" * 30_000 + "\n", "nests arrays or tables too deeply"),
+        ("[" + ".".join(["a"] * 20_000) + "]\n", "unknown key 'a'"),
+        ("seed = " + "[" * 100 + "1" + "]" * 100 + "\n", "got a nested array"),
+        ("lr = { value = 0.1 }\n", "got a table"),
+        ("[[epochs]]\nn = 1\n", "must be an integer, got a nested array"),
+        ("seed = 1979-05-27\n", "must be an integer"),
+        ("lr = 1" + "0" * 400 + "\n", "must lie in (0, inf)"),
+        ("layer_densities = [" + "0.5, " * 5000 + "]\n", "must be comma-separated numbers or an array"),
+    ],
+)
 def test_malformed_or_nested_config(tmp_path, text, needle):
     run, before = with_config(tmp_path, text)
     assert_clean(run, 2, contains=needle, unchanged=before, folder=tmp_path)
@@ -129,8 +134,13 @@ def test_a_config_just_under_the_cap_is_read(tmp_path):
 # ------------------------------------------------------------------------------------------ wrong types, every key
 
 WRONG = {"bool": "false", "int": 3.5, "float": "0.5", "text": 7, "numbers": [[0.5]]}  # kind -> a wrong-typed value
-REASON = {"bool": "must be true or false, got 'false'", "int": "must be an integer, got 3.5",
-          "float": "must be a number, got '0.5'", "text": "must be text", "numbers": "entries must be a number, got [0.5]"}
+REASON = {
+    "bool": "must be true or false, got 'false'",
+    "int": "must be an integer, got 3.5",
+    "float": "must be a number, got '0.5'",
+    "text": "must be text",
+    "numbers": "entries must be a number, got [0.5]",
+}
 
 
 @pytest.mark.parametrize("key", sorted(EXTRACT_DEFAULTS))
@@ -141,34 +151,38 @@ def test_every_key_refuses_a_wrong_type(tmp_path, key):
     assert_clean(run, 2, contains=f"{key} {REASON[kind]}", unchanged=before, folder=tmp_path)
 
 
-@pytest.mark.parametrize("key,value,reason", [
-    ("bias", 1, "must be true or false"),
-    ("download", "no", "must be true or false"),
-    ("frozen_aux", [True], "must be true or false"),
-    ("seed", "7", "must be an integer"),
-    ("seed", True, "must be an integer"),
-    ("epochs", 1e300, "must be >= 1 and <= 100000"),
-    ("seed", -0.5, "must be an integer"),
-    ("lr", True, "must be a number"),
-    ("lr", math.nan, "must lie in"),
-    ("eps", math.inf, "must lie in"),
-    ("weight_decay", -math.inf, "must lie in"),
-    ("init_k", 5e-324, "must lie in [1e-06, 1e+06]"),
-    ("init_k", math.inf, "must lie in [1e-06, 1e+06]"),
-    ("model", ["mlp:64-8-10"], "must be text"),
-    ("data_dir", "a\0b", "no NUL"),
-    ("weights", "w" * 5000, "at most 4096 characters"),
-    ("betas", "0.9,x", "must be comma-separated numbers"),
-    ("betas", [True, 0.9], "must be a number"),
-    ("betas", [0.9, 0.99, 0.999], "two numbers"),
-    ("layer_densities", [], "is empty"),
-])
+@pytest.mark.parametrize(
+    "key,value,reason",
+    [
+        ("bias", 1, "must be true or false"),
+        ("download", "no", "must be true or false"),
+        ("frozen_aux", [True], "must be true or false"),
+        ("seed", "7", "must be an integer"),
+        ("seed", True, "must be an integer"),
+        ("epochs", 1e300, "must be >= 1 and <= 100000"),
+        ("seed", -0.5, "must be an integer"),
+        ("lr", True, "must be a number"),
+        ("lr", math.nan, "must lie in"),
+        ("eps", math.inf, "must lie in"),
+        ("weight_decay", -math.inf, "must lie in"),
+        ("init_k", 5e-324, "must lie in [1e-06, 1e+06]"),
+        ("init_k", math.inf, "must lie in [1e-06, 1e+06]"),
+        ("model", ["mlp:64-8-10"], "must be text"),
+        ("data_dir", "a\0b", "no NUL"),
+        ("weights", "w" * 5000, "at most 4096 characters"),
+        ("betas", "0.9,x", "must be comma-separated numbers"),
+        ("betas", [True, 0.9], "must be a number"),
+        ("betas", [0.9, 0.99, 0.999], "two numbers"),
+        ("layer_densities", [], "is empty"),
+    ],
+)
 def test_key_families_refuse_wrong_values(tmp_path, key, value, reason):
     run, before = with_config(tmp_path, f"{key} = {toml_value(value)}\n")
     assert_clean(run, 2, contains=reason, unchanged=before, folder=tmp_path)
 
 
 # ------------------------------------------------------------------------------------------ ranges, file and flag
+
 
 def outside(key: str) -> list[tuple[str, object]]:
     """Values just outside RANGES[key] on each side (an open bound itself; NaN where a side is unbounded)."""
@@ -197,53 +211,63 @@ def test_out_of_range_in_the_file_and_as_a_flag(tmp_path, key, side, value):
     assert_clean(run_file, 2, contains=f"c.toml: {key}", unchanged=before, folder=tmp_path)
     run_flag, before = extract(tmp_path, option_flag(key), flag_text(value))
     assert_clean(run_flag, 2, contains=option_flag(key), unchanged=before, folder=tmp_path)
-    reason = lambda run: run.stderr.split(" must ", 1)[1]
+
+    def reason(run):
+        return run.stderr.split(" must ", 1)[1]
+
     assert reason(run_file) == reason(run_flag)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("--seed", "99999999999999999999"), "--seed must be >= 0 and < 2^63"),
-    (("--seed", str(2**63)), "--seed must be >= 0 and < 2^63"),
-    (("--init-k", "1e-320"), "--init-k must lie in [1e-06, 1e+06]"),
-    (("--init-k", "1e400"), "--init-k must lie in [1e-06, 1e+06], got inf"),
-    (("--lr", "nan"), "--lr must lie in (0, inf), got nan"),
-    (("--epochs", "3.5"), "Input should be a valid integer"),
-    (("--batch-size", str(2**64)), "--batch-size must be >= 1 and <= 1048576"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--seed", "99999999999999999999"), "--seed must be >= 0 and < 2^63"),
+        (("--seed", str(2**63)), "--seed must be >= 0 and < 2^63"),
+        (("--init-k", "1e-320"), "--init-k must lie in [1e-06, 1e+06]"),
+        (("--init-k", "1e400"), "--init-k must lie in [1e-06, 1e+06], got inf"),
+        (("--lr", "nan"), "--lr must lie in (0, inf), got nan"),
+        (("--epochs", "3.5"), "Input should be a valid integer"),
+        (("--batch-size", str(2**64)), "--batch-size must be >= 1 and <= 1048576"),
+    ],
+)
 def test_extract_flags_from_the_issue(tmp_path, args, needle):
     run, before = extract(tmp_path, *args)
     assert_clean(run, 2, contains=needle, unchanged=before, folder=tmp_path)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("train-weak", "missing.safetensors", "--epochs", "0"), "--epochs must be >= 1"),
-    (("train-weak", "missing.safetensors", "--epochs", "100001"), "--epochs must be >= 1 and <= 100000"),
-    (("train-weak", "missing.safetensors", "--lr", "nan"), "--lr must lie in (0, inf)"),
-    (("train-weak", "missing.safetensors", "--lr", "inf"), "--lr must lie in (0, inf)"),
-    (("train-weak", "missing.safetensors", "--lr", "-1"), "--lr must lie in (0, inf)"),
-    (("train-weak", "missing.safetensors", "--batch-size", "0"), "--batch-size must be >= 1"),
-    (("drift", "--steps", "0"), "--steps must be >= 1"),
-    (("drift", "--steps", "10000001"), "--steps must be >= 1 and <= 10000000"),
-    (("drift", "--log-every", "0"), "--log-every must be >= 1"),
-    (("drift", "--probe-size", str(2**40)), "--probe-size must be >= 1 and <= 1048576"),
-    (("drift", "--lr", "nan"), "--lr must lie in (0, inf)"),
-    (("drift", "--momentum", "1"), "--momentum must lie in [0, 1)"),
-    (("drift", "--clip", "inf"), "--clip must lie in (0, 1e+06]"),
-    (("drift", "--zero-threshold", "0"), "--zero-threshold must lie in (0, 1e+06]"),
-    (("drift", "--batch-size", "0"), "--batch-size must be >= 1"),
-    (("drift", "--seeds", f"0,{2**63}"), "--seeds entries must be >= 0 and < 2^63"),
-    (("drift", "--seeds", "0," + "9" * 5000), "--seeds must be comma-separated integers"),
-    (("sweep-k", "--dataset", "digits", "--seeds", str(2**63)), "--seeds entries must be >= 0 and < 2^63"),
-    (("sweep-k", "--dataset", "digits", "--layerwise", "10001"), "--layerwise must be >= 0 and <= 10000"),
-    (("sweep-k", "--dataset", "digits", "--workers", "0"), "--workers must be >= 1"),
-    (("sweep-k", "--dataset", "digits", "--threads", "4097"), "--threads must be >= 1 and <= 4096"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("train-weak", "missing.safetensors", "--epochs", "0"), "--epochs must be >= 1"),
+        (("train-weak", "missing.safetensors", "--epochs", "100001"), "--epochs must be >= 1 and <= 100000"),
+        (("train-weak", "missing.safetensors", "--lr", "nan"), "--lr must lie in (0, inf)"),
+        (("train-weak", "missing.safetensors", "--lr", "inf"), "--lr must lie in (0, inf)"),
+        (("train-weak", "missing.safetensors", "--lr", "-1"), "--lr must lie in (0, inf)"),
+        (("train-weak", "missing.safetensors", "--batch-size", "0"), "--batch-size must be >= 1"),
+        (("drift", "--steps", "0"), "--steps must be >= 1"),
+        (("drift", "--steps", "10000001"), "--steps must be >= 1 and <= 10000000"),
+        (("drift", "--log-every", "0"), "--log-every must be >= 1"),
+        (("drift", "--probe-size", str(2**40)), "--probe-size must be >= 1 and <= 1048576"),
+        (("drift", "--lr", "nan"), "--lr must lie in (0, inf)"),
+        (("drift", "--momentum", "1"), "--momentum must lie in [0, 1)"),
+        (("drift", "--clip", "inf"), "--clip must lie in (0, 1e+06]"),
+        (("drift", "--zero-threshold", "0"), "--zero-threshold must lie in (0, 1e+06]"),
+        (("drift", "--batch-size", "0"), "--batch-size must be >= 1"),
+        (("drift", "--seeds", f"0,{2**63}"), "--seeds entries must be >= 0 and < 2^63"),
+        (("drift", "--seeds", "0," + "9" * 5000), "--seeds must be comma-separated integers"),
+        (("sweep-k", "--dataset", "digits", "--seeds", str(2**63)), "--seeds entries must be >= 0 and < 2^63"),
+        (("sweep-k", "--dataset", "digits", "--layerwise", "10001"), "--layerwise must be >= 0 and <= 10000"),
+        (("sweep-k", "--dataset", "digits", "--workers", "0"), "--workers must be >= 1"),
+        (("sweep-k", "--dataset", "digits", "--threads", "4097"), "--threads must be >= 1 and <= 4096"),
+    ],
+)
 def test_other_commands_check_their_numbers(tmp_path, args, needle):
     run = cli(*args)
     assert_clean(run, 2, contains=needle, folder=tmp_path)
 
 
 # ------------------------------------------------------------------------------------------ the table itself
+
 
 def test_every_setting_has_a_range_and_its_default_is_inside():
     assert set(EXTRACT_DEFAULTS) <= set(RANGES)

@@ -20,8 +20,16 @@ class Method(Protocol):
     name: str
     score_init: dict | None  # how scores are initialised (recorded in the ticket); None for score-free methods
 
-    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
+    def extract(
+        self,
+        net: MaskedNet,
+        data: Splits,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        generator: torch.Generator,
+        progress: Progress | None,
+    ) -> dict[str, torch.Tensor]:
         """Return param name -> bool mask (same shape as the parameter)."""
         ...
 
@@ -32,6 +40,8 @@ def param_densities(net: MaskedNet, spec: MethodSpec) -> dict[str, float]:
         return {n: spec.density for n in net.names}
     layers = net.layers()
     if len(spec.layer_densities) != len(layers):
-        raise UsageError(f"--layer-densities has {len(spec.layer_densities)} values but the model has "
-                         f"{len(layers)} layers ({', '.join(layers)})")
+        raise UsageError(
+            f"--layer-densities has {len(spec.layer_densities)} values but the model has "
+            f"{len(layers)} layers ({', '.join(layers)})"
+        )
     return {n: d for d, names in zip(spec.layer_densities, layers.values()) for n in names}

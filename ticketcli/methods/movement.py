@@ -59,10 +59,21 @@ class Movement(_SparseTraining):
     options = ("layer_densities", "weight_lr", "movement_warmup", "movement_cooldown", "movement_noise")
     score_init = {"scheme": "zeros+gaussian", "note": "0 plus N(0, movement_noise^2) noise for tie-breaking"}
 
-    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None) -> Masks:
+    def extract(
+        self,
+        net: MaskedNet,
+        data: Splits,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        generator: torch.Generator,
+        progress: Progress | None,
+    ) -> Masks:
         groups = density_groups(net, spec)
-        scores = {n: spec.movement_noise * torch.randn(w.shape, generator=generator) for n, w in ((n, net.weights[n]) for n in net.names)}
+        scores = {
+            n: spec.movement_noise * torch.randn(w.shape, generator=generator)
+            for n, w in ((n, net.weights[n]) for n in net.names)
+        }
         trainer = MovementTrainer(net, spec, groups, scores)
         total = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
 
@@ -76,9 +87,16 @@ class Movement(_SparseTraining):
             self.densities.append(trainer.schedule(spec.density))
             trainer.schedule = schedule_at(step)
 
-        train_weights(trainer, data.x_extract, data.y_extract, epochs=spec.epochs, batch_size=spec.batch_size,
-                      generator=generator, on_step=on_step,
-                      on_epoch=epoch_reporter(progress, spec.epochs, trainer.hard_masks))
+        train_weights(
+            trainer,
+            data.x_extract,
+            data.y_extract,
+            epochs=spec.epochs,
+            batch_size=spec.batch_size,
+            generator=generator,
+            on_step=on_step,
+            on_epoch=epoch_reporter(progress, spec.epochs, trainer.hard_masks),
+        )
         self.final_scores = {n: s.detach() for n, s in trainer.scores.items()}
         final = select(self.final_scores, groups)
         self.trained_weights = {n: w * final[n] for n, w in trainer.weights().items()}

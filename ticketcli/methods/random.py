@@ -20,8 +20,17 @@ class RandomMask:
     resumable = True  # one draw, no epochs: nothing to checkpoint, so resuming is just running again
     data_parallel = True  # the same draw on every rank
 
-    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None, checkpoint=None) -> dict[str, torch.Tensor]:
+    def extract(
+        self,
+        net: MaskedNet,
+        data: Splits,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        generator: torch.Generator,
+        progress: Progress | None,
+        checkpoint=None,
+    ) -> dict[str, torch.Tensor]:
         densities = param_densities(net, spec)
         masks = {}
         for name in net.names:

@@ -33,8 +33,9 @@ def leaf_params(net: MaskedNet, dtype: torch.dtype = torch.float32) -> Params:
     return {n: net.weights[n].detach().to(dtype, copy=True).requires_grad_(True) for n in net.names}
 
 
-def loss_gradient(net: MaskedNet, params: Params, batches: Batches, temperature: float = 1.0,
-                  create_graph: bool = False) -> Params:
+def loss_gradient(
+    net: MaskedNet, params: Params, batches: Batches, temperature: float = 1.0, create_graph: bool = False
+) -> Params:
     """Sum over the batches of dL/dθ, L = mean cross-entropy of logits / temperature."""
     total = {n: torch.zeros_like(p) for n, p in params.items()}
     for x, y in batches:
@@ -44,8 +45,9 @@ def loss_gradient(net: MaskedNet, params: Params, batches: Batches, temperature:
     return total
 
 
-def hessian_vector_product(net: MaskedNet, params: Params, batches: Batches, v: Params,
-                           temperature: float = 1.0) -> Params:
+def hessian_vector_product(
+    net: MaskedNet, params: Params, batches: Batches, v: Params, temperature: float = 1.0
+) -> Params:
     """H v summed over the batches, by differentiating (dL/dθ · v) once more (double backward)."""
     hv = {n: torch.zeros_like(p) for n, p in params.items()}
     for x, y in batches:
@@ -91,10 +93,21 @@ class _Saliency:
 @METHODS.register("snip")
 class Snip(_Saliency):
     name = "snip"
-    options = ("layer_densities", "saliency_batches",)  # the method-specific options it reads
+    options = (
+        "layer_densities",
+        "saliency_batches",
+    )  # the method-specific options it reads
 
-    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
+    def extract(
+        self,
+        net: MaskedNet,
+        data: Splits,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        generator: torch.Generator,
+        progress: Progress | None,
+    ) -> dict[str, torch.Tensor]:
         groups = density_groups(net, spec)
         return select(snip_scores(net, minibatches(data, spec, generator)), groups)
 
@@ -109,8 +122,16 @@ class Grasp(_Saliency):
     name = "grasp"
     options = ("layer_densities", "saliency_batches", "grasp_temperature")  # the method-specific options it reads
 
-    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
+    def extract(
+        self,
+        net: MaskedNet,
+        data: Splits,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        generator: torch.Generator,
+        progress: Progress | None,
+    ) -> dict[str, torch.Tensor]:
         groups = density_groups(net, spec)
         g_batches = minibatches(data, spec, generator)  # two independent shuffles: two independent collections
         h_batches = minibatches(data, spec, generator)
@@ -125,8 +146,16 @@ class SynFlow(_Saliency):
     options = ("layer_densities", "synflow_rounds")  # the method-specific options it reads
     seeded = False  # data-free and deterministic: the seed only enters through the weights
 
-    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None) -> dict[str, torch.Tensor]:
+    def extract(
+        self,
+        net: MaskedNet,
+        data: Splits,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        generator: torch.Generator,
+        progress: Progress | None,
+    ) -> dict[str, torch.Tensor]:
         groups = density_groups(net, spec)
         masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in ((n, net.weights[n]) for n in net.names)}
         rounds = spec.synflow_rounds

@@ -26,8 +26,11 @@ from ticketcli.models import MaskedNet, fan_in, layer_of
 from ticketcli.specs import MethodSpec
 from ticketcli.train import precision_context
 
-SCORE_INIT = {"scheme": "kaiming-uniform", "bound": "1/sqrt(fan_in)",
-              "note": "as allenai/hidden-networks (kaiming_uniform_, a=sqrt(5)); the paper does not state it"}
+SCORE_INIT = {
+    "scheme": "kaiming-uniform",
+    "bound": "1/sqrt(fan_in)",
+    "note": "as allenai/hidden-networks (kaiming_uniform_, a=sqrt(5)); the paper does not state it",
+}
 
 
 def init_scores(net: MaskedNet, parts: int, generator: torch.Generator) -> dict[str, list[torch.Tensor]]:
@@ -37,8 +40,9 @@ def init_scores(net: MaskedNet, parts: int, generator: torch.Generator) -> dict[
         w = net.weights[name]
         owner = net.weights.get(layer_of(name) + ".weight") if w.dim() == 1 else None
         bound = 1.0 / math.sqrt(fan_in(w, owner))
-        out[name] = [torch.empty(w.shape, dtype=w.dtype).uniform_(-bound, bound, generator=generator)
-                     for _ in range(parts)]
+        out[name] = [
+            torch.empty(w.shape, dtype=w.dtype).uniform_(-bound, bound, generator=generator) for _ in range(parts)
+        ]
     return out
 
 
@@ -57,8 +61,15 @@ class Selection:
     entries of every part compete: the others rank below everything.
     """
 
-    def __init__(self, net: MaskedNet, spec: MethodSpec, *, parts: int, densities: dict[str, float],
-                 active: dict[str, torch.Tensor] | None = None):
+    def __init__(
+        self,
+        net: MaskedNet,
+        spec: MethodSpec,
+        *,
+        parts: int,
+        densities: dict[str, float],
+        active: dict[str, torch.Tensor] | None = None,
+    ):
         self.parts, self.signed, self.global_topk = parts, spec.signed_scores, spec.global_topk
         self.active = active
         size = {n: int(active[n].sum()) if active is not None else net.weights[n].numel() for n in net.names}
@@ -71,6 +82,7 @@ class Selection:
 
     def ranked(self, name: str, parts: list[torch.Tensor], aux_fixed: bool) -> list[torch.Tensor]:
         """The values top-k compares for one parameter; inactive entries (iterated) rank last."""
+
         def rank(t: torch.Tensor) -> torch.Tensor:
             r = ranking(t.detach(), self.signed)
             return r if self.active is None else torch.where(self.active[name], r, -math.inf)
@@ -81,8 +93,9 @@ class Selection:
             self.frozen[name] = [rank(t) for t in parts[1:]]
         return [rank(parts[0]), *self.frozen[name]]
 
-    def select(self, scores: dict[str, list[torch.Tensor]], dtype: torch.dtype = torch.bool,
-               aux_fixed: bool = False) -> dict[str, torch.Tensor]:
+    def select(
+        self, scores: dict[str, list[torch.Tensor]], dtype: torch.dtype = torch.bool, aux_fixed: bool = False
+    ) -> dict[str, torch.Tensor]:
         """Hard masks (as dtype) for every parameter from the current scores; `aux_fixed`: the auxiliary scores
         have not changed since the first call (their ranking is computed once)."""
         ranked = {n: self.ranked(n, parts, aux_fixed) for n, parts in scores.items()}
@@ -102,7 +115,7 @@ class Selection:
             masks, names = self.joint(ranked), list(ranked)
             orig = {n: int(m.sum()) for n, m in zip(names, masks)}
             aux = dict.fromkeys(names, 0)
-            for i, m in enumerate(masks[len(names):]):  # each parameter's parts - 1 auxiliary tensors, in order
+            for i, m in enumerate(masks[len(names) :]):  # each parameter's parts - 1 auxiliary tensors, in order
                 aux[names[i // (self.parts - 1)]] += int(m.sum())
         else:
             orig = {n: int(joint_topk_masks(r, self.keep[n])[0].sum()) for n, r in ranked.items()}
@@ -116,12 +129,15 @@ class ScoreTrainer:
     Auxiliary scores get exactly zero gradient (the loss sees them only through the hard top-k): they are kept
     out of the autograd graph, and only weight decay could move them (never with --frozen-aux)."""
 
-    def __init__(self, net: MaskedNet, selection: Selection, spec: MethodSpec,
-                 scores: dict[str, list[torch.Tensor]]):
+    def __init__(self, net: MaskedNet, selection: Selection, spec: MethodSpec, scores: dict[str, list[torch.Tensor]]):
         self.net, self.selection, self.spec = net, selection, spec
-        self.scores = {n: [nn.Parameter(s.detach().to(net.device, copy=True)) if i == 0
-                           else s.detach().to(net.device, copy=True) for i, s in enumerate(parts)]
-                       for n, parts in scores.items()}
+        self.scores = {
+            n: [
+                nn.Parameter(s.detach().to(net.device, copy=True)) if i == 0 else s.detach().to(net.device, copy=True)
+                for i, s in enumerate(parts)
+            ]
+            for n, parts in scores.items()
+        }
         # under torchrun, DDP all-reduces the trained scores' gradients; the identity otherwise
         self.forward = distributed.replicate([parts[0] for parts in self.scores.values()], self._forward)
         self.autocast = precision_context(net.device, spec.precision)
@@ -130,8 +146,14 @@ class ScoreTrainer:
         for t in self.aux:
             t.requires_grad_(self.aux_trains)
         trainable = [parts[0] for parts in self.scores.values()] + (self.aux if self.aux_trains else [])
-        self.opt = torch.optim.Adam(trainable, lr=spec.lr, betas=spec.betas, eps=spec.eps,
-                                    weight_decay=spec.weight_decay, fused=net.device.type in ("cpu", "cuda"))
+        self.opt = torch.optim.Adam(
+            trainable,
+            lr=spec.lr,
+            betas=spec.betas,
+            eps=spec.eps,
+            weight_decay=spec.weight_decay,
+            fused=net.device.type in ("cpu", "cuda"),
+        )
 
     def masks(self) -> dict[str, torch.Tensor]:
         """Current hard masks (bool), from the current scores."""
@@ -157,15 +179,19 @@ class ScoreTrainer:
 
     def _forward(self, x: torch.Tensor, hard: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits with the effective weights W * H, differentiable in the scores (straight-through)."""
-        effective = {n: masked_weight(parts[0], self.net.weights[n], hard[n], self.spec.signed_scores)
-                     for n, parts in self.scores.items()}
+        effective = {
+            n: masked_weight(parts[0], self.net.weights[n], hard[n], self.spec.signed_scores)
+            for n, parts in self.scores.items()
+        }
         with self.autocast():
             return self.net.forward_with(x, effective)
 
     def state_dict(self) -> dict:
         """Scores (every part, on the CPU) and Adam's state: with the generator, all a resumed run needs."""
-        return {"scores": {n: [s.detach().cpu().clone() for s in parts] for n, parts in self.scores.items()},
-                "optimizer": self.opt.state_dict()}
+        return {
+            "scores": {n: [s.detach().cpu().clone() for s in parts] for n, parts in self.scores.items()},
+            "optimizer": self.opt.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         with torch.no_grad():
@@ -179,8 +205,11 @@ class ScoreTrainer:
     def first_nonfinite(self) -> str | None:
         """The first parameter (named_parameters order) with non-finite frozen weights, scores or score
         gradients, in that order of blame (a NaN weight makes every earlier layer's gradient NaN too)."""
-        for what, tensors in (("weights", lambda n, parts: [self.net.weights[n]]), ("scores", lambda n, parts: parts),
-                              ("score gradient", lambda n, parts: [s.grad for s in parts if s.grad is not None])):
+        for what, tensors in (
+            ("weights", lambda n, parts: [self.net.weights[n]]),
+            ("scores", lambda n, parts: parts),
+            ("score gradient", lambda n, parts: [s.grad for s in parts if s.grad is not None]),
+        ):
             for n, parts in self.scores.items():
                 if any(not bool(torch.isfinite(t).all()) for t in tensors(n, parts)):
                     return f"{what} of {n}"
@@ -191,9 +220,18 @@ class ScoreTrainer:
         return bool(torch.stack([torch.isfinite(s).all() for parts in self.scores.values() for s in parts]).all())
 
 
-def train_scores(trainer: ScoreTrainer, data: Splits, spec: MethodSpec, generator: torch.Generator,
-                 progress: Progress | None, extra: dict | None = None, *, checkpoint: Checkpointer | None = None,
-                 start_epoch: int = 0, context: dict | None = None) -> None:
+def train_scores(
+    trainer: ScoreTrainer,
+    data: Splits,
+    spec: MethodSpec,
+    generator: torch.Generator,
+    progress: Progress | None,
+    extra: dict | None = None,
+    *,
+    checkpoint: Checkpointer | None = None,
+    start_epoch: int = 0,
+    context: dict | None = None,
+) -> None:
     """spec.epochs passes over the extraction split in seeded random order (last partial batch included).
 
     `extra` is merged into every progress record (the iterated variant adds its round). With a `checkpoint`,
@@ -216,19 +254,39 @@ def train_scores(trainer: ScoreTrainer, data: Splits, spec: MethodSpec, generato
             _diverged(trainer, "scores", epoch)
         distributed.check_identical(hard, f"the masks after epoch {epoch + 1}")  # under torchrun only
         if checkpoint is not None and checkpoint.due(epoch + 1):
-            checkpoint.save({**(context or {}), "epoch": epoch + 1, "trainer": trainer.state_dict(),
-                             "generator": generator.get_state()})
+            checkpoint.save(
+                {
+                    **(context or {}),
+                    "epoch": epoch + 1,
+                    "trainer": trainer.state_dict(),
+                    "generator": generator.get_state(),
+                }
+            )
         if progress is not None:
             kept = sum(int(m.sum()) for m in hard.values())
-            progress({"epoch": epoch + 1, "epochs": spec.epochs, "loss": loss_sum / n, "accuracy": correct / n,
-                      "sparsity": 1.0 - kept / total_weights, **(extra or {})})
+            progress(
+                {
+                    "epoch": epoch + 1,
+                    "epochs": spec.epochs,
+                    "loss": loss_sum / n,
+                    "accuracy": correct / n,
+                    "sparsity": 1.0 - kept / total_weights,
+                    **(extra or {}),
+                }
+            )
 
 
 def _diverged(trainer: ScoreTrainer, what: str, epoch: int) -> None:
     where = trainer.first_nonfinite()
-    raise RunFailed(f"non-finite {what} at epoch {epoch + 1}"
-                    + (f" (first non-finite: {where})" if where else " (scores, weights and gradients "
-                       "are finite: the forward pass overflowed)"), hint="try a smaller --lr")
+    raise RunFailed(
+        f"non-finite {what} at epoch {epoch + 1}"
+        + (
+            f" (first non-finite: {where})"
+            if where
+            else " (scores, weights and gradients are finite: the forward pass overflowed)"
+        ),
+        hint="try a smaller --lr",
+    )
 
 
 def resume(state: dict | None, trainer: ScoreTrainer, generator: torch.Generator) -> int:
@@ -273,9 +331,17 @@ class ScoreMethod:
     def selection(self, net: MaskedNet, spec: MethodSpec) -> Selection:
         return Selection(net, spec, parts=self.parts(spec), densities=self.densities(net, spec))
 
-    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None,
-                checkpoint: Checkpointer | None = None) -> dict[str, torch.Tensor]:
+    def extract(
+        self,
+        net: MaskedNet,
+        data: Splits,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        generator: torch.Generator,
+        progress: Progress | None,
+        checkpoint: Checkpointer | None = None,
+    ) -> dict[str, torch.Tensor]:
         selection = self.selection(net, spec)
         trainer = ScoreTrainer(net, selection, spec, init_scores(net, selection.parts, generator))
         start = 0
@@ -331,12 +397,21 @@ class Iterated(ScoreMethod):
     options = ScoreMethod.options | {"aux_width", "frozen_aux", "iter_tolerance", "max_rounds"}
     ROUND_DENSITY_CAP = 0.5
 
-    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None,
-                checkpoint: Checkpointer | None = None) -> dict[str, torch.Tensor]:
+    def extract(
+        self,
+        net: MaskedNet,
+        data: Splits,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        generator: torch.Generator,
+        progress: Progress | None,
+        checkpoint: Checkpointer | None = None,
+    ) -> dict[str, torch.Tensor]:
         total = sum(net.weights[n].numel() for n in net.names)
-        cumulative = {n: torch.ones(net.weights[n].shape, dtype=torch.bool, device=net.weights[n].device)
-                      for n in net.names}
+        cumulative = {
+            n: torch.ones(net.weights[n].shape, dtype=torch.bool, device=net.weights[n].device) for n in net.names
+        }
         rounds: list[dict] = []
         self.round_masks: list[dict[str, torch.Tensor]] = []  # the cumulative mask after each round
         state = checkpoint.restore() if checkpoint is not None else None
@@ -351,15 +426,28 @@ class Iterated(ScoreMethod):
         for r in range(first, spec.max_rounds + 1):
             current = sum(int(m.sum()) for m in cumulative.values()) / total
             d = min(spec.density / current, self.ROUND_DENSITY_CAP)
-            selection = Selection(net, spec, parts=self.parts(spec), densities=dict.fromkeys(net.names, d),
-                                  active=cumulative)
+            selection = Selection(
+                net, spec, parts=self.parts(spec), densities=dict.fromkeys(net.names, d), active=cumulative
+            )
             trainer = ScoreTrainer(net, selection, spec, init_scores(net, selection.parts, generator))
             with checkpoint.resuming() if checkpoint is not None else nullcontext():
                 start = resume(state if r == first else None, trainer, generator)
-            context = {"round": r, "rounds": rounds,
-                       "round_masks": [{n: m.cpu() for n, m in c.items()} for c in self.round_masks]}
-            train_scores(trainer, data, spec, generator, progress, extra={"round": r, "rounds": spec.max_rounds},
-                         checkpoint=checkpoint, start_epoch=start, context=context)
+            context = {
+                "round": r,
+                "rounds": rounds,
+                "round_masks": [{n: m.cpu() for n, m in c.items()} for c in self.round_masks],
+            }
+            train_scores(
+                trainer,
+                data,
+                spec,
+                generator,
+                progress,
+                extra={"round": r, "rounds": spec.max_rounds},
+                checkpoint=checkpoint,
+                start_epoch=start,
+                context=context,
+            )
             masks = trainer.masks()
             self.details["aux"] = selection.aux_report(trainer.scores)
             self.details["score_params"] = score_params(selection.parts, trainer.aux_trains)

@@ -38,6 +38,7 @@ def epoch_reporter(progress: Progress | None, epochs: int, masks: Callable[[], M
         kept = sum(int(t.sum()) for t in m.values())
         total = sum(t.numel() for t in m.values())
         progress({**record, "epoch": offset + record["epoch"], "epochs": epochs, "sparsity": 1 - kept / total})
+
     return on_epoch
 
 
@@ -55,21 +56,37 @@ class IMP(_SparseTraining):
     name = "imp"
     options = ("layer_densities", "weight_lr", "imp_rounds")  # the method-specific options it reads
 
-    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None) -> Masks:
+    def extract(
+        self,
+        net: MaskedNet,
+        data: Splits,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        generator: torch.Generator,
+        progress: Progress | None,
+    ) -> Masks:
         groups = density_groups(net, spec)
         rounds = spec.imp_rounds
         if spec.epochs % rounds:
-            raise UsageError(f"--epochs {spec.epochs} must be a multiple of --imp-rounds {rounds} "
-                             "(each round trains epochs / rounds epochs; the paper: 100 = 5 x 20)")
+            raise UsageError(
+                f"--epochs {spec.epochs} must be a multiple of --imp-rounds {rounds} "
+                "(each round trains epochs / rounds epochs; the paper: 100 = 5 x 20)"
+            )
         per_round = spec.epochs // rounds
         masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in ((n, net.weights[n]) for n in net.names)}
         self.round_masks: list[Masks] = []
         for r in range(1, rounds + 1):
             trainer = WeightTrainer(net, masks, weight_optim(spec))  # built from net.weights: the original init
-            train_weights(trainer, data.x_extract, data.y_extract, epochs=per_round, batch_size=spec.batch_size,
-                          generator=generator,
-                          on_epoch=epoch_reporter(progress, spec.epochs, lambda m=masks: m, (r - 1) * per_round))
+            train_weights(
+                trainer,
+                data.x_extract,
+                data.y_extract,
+                epochs=per_round,
+                batch_size=spec.batch_size,
+                generator=generator,
+                on_epoch=epoch_reporter(progress, spec.epochs, lambda m=masks: m, (r - 1) * per_round),
+            )
             trained = trainer.weights()
             magnitude = restricted({n: w.abs() for n, w in trained.items()}, masks)
             masks = select(magnitude, groups, lambda d, r=r: d ** (r / rounds))
@@ -78,8 +95,13 @@ class IMP(_SparseTraining):
         return masks
 
 
-def prune_and_regrow(masks: Masks, weights: dict[str, torch.Tensor], grow_scores: dict[str, torch.Tensor],
-                     groups: list[Group], fraction: float) -> tuple[Masks, Masks]:
+def prune_and_regrow(
+    masks: Masks,
+    weights: dict[str, torch.Tensor],
+    grow_scores: dict[str, torch.Tensor],
+    groups: list[Group],
+    fraction: float,
+) -> tuple[Masks, Masks]:
     """Drop floor(fraction * active) smallest-|w| active entries per group, then grow as many of the highest
     grow_scores among the entries inactive after the drop. Returns (new masks, grown entries)."""
     new, grown = {}, {}
@@ -98,14 +120,25 @@ class _DynamicSparse(_SparseTraining):
 
     No update follows the very last step: its regrown weights would never be trained."""
 
-    def grow_scores(self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor,
-                    generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def grow_scores(
+        self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def extract(self, net: MaskedNet, data: Splits, spec: MethodSpec, *, device: torch.device,
-                generator: torch.Generator, progress: Progress | None) -> Masks:
+    def extract(
+        self,
+        net: MaskedNet,
+        data: Splits,
+        spec: MethodSpec,
+        *,
+        device: torch.device,
+        generator: torch.Generator,
+        progress: Progress | None,
+    ) -> Masks:
         groups = density_groups(net, spec)
-        start = select({n: torch.rand(w.shape, generator=generator) for n, w in ((n, net.weights[n]) for n in net.names)}, groups)
+        start = select(
+            {n: torch.rand(w.shape, generator=generator) for n, w in ((n, net.weights[n]) for n in net.names)}, groups
+        )
         trainer = WeightTrainer(net, {n: m.to(device) for n, m in start.items()}, weight_optim(spec))
         n = data.y_extract.numel()
         total_steps = spec.epochs * math.ceil(n / spec.batch_size)
@@ -115,17 +148,25 @@ class _DynamicSparse(_SparseTraining):
             if step % spec.regrow_every or step >= total_steps:
                 return
             masks = {k: m.bool() for k, m in trainer.masks.items()}
-            new, grown = prune_and_regrow(masks, trainer.weights(), self.grow_scores(trainer, x, y, generator),
-                                          groups, spec.regrow_fraction)
+            new, grown = prune_and_regrow(
+                masks, trainer.weights(), self.grow_scores(trainer, x, y, generator), groups, spec.regrow_fraction
+            )
             trainer.set_masks(new)
             with torch.no_grad():
                 for k, g in grown.items():
                     trainer.params[k].masked_fill_(g, 0.0)  # a regrown weight starts at zero
             self.updates.append({"before": masks, "after": new, "grown": grown})
 
-        train_weights(trainer, data.x_extract, data.y_extract, epochs=spec.epochs, batch_size=spec.batch_size,
-                      generator=generator, on_step=on_step,
-                      on_epoch=epoch_reporter(progress, spec.epochs, lambda: trainer.masks))
+        train_weights(
+            trainer,
+            data.x_extract,
+            data.y_extract,
+            epochs=spec.epochs,
+            batch_size=spec.batch_size,
+            generator=generator,
+            on_step=on_step,
+            on_epoch=epoch_reporter(progress, spec.epochs, lambda: trainer.masks),
+        )
         self.trained_weights = trainer.weights()
         return {k: m.bool() for k, m in trainer.masks.items()}
 
@@ -133,7 +174,12 @@ class _DynamicSparse(_SparseTraining):
 @METHODS.register("set")
 class SET(_DynamicSparse):
     name = "set"
-    options = ("layer_densities", "weight_lr", "regrow_every", "regrow_fraction")  # the method-specific options it reads
+    options = (
+        "layer_densities",
+        "weight_lr",
+        "regrow_every",
+        "regrow_fraction",
+    )  # the method-specific options it reads
 
     def grow_scores(self, trainer, x, y, generator):
         """Random regrowth: uniform scores drawn on the CPU from the run's generator."""
@@ -143,7 +189,12 @@ class SET(_DynamicSparse):
 @METHODS.register("rigl")
 class RigL(_DynamicSparse):
     name = "rigl"
-    options = ("layer_densities", "weight_lr", "regrow_every", "regrow_fraction")  # the method-specific options it reads
+    options = (
+        "layer_densities",
+        "weight_lr",
+        "regrow_every",
+        "regrow_fraction",
+    )  # the method-specific options it reads
 
     def grow_scores(self, trainer, x, y, generator):
         """|dL/d(W*M)| on the current minibatch, masked entries included (the dense gradient)."""

@@ -31,8 +31,9 @@ def group_topk(scores: dict[str, torch.Tensor], names: list[str], k: int) -> dic
     return dict(zip(names, joint_topk_masks([scores[n] for n in names], k)))
 
 
-def select(scores: dict[str, torch.Tensor], groups: list[Group],
-           density: Callable[[float], float] = lambda d: d) -> dict[str, torch.Tensor]:
+def select(
+    scores: dict[str, torch.Tensor], groups: list[Group], density: Callable[[float], float] = lambda d: d
+) -> dict[str, torch.Tensor]:
     """Bool masks keeping floor(density(d) * n) highest scores in each group of n entries with final density d."""
     masks = {}
     for names, d in groups:
