@@ -40,7 +40,7 @@ def find(module: nn.Module) -> list[nn.Module]:
 
 
 @contextmanager
-def statistics(layers: list[nn.Module], mode: str, use: str) -> Iterator[None]:
+def statistics(layers: list[nn.modules.batchnorm._BatchNorm], mode: str, use: str) -> Iterator[None]:
     """Run the enclosed forward passes with BatchNorm normalising by `use`: "batch" (the batch's own statistics,
     running averages untouched except in trajectory mode), "running" (the running averages, eval mode) or
     "calibrate" (batch statistics, running averages accumulated cumulatively). Restores the layers' flags after."""
@@ -92,7 +92,10 @@ def buffers_as(module: nn.Module, dtype: torch.dtype) -> Iterator[None]:
 
 @torch.no_grad()
 def recalibrate(
-    layers: list[nn.Module], forward: Callable[[torch.Tensor], object], x: torch.Tensor, batch_size: int
+    layers: list[nn.modules.batchnorm._BatchNorm],
+    forward: Callable[[torch.Tensor], object],
+    x: torch.Tensor,
+    batch_size: int,
 ) -> None:
     """Reset the running statistics and accumulate them over x in order, in ceil(n / batch_size) chunks of
     nearly equal size (each then counts about as much as it holds), never fewer than 2 examples a chunk."""

@@ -88,9 +88,9 @@ def scan(raw: bytes) -> None:
             raise ValueError(f"opcode {op.name} at byte {pos} has no place in a CIFAR-10 batch")
         if count > MAX_OPS:
             raise ValueError(f"more than {MAX_OPS} opcodes")
-        if op.name in ("BINPUT", "LONG_BINPUT") and arg >= MAX_OPS:
+        if op.name in ("BINPUT", "LONG_BINPUT") and isinstance(arg, int) and arg >= MAX_OPS:
             raise ValueError(f"memo index {arg} at byte {pos}")  # the C unpickler sizes its memo by the index
-        if op.name == "FRAME" and arg > len(raw) - f.tell():
+        if op.name == "FRAME" and isinstance(arg, int) and arg > len(raw) - f.tell():
             raise ValueError(f"frame of {arg} bytes at byte {pos} runs past the end")
     if f.tell() != len(raw):
         raise ValueError(f"{len(raw) - f.tell()} bytes after the pickle's end")

@@ -143,7 +143,12 @@ def _idx_path(d: Path, stem: str) -> Path | None:
 
 
 def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
-    paths = {key: _idx_path(d, stem) for key, stem in IDX_FILES.items()}
+    paths: dict[str, Path] = {}
+    for key, stem in IDX_FILES.items():
+        path = _idx_path(d, stem)
+        if path is None:  # the folder was chosen because it held all four files: one went away since
+            raise UsageError(f"{d / stem}(.gz) is missing")
+        paths[key] = path
     arrays = {key: read_idx(path, IDX_SHAPES[key[0]], IDX_COUNTS[key[2:]]) for key, path in paths.items()}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -56,9 +56,10 @@ def world() -> World:
     return _WORLD
 
 
-def from_environment(env: dict[str, str] | None = None) -> World:
+def from_environment(env: Mapping[str, str] | None = None) -> World:
     """The World torchrun describes in RANK, WORLD_SIZE and LOCAL_RANK (a single process without them)."""
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     try:
         size = int(env.get("WORLD_SIZE", "1"))
         rank, local = int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0"))

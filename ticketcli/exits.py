@@ -38,8 +38,8 @@ def exit_code(e: BaseException, *, debug: bool = False, streams: tuple | None = 
     `streams`: std_streams() from before the run, to tell our own closed pipe from any other."""
     if closed_output(e, streams):
         return quiet_exit()
-    if isinstance(e, SystemExit) and _is_epipe(e.__context__):  # Typer's exit for a pipe that was not ours
-        e = e.__context__
+    if isinstance(e, SystemExit) and e.__context__ is not None and _is_epipe(e.__context__):
+        e = e.__context__  # Typer's exit for a pipe that was not ours
     if isinstance(e, click.exceptions.NoArgsIsHelpError):
         if e.format_message():  # Typer's Rich help prints itself while the error is built; plain click's does not
             sys.stdout.write(e.format_message() + "\n")
@@ -76,7 +76,7 @@ def internal_error(e: BaseException, *, debug: bool) -> int:
 
 def std_streams() -> tuple:
     """What fds 1 and 2 are (device, inode): Rich points a broken stdout at /dev/null before it exits."""
-    ids = []
+    ids: list[tuple[int, int] | None] = []
     for fd in (1, 2):
         try:
             st = os.fstat(fd)
@@ -92,11 +92,13 @@ def closed_output(e: BaseException, streams: tuple | None = None) -> bool:
     A broken pipe (EPIPE) must be in the exception's chain (Rich and Typer turn it into SystemExit(1)), and it
     must be ours: fd 1 or 2 polls as a pipe without a reader, or Rich has already swapped fd 1 for /dev/null
     (`streams` changed). A broken pipe to some worker is a bug, not the user's `| head`."""
-    chain, seen = [], set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        chain.append(e)
-        e = e.__cause__ or e.__context__
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    link: BaseException | None = e
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        chain.append(link)
+        link = link.__cause__ or link.__context__
     if not any(_is_epipe(x) for x in chain):
         return False
     return _std_stream_closed() or (streams is not None and std_streams() != streams)

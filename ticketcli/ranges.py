@@ -14,7 +14,7 @@ MAX_TEXT = 4096  # characters of a text setting (a path, a model spec, a device 
 MAX_NUMBERS = 4096  # entries of a list setting (--layer-densities: one per layer)
 
 
-def _num(x: float) -> str:
+def _num(x: float | None) -> str:
     if isinstance(x, int) and x >= 1 << 32 and x & (x - 1) == 0:
         return f"2^{x.bit_length() - 1}"
     return f"{x:g}" if isinstance(x, float) else str(x)

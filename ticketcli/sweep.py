@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -275,7 +277,7 @@ def _ray(tasks: list[SweepTask], threads: int, address: str | None):
                 runtime_env={"py_modules": [pkg]},
                 include_dashboard=False,
                 log_to_driver=False,
-                logging_level="ERROR",
+                logging_level=logging.ERROR,
             )
         except Exception as e:  # ConnectionError, ValueError, RuntimeError... depending on the address
             raise UsageError(
@@ -413,7 +415,7 @@ def summarize(records: list[dict], *, band: tuple[float, float] = PAPER_BAND) ->
     (aggregated over seeds), and mean ± std over seeds for fixed edge-popup, random and each double-scoring method."""
     seeds = sorted({r["seed"] for r in records})
     sweep = [r for r in records if r["group"] == "edge-popup"]
-    groups = {}
+    groups: dict[str, list[dict]] = {}
     for r in records:
         if r["group"] not in ("edge-popup", "fixed"):
             groups.setdefault(r["group"], []).append(r)
@@ -427,7 +429,7 @@ def summarize(records: list[dict], *, band: tuple[float, float] = PAPER_BAND) ->
     }
 
 
-def sweep_k(tasks: list[SweepTask], *, band: tuple[float, float] = PAPER_BAND, **run: object) -> dict:
+def sweep_k(tasks: list[SweepTask], *, band: tuple[float, float] = PAPER_BAND, **run: Any) -> dict:
     """Run the planned tasks (see run_sweep for the executor options) and summarise them."""
     result = run_sweep(tasks, **run)
     return {**result, "summary": summarize(result["records"], band=band)}

@@ -33,8 +33,11 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
     """json object hook: a key given twice is an error, not "the last one wins" (readers would disagree)."""
     out = dict(pairs)
     if len(out) != len(pairs):  # the slow search only for the error message
-        seen = set()
-        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateKey(k)
+            seen.add(k)
     return out
 
 
@@ -127,7 +130,7 @@ def check_fields(f: dict[str, dict], checkpoint: dict | None, path: Path) -> Non
     need(is_int(init.get("seed")) and 0 <= init["seed"] < SEED_LIMIT, "'init.seed' must be an integer in [0, 2^63)")
     k = init.get("k")
     need(
-        _is_number(k) and math.isfinite(k) and K_RANGE[0] <= k <= K_RANGE[1],
+        isinstance(k, (int, float)) and _is_number(k) and math.isfinite(k) and K_RANGE[0] <= k <= K_RANGE[1],
         f"'init.k' must be a number in [{K_RANGE[0]:g}, {K_RANGE[1]:g}]",
     )
     shapes = f["shapes"]
