@@ -1,4 +1,4 @@
-"""The paper's ablation (Table 2 / Table 8) on FashionMNIST: which part of double-scoring carries the gain.
+"""The paper's ablation (Tables 2, 8; docs/method.md) on FashionMNIST: which part of double-scoring carries the gain.
 
     python benchmarks/ablation.py                                  # 90% and 95%, seeds 0,1,2, 100 epochs
     python benchmarks/ablation.py --sparsities 0.9 --seeds 0 --epochs 20 --json out.json

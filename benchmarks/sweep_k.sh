@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Section 6.3 / Figure 2: the hyperparameter-stability sweep on FashionMNIST at requested 90% sparsity, seeds 0,1,2.
+# Section 6.3 / Figure 2 (docs/method.md): hyperparameter-stability sweep, FashionMNIST, requested 90%, seeds 0,1,2.
 # Paper protocol: 100 epochs per run (EPOCHS=100); 12 scalar densities + 8 layerwise tuples per seed, fixed
 # edge-popup, random, and every double-scoring variant in the registry. Resumable: finished runs in OUT are kept.
 # Usage: benchmarks/sweep_k.sh [OUT_DIR]   (env: EPOCHS, SEEDS, WORKERS, THREADS)

@@ -1,4 +1,4 @@
-"""Strong-ticket extraction on FashionMNIST with the paper's protocol, next to the paper's Table 1.
+"""Strong-ticket extraction on FashionMNIST with the paper's protocol, next to the paper's Table 1 (docs/method.md).
 
     python benchmarks/table1.py                          # augmented, edge-popup, random; 90% and 95%; seed 0
     python benchmarks/table1.py --seeds 0,1,2 --json out.json

@@ -1,4 +1,4 @@
-"""Weak-ticket training on FashionMNIST with the paper's protocol (Section 6.2, Appendix D), next to the paper.
+"""Weak-ticket training on FashionMNIST with the paper's protocol (docs/method.md), next to the paper.
 
     python benchmarks/weak.py                              # augmented, edge-popup, random; 90%; seed 0
     python benchmarks/weak.py --seeds 0,1,2 --json out.json

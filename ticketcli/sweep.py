@@ -2,7 +2,7 @@
 
 Every task is one `runs.extract_ticket` on the seed's shared initialisation. Tasks run in-process, in a local
 spawn pool or on Ray; each sets a fixed torch thread count so its arithmetic (and so its record) does not depend
-on the executor or the number of workers. The summary is the paper's Section 6.3 stability table.
+on the executor or the number of workers. The summary is the paper's Section 6.3 stability table (docs/method.md).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def precision_context(device: torch.device, precision: str) -> Callable[[], Abst
 
 @dataclass(frozen=True)
 class WeightOptim:
-    """Optimiser for weight training; Appendix B: Adam, lr 1e-3, batch 512."""
+    """Optimiser for weight training; the paper's protocol (docs/method.md): Adam, lr 1e-3, batch 512."""
 
     name: str = "adam"  # adam | sgd
     lr: float = 1e-3

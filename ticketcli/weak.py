@@ -1,4 +1,4 @@
-"""train-weak: rewind a ticket to its init and train only its surviving weights, mask fixed (paper Appendix D).
+"""train-weak: rewind a ticket to its init and train only its surviving weights, mask fixed (docs/method.md).
 
 A strong ticket should also be a good weak ticket. Both runs (masked, and the optional dense baseline) start from
 the ticket's own initialisation, see the same batch order and use the same optimiser (Appendix B: Adam, lr 1e-3,

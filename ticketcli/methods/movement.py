@@ -1,4 +1,4 @@
-"""Movement pruning (Sanh et al. 2020; Appendix B): weights and signed movement scores trained jointly.
+"""Movement pruning (Sanh et al. 2020; docs/method.md): weights and signed movement scores trained jointly.
 
 The forward pass uses W * M with M = top-k of the signed scores S at the scheduled density; the straight-through
 estimator gives dL/dS = dL/d(W*M) * W and dL/dW = dL/d(W*M) * M. Masked weights are gated, not zeroed, so a

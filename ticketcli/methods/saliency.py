@@ -1,4 +1,4 @@
-"""Pruning at initialisation (Appendix B): SNIP, GraSP and SynFlow score the frozen weights once, then top-k.
+"""Pruning at initialisation (docs/method.md): SNIP, GraSP and SynFlow score the frozen weights once, then top-k.
 
 No weights are trained. SNIP and GraSP read a few seeded minibatches of the extraction split; SynFlow reads no
 data at all (an all-ones input of the data's shape).

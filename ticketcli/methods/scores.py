@@ -1,7 +1,7 @@
 """Score-based methods: edge-popup and double-scoring share one score-training loop and differ only in selection.
 
 edge-popup (Ramanujan et al.): one score tensor S per parameter; mask = top-k of |S| at the layer's density.
-augmented (double-scoring, Algorithm 1): scores S and auxiliary T per parameter; top-k of |(S, T)| in the
+augmented (double-scoring, docs/method.md): scores S and auxiliary T per parameter; top-k of |(S, T)| in the
 augmented space at the augmented density, restricted to the original coordinates. The loss depends on T only
 through the hard top-k, so under the straight-through estimator T's gradient is exactly zero (Theorem H.6):
 T is kept out of the autograd graph instead of being fed zeros.

@@ -1,4 +1,4 @@
-"""Sparse-training baselines (Appendix B): IMP, SET and RigL train weights while they find a topology.
+"""Sparse-training baselines (docs/method.md): IMP, SET and RigL train weights while they find a topology.
 
 They are rewound-topology baselines: only the mask is kept, and the ticket is evaluated on the original init.
 The trained weights are left in `trained_weights` so that the run can report the trained sparse network's

@@ -1,6 +1,6 @@
 """Scores -> masks for the pruning baselines: one global top-k over all parameters, or per layer.
 
-Appendix B thresholds every baseline globally; --layer-densities (and --match-sparsity-per-layer) switch to one
+Baselines threshold globally (docs/method.md); --layer-densities (and --match-sparsity-per-layer) switch to one
 top-k per parameter at its layer's density. Schedules (IMP, SynFlow, movement) pass a density function.
 """
 
