@@ -54,6 +54,8 @@ def test_masks_are_bool_full_shape_and_deterministic(name, digits):
 def test_kept_counts(name, digits):
     result = extract(name, digits, sparsity=0.8)
     masks = result.masks
+    # trained weights come back exactly from the methods that declare they train weights
+    assert (result.trained_weights is not None) == ("weights" in METHODS.get(name).trains)
     if name == "iterated":  # the cumulative mask is what the last round reports
         kept = sum(int(m.sum()) for m in masks.values())
         total = sum(m.numel() for m in masks.values())
