@@ -48,9 +48,10 @@ class Method(ABC):
     Adding a method is one file of at most ~150 lines plus one registry line: write a subclass in
     ticketcli/methods/<family>.py that sets every class attribute below and implements `extract`, decorate it with
     `@METHODS.register("<name>")`, and import the module in ticketcli/methods/__init__.py. Nothing else changes:
-    the CLI's choices, the refusal of options it does not read, --resume/--checkpoint-every, torchrun and the
-    progress bar all follow these attributes (tests/test_method_contract.py checks that every method declares them).
-    A method-specific hyper-parameter is a MethodSpec field; list it in `options`.
+    --method's choices come from the registry, and the refusal of options it does not read, --resume and
+    --checkpoint-every, torchrun and the progress bar follow these attributes (tests/test_method_contract.py checks
+    that every method declares them). Options come from MethodSpec: list the method-specific ones it reads in
+    `options`; only a brand-new hyper-parameter also needs a MethodSpec field and its flag.
     """
 
     name: ClassVar[str]  # the registry name, recorded in the ticket
@@ -61,7 +62,7 @@ class Method(ABC):
     uses_epochs: ClassVar[bool]  # reports progress per epoch (else no progress bar is shown)
     seeded: ClassVar[bool]  # the generator changes its masks (False: deterministic given the weights)
     global_topk: ClassVar[bool]  # one top-k over all parameters unless --layer-densities (else per layer/--global)
-    score_init: ClassVar[dict[str, str] | None]  # how scores are initialised (recorded in the ticket); None: no scores
+    score_init: ClassVar[dict[str, str] | None]  # how trained scores start (recorded in the ticket); else None
 
     @abstractmethod
     def extract(

@@ -15,7 +15,7 @@ import torch
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
-from ticketcli.methods.base import Details, ExtractResult, Method, Progress, Trained, param_densities
+from ticketcli.methods.base import Details, ExtractResult, Method, Progress, param_densities
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, init_scores, resume, train_scores
 from ticketcli.methods.selection import Selection
@@ -31,14 +31,14 @@ def augmented_density(spec: MethodSpec) -> float:
 class ScoreMethod(Method):
     """Score training with frozen weights; subclasses choose the score layout and how the final mask is read."""
 
-    options: ClassVar[frozenset[str]] = frozenset({"signed_scores", "global_topk", "precision"})
-    trains: ClassVar[frozenset[Trained]] = frozenset({"scores"})
+    options = frozenset({"signed_scores", "global_topk", "precision"})
+    trains = frozenset({"scores"})
     resumable = True  # saves scores, Adam and the generator every N epochs; resumes bit-identically
     data_parallel = True  # runs under torchrun (scores' gradients all-reduced, masks checked identical)
     uses_epochs = True
     seeded = True  # scores are drawn from the generator, and so is the batch order
     global_topk = False  # per layer unless --global
-    score_init: ClassVar[dict[str, str] | None] = SCORE_INIT
+    score_init = SCORE_INIT
     augmented: ClassVar[bool] = False  # auxiliary score tensors?
 
     def parts(self, spec: MethodSpec) -> int:

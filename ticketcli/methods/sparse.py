@@ -16,7 +16,7 @@ import torch
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
-from ticketcli.methods.base import ExtractResult, Masks, Method, Progress, Trained
+from ticketcli.methods.base import ExtractResult, Masks, Method, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.topk import Group, density_groups, group_topk, power_schedule, restricted, select
 from ticketcli.models import MaskedNet
@@ -50,13 +50,13 @@ def epoch_reporter(
 
 
 class _SparseTraining(Method):
-    trains: ClassVar[frozenset[Trained]] = frozenset({"weights"})  # returned as trained_weights, for information
+    trains = frozenset({"weights"})  # returned as trained_weights, for information
     resumable = False
     data_parallel = False
     uses_epochs = True
     seeded = True  # batch order (and SET/RigL's random start) from the generator
     global_topk = True  # one top-k over all parameters (Appendix B), per layer only with --layer-densities
-    score_init: ClassVar[dict[str, str] | None] = None
+    score_init: ClassVar[dict[str, str] | None] = None  # movement, a subclass, has scores
 
 
 @METHODS.register("imp")
