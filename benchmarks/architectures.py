@@ -91,8 +91,10 @@ def extract(model: str, method: str, sparsity: float, seed: int, args) -> dict:
     splits = splits.to(device)
     net.bn_statistics = "trajectory"  # same forward values; the running averages follow training as edge-popup's
     clock = EpochClock(device, f"{method} seed {seed}")
-    masks = METHODS.get(method)().extract(
-        net, splits, spec.method, device=device, generator=generator(seed, "method"), progress=clock
+    masks = (
+        METHODS.get(method)()
+        .extract(net, splits, spec.method, device=device, generator=generator(seed, "method"), progress=clock)
+        .masks
     )
     masks = {n: masks[n].to(device) for n in net.names}
     net.load_weights(weights)
@@ -126,7 +128,8 @@ def timed_epochs(model: str, seed: int, args) -> dict[str, dict[str, float]]:
     there, so both are shown (on a GPU, read the wall time)."""
     from dataclasses import replace
 
-    from ticketcli.methods.scores import Augmented, EdgePopup, ScoreTrainer, init_scores, train_scores
+    from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
+    from ticketcli.methods.scores import Augmented, EdgePopup
 
     spec = spec_for(model, "edge-popup", args.sparsity, seed, args)
     device = runs.resolve_device(spec.device)

@@ -21,7 +21,9 @@ import torch.nn.functional as F
 
 from ticketcli.data import Splits, load_splits
 from ticketcli.init import generator
-from ticketcli.methods.scores import Augmented, EdgePopup, ScoreTrainer, Selection, init_scores, train_scores
+from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
+from ticketcli.methods.scores import Augmented, EdgePopup
+from ticketcli.methods.selection import Selection
 from ticketcli.runs import build_net
 from ticketcli.specs import DataSpec, MethodSpec, build_extract_spec, data_location, merge_settings
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from ticketcli.init import generator, init_weights
-from ticketcli.methods.scores import Augmented, ScoreTrainer, init_scores
+from ticketcli.methods.score_training import ScoreTrainer, init_scores
+from ticketcli.methods.scores import Augmented
 from ticketcli.models import MaskedNet, build_model
 from ticketcli.specs import InitSpec, MethodSpec, ModelSpec
 from ticketcli.train import WeightOptim, WeightTrainer

@@ -20,7 +20,7 @@ from test_models import DIGITS, EXAMPLES, one_line
 from torch import nn
 from typer.testing import CliRunner
 
-from ticketcli import batchnorm, runs
+from ticketcli import batchnorm, runs, runs_record
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.drift import measure
@@ -293,7 +293,7 @@ def test_every_method_runs_on_a_batchnorm_network(tmp_path, name):
             **{
                 k: v
                 for k, v in dict(imp_rounds=2, synflow_rounds=5, regrow_every=1).items()
-                if k in getattr(METHODS.get(name), "options", ())
+                if k in METHODS.get(name).options
             },
         ),
         device="cpu",
@@ -379,7 +379,7 @@ def test_user_factory_with_layernorm(tmp_path, norm_module):
 
 def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm_module, monkeypatch):
     """A BatchNorm ticket written before the convention: eval-mode BatchNorm on the factory's statistics."""
-    real_build, real_record = runs.build_net, runs.model_record
+    real_build, real_record = runs.build_net, runs_record.model_record
 
     def legacy_build(*a):
         net, weights, ckpt = real_build(*a)
@@ -388,7 +388,7 @@ def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm
 
     monkeypatch.setattr(runs, "build_net", legacy_build)
     monkeypatch.setattr(
-        runs, "model_record", lambda m, n: {k: v for k, v in real_record(m, n).items() if k != "batchnorm"}
+        runs_record, "model_record", lambda m, n: {k: v for k, v in real_record(m, n).items() if k != "batchnorm"}
     )
     out = tmp_path / "old.safetensors"
     assert (

@@ -25,7 +25,7 @@ from ticketcli.train import WeightOptim, WeightTrainer, evaluate
 BASELINES = [
     n for n in METHODS.names() if METHODS.get(n).__module__ in (saliency.__name__, sparse.__name__, movement.__name__)
 ]
-TRAINS_WEIGHTS = [n for n in BASELINES if METHODS.get(n).__module__ != saliency.__name__]
+TRAINS_WEIGHTS = [n for n in BASELINES if "weights" in METHODS.get(n).trains]
 
 
 def run(name, data, net=None, seed=0, **kw):
@@ -33,7 +33,7 @@ def run(name, data, net=None, seed=0, **kw):
     method = METHODS.get(name)()
     spec = quick_method(name, **kw)
     check_method_options(spec)
-    masks = method.extract(
+    result = method.extract(
         net or make_net(),
         data,
         spec,
@@ -41,7 +41,7 @@ def run(name, data, net=None, seed=0, **kw):
         generator=torch.Generator().manual_seed(seed),
         progress=None,
     )
-    return method, masks
+    return result, result.masks
 
 
 def test_every_family_is_registered():
@@ -151,7 +151,7 @@ def test_grasp_hessian_vector_product_matches_finite_differences():
 
 def test_grasp_keeps_the_largest_signed_scores(digits):
     net = make_net()
-    method, masks = run("grasp", digits, net=net)
+    _, masks = run("grasp", digits, net=net)
     # the same batches the method drew: two shuffles from the same seeded generator
     gen = torch.Generator().manual_seed(0)
     spec = quick_method("grasp")
@@ -182,16 +182,17 @@ def test_synflow_scores_by_hand_and_data_free(digits):
 
 
 def test_imp_follows_the_geometric_schedule_and_never_revives(digits):
-    method, masks = run("imp", digits, epochs=4, imp_rounds=4, sparsity=0.9)
+    result, masks = run("imp", digits, epochs=4, imp_rounds=4, sparsity=0.9)
     total = sum(m.numel() for m in masks.values())
-    assert len(method.round_masks) == 4
+    round_masks = result.trace["round_masks"]
+    assert len(round_masks) == 4
     previous = None
-    for r, rm in enumerate(method.round_masks, start=1):
+    for r, rm in enumerate(round_masks, start=1):
         assert sum(int(m.sum()) for m in rm.values()) == keep_count(0.1 ** (r / 4), total)
         if previous is not None:
             assert all(not bool((rm[n] & ~previous[n]).any()) for n in rm), "a pruned weight came back"
         previous = rm
-    assert all(torch.equal(masks[n], method.round_masks[-1][n]) for n in masks)
+    assert all(torch.equal(masks[n], round_masks[-1][n]) for n in masks)
 
 
 def hand_case():
@@ -225,9 +226,10 @@ def test_rigl_grows_by_the_dense_gradient_on_the_minibatch(digits):
 
 @pytest.mark.parametrize("name", ["set", "rigl"])
 def test_dynamic_sparse_updates_keep_the_count_and_grow_only_inactive(name, digits):
-    method, masks = run(name, digits, epochs=3, regrow_every=4)
-    assert len(method.updates) == 3  # steps 4, 8, 12 of 15 (no update after the last step)
-    for u in method.updates:
+    result, masks = run(name, digits, epochs=3, regrow_every=4)
+    updates = result.trace["updates"]
+    assert len(updates) == 3  # steps 4, 8, 12 of 15 (no update after the last step)
+    for u in updates:
         before, after, grown = u["before"], u["after"], u["grown"]
         survivors = {n: after[n] & ~grown[n] for n in after}
         assert sum(int(m.sum()) for m in after.values()) == sum(int(m.sum()) for m in before.values())
@@ -235,7 +237,7 @@ def test_dynamic_sparse_updates_keep_the_count_and_grow_only_inactive(name, digi
         active = sum(int(m.sum()) for m in before.values())
         assert dropped == sum(int(g.sum()) for g in grown.values()) == int(0.3 * active)
         assert all(not bool((survivors[n] & ~before[n]).any()) for n in after), "only active entries survive"
-    assert all(torch.equal(masks[n], method.updates[-1]["after"][n]) for n in masks)
+    assert all(torch.equal(masks[n], updates[-1]["after"][n]) for n in masks)
 
 
 def test_set_regrows_only_inactive_entries_and_drops_the_smallest():
@@ -255,11 +257,11 @@ def test_movement_schedule_reaches_the_target_and_final_mask_is_signed_topk(digi
     assert cubic_density(10, 100, 0.1, 0.1, 0.1) == 1.0  # the first step after warm-up
     assert cubic_density(50, 100, 0.1, 0.1, 0.1) == pytest.approx(0.1 + 0.9 * (1 - 40 / 80) ** 3)
     assert cubic_density(90, 100, 0.1, 0.1, 0.1) == 0.1
-    method, masks = run("movement", digits, epochs=4, sparsity=0.9)
-    d = method.densities
+    result, masks = run("movement", digits, epochs=4, sparsity=0.9)
+    d = result.trace["densities"]
     assert len(d) == 20 and d[0] == 1.0 and d[-1] == pytest.approx(0.1)
     assert all(a >= b for a, b in zip(d, d[1:])), "the density only decreases"
-    flat = torch.cat([s.flatten() for s in method.final_scores.values()])
+    flat = torch.cat([s.flatten() for s in result.trace["final_scores"].values()])
     expected = topk_mask(flat, keep_count(0.1, flat.numel()))  # signed: no absolute value
     assert torch.equal(torch.cat([m.flatten() for m in masks.values()]), expected)
     assert not torch.equal(expected, topk_mask(flat.abs(), keep_count(0.1, flat.numel())))  # signs matter here

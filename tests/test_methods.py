@@ -9,22 +9,27 @@ from torch import nn
 
 from ticketcli.errors import UsageError
 from ticketcli.masking import keep_count
-from ticketcli.methods import METHODS
-from ticketcli.methods.scores import Augmented, EdgePopup, ScoreTrainer, init_scores
+from ticketcli.methods import METHODS, ExtractResult
+from ticketcli.methods.score_training import ScoreTrainer, init_scores
+from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.models import MaskedNet
 from ticketcli.specs import check_method_options
 from ticketcli.train import evaluate
 
 
-def run(name: str, data, net=None, seed: int = 0, progress=None, method=None, **kw):
+def extract(name: str, data, net=None, seed: int = 0, progress=None, **kw) -> ExtractResult:
     """Extract with `name` as `ticket extract` would: options checked first, then the method run."""
     net = net or make_net()
     spec = quick_method(name, **kw)
     check_method_options(spec)
-    method = method or METHODS.get(name)()
-    return method.extract(
+    return METHODS.get(name)().extract(
         net, data, spec, device=torch.device("cpu"), generator=torch.Generator().manual_seed(seed), progress=progress
     )
+
+
+def run(name: str, data, **kw) -> dict[str, torch.Tensor]:
+    """The masks `extract` returns."""
+    return extract(name, data, **kw).masks
 
 
 @pytest.mark.parametrize("name", METHODS.names())
@@ -39,7 +44,7 @@ def test_masks_are_bool_full_shape_and_deterministic(name, digits):
         assert torch.equal(a[n], b[n]), f"{name}: same seed gave different mask bits for {n}"
         assert torch.equal(net.weights[n], before[n]), f"{name} changed the frozen weights"
     c = run(name, digits, seed=1)
-    if getattr(METHODS.get(name), "seeded", True):  # synflow is data-free and draws nothing at random
+    if METHODS.get(name).seeded:  # synflow is data-free and draws nothing at random
         assert any(not torch.equal(a[n], c[n]) for n in net.names), "the seed must matter"
     else:
         assert all(torch.equal(a[n], c[n]) for n in net.names)
@@ -47,21 +52,23 @@ def test_masks_are_bool_full_shape_and_deterministic(name, digits):
 
 @pytest.mark.parametrize("name", METHODS.names())
 def test_kept_counts(name, digits):
-    method = METHODS.get(name)()
-    masks = run(name, digits, sparsity=0.8, method=method)
+    result = extract(name, digits, sparsity=0.8)
+    masks = result.masks
+    # trained weights come back exactly from the methods that declare they train weights
+    assert (result.trained_weights is not None) == ("weights" in METHODS.get(name).trains)
     if name == "iterated":  # the cumulative mask is what the last round reports
         kept = sum(int(m.sum()) for m in masks.values())
         total = sum(m.numel() for m in masks.values())
-        assert method.details["rounds"][-1]["achieved_sparsity"] == 1 - kept / total
+        assert result.details["rounds"][-1]["achieved_sparsity"] == 1 - kept / total
         return
     for _n, m in masks.items():
         total = m.numel()
         if name == "augmented":  # floor(0.2 * 2n) kept in the augmented space; at most n of them auxiliary
             k_aug = keep_count(0.2, 2 * total)
             assert k_aug - total <= int(m.sum()) <= min(k_aug, total)
-        elif not getattr(METHODS.get(name), "global_topk", False):
+        elif not METHODS.get(name).global_topk:
             assert int(m.sum()) == keep_count(0.2, total)
-    if getattr(METHODS.get(name), "global_topk", False):  # one top-k over all parameters together
+    if METHODS.get(name).global_topk:  # one top-k over all parameters together
         assert sum(int(m.sum()) for m in masks.values()) == keep_count(0.2, sum(m.numel() for m in masks.values()))
 
 

@@ -14,7 +14,8 @@ from ticketcli.checkpoint import checkpoint_path
 from ticketcli.cli import app
 from ticketcli.errors import RunFailed, UsageError
 from ticketcli.methods import METHODS
-from ticketcli.methods.scores import ScoreTrainer, Selection, init_scores, train_scores
+from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
+from ticketcli.methods.selection import Selection
 from ticketcli.runs import extract_ticket
 from ticketcli.specs import build_extract_spec, merge_settings
 
@@ -56,9 +57,7 @@ def leftovers(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") or p.suffix == ".tmp")
 
 
-@pytest.mark.parametrize(
-    "method", [m for m in METHODS.names() if getattr(METHODS.get(m), "resumable", False) and m != "random"]
-)
+@pytest.mark.parametrize("method", [m for m in METHODS.names() if METHODS.get(m).resumable and m != "random"])
 def test_resume_after_interrupt_is_bit_identical(tmp_path, method):
     spec = spec_for(method)
     ref = tmp_path / "ref.safetensors"

@@ -8,12 +8,13 @@ import json
 import pytest
 import torch
 from conftest import make_net, quick_method
-from test_methods import run
+from test_methods import extract, run
 
 from ticketcli.errors import UsageError
 from ticketcli.masking import joint_topk_masks, keep_count, masked_weight
 from ticketcli.methods import METHODS
-from ticketcli.methods.scores import Augmented, EdgePopup, Iterated, ScoreTrainer, init_scores
+from ticketcli.methods.score_training import ScoreTrainer, init_scores
+from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.specs import check_method_options
 
 
@@ -30,9 +31,8 @@ def total(masks) -> int:
 
 @pytest.mark.parametrize("sparsity,tol,max_rounds", [(0.9, 0.02, 8), (0.95, 0.005, 3), (0.6, 0.02, 8)])
 def test_iterated_rounds_nest_and_the_stopping_rule_holds(digits, sparsity, tol, max_rounds):
-    method = Iterated()
-    masks = run("iterated", digits, method=method, sparsity=sparsity, iter_tolerance=tol, max_rounds=max_rounds)
-    rounds, history = method.details["rounds"], method.round_masks
+    result = extract("iterated", digits, sparsity=sparsity, iter_tolerance=tol, max_rounds=max_rounds)
+    masks, rounds, history = result.masks, result.details["rounds"], result.trace["round_masks"]
     assert len(rounds) == len(history) <= max_rounds
     prev, prev_density = None, 1.0
     for r, (info, cum) in enumerate(zip(rounds, history), 1):
@@ -53,10 +53,9 @@ def test_iterated_rounds_nest_and_the_stopping_rule_holds(digits, sparsity, tol,
 
 def test_iterated_first_round_is_augmented_at_the_capped_density(digits):
     """Round 1 starts dense, so it is exactly `augmented` at aug density min(target, 1/2) with the same seed."""
-    it, aug = Iterated(), Augmented()
-    run("iterated", digits, method=it, sparsity=0.9, max_rounds=1)
-    a = run("augmented", digits, method=aug, aug_density=0.1)
-    assert all(torch.equal(it.round_masks[0][n], a[n]) for n in a)
+    first = extract("iterated", digits, sparsity=0.9, max_rounds=1).trace["round_masks"][0]
+    a = run("augmented", digits, aug_density=0.1)
+    assert all(torch.equal(first[n], a[n]) for n in a)
 
 
 def test_iterated_progress_reports_rounds(digits):
@@ -78,13 +77,13 @@ def test_aux_width_gives_score_tensors_of_the_right_shape_and_kept_count(digits,
     for n, parts in scores.items():
         # S_hat = (S, T_1..T_m): rows x (n + m n) entries
         assert len(parts) == 1 + m and all(p.shape == net.weights[n].shape for p in parts)
-    method = Augmented()
-    masks = run("augmented", digits, method=method, aux_width=m, sparsity=0.9)
-    for n, a in method.details["aux"].items():
+    result = extract("augmented", digits, aux_width=m, sparsity=0.9)
+    masks = result.masks
+    for n, a in result.details["aux"].items():
         k = keep_count(0.1, (1 + m) * net.weights[n].numel())
         assert a["aug_kept"] == k  # exactly floor(d * (1 + m) n) kept in the augmented space
         assert a["aug_kept"] - a["aux_kept"] == int(masks[n].sum())
-    assert method.details["score_params"] == {"trainable": 1, "total": 1 + m}
+    assert result.details["score_params"] == {"trainable": 1, "total": 1 + m}
 
 
 def test_wider_aux_reservoir_on_frozen_scores_keeps_fewer_originals():
@@ -154,8 +153,7 @@ def test_signed_scores_change_the_extracted_mask(digits, name):
 
 @pytest.mark.parametrize("global_topk", [False, True])
 def test_project_final_hits_the_exact_requested_sparsity(digits, global_topk):
-    method = Augmented()
-    masks = run("augmented", digits, method=method, sparsity=0.9, project_final=True, global_topk=global_topk)
+    masks = run("augmented", digits, sparsity=0.9, project_final=True, global_topk=global_topk)
     if global_topk:
         assert kept(masks) == keep_count(0.1, total(masks))
     else:

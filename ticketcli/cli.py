@@ -468,7 +468,7 @@ def extract(
                 quiet=quiet
                 or not world.main
                 or spec.method.name == "random"
-                or not getattr(METHODS.get(spec.method.name), "uses_epochs", True),
+                or not METHODS.get(spec.method.name).uses_epochs,
                 label=spec.method.name,
             ) as progress,
         ):

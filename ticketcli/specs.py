@@ -642,7 +642,7 @@ def option_flag(field: str) -> str:
 def method_reads(name: str, field: str) -> bool:
     from ticketcli.methods import METHODS
 
-    return field in getattr(METHODS.get(name), "options", ())
+    return field in METHODS.get(name).options
 
 
 def check_method_options(method: MethodSpec) -> None:

@@ -306,7 +306,7 @@ def _ray(tasks: list[SweepTask], threads: int, address: str | None):
 def _cost(task: SweepTask) -> int:
     """Relative work of a run: score-training epochs, times the rounds for iterated (up to max_rounds)."""
     m = task.spec.method
-    return m.epochs * (getattr(m, "max_rounds", 1) if m.name == "iterated" else 1) if m.name != "random" else 0
+    return m.epochs * (m.max_rounds if m.name == "iterated" else 1) if m.name != "random" else 0
 
 
 def run_sweep(

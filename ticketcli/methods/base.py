@@ -1,25 +1,70 @@
-"""The Method interface: a method only produces masks; weights are rewound before every evaluation."""
+"""The Method contract: a method only produces masks; weights are rewound to the init before every evaluation."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypedDict
 
 import torch
 
+from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
 from ticketcli.models import MaskedNet
 from ticketcli.specs import MethodSpec
 
-# Called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"}.
+# Called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"} (and "round", "rounds").
 Progress = Callable[[dict], None]
+Masks = dict[str, torch.Tensor]  # param name -> bool mask of the parameter's shape
+Trained = Literal["scores", "weights"]
 
 
-class Method(Protocol):
-    name: str
-    score_init: dict | None  # how scores are initialised (recorded in the ticket); None for score-free methods
+class Details(TypedDict, total=False):
+    """What a run found beyond its masks; runs.py records these in the ticket and its summary."""
 
+    aux: dict[str, dict[str, int]]  # double-scoring: per parameter, kept augmented entries and how many are auxiliary
+    aug_density: float  # augmented: the keep density in the augmented space
+    rounds: list[dict[str, Any]]  # iterated: per round, its augmented density and the achieved sparsity
+    score_params: dict[str, int]  # score methods: trainable and total score tensors per weight
+
+
+@dataclass(frozen=True)
+class ExtractResult:
+    """Everything one extraction returns."""
+
+    masks: Masks
+    details: Details = field(default_factory=lambda: Details())
+    trained_weights: dict[str, torch.Tensor] | None = None  # the trained sparse network (weight trainers only)
+    # the method's intermediate states, for tests and analysis, never written to a ticket: "round_masks" (iterated,
+    # imp), "updates" (set, rigl), "densities" and "final_scores" (movement)
+    trace: dict[str, Any] = field(default_factory=dict)
+
+
+class Method(ABC):
+    """One extraction method: declared capabilities plus `extract`.
+
+    Adding a method is one file of at most ~150 lines plus one registry line: write a subclass in
+    ticketcli/methods/<family>.py that sets every class attribute below and implements `extract`, decorate it with
+    `@METHODS.register("<name>")`, and import the module in ticketcli/methods/__init__.py. Nothing else changes:
+    --method's choices come from the registry, and the refusal of options it does not read, --resume and
+    --checkpoint-every, torchrun and the progress bar follow these attributes (tests/test_method_contract.py checks
+    that every method declares them). Options come from MethodSpec: list the method-specific ones it reads in
+    `options`; only a brand-new hyper-parameter also needs a MethodSpec field and its flag.
+    """
+
+    name: ClassVar[str]  # the registry name, recorded in the ticket
+    options: ClassVar[frozenset[str]]  # the method-specific MethodSpec fields it reads (specs.METHOD_OPTIONS)
+    trains: ClassVar[frozenset[Trained]]  # what it trains: scores, weights (then trained_weights is set), or nothing
+    resumable: ClassVar[bool]  # honours extract(checkpoint=...): saves and resumes bit-identically
+    data_parallel: ClassVar[bool]  # runs under torchrun (each rank gives the same masks)
+    uses_epochs: ClassVar[bool]  # reports progress per epoch (else no progress bar is shown)
+    seeded: ClassVar[bool]  # the generator changes its masks (False: deterministic given the weights)
+    global_topk: ClassVar[bool]  # one top-k over all parameters unless --layer-densities (else per layer/--global)
+    score_init: ClassVar[dict[str, str] | None]  # how trained scores start (recorded in the ticket); else None
+
+    @abstractmethod
     def extract(
         self,
         net: MaskedNet,
@@ -29,9 +74,11 @@ class Method(Protocol):
         device: torch.device,
         generator: torch.Generator,
         progress: Progress | None,
-    ) -> dict[str, torch.Tensor]:
-        """Return param name -> bool mask (same shape as the parameter)."""
-        ...
+        checkpoint: Checkpointer | None = None,
+    ) -> ExtractResult:
+        """The masks for `net` (weights frozen) from `data`; random draws only from `generator`.
+
+        `checkpoint` is given only to a resumable method, and only with --checkpoint-every or --resume."""
 
 
 def param_densities(net: MaskedNet, spec: MethodSpec) -> dict[str, float]:

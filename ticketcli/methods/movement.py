@@ -12,10 +12,11 @@ import math
 
 import torch
 
+from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
-from ticketcli.methods.base import Progress
+from ticketcli.methods.base import ExtractResult, Masks, Progress
 from ticketcli.methods.registry import METHODS
-from ticketcli.methods.sparse import Masks, _SparseTraining, epoch_reporter, weight_optim
+from ticketcli.methods.sparse import _SparseTraining, epoch_reporter, weight_optim
 from ticketcli.methods.topk import Group, density_groups, select
 from ticketcli.models import MaskedNet
 from ticketcli.specs import MethodSpec
@@ -56,7 +57,8 @@ class MovementTrainer(WeightTrainer):
 @METHODS.register("movement")
 class Movement(_SparseTraining):
     name = "movement"
-    options = ("layer_densities", "weight_lr", "movement_warmup", "movement_cooldown", "movement_noise")
+    options = frozenset({"layer_densities", "weight_lr", "movement_warmup", "movement_cooldown", "movement_noise"})
+    trains = frozenset({"weights", "scores"})
     score_init = {"scheme": "zeros+gaussian", "note": "0 plus N(0, movement_noise^2) noise for tie-breaking"}
 
     def extract(
@@ -68,7 +70,8 @@ class Movement(_SparseTraining):
         device: torch.device,
         generator: torch.Generator,
         progress: Progress | None,
-    ) -> Masks:
+        checkpoint: Checkpointer | None = None,
+    ) -> ExtractResult:
         groups = density_groups(net, spec)
         scores = {
             n: spec.movement_noise * torch.randn(w.shape, generator=generator)
@@ -81,10 +84,10 @@ class Movement(_SparseTraining):
             return lambda d: cubic_density(step, total, d, spec.movement_warmup, spec.movement_cooldown)
 
         trainer.schedule = schedule_at(0)
-        self.densities: list[float] = []  # the global keep density used by each step, for tests
+        densities: list[float] = []  # the global keep density used by each step
 
         def on_step(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
-            self.densities.append(trainer.schedule(spec.density))
+            densities.append(trainer.schedule(spec.density))
             trainer.schedule = schedule_at(step)
 
         train_weights(
@@ -97,7 +100,10 @@ class Movement(_SparseTraining):
             on_step=on_step,
             on_epoch=epoch_reporter(progress, spec.epochs, trainer.hard_masks),
         )
-        self.final_scores = {n: s.detach() for n, s in trainer.scores.items()}
-        final = select(self.final_scores, groups)
-        self.trained_weights = {n: w * final[n] for n, w in trainer.weights().items()}
-        return final
+        final_scores = {n: s.detach() for n, s in trainer.scores.items()}
+        final = select(final_scores, groups)
+        return ExtractResult(
+            final,
+            trained_weights={n: w * final[n] for n, w in trainer.weights().items()},
+            trace={"densities": densities, "final_scores": final_scores},
+        )

@@ -6,14 +6,18 @@ data at all (an all-ones input of the data's shape).
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import torch
 import torch.nn.functional as F
 
 from ticketcli import batchnorm
+from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
-from ticketcli.methods.base import Progress
+from ticketcli.methods.base import ExtractResult, Method, Progress
 from ticketcli.methods.registry import METHODS
-from ticketcli.methods.topk import density_groups, restricted, select
+from ticketcli.methods.topk import density_groups, power_schedule, restricted, select
 from ticketcli.models import MaskedNet
 from ticketcli.specs import MethodSpec
 
@@ -52,7 +56,7 @@ def hessian_vector_product(
     hv = {n: torch.zeros_like(p) for n, p in params.items()}
     for x, y in batches:
         g = loss_gradient(net, params, [(x, y)], temperature, create_graph=True)
-        z = sum((g[n] * v[n]).sum() for n in params)
+        z = functools.reduce(operator.add, [(g[n] * v[n]).sum() for n in params])  # the scalar g · v
         hv = {n: h + d for (n, h), d in zip(hv.items(), torch.autograd.grad(z, list(params.values())))}
     return hv
 
@@ -84,19 +88,20 @@ def synflow_scores(net: MaskedNet, masks: Params, input_like: torch.Tensor) -> P
     return {n: (g * params[n]).detach().abs() for (n, _), g in zip(params.items(), grads)}
 
 
-class _Saliency:
-    score_init = None
+class _Saliency(Method):
+    trains = frozenset()  # scores are computed once, never trained
+    resumable = False  # one shot: nothing worth a checkpoint
+    data_parallel = False
     uses_epochs = False  # the progress bar counts epochs; these methods have none
+    seeded = True  # minibatches drawn from the generator
     global_topk = True  # one top-k over all parameters (Appendix B), per layer only with --layer-densities
+    score_init = None
 
 
 @METHODS.register("snip")
 class Snip(_Saliency):
     name = "snip"
-    options = (
-        "layer_densities",
-        "saliency_batches",
-    )  # the method-specific options it reads
+    options = frozenset({"layer_densities", "saliency_batches"})
 
     def extract(
         self,
@@ -107,9 +112,10 @@ class Snip(_Saliency):
         device: torch.device,
         generator: torch.Generator,
         progress: Progress | None,
-    ) -> dict[str, torch.Tensor]:
+        checkpoint: Checkpointer | None = None,
+    ) -> ExtractResult:
         groups = density_groups(net, spec)
-        return select(snip_scores(net, minibatches(data, spec, generator)), groups)
+        return ExtractResult(select(snip_scores(net, minibatches(data, spec, generator)), groups))
 
 
 @METHODS.register("grasp")
@@ -120,7 +126,7 @@ class Grasp(_Saliency):
     under reproduction states top-k, and its GraSP near chance is consistent with that, so we follow it."""
 
     name = "grasp"
-    options = ("layer_densities", "saliency_batches", "grasp_temperature")  # the method-specific options it reads
+    options = frozenset({"layer_densities", "saliency_batches", "grasp_temperature"})
 
     def extract(
         self,
@@ -131,11 +137,12 @@ class Grasp(_Saliency):
         device: torch.device,
         generator: torch.Generator,
         progress: Progress | None,
-    ) -> dict[str, torch.Tensor]:
+        checkpoint: Checkpointer | None = None,
+    ) -> ExtractResult:
         groups = density_groups(net, spec)
         g_batches = minibatches(data, spec, generator)  # two independent shuffles: two independent collections
         h_batches = minibatches(data, spec, generator)
-        return select(grasp_scores(net, g_batches, h_batches, spec.grasp_temperature), groups)
+        return ExtractResult(select(grasp_scores(net, g_batches, h_batches, spec.grasp_temperature), groups))
 
 
 @METHODS.register("synflow")
@@ -143,7 +150,7 @@ class SynFlow(_Saliency):
     """Iterative SynFlow: round r of R keeps density d^(r/R) (exponential schedule), rescoring on the survivors."""
 
     name = "synflow"
-    options = ("layer_densities", "synflow_rounds")  # the method-specific options it reads
+    options = frozenset({"layer_densities", "synflow_rounds"})
     seeded = False  # data-free and deterministic: the seed only enters through the weights
 
     def extract(
@@ -155,12 +162,13 @@ class SynFlow(_Saliency):
         device: torch.device,
         generator: torch.Generator,
         progress: Progress | None,
-    ) -> dict[str, torch.Tensor]:
+        checkpoint: Checkpointer | None = None,
+    ) -> ExtractResult:
         groups = density_groups(net, spec)
         masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in ((n, net.weights[n]) for n in net.names)}
         rounds = spec.synflow_rounds
         for r in range(1, rounds + 1):
             scores = synflow_scores(net, {n: m.double() for n, m in masks.items()}, data.x_extract[:1])
             # pruned entries score 0 anyway; -inf makes sure they never come back on ties
-            masks = select(restricted(scores, masks), groups, lambda d, r=r: d ** (r / rounds))
-        return masks
+            masks = select(restricted(scores, masks), groups, power_schedule(r, rounds))
+        return ExtractResult(masks)

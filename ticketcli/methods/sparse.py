@@ -1,34 +1,41 @@
 """Sparse-training baselines (docs/method.md): IMP, SET and RigL train weights while they find a topology.
 
 They are rewound-topology baselines: only the mask is kept, and the ticket is evaluated on the original init.
-The trained weights are left in `trained_weights` so that the run can report the trained sparse network's
-accuracy for information. Weights train with Adam at --weight-lr (1e-3), batch --batch-size (512).
+The trained weights come back as ExtractResult.trained_weights so that the run can report the trained sparse
+network's accuracy for information. Weights train with Adam at --weight-lr (1e-3), batch --batch-size (512).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 
+from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
-from ticketcli.methods.base import Progress
+from ticketcli.methods.base import ExtractResult, Masks, Method, Progress
 from ticketcli.methods.registry import METHODS
-from ticketcli.methods.topk import Group, density_groups, group_topk, restricted, select
+from ticketcli.methods.topk import Group, density_groups, group_topk, power_schedule, restricted, select
 from ticketcli.models import MaskedNet
 from ticketcli.specs import MethodSpec
 from ticketcli.train import WeightOptim, WeightTrainer, train_weights
-
-Masks = dict[str, torch.Tensor]
 
 
 def weight_optim(spec: MethodSpec) -> WeightOptim:
     return WeightOptim(name="adam", lr=spec.weight_lr, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
 
 
-def epoch_reporter(progress: Progress | None, epochs: int, masks: Callable[[], Masks], offset: int = 0):
+def constant(masks: Masks) -> Callable[[], Masks]:
+    """A callable that returns these masks (the round's masks while IMP trains under them)."""
+    return lambda: masks
+
+
+def epoch_reporter(
+    progress: Progress | None, epochs: int, masks: Callable[[], Masks], offset: int = 0
+) -> Callable[[dict], None] | None:
     """train_weights' on_epoch -> the extract progress callback (epoch numbers continue across IMP rounds)."""
     if progress is None:
         return None
@@ -42,10 +49,14 @@ def epoch_reporter(progress: Progress | None, epochs: int, masks: Callable[[], M
     return on_epoch
 
 
-class _SparseTraining:
-    score_init = None
+class _SparseTraining(Method):
+    trains = frozenset({"weights"})  # returned as trained_weights, for information
+    resumable = False
+    data_parallel = False
+    uses_epochs = True
+    seeded = True  # batch order (and SET/RigL's random start) from the generator
     global_topk = True  # one top-k over all parameters (Appendix B), per layer only with --layer-densities
-    trained_weights: dict[str, torch.Tensor] | None = None  # the trained sparse network, for information
+    score_init: ClassVar[dict[str, str] | None] = None  # movement, a subclass, has scores
 
 
 @METHODS.register("imp")
@@ -54,7 +65,7 @@ class IMP(_SparseTraining):
     density d^(r/R) (geometric schedule). Pruned weights are exactly zero and never return."""
 
     name = "imp"
-    options = ("layer_densities", "weight_lr", "imp_rounds")  # the method-specific options it reads
+    options = frozenset({"layer_densities", "weight_lr", "imp_rounds"})
 
     def extract(
         self,
@@ -65,7 +76,8 @@ class IMP(_SparseTraining):
         device: torch.device,
         generator: torch.Generator,
         progress: Progress | None,
-    ) -> Masks:
+        checkpoint: Checkpointer | None = None,
+    ) -> ExtractResult:
         groups = density_groups(net, spec)
         rounds = spec.imp_rounds
         if spec.epochs % rounds:
@@ -75,7 +87,7 @@ class IMP(_SparseTraining):
             )
         per_round = spec.epochs // rounds
         masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in ((n, net.weights[n]) for n in net.names)}
-        self.round_masks: list[Masks] = []
+        round_masks: list[Masks] = []
         for r in range(1, rounds + 1):
             trainer = WeightTrainer(net, masks, weight_optim(spec))  # built from net.weights: the original init
             train_weights(
@@ -85,14 +97,14 @@ class IMP(_SparseTraining):
                 epochs=per_round,
                 batch_size=spec.batch_size,
                 generator=generator,
-                on_epoch=epoch_reporter(progress, spec.epochs, lambda m=masks: m, (r - 1) * per_round),
+                on_epoch=epoch_reporter(progress, spec.epochs, constant(masks), (r - 1) * per_round),
             )
             trained = trainer.weights()
             magnitude = restricted({n: w.abs() for n, w in trained.items()}, masks)
-            masks = select(magnitude, groups, lambda d, r=r: d ** (r / rounds))
-            self.round_masks.append(masks)
-        self.trained_weights = trained  # the last round's weights (trained at the previous density), pruned
-        return masks
+            masks = select(magnitude, groups, power_schedule(r, rounds))
+            round_masks.append(masks)
+        # the last round's weights (trained at the previous density), pruned
+        return ExtractResult(masks, trained_weights=trained, trace={"round_masks": round_masks})
 
 
 def prune_and_regrow(
@@ -115,6 +127,13 @@ def prune_and_regrow(
     return new, grown
 
 
+def masks_of(trainer: WeightTrainer) -> Masks:
+    """The trainer's current 0/1 float masks (SET and RigL always train under masks)."""
+    if trainer.masks is None:
+        raise RuntimeError("a dynamic-sparse trainer has no masks")
+    return trainer.masks
+
+
 class _DynamicSparse(_SparseTraining):
     """A random mask at the target density; every --regrow-every steps prune-and-regrow; regrown weights start at 0.
 
@@ -134,7 +153,8 @@ class _DynamicSparse(_SparseTraining):
         device: torch.device,
         generator: torch.Generator,
         progress: Progress | None,
-    ) -> Masks:
+        checkpoint: Checkpointer | None = None,
+    ) -> ExtractResult:
         groups = density_groups(net, spec)
         start = select(
             {n: torch.rand(w.shape, generator=generator) for n, w in ((n, net.weights[n]) for n in net.names)}, groups
@@ -142,12 +162,12 @@ class _DynamicSparse(_SparseTraining):
         trainer = WeightTrainer(net, {n: m.to(device) for n, m in start.items()}, weight_optim(spec))
         n = data.y_extract.numel()
         total_steps = spec.epochs * math.ceil(n / spec.batch_size)
-        self.updates: list[dict[str, Masks]] = []  # masks before and after each update, and what grew (tests)
+        updates: list[dict[str, Masks]] = []  # masks before and after each update, and what grew
 
         def on_step(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
             if step % spec.regrow_every or step >= total_steps:
                 return
-            masks = {k: m.bool() for k, m in trainer.masks.items()}
+            masks = {k: m.bool() for k, m in masks_of(trainer).items()}
             new, grown = prune_and_regrow(
                 masks, trainer.weights(), self.grow_scores(trainer, x, y, generator), groups, spec.regrow_fraction
             )
@@ -155,7 +175,7 @@ class _DynamicSparse(_SparseTraining):
             with torch.no_grad():
                 for k, g in grown.items():
                     trainer.params[k].masked_fill_(g, 0.0)  # a regrown weight starts at zero
-            self.updates.append({"before": masks, "after": new, "grown": grown})
+            updates.append({"before": masks, "after": new, "grown": grown})
 
         train_weights(
             trainer,
@@ -165,23 +185,20 @@ class _DynamicSparse(_SparseTraining):
             batch_size=spec.batch_size,
             generator=generator,
             on_step=on_step,
-            on_epoch=epoch_reporter(progress, spec.epochs, lambda: trainer.masks),
+            on_epoch=epoch_reporter(progress, spec.epochs, lambda: masks_of(trainer)),
         )
-        self.trained_weights = trainer.weights()
-        return {k: m.bool() for k, m in trainer.masks.items()}
+        final = {k: m.bool() for k, m in masks_of(trainer).items()}
+        return ExtractResult(final, trained_weights=trainer.weights(), trace={"updates": updates})
 
 
 @METHODS.register("set")
 class SET(_DynamicSparse):
     name = "set"
-    options = (
-        "layer_densities",
-        "weight_lr",
-        "regrow_every",
-        "regrow_fraction",
-    )  # the method-specific options it reads
+    options = frozenset({"layer_densities", "weight_lr", "regrow_every", "regrow_fraction"})
 
-    def grow_scores(self, trainer, x, y, generator):
+    def grow_scores(
+        self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
         """Random regrowth: uniform scores drawn on the CPU from the run's generator."""
         return {n: torch.rand(p.shape, generator=generator).to(p.device) for n, p in trainer.params.items()}
 
@@ -189,13 +206,10 @@ class SET(_DynamicSparse):
 @METHODS.register("rigl")
 class RigL(_DynamicSparse):
     name = "rigl"
-    options = (
-        "layer_densities",
-        "weight_lr",
-        "regrow_every",
-        "regrow_fraction",
-    )  # the method-specific options it reads
+    options = frozenset({"layer_densities", "weight_lr", "regrow_every", "regrow_fraction"})
 
-    def grow_scores(self, trainer, x, y, generator):
+    def grow_scores(
+        self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
         """|dL/d(W*M)| on the current minibatch, masked entries included (the dense gradient)."""
         return {n: g.abs() for n, g in trainer.dense_gradient(x, y).items()}

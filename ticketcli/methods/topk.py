@@ -42,6 +42,11 @@ def select(
     return masks
 
 
+def power_schedule(step: int, steps: int) -> Callable[[float], float]:
+    """Final density d -> d^(step/steps): the geometric schedule of IMP's and SynFlow's rounds."""
+    return lambda d: d ** (step / steps)
+
+
 def restricted(scores: dict[str, torch.Tensor], allowed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Scores where `allowed` is true, -inf elsewhere: a top-k picks outside `allowed` only when it must."""
     return {n: s.masked_fill(~allowed[n].bool(), -float("inf")) for n, s in scores.items()}

@@ -1,0 +1,218 @@
+"""The one score-training loop shared by edge-popup and double-scoring: Adam on scores, straight-through
+gradients through the hard top-k, frozen weights; checkpointing and divergence diagnosis.
+
+The loss depends on the auxiliary scores T only through the hard top-k, so under the straight-through estimator
+T's gradient is exactly zero (Theorem H.6): T is kept out of the autograd graph instead of being fed zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ticketcli import distributed
+from ticketcli.checkpoint import Checkpointer
+from ticketcli.data import Splits
+from ticketcli.errors import RunFailed
+from ticketcli.masking import masked_weight
+from ticketcli.methods.base import Progress
+from ticketcli.methods.selection import Selection
+from ticketcli.models import MaskedNet, fan_in, layer_of
+from ticketcli.specs import MethodSpec
+from ticketcli.train import precision_context
+
+SCORE_INIT = {
+    "scheme": "kaiming-uniform",
+    "bound": "1/sqrt(fan_in)",
+    "note": "as allenai/hidden-networks (kaiming_uniform_, a=sqrt(5)); the paper does not state it",
+}
+
+
+def init_scores(net: MaskedNet, parts: int, generator: torch.Generator) -> dict[str, list[torch.Tensor]]:
+    """U[-1/sqrt(fan_in), 1/sqrt(fan_in)] per score tensor, drawn on the CPU: for each parameter S, then T."""
+    out = {}
+    for name in net.names:
+        w = net.weights[name]
+        owner = net.weights.get(layer_of(name) + ".weight") if w.dim() == 1 else None
+        bound = 1.0 / math.sqrt(fan_in(w, owner))
+        out[name] = [
+            torch.empty(w.shape, dtype=w.dtype).uniform_(-bound, bound, generator=generator) for _ in range(parts)
+        ]
+    return out
+
+
+class ScoreTrainer:
+    """Adam on scores with straight-through gradients through the hard top-k; weights stay frozen.
+
+    Auxiliary scores get exactly zero gradient (the loss sees them only through the hard top-k): they are kept
+    out of the autograd graph, and only weight decay could move them (never with --frozen-aux)."""
+
+    def __init__(self, net: MaskedNet, selection: Selection, spec: MethodSpec, scores: dict[str, list[torch.Tensor]]):
+        self.net, self.selection, self.spec = net, selection, spec
+        # per parameter: S (an nn.Parameter, trained), then the auxiliary tensors (trained only with weight decay)
+        copies = {n: [s.detach().to(net.device, copy=True) for s in parts] for n, parts in scores.items()}
+        trained = {n: nn.Parameter(c[0]) for n, c in copies.items()}
+        self.scores: dict[str, list[torch.Tensor]] = {n: [trained[n], *copies[n][1:]] for n in copies}
+        # under torchrun, DDP all-reduces the trained scores' gradients; the identity otherwise
+        self.forward = distributed.replicate(list(trained.values()), self._forward)
+        self.autocast = precision_context(net.device, spec.precision)
+        self.aux = [s for parts in self.scores.values() for s in parts[1:]]
+        self.aux_trains = spec.weight_decay > 0 and not spec.frozen_aux and bool(self.aux)
+        for t in self.aux:
+            t.requires_grad_(self.aux_trains)
+        trainable = [parts[0] for parts in self.scores.values()] + (self.aux if self.aux_trains else [])
+        self.opt = torch.optim.Adam(
+            trainable,
+            lr=spec.lr,
+            betas=spec.betas,
+            eps=spec.eps,
+            weight_decay=spec.weight_decay,
+            fused=net.device.type in ("cpu", "cuda"),
+        )
+
+    def masks(self) -> dict[str, torch.Tensor]:
+        """Current hard masks (bool), from the current scores."""
+        with torch.no_grad():
+            return self.selection.select(self.scores, aux_fixed=not self.aux_trains)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int, dict[str, torch.Tensor]]:
+        """One optimiser step; returns (loss, correct predictions, the hard 0/1 masks used)."""
+        dtype = next(iter(self.net.weights.values())).dtype
+        with torch.no_grad():
+            hard = self.selection.select(self.scores, dtype, aux_fixed=not self.aux_trains)  # 0/1 floats
+        # under torchrun: this rank's shard of the global batch; loss and correct count are the global ones
+        loss, value, correct = distributed.cross_entropy_step(lambda xb: self.forward(xb, hard), x, y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.aux_trains:
+            for t in self.aux:
+                if t.grad is None:
+                    t.grad = torch.zeros_like(t)
+        if math.isfinite(value):  # a non-finite loss leaves the scores as they were, for the caller to diagnose
+            self.opt.step()
+        return value, correct, hard
+
+    def _forward(self, x: torch.Tensor, hard: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Logits with the effective weights W * H, differentiable in the scores (straight-through)."""
+        effective = {
+            n: masked_weight(parts[0], self.net.weights[n], hard[n], self.spec.signed_scores)
+            for n, parts in self.scores.items()
+        }
+        with self.autocast():
+            return self.net.forward_with(x, effective)
+
+    def state_dict(self) -> dict:
+        """Scores (every part, on the CPU) and Adam's state: with the generator, all a resumed run needs."""
+        return {
+            "scores": {n: [s.detach().cpu().clone() for s in parts] for n, parts in self.scores.items()},
+            "optimizer": self.opt.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            for n, parts in self.scores.items():
+                for s, saved in zip(parts, state["scores"][n], strict=True):
+                    if not isinstance(saved, torch.Tensor) or saved.shape != s.shape:  # copy_ would broadcast
+                        raise ValueError(f"saved scores of {n} do not have the shape {tuple(s.shape)}")
+                    s.copy_(saved)
+        self.opt.load_state_dict(state["optimizer"])
+
+    def first_nonfinite(self) -> str | None:
+        """The first parameter (named_parameters order) with non-finite frozen weights, scores or score
+        gradients, in that order of blame (a NaN weight makes every earlier layer's gradient NaN too)."""
+        for what, tensors in (
+            ("weights", lambda n, parts: [self.net.weights[n]]),
+            ("scores", lambda n, parts: parts),
+            ("score gradient", lambda n, parts: [s.grad for s in parts if s.grad is not None]),
+        ):
+            for n, parts in self.scores.items():
+                if any(not bool(torch.isfinite(t).all()) for t in tensors(n, parts)):
+                    return f"{what} of {n}"
+        return None
+
+    def finite(self) -> bool:
+        """All scores finite (one device sync)."""
+        return bool(torch.stack([torch.isfinite(s).all() for parts in self.scores.values() for s in parts]).all())
+
+
+def train_scores(
+    trainer: ScoreTrainer,
+    data: Splits,
+    spec: MethodSpec,
+    generator: torch.Generator,
+    progress: Progress | None,
+    extra: dict | None = None,
+    *,
+    checkpoint: Checkpointer | None = None,
+    start_epoch: int = 0,
+    context: dict | None = None,
+) -> None:
+    """spec.epochs passes over the extraction split in seeded random order (last partial batch included).
+
+    `extra` is merged into every progress record (the iterated variant adds its round). With a `checkpoint`,
+    the trainer, the generator and `context` (a method's own state, e.g. iterated's round) are saved after every
+    `checkpoint.every` epochs; a resumed run passes the saved epoch as `start_epoch`. A non-finite loss or score
+    stops the run naming the epoch and the first offending parameter."""
+    n = data.y_extract.numel()
+    total_weights = sum(trainer.net.weights[n].numel() for n in trainer.net.names)
+    for epoch in range(start_epoch, spec.epochs):
+        order = torch.randperm(n, generator=generator).to(data.x_extract.device)
+        loss_sum, correct = 0.0, 0
+        for i in range(0, n, spec.batch_size):
+            idx = order[i : i + spec.batch_size]
+            loss, c, hard = trainer.step(data.x_extract[idx], data.y_extract[idx])
+            if not math.isfinite(loss):
+                _diverged(trainer, "loss", epoch)
+            loss_sum += loss * idx.numel()
+            correct += c
+        if not trainer.finite():  # once per epoch: a per-step check costs ~10% of a step for a rare failure
+            _diverged(trainer, "scores", epoch)
+        distributed.check_identical(hard, f"the masks after epoch {epoch + 1}")  # under torchrun only
+        if checkpoint is not None and checkpoint.due(epoch + 1):
+            checkpoint.save(
+                {
+                    **(context or {}),
+                    "epoch": epoch + 1,
+                    "trainer": trainer.state_dict(),
+                    "generator": generator.get_state(),
+                }
+            )
+        if progress is not None:
+            kept = sum(int(m.sum()) for m in hard.values())
+            progress(
+                {
+                    "epoch": epoch + 1,
+                    "epochs": spec.epochs,
+                    "loss": loss_sum / n,
+                    "accuracy": correct / n,
+                    "sparsity": 1.0 - kept / total_weights,
+                    **(extra or {}),
+                }
+            )
+
+
+def _diverged(trainer: ScoreTrainer, what: str, epoch: int) -> None:
+    where = trainer.first_nonfinite()
+    raise RunFailed(
+        f"non-finite {what} at epoch {epoch + 1}"
+        + (
+            f" (first non-finite: {where})"
+            if where
+            else " (scores, weights and gradients are finite: the forward pass overflowed)"
+        ),
+        hint="try a smaller --lr",
+    )
+
+
+def resume(state: dict | None, trainer: ScoreTrainer, generator: torch.Generator) -> int:
+    """Put a checkpointed trainer and generator back; returns the epochs already done (0 without a state)."""
+    if state is None:
+        return 0
+    epoch = state["epoch"]
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        raise ValueError(f"epoch {str(epoch)[:20]!r} is not a count of epochs")
+    trainer.load_state_dict(state["trainer"])
+    generator.set_state(state["generator"])
+    return epoch

@@ -1,0 +1,89 @@
+"""How score tensors become hard masks: top-k of |scores| (or signed scores), per parameter or global, over the
+original or the augmented score space (double-scoring), optionally restricted to active entries (iterated)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ticketcli.masking import TopKSelector, joint_topk_masks, keep_count
+from ticketcli.models import MaskedNet
+from ticketcli.specs import MethodSpec
+
+
+def ranking(scores: torch.Tensor, signed: bool) -> torch.Tensor:
+    """What top-k ranks: |S| (edge-popup, double-scoring) or S itself (the "NoAbs" ablation)."""
+    return scores if signed else scores.abs()
+
+
+class Selection:
+    """How score tensors become hard masks on the original coordinates.
+
+    Each parameter has `parts` score tensors of its shape: S, then (augmented) `parts - 1` auxiliary ones, i.e.
+    an augmented score matrix of width (1 + aux_width) * n. Top-k runs per parameter (default) or once over all
+    parameters (--global) on |scores| (or signed scores), keeping `keep` entries of the (augmented) space, and
+    the mask is the kept entries on S's coordinates. With `active` (the iterated variant) only the active
+    entries of every part compete: the others rank below everything.
+    """
+
+    def __init__(
+        self,
+        net: MaskedNet,
+        spec: MethodSpec,
+        *,
+        parts: int,
+        densities: dict[str, float],
+        active: dict[str, torch.Tensor] | None = None,
+    ):
+        self.parts, self.signed, self.global_topk = parts, spec.signed_scores, spec.global_topk
+        self.active = active
+        size = {n: int(active[n].sum()) if active is not None else net.weights[n].numel() for n in net.names}
+        if self.global_topk:
+            (d,) = set(densities.values())
+            self.k_global = keep_count(d, parts * sum(size.values()))
+        self.keep = {n: keep_count(densities[n], parts * size[n]) for n in net.names}  # per-layer budgets
+        self.topk = TopKSelector()
+        self.frozen: dict[str, list[torch.Tensor]] = {}  # ranked auxiliary values that never change
+
+    def ranked(self, name: str, parts: list[torch.Tensor], aux_fixed: bool) -> list[torch.Tensor]:
+        """The values top-k compares for one parameter; inactive entries (iterated) rank last."""
+
+        def rank(t: torch.Tensor) -> torch.Tensor:
+            r = ranking(t.detach(), self.signed)
+            return r if self.active is None else torch.where(self.active[name], r, -math.inf)
+
+        if not aux_fixed:
+            return [rank(t) for t in parts]
+        if name not in self.frozen:
+            self.frozen[name] = [rank(t) for t in parts[1:]]
+        return [rank(parts[0]), *self.frozen[name]]
+
+    def select(
+        self, scores: dict[str, list[torch.Tensor]], dtype: torch.dtype = torch.bool, aux_fixed: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """Hard masks (as dtype) for every parameter from the current scores; `aux_fixed`: the auxiliary scores
+        have not changed since the first call (their ranking is computed once)."""
+        ranked = {n: self.ranked(n, parts, aux_fixed) for n, parts in scores.items()}
+        if self.global_topk:
+            return {n: m.to(dtype) for n, m in zip(ranked, self.joint(ranked))}
+        return {n: self.topk(n, r, self.keep[n], dtype, frozen=aux_fixed) for n, r in ranked.items()}
+
+    def joint(self, ranked: dict[str, list[torch.Tensor]]) -> list[torch.Tensor]:
+        """Global top-k over every part of every parameter; returns all masks, originals first."""
+        flat = [r[0] for r in ranked.values()] + [a for r in ranked.values() for a in r[1:]]
+        return joint_topk_masks(flat, self.k_global)
+
+    def aux_report(self, scores: dict[str, list[torch.Tensor]]) -> dict[str, dict[str, int]]:
+        """Per parameter: kept entries of the augmented space and how many of them are auxiliary coordinates."""
+        ranked = {n: self.ranked(n, parts, False) for n, parts in scores.items()}
+        if self.global_topk:
+            masks, names = self.joint(ranked), list(ranked)
+            orig = {n: int(m.sum()) for n, m in zip(names, masks)}
+            aux = dict.fromkeys(names, 0)
+            for i, m in enumerate(masks[len(names) :]):  # each parameter's parts - 1 auxiliary tensors, in order
+                aux[names[i // (self.parts - 1)]] += int(m.sum())
+        else:
+            orig = {n: int(joint_topk_masks(r, self.keep[n])[0].sum()) for n, r in ranked.items()}
+            aux = {n: self.keep[n] - orig[n] for n in ranked}
+        return {n: {"aug_kept": orig[n] + aux[n], "aux_kept": aux[n]} for n in ranked}

@@ -1,0 +1,182 @@
+"""Boundary checks of a run's inputs: a weights file against the model it must fit, a ticket against the network
+rebuilt for it (names, shapes, BatchNorm convention, recorded checkpoint), and the method against what the run
+asks of it (torchrun, checkpoints). Each refusal is one line."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ticketcli import batchnorm, distributed
+from ticketcli import ticket as ticket_io
+from ticketcli.checkpoint import read_torch_file
+from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.methods import METHODS, Method
+from ticketcli.models import MaskedNet, check_param_count, planned_shapes
+from ticketcli.specs import ModelSpec
+
+
+def load_checkpoint(path: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Weights from a safetensors or PyTorch state-dict file (weights_only: never arbitrary unpickling)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"weights file not found: {path}" if not p.exists() else f"{path} is not a regular file")
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            state = load_file(str(p))
+        except Exception as e:  # corrupt files raise many types
+            raise UsageError(f"cannot read weights from {path}: {str(e).splitlines()[0][:200]}") from None
+    else:
+        state = read_torch_file(p, "weights from")
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UsageError(f"{path} is not a state dict of tensors")
+    expected = {n: tuple(q.shape) for n, q in module.named_parameters()}
+    buffers = dict(module.named_buffers())  # a user model's buffers (norm statistics) may come along
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected) - set(buffers))
+    wrong = sorted(
+        n
+        for n in state
+        if n in expected and tuple(state[n].shape) != expected[n] or n in buffers and state[n].shape != buffers[n].shape
+    )
+    if missing or unexpected or wrong:
+        detail = "; ".join(
+            f"{k}: {', '.join(v)}"
+            for k, v in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong))
+            if v
+        )
+        raise UsageError(f"{path} does not fit the model ({detail})")
+    check_finite(path, {n: state[n] for n in state if n in expected or n in buffers})
+    with torch.no_grad():
+        for n, b in buffers.items():
+            if n in state:
+                b.copy_(state[n])
+    return {n: state[n].detach().to(torch.float32).contiguous() for n in expected}
+
+
+def check_finite(path: str, tensors: dict[str, torch.Tensor]) -> None:
+    """Frozen weights with NaN or Inf are refused before any method runs: every method would otherwise fail its own
+    way (a non-finite loss blamed on --lr, or a silently meaningless mask)."""
+    for name, t in tensors.items():
+        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise UsageError(
+                f"{path}: {name} has {bad} non-finite value{'s' * (bad != 1)} (NaN or Inf) of "
+                f"{t.numel()}; frozen weights must be finite",
+                hint="fix or re-export the checkpoint",
+            )
+
+
+def batchnorm_convention(record: dict, net: MaskedNet, path: Path) -> None:
+    """Set up net's BatchNorm as the ticket was evaluated: recalibrated as recorded, or, for tickets written
+    before the record existed, the module's own statistics ("frozen")."""
+    stored = record.get("batchnorm")
+    if stored is None:
+        if net.batchnorms:
+            net.bn_statistics = "frozen"
+        return
+    if not net.batchnorms:
+        raise TicketFileError(
+            f"{path}: the ticket records BatchNorm statistics but model {record.get('spec')} has no BatchNorm layer"
+        )
+    try:
+        net.calibration_batch = batchnorm.read_record(stored)
+    except ValueError as e:
+        raise TicketFileError(f"{path}: {e}") from None
+
+
+def check_user_model(model: ModelSpec, record: dict, net: MaskedNet, path: Path) -> None:
+    """Refuse a factory whose parameter names or shapes differ from those the ticket recorded."""
+    if model.arch != "user":
+        return
+    stored = record.get("parameters")
+    if not isinstance(stored, dict):
+        raise TicketFileError(f"{path}: model {model.to_string()} lacks its recorded 'parameters'")
+    now = net.param_shapes()
+    missing, extra = sorted(set(stored) - set(now)), sorted(set(now) - set(stored))
+    wrong = [f"{n} {stored[n]} -> {now[n]}" for n in stored if n in now and list(stored[n]) != now[n]]
+    if missing or extra or wrong or record.get("masked", net.names) != net.names:
+        detail = "; ".join(
+            f"{k}: {', '.join(v)}"
+            for k, v in (("missing", missing), ("unexpected", extra), ("shape changed", wrong))
+            if v
+        )
+        raise TicketFileError(
+            f"{path}: model {model.to_string()} no longer matches the ticket ({detail or 'masked parameters differ'})"
+        )
+
+
+def check_planned(tk: ticket_io.Ticket, model: ModelSpec, path: Path, max_params: int) -> None:
+    """Before anything real is built: the model's size against max_params and its masked parameters' names and
+    shapes against the ticket's (a built-in model on the meta device; a factory by what the ticket recorded)."""
+    if model.arch == "user":
+        recorded = tk.model.get("parameters") or tk.shapes
+        check_param_count(model, sum(math.prod(s) for s in recorded.values()), max_params)
+        return
+    try:
+        planned = planned_shapes(model, max_params)
+    except UsageError as e:
+        raise TicketFileError(f"{path}: {e}", hint=e.hint) from None
+    if planned != tk.shapes:
+        raise TicketFileError(
+            f"{path}: mask shapes do not match model {model.to_string()[:80]} ({shape_difference(tk.shapes, planned)})"
+        )
+
+
+def shape_difference(ticket: dict[str, list[int]], model: dict[str, list[int]]) -> str:
+    """The first difference between a ticket's shapes and a model's, for a one-line error."""
+    missing, extra = [n for n in model if n not in ticket], [n for n in ticket if n not in model]
+    if missing or extra:
+        return (
+            f"the model has {len(model)} masked parameters, the ticket {len(ticket)}; first missing: "
+            f"{(missing or ['-'])[0][:80]}, first unexpected: {(extra or ['-'])[0][:80]}"
+        )
+    name = next(n for n in model if model[n] != ticket[n])
+    return f"{name[:80]}: ticket {ticket[name]}, model {model[name]}"
+
+
+CHECKPOINT_BYTES_PER_PARAM = 16  # float64 values and the container's overhead: a bigger file is no checkpoint here
+
+
+def recorded_checkpoint(tk: ticket_io.Ticket, path: Path, max_params: int) -> str:
+    """The checkpoint path the ticket recorded, followed only to a plain file of a checkpoint's size: a ticket must
+    not make a reader hash /proc/self/pagemap (size 0, endless) or any file of hundreds of GB."""
+    stored = tk.checkpoint.get("path") if tk.checkpoint else None  # a string when present (ticket_meta checks it)
+    try:
+        size = Path(stored).stat().st_size if isinstance(stored, str) and stored and Path(stored).is_file() else None
+    except OSError:
+        size = None
+    if size is None or not isinstance(stored, str):
+        raise UsageError(f"{path} was extracted from checkpoint weights; pass them with --weights FILE")
+    if not 0 < size <= CHECKPOINT_BYTES_PER_PARAM * max_params:
+        raise UsageError(
+            f"{path} records the checkpoint {stored[:80]}, a file of {size} bytes, which cannot be it",
+            hint="pass the checkpoint with --weights FILE",
+        )
+    return stored
+
+
+def method_for_run(name: str, *, checkpointing: bool) -> type[Method]:
+    """The method class, refused under torchrun unless data-parallel and with checkpoint options unless resumable."""
+    method = METHODS.get(name)
+    if distributed.world().active and not method.data_parallel:
+        raise UsageError(
+            f"method {name!r} does not run data-parallel under torchrun",
+            hint=f"run it as a single process; under torchrun use: {methods_where(lambda m: m.data_parallel)}",
+        )
+    if checkpointing and not method.resumable:
+        raise UsageError(
+            f"--checkpoint-every and --resume do not apply to method {name!r}",
+            hint=f"they apply to: {methods_where(lambda m: m.resumable)}",
+        )
+    return method
+
+
+def methods_where(test: Callable[[type[Method]], bool]) -> str:
+    """The registered methods whose class passes `test`, for a refusal's hint."""
+    return ", ".join(n for n in METHODS.names() if test(METHODS.get(n)))

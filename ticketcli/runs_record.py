@@ -1,0 +1,205 @@
+"""What runs record and return: an extraction's ticket (its model, method, sparsity and metrics fields), the run's
+identity for --resume, and the summaries that `extract` and `evaluate` print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ticketcli
+from ticketcli import batchnorm, distributed
+from ticketcli import ticket as ticket_io
+from ticketcli.data import Splits
+from ticketcli.init import fingerprint
+from ticketcli.masking import mask_stats
+from ticketcli.methods import METHODS
+from ticketcli.methods.base import Details, ExtractResult
+from ticketcli.models import MaskedNet
+from ticketcli.specs import ModelSpec, RunSpec
+from ticketcli.train import evaluate
+
+
+def model_record(model: ModelSpec, net: MaskedNet) -> dict:
+    """The ticket's `model` field: the spec, for a user's factory every parameter's name and shape, and for a
+    network with BatchNorm how evaluation gets its statistics (batchnorm.RECORD)."""
+    record = model.to_dict()
+    if model.arch == "user":
+        record["parameters"] = net.param_shapes()
+        record["masked"] = list(net.names)
+    if net.batchnorms:
+        record["batchnorm"] = {**batchnorm.RECORD, "batch_size": net.calibration_batch}
+    return record
+
+
+def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec, details: Details | None = None) -> dict:
+    """Requested vs achieved sparsity, globally and per parameter; for double-scoring the share of kept
+    augmented entries that sit on auxiliary coordinates (so a user sees whether the auxiliary scores ever win)."""
+    details = details or {}
+    stats = mask_stats(masks)
+    per = {
+        n: {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
+        for n, s in stats["per_param"].items()
+    }
+    report = {
+        "requested": spec.method.sparsity,
+        "achieved": 1.0 - stats["density"],
+        "kept": stats["kept"],
+        "total": stats["total"],
+        "per_layer": per,
+    }
+    if spec.method.layer_densities is not None:
+        report["requested_layer_densities"] = list(spec.method.layer_densities)
+    if "aug_density" in details:
+        report["aug_density"] = details["aug_density"]
+    aux = details.get("aux")
+    if aux:
+        for n, a in aux.items():
+            per[n]["aux_share"] = a["aux_kept"] / a["aug_kept"] if a["aug_kept"] else 0.0
+        aug_kept = sum(a["aug_kept"] for a in aux.values())
+        report["aux_share"] = sum(a["aux_kept"] for a in aux.values()) / aug_kept if aug_kept else 0.0
+    if spec.method.project_final:
+        report["projected"] = True  # aux shares describe the trained augmented selection before projection
+    if "rounds" in details:
+        report["rounds"] = details["rounds"]
+    return report
+
+
+def run_identity(spec: RunSpec, weights: dict[str, torch.Tensor], device: torch.device) -> dict:
+    """Everything that decides an extraction's masks, for refusing to resume a checkpoint of another run."""
+    data = {k: getattr(spec.data, k) for k in ("name", "n_extract", "n_val", "split_seed")}
+    identity: dict[str, Any] = {
+        "model": spec.model.to_dict(),
+        "init": spec.init.to_dict(),
+        "data": data,
+        "method": spec.method.to_dict(),
+        "weights_sha256": fingerprint(weights),
+        "device": str(device),
+        "torch": torch.__version__,
+    }
+    world = distributed.world()
+    if world.active:  # the reduction order depends on the process count; each rank has its own cuda:N
+        identity.update(device=device.type, processes=world.size)
+    return identity
+
+
+def trained_metrics(
+    net: MaskedNet, trained: dict[str, torch.Tensor] | None, masks: dict[str, torch.Tensor], splits: Splits
+) -> dict | None:
+    """For weight-training methods: accuracy of their trained sparse network (for information, not the ticket).
+
+    Loads `trained` into net: the caller rewinds to the initial weights afterwards."""
+    if trained is None:
+        return None
+    net.load_weights(trained)
+    return {
+        "test": evaluate(net, masks, splits.x_test, splits.y_test),
+        "val": evaluate(net, masks, splits.x_val, splits.y_val),
+        "note": "trained weights under the final mask, for information; the ticket is the rewound mask",
+    }
+
+
+def run_metrics(
+    net: MaskedNet,
+    masks: dict[str, torch.Tensor],
+    splits: Splits,
+    spec: RunSpec,
+    *,
+    device: torch.device,
+    wall: float,
+    trained: dict | None,
+) -> dict:
+    """The ticket's `metrics` field: accuracy and loss of the masks on the (rewound) initial weights."""
+    metrics: dict = {
+        "test": evaluate(net, masks, splits.x_test, splits.y_test),
+        "val": evaluate(net, masks, splits.x_val, splits.y_val),
+        "device": str(device),
+        "wall_time_s": wall,
+    }
+    world = distributed.world()
+    if world.active:
+        metrics["processes"] = world.size
+    if spec.method.precision != "fp32":
+        metrics["precision"] = spec.method.precision  # of training; the accuracies above are always fp32
+    if trained is not None:
+        metrics["trained"] = trained
+    return metrics
+
+
+def make_ticket(
+    spec: RunSpec,
+    net: MaskedNet,
+    masks: dict[str, torch.Tensor],
+    weights: dict[str, torch.Tensor],
+    splits: Splits,
+    result: ExtractResult,
+    *,
+    metrics: dict,
+    checkpoint: dict | None,
+) -> ticket_io.Ticket:
+    """The ticket of an extraction: masks, provenance, sparsity and metrics (weights are the initial ones)."""
+    return ticket_io.Ticket(
+        masks={n: m.cpu() for n, m in masks.items()},
+        model=model_record(spec.model, net),
+        init=spec.init.to_dict(),
+        weights_sha256=fingerprint(weights),
+        method=method_record(spec, METHODS.get(spec.method.name).score_init, result.details),
+        data={k: v for k, v in splits.info.items() if k != "source"},
+        sparsity=sparsity_report(masks, spec, result.details),
+        metrics=metrics,
+        created_by={"ticketcli": ticketcli.__version__, "torch": torch.__version__},
+        checkpoint=checkpoint,
+    )
+
+
+def method_record(spec: RunSpec, score_init: dict[str, str] | None, details: Details) -> dict:
+    """The ticket's `method` field: every hyper-parameter, how scores were initialised, score parameter counts."""
+    return {
+        **spec.method.to_dict(),
+        "score_init": score_init,
+        **({"score_params": details["score_params"]} if "score_params" in details else {}),
+    }
+
+
+def extract_summary(
+    spec: RunSpec, tk: ticket_io.Ticket, out: str | Path, size: int | None, source: str, details: Details
+) -> dict:
+    """What `ticket extract` prints: where the ticket went, what it holds, how well it does."""
+    return {
+        "ticket": str(out),
+        "file_bytes": size,
+        "method": spec.method.name,
+        "seed": spec.init.seed,
+        "model": spec.model.to_string(),
+        "data": {**tk.data, "source": source},
+        "sparsity": tk.sparsity,
+        "metrics": tk.metrics,
+        **({"score_params": details["score_params"]} if "score_params" in details else {}),
+    }
+
+
+def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, test: dict, val: dict) -> dict:
+    """What `ticket evaluate` prints: the re-measured accuracies next to those the ticket stored."""
+    stored = tk.metrics
+    reproduced = (
+        stored.get("test", {}).get("correct") == test["correct"]
+        and stored.get("val", {}).get("correct") == val["correct"]
+    )
+    return {
+        "ticket": str(path),
+        "method": tk.method.get("name"),
+        "model": tk.model["spec"],
+        "seed": tk.init["seed"],
+        "device": str(device),
+        "test": test,
+        "val": val,
+        "stored": {
+            "test_accuracy": stored.get("test", {}).get("accuracy"),
+            "val_accuracy": stored.get("val", {}).get("accuracy"),
+            "device": stored.get("device"),
+        },
+        "reproduced": reproduced,
+        "sparsity": {"requested": tk.sparsity.get("requested"), "achieved": tk.sparsity.get("achieved")},
+        "integrity": tk.integrity,
+    }
