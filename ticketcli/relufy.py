@@ -115,7 +115,7 @@ def relufy_one(
         def log(step: int, m: dict, eff: dict[str, torch.Tensor]) -> None:
             if (phase == 1 and step == spec.steps) or (phase == 2 and step == 0):
                 weights.append({n: w.clone() for n, w in eff.items()})
-            if on_log is not None and not (phase == 2 and step == 0):
+            if on_log is not None:  # the swap step twice, like the series: before and after the swap
                 on_log(offset + step, m, eff)
 
         return log
