@@ -835,11 +835,15 @@ def train_weak(
 
 
 from ticketcli import drift as drift_core  # noqa: E402  (kept with its command so branches merge cleanly)
+from ticketcli import drift_control, drift_options, drift_tradeoff, drift_views  # noqa: E402
+from ticketcli import relufy as relufy_core  # noqa: E402
 
 ActivationName = choices("ActivationName", drift_core.ACTIVATIONS.names())
 LossName = choices("LossName", drift_core.LOSSES.names())
 InputsName = choices("InputsName", list(drift_core.INPUTS))
 OptimizerName = choices("OptimizerName", ["adam", "sgd"])
+ActControlName = choices("ActControlName", list(drift_control.MODES))
+RelufyTarget = choices("RelufyTarget", list(relufy_core.TARGETS))
 
 
 @app.command()
@@ -920,6 +924,58 @@ def drift(
     force: Annotated[bool, typer.Option("--force", help="Overwrite --plot if it exists.")] = False,
     json_out: Json = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    # ---- activation-sparsity control, ReLUfication and the trade-off sweep (issue 20): options, then _drift_features
+    act_sparsity: Annotated[
+        Optional[ActControlName],
+        typer.Option(
+            help="Control activation sparsity while training, at every activation site: topk keeps each example's "
+            "largest activations per layer and zeroes the rest; percentile subtracts a running per-unit quantile "
+            "of the pre-activations so that the --act-target share falls below zero. Default: no control."
+        ),
+    ] = None,
+    act_target: Annotated[
+        Optional[float], typer.Option(help="Target activation sparsity for --act-sparsity, in (0, 1). Default: 0.7.")
+    ] = None,
+    freeze_stats_after: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Percentile centering: stop updating the statistics after this many training steps (accumulation "
+            "stop). Default: never."
+        ),
+    ] = None,
+    relufy: Annotated[
+        bool,
+        typer.Option(
+            "--relufy",
+            help="ReLUfication: train --steps with --from, swap --to in at every activation keeping the weights, "
+            "fine-tune --relufy-epochs epochs; report accuracy and post-activation sparsity before and after.",
+        ),
+    ] = False,
+    relufy_from: Annotated[
+        Optional[ActivationName], typer.Option("--from", help="--relufy: the smooth activation trained first.")
+    ] = None,
+    relufy_to: Annotated[
+        Optional[RelufyTarget], typer.Option("--to", help="--relufy: the ReLU variant swapped in.")
+    ] = None,
+    relufy_epochs: Annotated[
+        Optional[int], typer.Option(help="--relufy: fine-tuning epochs over the extraction split. Default: 1.")
+    ] = None,
+    tradeoff: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Trade-off sweep: comma-separated target activation sparsities, one controlled run each (with "
+            "--act-sparsity, default topk); accuracy vs achieved sparsity and the cliff (largest accuracy drop "
+            "between neighbouring targets). --model may list several models, comma-separated, to overlay them. "
+            "--plot draws the curves."
+        ),
+    ] = None,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(
+            help="--tradeoff: runs in parallel in this many processes (one torch thread each; the results do not "
+            "depend on it). Default: 1."
+        ),
+    ] = None,
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
     with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (), unit="step") as position:
@@ -955,6 +1011,35 @@ def drift(
             dataset=dataset and dataset.value,
             device=device,
         )
+        features = drift_options.build_features(
+            act_sparsity=act_sparsity and act_sparsity.value,
+            act_target=act_target,
+            freeze_stats_after=freeze_stats_after,
+            relufy=relufy,
+            relufy_from=relufy_from and relufy_from.value,
+            relufy_to=relufy_to and relufy_to.value,
+            relufy_epochs=relufy_epochs,
+            tradeoff=tradeoff,
+            workers=workers,
+            model=model,
+            ticket=ticket is not None,
+            activation=activation and activation.value,
+            inputs=inputs and inputs.value,
+        )
+        if features is not None:
+            location = data_location(None if data_dir is None else str(data_dir), download)
+            run_at = dict(ticket=ticket, weights=weights, plot=plot)
+            return _drift_features(
+                features,
+                settings,
+                location,
+                position,
+                policy=policy,
+                force=force,
+                quiet=quiet,
+                json_out=json_out,
+                **run_at,
+            )
         spec = drift_core.build_drift_spec(
             settings, data_location(None if data_dir is None else str(data_dir), download)
         )
@@ -972,6 +1057,69 @@ def drift(
             write_atomic(plot, report.drift_plot(result), overwrite=force)
             result["plot"] = str(plot)
     report.print_json(result) if json_out else report.drift_tables(result)
+
+
+def _drift_features(
+    features: drift_options.Features,
+    settings: dict,
+    location: dict,
+    position,
+    *,
+    ticket: Optional[Path],
+    weights: Optional[Path],
+    policy,
+    plot: Optional[Path],
+    force: bool,
+    quiet: bool,
+    json_out: bool,
+) -> None:
+    """drift with activation-sparsity control, ReLUfication or the trade-off sweep (validated features)."""
+    on_ticket = dict(ticket=ticket, weights=None if weights is None else str(weights), policy=policy)
+    if features.targets is not None:
+        assert features.control is not None
+        specs = [drift_core.build_drift_spec({**settings, "model": m}, location) for m in features.models]
+        tasks = drift_tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)
+        done = 0
+        with report.epoch_progress(len(tasks), quiet=quiet, label="tradeoff") as progress:
+            track = position.track(progress)
+
+            def on_result(r: dict) -> None:
+                nonlocal done
+                done += 1
+                stats = {"loss": r["loss"], "accuracy": r["accuracy"], "sparsity": r["achieved_sparsity"]}
+                track({"epoch": done, "unit": "run", **stats})
+
+            result = drift_tradeoff.run_tradeoff(tasks, workers=features.workers, on_result=on_result)
+        draw, show = drift_views.tradeoff_plot, drift_views.tradeoff_table
+    else:
+        if features.relufy is not None:
+            settings = {**settings, "activation": features.relufy.source}
+        spec = drift_core.build_drift_spec(settings, location)
+        per_run = spec.steps
+        if features.relufy is not None:
+            n = spec.data.n_extract or DATASETS.get(spec.data.name).n_extract  # the bar's total; the run counts
+            per_run += relufy_core.fine_tune_steps(n, spec.batch_size, features.relufy.epochs)
+        total = per_run * (1 if ticket is not None else len(spec.seeds))
+        with report.epoch_progress(total, quiet=quiet, label="drift") as progress:
+            if features.relufy is not None:
+                result = relufy_core.run_relufy(spec, features.relufy, progress=position.track(progress), **on_ticket)
+            else:
+                result = drift_core.run_drift(
+                    spec, control=features.control, progress=position.track(progress), **on_ticket
+                )
+                result["schema"] = "ticket.drift-control/1"
+        warn_unverified(result)
+        extra = drift_views.relufy_table if features.relufy is not None else drift_views.control_table
+        draw = report.drift_plot
+
+        def show(r: dict) -> None:
+            report.drift_tables(r)
+            extra(r)
+
+    if plot is not None:
+        write_atomic(plot, draw(result), overwrite=force)
+        result["plot"] = str(plot)
+    report.print_json(result) if json_out else show(result)
 
 
 ExportFormat = choices("ExportFormat", ["masked", "prune", "csr", "masks"])

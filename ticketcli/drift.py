@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ticketcli import batchnorm, runs
+from ticketcli import drift_control as control_
 from ticketcli import ticket as ticket_io
 from ticketcli.data import DATASETS, load_splits
 from ticketcli.errors import UsageError
@@ -291,16 +292,22 @@ def drift_one(
     inputs: Inputs,
     *,
     on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
+    control: control_.ActivationControl | None = None,
 ) -> dict:
     """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
-    on_log(step, statistics, effective weights) runs at every logged step."""
+    on_log(step, statistics, effective weights) runs at every logged step. control: activation-sparsity control at
+    every activation site, in training and in the measurements (its summary lands in series["act_control"])."""
     if not isinstance(net.module, MLP):
         _require_mlp(net.spec.arch if net.spec is not None else type(net.module).__name__)
     activation = ACTIVATIONS.get(spec.activation)
     act = partial(activation.fn, c=spec.clip)
     mlp = net.module
     pass_ = partial(mlp_forward, n_layers=len(mlp.layers), norms=mlp.norms, skips=mlp.skips)  # +norm, +res
-    forward = partial(pass_, act=act)
+    train_pass: Callable[..., torch.Tensor] = pass_
+    measure_pass: Callable[..., torch.Tensor] = pass_
+    if control is not None:
+        train_pass, measure_pass = control.pass_with(pass_, train=True), control.pass_with(pass_, train=False)
+    forward = partial(train_pass, act=act)
     loss_fn = LOSSES.get(spec.loss)
     trainer = WeightTrainer(net, masks, spec.optim)
     keep = None if trainer.masks is None else {n: m.bool() for n, m in trainer.masks.items()}
@@ -317,7 +324,7 @@ def drift_one(
             exact_zeros=activation.exact_zeros,
             zero_threshold=spec.zero_threshold,
             loss_fn=loss_fn,
-            forward=pass_,
+            forward=measure_pass,
         )
         series["steps"].append(step)
         series["loss"].append(m["loss"])
@@ -345,6 +352,9 @@ def drift_one(
             trainer.step(xb, yb, loss_fn, forward=forward)
             if step in todo:
                 log(step)
+        if control is not None:
+            zero = (lambda a: a == 0) if activation.exact_zeros else (lambda a: a.abs() < spec.zero_threshold)
+            series["act_control"] = control.summary(pass_, trainer.effective(), inputs.probe[0], act, zero)
     return series
 
 
@@ -392,10 +402,13 @@ def run_drift(
     weights: str | None = None,
     progress: Progress | None = None,
     policy: ModelPolicy = ModelPolicy(),
+    control: control_.ControlSpec | None = None,
+    run_one: Callable[..., dict] | None = None,
 ) -> dict:
     """Run spec for every seed (or once on a ticket's rebuilt network, training only its kept weights).
 
-    policy: whether a ticket's factory may be imported (drift takes MLPs only, so it never is) and the size limit."""
+    policy: whether a ticket's factory may be imported (drift takes MLPs only, so it never is) and the size limit.
+    control: activation-sparsity control (a fresh one per run). run_one: drift_one's stand-in (relufy.relufy_one)."""
     device = runs.resolve_device(spec.device)
     jobs = []  # (seed, net, masks, model, data)
     integrity = None
@@ -446,14 +459,10 @@ def run_drift(
                     }
                 )
 
-        results.append(
-            {
-                "seed": seed,
-                "probe_n": int(inputs.probe[1].numel()),
-                **drift_one(net, masks, spec, inputs, on_log=on_log),
-            }
-        )
-        done += spec.steps
+        ctl = None if control is None else control_.ActivationControl(control, control_.hidden_sites(net.module))
+        series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl)
+        results.append({"seed": seed, "probe_n": int(inputs.probe[1].numel()), **series})
+        done += series["steps"][-1]
     return {
         **spec.to_dict(),
         "seeds": [r["seed"] for r in results],
@@ -465,4 +474,7 @@ def run_drift(
         "runs": results,
         "summary": summarise(results),
         "integrity": integrity,
+        **(
+            {} if control is None else {"act_control": control_.aggregate(control, [r["act_control"] for r in results])}
+        ),
     }

@@ -1,0 +1,212 @@
+"""Activation-sparsity control during drift training (arXiv 2605.17659, improvements 1 and 2): top-k activation
+pruning or percentile centering at every activation site, and an accumulation stop for the centering statistics.
+
+An activation site is one call of the activation function in a forward pass. Sites are numbered in the order the
+pass reaches them and named by the caller (an MLP's hidden layers: layers.0, layers.1, ...), so any model whose
+functional forward takes `act=` and calls it once per site gets the control without changes of its own. A site's
+tensor is (B, units...): top-k and the percentiles treat everything after the batch dimension as its units.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from ticketcli.errors import UsageError
+from ticketcli.models import MLP
+
+MODES = ("topk", "percentile")
+EMA = 0.5  # percentile centering: q <- EMA * q + (1 - EMA) * q_batch (the first batch sets q); a short memory,
+# because training keeps pushing the pre-activations up past a stale q (0.9 undershot a 0.8 target by 9 points)
+
+Act = Callable[[torch.Tensor], torch.Tensor]
+
+
+class Pass(Protocol):
+    """A model's functional forward pass, e.g. models.mlp_forward with its layout bound."""
+
+    def __call__(
+        self, x: torch.Tensor, params: dict[str, torch.Tensor], *, act: Act, trace: list | None = None
+    ) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    mode: str  # topk: keep the largest activations per example; percentile: centre on a running per-unit quantile
+    target: float  # activation sparsity to reach at every site, in (0, 1)
+    freeze_after: int | None = None  # percentile: stop updating the statistics after this many training steps
+    ema: float = EMA  # percentile: weight of the old running quantile at each update
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if self.mode == "percentile":
+            d["statistic"] = f"EMA ({self.ema:g}) of each batch's per-unit {self.target:g}-quantile of h"
+        else:
+            d.update(statistic=None, ema=None)
+        return d
+
+
+def build_control_spec(mode: str | None, target: float | None, freeze_after: int | None) -> ControlSpec | None:
+    """Validate --act-sparsity, --act-target and --freeze-stats-after (None: not given); None without a mode."""
+    if mode is None:
+        given = [f for f, v in (("--act-target", target), ("--freeze-stats-after", freeze_after)) if v is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} only goes with --act-sparsity topk|percentile")
+        return None
+    if mode not in MODES:
+        raise UsageError(f"unknown --act-sparsity {mode!r}; choose one of: {', '.join(MODES)}")
+    target = 0.7 if target is None else check_target(target, "--act-target")
+    if freeze_after is not None:
+        if mode != "percentile":
+            raise UsageError("--freeze-stats-after freezes percentile statistics; top-k keeps none")
+        if isinstance(freeze_after, bool) or not isinstance(freeze_after, int) or freeze_after < 1:
+            raise UsageError(f"--freeze-stats-after must be a whole number of steps >= 1, got {freeze_after!r}")
+    return ControlSpec(mode=mode, target=target, freeze_after=freeze_after)
+
+
+def check_target(value: float, what: str) -> float:
+    """A target activation sparsity strictly between 0 and 1."""
+    v = float(value)
+    if not (math.isfinite(v) and 0.0 < v < 1.0):
+        raise UsageError(f"{what} must lie strictly between 0 and 1, got {value!r}")
+    return v
+
+
+def keep_count(units: int, target: float) -> int:
+    """Activations top-k keeps per example: the count nearest to (1 - target) * units."""
+    return int(round((1.0 - target) * units))
+
+
+def topk_keep(a: torch.Tensor, k: int) -> torch.Tensor:
+    """a (B, units) with all but each row's k largest entries set to zero (ties: torch.topk's choice)."""
+    if k >= a.shape[1]:
+        return a
+    keep = torch.zeros_like(a, dtype=torch.bool).scatter_(1, a.topk(k, dim=1).indices, True)
+    return a * keep  # the kept entries keep their gradient
+
+
+def hidden_sites(module: nn.Module) -> list[str]:
+    """Names of a model's activation sites in forward order: an MLP's Linear layers but the last (other models:
+    none yet, so their sites are named site.0, site.1, ...)."""
+    return [f"layers.{i}" for i in range(len(module.layers) - 1)] if isinstance(module, MLP) else []
+
+
+class ActivationControl:
+    """One training run's control: per-site running quantiles and the count of training steps that updated them.
+
+    Percentile centering feeds act(h - q) to the network, q (units,) the running per-unit target-quantile of the
+    pre-activations h; q is a statistic (no gradient). Before the first training step there is no q yet and a pass
+    centres on its own batch's quantile (so the step-0 measurement is controlled too)."""
+
+    def __init__(self, spec: ControlSpec, sites: Sequence[str] = ()):
+        self.spec = spec
+        self.names = list(sites)
+        self.quantiles: dict[str, torch.Tensor] = {}  # site -> (units,)
+        self.updates = 0  # training passes that updated the statistics
+
+    def frozen(self) -> bool:
+        """True once --freeze-stats-after steps have updated the statistics (the accumulation stop)."""
+        return self.spec.freeze_after is not None and self.updates >= self.spec.freeze_after
+
+    def site(self, i: int) -> str:
+        return self.names[i] if i < len(self.names) else f"site.{i}"
+
+    def pass_with(self, pass_: Pass, *, train: bool, record: dict | None = None) -> Pass:
+        """pass_ with the control at every activation site; train: a training step (updates the statistics until
+        frozen). record: filled with site -> (pre-activation h, what the activation saw, its output)."""
+
+        def run(x: torch.Tensor, params: dict[str, torch.Tensor], *, act: Act, trace: list | None = None):
+            update = train and self.spec.mode == "percentile" and not self.frozen()
+            calls = itertools.count()
+
+            def controlled(h: torch.Tensor) -> torch.Tensor:
+                name = self.site(next(calls))
+                seen, out = self.apply(name, h, act, update)
+                if record is not None:
+                    record[name] = (h.detach(), seen.detach(), out.detach())
+                return out
+
+            out = pass_(x, params, act=controlled, trace=trace)
+            self.updates += update
+            return out
+
+        return run
+
+    def apply(self, name: str, h: torch.Tensor, act: Act, update: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(what the activation sees, the controlled activation) at one site."""
+        if self.spec.mode == "topk":
+            a = act(h).flatten(1)  # (B, units)
+            return h, topk_keep(a, keep_count(a.shape[1], self.spec.target)).view_as(h)
+        flat = h.flatten(1)  # (B, units)
+        q = self.quantiles.get(name)
+        if update or q is None:
+            batch_q = torch.quantile(flat.detach().float(), self.spec.target, dim=0).to(h.dtype)  # (units,)
+            if update:
+                q = batch_q if q is None else self.spec.ema * q + (1.0 - self.spec.ema) * batch_q
+                self.quantiles[name] = q
+            else:
+                q = batch_q
+        centred = (flat - q).view_as(h)
+        return centred, act(centred)
+
+    def summary(
+        self,
+        pass_: Pass,
+        params: dict[str, torch.Tensor],
+        x: torch.Tensor,
+        act: Act,
+        zero: Callable[[torch.Tensor], torch.Tensor],
+    ) -> dict[str, Any]:
+        """Achieved activation sparsity against the target and the negative shares, per site and over all units,
+        on the probe batch x with the weights params; zero(a) is drift's zero rule."""
+        record: dict = {}
+        with torch.no_grad():
+            self.pass_with(pass_, train=False, record=record)(x, params, act=act)
+        sites, totals = {}, [0, 0, 0, 0]
+        for name, (h, seen, a) in record.items():
+            n, zeros, neg, neg_seen = h.numel(), int(zero(a).sum()), int((h < 0).sum()), int((seen < 0).sum())
+            sites[name] = {
+                "sparsity": zeros / n,
+                "error": zeros / n - self.spec.target,
+                "neg_preact_share": neg / n,
+                "neg_act_input_share": neg_seen / n,
+                "centering_mean": float(self.quantiles[name].mean()) if name in self.quantiles else None,
+            }
+            for j, v in enumerate((n, zeros, neg, neg_seen)):
+                totals[j] += v
+        n = max(totals[0], 1)
+        return {
+            "target": self.spec.target,
+            "sites": sites,
+            "overall": {
+                "sparsity": totals[1] / n,
+                "error": totals[1] / n - self.spec.target,
+                "neg_preact_share": totals[2] / n,
+                "neg_act_input_share": totals[3] / n,
+            },
+            "statistics_updates": self.updates if self.spec.mode == "percentile" else None,
+            "frozen": self.frozen(),
+        }
+
+
+def aggregate(spec: ControlSpec, per_run: list[dict]) -> dict[str, Any]:
+    """The control's spec and every run's summary, with the mean over runs (seeds) of each number."""
+
+    def mean(values: list[float | None]) -> float | None:
+        v = [x for x in values if x is not None]
+        return sum(v) / len(v) if v else None
+
+    keys = ("sparsity", "error", "neg_preact_share", "neg_act_input_share")
+    sites = per_run[0]["sites"]
+    return {
+        **spec.to_dict(),
+        "overall": {k: mean([r["overall"][k] for r in per_run]) for k in keys},
+        "sites": {s: {k: mean([r["sites"][s][k] for r in per_run]) for k in (*keys, "centering_mean")} for s in sites},
+        "runs": per_run,
+    }

@@ -1,0 +1,163 @@
+"""The sparsity-accuracy trade-off (arXiv 2605.17659: a sharp cliff above ~70% activation sparsity): one drift run
+per (model, target activation sparsity) under top-k or percentile control, accuracy against the achieved sparsity,
+and the cliff: the largest accuracy drop between neighbouring targets.
+
+Runs are independent tasks, in-process or in a local spawn pool; each sets a fixed torch thread count, so its
+numbers do not depend on the number of workers (as in sweep-k).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ticketcli import drift
+from ticketcli.drift_control import ControlSpec, check_target
+from ticketcli.errors import RunFailed, UsageError
+
+MAX_TARGETS = 100
+MAX_WORKERS = 256
+
+
+@dataclass(frozen=True)
+class TradeoffTask:
+    index: int  # position in the plan: records come back in this order whatever finishes first
+    spec: drift.DriftSpec  # the model and every training setting
+    control: ControlSpec  # the target of this run
+
+
+def parse_targets(text: str) -> tuple[float, ...]:
+    """'0.5,0.6,0.7' -> (0.5, 0.6, 0.7): at least two distinct targets in (0, 1), in increasing order."""
+    try:
+        values = [float(t) for t in str(text).split(",") if t.strip()]
+    except ValueError:
+        raise UsageError(f"--tradeoff must be comma-separated numbers in (0, 1), got {text!r}") from None
+    targets = tuple(sorted(check_target(v, "--tradeoff targets") for v in values))
+    if len(targets) < 2 or len(set(targets)) != len(targets) or len(targets) > MAX_TARGETS:
+        raise UsageError(f"--tradeoff needs 2 to {MAX_TARGETS} distinct targets, got {text!r}")
+    return targets
+
+
+def check_workers(workers: int | None) -> int:
+    """--workers: 1 (in-process) up to MAX_WORKERS spawned processes."""
+    if workers is None:
+        return 1
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise UsageError(f"--workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
+    return workers
+
+
+def plan(
+    specs: list[drift.DriftSpec], targets: tuple[float, ...], mode: str, freeze_after: int | None
+) -> list[TradeoffTask]:
+    """One task per (model, target), models in the given order, targets increasing."""
+    tasks: list[TradeoffTask] = []
+    for spec in specs:
+        for t in targets:
+            tasks.append(TradeoffTask(len(tasks), spec, ControlSpec(mode=mode, target=t, freeze_after=freeze_after)))
+    return tasks
+
+
+def run_task(task: TradeoffTask, threads: int) -> dict[str, Any]:
+    """One controlled drift run with exactly `threads` torch threads; its record (means over seeds)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        r = drift.run_drift(task.spec, control=task.control)
+    finally:
+        torch.set_num_threads(previous)
+    ctl, sm = r["act_control"], r["summary"]
+    return {
+        "model": r["model"],
+        "target": task.control.target,
+        "accuracy": sm["accuracy"]["mean"][-1],
+        "accuracy_std": sm["accuracy"]["std"][-1],
+        "loss": sm["loss"]["mean"][-1],
+        "achieved_sparsity": ctl["overall"]["sparsity"],
+        "neg_preact_share": ctl["overall"]["neg_preact_share"],
+        "layers": {s: v["sparsity"] for s, v in ctl["sites"].items()},
+        "seeds": r["seeds"],
+        "threads": threads,
+    }
+
+
+def _local(tasks: list[TradeoffTask], workers: int, threads: int) -> Iterator[tuple[TradeoffTask, dict]]:
+    if workers == 1:
+        for t in tasks:
+            yield t, run_task(t, threads)
+        return
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(run_task, t, threads): t for t in tasks}
+        try:
+            for f in as_completed(futures):
+                try:
+                    result = f.result()
+                except BrokenProcessPool:
+                    raise RunFailed(
+                        f"a worker process died while running target {futures[f].control.target:g}"
+                    ) from None
+                yield futures[f], result
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def find_cliff(curve: list[dict]) -> dict[str, Any] | None:
+    """The largest accuracy drop between neighbouring targets of one model's curve (sorted by target); None when
+    accuracy never drops."""
+    pts = sorted(curve, key=lambda p: p["target"])
+    best = None
+    for a, b in zip(pts, pts[1:]):
+        drop = a["accuracy"] - b["accuracy"]
+        if drop > 0 and (best is None or drop > best["drop"]):
+            best = {
+                "from_target": a["target"],
+                "to_target": b["target"],
+                "from_sparsity": a["achieved_sparsity"],
+                "to_sparsity": b["achieved_sparsity"],
+                "from_accuracy": a["accuracy"],
+                "to_accuracy": b["accuracy"],
+                "drop": drop,
+            }
+    return best
+
+
+def run_tradeoff(
+    tasks: list[TradeoffTask],
+    *,
+    workers: int = 1,
+    threads: int = 1,
+    on_result: Callable[[dict], None] | None = None,
+) -> dict[str, Any]:
+    """Every task (in parallel with workers > 1), then per model its curve and cliff."""
+    records: dict[int, dict] = {}
+    for task, record in _local(tasks, workers, threads):
+        records[task.index] = record
+        if on_result is not None:
+            on_result(record)
+    ordered = [records[t.index] for t in tasks]
+    models: dict[str, dict[str, Any]] = {}
+    for r in ordered:
+        models.setdefault(r["model"], {"curve": []})["curve"].append(r)
+    for m in models.values():
+        m["cliff"] = find_cliff(m["curve"])
+    first = tasks[0]
+    return {
+        "schema": "ticket.drift-tradeoff/1",
+        **{k: v for k, v in first.spec.to_dict().items() if k != "model"},
+        "models": models,
+        "targets": sorted({t.control.target for t in tasks}),
+        "mode": first.control.mode,
+        "control": {k: v for k, v in first.control.to_dict().items() if k in ("mode", "freeze_after", "ema")},
+        "seeds": list(first.spec.seeds),
+        "workers": workers,
+        "threads": threads,
+        "chance": 1.0 / first.spec.model.widths[-1] if first.spec.model.widths else None,
+    }

@@ -1,0 +1,170 @@
+"""ReLUfication (arXiv 2605.17659, improvement 4): train a network with a smooth activation (GELU, SiLU, ...), swap
+a ReLU variant in at every activation site keeping the trained weights, fine-tune for a few epochs, and compare
+accuracy and post-activation sparsity before the swap, right after it and after fine-tuning.
+
+One run is two drift_one phases on the same batch stream; its series is both phases end to end (the swap step
+logged twice: before and after), so drift's tables and plot show the whole trajectory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ticketcli import drift
+from ticketcli.errors import UsageError
+from ticketcli.methods import Progress
+from ticketcli.models import MaskedNet
+from ticketcli.specs import ModelPolicy
+
+TARGETS = ("relu", "relu2", "relu2-clip")  # what ReLUfication swaps in: activations with exact zeros
+MAX_EPOCHS = 1000
+
+
+@dataclass(frozen=True)
+class RelufySpec:
+    source: str  # ACTIVATIONS name the network trains with first (--from)
+    target: str  # the ReLU variant swapped in at every activation site (--to)
+    epochs: int = 1  # fine-tuning passes over the extraction split after the swap
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_relufy_spec(
+    on: bool, source: str | None, target: str | None, epochs: int | None, *, inputs: str | None
+) -> RelufySpec | None:
+    """Validate --relufy, --from, --to and --relufy-epochs (None: not given); None without --relufy."""
+    if not on:
+        given = [f for f, v in (("--from", source), ("--to", target), ("--relufy-epochs", epochs)) if v is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} only goes with --relufy")
+        return None
+    if source is None or target is None:
+        raise UsageError("--relufy needs --from (the smooth activation) and --to (relu, relu2 or relu2-clip)")
+    drift.ACTIVATIONS.get(source)
+    if target not in TARGETS:
+        raise UsageError(f"--to must be a ReLU variant ({', '.join(TARGETS)}), got {target!r}")
+    if source == target:
+        raise UsageError(f"--from and --to are both {source}; ReLUfication swaps one activation for another")
+    if inputs not in (None, "data"):
+        raise UsageError("--relufy fine-tunes for epochs of the dataset; it does not go with --inputs " + inputs)
+    epochs = 1 if epochs is None else epochs
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= MAX_EPOCHS:
+        raise UsageError(f"--relufy-epochs must be a whole number from 1 to {MAX_EPOCHS}, got {epochs!r}")
+    return RelufySpec(source=source, target=target, epochs=epochs)
+
+
+def fine_tune_steps(n_examples: int, batch_size: int, epochs: int) -> int:
+    """Optimiser steps in `epochs` passes over n_examples (the last partial batch included)."""
+    return epochs * math.ceil(n_examples / batch_size)
+
+
+def point(series: dict, i: int) -> dict[str, Any]:
+    """One logged step of a series: probe loss, accuracy and post-activation sparsity per hidden layer and mean."""
+    hidden = {la: s["sparsity"][i] for la, s in series["layers"].items() if "sparsity" in s}
+    return {
+        "step": series["steps"][i],
+        "loss": series["loss"][i],
+        "accuracy": series["accuracy"][i],
+        "sparsity": sum(hidden.values()) / len(hidden) if hidden else None,
+        "layers": hidden,
+    }
+
+
+def _join(first: dict, second: dict) -> dict:
+    """Both phases as one series: steps of the second continue the first's, drift measured from the very start."""
+    out: dict[str, Any] = {
+        "steps": first["steps"] + [first["steps"][-1] + s for s in second["steps"]],
+        "loss": first["loss"] + second["loss"],
+        "accuracy": first["accuracy"] + second["accuracy"],
+        "layers": {},
+    }
+    for layer, a in first["layers"].items():
+        b = dict(second["layers"][layer])
+        b["weight_drift"] = [m - a["weight_mean"][0] for m in b["weight_mean"]]
+        sd = a["initial_std"]
+        b["weight_drift_std"] = [d / sd if sd > 0 else None for d in b["weight_drift"]]
+        out["layers"][layer] = {k: (v + b[k] if isinstance(v, list) else v) for k, v in a.items()}
+    return out
+
+
+def relufy_one(
+    net: MaskedNet,
+    masks: dict[str, torch.Tensor] | None,
+    spec: drift.DriftSpec,
+    inputs: drift.Inputs,
+    *,
+    relu: RelufySpec,
+    on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
+    control: object = None,
+) -> dict:
+    """spec.steps with relu.source, then the swap to relu.target and relu.epochs epochs of fine-tuning (drift_one's
+    stand-in for run_drift; control must be None). The record's "relufy" holds the three measured points."""
+    if control is not None:
+        raise UsageError("--relufy does not go with --act-sparsity")
+    weights: list[dict[str, torch.Tensor]] = []  # effective weights at the last step of phase 1, first of phase 2
+
+    def watch(phase: int, offset: int) -> Callable[[int, dict, dict[str, torch.Tensor]], None]:
+        def log(step: int, m: dict, eff: dict[str, torch.Tensor]) -> None:
+            if (phase == 1 and step == spec.steps) or (phase == 2 and step == 0):
+                weights.append({n: w.clone() for n, w in eff.items()})
+            if on_log is not None:  # the swap step twice, like the series: before and after the swap
+                on_log(offset + step, m, eff)
+
+        return log
+
+    smooth = drift.drift_one(net, masks, replace(spec, activation=relu.source), inputs, on_log=watch(1, 0))
+    net.load_weights({**net.weights, **weights[0]})  # the trained weights become the network's (W * M: zeros stay)
+    n = int(inputs.y.numel())
+    steps = fine_tune_steps(n, spec.batch_size, relu.epochs)
+    tuned_spec = replace(spec, activation=relu.target, steps=steps, log_every=min(spec.log_every, steps))
+    tuned = drift.drift_one(net, masks, tuned_spec, inputs, on_log=watch(2, spec.steps))
+    before, swapped, after = point(smooth, -1), point(tuned, 0), point(tuned, -1)
+    return {
+        **_join(smooth, tuned),
+        "relufy": {
+            **relu.to_dict(),
+            "fine_tune_steps": steps,
+            "weights_kept": all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]),
+            "before": before,
+            "swapped": swapped,
+            "after": after,
+            "accuracy_change": after["accuracy"] - before["accuracy"],
+        },
+    }
+
+
+def run_relufy(
+    spec: drift.DriftSpec,
+    relu: RelufySpec,
+    *,
+    ticket: str | Path | None = None,
+    weights: str | None = None,
+    progress: Progress | None = None,
+    policy: ModelPolicy = ModelPolicy(),
+) -> dict:
+    """ReLUfy for every seed (or a ticket's kept weights); drift's result plus "relufy": the mean over runs."""
+    result = drift.run_drift(
+        spec, ticket=ticket, weights=weights, progress=progress, policy=policy, run_one=partial(relufy_one, relu=relu)
+    )
+    records = [r["relufy"] for r in result["runs"]]
+
+    def mean(stage: str, key: str) -> float:
+        return sum(r[stage][key] for r in records) / len(records)
+
+    result["schema"] = "ticket.drift-relufy/1"
+    result["relufy"] = {
+        **relu.to_dict(),
+        "fine_tune_steps": records[0]["fine_tune_steps"],
+        "weights_kept": all(r["weights_kept"] for r in records),
+        **{s: {k: mean(s, k) for k in ("loss", "accuracy", "sparsity")} for s in ("before", "swapped", "after")},
+        "accuracy_change": sum(r["accuracy_change"] for r in records) / len(records),
+    }
+    return result
