@@ -24,6 +24,7 @@ from safetensors.torch import save as st_save
 
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
+from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.errors import UsageError
 from ticketcli.models import MaskedNet
 from ticketcli.specs import DataSpec, ModelPolicy
@@ -113,7 +114,7 @@ def export_ticket(
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     path, out = Path(path), Path(out)
-    ticket_io.check_destination(out, overwrite=overwrite)
+    check_destination(out, overwrite=overwrite)
     tk = ticket_io.load(path)
     net, _ = runs.rebuild(tk, path, weights, policy)
     if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
@@ -132,7 +133,7 @@ def export_ticket(
         meta["layers"] = json.dumps(layers)
     else:
         state = {n: m.to(torch.bool).contiguous() for n, m in masks.items()}
-    size = ticket_io.write_atomic(out, encode(state, out, meta), overwrite=overwrite)
+    size = write_atomic(out, encode(state, out, meta), overwrite=overwrite)
     dense = len(st_save(dense_state(net)))
     kept = sum(int(m.sum()) for m in masks.values())
     total = sum(m.numel() for m in masks.values())
