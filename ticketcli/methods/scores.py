@@ -19,11 +19,12 @@ from ticketcli import distributed
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import RunFailed, UsageError
-from ticketcli.masking import TopKSelector, joint_topk_masks, keep_count, masked_weight
+from ticketcli.masking import joint_topk_masks, keep_count, masked_weight
 from ticketcli.methods.base import Progress, param_densities
 from ticketcli.methods.registry import METHODS
 from ticketcli.models import MaskedNet, fan_in, layer_of
 from ticketcli.specs import MethodSpec
+from ticketcli.topk_search import TopKSelector
 from ticketcli.train import precision_context
 
 SCORE_INIT = {
