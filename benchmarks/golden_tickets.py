@@ -51,7 +51,9 @@ EXTRA_TICKETS = {
     "mlp-res-norm": ["extract", "--method", "augmented", "--model", "mlp:64-32-32-10+res+norm=layer", "--epochs", "2"],
 }
 KEYS = ("model", "init", "shapes", "weights_sha256", "method", "data", "sparsity", "masks_sha256")
-VOLATILE = {"wall_time_s", "seconds", "elapsed_s", "time_s"}
+# wall-clock fields, and whole-file digests of tickets (their metadata records the wall time; masks, metadata and
+# metrics are compared separately) and their sizes (the wall time's digits vary)
+VOLATILE = {"wall_time_s", "seconds", "elapsed_s", "time_s", "ticket_sha256", "file_bytes"}
 
 
 def run(args: list[str], cwd: Path) -> dict:
@@ -159,6 +161,21 @@ def record(folder: Path) -> dict:
     return views
 
 
+def first_difference(a, b, where: str = "") -> str | None:
+    """The path of the first place two JSON values differ (None when equal), to say what changed."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return f"{where}.{k} (only in {'before' if k in a else 'now'})"
+            found = first_difference(a[k], b[k], f"{where}.{k}")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, f"{where}[{i}]"))), None)
+    return None if a == b else f"{where}: {str(a)[:60]} -> {str(b)[:60]}"
+
+
 def main() -> None:
     if len(sys.argv) != 3 or sys.argv[1] not in ("record", "compare"):
         sys.exit(__doc__)
@@ -168,7 +185,7 @@ def main() -> None:
         (folder / "golden.json").write_text(json.dumps(views, sort_keys=True))
         print(f"recorded {len(views)} cases in {folder}")
         return
-    before = json.loads((folder / "golden.json").read_text())
+    before = strip(json.loads((folder / "golden.json").read_text()), folder)
     with tempfile.TemporaryDirectory() as scratch:
         now = record(Path(scratch))
     bad = 0
@@ -176,7 +193,8 @@ def main() -> None:
         same = {part: before[name].get(part) == now.get(name, {}).get(part) for part in ("json", "ticket")}
         ok = all(same.values())
         bad += not ok
-        print(f"{name:14s} {'identical' if ok else 'DIFFERENT ' + str([p for p, s in same.items() if not s])}")
+        where = "" if ok else first_difference(before[name], now.get(name, {}))
+        print(f"{name:20s} {'identical' if ok else 'DIFFERENT at ' + str(where)}")
     print(f"{len(before) - bad}/{len(before)} cases identical")
     sys.exit(1 if bad else 0)
 

@@ -32,7 +32,8 @@ import torch  # noqa: E402
 from ticketcli.init import generator, init_weights  # noqa: E402
 from ticketcli.masking import DEFAULT_KTH, KTH_ALGORITHMS  # noqa: E402
 from ticketcli.methods.scores import Augmented, EdgePopup, ScoreTrainer, init_scores  # noqa: E402
-from ticketcli.models import MLP, ConvNet, MaskedNet  # noqa: E402
+from ticketcli.models import MLP, MaskedNet  # noqa: E402
+from ticketcli.models_conv import ConvNet  # noqa: E402
 from ticketcli.specs import InitSpec, MethodSpec  # noqa: E402
 from ticketcli.topk_search import SELECT_ALGORITHMS, TopKSelector  # noqa: E402
 
