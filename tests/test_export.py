@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
-from ticketcli.export import FORMATS
+from ticketcli.export import FORMATS, export_ticket
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 
 runner = CliRunner()
@@ -198,3 +198,30 @@ def test_export_refuses_overwrite_bad_format_and_wrong_checkpoint(tmp_path):
         app, ["export", str(ticket), "--format", "masked", "--out", str(out), "--force", "--weights", str(out)]
     )
     assert r.exit_code == 2 and "takes no --weights" in r.stderr
+
+
+def test_batchnorm_export_reads_and_rebuilds_the_ticket_once(tmp_path, request, monkeypatch):
+    """A BatchNorm network needs its extraction split for the running statistics: export takes it from the ticket
+    it already read, not from a second read and rebuild (the statistics are those evaluate computes)."""
+    ticket = make_ticket(tmp_path, f"{request.getfixturevalue('user_module')}:build_net")
+    calls = {"load": 0, "rebuild": 0}
+    load, rebuild = ticket_io.load, runs.rebuild
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(ticket_io, "load", counted("load", load))
+    monkeypatch.setattr(runs, "rebuild", counted("rebuild", rebuild))
+    policy = ModelPolicy(trust_model_code=True)
+    export_ticket(ticket, fmt="masked", out=tmp_path / "m.safetensors", policy=policy)
+    assert calls == {"load": 1, "rebuild": 1}
+    opened = runs.open_ticket(ticket, data=DataSpec(), device="cpu", policy=policy)
+    assert opened.net.batchnorms
+    opened.net.calibrate(opened.masks)
+    exported = load_file(str(tmp_path / "m.safetensors"))
+    stats = {n: t for n, t in opened.net.module.state_dict().items() if "running" in n}
+    assert stats and all(torch.equal(exported[n], t) for n, t in stats.items())

@@ -10,8 +10,6 @@ from hypothesis import strategies as st
 
 from ticketcli.masking import (
     KTH_ALGORITHMS,
-    SELECT_ALGORITHMS,
-    TopKSelector,
     default_algorithm,
     joint_topk_masks,
     keep_count,
@@ -19,6 +17,7 @@ from ticketcli.masking import (
     masked_weight,
     topk_mask,
 )
+from ticketcli.topk_search import SELECT_ALGORITHMS, TopKSelector
 
 
 def reference_topk(values: np.ndarray, k: int) -> np.ndarray:
@@ -67,27 +66,6 @@ def test_keep_count_is_floor_without_float_surprises(density, n, expected):
     assert keep_count(density, n) == expected
 
 
-def test_selector_with_warm_start_equals_full_selection():
-    """The warm-started search must return the same bits as a full selection, step after step, ties included."""
-    g = torch.Generator().manual_seed(1)
-    s = torch.randn(3000, generator=g).abs()
-    t = torch.rand(3000, generator=g)  # a fixed auxiliary part
-    sel, sel_frozen = TopKSelector(), TopKSelector()
-    for step in range(60):
-        s = (s + 0.02 * torch.randn(3000, generator=g)).abs()
-        if step % 10 == 3:  # inject exact ties around the threshold
-            s[:50] = s[1000]
-        if step % 17 == 5:  # a big jump that the band cannot cover
-            s = s * 3
-        for k in (1, 700, 2999, 3000, 4000):
-            expected = joint_topk_masks([s, t], k)[0]
-            got = sel("p", [s, t], k)
-            assert torch.equal(got, expected), (step, k)
-            assert torch.equal(sel("f", [s, t], k, torch.float32), expected.float())
-            assert torch.equal(sel_frozen(f"k{k}", [s, t], k, frozen=True), expected)  # t is sorted once
-            assert torch.equal(sel(f"single{k}", [s], min(k, 3000)), topk_mask(s, min(k, 3000)))
-
-
 def test_straight_through_gradient_is_upstream_times_sign():
     """dL/dS = dL/dH * sign(S), with dL/dH = dL/d(W*H) * W (edge-popup's estimator through |S|)."""
     g = torch.Generator().manual_seed(0)
@@ -105,31 +83,6 @@ def test_straight_through_gradient_is_upstream_times_sign():
     out.backward()
     assert torch.equal(masked_weight(s, w, hard).detach(), w * hard)
     torch.testing.assert_close(s.grad, expected, rtol=0, atol=1e-12)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.integers(0, 6), min_size=1, max_size=40),
-    st.lists(st.integers(0, 6), max_size=40),
-    st.integers(0, 6),
-    st.sampled_from([0.0, 0.5, 1.0, 2.5, 10.0]),
-    st.booleans(),
-    st.data(),
-)
-def test_band_search_finds_the_kth_largest_or_declines(a, b, t, w, frozen, data):
-    """The warm-start search returns exactly the k-th largest value whenever it answers (ties at both band ends)."""
-    from ticketcli.masking import _band_kth, _Live, _Sorted
-
-    arrays = [np.array(a, np.float32)] + ([np.array(b, np.float32)] if b else [])
-    values = np.concatenate(arrays)
-    k = data.draw(st.integers(1, values.size))
-    views = [_Live(arrays[0])] + [(_Sorted if frozen else _Live)(x) for x in arrays[1:]]
-    got = _band_kth(views, k, float(t), w)
-    expected = float(np.sort(values)[::-1][k - 1])
-    if w >= 10.0:  # the band covers every value: it must answer
-        assert got == expected
-    else:
-        assert got is None or got == expected
 
 
 small_parts = st.lists(st.lists(st.integers(-3, 3), min_size=1, max_size=30), min_size=1, max_size=4)

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
+from ticketcli.atomic import write_atomic
 from ticketcli.errors import UsageError
-from ticketcli.ticket import write_atomic
 
 FORMAT = "ticket-checkpoint/1"
 

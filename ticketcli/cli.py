@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 
 import ticketcli
 from ticketcli import distributed, exits, report, runs, sweep, weak
+from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.checkpoint import checkpoint_path
 from ticketcli.checkpoint import describe as describe_checkpoint
 from ticketcli.data import DATASETS
@@ -33,7 +34,6 @@ from ticketcli.specs import (
     merge_settings,
     parse_floats,
 )
-from ticketcli.ticket import check_destination, write_atomic
 
 
 def choices(name: str, names: list[str]) -> type[enum.Enum]:

@@ -7,7 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
-from ticketcli.report import png_bytes, pyplot, stdout
+from ticketcli.report.console import stdout
+from ticketcli.report.plots import png_bytes, pyplot
 
 
 def _pct(x: float | None) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -24,7 +25,9 @@ from safetensors.torch import save as st_save
 
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
-from ticketcli.errors import UsageError
+from ticketcli.atomic import check_destination, write_atomic
+from ticketcli.data import DATASETS, load_splits
+from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.models import MaskedNet
 from ticketcli.specs import DataSpec, ModelPolicy
 
@@ -87,6 +90,23 @@ def csr_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> tuple[dict[str,
     return state, layers
 
 
+def recalibrate(
+    net: MaskedNet, masks: dict[str, torch.Tensor], tk: ticket_io.Ticket, path: Path, data: DataSpec
+) -> None:
+    """BatchNorm's running statistics for these masks, recomputed on the ticket's own extraction split (found
+    through `data`'s search path) exactly as `evaluate` does (runs.open_ticket), so eval mode reproduces it."""
+    d = tk.data
+    if d["dataset"] not in DATASETS:
+        raise TicketFileError(f"{path}: unknown dataset {d['dataset'][:80]!r}")
+    splits = load_splits(
+        replace(data, name=d["dataset"], n_extract=d["n_extract"], n_val=d["n_val"], split_seed=d["split_seed"])
+    )
+    assert net.spec is not None  # runs.rebuild records the ticket's parsed model spec
+    runs.check_input_shape(net.spec, splits, net)
+    net.calibration = splits.x_extract
+    net.calibrate(masks)
+
+
 def encode(state: dict[str, torch.Tensor], out: Path, metadata: dict[str, str] | None = None) -> bytes:
     if out.suffix == ".safetensors":
         return st_save(state, metadata=metadata)
@@ -113,14 +133,12 @@ def export_ticket(
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     path, out = Path(path), Path(out)
-    ticket_io.check_destination(out, overwrite=overwrite)
-    tk = ticket_io.load(path)
+    check_destination(out, overwrite=overwrite)
+    tk = ticket_io.load(path)  # read once: the network, the masks and the calibration split all come from tk
     net, _ = runs.rebuild(tk, path, weights, policy)
-    if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
-        opened = runs.open_ticket(path, data=data or DataSpec(), device="cpu", weights=weights, policy=policy)
-        net = opened.net
-        net.calibrate(opened.masks)
     masks = {n: tk.masks[n] for n in net.names}
+    if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
+        recalibrate(net, masks, tk, path, data or DataSpec())
     meta = {"format": f"ticket-export-{fmt}", "model": tk.model["spec"], "ticket_weights_sha256": tk.weights_sha256}
     layers = None
     if fmt == "masked":
@@ -132,7 +150,7 @@ def export_ticket(
         meta["layers"] = json.dumps(layers)
     else:
         state = {n: m.to(torch.bool).contiguous() for n, m in masks.items()}
-    size = ticket_io.write_atomic(out, encode(state, out, meta), overwrite=overwrite)
+    size = write_atomic(out, encode(state, out, meta), overwrite=overwrite)
     dense = len(st_save(dense_state(net)))
     kept = sum(int(m.sum()) for m in masks.values())
     total = sum(m.numel() for m in masks.values())

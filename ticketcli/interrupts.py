@@ -3,7 +3,7 @@ and exit with 128 + the signal number (130, 143).
 
 Any long command wraps its body in `stop_on_signals(...)` (inside `errors_to_exit_codes()`) and passes its
 progress callback through `position.track(...)`. Files are never left half-written because every writer goes
-through ticket.write_atomic (temp file + rename, the temp file unlinked on any exception).
+through atomic.write_atomic (temp file + rename, the temp file unlinked on any exception).
 """
 
 from __future__ import annotations

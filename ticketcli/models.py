@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from ticketcli import batchnorm, models_resnet, models_vit
+from ticketcli import batchnorm, models_conv, models_resnet, models_vit
 from ticketcli.errors import UsageError
+from ticketcli.models_user import build_user_model
 from ticketcli.registry import Registry
 from ticketcli.specs import ModelSpec
 
@@ -113,85 +114,6 @@ def build_lenet300(spec: ModelSpec) -> nn.Module:
     return MLP((c * h * w, 300, 100, classes), spec.bias)
 
 
-class ConvNet(nn.Module):
-    """3x3 convolutions (padding 1) with ReLU, 2x2 max-pools at "M", then flatten and a ReLU MLP head.
-
-    `features` and `classifier` are nn.Sequentials, so the parameter names ("features.0.weight",
-    "classifier.1.weight", ...) are those of the same model written in plain PyTorch. No BatchNorm."""
-
-    def __init__(
-        self, layers: tuple[str, ...], head: tuple[int, ...], input: tuple[int, int, int], classes: int, bias: bool
-    ):
-        super().__init__()
-        c, h, w = input
-        feats: list[nn.Module] = []
-        for item in layers:
-            if item == "M":
-                if h < 2 or w < 2:
-                    raise UsageError(
-                        f"a {input[1]}x{input[2]} input is too small for {len(layers)} layers "
-                        f"with {layers.count('M')} 2x2 max-pools"
-                    )
-                feats.append(nn.MaxPool2d(2))
-                h, w = h // 2, w // 2
-            else:
-                feats += [nn.Conv2d(c, int(item), 3, padding=1, bias=bias), nn.ReLU()]
-                c = int(item)
-        self.features = nn.Sequential(*feats)
-        widths = (c * h * w, *head, classes)
-        cls: list[nn.Module] = [nn.Flatten()]
-        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-            cls.append(nn.Linear(a, b, bias=bias))
-            if i < len(widths) - 2:
-                cls.append(nn.ReLU())
-        self.classifier = nn.Sequential(*cls)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
-
-    def forward_with(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The forward pass with these tensors as parameters (cheaper than torch.func.functional_call)."""
-        for prefix, seq in (("features", self.features), ("classifier", self.classifier)):
-            for i, m in enumerate(seq):
-                if isinstance(m, nn.Conv2d):
-                    x = F.conv2d(x, params[f"{prefix}.{i}.weight"], params.get(f"{prefix}.{i}.bias"), padding=1)
-                elif isinstance(m, nn.Linear):
-                    x = F.linear(x, params[f"{prefix}.{i}.weight"], params.get(f"{prefix}.{i}.bias"))
-                else:
-                    x = m(x)
-        return x
-
-
-CONV_FAMILY = {  # Frankle & Carbin / edge-popup Conv-2/4/6: 64-64-pool, +128-128-pool, +256-256-pool; FC 256-256
-    "conv2": ("64", "64", "M"),
-    "conv4": ("64", "64", "M", "128", "128", "M"),
-    "conv6": ("64", "64", "M", "128", "128", "M", "256", "256", "M"),
-}
-
-
-def _conv_family(name: str) -> Callable[[ModelSpec], nn.Module]:
-    def build(spec: ModelSpec) -> nn.Module:
-        shape, classes = _geometry(spec)
-        return ConvNet(CONV_FAMILY[name], (256, 256), shape, classes, spec.bias)
-
-    build.__doc__ = f"{name}: {'-'.join(CONV_FAMILY[name])}, then FC 256-256-classes."
-    return build
-
-
-for _name in CONV_FAMILY:
-    MODELS.register(_name)(_conv_family(_name))
-
-
-@MODELS.register("vgg")
-def build_vgg(spec: ModelSpec) -> nn.Module:
-    """VGG-style ConvNet without BatchNorm (Appendix G): the spec's convs and pools, then one Linear to classes.
-
-    Appendix G does not spell out the head; a single linear classifier keeps the model VGG-style and distinct
-    from conv6 (which has the 256-256 FC head)."""
-    shape, classes = _geometry(spec)
-    return ConvNet(spec.layers, (), shape, classes, spec.bias)
-
-
 def _sized(build: Callable[[ModelSpec, tuple[int, int, int], int], nn.Module]) -> Callable[[ModelSpec], nn.Module]:
     """A builder that takes the input shape and class count from the spec's @CxHxW-K."""
 
@@ -202,8 +124,10 @@ def _sized(build: Callable[[ModelSpec, tuple[int, int, int], int], nn.Module]) -
     return builder
 
 
-# ResNets (non-affine BatchNorm) and the ViT (non-affine LayerNorm) live in their own modules
+# ConvNets, ResNets (non-affine BatchNorm) and the ViT (non-affine LayerNorm) live in their own modules
 for _name, _build in (
+    *((name, models_conv.conv_family(name)) for name in models_conv.CONV_FAMILY),
+    ("vgg", models_conv.build_vgg),
     ("resnet20", models_resnet.build_resnet20),
     ("resnet18", models_resnet.build_resnet18),
     ("wrn", models_resnet.build_wrn),
@@ -212,78 +136,17 @@ for _name, _build in (
     MODELS.register(_name)(_sized(_build))
 
 
-def import_factory(path: str) -> Callable[[], nn.Module]:
-    """The function named by "pkg.module:function" (imported with the current directory on sys.path).
-
-    Callers decide whether importing is allowed: a ticket alone never is (runs.ticket_model)."""
-    import importlib
-    import inspect
-    import sys
-
-    module_name, _, attr = path.partition(":")
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")  # `python -m` puts the cwd first; the console script does not
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        if module_name in MODELS:
-            raise UsageError(f"invalid model spec {path!r}: {module_name} takes numbers, not {attr!r}") from None
-        raise UsageError(
-            f"cannot import {module_name} for model {path}: {e}",
-            hint="the module must be importable (on PYTHONPATH or in the current directory)",
-        ) from None
-    except (Exception, SystemExit) as e:  # the user's module raised (or called sys.exit) while importing
-        raise UsageError(f"importing {module_name} for model {path} failed: {type(e).__name__}: {e}") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise UsageError(f"{module_name} has no function {attr!r} (model {path})")
-    if inspect.isbuiltin(fn):  # sys.exit, os.abort, signal.pause, builtins.exec: never a model factory
-        raise UsageError(f"model {path} names a built-in function, not a factory returning an nn.Module")
-    return fn
-
-
-FACTORY_SEED = 20260102  # the global RNG seed a factory runs under: its own default init is then reproducible
-
-
-def takes_num_classes(fn: Callable) -> bool:
-    """Whether a factory accepts num_classes= (by name or **kwargs, as torchvision.models' builders do)."""
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # builtins and some C callables have no signature
-        return False
-    return any(p.name == "num_classes" or p.kind is p.VAR_KEYWORD for p in params)
-
-
-def build_user_model(path: str, classes: int | None = None) -> nn.Module:
-    """The factory's module, built under FACTORY_SEED; with `classes` (the spec's @CxHxW-K) as num_classes=K."""
-    fn = import_factory(path)
-    if classes is not None and not takes_num_classes(fn):
-        raise UsageError(
-            f"model {path}@...-{classes} passes num_classes={classes}, which {path} does not take",
-            hint=f"drop the @CxHxW-K part, or give {path} a num_classes parameter",
-        )
-    kwargs = {} if classes is None else {"num_classes": classes}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(FACTORY_SEED)
-        try:
-            module = fn(**kwargs)
-        except (Exception, SystemExit) as e:  # a factory's sys.exit() must not become our exit code
-            raise UsageError(f"model factory {path} failed: {type(e).__name__}: {e}") from None
-    if not isinstance(module, nn.Module):
-        raise UsageError(f"model factory {path} returned {type(module).__name__}, not an nn.Module")
-    if not masked_names(module):
-        raise UsageError(f"model {path} has no nn.Linear or nn.Conv2d parameters to mask")
-    return module.cpu().float().eval()
-
-
 def build_model(spec: ModelSpec) -> nn.Module:
     """An nn.Module for the spec, in eval mode, parameters frozen (values come from init.py or a checkpoint).
 
     Built-in builders compute no tensor values from data, so `with torch.device("meta"): build_model(spec)` counts
     parameters and checks shapes without allocating."""
-    net = build_user_model(spec.factory, spec.classes) if spec.arch == "user" else MODELS.get(spec.arch)(spec)
+    if spec.arch == "user" and spec.factory is not None:
+        net = build_user_model(spec.factory, spec.classes)
+        if not masked_names(net):
+            raise UsageError(f"model {spec.factory} has no nn.Linear or nn.Conv2d parameters to mask")
+    else:
+        net = MODELS.get(spec.arch)(spec)
     for p in net.parameters():
         p.requires_grad_(False)
     return net.eval()  # BatchNorm's mode is set per forward pass by MaskedNet (batchnorm.py); no dropout anywhere

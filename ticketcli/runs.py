@@ -13,6 +13,7 @@ import torch
 
 from ticketcli import distributed, runs_checks, runs_record
 from ticketcli import ticket as ticket_io
+from ticketcli.atomic import check_destination
 from ticketcli.checkpoint import Checkpointer, checkpoint_path
 from ticketcli.data import DATASETS, Splits, load_splits
 from ticketcli.errors import TicketFileError, UsageError
@@ -128,9 +129,9 @@ def extract_ticket(
 
     checkpoint_every: save resumable state to `<out>.ckpt` every N epochs; resume: continue from it (when it
     exists). The checkpoint is removed once the ticket is written."""
-    ticket_io.check_destination(out, overwrite=overwrite)  # fail before the work, not after
+    check_destination(out, overwrite=overwrite)  # fail before the work, not after
     if checkpoint_every is not None:
-        ticket_io.check_destination(checkpoint_path(out), overwrite=True)  # replaced every N epochs
+        check_destination(checkpoint_path(out), overwrite=True)  # replaced every N epochs
     device = resolve_device(spec.device)
     world = distributed.world()
     checkpointing = checkpoint_every is not None or resume

@@ -522,7 +522,8 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
     from ticketcli.data import DATASETS  # the dataset decides the default model's input and output widths
     from ticketcli.init import INIT_SCHEMES
     from ticketcli.methods import METHODS
-    from ticketcli.models import MODELS, import_factory, takes_num_classes
+    from ticketcli.models import MODELS
+    from ticketcli.models_user import import_factory, takes_num_classes
 
     s = {k: v if v is None or k not in RANGES else check_setting(k, v) for k, v in settings.items()}
     METHODS.get(s["method"])

@@ -22,6 +22,7 @@ import torch
 
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
+from ticketcli.atomic import write_atomic
 from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
 from ticketcli.init import file_sha256, generator
 from ticketcli.methods import METHODS
@@ -207,10 +208,10 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
 def store(out_dir: Path, task: SweepTask, record: dict, payload: bytes) -> dict:
     """Write the ticket, then its record (the record last: a record on disk means the ticket is complete)."""
     ticket = out_dir / f"{task.id}.safetensors"
-    ticket_io.write_atomic(ticket, payload, overwrite=True)
+    write_atomic(ticket, payload, overwrite=True)
     record = {**record, "ticket": str(ticket), "ticket_sha256": hashlib.sha256(payload).hexdigest()}
     doc = {"spec": spec_identity(task.spec), "record": record}
-    ticket_io.write_atomic(
+    write_atomic(
         out_dir / f"{task.id}.json", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), overwrite=True
     )
     return record

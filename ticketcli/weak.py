@@ -18,7 +18,7 @@ from safetensors.torch import save as st_save
 
 import ticketcli
 from ticketcli import distributed
-from ticketcli import ticket as ticket_io
+from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.errors import RunFailed
 from ticketcli.init import file_sha256, generator
 from ticketcli.masking import mask_stats
@@ -156,7 +156,7 @@ def train_weak(
     """Train a ticket's surviving weights with its mask fixed (and optionally the dense net); write them to `out`."""
     path = Path(path)
     if out is not None:
-        ticket_io.check_destination(out, overwrite=overwrite)  # fail before the work, not after
+        check_destination(out, overwrite=overwrite)  # fail before the work, not after
     o = open_ticket(path, data=data, device=device, weights=weights, policy=policy)
     tk = o.ticket
     masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress)
@@ -196,6 +196,6 @@ def train_weak(
             "final": json.dumps({k: v["accuracy"] for k, v in masked["final"].items()}),
             "created_by": json.dumps({"ticketcli": ticketcli.__version__, "torch": torch.__version__}),
         }
-        size = ticket_io.write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite)
+        size = write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite)
         result["out"] = {"path": str(out), "file_bytes": size}
     return result

@@ -30,6 +30,7 @@ from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import TicketFileError
+from ticketcli.safetensors_file import DTYPE_BYTES
 from ticketcli.specs import build_extract_spec, merge_settings
 
 # 13 hidden units and biases: masks of 832, 13, 130 and 10 bits, so three of them have padding bits
@@ -199,13 +200,13 @@ def families(raw: bytes) -> dict[str, st.SearchStrategy]:
         i = draw(st.integers(0, len(names) - 1))
         dtype = draw(
             st.one_of(
-                st.sampled_from(sorted(set(ticket_io.DTYPE_BYTES) - {"U8"})),
-                st.text(max_size=8).filter(lambda d: d not in ticket_io.DTYPE_BYTES),
+                st.sampled_from(sorted(set(DTYPE_BYTES) - {"U8"})),
+                st.text(max_size=8).filter(lambda d: d not in DTYPE_BYTES),
             )
         )
-        if dtype in ticket_io.DTYPE_BYTES and draw(st.booleans()):  # keep the layout consistent
+        if dtype in DTYPE_BYTES and draw(st.booleans()):  # keep the layout consistent
             size = len(tensors[i][3])
-            item = ticket_io.DTYPE_BYTES[dtype]
+            item = DTYPE_BYTES[dtype]
             t = list(tensors)
             t[i] = (
                 t[i][0],

@@ -7,9 +7,10 @@ import math
 
 import torch
 
-from ticketcli.masking import TopKSelector, joint_topk_masks, keep_count
+from ticketcli.masking import joint_topk_masks, keep_count
 from ticketcli.models import MaskedNet
 from ticketcli.specs import MethodSpec
+from ticketcli.topk_search import TopKSelector
 
 
 def ranking(scores: torch.Tensor, signed: bool) -> torch.Tensor:

@@ -1,0 +1,95 @@
+"""The warm-started top-k search (topk_search.py) against the plain definition of a top-k mask: exactly k kept,
+ties to the lowest index of the concatenation, the same bits as masking.joint_topk_masks, cold or warm."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ticketcli.masking import joint_topk_masks, topk_mask
+from ticketcli.topk_search import TopKSelector, _band_kth, _Live, _Sorted
+
+
+def torch_oracle(parts: list[torch.Tensor], k: int) -> torch.Tensor:
+    """The first part's mask by definition: a stable descending sort of the concatenation keeps the k first (equal
+    values stay in index order, so ties go to the lowest concatenated index)."""
+    flat = torch.cat([p.reshape(-1) for p in parts])
+    keep = torch.zeros(flat.numel(), dtype=torch.bool)
+    keep[torch.sort(flat, descending=True, stable=True).indices[:k]] = True
+    return keep[: parts[0].numel()].view(parts[0].shape)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 300),
+    st.integers(0, 200),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from([0.0, 1e-3, 0.05, 1.0]),
+    st.integers(0, 4),
+    st.booleans(),
+    st.data(),
+)
+def test_selector_over_many_steps_equals_a_torch_topk_oracle(n, m, seed, drift, levels, frozen, data):
+    """Random scores that drift step after step (sometimes jumping, sometimes rounded onto a few levels to make
+    ties), with and without an auxiliary part: the warm selector's mask is always the oracle's."""
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(3, n, generator=g)
+    aux = [torch.rand(m, generator=g)] if m else []
+    sel = TopKSelector()
+    for step in range(8):
+        s = s + drift * torch.randn(3, n, generator=g)
+        if step == 5:
+            s = 4 * s  # a jump no band around the last threshold covers
+        x = s.round() if levels and step % 2 else s  # many exact ties at and around the threshold
+        parts = [x.abs(), *aux]
+        k = data.draw(st.integers(0, 3 * n + m), label=f"k at step {step}")
+        expected = torch_oracle(parts, k)
+        assert torch.equal(joint_topk_masks(parts, k)[0], expected)
+        assert torch.equal(sel("p", parts, k, frozen=frozen), expected), step
+        assert torch.equal(sel("f", parts, k, torch.float32, frozen=frozen), expected.float()), step
+
+
+def test_selector_with_warm_start_equals_full_selection():
+    """The warm-started search must return the same bits as a full selection, step after step, ties included."""
+    g = torch.Generator().manual_seed(1)
+    s = torch.randn(3000, generator=g).abs()
+    t = torch.rand(3000, generator=g)  # a fixed auxiliary part
+    sel, sel_frozen = TopKSelector(), TopKSelector()
+    for step in range(60):
+        s = (s + 0.02 * torch.randn(3000, generator=g)).abs()
+        if step % 10 == 3:  # inject exact ties around the threshold
+            s[:50] = s[1000]
+        if step % 17 == 5:  # a big jump that the band cannot cover
+            s = s * 3
+        for k in (1, 700, 2999, 3000, 4000):
+            expected = joint_topk_masks([s, t], k)[0]
+            got = sel("p", [s, t], k)
+            assert torch.equal(got, expected), (step, k)
+            assert torch.equal(sel("f", [s, t], k, torch.float32), expected.float())
+            assert torch.equal(sel_frozen(f"k{k}", [s, t], k, frozen=True), expected)  # t is sorted once
+            assert torch.equal(sel(f"single{k}", [s], min(k, 3000)), topk_mask(s, min(k, 3000)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 6), min_size=1, max_size=40),
+    st.lists(st.integers(0, 6), max_size=40),
+    st.integers(0, 6),
+    st.sampled_from([0.0, 0.5, 1.0, 2.5, 10.0]),
+    st.booleans(),
+    st.data(),
+)
+def test_band_search_finds_the_kth_largest_or_declines(a, b, t, w, frozen, data):
+    """The warm-start search returns exactly the k-th largest value whenever it answers (ties at both band ends)."""
+    arrays = [np.array(a, np.float32)] + ([np.array(b, np.float32)] if b else [])
+    values = np.concatenate(arrays)
+    k = data.draw(st.integers(1, values.size))
+    views = [_Live(arrays[0])] + [(_Sorted if frozen else _Live)(x) for x in arrays[1:]]
+    got = _band_kth(views, k, float(t), w)
+    expected = float(np.sort(values)[::-1][k - 1])
+    if w >= 10.0:  # the band covers every value: it must answer
+        assert got == expected
+    else:
+        assert got is None or got == expected

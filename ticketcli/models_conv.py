@@ -1,0 +1,86 @@
+"""Plain convolutional nets: Conv-2/4/6 (Frankle & Carbin; edge-popup) and VGG-style nets without BatchNorm."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ticketcli.errors import UsageError
+from ticketcli.specs import ModelSpec
+
+
+class ConvNet(nn.Module):
+    """3x3 convolutions (padding 1) with ReLU, 2x2 max-pools at "M", then flatten and a ReLU MLP head.
+
+    `features` and `classifier` are nn.Sequentials, so the parameter names ("features.0.weight",
+    "classifier.1.weight", ...) are those of the same model written in plain PyTorch. No BatchNorm."""
+
+    def __init__(
+        self, layers: tuple[str, ...], head: tuple[int, ...], input: tuple[int, int, int], classes: int, bias: bool
+    ):
+        super().__init__()
+        c, h, w = input
+        feats: list[nn.Module] = []
+        for item in layers:
+            if item == "M":
+                if h < 2 or w < 2:
+                    raise UsageError(
+                        f"a {input[1]}x{input[2]} input is too small for {len(layers)} layers "
+                        f"with {layers.count('M')} 2x2 max-pools"
+                    )
+                feats.append(nn.MaxPool2d(2))
+                h, w = h // 2, w // 2
+            else:
+                feats += [nn.Conv2d(c, int(item), 3, padding=1, bias=bias), nn.ReLU()]
+                c = int(item)
+        self.features = nn.Sequential(*feats)
+        widths = (c * h * w, *head, classes)
+        cls: list[nn.Module] = [nn.Flatten()]
+        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+            cls.append(nn.Linear(a, b, bias=bias))
+            if i < len(widths) - 2:
+                cls.append(nn.ReLU())
+        self.classifier = nn.Sequential(*cls)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+    def forward_with(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The forward pass with these tensors as parameters (cheaper than torch.func.functional_call)."""
+        for prefix, seq in (("features", self.features), ("classifier", self.classifier)):
+            for i, m in enumerate(seq):
+                if isinstance(m, nn.Conv2d):
+                    x = F.conv2d(x, params[f"{prefix}.{i}.weight"], params.get(f"{prefix}.{i}.bias"), padding=1)
+                elif isinstance(m, nn.Linear):
+                    x = F.linear(x, params[f"{prefix}.{i}.weight"], params.get(f"{prefix}.{i}.bias"))
+                else:
+                    x = m(x)
+        return x
+
+
+CONV_FAMILY = {  # Frankle & Carbin / edge-popup Conv-2/4/6: 64-64-pool, +128-128-pool, +256-256-pool; FC 256-256
+    "conv2": ("64", "64", "M"),
+    "conv4": ("64", "64", "M", "128", "128", "M"),
+    "conv6": ("64", "64", "M", "128", "128", "M", "256", "256", "M"),
+}
+
+
+def conv_family(name: str) -> Callable[[ModelSpec, tuple[int, int, int], int], nn.Module]:
+    """The builder of conv2, conv4 or conv6."""
+
+    def build(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
+        return ConvNet(CONV_FAMILY[name], (256, 256), shape, classes, spec.bias)
+
+    build.__doc__ = f"{name}: {'-'.join(CONV_FAMILY[name])}, then FC 256-256-classes."
+    return build
+
+
+def build_vgg(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
+    """VGG-style ConvNet without BatchNorm (Appendix G): the spec's convs and pools, then one Linear to classes.
+
+    Appendix G does not spell out the head; a single linear classifier keeps the model VGG-style and distinct
+    from conv6 (which has the 256-256 FC head)."""
+    return ConvNet(spec.layers, (), shape, classes, spec.bias)

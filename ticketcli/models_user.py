@@ -1,0 +1,70 @@
+"""A user's own model, named "pkg.module:function": imported only when the caller allows it (a ticket alone never
+does, runs.ticket_model), built under a fixed global seed, and refused with one line when it is not a factory."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ticketcli.errors import UsageError
+
+
+def import_factory(path: str) -> Callable[..., nn.Module]:
+    """The function named by "pkg.module:function" (imported with the current directory on sys.path).
+
+    Callers decide whether importing is allowed: a ticket alone never is (runs.ticket_model)."""
+    module_name, _, attr = path.partition(":")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # `python -m` puts the cwd first; the console script does not
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:  # (a built-in's name, "mlp:x", never gets here: the spec parser keeps it built-in)
+        raise UsageError(
+            f"cannot import {module_name} for model {path}: {e}",
+            hint="the module must be importable (on PYTHONPATH or in the current directory)",
+        ) from None
+    except (Exception, SystemExit) as e:  # the user's module raised (or called sys.exit) while importing
+        raise UsageError(f"importing {module_name} for model {path} failed: {type(e).__name__}: {e}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise UsageError(f"{module_name} has no function {attr!r} (model {path})")
+    if inspect.isbuiltin(fn):  # sys.exit, os.abort, signal.pause, builtins.exec: never a model factory
+        raise UsageError(f"model {path} names a built-in function, not a factory returning an nn.Module")
+    return fn
+
+
+FACTORY_SEED = 20260102  # the global RNG seed a factory runs under: its own default init is then reproducible
+
+
+def takes_num_classes(fn: Callable[..., object]) -> bool:
+    """Whether a factory accepts num_classes= (by name or **kwargs, as torchvision.models' builders do)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return False
+    return any(p.name == "num_classes" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def build_user_model(path: str, classes: int | None = None) -> nn.Module:
+    """The factory's module, built under FACTORY_SEED; with `classes` (the spec's @CxHxW-K) as num_classes=K."""
+    fn = import_factory(path)
+    if classes is not None and not takes_num_classes(fn):
+        raise UsageError(
+            f"model {path}@...-{classes} passes num_classes={classes}, which {path} does not take",
+            hint=f"drop the @CxHxW-K part, or give {path} a num_classes parameter",
+        )
+    kwargs = {} if classes is None else {"num_classes": classes}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(FACTORY_SEED)
+        try:
+            module = fn(**kwargs)
+        except (Exception, SystemExit) as e:  # a factory's sys.exit() must not become our exit code
+            raise UsageError(f"model factory {path} failed: {type(e).__name__}: {e}") from None
+    if not isinstance(module, nn.Module):
+        raise UsageError(f"model factory {path} returned {type(module).__name__}, not an nn.Module")
+    return module.cpu().float().eval()

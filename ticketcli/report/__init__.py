@@ -1,0 +1,44 @@
+"""Reporting, split by concern: console (stdout/stderr, --json, --quiet, errors, warnings, progress bars), tables
+(each command's human-readable result) and plots (PNG figures). Callers use the names below as `report.<name>`."""
+
+from ticketcli.report.console import (
+    epoch_progress,
+    error,
+    internal_error,
+    literal,
+    print_json,
+    runs_progress,
+    sweep_progress,
+    warn,
+)
+from ticketcli.report.plots import drift_plot, sweep_plot, weak_plot
+from ticketcli.report.tables import (
+    drift_tables,
+    evaluate_table,
+    export_table,
+    extract_table,
+    inspect_table,
+    sweep_table,
+    weak_table,
+)
+
+__all__ = [
+    "drift_plot",
+    "drift_tables",
+    "epoch_progress",
+    "error",
+    "evaluate_table",
+    "export_table",
+    "extract_table",
+    "inspect_table",
+    "internal_error",
+    "literal",
+    "print_json",
+    "runs_progress",
+    "sweep_plot",
+    "sweep_progress",
+    "sweep_table",
+    "warn",
+    "weak_plot",
+    "weak_table",
+]
