@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from ticketcli import export as export_core
 from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.options import (
@@ -19,7 +20,6 @@ from ticketcli.cli.options import (
     TicketModel,
     TrustModelCode,
 )
-from ticketcli.export import export_ticket
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.specs import DataSpec, build_model_policy, data_location
 
@@ -57,7 +57,7 @@ def export(
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
         policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
         data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
-        result = export_ticket(
+        result = export_core.export_ticket(
             ticket,
             fmt=format,
             out=out,
