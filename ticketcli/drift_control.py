@@ -22,6 +22,7 @@ from ticketcli.errors import UsageError
 from ticketcli.models import MLP
 
 MODES = ("topk", "percentile")
+DEFAULT_TARGET = 0.7  # --act-target when not given
 EMA = 0.5  # percentile centering: q <- EMA * q + (1 - EMA) * q_batch (the first batch sets q); a short memory,
 # because training keeps pushing the pre-activations up past a stale q (0.9 undershot a 0.8 target by 9 points)
 
@@ -61,7 +62,7 @@ def build_control_spec(mode: str | None, target: float | None, freeze_after: int
         return None
     if mode not in MODES:
         raise UsageError(f"unknown --act-sparsity {mode!r}; choose one of: {', '.join(MODES)}")
-    target = 0.7 if target is None else check_target(target, "--act-target")
+    target = DEFAULT_TARGET if target is None else check_target(target, "--act-target")
     if freeze_after is not None:
         if mode != "percentile":
             raise UsageError("--freeze-stats-after freezes percentile statistics; top-k keeps none")

@@ -47,7 +47,7 @@ def parse_targets(text: str) -> tuple[float, ...]:
 def check_workers(workers: int | None) -> int:
     """--workers: 1 (in-process) up to MAX_WORKERS spawned processes."""
     if workers is None:
-        return 1
+        return 1  # in-process: Features.workers' default
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
     return workers

@@ -55,7 +55,7 @@ def build_relufy_spec(
         raise UsageError(f"--from and --to are both {source}; ReLUfication swaps one activation for another")
     if inputs not in (None, "data"):
         raise UsageError("--relufy fine-tunes for epochs of the dataset; it does not go with --inputs " + inputs)
-    epochs = 1 if epochs is None else epochs
+    epochs = RelufySpec.epochs if epochs is None else epochs
     if isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= MAX_EPOCHS:
         raise UsageError(f"--relufy-epochs must be a whole number from 1 to {MAX_EPOCHS}, got {epochs!r}")
     return RelufySpec(source=source, target=target, epochs=epochs)

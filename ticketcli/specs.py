@@ -6,7 +6,7 @@ import math
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -326,51 +326,43 @@ class RunSpec:
     max_params: int = MAX_PARAMS  # refuse a bigger model before building it
 
 
-# Every key a config file may set, with the built-in default (flags override the file, the file overrides these).
-EXTRACT_DEFAULTS: dict[str, Any] = {
-    "method": "augmented",
-    "sparsity": 0.9,
-    "layer_densities": None,
-    "aug_density": None,
-    "aux_width": 1,
-    "frozen_aux": False,
-    "signed_scores": False,
-    "project_final": False,
-    "global_topk": False,
-    "iter_tolerance": 0.02,
-    "max_rounds": 8,
-    "seed": 0,
+# Every key a config file may set (flags override the file, the file overrides the built-in default), and the spec
+# field that holds its default: defaults are written once, in the dataclasses above. MethodSpec's options keep their
+# field names; score_init is no setting and matched_to is filled in by match_sparsity.
+SETTING_FIELDS: dict[str, tuple[type, str]] = {
+    "method": (MethodSpec, "name"),
+    **{f.name: (MethodSpec, f.name) for f in fields(MethodSpec) if f.name not in ("name", "score_init", "matched_to")},
+    "seed": (InitSpec, "seed"),
+    "init": (InitSpec, "scheme"),
+    "init_k": (InitSpec, "k"),
+    "bias": (ModelSpec, "bias"),
+    "dataset": (DataSpec, "name"),
+    "n_extract": (DataSpec, "n_extract"),
+    "n_val": (DataSpec, "n_val"),
+    "download": (DataSpec, "download"),
+    "weights": (RunSpec, "weights"),
+    "device": (RunSpec, "device"),
+    "max_params": (RunSpec, "max_params"),
+}
+# Settings no spec field holds: they decide how the specs are built. model None is the paper's MLP sized to the
+# dataset; data_dir goes first in DataSpec.search_dirs; match_sparsity* replace the sparsity by a ticket's.
+UNSPECCED_DEFAULTS: dict[str, Any] = {
     "model": None,
-    "bias": False,
-    "init": "scaled-kaiming-uniform",
-    "init_k": 0.5,
-    "weights": None,
-    "dataset": "fashion-mnist",
     "data_dir": None,
-    "download": False,
-    "n_extract": None,
-    "n_val": None,
-    "epochs": 100,
-    "lr": 1e-2,
-    "batch_size": 512,
-    "betas": "0.9,0.999",
-    "eps": 1e-8,
-    "weight_decay": 0.0,
-    "weight_lr": 1e-3,
-    "saliency_batches": 5,
-    "grasp_temperature": 200.0,
-    "synflow_rounds": 100,
-    "imp_rounds": 5,
-    "regrow_every": 100,
-    "regrow_fraction": 0.3,
-    "movement_warmup": 0.1,
-    "movement_cooldown": 0.1,
-    "movement_noise": 1e-6,
     "match_sparsity": None,
     "match_sparsity_per_layer": False,
-    "device": "auto",
-    "precision": "fp32",
-    "max_params": None,
+}
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default of dataclass field `name` of `cls` (calling its default_factory if it has one)."""
+    f = next(f for f in fields(cls) if f.name == name)
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+EXTRACT_DEFAULTS: dict[str, Any] = {
+    **{key: field_default(cls, name) for key, (cls, name) in SETTING_FIELDS.items()},
+    **UNSPECCED_DEFAULTS,
 }
 
 SEED = INT(0, 2**63, hi_open=True)  # a seed seeds torch generators (64-bit) and is stored in tickets

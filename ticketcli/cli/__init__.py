@@ -1,0 +1,98 @@
+"""The `ticket` command line: the Typer app, its last-resort error handling and the global options. Each command
+lives in a module of its own (thin: parse options, build specs, call one core function, report); options shared
+by several commands are in options.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+import ticketcli
+from ticketcli import distributed, exits
+from ticketcli.cli import drift, evaluate, export, extract, inspect, sweep_k, train_weak
+from ticketcli.cli.common import errors_to_exit_codes
+from ticketcli.errors import UsageError
+from ticketcli.interrupts import stop_on_signals
+
+
+class OneLineErrors(TyperGroup):
+    """The edge of the program, where every run ends in exactly one exit code (exits.exit_code): Click's own usage
+    errors (unknown option, a value outside the choices, not a number) as one 'error:' line with exit code 2, like
+    every other bad input, instead of Typer's multi-line box; a closed stdout or stderr quietly (141); a signal
+    outside a command's own handling as one line (130/143); anything unexpected as one 'internal error:' line
+    with exit code 70 (the traceback with TICKET_DEBUG=1)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
+        streams = exits.std_streams()
+        try:
+            # commands set their own handlers (naming the epoch, the files written); this one covers the rest
+            with stop_on_signals(outputs=None, unit=None):
+                rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+            code = rv if isinstance(rv, int) else 0
+        except BaseException as e:  # the last resort: whatever escaped becomes an exit code here and only here
+            code = exits.exit_code(e, debug=os.environ.get("TICKET_DEBUG", "") not in ("", "0"), streams=streams)
+        sys.exit(code)
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Extract, share and re-evaluate strong lottery tickets (binary masks over frozen random weights).",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"ticketcli {ticketcli.__version__}")
+        raise typer.Exit()
+
+
+DATA_PARALLEL_COMMANDS = ("extract", "train-weak")
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Extract, share and re-evaluate strong lottery tickets."""
+    with errors_to_exit_codes():
+        if distributed.from_environment().active and ctx.invoked_subcommand not in DATA_PARALLEL_COMMANDS:
+            raise UsageError(
+                f"`ticket {ctx.invoked_subcommand}` does not run under torchrun",
+                hint=f"run it as a single process; torchrun runs {' and '.join(DATA_PARALLEL_COMMANDS)}",
+            )
+
+
+# In the order `ticket --help` lists them.
+app.command()(extract.extract)
+app.command()(evaluate.evaluate)
+app.command()(inspect.inspect)
+app.command("sweep-k")(sweep_k.sweep_k)
+app.command("train-weak")(train_weak.train_weak)
+app.command()(drift.drift)
+app.command()(export.export)
+
+
+def main() -> None:
+    """Run the command line (the console script goes through ticketcli.entry first)."""
+    app()

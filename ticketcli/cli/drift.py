@@ -1,0 +1,208 @@
+"""`ticket drift`: train weights from the init and measure weight drift, negative pre-activations and activation
+sparsity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
+
+import typer
+
+from ticketcli import drift as drift_core
+from ticketcli import drift_options, report
+from ticketcli.atomic import check_destination, write_atomic
+from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
+from ticketcli.cli.drift_features import (
+    ActControl,
+    ActTarget,
+    FreezeStatsAfter,
+    Relufy,
+    RelufyEpochs,
+    RelufyTo,
+    Tradeoff,
+    Workers,
+    run_features,
+)
+from ticketcli.cli.options import DataDir, DatasetName, Device, Download, Json, MaxParams, TrustModelCode, choices
+from ticketcli.errors import UsageError
+from ticketcli.interrupts import stop_on_signals
+from ticketcli.specs import build_model_policy, data_location
+
+# Built at run time from drift's registries, so mypy cannot read them: to mypy each is the str its value is.
+if TYPE_CHECKING:
+    ActivationName = str
+    LossName = str
+    InputsName = str
+else:
+    ActivationName = choices(drift_core.ACTIVATIONS.names())
+    LossName = choices(drift_core.LOSSES.names())
+    InputsName = choices(drift_core.INPUTS)
+OptimizerName = Literal["adam", "sgd"]
+
+
+def drift(
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            help="MLP spec, e.g. mlp:784-256-256-10 (+res for skips between equal-width hidden layers, "
+            "+norm=batch|layer|rms before each hidden activation, +bias for biases). Default: the paper's MLP "
+            "(three hidden layers of 256) sized to the dataset. With --ticket only the ticket's own model factory, "
+            "confirming that it may be imported."
+        ),
+    ] = None,
+    activation: Annotated[
+        Optional[ActivationName],
+        typer.Option(help="Activation between hidden layers; relu2-clip is min(relu(x)^2, --clip). Default: relu."),
+    ] = None,
+    clip: Annotated[Optional[float], typer.Option(help="c of relu2-clip. Default: 50.")] = None,
+    inputs: Annotated[
+        Optional[InputsName],
+        typer.Option(
+            help="data: the dataset's images; gaussian: N(0,1) features; uniform: U[0,1] features (random inputs get "
+            "random labels, fresh every step). Default: data."
+        ),
+    ] = None,
+    loss: Annotated[
+        Optional[LossName], typer.Option(help="cross-entropy, or mse against one-hot targets. Default: cross-entropy.")
+    ] = None,
+    optimizer: Annotated[Optional[OptimizerName], typer.Option(help="Weight optimiser. Default: adam.")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Learning rate. Default: 0.001.")] = None,
+    momentum: Annotated[Optional[float], typer.Option(help="SGD momentum. Default: 0.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Minibatch size. Default: 512.")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Optimiser steps. Default: 500.")] = None,
+    log_every: Annotated[
+        Optional[int],
+        typer.Option(help="Measure every this many steps (and at step 0 and the last step). Default: 10."),
+    ] = None,
+    seeds: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Comma-separated seeds of the weights, split and batches; several give mean +- std. Default: 0."
+        ),
+    ] = None,
+    probe_size: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Size of the fixed batch every statistic is measured on (validation split, or random inputs). "
+            "Default: 1024."
+        ),
+    ] = None,
+    zero_threshold: Annotated[
+        Optional[float],
+        typer.Option(
+            help="Smooth activations (gelu, silu, gelu2): |a| below this counts as zero in sparsity and dead units; "
+            "relu-type activations count exact zeros. Default: 0.01."
+        ),
+    ] = None,
+    ticket: Annotated[
+        Optional[Path],
+        typer.Option(help="Rebuild this ticket's network (fingerprint-checked) and train only its surviving weights."),
+    ] = None,
+    weights: Annotated[
+        Optional[Path], typer.Option(help="The checkpoint a --ticket was extracted from, if it was.")
+    ] = None,
+    trust_model_code: TrustModelCode = False,
+    max_params: MaxParams = None,
+    dataset: Annotated[
+        Optional[DatasetName],
+        typer.Option(help="Dataset (sizes the default model; the inputs with --inputs data). Default: fashion-mnist."),
+    ] = None,
+    data_dir: DataDir = None,
+    download: Download = False,
+    device: Device = None,
+    plot: Annotated[
+        Optional[Path],
+        typer.Option(help="Write a PNG: weight mean per layer, negative pre-activation share and sparsity vs step."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --plot if it exists.")] = False,
+    json_out: Json = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    act_sparsity: ActControl = None,
+    act_target: ActTarget = None,
+    freeze_stats_after: FreezeStatsAfter = None,
+    relufy: Relufy = False,
+    relufy_from: Annotated[
+        Optional[ActivationName], typer.Option("--from", help="--relufy: the smooth activation trained first.")
+    ] = None,
+    relufy_to: RelufyTo = None,
+    relufy_epochs: RelufyEpochs = None,
+    tradeoff: Tradeoff = None,
+    workers: Workers = None,
+) -> None:
+    """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
+    with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (), unit="step") as position:
+        if ticket is not None:
+            clash = [f for f, v in (("--seeds", seeds), ("--dataset", dataset)) if v is not None]
+            if clash:
+                raise UsageError(f"{', '.join(clash)} cannot be combined with --ticket (the ticket fixes them)")
+        elif weights is not None or trust_model_code:
+            raise UsageError(f"{'--weights' if weights is not None else '--trust-model-code'} only goes with --ticket")
+        # with --ticket, --model may only confirm the ticket's own factory (ModelPolicy); the ticket fixes the model
+        policy = build_model_policy(
+            trust_model_code=trust_model_code, max_params=max_params, model=model if ticket is not None else None
+        )
+        if ticket is not None:
+            model = None
+        if plot is not None:
+            check_destination(plot, overwrite=force)  # before the work, not after
+        settings = dict(
+            model=model,
+            activation=activation,
+            clip=clip,
+            inputs=inputs,
+            loss=loss,
+            optimizer=optimizer,
+            lr=lr,
+            momentum=momentum,
+            batch_size=batch_size,
+            steps=steps,
+            log_every=log_every,
+            seeds=seeds,
+            probe_size=probe_size,
+            zero_threshold=zero_threshold,
+            dataset=dataset,
+            device=device,
+        )
+        features = drift_options.build_features(
+            act_sparsity=act_sparsity,
+            act_target=act_target,
+            freeze_stats_after=freeze_stats_after,
+            relufy=relufy,
+            relufy_from=relufy_from,
+            relufy_to=relufy_to,
+            relufy_epochs=relufy_epochs,
+            tradeoff=tradeoff,
+            workers=workers,
+            model=model,
+            ticket=ticket is not None,
+            activation=activation,
+            inputs=inputs,
+        )
+        location = data_location(None if data_dir is None else str(data_dir), download)
+        if features is not None:
+            on_ticket = dict(ticket=ticket, weights=None if weights is None else str(weights), policy=policy)
+            result = run_features(features, settings, location, position, quiet=quiet, **on_ticket)
+            warn_unverified(result)
+            if plot is not None:
+                write_atomic(plot, result.pop("_figure")(result), overwrite=force)
+                result["plot"] = str(plot)
+            else:
+                result.pop("_figure")
+            show = result.pop("_show")
+            report.print_json(result) if json_out else show(result)
+            return
+        spec = drift_core.build_drift_spec(settings, location)
+        total = spec.steps * (1 if ticket is not None else len(spec.seeds))
+        with report.epoch_progress(total, quiet=quiet, label="drift") as progress:
+            result = drift_core.run_drift(
+                spec,
+                ticket=ticket,
+                weights=None if weights is None else str(weights),
+                progress=position.track(progress),
+                policy=policy,
+            )
+        warn_unverified(result)
+        if plot is not None:
+            write_atomic(plot, report.drift_plot(result), overwrite=force)
+            result["plot"] = str(plot)
+    report.print_json(result) if json_out else report.drift_tables(result)

@@ -1,0 +1,139 @@
+"""`ticket drift`'s activation-sparsity control, ReLUfication and trade-off sweep: their options (shared with the
+command's signature in cli/drift.py) and the run that serves them once drift_options has validated them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from ticketcli import drift as drift_core
+from ticketcli import drift_control, drift_options, drift_tradeoff, drift_views, report
+from ticketcli import relufy as relufy_core
+from ticketcli.cli.options import choices
+from ticketcli.data import DATASETS
+
+if TYPE_CHECKING:
+    ActControlName = str
+    RelufyTarget = str
+else:
+    ActControlName = choices(drift_control.MODES)
+    RelufyTarget = choices(relufy_core.TARGETS)
+
+ActControl = Annotated[
+    Optional[ActControlName],
+    typer.Option(
+        help="Control activation sparsity while training, at every activation site: topk keeps each example's "
+        "largest activations per layer and zeroes the rest; percentile subtracts a running per-unit quantile "
+        "of the pre-activations so that the --act-target share falls below zero. Default: no control."
+    ),
+]
+ActTarget = Annotated[
+    Optional[float],
+    typer.Option(
+        help=f"Target activation sparsity for --act-sparsity, in (0, 1). Default: {drift_control.DEFAULT_TARGET}."
+    ),
+]
+FreezeStatsAfter = Annotated[
+    Optional[int],
+    typer.Option(
+        help="Percentile centering: stop updating the statistics after this many training steps (accumulation "
+        "stop). Default: never."
+    ),
+]
+Relufy = Annotated[
+    bool,
+    typer.Option(
+        "--relufy",
+        help="ReLUfication: train --steps with --from, swap --to in at every activation keeping the weights, "
+        "fine-tune --relufy-epochs epochs; report accuracy and post-activation sparsity before and after.",
+    ),
+]
+RelufyTo = Annotated[Optional[RelufyTarget], typer.Option("--to", help="--relufy: the ReLU variant swapped in.")]
+RelufyEpochs = Annotated[
+    Optional[int],
+    typer.Option(
+        help=f"--relufy: fine-tuning epochs over the extraction split. Default: {relufy_core.RelufySpec.epochs}."
+    ),
+]
+Tradeoff = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Trade-off sweep: comma-separated target activation sparsities, one controlled run each (with "
+        "--act-sparsity, default topk); accuracy vs achieved sparsity and the cliff (largest accuracy drop "
+        "between neighbouring targets). --model may list several models, comma-separated, to overlay them. "
+        "--plot draws the curves."
+    ),
+]
+Workers = Annotated[
+    Optional[int],
+    typer.Option(
+        help="--tradeoff: runs in parallel in this many processes (one torch thread each; the results do not "
+        f"depend on it). Default: {drift_options.Features.workers}."
+    ),
+]
+
+
+def run_features(
+    features: drift_options.Features,
+    settings: dict[str, Any],
+    location: dict[str, Any],
+    position: Any,
+    *,
+    quiet: bool,
+    **on_ticket: Any,
+) -> dict[str, Any]:
+    """Run the validated feature; the result carries `_figure` (result -> PNG bytes) and `_show` (the tables)."""
+    if features.targets is not None:
+        return _tradeoff(features, settings, location, position, quiet=quiet)
+    if features.relufy is not None:
+        settings = {**settings, "activation": features.relufy.source}
+    spec = drift_core.build_drift_spec(settings, location)
+    per_run = spec.steps
+    if features.relufy is not None:
+        n = spec.data.n_extract or DATASETS.get(spec.data.name).n_extract  # the bar's total; the run counts
+        per_run += relufy_core.fine_tune_steps(n, spec.batch_size, features.relufy.epochs)
+    total = per_run * (1 if on_ticket.get("ticket") is not None else len(spec.seeds))
+    with report.epoch_progress(total, quiet=quiet, label="drift") as progress:
+        if features.relufy is not None:
+            result = relufy_core.run_relufy(spec, features.relufy, progress=position.track(progress), **on_ticket)
+        else:
+            result = drift_core.run_drift(
+                spec, control=features.control, progress=position.track(progress), **on_ticket
+            )
+            result["schema"] = "ticket.drift-control/1"
+    extra = drift_views.relufy_table if features.relufy is not None else drift_views.control_table
+
+    def show(r: dict) -> None:
+        report.drift_tables(r)
+        extra(r)
+
+    return {**result, "_figure": report.drift_plot, "_show": show}
+
+
+def _tradeoff(
+    features: drift_options.Features, settings: dict, location: dict, position: Any, *, quiet: bool
+) -> dict[str, Any]:
+    assert features.control is not None and features.targets is not None
+    specs = [drift_core.build_drift_spec({**settings, "model": m}, location) for m in features.models]
+    tasks = drift_tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)
+    done = 0
+    with report.epoch_progress(len(tasks), quiet=quiet, label="tradeoff") as progress:
+        track: Callable[[dict], None] = position.track(progress)
+
+        def on_result(r: dict) -> None:
+            nonlocal done
+            done += 1
+            track(
+                {
+                    "epoch": done,
+                    "unit": "run",
+                    "loss": r["loss"],
+                    "accuracy": r["accuracy"],
+                    "sparsity": r["achieved_sparsity"],
+                }
+            )
+
+        result = drift_tradeoff.run_tradeoff(tasks, workers=features.workers, on_result=on_result)
+    return {**result, "_figure": drift_views.tradeoff_plot, "_show": drift_views.tradeoff_table}

@@ -1,0 +1,70 @@
+"""`ticket export`: a ticket's network for plain PyTorch (masked weights, prune layout, CSR or bool masks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from ticketcli import export as export_core
+from ticketcli import report
+from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
+from ticketcli.cli.options import (
+    CheckpointWeights,
+    DataDir,
+    Download,
+    Json,
+    MaxParams,
+    TicketFile,
+    TicketModel,
+    TrustModelCode,
+)
+from ticketcli.interrupts import stop_on_signals
+from ticketcli.specs import DataSpec, build_model_policy, data_location
+
+ExportFormat = Literal["masked", "prune", "csr", "masks"]
+
+
+def export(
+    ticket: TicketFile,
+    format: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            help="masked: W*M state dict for plain load_state_dict; prune: torch.nn.utils.prune layout "
+            "(<name>_orig + <name>_mask); csr: per-layer crow/col/values + a size report; masks: "
+            "unpacked bool masks keyed by parameter name.",
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Where to write: .safetensors for safetensors, anything else (e.g. .pt) for a torch.save state dict."
+        ),
+    ],
+    weights: CheckpointWeights = None,
+    trust_model_code: TrustModelCode = False,
+    model: TicketModel = None,
+    max_params: MaxParams = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    data_dir: DataDir = None,
+    download: Download = False,
+    json_out: Json = False,
+) -> None:
+    """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks. BatchNorm
+    statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need their data)."""
+    with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
+        policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
+        data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
+        result = export_core.export_ticket(
+            ticket,
+            fmt=format,
+            out=out,
+            weights=None if weights is None else str(weights),
+            overwrite=force,
+            policy=policy,
+            data=data,
+        )
+        warn_unverified(result)
+        report.print_json(result) if json_out else report.export_table(result)

@@ -1,0 +1,23 @@
+"""`ticket inspect`: a ticket's metadata, per-layer density and file size, without data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ticketcli import report, runs
+from ticketcli.cli.common import errors_to_exit_codes
+from ticketcli.cli.options import Json
+from ticketcli.interrupts import stop_on_signals
+
+
+def inspect(
+    ticket: Annotated[Path, typer.Argument(help="A ticket file.")],
+    json_out: Json = False,
+) -> None:
+    """Print a ticket's metadata, per-layer density and file size (needs no data)."""
+    with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
+        result = runs.inspect_ticket(ticket)
+        report.print_json(result) if json_out else report.inspect_table(result)

@@ -1,0 +1,145 @@
+"""Options shared by several commands: registry choices, reused option types, and help texts whose "Default: X" is
+rendered from the spec dataclasses (specs.EXTRACT_DEFAULTS, WeakSpec, ...), so that help cannot drift from code."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
+
+import typer
+
+from ticketcli.data import DATASETS
+from ticketcli.init import INIT_SCHEMES
+from ticketcli.methods import METHODS
+from ticketcli.specs import EXTRACT_DEFAULTS, ModelPolicy, RunSpec
+
+
+def choices(names: Iterable[str]) -> Any:
+    """A Literal of a registry's names: Typer lists them in --help and refuses any other; the value is the str."""
+    return Literal.__getitem__(tuple(names))
+
+
+# Built at run time from the registries, so mypy cannot read them: to mypy each is the str its value is.
+if TYPE_CHECKING:
+    MethodName = str
+    InitName = str
+    DatasetName = str
+else:
+    MethodName = choices(METHODS.names())
+    InitName = choices(INIT_SCHEMES.names())
+    DatasetName = choices(DATASETS.names())
+
+
+def show(value: object) -> str:
+    """A default as help prints it: 0.01, 1e-8, 200, 0.9,0.999, augmented."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(show(v) for v in value)
+    if isinstance(value, float):
+        text = repr(value).removesuffix(".0")  # 200.0 -> 200
+        return re.sub(r"e([+-])0*(\d)", r"e\1\2", text)  # 1e-08 -> 1e-8
+    return str(value)
+
+
+def with_default(text: str, default: object) -> str:
+    """Help text ending in 'Default: X.', X rendered from the value the code really uses."""
+    return f"{text} Default: {show(default)}."
+
+
+def extract_help(key: str, text: str) -> str:
+    """Help of an extract setting (flag or config key), its default taken from specs.EXTRACT_DEFAULTS."""
+    return with_default(text, EXTRACT_DEFAULTS[key])
+
+
+def split_sizes(field: Literal["n_extract", "n_val"]) -> str:
+    """Each dataset's default split size, grouped: '5000 (cifar10, fashion-mnist, mnist), 1000 (digits)'."""
+    groups: dict[int, list[str]] = {}
+    for name in DATASETS.names():
+        groups.setdefault(getattr(DATASETS.get(name), field), []).append(name)
+    return ", ".join(f"{size} ({', '.join(names)})" for size, names in sorted(groups.items(), reverse=True))
+
+
+def setting(key: str, text: str) -> Any:
+    """The typer.Option of an extract setting (flag or config key): its help ends in the setting's default."""
+    return typer.Option(help=extract_help(key, text))
+
+
+BIAS_DEFAULT = EXTRACT_DEFAULTS["bias"]
+
+Json = Annotated[bool, typer.Option("--json", help="Print exactly one JSON document on stdout instead of tables.")]
+Quiet = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
+Device = Annotated[
+    Optional[str],
+    typer.Option(
+        help=with_default(
+            "auto | cpu | cuda | cuda:N | mps (auto: CUDA if available, else "
+            "the CPU; under torchrun cuda means cuda:LOCAL_RANK).",
+            RunSpec.device,
+        )
+    ),
+]
+Precision = Annotated[
+    Optional[str],
+    setting(
+        "precision",
+        "fp32, or bf16: autocast the training forward pass to bfloat16 (meant for ConvNets on a GPU; usually "
+        "slower on the CPU). Accuracies are always measured in fp32.",
+    ),
+]
+DataDir = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="Look for dataset files here first (then $TICKET_DATA, ~/.cache/ticketcli, /usr/share/datasets)."
+    ),
+]
+Download = Annotated[
+    bool,
+    typer.Option(
+        "--download", help="Allow torchvision to download the dataset into ~/.cache/ticketcli if it is not found."
+    ),
+]
+CheckpointWeights = Annotated[
+    Optional[Path], typer.Option(help="The checkpoint the ticket was extracted from (checked against its sha256).")
+]
+TrustModelCode = Annotated[
+    bool,
+    typer.Option(
+        "--trust-model-code",
+        help=(
+            "Allow importing and running the model factory (pkg.module:function) the ticket names. A ticket alone "
+            "never runs code: without this (or --model naming the same factory) such a ticket is refused."
+        ),
+    ),
+]
+TicketModel = Annotated[
+    Optional[str],
+    typer.Option(
+        help=(
+            "The ticket's own model factory pkg.module:function: confirms that it may be imported (like "
+            "--trust-model-code, for that factory only). Any other model is refused."
+        )
+    ),
+]
+MaxParams = Annotated[
+    Optional[int],
+    typer.Option(
+        help=with_default(
+            "Refuse a model with more parameters than this, before anything is built.", ModelPolicy.max_params
+        )
+    ),
+]
+TicketFile = Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")]
+
+# Options extract and sweep-k share (sweep-k's model and data options are extract's).
+Bias = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--bias/--no-bias",
+        help=f"Give every layer a (masked) bias. Default: {'bias' if BIAS_DEFAULT else 'no bias'}.",
+    ),
+]
+Init = Annotated[Optional[InitName], setting("init", "Weight initialisation scheme.")]
+Dataset = Annotated[Optional[DatasetName], setting("dataset", "Dataset.")]
+Lr = Annotated[Optional[float], setting("lr", "Adam learning rate for the scores.")]
+BatchSize = Annotated[Optional[int], setting("batch_size", "Minibatch size.")]

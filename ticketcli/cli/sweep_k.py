@@ -1,0 +1,273 @@
+"""`ticket sweep-k`: edge-popup over scalar and layerwise keep densities vs double-scoring (the
+hyperparameter-stability table), over several seeds, locally or on Ray."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Annotated, Literal, Optional, cast
+
+import typer
+
+from ticketcli import report, sweep
+from ticketcli.atomic import check_destination, write_atomic
+from ticketcli.cli.common import errors_to_exit_codes
+from ticketcli.cli.options import (
+    BatchSize,
+    Bias,
+    DataDir,
+    Dataset,
+    Device,
+    Download,
+    Init,
+    Json,
+    Lr,
+    MaxParams,
+    Quiet,
+    setting,
+    show,
+    split_sizes,
+    with_default,
+)
+from ticketcli.errors import UsageError
+from ticketcli.interrupts import stop_on_signals
+from ticketcli.specs import build_extract_spec, check_setting, load_config, merge_settings, parse_floats
+
+Executor = Literal["local", "ray"]
+# sweep-k's own options (the others are extract's): their defaults, each written once here or in sweep.py
+SEEDS = "0,1,2"
+LAYERWISE = sweep.PAPER_LAYERWISE
+BAND = show(sweep.PAPER_BAND).replace(",", "-")  # 0.85-0.95
+WORKERS = 1
+THREADS = 1
+EXECUTOR: Executor = "local"
+
+
+def sweep_k(
+    sparsity: Annotated[
+        Optional[float],
+        setting("sparsity", "Requested sparsity of fixed edge-popup, random and the double-scoring methods."),
+    ] = None,
+    seeds: Annotated[
+        str,
+        typer.Option(
+            show_default=False,
+            help=with_default("Comma-separated seeds; each seed's runs share one initialisation.", SEEDS),
+        ),
+    ] = SEEDS,
+    densities: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Comma-separated scalar keep densities for the edge-popup sweep, also the pool of the layerwise "
+            f"draws. Default: the paper's {show(sweep.PAPER_DENSITIES)}."
+        ),
+    ] = None,
+    layerwise: Annotated[
+        int,
+        typer.Option(
+            show_default=False,
+            help=with_default("Random layerwise keep-density tuples per seed, drawn from the density pool.", LAYERWISE),
+        ),
+    ] = LAYERWISE,
+    band: Annotated[
+        str,
+        typer.Option(
+            show_default=False,
+            help=with_default("Achieved-sparsity band LO-HI of the constrained validation oracle.", BAND),
+        ),
+    ] = BAND,
+    workers: Annotated[
+        int,
+        typer.Option(
+            show_default=False,
+            help=with_default(
+                "Local worker processes (spawned); workers x threads must not exceed the CPU cores.", WORKERS
+            ),
+        ),
+    ] = WORKERS,
+    threads: Annotated[
+        int,
+        typer.Option(
+            show_default=False,
+            help=with_default(
+                "Torch threads per run, fixed so that results do not depend on --workers or the executor.", THREADS
+            ),
+        ),
+    ] = THREADS,
+    executor: Annotated[
+        Executor,
+        typer.Option(
+            show_default=False,
+            # \\[ prints [: Rich would take [ray] for markup and drop it
+            help=with_default(
+                "local (a process pool of --workers) or ray (needs pip install 'ticketcli\\[ray]').", EXECUTOR
+            ),
+        ),
+    ] = EXECUTOR,
+    ray_address: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Ray cluster address for --executor ray (e.g. auto or ray://host:10001). "
+            "Default: a new local Ray instance."
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Optional[Path],
+        typer.Option(help="Keep every run's ticket and record here; re-running skips runs already finished there."),
+    ] = None,
+    plot: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Write a PNG: accuracy per configuration (left), accuracy vs achieved sparsity (right). "
+            "Default: no plot."
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --plot if it exists.")] = False,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Model spec, e.g. mlp:784-256-256-256-10, conv6, resnet20, wrn:16-4, vit:p4-d64-l4-h4 (as for "
+            "extract). Default: the paper's MLP, sized to the dataset."
+        ),
+    ] = None,
+    bias: Bias = None,
+    init: Init = None,
+    init_k: Annotated[Optional[float], setting("init_k", "fan_in scale k of the init.")] = None,
+    dataset: Dataset = None,
+    data_dir: DataDir = None,
+    download: Download = False,
+    n_extract: Annotated[
+        Optional[int], typer.Option(help=with_default("Extraction examples.", split_sizes("n_extract")))
+    ] = None,
+    n_val: Annotated[
+        Optional[int], typer.Option(help=with_default("Validation examples.", split_sizes("n_val")))
+    ] = None,
+    epochs: Annotated[Optional[int], setting("epochs", "Score-training epochs per run.")] = None,
+    lr: Lr = None,
+    batch_size: BatchSize = None,
+    device: Device = None,
+    config: Annotated[
+        Optional[Path],
+        typer.Option(help="TOML file with model, data and training options (as for extract); flags override it."),
+    ] = None,
+    max_params: MaxParams = None,
+    json_out: Json = False,
+    quiet: Quiet = False,
+) -> None:
+    """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
+    flags = dict(
+        method="edge-popup",
+        sparsity=sparsity,
+        model=model,
+        bias=bias,
+        init=init,
+        init_k=init_k,
+        dataset=dataset,
+        data_dir=None if data_dir is None else str(data_dir),
+        download=download or None,
+        n_extract=n_extract,
+        n_val=n_val,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        device=device,
+        max_params=max_params,
+    )
+    resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
+    with (
+        errors_to_exit_codes(),
+        stop_on_signals(
+            outputs=(plot,) if plot is not None else (), note=lambda: resumable, unit="configuration"
+        ) as position,
+    ):
+        seed_list, band_range, pool = sweep_options(seeds, band, densities, layerwise, workers, threads, executor)
+        fixed_by_sweep = sorted(
+            {"method", "seed", "layer_densities", "aug_density", "weights"} & set(load_config(config))
+        )
+        if fixed_by_sweep:
+            raise UsageError(
+                f"{config} sets {', '.join(fixed_by_sweep)}, which sweep-k chooses itself",
+                hint="remove these keys for sweep-k",
+            )
+        base = build_extract_spec(merge_settings({**flags, "seed": seed_list[0]}, config))
+        if plot is not None:
+            check_destination(plot, overwrite=force)  # before the work, not after
+        tasks = sweep.build_plan(
+            base, seeds=seed_list, densities=pool, layerwise=layerwise, double_scoring=sweep.double_scoring_methods()
+        )
+        with report.sweep_progress(len(tasks), quiet=quiet) as progress:
+            done = position.track(None)
+
+            def on_result(record: dict, resumed: bool) -> None:
+                done(
+                    {"epoch": (position.last or {}).get("epoch", 0) + 1, "epochs": len(tasks), "unit": "configuration"}
+                )
+                if progress is not None:
+                    progress(record, resumed)
+
+            result = sweep.sweep_k(
+                tasks,
+                band=band_range,
+                workers=workers,
+                threads=threads,
+                executor=executor,
+                ray_address=ray_address,
+                out_dir=out_dir,
+                on_result=on_result,
+            )
+        result["settings"] = {
+            "sparsity": base.method.sparsity,
+            "seeds": seed_list,
+            "densities": list(pool),
+            "layerwise": layerwise,
+            "band": list(band_range),
+            "model": base.model.to_string(),
+            "dataset": base.data.name,
+            "epochs": base.method.epochs,
+            "double_scoring": sweep.double_scoring_methods(),
+            "workers": workers,
+            "threads": threads,
+            "executor": executor,
+            "out_dir": None if out_dir is None else str(out_dir),
+        }
+        if plot is not None:
+            write_atomic(plot, report.sweep_plot(result), overwrite=force)
+            result["plot"] = str(plot)
+    report.print_json(result) if json_out else report.sweep_table(result)
+
+
+def sweep_options(
+    seeds: str, band: str, densities: str | None, layerwise: int, workers: int, threads: int, executor: Executor
+) -> tuple[list[int], tuple[float, float], tuple[float, ...]]:
+    """Validate sweep-k's own options: seeds, band, density pool, worker and thread counts."""
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds must be comma-separated integers, got {seeds!r}") from None
+    if not seed_list or len(set(seed_list)) != len(seed_list):
+        raise UsageError(f"--seeds must be distinct non-negative integers, got {seeds!r}")
+    seed_list = [check_setting("seed", s, "--seeds entries") for s in seed_list]
+    parts = band.split("-")
+    try:
+        lo, hi = (float(parts[0]), float(parts[1])) if len(parts) == 2 else (math.nan, math.nan)
+    except ValueError:
+        lo = hi = math.nan
+    if not 0 <= lo <= hi <= 1:  # NaN fails every comparison
+        raise UsageError(f"--band must be LO-HI with 0 <= LO <= HI <= 1, got {band!r}")
+    # parse_floats returns None only for None, and densities is a str here
+    pool = (
+        sweep.PAPER_DENSITIES if densities is None else cast(tuple[float, ...], parse_floats(densities, "--densities"))
+    )
+    if not all(0 < d <= 1 for d in pool):
+        raise UsageError(f"--densities must lie in (0, 1], got {densities!r}")
+    layerwise, workers, threads = (
+        check_setting(k, v) for k, v in (("layerwise", layerwise), ("workers", workers), ("threads", threads))
+    )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if executor == "local" and workers * threads > cores:
+        raise UsageError(
+            f"--workers {workers} x --threads {threads} exceeds the {cores} CPU cores here",
+            hint="lower --workers or --threads",
+        )
+    return seed_list, (lo, hi), tuple(pool)
