@@ -29,10 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import torch  # noqa: E402
 
-from ticketcli.init import generator, init_weights  # noqa: E402
+from ticketcli.init import init_weights  # noqa: E402
 from ticketcli.masking import DEFAULT_KTH, KTH_ALGORITHMS, SELECT_ALGORITHMS, TopKSelector  # noqa: E402
 from ticketcli.methods.scores import Augmented, EdgePopup, ScoreTrainer, init_scores  # noqa: E402
 from ticketcli.models import MLP, ConvNet, MaskedNet  # noqa: E402
+from ticketcli.seeding import generator  # noqa: E402
 from ticketcli.specs import InitSpec, MethodSpec  # noqa: E402
 
 WIDE_CONV6 = ("128", "128", "M", "256", "256", "M", "512", "512", "M")

@@ -10,8 +10,8 @@ import torch
 
 from ticketcli.data import load_splits
 from ticketcli.init import init_weights
-from ticketcli.models import MaskedNet, build_model
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelSpec
+from ticketcli.models import MaskedNet, build_model, parse_model
+from ticketcli.specs import DataSpec, InitSpec, MethodSpec
 
 FASHION_DIRS = ("/usr/share/datasets",)
 
@@ -38,7 +38,7 @@ def digits():
 
 
 def make_net(spec: str = "mlp:64-32-32-10", seed: int = 0) -> MaskedNet:
-    m = ModelSpec.parse(spec)
+    m = parse_model(spec)
     module = build_model(m)
     net = MaskedNet(module, m)
     net.load_weights(init_weights(module, InitSpec(seed=seed)))
@@ -51,7 +51,7 @@ def tiny_net() -> MaskedNet:
 
 
 def quick_method(name: str, **kw) -> MethodSpec:
-    from ticketcli.specs import method_reads
+    from ticketcli.resolve import method_reads
 
     small = dict(imp_rounds=2, synflow_rounds=10, regrow_every=2)  # small enough for 2 epochs of 5 steps
     base = dict(

@@ -12,7 +12,7 @@ from ticketcli.masking import keep_count
 from ticketcli.methods import METHODS
 from ticketcli.methods.scores import Augmented, EdgePopup, ScoreTrainer, init_scores
 from ticketcli.models import MaskedNet
-from ticketcli.specs import check_method_options
+from ticketcli.resolve import check_method_options
 from ticketcli.train import evaluate
 
 

@@ -15,8 +15,8 @@ from ticketcli.cli import app
 from ticketcli.errors import RunFailed, UsageError
 from ticketcli.methods import METHODS
 from ticketcli.methods.scores import ScoreTrainer, Selection, init_scores, train_scores
+from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import extract_ticket
-from ticketcli.specs import build_extract_spec, merge_settings
 
 SETTINGS = {
     "dataset": "digits",

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from conftest import make_net
 
-from ticketcli.init import generator
+from ticketcli.seeding import generator
 from ticketcli.train import WeightOptim, WeightTrainer, train_weights
 
 

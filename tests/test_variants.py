@@ -14,7 +14,7 @@ from ticketcli.errors import UsageError
 from ticketcli.masking import joint_topk_masks, keep_count, masked_weight
 from ticketcli.methods import METHODS
 from ticketcli.methods.scores import Augmented, EdgePopup, Iterated, ScoreTrainer, init_scores
-from ticketcli.specs import check_method_options
+from ticketcli.resolve import check_method_options
 
 
 def kept(masks) -> int:

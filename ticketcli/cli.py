@@ -22,17 +22,15 @@ from ticketcli.errors import GateFailed, TicketCliError, UsageError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.methods import METHODS
-from ticketcli.specs import (
-    MAX_PARAMS,
-    DataSpec,
+from ticketcli.resolve import (
     build_extract_spec,
     build_model_policy,
-    check_setting,
     data_location,
     load_config,
     merge_settings,
     parse_floats,
 )
+from ticketcli.specs import MAX_PARAMS, DataSpec, check_setting
 from ticketcli.ticket import check_destination, write_atomic
 
 
