@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_net, quick_method
+from helpers import make_net, quick_method
 from typer.testing import CliRunner
 
 from ticketcli import ticket as ticket_io

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_net, quick_method
+from helpers import make_net, quick_method
 from torch import nn
 
 from ticketcli.errors import UsageError

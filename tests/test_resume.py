@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_net, quick_method
+from helpers import make_net, quick_method
 from typer.testing import CliRunner
 
 from ticketcli.checkpoint import checkpoint_path

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import make_net, quick_method
+from helpers import make_net, quick_method
 from test_methods import run
 
 from ticketcli.errors import UsageError
