@@ -10,9 +10,10 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from ticketcli import data as data_io
 from ticketcli import ticket as ticket_io
 from ticketcli.bounded import read_regular_file
-from ticketcli.data import DATASETS, SYSTEM_DIRS
+from ticketcli.data import DATASETS
 from ticketcli.errors import UsageError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
@@ -57,7 +58,8 @@ def user_cache_dir() -> Path:
 
 def data_search_dirs(data_dir: str | None) -> tuple[str, ...]:
     """The data resolution order: --data-dir, $TICKET_DATA, the user cache, then system copies."""
-    dirs = [data_dir, os.environ.get("TICKET_DATA"), str(user_cache_dir()), *SYSTEM_DIRS]
+    # read at call time, not import time: data.SYSTEM_DIRS is the one list (tests empty it)
+    dirs = [data_dir, os.environ.get("TICKET_DATA"), str(user_cache_dir()), *data_io.SYSTEM_DIRS]
     return tuple(str(d) for d in dirs if d)
 
 

@@ -9,9 +9,9 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ticketcli import spec_syntax as syntax
 from ticketcli.errors import UsageError
 from ticketcli.ranges import BOOL, FLOAT, INT, NUMBERS, TEXT, Range
-from ticketcli.spec_syntax import arguments, geometry, mlp_widths, suffixes
 
 PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix B)
 MAX_PARAMS = 2 * 10**9  # default --max-params: a bigger model is refused before anything is allocated
@@ -82,7 +82,7 @@ class ModelSpec:
         """A user factory's spec from a FACTORY_SPEC match of `text` (models.parse_model decides it is no built-in)."""
         if bias:
             raise UsageError("--bias applies to built-in models; a factory's modules decide their own biases")
-        shape, classes = geometry(text, match.group(2, 3, 4, 5))
+        shape, classes = syntax.geometry(text, match.group(2, 3, 4, 5))
         return cls(arch="user", widths=(), factory=match.group(1), input=shape, classes=classes)
 
     @classmethod
@@ -90,17 +90,17 @@ class ModelSpec:
         """A built-in model's spec from a BUILTIN_SPEC match of `text` (its name known to the models registry);
         --bias adds biases."""
         arch, body = match.group(1), match.group(2)
-        suffix = suffixes(text, match.group(7))
+        suffix = syntax.suffixes(text, match.group(7))
         has_bias = suffix["bias"] if bias is None else (bias or suffix["bias"])
         if arch != "mlp" and (suffix["res"] or suffix["norm"]):
             raise UsageError(f"invalid model spec {text!r}: +res and +norm apply to mlp specs only")
         if match.group(3) is not None and arch == "mlp":
             raise UsageError(f"invalid model spec {text!r}: an mlp's widths already fix its input and classes")
-        shape, classes = geometry(text, match.group(3, 4, 5, 6))
+        shape, classes = syntax.geometry(text, match.group(3, 4, 5, 6))
         if arch == "mlp":
-            widths = mlp_widths(text, body, suffix["res"])
+            widths = syntax.mlp_widths(text, body, suffix["res"])
             return cls(arch="mlp", widths=widths, bias=has_bias, residual=suffix["res"], norm=suffix["norm"])
-        layers = arguments(text, arch, body)
+        layers = syntax.arguments(text, arch, body)
         return cls(arch=arch, widths=(), bias=has_bias, layers=layers, input=shape, classes=classes)
 
 
