@@ -31,9 +31,9 @@ import torch
 
 from ticketcli import runs
 from ticketcli.data import load_splits
-from ticketcli.init import generator
 from ticketcli.methods import METHODS
-from ticketcli.specs import build_extract_spec, merge_settings
+from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.seeding import generator
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
 
 

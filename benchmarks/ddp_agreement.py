@@ -65,7 +65,7 @@ def emulate(out: Path, method: str, seed: int, epochs: int) -> None:
     code = f"""
 import torch, torch.nn.functional as F
 from ticketcli import distributed, runs
-from ticketcli.specs import build_extract_spec, merge_settings
+from ticketcli.resolve import build_extract_spec, merge_settings
 
 def step(forward, x, y):
     parts = [(forward(xs), ys) for xs, ys in zip(x.tensor_split(2), y.tensor_split(2))]

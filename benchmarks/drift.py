@@ -15,7 +15,7 @@ import time
 import torch
 
 from ticketcli.drift import build_drift_spec, run_drift
-from ticketcli.specs import data_location
+from ticketcli.resolve import data_location
 
 
 def fmt(stats: dict, i: int, pct: bool = False) -> str:

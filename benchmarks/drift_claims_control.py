@@ -28,7 +28,7 @@ from ticketcli import drift_tradeoff
 from ticketcli.drift import DriftSpec, build_drift_spec, run_drift
 from ticketcli.drift_control import ControlSpec
 from ticketcli.relufy import RelufySpec, run_relufy
-from ticketcli.specs import data_location
+from ticketcli.resolve import data_location
 
 TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 

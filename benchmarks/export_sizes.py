@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 from ticketcli.export import FORMATS, export_ticket
+from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import extract_ticket
-from ticketcli.specs import build_extract_spec, merge_settings
 
 SUFFIX = {"masked": ".safetensors", "prune": ".pt", "csr": ".safetensors", "masks": ".safetensors"}
 

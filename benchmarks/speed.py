@@ -20,12 +20,13 @@ import torch
 import torch.nn.functional as F
 
 from ticketcli.data import Splits, load_splits
-from ticketcli.init import generator
 from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.methods.selection import Selection
+from ticketcli.resolve import build_extract_spec, data_location, merge_settings
 from ticketcli.runs import build_net
-from ticketcli.specs import DataSpec, MethodSpec, build_extract_spec, data_location, merge_settings
+from ticketcli.seeding import generator
+from ticketcli.specs import DataSpec, MethodSpec
 
 
 def synthetic_splits(n: int = 5000) -> Splits:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from ticketcli import report, sweep
-from ticketcli.specs import build_extract_spec, merge_settings
+from ticketcli.resolve import build_extract_spec, merge_settings
 
 
 def main() -> None:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
+from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import extract_ticket
-from ticketcli.specs import build_extract_spec, merge_settings
 
 # Table 1 of the paper: (test accuracy %, achieved sparsity %) at requested 90% and 95%.
 PAPER = {

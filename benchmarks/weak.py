@@ -16,8 +16,9 @@ from pathlib import Path
 
 from table1 import mean_std  # benchmarks/ is on sys.path when run as a script
 
+from ticketcli.resolve import build_extract_spec, data_location, merge_settings
 from ticketcli.runs import extract_ticket
-from ticketcli.specs import DataSpec, build_extract_spec, data_location, merge_settings
+from ticketcli.specs import DataSpec
 from ticketcli.weak import WeakSpec, train_weak
 
 # Section 6.2 (requested 90%): initial -> final test accuracy %. The dense row of Table 5 is not in our copy.

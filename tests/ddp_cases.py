@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from ticketcli.init import generator, init_weights
+from ticketcli.init import init_weights
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented
-from ticketcli.models import MaskedNet, build_model
-from ticketcli.specs import InitSpec, MethodSpec, ModelSpec
+from ticketcli.models import MaskedNet, build_model, parse_model
+from ticketcli.seeding import generator
+from ticketcli.specs import InitSpec, MethodSpec
 from ticketcli.train import WeightOptim, WeightTrainer
 
 SPEC = "mlp:12-16-16-3"
@@ -17,7 +18,7 @@ BATCH = 37  # odd: the two shards differ in size (19 and 18)
 
 
 def net() -> MaskedNet:
-    m = ModelSpec.parse(SPEC)
+    m = parse_model(SPEC)
     module = build_model(m)
     n = MaskedNet(module, m)
     n.load_weights(init_weights(module, InitSpec(seed=3)))

@@ -27,7 +27,7 @@ from ticketcli.drift import measure
 from ticketcli.errors import UsageError
 from ticketcli.init import init_weights
 from ticketcli.methods import METHODS
-from ticketcli.models import MODELS, MaskedNet, build_model
+from ticketcli.models import MODELS, MaskedNet, build_model, parse_model
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 
 TRUSTED = ModelPolicy(trust_model_code=True)  # these tests' own factories: the user opted in
@@ -56,7 +56,7 @@ QUICK = [
 
 
 def spec_of(text: str, geometry=DIGITS) -> ModelSpec:
-    return ModelSpec.parse(text).with_data(*geometry)
+    return parse_model(text).with_data(*geometry)
 
 
 def net_of(text: str, seed: int = 0, geometry=DIGITS) -> MaskedNet:
@@ -153,12 +153,12 @@ def test_vit_layout():
 
 
 def test_mlp_variants_layout():
-    plain = build_model(ModelSpec.parse("mlp:64-16-16-16-10"))
-    res = build_model(ModelSpec.parse("mlp:64-16-16-16-10+res+norm=batch+bias"))
-    assert names(res) == names(build_model(ModelSpec.parse("mlp:64-16-16-16-10+bias")))  # norms add no parameter
+    plain = build_model(parse_model("mlp:64-16-16-16-10"))
+    res = build_model(parse_model("mlp:64-16-16-16-10+res+norm=batch+bias"))
+    assert names(res) == names(build_model(parse_model("mlp:64-16-16-16-10+bias")))  # norms add no parameter
     assert plain.norms is None and plain.skips == frozenset()
     assert res.skips == {1, 2} and [type(m) for m in res.norms] == [nn.BatchNorm1d] * 3
-    assert build_model(ModelSpec.parse("mlp:64-32-16-16-10+res")).skips == {2}  # only where widths agree
+    assert build_model(parse_model("mlp:64-32-16-16-10+res")).skips == {2}  # only where widths agree
 
 
 @pytest.mark.parametrize("text", sorted({*EXAMPLES.values(), *MLP_VARIANTS}))
@@ -470,12 +470,12 @@ def test_torchvision_factory_gets_the_dataset_classes(tmp_path):
     ],
 )
 def test_new_spec_strings_round_trip(text):
-    spec = ModelSpec.parse(text)
-    assert spec.to_string() == text and ModelSpec.parse(spec.to_string()) == spec
+    spec = parse_model(text)
+    assert spec.to_string() == text and parse_model(spec.to_string()) == spec
 
 
 def test_suffixes_print_in_canonical_order():
-    spec = ModelSpec.parse("mlp:64-16-16-10+bias+norm=batch+res")
+    spec = parse_model("mlp:64-16-16-10+bias+norm=batch+res")
     assert spec.to_string() == "mlp:64-16-16-10+res+norm=batch+bias"
     assert spec.to_dict() == {
         "spec": "mlp:64-16-16-10+res+norm=batch+bias",
@@ -505,7 +505,7 @@ def test_suffixes_print_in_canonical_order():
 )
 def test_invalid_new_specs(text, needle):
     with pytest.raises(UsageError) as e:
-        ModelSpec.parse(text)
+        parse_model(text)
     assert needle in str(e.value)
 
 

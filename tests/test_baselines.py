@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_net, quick_method
+from helpers import make_net, quick_method
 from typer.testing import CliRunner
 
 from ticketcli import ticket as ticket_io
@@ -18,8 +18,9 @@ from ticketcli.methods import METHODS, movement, saliency, sparse
 from ticketcli.methods.movement import cubic_density
 from ticketcli.methods.saliency import grasp_scores, hessian_vector_product, loss_gradient, snip_scores, synflow_scores
 from ticketcli.methods.sparse import prune_and_regrow
+from ticketcli.resolve import build_extract_spec, check_method_options, merge_settings
 from ticketcli.runs import build_net, extract_ticket
-from ticketcli.specs import DataSpec, build_extract_spec, check_method_options, merge_settings
+from ticketcli.specs import DataSpec
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate
 
 BASELINES = [

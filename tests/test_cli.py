@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.init import init_weights
-from ticketcli.models import build_model
-from ticketcli.specs import InitSpec, ModelSpec
+from ticketcli.models import build_model, parse_model
+from ticketcli.specs import InitSpec
 
 runner = CliRunner()
 QUICK = [
@@ -204,7 +204,7 @@ def test_shape_mismatch_is_detected(tmp_path):
 
 
 def test_weights_from_checkpoint(tmp_path):
-    spec = ModelSpec.parse("mlp:64-32-32-10")
+    spec = parse_model("mlp:64-32-32-10")
     module = build_model(spec)
     w = {n: t * 1.5 for n, t in init_weights(module, InitSpec(seed=7)).items()}  # not reproducible from a seed
     ckpt = tmp_path / "init.safetensors"
@@ -229,7 +229,7 @@ def test_weights_from_checkpoint(tmp_path):
 
 
 def test_pytorch_state_dict_checkpoint(tmp_path):
-    module = build_model(ModelSpec.parse("mlp:64-32-32-10"))
+    module = build_model(parse_model("mlp:64-32-32-10"))
     ckpt = tmp_path / "init.pt"
     torch.save(init_weights(module, InitSpec(seed=3)), ckpt)
     assert extract(tmp_path / "t.safetensors", "--weights", str(ckpt)).exit_code == 0

@@ -140,7 +140,7 @@ def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monke
     import torch.nn.functional as F
 
     from ticketcli import runs
-    from ticketcli.specs import build_extract_spec, merge_settings
+    from ticketcli.resolve import build_extract_spec, merge_settings
 
     def two_shards(forward, x, y):
         parts = [(forward(xs), ys) for xs, ys in zip(x.tensor_split(2), y.tensor_split(2))]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_net
+from helpers import make_net
 from typer.testing import CliRunner
 
 from ticketcli.cli import app

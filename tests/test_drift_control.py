@@ -8,22 +8,23 @@ import json
 
 import pytest
 import torch
-from conftest import make_net
+from helpers import make_net
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
 from ticketcli.drift import DriftSpec, Inputs, drift_one, run_drift
 from ticketcli.drift_control import ActivationControl, ControlSpec, hidden_sites, keep_count, topk_keep
 from ticketcli.drift_tradeoff import find_cliff, plan, run_tradeoff
+from ticketcli.models import parse_model
 from ticketcli.relufy import RelufySpec, relufy_one
-from ticketcli.specs import DataSpec, ModelSpec
+from ticketcli.specs import DataSpec
 
 DIGITS = DataSpec(name="digits", n_extract=600, n_val=300)
 
 
 def small_spec(model: str = "mlp:64-32-32-10", **kw) -> DriftSpec:
     base = dict(steps=60, log_every=30, batch_size=64, probe_size=300)
-    return DriftSpec(model=ModelSpec.parse(model), data=DIGITS, **{**base, **kw})
+    return DriftSpec(model=parse_model(model), data=DIGITS, **{**base, **kw})
 
 
 def test_topk_keep_keeps_exactly_the_k_largest_per_row():

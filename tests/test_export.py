@@ -19,7 +19,8 @@ from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.export import FORMATS, export_ticket
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.models import parse_model
+from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, RunSpec
 
 runner = CliRunner()
 
@@ -108,7 +109,7 @@ LOADER = textwrap.dedent("""
 
 def make_ticket(tmp_path: Path, model: str) -> Path:
     spec = RunSpec(
-        model=ModelSpec.parse(model).with_data((1, 8, 8), 10),
+        model=parse_model(model).with_data((1, 8, 8), 10),
         init=InitSpec(seed=3),
         data=DataSpec(name="digits", n_extract=64, n_val=32, split_seed=3),
         method=MethodSpec(name="augmented", sparsity=0.7, epochs=1, batch_size=32),

@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-from conftest import require_fashion
+from helpers import require_fashion
 from typer.testing import CliRunner
 
 from ticketcli.cli import app

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from ticketcli.init import INIT_SCHEMES, derive_seed, fingerprint, generator, init_weights
-from ticketcli.models import build_model
-from ticketcli.specs import InitSpec, ModelSpec
+from ticketcli.init import INIT_SCHEMES, init_weights
+from ticketcli.models import build_model, parse_model
+from ticketcli.seeding import derive_seed, fingerprint, generator
+from ticketcli.specs import InitSpec
 
 SCHEMES = INIT_SCHEMES.names()
 SPECS = ["mlp:20-16-8", "mlp:20-16-8+bias"]
@@ -25,7 +26,7 @@ def bound(k: float, fan: int) -> float:
 
 
 def draw(spec: str, scheme: str = "scaled-kaiming-uniform", seed: int = 0, k: float = 0.5):
-    module = build_model(ModelSpec.parse(spec))
+    module = build_model(parse_model(spec))
     return module, init_weights(module, InitSpec(scheme=scheme, k=k, seed=seed))
 
 
@@ -204,7 +205,7 @@ def test_derive_seed_distinct_and_stable():
 def test_derive_seed_same_in_another_process():
     """No dependence on Python's per-process string hashing: tickets store only the seed."""
     code = (
-        "from ticketcli.init import derive_seed;"
+        "from ticketcli.seeding import derive_seed;"
         "print([derive_seed(s, t) for s in (0, 1, 12345) for t in ('split', 'scores', 'batches')])"
     )
     here = [derive_seed(s, t) for s in (0, 1, 12345) for t in ("split", "scores", "batches")]

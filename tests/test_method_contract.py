@@ -13,8 +13,9 @@ from ticketcli import distributed
 from ticketcli.errors import UsageError
 from ticketcli.masking import keep_count, topk_mask
 from ticketcli.methods import METHODS, ExtractResult, Method, param_densities
+from ticketcli.resolve import METHOD_OPTIONS, build_extract_spec, merge_settings
 from ticketcli.runs import evaluate_ticket, extract_ticket
-from ticketcli.specs import METHOD_OPTIONS, DataSpec, MethodSpec, build_extract_spec, merge_settings
+from ticketcli.specs import DataSpec, MethodSpec
 from ticketcli.ticket import load
 
 CONTRACT = list(Method.__annotations__)  # the class attributes every method sets

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_net, quick_method
+from helpers import make_net, quick_method
 from torch import nn
 
 from ticketcli.errors import UsageError
@@ -13,7 +13,7 @@ from ticketcli.methods import METHODS, ExtractResult
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.models import MaskedNet
-from ticketcli.specs import check_method_options
+from ticketcli.resolve import check_method_options
 from ticketcli.train import evaluate
 
 

@@ -17,8 +17,9 @@ from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.init import RELU_GAIN, fingerprint, init_weights
-from ticketcli.models import MODELS, MaskedNet, build_model
+from ticketcli.init import RELU_GAIN, init_weights
+from ticketcli.models import MODELS, MaskedNet, build_model, parse_model
+from ticketcli.seeding import fingerprint
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 
 # One tiny example per registered model, sized by the digits data (1x8x8, 10 classes) where left open.
@@ -40,7 +41,7 @@ TRUSTED = ModelPolicy(trust_model_code=True)  # the user opted in to importing t
 
 
 def example(name: str) -> ModelSpec:
-    return ModelSpec.parse(EXAMPLES[name]).with_data(*DIGITS)
+    return parse_model(EXAMPLES[name]).with_data(*DIGITS)
 
 
 def test_every_registered_model_has_an_example():
@@ -110,19 +111,19 @@ def test_extract_evaluate_round_trip(name, tmp_path):
     ],
 )
 def test_spec_strings_round_trip(text):
-    spec = ModelSpec.parse(text)
-    assert spec.to_string() == text and ModelSpec.parse(spec.to_string()) == spec
+    spec = parse_model(text)
+    assert spec.to_string() == text and parse_model(spec.to_string()) == spec
 
 
 def test_paper_mlp_spec_is_unchanged():
-    spec = ModelSpec.parse("mlp:784-256-256-256-10")
+    spec = parse_model("mlp:784-256-256-256-10")
     assert spec == ModelSpec() and spec.to_dict() == {
         "spec": "mlp:784-256-256-256-10",
         "arch": "mlp",
         "widths": [784, 256, 256, 256, 10],
         "bias": False,
     }
-    assert ModelSpec.parse("conv6").with_data((3, 32, 32), 10).to_string() == "conv6@3x32x32-10"
+    assert parse_model("conv6").with_data((3, 32, 32), 10).to_string() == "conv6@3x32x32-10"
 
 
 @pytest.mark.parametrize(
@@ -143,18 +144,18 @@ def test_paper_mlp_spec_is_unchanged():
 )
 def test_invalid_spec_strings(text):
     with pytest.raises(UsageError):
-        ModelSpec.parse(text)
+        parse_model(text)
 
 
 def test_conv_family_layout():
-    module = build_model(ModelSpec.parse("conv6@3x32x32-10"))
+    module = build_model(parse_model("conv6@3x32x32-10"))
     convs = [m for m in module.features if isinstance(m, torch.nn.Conv2d)]
     assert [m.out_channels for m in convs] == [64, 64, 128, 128, 256, 256]
     assert all(m.bias is None and m.kernel_size == (3, 3) for m in convs)
     linears = [m for m in module.classifier if isinstance(m, torch.nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [(256 * 4 * 4, 256), (256, 256), (256, 10)]
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in module.modules())
-    lenet = build_model(ModelSpec.parse("lenet300@1x28x28-10"))
+    lenet = build_model(parse_model("lenet300@1x28x28-10"))
     assert [tuple(p.shape) for p in lenet.parameters()] == [(300, 784), (100, 300), (10, 100)]
 
 
@@ -281,7 +282,7 @@ def test_class_count_mismatch(tmp_path):
 
 
 def test_user_model_checkpoint_needs_every_parameter(tmp_path, user_module):
-    module = build_model(ModelSpec.parse(f"{user_module}:build_net"))
+    module = build_model(parse_model(f"{user_module}:build_net"))
     state = {n: t + 0.25 for n, t in module.state_dict().items() if t.is_floating_point()}  # params + bn stats
     ckpt = tmp_path / "user.safetensors"
     save_file(state, str(ckpt))
@@ -320,7 +321,7 @@ def test_user_model_checkpoint_needs_every_parameter(tmp_path, user_module):
 
 
 def test_conv_checkpoint_round_trip_and_sha_check(tmp_path):
-    spec = ModelSpec.parse("conv2@1x8x8-10")
+    spec = parse_model("conv2@1x8x8-10")
     module = build_model(spec)
     ckpt = tmp_path / "conv.pt"
     torch.save({n: t * 0.5 for n, t in init_weights(module, InitSpec(seed=9)).items()}, ckpt)

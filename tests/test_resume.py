@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_net, quick_method
+from helpers import make_net, quick_method
 from typer.testing import CliRunner
 
 from ticketcli.checkpoint import checkpoint_path
@@ -16,8 +16,8 @@ from ticketcli.errors import RunFailed, UsageError
 from ticketcli.methods import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
 from ticketcli.methods.selection import Selection
+from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import extract_ticket
-from ticketcli.specs import build_extract_spec, merge_settings
 
 SETTINGS = {
     "dataset": "digits",

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from ticketcli import sweep
 from ticketcli.cli import app
 from ticketcli.methods import METHODS
-from ticketcli.specs import ModelSpec, build_extract_spec, merge_settings
+from ticketcli.models import parse_model
+from ticketcli.resolve import build_extract_spec, merge_settings
 
 runner = CliRunner()
 TINY = dict(
@@ -138,7 +139,7 @@ def test_layerwise_tuples_reproducible_from_the_seed():
     assert len(a) == 8 and all(len(t) == 4 and set(t) <= set(pool) for t in a)
     assert len(set(a)) > 1
     plan = tiny_plan(seeds=(3,), densities=pool, layerwise=5)
-    n_layers = sweep.model_layers(ModelSpec.parse(TINY["model"]))
+    n_layers = sweep.model_layers(parse_model(TINY["model"]))
     drawn = [t.spec.method.layer_densities for t in plan if t.spec.method.layer_densities is not None]
     assert drawn == sweep.layerwise_tuples(3, pool, n_layers, 5)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from conftest import make_net
+from helpers import make_net
 
-from ticketcli.init import generator
+from ticketcli.seeding import generator
 from ticketcli.train import WeightOptim, WeightTrainer, train_weights
 
 

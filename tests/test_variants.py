@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import make_net, quick_method
+from helpers import make_net, quick_method
 from test_methods import extract, run
 
 from ticketcli.errors import UsageError
@@ -15,7 +15,7 @@ from ticketcli.masking import joint_topk_masks, keep_count, masked_weight
 from ticketcli.methods import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
-from ticketcli.specs import check_method_options
+from ticketcli.resolve import check_method_options
 
 
 def kept(masks) -> int:

@@ -15,9 +15,11 @@ from test_cli import QUICK, invoke, one_line_error
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.errors import RunFailed
-from ticketcli.init import file_sha256, init_weights
-from ticketcli.models import MaskedNet, build_model
-from ticketcli.specs import DataSpec, InitSpec, ModelSpec, data_location
+from ticketcli.init import init_weights
+from ticketcli.models import MaskedNet, build_model, parse_model
+from ticketcli.resolve import data_location
+from ticketcli.seeding import file_sha256
+from ticketcli.specs import DataSpec, InitSpec
 from ticketcli.train import evaluate
 from ticketcli.weak import WeakSpec, check_sparsity, train_run, train_weak
 
@@ -84,7 +86,7 @@ def test_output_file_loads_into_the_model_and_reproduces_final_accuracy(ticket, 
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     state = load_file(str(out))  # plain safetensors, no ticketcli reader
-    module = build_model(ModelSpec.parse(MODEL))
+    module = build_model(parse_model(MODEL))
     module.load_state_dict(state)  # strict: exactly the model's keys and shapes
     masks = ticket_io.load(ticket).masks
     for n, w in state.items():
@@ -101,7 +103,7 @@ def test_output_file_loads_into_the_model_and_reproduces_final_accuracy(ticket, 
 
 def test_dense_baseline_starts_from_the_same_init(ticket):
     result = train_weak(ticket, data=DATA, spec=SPEC, device="cpu", dense_baseline=True)
-    net = MaskedNet(build_model(ModelSpec.parse(MODEL)))
+    net = MaskedNet(build_model(parse_model(MODEL)))
     net.load_weights(init_weights(net.module, InitSpec(seed=0)))
     o = runs.open_ticket(ticket, data=DATA, device="cpu")
     assert result["dense"]["initial"]["test"] == evaluate(net, None, o.splits.x_test, o.splits.y_test)
@@ -175,7 +177,7 @@ def test_bad_ticket_is_exit_2(tmp_path, content):
 
 
 def test_checkpoint_ticket_needs_its_weights(tmp_path):
-    module = build_model(ModelSpec.parse(MODEL))
+    module = build_model(parse_model(MODEL))
     ckpt = tmp_path / "init.safetensors"
     save_file({n: t * 1.5 for n, t in init_weights(module, InitSpec(seed=7)).items()}, str(ckpt))
     out = tmp_path / "t.safetensors"

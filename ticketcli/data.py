@@ -15,8 +15,8 @@ import torch
 
 from ticketcli import cifar
 from ticketcli.errors import UsageError
-from ticketcli.init import generator
 from ticketcli.registry import Registry
+from ticketcli.seeding import generator
 from ticketcli.specs import DataSpec
 
 SYSTEM_DIRS = ("/usr/share/datasets",)  # Debian's dataset-fashion-mnist installs /usr/share/datasets/fashion-mnist

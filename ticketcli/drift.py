@@ -25,10 +25,10 @@ from ticketcli import drift_control as control_
 from ticketcli import ticket as ticket_io
 from ticketcli.data import DATASETS, load_splits
 from ticketcli.errors import UsageError
-from ticketcli.init import generator
 from ticketcli.methods import Progress
-from ticketcli.models import MLP, MaskedNet, mlp_forward
+from ticketcli.models import MLP, MaskedNet, mlp_forward, parse_model
 from ticketcli.registry import Registry
+from ticketcli.seeding import generator
 from ticketcli.specs import PAPER_HIDDEN, DataSpec, InitSpec, ModelPolicy, ModelSpec, check_setting
 from ticketcli.train import Loss, WeightOptim, WeightTrainer
 
@@ -117,7 +117,7 @@ def build_drift_spec(s: dict[str, Any], location: dict[str, Any]) -> DriftSpec:
     if s.get("model") is None:
         model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes))
     else:
-        model = ModelSpec.parse(str(s["model"]))
+        model = parse_model(str(s["model"]))
     _require_mlp(model.arch)
     inputs = s.get("inputs") or "data"
     if inputs not in INPUTS:

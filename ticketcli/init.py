@@ -1,8 +1,7 @@
-"""Deterministic weight initialisation from (spec, seed) on the CPU, and the weights fingerprint."""
+"""Deterministic weight initialisation from (spec, seed) on the CPU: the init schemes registry and init_weights."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 
@@ -42,16 +41,6 @@ def kaiming_normal(shape, fan: int, k: float, g: torch.Generator) -> torch.Tenso
     return torch.empty(shape).normal_(0.0, std, generator=g)
 
 
-def derive_seed(seed: int, tag: str) -> int:
-    """An independent 63-bit seed for one purpose ('split', 'scores', 'batches', ...) derived from the run seed."""
-    digest = hashlib.sha256(f"{seed}:{tag}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
-
-
-def generator(seed: int, tag: str) -> torch.Generator:
-    return torch.Generator().manual_seed(derive_seed(seed, tag))
-
-
 def init_weights(module: nn.Module, spec: InitSpec) -> dict[str, torch.Tensor]:
     """Draw every masked parameter, in named_parameters() order, from one CPU generator seeded with spec.seed.
 
@@ -69,19 +58,3 @@ def init_weights(module: nn.Module, spec: InitSpec) -> dict[str, torch.Tensor]:
         owner_weight = params.get(layer_of(name) + ".weight") if p.dim() == 1 else None
         out[name] = scheme(p.shape, fan_in(p, owner_weight), spec.k, g).to(torch.float32)
     return out
-
-
-def fingerprint(weights: dict[str, torch.Tensor]) -> str:
-    """sha256 over the parameters' bytes (float32, C order) in order."""
-    h = hashlib.sha256()
-    for w in weights.values():
-        h.update(w.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

@@ -13,9 +13,23 @@ from ticketcli import batchnorm, models_conv, models_resnet, models_vit
 from ticketcli.errors import UsageError
 from ticketcli.models_user import build_user_model
 from ticketcli.registry import Registry
+from ticketcli.spec_syntax import BUILTIN_SPEC, FACTORY_SPEC, SPEC_HINT, spec_text
 from ticketcli.specs import ModelSpec
 
 MODELS: Registry[Callable[[ModelSpec], nn.Module]] = Registry("model")
+
+
+def parse_model(text: str, *, bias: bool | None = None) -> ModelSpec:
+    """A model spec string (forms: ModelSpec's docstring) as a ModelSpec; --bias adds biases to built-in models."""
+    t = spec_text(text)
+    factory = FACTORY_SPEC.fullmatch(t)
+    if factory and factory.group(1).partition(":")[0] not in MODELS:  # "vit:p4" is a built-in, not a module
+        return ModelSpec.from_factory(text, factory, bias=bias)
+    m = BUILTIN_SPEC.fullmatch(t)
+    if not m:
+        raise UsageError(f"invalid model spec {text!r}", hint=SPEC_HINT)
+    MODELS.get(m.group(1))  # an unknown name: "unknown model ...; choose one of ..." before any syntax complaint
+    return ModelSpec.from_builtin(text, m, bias=bias)
 
 
 # mlp "+norm=...": normalisation without learned parameters (edge-popup's non-affine convention, batchnorm.py)

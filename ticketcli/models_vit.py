@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.specs import VIT_BODY, ModelSpec
+from ticketcli.spec_syntax import VIT_BODY
+from ticketcli.specs import ModelSpec
 
 
 def sincos_2d(h: int, w: int, dim: int) -> torch.Tensor:

@@ -17,9 +17,10 @@ from ticketcli.atomic import check_destination
 from ticketcli.checkpoint import Checkpointer, checkpoint_path
 from ticketcli.data import DATASETS, Splits, load_splits
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.init import INIT_SCHEMES, file_sha256, fingerprint, generator, init_weights
+from ticketcli.init import INIT_SCHEMES, init_weights
 from ticketcli.methods import Progress
-from ticketcli.models import MaskedNet, build_model, check_param_count, planned_shapes
+from ticketcli.models import MaskedNet, build_model, check_param_count, parse_model, planned_shapes
+from ticketcli.seeding import file_sha256, fingerprint, generator
 from ticketcli.specs import MAX_PARAMS, DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.train import evaluate
 
@@ -182,11 +183,11 @@ def ticket_model(tk: ticket_io.Ticket, path: Path, policy: ModelPolicy) -> Model
     """The ticket's model spec, parsed, once the policy allows building it: a factory the ticket names is never
     imported unless the user opted in (--trust-model-code, or --model naming that same factory)."""
     try:
-        model = ModelSpec.parse(tk.model["spec"])
+        model = parse_model(tk.model["spec"])
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
     if policy.model is not None:
-        given = ModelSpec.parse(policy.model)
+        given = parse_model(policy.model)
         if model.arch != "user" or given.factory != model.factory:
             raise UsageError(
                 f"--model {policy.model[:80]} is not this ticket's model ({model.to_string()[:80]})",
@@ -283,7 +284,7 @@ def open_ticket(
         split_seed=tk.data["split_seed"],
     )
     splits = load_splits(spec)
-    check_input_shape(ModelSpec.parse(tk.model["spec"]), splits, net)
+    check_input_shape(parse_model(tk.model["spec"]), splits, net)
     net.to(dev)
     masks = {n: m.to(dev) for n, m in tk.masks.items()}
     splits = splits.to(dev)

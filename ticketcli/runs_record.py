@@ -12,11 +12,11 @@ import ticketcli
 from ticketcli import batchnorm, distributed
 from ticketcli import ticket as ticket_io
 from ticketcli.data import Splits
-from ticketcli.init import fingerprint
 from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS
 from ticketcli.methods.base import Details, ExtractResult
 from ticketcli.models import MaskedNet
+from ticketcli.seeding import fingerprint
 from ticketcli.specs import ModelSpec, RunSpec
 from ticketcli.train import evaluate
 

@@ -1,33 +1,25 @@
-"""Frozen run specifications, spec-string parsing and TOML configs: the only place that knows about flags."""
+"""Frozen run specifications, the defaults and value ranges of every run setting: the bottom layer, importing
+nothing of the package but its errors, value ranges and the spec-string syntax. Turning flags, config files and
+registry look-ups into specs is resolve.py's work."""
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import sys
 from dataclasses import MISSING, asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
-from ticketcli.bounded import read_regular_file
+from ticketcli import spec_syntax as syntax
 from ticketcli.errors import UsageError
-from ticketcli.ranges import BOOL, FLOAT, INT, NUMBERS, TEXT, Range, show
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from ticketcli.ranges import BOOL, FLOAT, INT, NUMBERS, TEXT, Range
 
 PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix B)
-MAX_SPEC_CHARS = 1000  # a model spec longer than this is refused (the longest real ones are under 100)
-MAX_SPEC_DIGITS = 9  # every number in a built-in spec is below 10^9 (int() of a 5000-digit string raises)
 MAX_PARAMS = 2 * 10**9  # default --max-params: a bigger model is refused before anything is allocated
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model spec string, parsed. Forms (the built-in ones take "+bias"):
+    """A model spec string, parsed (models.parse_model reads one). Forms (the built-in ones take "+bias"):
     "mlp:784-256-256-256-10" (widths; also "+res" and "+norm=batch|layer|rms"), "lenet300" (784-300-100-10),
     "conv2" / "conv4" / "conv6", "vgg:64-64-M-128-128-M-256-256-M" (3x3 conv widths, M = 2x2 max-pool),
     "resnet20", "resnet18", "wrn:16-4" (depth-width), "vit:p4-d64-l4-h4" (patch, width, blocks, heads; "-m2" sets
@@ -54,7 +46,8 @@ class ModelSpec:
         """Fill in the input shape and class count from the dataset where the spec leaves them open."""
         if self.arch in ("mlp", "user") or self.resolved:
             return self
-        return replace(self, input=tuple(shape), classes=int(classes))
+        c, h, w = shape  # a list from a caller becomes the tuple a frozen spec holds
+        return replace(self, input=(c, h, w), classes=int(classes))
 
     def to_string(self) -> str:
         geometry = "" if self.input is None else "@" + "x".join(map(str, self.input)) + f"-{self.classes}"
@@ -85,65 +78,30 @@ class ModelSpec:
         return d
 
     @classmethod
-    def parse(cls, text: str, *, bias: bool | None = None) -> ModelSpec:
-        """Parse a spec string (see the class docstring); --bias adds biases to built-in models."""
-        from ticketcli.models import MODELS  # here: models imports specs
+    def from_factory(cls, text: str, match: re.Match[str], *, bias: bool | None = None) -> ModelSpec:
+        """A user factory's spec from a FACTORY_SPEC match of `text` (models.parse_model decides it is no built-in)."""
+        if bias:
+            raise UsageError("--bias applies to built-in models; a factory's modules decide their own biases")
+        shape, classes = syntax.geometry(text, match.group(2, 3, 4, 5))
+        return cls(arch="user", widths=(), factory=match.group(1), input=shape, classes=classes)
 
-        t = str(text).strip()
-        if len(t) > MAX_SPEC_CHARS:
-            raise UsageError(f"model spec of {len(t)} characters is too long (at most {MAX_SPEC_CHARS})")
-        if re.search(f"[0-9]{{{MAX_SPEC_DIGITS + 1}}}", t):
-            raise UsageError(
-                f"invalid model spec {_clip(t)!r}: numbers in a model spec have at most {MAX_SPEC_DIGITS} digits"
-            )
-        geometry_re = r"(?:@([0-9]+)x([0-9]+)x([0-9]+)-([0-9]+))?"
-        factory = re.fullmatch(
-            r"((?:[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*)" + geometry_re, t
-        )
-        if factory and factory.group(1).partition(":")[0] not in MODELS:  # "vit:p4" is a built-in, not a module
-            if bias:
-                raise UsageError("--bias applies to built-in models; a factory's modules decide their own biases")
-            shape, classes = _geometry(text, factory.group(2, 3, 4, 5))
-            return cls(arch="user", widths=(), factory=factory.group(1), input=shape, classes=classes)
-        hint = (
-            "expected e.g. mlp:784-256-256-256-10, mlp:64-128-10+bias, mlp:784-256-256-10+res+norm=layer, "
-            "lenet300, conv6, vgg:64-64-M-128-128-M-256-256-M, resnet20, wrn:16-4, vit:p4-d64-l4-h4, "
-            "conv6@3x32x32-10 or my_pkg.my_module:build_net"
-        )
-        m = re.fullmatch(
-            r"([a-z][a-z0-9_]*)(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?" + geometry_re + r"((?:\+[a-z]+(?:=[a-z]+)?)*)", t
-        )
-        if not m:
-            raise UsageError(f"invalid model spec {text!r}", hint=hint)
-        arch, body = m.group(1), m.group(2)
-        MODELS.get(arch)  # an unknown name: "unknown model ...; choose one of ..." before any syntax complaint
-        suffix = _suffixes(text, m.group(7))
+    @classmethod
+    def from_builtin(cls, text: str, match: re.Match[str], *, bias: bool | None = None) -> ModelSpec:
+        """A built-in model's spec from a BUILTIN_SPEC match of `text` (its name known to the models registry);
+        --bias adds biases."""
+        arch, body = match.group(1), match.group(2)
+        suffix = syntax.suffixes(text, match.group(7))
         has_bias = suffix["bias"] if bias is None else (bias or suffix["bias"])
         if arch != "mlp" and (suffix["res"] or suffix["norm"]):
             raise UsageError(f"invalid model spec {text!r}: +res and +norm apply to mlp specs only")
-        if m.group(3) is not None and arch == "mlp":
+        if match.group(3) is not None and arch == "mlp":
             raise UsageError(f"invalid model spec {text!r}: an mlp's widths already fix its input and classes")
-        shape, classes = _geometry(text, m.group(3, 4, 5, 6))
+        shape, classes = syntax.geometry(text, match.group(3, 4, 5, 6))
         if arch == "mlp":
-            if body is None or not re.fullmatch(r"[0-9]+(?:-[0-9]+)+", body):
-                raise UsageError(f"invalid model spec {text!r}", hint=hint)
-            widths = tuple(int(w) for w in body.split("-"))
-            if any(w <= 0 for w in widths):
-                raise UsageError(f"invalid model spec {text!r}: widths must be positive")
-            if suffix["res"] and not any(a == b for a, b in zip(widths[1:-2], widths[2:-1])):
-                raise UsageError(
-                    f"invalid model spec {text!r}: +res adds identity skips only around hidden layers "
-                    "whose input and output widths agree, and this mlp has none",
-                    hint="e.g. mlp:784-256-256-256-10+res",
-                )
+            widths = syntax.mlp_widths(text, body, suffix["res"])
             return cls(arch="mlp", widths=widths, bias=has_bias, residual=suffix["res"], norm=suffix["norm"])
-        layers = _body(text, arch, body, hint)
+        layers = syntax.arguments(text, arch, body)
         return cls(arch=arch, widths=(), bias=has_bias, layers=layers, input=shape, classes=classes)
-
-
-def _clip(text: str, n: int = 80) -> str:
-    """At most n characters of a user's text, for an error line."""
-    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -155,96 +113,6 @@ class ModelPolicy:
     trust_model_code: bool = False  # --trust-model-code: import and call the factory the ticket names
     model: str | None = None  # --model: with a ticket, confirms the ticket's own factory (same effect)
     max_params: int = MAX_PARAMS  # refuse a model with more parameters, before anything is built
-
-
-def build_model_policy(
-    *, trust_model_code: bool = False, model: str | None = None, max_params: int | None = None
-) -> ModelPolicy:
-    """A validated ModelPolicy from flag values (None: the default limit)."""
-    limit = MAX_PARAMS if max_params is None else check_setting("max_params", max_params)
-    return ModelPolicy(trust_model_code=bool(trust_model_code), model=model, max_params=limit)
-
-
-SPEC_NORMS = ("batch", "layer", "rms")  # mlp "+norm=..." (models.py maps them to modules)
-
-
-def _suffixes(text: str, raw: str) -> dict[str, Any]:
-    """ "+res+norm=layer+bias" in any order, each at most once -> {"res", "norm", "bias"}."""
-    out: dict[str, Any] = {"res": False, "norm": None, "bias": False}
-    seen: set[str] = set()
-    for item in raw.split("+")[1:]:
-        key, _, value = item.partition("=")
-        if key in seen:
-            raise UsageError(f"invalid model spec {text!r}: +{key} given twice")
-        seen.add(key)
-        if key == "norm" and value in SPEC_NORMS:
-            out["norm"] = value
-        elif key in ("res", "bias") and not value:
-            out[key] = True
-        else:
-            raise UsageError(
-                f"invalid model spec {text!r}: unknown suffix +{item}",
-                hint=f"suffixes: +res, +norm={'|'.join(SPEC_NORMS)}, +bias",
-            )
-    return out
-
-
-def _geometry(text: str, groups: tuple) -> tuple[tuple[int, int, int] | None, int | None]:
-    """The "@CxHxW-K" groups as (shape, classes), both None when absent."""
-    if groups[0] is None:
-        return None, None
-    shape, classes = tuple(int(g) for g in groups[:3]), int(groups[3])
-    if min(shape) <= 0 or classes <= 0:
-        raise UsageError(f"invalid model spec {text!r}: input shape and classes must be positive")
-    return shape, classes  # type: ignore[return-value]
-
-
-VIT_BODY = r"p([0-9]+)-d([0-9]+)-l([0-9]+)-h([0-9]+)(?:-m([0-9]+))?"
-
-
-def _body(text: str, arch: str, body: str | None, hint: str) -> tuple[str, ...]:
-    """The ':' arguments of a built-in other than mlp, validated, as the tuple ModelSpec.layers stores."""
-    if arch == "vgg":
-        if body is None or not all(p == "M" or (p.isdigit() and int(p) > 0) for p in body.split("-")):
-            raise UsageError(
-                f"invalid model spec {text!r}: vgg takes positive conv widths and M (max-pool)",
-                hint="e.g. vgg:64-64-M-128-128-M-256-256-M",
-            )
-        layers = tuple(body.split("-"))
-        if "M" == layers[0] or all(p == "M" for p in layers):
-            raise UsageError(f"invalid model spec {text!r}: vgg must start with a conv width")
-        return layers
-    if arch == "wrn":
-        m = re.fullmatch(r"([0-9]+)-([0-9]+)", body or "")
-        if not m:
-            raise UsageError(f"invalid model spec {text!r}: wrn takes depth-width, e.g. wrn:16-4 or wrn:28-10")
-        depth, width = int(m.group(1)), int(m.group(2))
-        if depth < 10 or (depth - 4) % 6 or width < 1:
-            raise UsageError(
-                f"invalid model spec {text!r}: a wide ResNet's depth is 6n+4 (10, 16, 22, 28, 40, ...) "
-                "and its width factor at least 1"
-            )
-        return (str(depth), str(width))
-    if arch == "vit":
-        m = re.fullmatch(VIT_BODY, body or "")
-        if not m:
-            raise UsageError(
-                f"invalid model spec {text!r}: vit takes p<patch>-d<width>-l<blocks>-h<heads>[-m<mlp ratio>]",
-                hint="e.g. vit:p4-d64-l4-h4 or vit:p4-d64-l4-h4-m2",
-            )
-        values = [int(v) for v in m.groups() if v is not None]
-        if min(values) <= 0:
-            raise UsageError(f"invalid model spec {text!r}: vit's numbers must be positive")
-        patch, width, _, heads = values[:4]
-        if width % heads or width % 4:
-            raise UsageError(
-                f"invalid model spec {text!r}: vit's width d{width} must be a multiple of its "
-                f"{heads} heads and of 4 (the 2-D sin-cos position embedding)"
-            )
-        return tuple(body.split("-"))  # type: ignore[union-attr]
-    if body is not None:
-        raise UsageError(f"invalid model spec {text!r}: {arch} takes no ':' arguments", hint=hint)
-    return ()
 
 
 @dataclass(frozen=True)
@@ -429,194 +297,11 @@ RANGES: dict[str, Range] = {
     "workers": INT(1, 4096),
     "threads": INT(1, 4096),
 }
-MAX_CONFIG = 1 << 20  # bytes of a TOML config file
 
 
 def check_setting(key: str, value: Any, what: str | None = None) -> Any:
     """`value` checked against RANGES[key] and normalised; `what` names it in the error (default: its flag)."""
     return RANGES[key].check(value, what or option_flag(key))
-
-
-def user_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ticketcli"
-
-
-def data_search_dirs(data_dir: str | None) -> tuple[str, ...]:
-    """The data resolution order: --data-dir, $TICKET_DATA, the user cache, then system copies."""
-    from ticketcli.data import SYSTEM_DIRS
-
-    dirs = [data_dir, os.environ.get("TICKET_DATA"), str(user_cache_dir()), *SYSTEM_DIRS]
-    return tuple(str(d) for d in dirs if d)
-
-
-def data_location(data_dir: str | None, download: bool) -> dict[str, Any]:
-    """DataSpec's where-to-find-it fields, resolved from flags and the environment here at the edge."""
-    return {
-        "search_dirs": data_search_dirs(data_dir),
-        "download": bool(download),
-        "download_dir": str(user_cache_dir()),
-    }
-
-
-def load_config(path: str | Path | None) -> dict[str, Any]:
-    """Read a flat TOML run config; keys are option names (dashes or underscores), values are checked against
-    RANGES. Only a regular file of at most 1 MiB is read (no FIFO, no device)."""
-    if path is None:
-        return {}
-    p = Path(path)
-    raw = read_regular_file(p, MAX_CONFIG, "config file")
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise UsageError(f"config file {p} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"config file {p} is not valid TOML: {str(e).splitlines()[0][:200]}") from None
-    except RecursionError:  # tomllib recurses once per nested array or inline table
-        raise UsageError(f"config file {p} nests arrays or tables too deeply (a run config is flat)") from None
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        k = key.replace("-", "_")
-        if k not in EXTRACT_DEFAULTS:
-            raise UsageError(
-                f"unknown key {show(key)} in {p}", hint=f"valid keys: {', '.join(sorted(EXTRACT_DEFAULTS))}"
-            )
-        if k in out:
-            raise UsageError(f"{p} sets {k} twice (with dashes and with underscores)")
-        check_setting(k, value, f"{p}: {k}")
-        out[k] = value
-    return out
-
-
-def merge_settings(flags: dict[str, Any], config_path: str | Path | None) -> dict[str, Any]:
-    """Defaults <- config file <- explicitly given flags (None means 'not given')."""
-    merged = dict(EXTRACT_DEFAULTS)
-    merged.update(load_config(config_path))
-    merged.update({k: v for k, v in flags.items() if v is not None})
-    return merged
-
-
-def parse_floats(text: str | list | tuple | None, what: str) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    items = text if isinstance(text, (list, tuple)) else [t for t in str(text).split(",") if t.strip()]
-    try:
-        values = tuple(float(t) for t in items)
-    except (TypeError, ValueError):
-        raise UsageError(f"{what} must be comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise UsageError(f"{what} is empty")
-    return values
-
-
-def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
-    """Validate merged settings and freeze them into a RunSpec."""
-    from ticketcli.data import DATASETS  # the dataset decides the default model's input and output widths
-    from ticketcli.init import INIT_SCHEMES
-    from ticketcli.methods import METHODS
-    from ticketcli.models import MODELS
-    from ticketcli.models_user import import_factory, takes_num_classes
-
-    s = {k: v if v is None or k not in RANGES else check_setting(k, v) for k, v in settings.items()}
-    METHODS.get(s["method"])
-    INIT_SCHEMES.get(s["init"])
-    info = DATASETS.get(s["dataset"])
-
-    if s["model"] is None:
-        model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes), bias=s["bias"])
-    else:
-        model = ModelSpec.parse(str(s["model"]), bias=bool(s["bias"])).with_data(info.shape, info.classes)
-        if model.arch == "user" and model.classes is None and takes_num_classes(import_factory(str(model.factory))):
-            # e.g. torchvision.models:resnet18 -> torchvision.models:resnet18@3x32x32-10, built with num_classes=10
-            model = replace(model, input=tuple(info.shape), classes=info.classes)
-    if model.arch != "user" and model.arch not in MODELS:
-        raise UsageError(
-            f"invalid model spec {s['model']!r}: unknown model {model.arch!r}",
-            hint=f"models: {', '.join(MODELS.names())}, or a factory my_pkg.my_module:build_net",
-        )
-    if len(s["betas"]) != 2:
-        raise UsageError(f"--betas must be two numbers in [0, 1), got {show(settings['betas'])}")
-
-    method = MethodSpec(
-        name=s["method"],
-        sparsity=s["sparsity"],
-        layer_densities=s["layer_densities"],
-        aug_density=s["aug_density"],
-        aux_width=s["aux_width"],
-        frozen_aux=s["frozen_aux"],
-        signed_scores=s["signed_scores"],
-        project_final=s["project_final"],
-        global_topk=s["global_topk"],
-        iter_tolerance=s["iter_tolerance"],
-        max_rounds=s["max_rounds"],
-        epochs=s["epochs"],
-        lr=s["lr"],
-        batch_size=s["batch_size"],
-        betas=(s["betas"][0], s["betas"][1]),
-        eps=s["eps"],
-        weight_decay=s["weight_decay"],
-        weight_lr=s["weight_lr"],
-        saliency_batches=s["saliency_batches"],
-        grasp_temperature=s["grasp_temperature"],
-        synflow_rounds=s["synflow_rounds"],
-        imp_rounds=s["imp_rounds"],
-        regrow_every=s["regrow_every"],
-        regrow_fraction=s["regrow_fraction"],
-        movement_warmup=s["movement_warmup"],
-        movement_cooldown=s["movement_cooldown"],
-        movement_noise=s["movement_noise"],
-        precision=check_precision(s["precision"]),
-    )
-    check_method_options(method)
-    if method.movement_warmup + method.movement_cooldown >= 1:
-        raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
-    if s["match_sparsity"] is not None:
-        method = matched_sparsity(method, s["match_sparsity"], per_layer=s["match_sparsity_per_layer"])
-    elif s["match_sparsity_per_layer"]:
-        raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
-    data = DataSpec(
-        name=s["dataset"],
-        n_extract=s["n_extract"],
-        n_val=s["n_val"],
-        split_seed=s["seed"],
-        **data_location(s["data_dir"], s["download"]),
-    )
-    init = InitSpec(scheme=s["init"], k=s["init_k"], seed=s["seed"])
-    return RunSpec(
-        model=model,
-        init=init,
-        data=data,
-        method=method,
-        device=s["device"],
-        weights=s["weights"],
-        max_params=MAX_PARAMS if s["max_params"] is None else s["max_params"],
-    )
-
-
-# Options that only some methods read (the score-method variants of issue 4, the baselines' hyper-parameters of
-# issue 3). Each method class lists the ones it reads in `options`; build_extract_spec refuses the others.
-METHOD_OPTIONS = (
-    "aug_density",
-    "layer_densities",
-    "aux_width",
-    "frozen_aux",
-    "signed_scores",
-    "project_final",
-    "global_topk",
-    "iter_tolerance",
-    "max_rounds",
-    "weight_lr",
-    "saliency_batches",
-    "grasp_temperature",
-    "synflow_rounds",
-    "imp_rounds",
-    "regrow_every",
-    "regrow_fraction",
-    "movement_warmup",
-    "movement_cooldown",
-    "movement_noise",
-    "precision",
-)
 
 
 PRECISIONS = ("fp32", "bf16")
@@ -632,72 +317,14 @@ def option_flag(field: str) -> str:
     return "--global" if field == "global_topk" else "--" + field.replace("_", "-")
 
 
-def method_reads(name: str, field: str) -> bool:
-    from ticketcli.methods import METHODS
-
-    return field in METHODS.get(name).options
-
-
-def check_method_options(method: MethodSpec) -> None:
-    """Refuse a method-specific option set (to other than its default) for a method that would ignore it."""
-    from dataclasses import fields
-
-    from ticketcli.methods import METHODS
-
-    defaults = {f.name: f.default for f in fields(MethodSpec)}
-    for field in METHOD_OPTIONS:
-        if getattr(method, field) != defaults[field] and not method_reads(method.name, field):
-            users = [n for n in METHODS.names() if method_reads(n, field)]
-            raise UsageError(
-                f"{option_flag(field)} applies to {', '.join(users) or 'no method'} only, not {method.name}"
-            )
-
-
-def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:
-    """The method at another ticket's achieved sparsity: global, or per layer as --layer-densities (Appendix G)."""
-    from dataclasses import replace
-
-    from ticketcli import ticket as ticket_io
-    from ticketcli.models import layer_of
-
-    if method.layer_densities is not None:
-        raise UsageError("--match-sparsity sets the densities itself; drop --layer-densities")
-    if per_layer and not method_reads(method.name, "layer_densities"):
-        raise UsageError(
-            f"--match-sparsity-per-layer needs per-layer densities, which {method.name} does not take",
-            hint="use --match-sparsity alone (global)",
-        )
-    counts = ticket_io.scan(path).counts  # counted from the packed bits: nothing imported, built or unpacked
-    if per_layer:
-        kept: dict[str, list[int]] = {}
-        for name, (k_, n_) in counts.items():  # in named_parameters order, so layers come out in order
-            k = kept.setdefault(layer_of(name), [0, 0])
-            k[0], k[1] = k[0] + k_, k[1] + n_
-        densities = tuple(a / b for a, b in kept.values())
-        return replace(
-            method,
-            sparsity=1.0 - sum(a for a, _ in kept.values()) / sum(b for _, b in kept.values()),
-            layer_densities=densities,
-            matched_to=path,
-        )
-    kept_total = sum(k for k, _ in counts.values())
-    total = sum(n for _, n in counts.values())
-    if kept_total == 0:
-        raise UsageError(f"{path} keeps no weights; there is no sparsity to match")
-    return replace(method, sparsity=1.0 - kept_total / total, matched_to=path)
-
-
 __all__ = [
     "ModelSpec",
     "InitSpec",
     "DataSpec",
     "MethodSpec",
     "RunSpec",
-    "build_extract_spec",
-    "merge_settings",
-    "load_config",
-    "parse_floats",
-    "data_location",
+    "ModelPolicy",
+    "EXTRACT_DEFAULTS",
     "RANGES",
     "check_setting",
 ]

@@ -24,9 +24,9 @@ from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.atomic import write_atomic
 from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
-from ticketcli.init import file_sha256, generator
 from ticketcli.methods import METHODS
 from ticketcli.models import MaskedNet, build_model, layer_of, planned_shapes
+from ticketcli.seeding import file_sha256, generator
 from ticketcli.specs import MAX_PARAMS, ModelSpec, RunSpec
 
 PAPER_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # Appendix B

@@ -20,9 +20,9 @@ import ticketcli
 from ticketcli import distributed
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.errors import RunFailed
-from ticketcli.init import file_sha256, generator
 from ticketcli.masking import mask_stats
 from ticketcli.runs import OpenTicket, open_ticket
+from ticketcli.seeding import file_sha256, generator
 from ticketcli.specs import DataSpec, ModelPolicy, check_precision, check_setting
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
 

@@ -30,8 +30,8 @@ from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import TicketFileError
+from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.safetensors_file import DTYPE_BYTES
-from ticketcli.specs import build_extract_spec, merge_settings
 
 # 13 hidden units and biases: masks of 832, 13, 130 and 10 bits, so three of them have padding bits
 SEED_MODEL = "mlp:64-13-10+bias"

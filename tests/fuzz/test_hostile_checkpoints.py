@@ -24,8 +24,7 @@ from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.cli import app
 from ticketcli.methods import METHODS
-from ticketcli.models import build_model
-from ticketcli.specs import ModelSpec
+from ticketcli.models import build_model, parse_model
 
 MODEL = "mlp:64-13-10"
 BASE = ["--dataset", "digits", "--model", MODEL, "--n-extract", "100", "--n-val", "50", "--device", "cpu", "--quiet"]
@@ -34,7 +33,7 @@ RESUMABLE = [*BASE, "--method", "edge-popup", "--epochs", "2", "--batch-size", "
 
 def weights_of(model: str = MODEL, **poison: float) -> dict[str, torch.Tensor]:
     """A state dict that fits `model`, with one entry of each named parameter set to the given value."""
-    module = build_model(ModelSpec.parse(model))
+    module = build_model(parse_model(model))
     gen = torch.Generator().manual_seed(0)
     state = {n: torch.randn(p.shape, generator=gen) * 0.1 for n, p in module.named_parameters()}
     for name, value in poison.items():

@@ -23,7 +23,7 @@ from hostile import assert_clean, child, cli, snapshot
 
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
-from ticketcli.specs import build_extract_spec, merge_settings
+from ticketcli.resolve import build_extract_spec, merge_settings
 
 MARKER_SOURCE = """
 import pathlib

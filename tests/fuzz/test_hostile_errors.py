@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 
 import pytest
-from harness import write_seed_ticket
 from hostile import assert_clean, child, cli
 
 from ticketcli import drift as drift_core
@@ -21,13 +20,6 @@ from ticketcli import ticket as ticket_io
 INTERNAL = "rerun with TICKET_DEBUG=1 for the traceback"
 HOSTILE_TEXT = "[bold red]x[/oops] :smile: \x1b[2J\x1b]0;pwned\x07 \r\b\x9b31m \u202eevil"  # markup, emoji, controls
 RAW_CONTROLS = ("\x1b", "\x07", "\r", "\b", "\x9b", "\u202e")
-
-
-@pytest.fixture(scope="module")
-def ticket(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("seed") / "t.safetensors"
-    write_seed_ticket(path)
-    return path
 
 
 def rewritten(src: Path, dst: Path, **fields) -> Path:

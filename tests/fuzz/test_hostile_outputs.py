@@ -10,7 +10,6 @@ import stat
 from pathlib import Path
 
 import pytest
-from harness import write_seed_ticket
 from hostile import assert_clean, cli, snapshot
 
 FAST_EXTRACT = [
@@ -72,13 +71,6 @@ WRITERS = {  # every option that names a file a command writes
         dest,
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def ticket(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("seed") / "t.safetensors"
-    write_seed_ticket(path)
-    return path
 
 
 @pytest.fixture(autouse=True)

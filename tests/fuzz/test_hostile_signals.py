@@ -7,23 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
-from harness import write_seed_ticket
 from hostile import assert_clean, child, cli, snapshot
 
 from ticketcli import export as export_core
 from ticketcli import report, runs
 
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
-
-
-@pytest.fixture(scope="module")
-def ticket(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("seed") / "t.safetensors"
-    write_seed_ticket(path)
-    return path
 
 
 @pytest.fixture(autouse=True)

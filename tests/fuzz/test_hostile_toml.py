@@ -15,7 +15,8 @@ import pytest
 from hostile import assert_clean, cli, snapshot
 
 from ticketcli.errors import UsageError
-from ticketcli.specs import EXTRACT_DEFAULTS, RANGES, build_extract_spec, merge_settings, option_flag
+from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.specs import EXTRACT_DEFAULTS, RANGES, option_flag
 
 BASE = ("--dataset", "digits", "--method", "random", "--model", "mlp:64-8-10", "--quiet")
 

@@ -26,7 +26,7 @@ from ticketcli.cli.drift_features import (
 from ticketcli.cli.options import DataDir, DatasetName, Device, Download, Json, MaxParams, TrustModelCode, choices
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.specs import build_model_policy, data_location
+from ticketcli.resolve import build_model_policy, data_location
 
 # Built at run time from drift's registries, so mypy cannot read them: to mypy each is the str its value is.
 if TYPE_CHECKING:

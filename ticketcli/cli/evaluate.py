@@ -22,7 +22,8 @@ from ticketcli.cli.options import (
 )
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.specs import DataSpec, build_model_policy, data_location
+from ticketcli.resolve import build_model_policy, data_location
+from ticketcli.specs import DataSpec
 
 
 def evaluate(

@@ -21,7 +21,8 @@ from ticketcli.cli.options import (
     TrustModelCode,
 )
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.specs import DataSpec, build_model_policy, data_location
+from ticketcli.resolve import build_model_policy, data_location
+from ticketcli.specs import DataSpec
 
 ExportFormat = Literal["masked", "prune", "csr", "masks"]
 

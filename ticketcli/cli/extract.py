@@ -32,7 +32,7 @@ from ticketcli.cli.options import (
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.methods import METHODS
-from ticketcli.specs import build_extract_spec, merge_settings
+from ticketcli.resolve import build_extract_spec, merge_settings
 
 
 def extract(

@@ -32,7 +32,8 @@ from ticketcli.cli.options import (
 )
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.specs import build_extract_spec, check_setting, load_config, merge_settings, parse_floats
+from ticketcli.resolve import build_extract_spec, load_config, merge_settings, parse_floats
+from ticketcli.specs import check_setting
 
 Executor = Literal["local", "ray"]
 # sweep-k's own options (the others are extract's): their defaults, each written once here or in sweep.py

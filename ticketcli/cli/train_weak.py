@@ -25,7 +25,8 @@ from ticketcli.cli.options import (
     with_default,
 )
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.specs import DataSpec, build_model_policy, data_location
+from ticketcli.resolve import build_model_policy, data_location
+from ticketcli.specs import DataSpec
 
 WEAK = weak.WeakSpec()  # the paper's weak-ticket protocol: the defaults of the options below
 

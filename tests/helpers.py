@@ -1,0 +1,50 @@
+"""Helpers shared by the tests (`from helpers import make_net`): tiny networks, quick method settings, and the
+FashionMNIST check. Fixtures live in conftest.py; a test module never imports conftest."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ticketcli.data import find_idx_dir
+from ticketcli.init import init_weights
+from ticketcli.models import MaskedNet, build_model, parse_model
+from ticketcli.resolve import method_reads
+from ticketcli.specs import InitSpec, MethodSpec
+
+FASHION_DIRS = ("/usr/share/datasets",)
+
+
+def fashion_available() -> bool:
+    """Whether FashionMNIST's IDX files are in $TICKET_DATA or the system copy."""
+    dirs = tuple(d for d in (os.environ.get("TICKET_DATA"), *FASHION_DIRS) if d)
+    return find_idx_dir(dirs, ("", "fashion-mnist", "FashionMNIST/raw")) is not None
+
+
+def require_fashion() -> None:
+    """Skip without FashionMNIST, unless TICKET_REQUIRE_FASHION=1 (CI), where its absence is a failure."""
+    if fashion_available():
+        return
+    if os.environ.get("TICKET_REQUIRE_FASHION") == "1":
+        pytest.fail("FashionMNIST is required (TICKET_REQUIRE_FASHION=1) but not installed")
+    pytest.skip("FashionMNIST not installed (apt-get install dataset-fashion-mnist)")
+
+
+def make_net(spec: str = "mlp:64-32-32-10", seed: int = 0) -> MaskedNet:
+    """A MaskedNet of `spec` with its weights drawn from `seed`."""
+    m = parse_model(spec)
+    module = build_model(m)
+    net = MaskedNet(module, m)
+    net.load_weights(init_weights(module, InitSpec(seed=seed)))
+    return net
+
+
+def quick_method(name: str, **kw) -> MethodSpec:
+    """A MethodSpec small enough for a test (2 epochs), with `kw` overriding."""
+    small = dict(imp_rounds=2, synflow_rounds=10, regrow_every=2)  # small enough for 2 epochs of 5 steps
+    base = dict(
+        name=name, sparsity=0.8, epochs=2, batch_size=128, **{k: v for k, v in small.items() if method_reads(name, k)}
+    )
+    base.update(kw)
+    return MethodSpec(**base)

@@ -1,0 +1,228 @@
+"""One-way layers: every import inside the package, function-level ones included, points down (or sideways within
+a layer, without a cycle). The layer order is written once, in LAYERS; a new module must be placed in it.
+
+`python tests/test_layers.py [PACKAGE_DIR]` prints the import cycles and upward imports of any checkout."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = "ticketcli"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+# Bottom to top. An entry names a module, or a package and everything in it ("ticketcli.methods"). A module may import
+# from its own layer or any layer below, never above; within a layer the imports must not form a cycle.
+LAYERS: list[list[str]] = [
+    # leaves: the standard library, torch and each other only; the spec dataclasses and their syntax
+    [
+        "ticketcli",
+        "ticketcli.errors",
+        "ticketcli.registry",
+        "ticketcli.ranges",
+        "ticketcli.bounded",
+        "ticketcli.atomic",
+        "ticketcli.seeding",
+        "ticketcli.spec_syntax",
+        "ticketcli.specs",
+    ],
+    # core: networks, weights, data, masks, training, the ticket file; they take specs, never flags
+    [
+        "ticketcli.batchnorm",
+        "ticketcli.models_resnet",
+        "ticketcli.models_vit",
+        "ticketcli.models_conv",
+        "ticketcli.models_user",
+        "ticketcli.models",
+        "ticketcli.init",
+        "ticketcli.cifar",
+        "ticketcli.data",
+        "ticketcli.masking",
+        "ticketcli.topk_search",
+        "ticketcli.distributed",
+        "ticketcli.train",
+        "ticketcli.interrupts",
+        "ticketcli.ticket_meta",
+        "ticketcli.safetensors_file",
+        "ticketcli.ticket",
+        "ticketcli.checkpoint",
+    ],
+    ["ticketcli.methods"],  # one module per method family, behind one registry
+    # workflows: what a command does, from specs to results
+    [
+        "ticketcli.runs",
+        "ticketcli.runs_checks",
+        "ticketcli.runs_record",
+        "ticketcli.weak",
+        "ticketcli.sweep",
+        "ticketcli.drift_control",
+        "ticketcli.drift",
+        "ticketcli.relufy",
+        "ticketcli.drift_tradeoff",
+        "ticketcli.export",
+    ],
+    ["ticketcli.report", "ticketcli.drift_views"],  # presentation: tables, JSON, plots
+    ["ticketcli.resolve", "ticketcli.drift_options"],  # flags, config files and defaults -> validated specs
+    ["ticketcli.exits", "ticketcli.cli", "ticketcli.entry", "ticketcli.__main__"],  # the command line
+]
+
+
+def module_name(path: Path, root: Path) -> str:
+    """ticketcli/methods/base.py -> ticketcli.methods.base; a package's __init__.py is the package."""
+    parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_modules(root: Path) -> dict[str, Path]:
+    """Every module of the package under `root`, by dotted name."""
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def imported_names(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Every dotted name an import anywhere in `tree` loads (module- and function-level, relative ones resolved):
+    `from a.b import c` is a.b.c when that is a module, else a.b (c is then an attribute of a.b)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (for each imported name, the longest prefix that is a module)."""
+    modules = package_modules(root)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        targets = set()
+        for imported in imported_names(tree, name, path.name == "__init__.py"):
+            parts = imported.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()
+            if parts and ".".join(parts) != name:
+                targets.add(".".join(parts))
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted, largest first."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph) + 100))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found, key=lambda c: (-len(c), c))
+
+
+def layer_of(module: str, layers: list[list[str]] = LAYERS) -> int | None:
+    """The index of the layer that places `module` (the longest matching entry wins), None if none does."""
+    best: tuple[int, int] | None = None
+    for i, layer in enumerate(layers):
+        for entry in layer:
+            if module == entry or module.startswith(entry + ".") and entry != PACKAGE:
+                if best is None or len(entry) > best[1]:
+                    best = (i, len(entry))
+    return None if best is None else best[0]
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[list[str]] = LAYERS) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where the imported module sits in a higher layer than the importer."""
+    out = []
+    for src, targets in sorted(graph.items()):
+        for dst in sorted(targets):
+            a, b = layer_of(src, layers), layer_of(dst, layers)
+            if a is not None and b is not None and b > a:
+                out.append((src, dst))
+    return out
+
+
+def test_every_module_is_placed_in_a_layer():
+    unplaced = [m for m in package_modules(ROOT) if layer_of(m) is None]
+    assert not unplaced, f"place these modules in LAYERS (tests/test_layers.py): {unplaced}"
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph(ROOT)) == []
+
+
+def test_no_upward_imports():
+    assert upward_imports(import_graph(ROOT)) == []
+
+
+def test_every_layer_entry_names_a_module():
+    """A stale entry (a renamed or deleted module) would silently place nothing."""
+    modules = package_modules(ROOT)
+    stale = [e for layer in LAYERS for e in layer if not any(m == e or m.startswith(e + ".") for m in modules)]
+    assert stale == []
+
+
+def test_the_analyser_sees_function_level_and_relative_imports(tmp_path):
+    """The checks above can fail: a function-level import upwards and a relative import cycle are both found."""
+    pkg = tmp_path / PACKAGE
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "specs.py").write_text("def f():\n    from ticketcli.cli import app\n")
+    (pkg / "cli.py").write_text("app = 1\n")
+    (pkg / "sub" / "__init__.py").write_text("from . import a\n")
+    (pkg / "sub" / "a.py").write_text("from ..sub import b\n")
+    (pkg / "sub" / "b.py").write_text("from . import a\n")
+    graph = import_graph(pkg)
+    assert graph["ticketcli.specs"] == {"ticketcli.cli"}
+    assert cycles(graph) == [["ticketcli.sub.a", "ticketcli.sub.b"]]
+    layers = [["ticketcli.specs", "ticketcli.sub"], ["ticketcli.cli"]]
+    assert upward_imports(graph, layers) == [("ticketcli.specs", "ticketcli.cli")]
+
+
+def main(root: Path) -> None:
+    """Print the cycles and upward imports of the package at `root` (for before/after measurements)."""
+    graph = import_graph(root)
+    found = cycles(graph)
+    print(f"modules: {len(graph)}, import edges: {sum(map(len, graph.values()))}")
+    print(f"cycles (SCCs of >1 module): {len(found)}, largest: {max(map(len, found), default=0)}")
+    for c in found:
+        print("  cycle:", " ".join(c))
+    up = upward_imports(graph)
+    print(f"upward imports (by LAYERS): {len(up)}")
+    for src, dst in up:
+        print(f"  {src} -> {dst}")
+    unplaced = [m for m in graph if layer_of(m) is None]
+    print(f"unplaced modules: {len(unplaced)} {unplaced}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT)

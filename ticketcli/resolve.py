@@ -1,0 +1,271 @@
+"""Flags, TOML config files and defaults -> validated, frozen specs: the registry look-ups, the data search path
+from the environment, matched sparsity from another ticket. It sits just below the command line; everything under
+it takes specs and never reads flags or the environment."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from ticketcli import data as data_io
+from ticketcli import ticket as ticket_io
+from ticketcli.bounded import read_regular_file
+from ticketcli.data import DATASETS
+from ticketcli.errors import UsageError
+from ticketcli.init import INIT_SCHEMES
+from ticketcli.methods import METHODS
+from ticketcli.models import MODELS, layer_of, parse_model
+from ticketcli.models_user import import_factory, takes_num_classes
+from ticketcli.ranges import show
+from ticketcli.specs import (
+    EXTRACT_DEFAULTS,
+    MAX_PARAMS,
+    PAPER_HIDDEN,
+    RANGES,
+    DataSpec,
+    InitSpec,
+    MethodSpec,
+    ModelPolicy,
+    ModelSpec,
+    RunSpec,
+    check_precision,
+    check_setting,
+    option_flag,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MAX_CONFIG = 1 << 20  # bytes of a TOML config file
+
+
+def build_model_policy(
+    *, trust_model_code: bool = False, model: str | None = None, max_params: int | None = None
+) -> ModelPolicy:
+    """A validated ModelPolicy from flag values (None: the default limit)."""
+    limit = MAX_PARAMS if max_params is None else check_setting("max_params", max_params)
+    return ModelPolicy(trust_model_code=bool(trust_model_code), model=model, max_params=limit)
+
+
+def user_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ticketcli"
+
+
+def data_search_dirs(data_dir: str | None) -> tuple[str, ...]:
+    """The data resolution order: --data-dir, $TICKET_DATA, the user cache, then system copies."""
+    # read at call time, not import time: data.SYSTEM_DIRS is the one list (tests empty it)
+    dirs = [data_dir, os.environ.get("TICKET_DATA"), str(user_cache_dir()), *data_io.SYSTEM_DIRS]
+    return tuple(str(d) for d in dirs if d)
+
+
+def data_location(data_dir: str | None, download: bool) -> dict[str, Any]:
+    """DataSpec's where-to-find-it fields, resolved from flags and the environment here at the edge."""
+    return {
+        "search_dirs": data_search_dirs(data_dir),
+        "download": bool(download),
+        "download_dir": str(user_cache_dir()),
+    }
+
+
+def load_config(path: str | Path | None) -> dict[str, Any]:
+    """Read a flat TOML run config; keys are option names (dashes or underscores), values are checked against
+    RANGES. Only a regular file of at most 1 MiB is read (no FIFO, no device)."""
+    if path is None:
+        return {}
+    p = Path(path)
+    raw = read_regular_file(p, MAX_CONFIG, "config file")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"config file {p} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"config file {p} is not valid TOML: {str(e).splitlines()[0][:200]}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise UsageError(f"config file {p} nests arrays or tables too deeply (a run config is flat)") from None
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        k = key.replace("-", "_")
+        if k not in EXTRACT_DEFAULTS:
+            raise UsageError(
+                f"unknown key {show(key)} in {p}", hint=f"valid keys: {', '.join(sorted(EXTRACT_DEFAULTS))}"
+            )
+        if k in out:
+            raise UsageError(f"{p} sets {k} twice (with dashes and with underscores)")
+        check_setting(k, value, f"{p}: {k}")
+        out[k] = value
+    return out
+
+
+def merge_settings(flags: dict[str, Any], config_path: str | Path | None) -> dict[str, Any]:
+    """Defaults <- config file <- explicitly given flags (None means 'not given')."""
+    merged = dict(EXTRACT_DEFAULTS)
+    merged.update(load_config(config_path))
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    return merged
+
+
+def parse_floats(text: str | list | tuple | None, what: str) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    items = text if isinstance(text, (list, tuple)) else [t for t in str(text).split(",") if t.strip()]
+    try:
+        values = tuple(float(t) for t in items)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} must be comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise UsageError(f"{what} is empty")
+    return values
+
+
+def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
+    """Validate merged settings and freeze them into a RunSpec."""
+    s = {k: v if v is None or k not in RANGES else check_setting(k, v) for k, v in settings.items()}
+    METHODS.get(s["method"])
+    INIT_SCHEMES.get(s["init"])
+    info = DATASETS.get(s["dataset"])
+
+    if s["model"] is None:
+        model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes), bias=s["bias"])
+    else:
+        model = parse_model(str(s["model"]), bias=bool(s["bias"])).with_data(info.shape, info.classes)
+        if model.arch == "user" and model.classes is None and takes_num_classes(import_factory(str(model.factory))):
+            # e.g. torchvision.models:resnet18 -> torchvision.models:resnet18@3x32x32-10, built with num_classes=10
+            model = replace(model, input=info.shape, classes=info.classes)  # a registered shape is a tuple
+    if model.arch != "user" and model.arch not in MODELS:
+        raise UsageError(
+            f"invalid model spec {s['model']!r}: unknown model {model.arch!r}",
+            hint=f"models: {', '.join(MODELS.names())}, or a factory my_pkg.my_module:build_net",
+        )
+    if len(s["betas"]) != 2:
+        raise UsageError(f"--betas must be two numbers in [0, 1), got {show(settings['betas'])}")
+
+    method = MethodSpec(
+        name=s["method"],
+        sparsity=s["sparsity"],
+        layer_densities=s["layer_densities"],
+        aug_density=s["aug_density"],
+        aux_width=s["aux_width"],
+        frozen_aux=s["frozen_aux"],
+        signed_scores=s["signed_scores"],
+        project_final=s["project_final"],
+        global_topk=s["global_topk"],
+        iter_tolerance=s["iter_tolerance"],
+        max_rounds=s["max_rounds"],
+        epochs=s["epochs"],
+        lr=s["lr"],
+        batch_size=s["batch_size"],
+        betas=(s["betas"][0], s["betas"][1]),
+        eps=s["eps"],
+        weight_decay=s["weight_decay"],
+        weight_lr=s["weight_lr"],
+        saliency_batches=s["saliency_batches"],
+        grasp_temperature=s["grasp_temperature"],
+        synflow_rounds=s["synflow_rounds"],
+        imp_rounds=s["imp_rounds"],
+        regrow_every=s["regrow_every"],
+        regrow_fraction=s["regrow_fraction"],
+        movement_warmup=s["movement_warmup"],
+        movement_cooldown=s["movement_cooldown"],
+        movement_noise=s["movement_noise"],
+        precision=check_precision(s["precision"]),
+    )
+    check_method_options(method)
+    if method.movement_warmup + method.movement_cooldown >= 1:
+        raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
+    if s["match_sparsity"] is not None:
+        method = matched_sparsity(method, s["match_sparsity"], per_layer=s["match_sparsity_per_layer"])
+    elif s["match_sparsity_per_layer"]:
+        raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
+    data = DataSpec(
+        name=s["dataset"],
+        n_extract=s["n_extract"],
+        n_val=s["n_val"],
+        split_seed=s["seed"],
+        **data_location(s["data_dir"], s["download"]),
+    )
+    init = InitSpec(scheme=s["init"], k=s["init_k"], seed=s["seed"])
+    return RunSpec(
+        model=model,
+        init=init,
+        data=data,
+        method=method,
+        device=s["device"],
+        weights=s["weights"],
+        max_params=MAX_PARAMS if s["max_params"] is None else s["max_params"],
+    )
+
+
+# Options that only some methods read (the score-method variants of issue 4, the baselines' hyper-parameters of
+# issue 3). Each method class lists the ones it reads in `options`; build_extract_spec refuses the others.
+METHOD_OPTIONS = (
+    "aug_density",
+    "layer_densities",
+    "aux_width",
+    "frozen_aux",
+    "signed_scores",
+    "project_final",
+    "global_topk",
+    "iter_tolerance",
+    "max_rounds",
+    "weight_lr",
+    "saliency_batches",
+    "grasp_temperature",
+    "synflow_rounds",
+    "imp_rounds",
+    "regrow_every",
+    "regrow_fraction",
+    "movement_warmup",
+    "movement_cooldown",
+    "movement_noise",
+    "precision",
+)
+
+
+def method_reads(name: str, field: str) -> bool:
+    return field in METHODS.get(name).options
+
+
+def check_method_options(method: MethodSpec) -> None:
+    """Refuse a method-specific option set (to other than its default) for a method that would ignore it."""
+    defaults = {f.name: f.default for f in fields(MethodSpec)}
+    for field in METHOD_OPTIONS:
+        if getattr(method, field) != defaults[field] and not method_reads(method.name, field):
+            users = [n for n in METHODS.names() if method_reads(n, field)]
+            raise UsageError(
+                f"{option_flag(field)} applies to {', '.join(users) or 'no method'} only, not {method.name}"
+            )
+
+
+def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:
+    """The method at another ticket's achieved sparsity: global, or per layer as --layer-densities (Appendix G)."""
+    if method.layer_densities is not None:
+        raise UsageError("--match-sparsity sets the densities itself; drop --layer-densities")
+    if per_layer and not method_reads(method.name, "layer_densities"):
+        raise UsageError(
+            f"--match-sparsity-per-layer needs per-layer densities, which {method.name} does not take",
+            hint="use --match-sparsity alone (global)",
+        )
+    counts = ticket_io.scan(path).counts  # counted from the packed bits: nothing imported, built or unpacked
+    if per_layer:
+        kept: dict[str, list[int]] = {}
+        for name, (k_, n_) in counts.items():  # in named_parameters order, so layers come out in order
+            k = kept.setdefault(layer_of(name), [0, 0])
+            k[0], k[1] = k[0] + k_, k[1] + n_
+        densities = tuple(a / b for a, b in kept.values())
+        return replace(
+            method,
+            sparsity=1.0 - sum(a for a, _ in kept.values()) / sum(b for _, b in kept.values()),
+            layer_densities=densities,
+            matched_to=path,
+        )
+    kept_total = sum(k for k, _ in counts.values())
+    total = sum(n for _, n in counts.values())
+    if kept_total == 0:
+        raise UsageError(f"{path} keeps no weights; there is no sparsity to match")
+    return replace(method, sparsity=1.0 - kept_total / total, matched_to=path)

@@ -1,0 +1,140 @@
+"""The syntax of a model spec string ("mlp:784-256-256-256-10+bias", "vit:p4-d64-l4-h4@3x32x32-10",
+"pkg.module:function"): patterns and checks of its parts, needing nothing of the package but its errors.
+specs.ModelSpec builds a spec from the parts; models.parse_model decides with the registry which form a string is."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ticketcli.errors import UsageError
+
+MAX_SPEC_CHARS = 1000  # a model spec longer than this is refused (the longest real ones are under 100)
+MAX_SPEC_DIGITS = 9  # every number in a built-in spec is below 10^9 (int() of a 5000-digit string raises)
+SPEC_NORMS = ("batch", "layer", "rms")  # mlp "+norm=..." (models.py maps them to modules)
+VIT_BODY = r"p([0-9]+)-d([0-9]+)-l([0-9]+)-h([0-9]+)(?:-m([0-9]+))?"
+
+# The two forms of a spec string. Which one a "name:args" string is (the built-in vit:p4-..., or the function p4
+# of a module vit) is the models registry's call: models.parse_model matches both and asks it.
+GEOMETRY = r"(?:@([0-9]+)x([0-9]+)x([0-9]+)-([0-9]+))?"  # optional "@CxHxW-K"
+FACTORY_SPEC = re.compile(  # groups: 1 "pkg.module:function", 2-5 geometry
+    r"((?:[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*)" + GEOMETRY
+)
+BUILTIN_SPEC = re.compile(  # groups: 1 name, 2 ':' arguments, 3-6 geometry, 7 suffixes
+    r"([a-z][a-z0-9_]*)(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?" + GEOMETRY + r"((?:\+[a-z]+(?:=[a-z]+)?)*)"
+)
+SPEC_HINT = (
+    "expected e.g. mlp:784-256-256-256-10, mlp:64-128-10+bias, mlp:784-256-256-10+res+norm=layer, "
+    "lenet300, conv6, vgg:64-64-M-128-128-M-256-256-M, resnet20, wrn:16-4, vit:p4-d64-l4-h4, "
+    "conv6@3x32x32-10 or my_pkg.my_module:build_net"
+)
+
+
+def spec_text(text: str) -> str:
+    """The spec string, stripped; refused before any pattern runs on it when too long or holding a huge number."""
+    t = str(text).strip()
+    if len(t) > MAX_SPEC_CHARS:
+        raise UsageError(f"model spec of {len(t)} characters is too long (at most {MAX_SPEC_CHARS})")
+    if re.search(f"[0-9]{{{MAX_SPEC_DIGITS + 1}}}", t):
+        raise UsageError(
+            f"invalid model spec {_clip(t)!r}: numbers in a model spec have at most {MAX_SPEC_DIGITS} digits"
+        )
+    return t
+
+
+def suffixes(text: str, raw: str) -> dict[str, Any]:
+    """ "+res+norm=layer+bias" in any order, each at most once -> {"res", "norm", "bias"}."""
+    out: dict[str, Any] = {"res": False, "norm": None, "bias": False}
+    seen: set[str] = set()
+    for item in raw.split("+")[1:]:
+        key, _, value = item.partition("=")
+        if key in seen:
+            raise UsageError(f"invalid model spec {text!r}: +{key} given twice")
+        seen.add(key)
+        if key == "norm" and value in SPEC_NORMS:
+            out["norm"] = value
+        elif key in ("res", "bias") and not value:
+            out[key] = True
+        else:
+            raise UsageError(
+                f"invalid model spec {text!r}: unknown suffix +{item}",
+                hint=f"suffixes: +res, +norm={'|'.join(SPEC_NORMS)}, +bias",
+            )
+    return out
+
+
+def geometry(text: str, groups: tuple[str | None, ...]) -> tuple[tuple[int, int, int] | None, int | None]:
+    """The "@CxHxW-K" groups (C, H, W, K) as (shape, classes), both None when absent."""
+    c, h, w, k = groups
+    if c is None or h is None or w is None or k is None:  # the pattern matches all four or none
+        return None, None
+    shape, classes = (int(c), int(h), int(w)), int(k)
+    if min(shape) <= 0 or classes <= 0:
+        raise UsageError(f"invalid model spec {text!r}: input shape and classes must be positive")
+    return shape, classes
+
+
+def mlp_widths(text: str, body: str | None, residual: bool) -> tuple[int, ...]:
+    """An mlp's ':' arguments as its widths: two or more positive numbers (with +res, two equal hidden ones)."""
+    if body is None or not re.fullmatch(r"[0-9]+(?:-[0-9]+)+", body):
+        raise UsageError(f"invalid model spec {text!r}", hint=SPEC_HINT)
+    widths = tuple(int(w) for w in body.split("-"))
+    if any(w <= 0 for w in widths):
+        raise UsageError(f"invalid model spec {text!r}: widths must be positive")
+    if residual and not any(a == b for a, b in zip(widths[1:-2], widths[2:-1])):
+        raise UsageError(
+            f"invalid model spec {text!r}: +res adds identity skips only around hidden layers "
+            "whose input and output widths agree, and this mlp has none",
+            hint="e.g. mlp:784-256-256-256-10+res",
+        )
+    return widths
+
+
+def arguments(text: str, arch: str, body: str | None) -> tuple[str, ...]:
+    """The ':' arguments of a built-in other than mlp, validated, as the tuple ModelSpec.layers stores."""
+    if arch == "vgg":
+        if body is None or not all(p == "M" or (p.isdigit() and int(p) > 0) for p in body.split("-")):
+            raise UsageError(
+                f"invalid model spec {text!r}: vgg takes positive conv widths and M (max-pool)",
+                hint="e.g. vgg:64-64-M-128-128-M-256-256-M",
+            )
+        layers = tuple(body.split("-"))
+        if "M" == layers[0] or all(p == "M" for p in layers):
+            raise UsageError(f"invalid model spec {text!r}: vgg must start with a conv width")
+        return layers
+    if arch == "wrn":
+        m = re.fullmatch(r"([0-9]+)-([0-9]+)", body or "")
+        if not m:
+            raise UsageError(f"invalid model spec {text!r}: wrn takes depth-width, e.g. wrn:16-4 or wrn:28-10")
+        depth, width = int(m.group(1)), int(m.group(2))
+        if depth < 10 or (depth - 4) % 6 or width < 1:
+            raise UsageError(
+                f"invalid model spec {text!r}: a wide ResNet's depth is 6n+4 (10, 16, 22, 28, 40, ...) "
+                "and its width factor at least 1"
+            )
+        return (str(depth), str(width))
+    if arch == "vit":
+        m = re.fullmatch(VIT_BODY, body or "")
+        if not m:
+            raise UsageError(
+                f"invalid model spec {text!r}: vit takes p<patch>-d<width>-l<blocks>-h<heads>[-m<mlp ratio>]",
+                hint="e.g. vit:p4-d64-l4-h4 or vit:p4-d64-l4-h4-m2",
+            )
+        values = [int(v) for v in m.groups() if v is not None]
+        if min(values) <= 0:
+            raise UsageError(f"invalid model spec {text!r}: vit's numbers must be positive")
+        patch, width, _, heads = values[:4]
+        if width % heads or width % 4:
+            raise UsageError(
+                f"invalid model spec {text!r}: vit's width d{width} must be a multiple of its "
+                f"{heads} heads and of 4 (the 2-D sin-cos position embedding)"
+            )
+        return tuple(m.group(0).split("-"))
+    if body is not None:
+        raise UsageError(f"invalid model spec {text!r}: {arch} takes no ':' arguments", hint=SPEC_HINT)
+    return ()
+
+
+def _clip(text: str, n: int = 80) -> str:
+    """At most n characters of a user's text, for an error line."""
+    return text if len(text) <= n else text[: n - 3] + "..."
