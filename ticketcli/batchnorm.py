@@ -34,13 +34,16 @@ RECORD = {"statistics": "recalibrated", "split": "extract", "batch_size": CALIBR
 MODES = ("recalibrate", "trajectory", "frozen")
 
 
-def find(module: nn.Module) -> list[nn.Module]:
+BatchNorm = nn.modules.batchnorm._BatchNorm  # the common base of BatchNorm1d/2d/3d and SyncBatchNorm
+
+
+def find(module: nn.Module) -> list[BatchNorm]:
     """Every BatchNorm layer (1d, 2d, 3d, SyncBatchNorm) of a module."""
-    return [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    return [m for m in module.modules() if isinstance(m, BatchNorm)]
 
 
 @contextmanager
-def statistics(layers: list[nn.modules.batchnorm._BatchNorm], mode: str, use: str) -> Iterator[None]:
+def statistics(layers: list[BatchNorm], mode: str, use: str) -> Iterator[None]:
     """Run the enclosed forward passes with BatchNorm normalising by `use`: "batch" (the batch's own statistics,
     running averages untouched except in trajectory mode), "running" (the running averages, eval mode) or
     "calibrate" (batch statistics, running averages accumulated cumulatively). Restores the layers' flags after."""
@@ -92,7 +95,7 @@ def buffers_as(module: nn.Module, dtype: torch.dtype) -> Iterator[None]:
 
 @torch.no_grad()
 def recalibrate(
-    layers: list[nn.modules.batchnorm._BatchNorm],
+    layers: list[BatchNorm],
     forward: Callable[[torch.Tensor], object],
     x: torch.Tensor,
     batch_size: int,
