@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from ticketcli import batchnorm, models_resnet, models_vit
+from ticketcli import batchnorm, models_gpt, models_resnet, models_vit
 from ticketcli.errors import UsageError
 from ticketcli.registry import Registry
 from ticketcli.specs import ModelSpec
@@ -210,6 +210,8 @@ for _name, _build in (
     ("vit", models_vit.build_vit),
 ):
     MODELS.register(_name)(_sized(_build))
+
+MODELS.register("gpt-nano")(models_gpt.build_gpt_nano)  # character-level: its vocabulary comes from the text
 
 
 def import_factory(path: str) -> Callable[[], nn.Module]:

@@ -32,8 +32,9 @@ class ModelSpec:
     "conv2" / "conv4" / "conv6", "vgg:64-64-M-128-128-M-256-256-M" (3x3 conv widths, M = 2x2 max-pool),
     "resnet20", "resnet18", "wrn:16-4" (depth-width), "vit:p4-d64-l4-h4" (patch, width, blocks, heads; "-m2" sets
     the MLP ratio), each optionally "@CxHxW-K" (input shape and classes; filled in from the dataset when absent),
-    and "pkg.module:factory" (a user's function returning an nn.Module; "@CxHxW-K" passes num_classes=K).
-    Suffixes print in one canonical order: +res, +norm=..., +bias."""
+    "gpt-nano:l2-d64-h4-c64" (blocks, width, heads, context; "-m2" the MLP ratio, "-v96" the vocabulary, which the
+    text fills in) and "pkg.module:factory" (a user's function returning an nn.Module; "@CxHxW-K" passes
+    num_classes=K). Suffixes print in one canonical order: +res, +norm=..., +bias."""
 
     arch: str = "mlp"  # models registry name, or "user" for a factory
     widths: tuple[int, ...] = (784, *PAPER_HIDDEN, 10)  # mlp: input, hidden..., classes
@@ -48,11 +49,11 @@ class ModelSpec:
     @property
     def resolved(self) -> bool:
         """Whether the spec fixes every shape (an mlp's widths do; the others need @CxHxW-K)."""
-        return self.arch in ("mlp", "user") or (self.input is not None and self.classes is not None)
+        return self.arch in ("mlp", "user", *TEXT_ARCHS) or (self.input is not None and self.classes is not None)
 
     def with_data(self, shape: tuple[int, int, int], classes: int) -> ModelSpec:
         """Fill in the input shape and class count from the dataset where the spec leaves them open."""
-        if self.arch in ("mlp", "user") or self.resolved:
+        if self.arch in ("mlp", "user", *TEXT_ARCHS) or self.resolved:
             return self
         return replace(self, input=tuple(shape), classes=int(classes))
 
@@ -110,8 +111,9 @@ class ModelSpec:
             "lenet300, conv6, vgg:64-64-M-128-128-M-256-256-M, resnet20, wrn:16-4, vit:p4-d64-l4-h4, "
             "conv6@3x32x32-10 or my_pkg.my_module:build_net"
         )
+        arch_re = r"([a-z][a-z0-9_]*(?:-[a-z][a-z0-9_]*)*)"  # "gpt-nano" has a dash
         m = re.fullmatch(
-            r"([a-z][a-z0-9_]*)(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?" + geometry_re + r"((?:\+[a-z]+(?:=[a-z]+)?)*)", t
+            arch_re + r"(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?" + geometry_re + r"((?:\+[a-z]+(?:=[a-z]+)?)*)", t
         )
         if not m:
             raise UsageError(f"invalid model spec {text!r}", hint=hint)
@@ -200,6 +202,8 @@ def _geometry(text: str, groups: tuple) -> tuple[tuple[int, int, int] | None, in
 
 
 VIT_BODY = r"p([0-9]+)-d([0-9]+)-l([0-9]+)-h([0-9]+)(?:-m([0-9]+))?"
+GPT_BODY = r"l([0-9]+)-d([0-9]+)-h([0-9]+)-c([0-9]+)(?:-m([0-9]+))?(?:-v([0-9]+))?"
+TEXT_ARCHS = ("gpt-nano",)  # character-level models: their vocabulary comes from a text, not from "@CxHxW-K"
 
 
 def _body(text: str, arch: str, body: str | None, hint: str) -> tuple[str, ...]:
@@ -240,6 +244,14 @@ def _body(text: str, arch: str, body: str | None, hint: str) -> tuple[str, ...]:
             raise UsageError(
                 f"invalid model spec {text!r}: vit's width d{width} must be a multiple of its "
                 f"{heads} heads and of 4 (the 2-D sin-cos position embedding)"
+            )
+        return tuple(body.split("-"))  # type: ignore[union-attr]
+    if arch in TEXT_ARCHS:
+        if not re.fullmatch(GPT_BODY, body or ""):
+            raise UsageError(
+                f"invalid model spec {text!r}: gpt-nano takes l<blocks>-d<width>-h<heads>-c<context>"
+                "[-m<mlp ratio>][-v<vocabulary>]",
+                hint="e.g. gpt-nano:l2-d64-h4-c64",
             )
         return tuple(body.split("-"))  # type: ignore[union-attr]
     if body is not None:
