@@ -79,7 +79,7 @@ def drift_one(
     """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
     on_log(step, statistics, effective weights) runs at every logged step."""
     activation = ACTIVATIONS.get(spec.activation)
-    forward = drift_forward(net, partial(activation.fn, c=spec.clip))
+    forward = drift_forward(net, lambda h: activation.fn(h, spec.clip))
     loss_fn = LOSSES.get(spec.loss)
     trainer = WeightTrainer(net, masks, spec.optim)
     keep = None if trainer.masks is None else {n: m.bool() for n, m in trainer.masks.items()}
@@ -137,6 +137,10 @@ def _mean_std(values: list) -> tuple[float | None, float | None]:
     return mean, std
 
 
+def _layer_series(run: dict, layer: str, key: str) -> list:
+    return run["layers"][layer][key]
+
+
 def summarise(runs_: list[dict]) -> dict:
     """Mean and (sample) std across seeds of every series, step by step, and per layer the share of seeds whose
     weight mean ended below where it started."""
@@ -150,9 +154,7 @@ def summarise(runs_: list[dict]) -> dict:
     layers = {}
     for layer, metrics in first["layers"].items():
         layers[layer] = {
-            k: across(lambda r, k=k, layer=layer: r["layers"][layer][k])
-            for k, v in metrics.items()
-            if isinstance(v, list)
+            k: across(partial(_layer_series, layer=layer, key=k)) for k, v in metrics.items() if isinstance(v, list)
         }
         layers[layer]["negative_drift_share"] = sum(
             r["layers"][layer]["weight_mean"][-1] < r["layers"][layer]["weight_mean"][0] for r in runs_
@@ -195,7 +197,7 @@ def run_drift(
     policy: whether a ticket's factory may be imported (drift takes built-in models only, so it never is) and the
     size limit."""
     device = runs.resolve_device(spec.device)
-    jobs = []  # (seed, net, masks, model, data)
+    jobs: list[tuple[int, MaskedNet, dict[str, torch.Tensor] | None, ModelSpec, DataSpec]] = []
     integrity, corpus = None, None
     if ticket is not None:
         path = Path(ticket)

@@ -1,17 +1,19 @@
 """What drift measures at a model's activation sites (sites.py): the forward pass it trains and traces, with its
 chosen activation at every site, and the per-layer statistics of one traced pass on the probe batch.
 
-Statistics are reported for every layer that feeds a site, and for the output layer: weight mean, spread and
-negative share (kept weights only, under a ticket's masks), the mean weight gradient and its exact split into a
-mean-field term and a covariance term; for a layer feeding a site also the negative pre-activation share,
-activation sparsity, dead units and the activation spike ratio. A "sample" of a layer is an example for an MLP,
-an (example, position) pair for a convolution (its input patch) or a (sequence, token) pair for a transformer.
+Statistics are reported for every Linear/Conv2d layer the traced pass runs through (all but a GPT's token
+embedding, a lookup): weight mean, spread and negative share (kept weights only, under a ticket's masks), the
+mean weight gradient and its exact split into a mean-field term and a covariance term; for a layer feeding a site
+also the negative pre-activation share, activation sparsity, dead units and the activation spike ratio. A
+"sample" of a layer is an example for an MLP, an (example, position) pair for a convolution (its input patch) or
+a (sequence, token) pair for a transformer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +21,13 @@ import torch.nn.functional as F
 from ticketcli.models import MLP, MaskedNet, mlp_forward
 from ticketcli.sites import ActFn, LayerRecord, Trace, find_sites, set_activation
 from ticketcli.train import Loss
+
+
+class TracedModel(Protocol):
+    """A model with activation sites: its forward_with takes a trace (ResNet, ViT, GPT-nano)."""
+
+    def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor: ...
+
 
 SiteForward = Callable[..., torch.Tensor]  # (x, params, trace=None) -> logits (N, classes)
 PATCH_CHUNK = 64  # examples per chunk when unfolding a convolution's input patches (bounds the memory)
@@ -50,8 +59,10 @@ def drift_forward(net: MaskedNet, act: ActFn) -> SiteForward:
         raise ValueError(f"{type(module).__name__} has no activation sites")
     set_activation(module, act)
 
+    traced = cast(TracedModel, module)
+
     def run(x: torch.Tensor, params: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
-        logits = module.forward_with(x, params, trace=trace)
+        logits = traced.forward_with(x, params, trace=trace)
         return logits.flatten(0, -2) if logits.dim() == 3 else logits
 
     return run
@@ -76,7 +87,8 @@ def _split(rec: LayerRecord, g: torch.Tensor, b: int) -> tuple[torch.Tensor, tor
         g_mean, a_mean = g2.mean(0), a2.mean(0)
         return p * torch.outer(g_mean, a_mean), p * (g2 - g_mean).T @ (a2 - a_mean) / a2.shape[0]
     m = rec.conv
-    unfold = partial(F.unfold, kernel_size=m.kernel_size, padding=m.padding, stride=m.stride)  # (B, in*k*k, P)
+    padding = cast(tuple[int, ...], m.padding)  # our convolutions' paddings are numbers, never "same"
+    unfold = partial(F.unfold, kernel_size=m.kernel_size, padding=padding, stride=m.stride)  # (B, in*k*k, P)
     g3 = g.flatten(2)  # (B, out, P)
     p = g3.shape[2]
     g_mean, a_mean = g3.mean((0, 2)), unfold(a_in.mean(0, keepdim=True))[0].mean(1)  # unfold is linear
@@ -128,7 +140,7 @@ def measure_traced(
         kept = w.flatten() if keep is None else w[keep]
         g = grads[len(names) + i].double() * b  # z's shape: per-example dℓ/dz
         outer, cov = _split(rec, g, b)
-        s = {
+        s: dict[str, float | int | None] = {
             "weight_mean": float(kept.mean()),
             "weight_std": float(kept.std()) if kept.numel() > 1 else 0.0,
             "neg_weight_share": float((kept < 0).double().mean()),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import replace
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,9 @@ def sincos_1d(n: int, dim: int) -> torch.Tensor:
 
 class GPTNano(nn.Module):
     """Token ids (B, T) with T <= context -> next-token logits (B, T, vocab)."""
+
+    pos_embed: torch.Tensor
+    blocks: nn.ModuleList
 
     def __init__(self, vocab: int, context: int, dim: int, depth: int, heads: int, mlp_ratio: int, bias: bool):
         super().__init__()
@@ -70,7 +74,7 @@ class GPTNano(nn.Module):
         self._check(idx)
         x = F.embedding(idx, p["tok_embed.weight"].T) + self.pos_embed[: idx.shape[1]]  # (B, T, D)
         for i, block in enumerate(self.blocks):
-            x = block.forward_with(x, p, f"blocks.{i}", trace)
+            x = cast(Block, block).forward_with(x, p, f"blocks.{i}", trace)
         return traced_linear("head", self.norm(x), p, trace)  # (B, T, vocab)
 
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.sites import ActSite, Trace, traced_linear
+from ticketcli.sites import ActSite, Trace, traced_conv, traced_linear
 from ticketcli.specs import VIT_BODY, ModelSpec
 
 
@@ -139,8 +139,7 @@ class VisionTransformer(nn.Module):
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
         """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""
-        proj = self.patch_embed.proj
-        x = F.conv2d(x, p["patch_embed.proj.weight"], p.get("patch_embed.proj.bias"), proj.stride)
+        x = traced_conv(self.patch_embed.proj, "patch_embed.proj", x, p, trace)  # (B, D, H/p, W/p)
         x = x.flatten(2).transpose(1, 2) + self.pos_embed  # (B, N, D)
         for i, block in enumerate(self.blocks):
             x = block.forward_with(x, p, f"blocks.{i}", trace)

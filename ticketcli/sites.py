@@ -58,10 +58,8 @@ class Trace:
         record.h, record.out = h, out
 
     def measured(self) -> list[str]:
-        """The layers feeding a site, then the last layer (the output) if it feeds none."""
-        names = [n for n, r in self.layers.items() if r.h is not None]
-        last = next(reversed(self.layers), None)
-        return names if last is None or last in names else [*names, last]
+        """Every layer the pass ran through, in order (an MLP's: all of them)."""
+        return list(self.layers)
 
 
 def find_sites(module: nn.Module) -> list[ActSite]:
