@@ -119,6 +119,24 @@ def test_drift_chooses_the_activation_at_every_site():
     assert torch.equal(rec.out, F.silu(rec.h))
 
 
+@pytest.mark.parametrize("model", ["mlp:64-16-16-10", "vit:p4-d16-l2-h2"])
+def test_per_site_hook_gives_each_site_its_own_function(model):
+    net = net_of(model)
+    seen = []
+
+    def per_site(name, act):
+        seen.append(name)
+        return (lambda h: 2.0 * act(h)) if len(seen) == 1 else act  # the first site only is doubled
+
+    forward = drift_forward(net, torch.relu, per_site)
+    trace = Trace()
+    forward(torch.randn(4, 1, 8, 8), net.weights, trace=trace)
+    sited = [n for n, r in trace.layers.items() if r.out is not None]
+    assert seen == sited and len(seen) == 2
+    first, second = trace.layers[seen[0]], trace.layers[seen[1]]
+    assert torch.equal(first.out, 2.0 * torch.relu(first.h)) and torch.equal(second.out, torch.relu(second.h))
+
+
 # ---------------------------------------------------------------- drift runs on every model
 
 
@@ -130,7 +148,7 @@ def run_cli(*args):
 
 @pytest.mark.parametrize("model", IMAGE_MODELS)
 def test_each_image_model_runs_and_reports_sane_statistics(model):
-    doc = run_cli("--dataset", "digits", "--model", model, "--probe-size", "64", "--json")
+    doc = run_cli("--dataset", "digits", "--model", model, "--probe-size", "32", "--json")
     layers = doc["summary"]["layers"]
     assert doc["steps"] == 4 and len(doc["runs"][0]["steps"]) == 3
     hidden = [la for la, s in layers.items() if "sparsity" in s]

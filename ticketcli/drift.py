@@ -23,7 +23,7 @@ import torch
 from ticketcli import batchnorm, runs
 from ticketcli import ticket as ticket_io
 from ticketcli.drift_inputs import Inputs, TextInputs
-from ticketcli.drift_sites import drift_forward, measure, measure_traced
+from ticketcli.drift_sites import PerSite, drift_forward, measure, measure_traced
 from ticketcli.drift_spec import (
     ACTIVATIONS,
     DRIFT_DEFAULTS,
@@ -75,11 +75,12 @@ def drift_one(
     inputs: Inputs | TextInputs,
     *,
     on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
+    per_site: PerSite | None = None,
 ) -> dict:
     """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
     on_log(step, statistics, effective weights) runs at every logged step."""
     activation = ACTIVATIONS.get(spec.activation)
-    forward = drift_forward(net, lambda h: activation.fn(h, spec.clip))
+    forward = drift_forward(net, lambda h: activation.fn(h, spec.clip), per_site)
     loss_fn = LOSSES.get(spec.loss)
     trainer = WeightTrainer(net, masks, spec.optim)
     keep = None if trainer.masks is None else {n: m.bool() for n, m in trainer.masks.items()}

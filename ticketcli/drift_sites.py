@@ -17,9 +17,10 @@ from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
+from torch.nn.grad import conv2d_weight
 
 from ticketcli.models import MLP, MaskedNet, mlp_forward
-from ticketcli.sites import ActFn, LayerRecord, Trace, find_sites, set_activation
+from ticketcli.sites import ActFn, LayerRecord, Trace, find_sites
 from ticketcli.train import Loss
 
 
@@ -30,10 +31,10 @@ class TracedModel(Protocol):
 
 
 SiteForward = Callable[..., torch.Tensor]  # (x, params, trace=None) -> logits (N, classes)
-PATCH_CHUNK = 64  # examples per chunk when unfolding a convolution's input patches (bounds the memory)
+PerSite = Callable[[str, ActFn], ActFn]  # (name of the layer feeding the site, drift's activation) -> its function
 
 
-def from_mlp(forward: Callable, act: ActFn) -> SiteForward:
+def from_mlp(forward: Callable, act: ActFn | list[ActFn]) -> SiteForward:
     """An MLP pass `forward(x, params, act=, trace=list)` (mlp_forward's) as a traced site forward."""
 
     def run(x: torch.Tensor, params: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
@@ -48,16 +49,21 @@ def from_mlp(forward: Callable, act: ActFn) -> SiteForward:
     return run
 
 
-def drift_forward(net: MaskedNet, act: ActFn) -> SiteForward:
-    """The pass drift trains and measures: `act` at every activation site of net's model. An MLP takes the
-    activation as an argument (mlp_forward), any other model's sites are set to it; a character-level model's
-    (B, T, vocab) logits come flattened to (B * T, vocab), one prediction per character."""
+def drift_forward(net: MaskedNet, act: ActFn, per_site: PerSite | None = None) -> SiteForward:
+    """The pass drift trains and measures: `act` at every activation site of net's model, or per_site(name, act)
+    at the site fed by layer `name` (a hook for site-wise control: centering, top-k). An MLP takes the activations
+    as an argument (mlp_forward; its sites are "layers.i"), any other model's site modules are set to them; a
+    character-level model's (B, T, vocab) logits come flattened to (B * T, vocab), one prediction per character."""
     module = net.module
     if isinstance(module, MLP):
-        return from_mlp(partial(mlp_forward, n_layers=len(module.layers), norms=module.norms, skips=module.skips), act)
-    if not find_sites(module):
+        hidden = [f"layers.{i}" for i in range(len(module.layers) - 1)]
+        acts: ActFn | list[ActFn] = act if per_site is None else [per_site(name, act) for name in hidden]
+        return from_mlp(partial(mlp_forward, n_layers=len(module.layers), norms=module.norms, skips=module.skips), acts)
+    sites = find_sites(module)
+    if not sites:
         raise ValueError(f"{type(module).__name__} has no activation sites")
-    set_activation(module, act)
+    for site in sites:
+        site.fn = act if per_site is None else per_site(site.source, act)
 
     traced = cast(TracedModel, module)
 
@@ -87,17 +93,18 @@ def _split(rec: LayerRecord, g: torch.Tensor, b: int) -> tuple[torch.Tensor, tor
         g_mean, a_mean = g2.mean(0), a2.mean(0)
         return p * torch.outer(g_mean, a_mean), p * (g2 - g_mean).T @ (a2 - a_mean) / a2.shape[0]
     m = rec.conv
-    padding = cast(tuple[int, ...], m.padding)  # our convolutions' paddings are numbers, never "same"
-    unfold = partial(F.unfold, kernel_size=m.kernel_size, padding=padding, stride=m.stride)  # (B, in*k*k, P)
-    g3 = g.flatten(2)  # (B, out, P)
-    p = g3.shape[2]
-    g_mean, a_mean = g3.mean((0, 2)), unfold(a_in.mean(0, keepdim=True))[0].mean(1)  # unfold is linear
-    cov = torch.zeros(g3.shape[1], a_mean.numel(), dtype=torch.float64, device=g.device)
-    for i in range(0, b, PATCH_CHUNK):
-        patches = unfold(a_in[i : i + PATCH_CHUNK]) - a_mean[:, None]
-        cov += torch.einsum("bop,bip->oi", g3[i : i + PATCH_CHUNK] - g_mean[:, None], patches)
-    shape = rec.z.shape[1:2] + m.weight.shape[1:]
-    return (p * torch.outer(g_mean, a_mean)).reshape(shape), (cov / b).reshape(shape)
+    stride, padding = m.stride, cast(tuple[int, ...], m.padding)  # our paddings are numbers, never "same"
+    p = g[0, 0].numel()  # output positions per example
+    n = b * p
+    g_mean = g.mean((0, 2, 3))  # (out,)
+    patch = F.unfold(a_in.mean(0, keepdim=True), m.kernel_size, padding=padding, stride=stride)  # (1, in*k*k, P)
+    a_mean = patch[0].mean(1)  # E[a] over samples: unfold is linear, so the mean image's patches suffice
+    shape = (g.shape[1], *m.weight.shape[1:])  # the weight's (out, in, k, k)
+    # Σ_s g_s a_sᵀ by the convolution's own weight-gradient kernel, in float64 (unfolding every patch is slow)
+    gram = conv2d_weight(a_in, shape, g, stride=stride, padding=padding).flatten(1)  # (out, in*k*k)
+    outer = torch.outer(g_mean, a_mean)
+    cov = gram / n - outer  # the population covariance E[g aᵀ] - E[g] E[a]ᵀ
+    return (p * outer).reshape(shape), (p * cov).reshape(shape)
 
 
 def _dead_units(zero: torch.Tensor) -> int:
