@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_models import DIGITS, EXAMPLES, one_line
+from test_models import DIGITS, EXAMPLES, IMAGE_MODELS, one_line
 from torch import nn
 from typer.testing import CliRunner
 
@@ -178,7 +178,7 @@ def test_registry_is_covered_by_examples():
 # ---------------------------------------------------------------- masked forward vs plain PyTorch
 
 
-@pytest.mark.parametrize("text", sorted({*EXAMPLES.values(), *MLP_VARIANTS}))
+@pytest.mark.parametrize("text", sorted({*(EXAMPLES[n] for n in IMAGE_MODELS), *MLP_VARIANTS}))
 def test_masked_forward_equals_the_plain_model_holding_w_times_m(text):
     net = net_of(text, seed=3)
     g = torch.Generator().manual_seed(1)

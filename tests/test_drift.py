@@ -276,7 +276,7 @@ def test_ticket_run(tmp_path):
     [
         (["--seeds", "0,x"], 2, "--seeds"),
         (["--seeds", "1,1"], 2, "distinct"),
-        (["--model", "conv6"], 2, "MLPs only"),
+        (["--model", "conv6"], 2, "drift measures models with activation sites"),
         (["--steps", "0"], 2, "--steps"),
         (["--weights", "w.pt"], 2, "--weights only goes with --ticket"),
         (["--plot", "/nonexistent-dir/x.png"], 2, "does not exist"),

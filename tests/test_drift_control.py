@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from ticketcli.cli import app
 from ticketcli.drift import DriftSpec, Inputs, drift_one, run_drift
-from ticketcli.drift_control import ActivationControl, ControlSpec, hidden_sites, keep_count, topk_keep
+from ticketcli.drift_control import ActivationControl, ControlSpec, keep_count, topk_keep
 from ticketcli.drift_tradeoff import find_cliff, plan, run_tradeoff
 from ticketcli.models import parse_model
 from ticketcli.relufy import RelufySpec, relufy_one
@@ -66,7 +66,7 @@ def test_uncontrolled_run_is_far_from_the_target():
 def test_accumulation_stop_freezes_the_statistics():
     net = make_net("mlp:64-32-32-10")
     spec = small_spec(steps=8, log_every=1)
-    control = ActivationControl(ControlSpec("percentile", 0.7, freeze_after=3), hidden_sites(net.module))
+    control = ActivationControl(ControlSpec("percentile", 0.7, freeze_after=3))
     snapshots = {}
 
     def snap(step, m, eff):

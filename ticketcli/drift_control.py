@@ -9,17 +9,15 @@ tensor is (B, units...): top-k and the percentiles treat everything after the ba
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
-from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.models import MLP
 
 MODES = ("topk", "percentile")
 DEFAULT_TARGET = 0.7  # --act-target when not given
@@ -27,14 +25,6 @@ EMA = 0.5  # percentile centering: q <- EMA * q + (1 - EMA) * q_batch (the first
 # because training keeps pushing the pre-activations up past a stale q (0.9 undershot a 0.8 target by 9 points)
 
 Act = Callable[[torch.Tensor], torch.Tensor]
-
-
-class Pass(Protocol):
-    """A model's functional forward pass, e.g. models.mlp_forward with its layout bound."""
-
-    def __call__(
-        self, x: torch.Tensor, params: dict[str, torch.Tensor], *, act: Act, trace: list | None = None
-    ) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -92,10 +82,10 @@ def topk_keep(a: torch.Tensor, k: int) -> torch.Tensor:
     return a * keep  # the kept entries keep their gradient
 
 
-def hidden_sites(module: nn.Module) -> list[str]:
-    """Names of a model's activation sites in forward order: an MLP's Linear layers but the last (other models:
-    none yet, so their sites are named site.0, site.1, ...)."""
-    return [f"layers.{i}" for i in range(len(module.layers) - 1)] if isinstance(module, MLP) else []
+def _units(t: torch.Tensor) -> torch.Tensor:
+    """(examples, units): a sequence model's (B, T, C) counts each position as an example of C units (per-token
+    control); images and vectors flatten everything after the batch dimension."""
+    return t.reshape(-1, t.shape[-1]) if t.dim() == 3 else t.flatten(1)
 
 
 class ActivationControl:
@@ -105,46 +95,44 @@ class ActivationControl:
     pre-activations h; q is a statistic (no gradient). Before the first training step there is no q yet and a pass
     centres on its own batch's quantile (so the step-0 measurement is controlled too)."""
 
-    def __init__(self, spec: ControlSpec, sites: Sequence[str] = ()):
+    def __init__(self, spec: ControlSpec):
         self.spec = spec
-        self.names = list(sites)
         self.quantiles: dict[str, torch.Tensor] = {}  # site -> (units,)
-        self.updates = 0  # training passes that updated the statistics
+        self.updates = 0  # training steps that updated the statistics
+        self.updating = False  # inside a training step that updates them
+        self.record: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
 
     def frozen(self) -> bool:
         """True once --freeze-stats-after steps have updated the statistics (the accumulation stop)."""
         return self.spec.freeze_after is not None and self.updates >= self.spec.freeze_after
 
-    def site(self, i: int) -> str:
-        return self.names[i] if i < len(self.names) else f"site.{i}"
+    @contextmanager
+    def training_step(self) -> Iterator[None]:
+        """One training step: percentile statistics update (until frozen); every other pass only reads them."""
+        self.updating = self.spec.mode == "percentile" and not self.frozen()
+        try:
+            yield
+        finally:
+            self.updates += self.updating
+            self.updating = False
 
-    def pass_with(self, pass_: Pass, *, train: bool, record: dict | None = None) -> Pass:
-        """pass_ with the control at every activation site; train: a training step (updates the statistics until
-        frozen). record: filled with site -> (pre-activation h, what the activation saw, its output)."""
+    def per_site(self, name: str, act: Act) -> Act:
+        """The controlled activation at the site fed by layer `name` (drift_sites.PerSite)."""
 
-        def run(x: torch.Tensor, params: dict[str, torch.Tensor], *, act: Act, trace: list | None = None):
-            update = train and self.spec.mode == "percentile" and not self.frozen()
-            calls = itertools.count()
-
-            def controlled(h: torch.Tensor) -> torch.Tensor:
-                name = self.site(next(calls))
-                seen, out = self.apply(name, h, act, update)
-                if record is not None:
-                    record[name] = (h.detach(), seen.detach(), out.detach())
-                return out
-
-            out = pass_(x, params, act=controlled, trace=trace)
-            self.updates += update
+        def controlled(h: torch.Tensor) -> torch.Tensor:
+            seen, out = self.apply(name, h, act, self.updating)
+            if self.record is not None:
+                self.record[name] = (h.detach(), seen.detach(), out.detach())
             return out
 
-        return run
+        return controlled
 
     def apply(self, name: str, h: torch.Tensor, act: Act, update: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """(what the activation sees, the controlled activation) at one site."""
         if self.spec.mode == "topk":
-            a = act(h).flatten(1)  # (B, units)
+            a = _units(act(h))
             return h, topk_keep(a, keep_count(a.shape[1], self.spec.target)).view_as(h)
-        flat = h.flatten(1)  # (B, units)
+        flat = _units(h)
         q = self.quantiles.get(name)
         if update or q is None:
             batch_q = torch.quantile(flat.detach().float(), self.spec.target, dim=0).to(h.dtype)  # (units,)
@@ -158,17 +146,20 @@ class ActivationControl:
 
     def summary(
         self,
-        pass_: Pass,
+        forward: Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor],
         params: dict[str, torch.Tensor],
         x: torch.Tensor,
-        act: Act,
         zero: Callable[[torch.Tensor], torch.Tensor],
     ) -> dict[str, Any]:
         """Achieved activation sparsity against the target and the negative shares, per site and over all units,
         on the probe batch x with the weights params; zero(a) is drift's zero rule."""
         record: dict = {}
-        with torch.no_grad():
-            self.pass_with(pass_, train=False, record=record)(x, params, act=act)
+        self.record = record
+        try:
+            with torch.no_grad():
+                forward(x, params)  # drift's pass, built with per_site: every site records itself
+        finally:
+            self.record = None
         sites, totals = {}, [0, 0, 0, 0]
         for name, (h, seen, a) in record.items():
             n, zeros, neg, neg_seen = h.numel(), int(zero(a).sum()), int((h < 0).sum()), int((seen < 0).sum())

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from ticketcli import batchnorm, models_conv, models_resnet, models_vit
+from ticketcli import batchnorm, models_conv, models_gpt, models_resnet, models_vit
 from ticketcli.errors import UsageError
 from ticketcli.models_user import build_user_model
 from ticketcli.registry import Registry
@@ -83,12 +83,13 @@ def mlp_forward(
     x: torch.Tensor,
     params: dict[str, torch.Tensor],
     n_layers: int,
-    act: Callable[[torch.Tensor], torch.Tensor] = torch.relu,
+    act: Callable[[torch.Tensor], torch.Tensor] | Sequence[Callable[[torch.Tensor], torch.Tensor]] = torch.relu,
     trace: list | None = None,
     norms: nn.ModuleList | None = None,
     skips: frozenset[int] = frozenset(),
 ) -> torch.Tensor:
-    """An MLP's forward pass from its parameters, with `act` between layers (drift varies it), norms[i] before
+    """An MLP's forward pass from its parameters, with `act` between layers (drift varies it; a sequence: one
+    function per hidden layer), norms[i] before
     hidden activation i and identity skips around the hidden layers in `skips`. With a trace list, appends per
     layer (input a, linear output z, activation input h = norm(z), activation output act(h)); the last layer's
     is (a, z, z, z)."""
@@ -100,7 +101,7 @@ def mlp_forward(
                 trace.append((a, z, z, z))
             return z
         h = z if norms is None else norms[i](z)
-        out = act(h)
+        out = act[i](h) if isinstance(act, Sequence) else act(h)
         if trace is not None:
             trace.append((a, z, h, out))
         a = a + out if i in skips else out
@@ -148,6 +149,8 @@ for _name, _build in (
     ("vit", models_vit.build_vit),
 ):
     MODELS.register(_name)(_sized(_build))
+
+MODELS.register("gpt-nano")(models_gpt.build_gpt_nano)  # character-level: its vocabulary comes from the text
 
 
 def build_model(spec: ModelSpec) -> nn.Module:

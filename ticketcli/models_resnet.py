@@ -5,7 +5,9 @@ resolution into the first stage, and end with global average pooling and one Lin
 BatchNorm has no learned affine parameters (edge-popup's NonAffineBatchNorm, batchnorm.py), so every parameter is
 a convolution's or the classifier's, and every parameter is masked. Names follow torchvision's ResNet (`conv1`,
 `bn1`, `layer1.0.conv1`, `layer2.0.downsample.0`, `fc`); `forward` is that plain PyTorch model, `forward_with`
-the same computation with given tensors as parameters.
+the same computation with given tensors as parameters. The ResNet's ReLUs are activation sites (sites.py): the
+stem's and each block's first are fed by the convolution before them, a block's last (after the residual sum) by
+its second convolution.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ticketcli.sites import ActSite, Trace, traced_conv, traced_linear
 from ticketcli.specs import ModelSpec
 
 
@@ -28,28 +31,33 @@ def _conv(m: nn.Conv2d, name: str, x: torch.Tensor, p: dict[str, torch.Tensor]) 
 
 class BasicBlock(nn.Module):
     """conv3x3-BN-ReLU-conv3x3-BN plus the input, then ReLU; where the shape changes the input goes through a
-    1x1 convolution and BN (projection shortcut, He et al.'s option B, as torchvision and edge-popup's cResNet)."""
+    1x1 convolution and BN (projection shortcut, He et al.'s option B, as torchvision and edge-popup's cResNet).
+    `prefix` is the block's own name ("layer1.0"), which its activation sites carry."""
 
-    def __init__(self, cin: int, cout: int, stride: int, bias: bool):
+    def __init__(self, cin: int, cout: int, stride: int, bias: bool, prefix: str = ""):
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=bias)
         self.bn1 = _bn(cout)
+        self.act1 = ActSite(f"{prefix}.conv1")
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=bias)
         self.bn2 = _bn(cout)
+        self.act2 = ActSite(f"{prefix}.conv2")  # after the residual sum
         self.downsample = (
             nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=bias), _bn(cout)) if stride != 1 or cin != cout else None
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
-        return torch.relu(out + (x if self.downsample is None else self.downsample(x)))
+        out = self.bn2(self.conv2(self.act1(self.bn1(self.conv1(x)))))
+        return self.act2(out + (x if self.downsample is None else self.downsample(x)))
 
-    def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], prefix: str) -> torch.Tensor:
-        out = torch.relu(self.bn1(_conv(self.conv1, f"{prefix}.conv1", x, p)))
-        out = self.bn2(_conv(self.conv2, f"{prefix}.conv2", out, p))
+    def forward_with(
+        self, x: torch.Tensor, p: dict[str, torch.Tensor], prefix: str, trace: Trace | None = None
+    ) -> torch.Tensor:
+        out = self.act1(self.bn1(traced_conv(self.conv1, f"{prefix}.conv1", x, p, trace)), trace)
+        out = self.bn2(traced_conv(self.conv2, f"{prefix}.conv2", out, p, trace))
         if self.downsample is not None:
-            x = self.downsample[1](_conv(self.downsample[0], f"{prefix}.downsample.0", x, p))
-        return torch.relu(out + x)
+            x = self.downsample[1](traced_conv(self.downsample[0], f"{prefix}.downsample.0", x, p, trace))
+        return self.act2(out + x, trace)
 
 
 class ResNet(nn.Module):
@@ -62,13 +70,18 @@ class ResNet(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(input[0], widths[0], 3, 1, 1, bias=bias)
         self.bn1 = _bn(widths[0])
+        self.act = ActSite("conv1")
         self.stages = len(widths)
         cin = widths[0]
         for i, (width, n) in enumerate(zip(widths, blocks)):
+            stride = [2 if i > 0 and j == 0 else 1 for j in range(n)]
             self.add_module(
                 f"layer{i + 1}",
                 nn.Sequential(
-                    *(BasicBlock(cin if j == 0 else width, width, 2 if i > 0 and j == 0 else 1, bias) for j in range(n))
+                    *(
+                        BasicBlock(cin if j == 0 else width, width, stride[j], bias, f"layer{i + 1}.{j}")
+                        for j in range(n)
+                    )
                 ),
             )
             cin = width
@@ -78,17 +91,18 @@ class ResNet(nn.Module):
         return self.get_submodule(f"layer{i + 1}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.relu(self.bn1(self.conv1(x)))
+        x = self.act(self.bn1(self.conv1(x)))
         for i in range(self.stages):
             x = self.stage(i)(x)
         return self.fc(x.mean((2, 3)))  # (B, C) after global average pooling
 
-    def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
-        x = torch.relu(self.bn1(_conv(self.conv1, "conv1", x, p)))
+    def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
+        """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""
+        x = self.act(self.bn1(traced_conv(self.conv1, "conv1", x, p, trace)), trace)
         for i in range(self.stages):
             for j, block in enumerate(self.stage(i)):
-                x = block.forward_with(x, p, f"layer{i + 1}.{j}")
-        return F.linear(x.mean((2, 3)), p["fc.weight"], p.get("fc.bias"))
+                x = block.forward_with(x, p, f"layer{i + 1}.{j}", trace)
+        return traced_linear("fc", x.mean((2, 3)), p, trace)
 
 
 class WideBlock(nn.Module):

@@ -11,6 +11,9 @@ budget), the attention output projection, both MLP layers and the head. Nothing 
 LayerNorm is non-affine (edge-popup's non-affine BatchNorm convention carried over: with frozen weights a learned
 affine would stay at its 1/0 init, i.e. the identity), and the sin-cos position embedding is a fixed buffer, so
 no frozen random tensor exists outside the masks and the seed.
+
+Each block's MLP activation is an activation site fed by `mlp.fc1` (sites.py). The blocks also serve GPT-nano
+(models_gpt.py), with causal attention.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
+from ticketcli.sites import ActSite, Trace, traced_conv, traced_linear
 from ticketcli.spec_syntax import VIT_BODY
 from ticketcli.specs import ModelSpec
 
@@ -39,55 +43,66 @@ def sincos_2d(h: int, w: int, dim: int) -> torch.Tensor:
     return torch.cat([cx.sin(), cx.cos(), ry.sin(), ry.cos()], dim=1)
 
 
-def attention(x: torch.Tensor, qkv: torch.Tensor, heads: int) -> torch.Tensor:
+def attention(x: torch.Tensor, qkv: torch.Tensor, heads: int, causal: bool = False) -> torch.Tensor:
     """Multi-head self-attention from x's projected (B, N, 3D) q/k/v; returns (B, N, D) before the output
-    projection. Written out (not scaled_dot_product_attention) so double backward (GraSP) works everywhere."""
+    projection. Written out (not scaled_dot_product_attention) so double backward (GraSP) works everywhere.
+    causal: token i attends to tokens 0..i only."""
     b, n, three_d = qkv.shape
     d = three_d // 3
     q, k, v = qkv.reshape(b, n, 3, heads, d // heads).permute(2, 0, 3, 1, 4)  # each (B, heads, N, hd)
-    weights = torch.softmax((q @ k.transpose(-2, -1)) * (d // heads) ** -0.5, dim=-1)  # (B, heads, N, N)
+    scores = (q @ k.transpose(-2, -1)) * (d // heads) ** -0.5  # (B, heads, N, N)
+    if causal:
+        future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)  # (N, N): key after query
+        scores = scores.masked_fill(future, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
     return (weights @ v).transpose(1, 2).reshape(b, n, d)
 
 
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int, bias: bool):
+    def __init__(self, dim: int, heads: int, bias: bool, causal: bool = False):
         super().__init__()
-        self.heads = heads
+        self.heads, self.causal = heads, causal
         self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
         self.proj = nn.Linear(dim, dim, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(attention(x, self.qkv(x), self.heads))
+        return self.proj(attention(x, self.qkv(x), self.heads, self.causal))
 
 
 class Mlp(nn.Module):
-    def __init__(self, dim: int, hidden: int, bias: bool):
+    def __init__(self, dim: int, hidden: int, bias: bool, prefix: str = ""):
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden, bias=bias)
+        self.act = ActSite(f"{prefix}.fc1", F.gelu)
         self.fc2 = nn.Linear(hidden, dim, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x)))
+        return self.fc2(self.act(self.fc1(x)))
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, mlp_ratio: int, bias: bool):
+    """Pre-norm transformer block; `prefix` is its own name ("blocks.0"), which its activation site carries."""
+
+    def __init__(self, dim: int, heads: int, mlp_ratio: int, bias: bool, prefix: str = "", causal: bool = False):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, elementwise_affine=False)
-        self.attn = Attention(dim, heads, bias)
+        self.attn = Attention(dim, heads, bias, causal)
         self.norm2 = nn.LayerNorm(dim, elementwise_affine=False)
-        self.mlp = Mlp(dim, mlp_ratio * dim, bias)
+        self.mlp = Mlp(dim, mlp_ratio * dim, bias, f"{prefix}.mlp")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
 
-    def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], prefix: str) -> torch.Tensor:
+    def forward_with(
+        self, x: torch.Tensor, p: dict[str, torch.Tensor], prefix: str, trace: Trace | None = None
+    ) -> torch.Tensor:
         def linear(name: str, t: torch.Tensor) -> torch.Tensor:
-            return F.linear(t, p[f"{prefix}.{name}.weight"], p.get(f"{prefix}.{name}.bias"))
+            return traced_linear(f"{prefix}.{name}", t, p, trace)
 
-        x = x + linear("attn.proj", attention(x, linear("attn.qkv", self.norm1(x)), self.attn.heads))
-        return x + linear("mlp.fc2", F.gelu(linear("mlp.fc1", self.norm2(x))))
+        heads, causal = self.attn.heads, self.attn.causal
+        x = x + linear("attn.proj", attention(x, linear("attn.qkv", self.norm1(x)), heads, causal))
+        return x + linear("mlp.fc2", self.mlp.act(linear("mlp.fc1", self.norm2(x)), trace))
 
 
 class PatchEmbed(nn.Module):
@@ -113,7 +128,7 @@ class VisionTransformer(nn.Module):
         self.patch_embed = PatchEmbed(c, dim, patch, bias)
         # a fixed function of the geometry, not state: left out of state dicts (exports, checkpoints)
         self.register_buffer("pos_embed", sincos_2d(h // patch, w // patch, dim), persistent=False)  # (N, D)
-        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio, bias) for _ in range(depth))
+        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio, bias, f"blocks.{i}") for i in range(depth))
         self.norm = nn.LayerNorm(dim, elementwise_affine=False)
         self.head = nn.Linear(dim, classes, bias=bias)
 
@@ -123,13 +138,13 @@ class VisionTransformer(nn.Module):
             x = block(x)
         return self.head(self.norm(x).mean(1))
 
-    def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
-        proj = self.patch_embed.proj
-        x = F.conv2d(x, p["patch_embed.proj.weight"], p.get("patch_embed.proj.bias"), proj.stride)
+    def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
+        """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""
+        x = traced_conv(self.patch_embed.proj, "patch_embed.proj", x, p, trace)  # (B, D, H/p, W/p)
         x = x.flatten(2).transpose(1, 2) + self.pos_embed  # (B, N, D)
         for i, block in enumerate(self.blocks):
-            x = block.forward_with(x, p, f"blocks.{i}")
-        return F.linear(self.norm(x).mean(1), p["head.weight"], p.get("head.bias"))
+            x = block.forward_with(x, p, f"blocks.{i}", trace)
+        return traced_linear("head", self.norm(x).mean(1), p, trace)
 
 
 def build_vit(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:

@@ -13,6 +13,8 @@ MAX_SPEC_CHARS = 1000  # a model spec longer than this is refused (the longest r
 MAX_SPEC_DIGITS = 9  # every number in a built-in spec is below 10^9 (int() of a 5000-digit string raises)
 SPEC_NORMS = ("batch", "layer", "rms")  # mlp "+norm=..." (models.py maps them to modules)
 VIT_BODY = r"p([0-9]+)-d([0-9]+)-l([0-9]+)-h([0-9]+)(?:-m([0-9]+))?"
+GPT_BODY = r"l([0-9]+)-d([0-9]+)-h([0-9]+)-c([0-9]+)(?:-m([0-9]+))?(?:-v([0-9]+))?"
+TEXT_ARCHS = ("gpt-nano",)  # character-level models: their vocabulary comes from a text, not from "@CxHxW-K"
 
 # The two forms of a spec string. Which one a "name:args" string is (the built-in vit:p4-..., or the function p4
 # of a module vit) is the models registry's call: models.parse_model matches both and asks it.
@@ -20,8 +22,10 @@ GEOMETRY = r"(?:@([0-9]+)x([0-9]+)x([0-9]+)-([0-9]+))?"  # optional "@CxHxW-K"
 FACTORY_SPEC = re.compile(  # groups: 1 "pkg.module:function", 2-5 geometry
     r"((?:[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*)" + GEOMETRY
 )
-BUILTIN_SPEC = re.compile(  # groups: 1 name, 2 ':' arguments, 3-6 geometry, 7 suffixes
-    r"([a-z][a-z0-9_]*)(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?" + GEOMETRY + r"((?:\+[a-z]+(?:=[a-z]+)?)*)"
+BUILTIN_SPEC = re.compile(  # groups: 1 name (may hold dashes: gpt-nano), 2 ':' arguments, 3-6 geometry, 7 suffixes
+    r"([a-z][a-z0-9_]*(?:-[a-z][a-z0-9_]*)*)(?::([0-9A-Za-z]+(?:-[0-9A-Za-z]+)*))?"
+    + GEOMETRY
+    + r"((?:\+[a-z]+(?:=[a-z]+)?)*)"
 )
 SPEC_HINT = (
     "expected e.g. mlp:784-256-256-256-10, mlp:64-128-10+bias, mlp:784-256-256-10+res+norm=layer, "
@@ -130,6 +134,14 @@ def arguments(text: str, arch: str, body: str | None) -> tuple[str, ...]:
                 f"{heads} heads and of 4 (the 2-D sin-cos position embedding)"
             )
         return tuple(m.group(0).split("-"))
+    if arch in TEXT_ARCHS:
+        if not re.fullmatch(GPT_BODY, body or ""):
+            raise UsageError(
+                f"invalid model spec {text!r}: gpt-nano takes l<blocks>-d<width>-h<heads>-c<context>"
+                "[-m<mlp ratio>][-v<vocabulary>]",
+                hint="e.g. gpt-nano:l2-d64-h4-c64",
+            )
+        return tuple(body.split("-"))  # type: ignore[union-attr]
     if body is not None:
         raise UsageError(f"invalid model spec {text!r}: {arch} takes no ':' arguments", hint=SPEC_HINT)
     return ()

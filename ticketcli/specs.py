@@ -24,8 +24,9 @@ class ModelSpec:
     "conv2" / "conv4" / "conv6", "vgg:64-64-M-128-128-M-256-256-M" (3x3 conv widths, M = 2x2 max-pool),
     "resnet20", "resnet18", "wrn:16-4" (depth-width), "vit:p4-d64-l4-h4" (patch, width, blocks, heads; "-m2" sets
     the MLP ratio), each optionally "@CxHxW-K" (input shape and classes; filled in from the dataset when absent),
-    and "pkg.module:factory" (a user's function returning an nn.Module; "@CxHxW-K" passes num_classes=K).
-    Suffixes print in one canonical order: +res, +norm=..., +bias."""
+    "gpt-nano:l2-d64-h4-c64" (blocks, width, heads, context; "-m2" the MLP ratio, "-v96" the vocabulary, which the
+    text fills in) and "pkg.module:factory" (a user's function returning an nn.Module; "@CxHxW-K" passes
+    num_classes=K). Suffixes print in one canonical order: +res, +norm=..., +bias."""
 
     arch: str = "mlp"  # models registry name, or "user" for a factory
     widths: tuple[int, ...] = (784, *PAPER_HIDDEN, 10)  # mlp: input, hidden..., classes
@@ -40,11 +41,11 @@ class ModelSpec:
     @property
     def resolved(self) -> bool:
         """Whether the spec fixes every shape (an mlp's widths do; the others need @CxHxW-K)."""
-        return self.arch in ("mlp", "user") or (self.input is not None and self.classes is not None)
+        return self.arch in ("mlp", "user", *syntax.TEXT_ARCHS) or (self.input is not None and self.classes is not None)
 
     def with_data(self, shape: tuple[int, int, int], classes: int) -> ModelSpec:
         """Fill in the input shape and class count from the dataset where the spec leaves them open."""
-        if self.arch in ("mlp", "user") or self.resolved:
+        if self.arch in ("mlp", "user", *syntax.TEXT_ARCHS) or self.resolved:
             return self
         c, h, w = shape  # a list from a caller becomes the tuple a frozen spec holds
         return replace(self, input=(c, h, w), classes=int(classes))

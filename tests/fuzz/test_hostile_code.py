@@ -53,7 +53,7 @@ READERS = {  # reader -> its command for a ticket, and where export writes
     "export": lambda t, out: ["export", t, "--format", "masks", "--out", out, "--json"],
     "drift": lambda t, out: ["drift", "--ticket", t, "--steps", "1", "--device", "cpu", "--quiet", "--json"],
 }
-RUNNABLE = ["evaluate", "train-weak", "export"]  # drift takes MLPs only, so no factory ticket runs there
+RUNNABLE = ["evaluate", "train-weak", "export"]  # drift takes built-in models only, so no factory ticket runs there
 GATE = ["--device", "cpu", "--min-accuracy", "0.99"]  # a gate the ticket fails: exit 1, or 2 when refused
 
 
@@ -173,7 +173,7 @@ def test_drift_never_imports_a_factory_even_with_opt_in(lab, opt_in):
     d, mod = lab
     flags = [opt_in] if opt_in == "--trust-model-code" else [opt_in, f"{mod}:build_net"]
     run = cli(*READERS["drift"](str(d / "factory.safetensors"), ""), *flags)
-    assert_clean(run, 2, contains="MLPs only", markers=(marker(lab),))
+    assert_clean(run, 2, contains="drift measures models with activation sites", markers=(marker(lab),))
 
 
 @pytest.mark.parametrize(

@@ -44,15 +44,19 @@ def drift(
     model: Annotated[
         Optional[str],
         typer.Option(
-            help="MLP spec, e.g. mlp:784-256-256-10 (+res for skips between equal-width hidden layers, "
-            "+norm=batch|layer|rms before each hidden activation, +bias for biases). Default: the paper's MLP "
-            "(three hidden layers of 256) sized to the dataset. With --ticket only the ticket's own model factory, "
-            "confirming that it may be imported."
+            help="Model spec: an MLP, e.g. mlp:784-256-256-10 (+res for skips between equal-width hidden layers, "
+            "+norm=batch|layer|rms before each hidden activation, +bias for biases), lenet300, resnet20, resnet18, "
+            "vit:p4-d64-l4-h4, or the character-level gpt-nano:l2-d64-h4-c64 (trains on --text). Default: the "
+            "paper's MLP (three hidden layers of 256) sized to the dataset; with --text, gpt-nano:l2-d64-h4-c64. "
+            "With --ticket only the ticket's own model factory, confirming that it may be imported."
         ),
     ] = None,
     activation: Annotated[
         Optional[ActivationName],
-        typer.Option(help="Activation between hidden layers; relu2-clip is min(relu(x)^2, --clip). Default: relu."),
+        typer.Option(
+            help="Activation at every activation site (an MLP's hidden layers, a ResNet's ReLUs, the MLP blocks of "
+            "a ViT or GPT-nano); relu2-clip is min(relu(x)^2, --clip). Default: relu."
+        ),
     ] = None,
     clip: Annotated[Optional[float], typer.Option(help="c of relu2-clip. Default: 50.")] = None,
     inputs: Annotated[
@@ -128,6 +132,14 @@ def drift(
     relufy_epochs: RelufyEpochs = None,
     tradeoff: Tradeoff = None,
     workers: Workers = None,
+    text: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Plain UTF-8 text a gpt-nano model learns next-character prediction on, split into training and "
+            "validation blocks by the seed. Default for gpt-nano: the fortunes files literature, science, "
+            "computers, wisdom (<--data-dir>/fortunes, then /usr/share/games/fortunes)."
+        ),
+    ] = None,
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
     with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (), unit="step") as position:
@@ -162,6 +174,7 @@ def drift(
             zero_threshold=zero_threshold,
             dataset=dataset,
             device=device,
+            text=text,
         )
         features = drift_options.build_features(
             act_sparsity=act_sparsity,

@@ -283,9 +283,15 @@ def drift_tables(r: dict) -> None:
     sm, n_seeds = r["summary"], len(r["seeds"])
     what = f"ticket {r['ticket']} (kept weights only)" if r["masked"] else f"seeds {','.join(map(str, r['seeds']))}"
     clip = f" (c = {r['clip']:g})" if r["activation"] == "relu2-clip" else ""
+    corpus = r.get("corpus")  # a character-level model's text: the probe is validation characters
+    source = (
+        f"({r['dataset']})"
+        if corpus is None
+        else f"(text, {corpus['characters']} characters, {corpus['vocab']} distinct)"
+    )
     out.print(
         f"drift: {r['model']}, {r['activation']}{clip}, {r['loss']}, inputs {r['inputs']} "
-        f"({r['dataset']}), {r['optimizer']['name']} lr {r['optimizer']['lr']:g}, batch {r['batch_size']}, "
+        f"{source}, {r['optimizer']['name']} lr {r['optimizer']['lr']:g}, batch {r['batch_size']}, "
         f"{r['steps']} steps, {what}. Statistics on a fixed probe batch of {r['probe_n']}; an activation "
         f"counts as zero when {r['zero_rule']}; g = per-example dℓ/dh; a positive mean gradient pushes the "
         f"weight mean down."
@@ -295,6 +301,7 @@ def drift_tables(r: dict) -> None:
         t = Table(
             title=f"step {sm['steps'][i]}: loss {_cell('loss', sm['loss'], i, n_seeds)}, "
             f"accuracy {_cell('accuracy', sm['accuracy'], i, n_seeds)}"
+            + (f", perplexity {_cell('loss', sm['perplexity'], i, n_seeds)}" if "perplexity" in sm else "")
         )
         t.add_column("statistic")
         for layer in layers:
