@@ -12,6 +12,8 @@ its second convolution.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -56,7 +58,8 @@ class BasicBlock(nn.Module):
         out = self.act1(self.bn1(traced_conv(self.conv1, f"{prefix}.conv1", x, p, trace)), trace)
         out = self.bn2(traced_conv(self.conv2, f"{prefix}.conv2", out, p, trace))
         if self.downsample is not None:
-            x = self.downsample[1](traced_conv(self.downsample[0], f"{prefix}.downsample.0", x, p, trace))
+            conv = cast(nn.Conv2d, self.downsample[0])
+            x = self.downsample[1](traced_conv(conv, f"{prefix}.downsample.0", x, p, trace))
         return self.act2(out + x, trace)
 
 
@@ -88,7 +91,7 @@ class ResNet(nn.Module):
         self.fc = nn.Linear(cin, classes, bias=bias)
 
     def stage(self, i: int) -> nn.Sequential:
-        return self.get_submodule(f"layer{i + 1}")
+        return cast(nn.Sequential, self.get_submodule(f"layer{i + 1}"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.act(self.bn1(self.conv1(x)))
@@ -100,7 +103,7 @@ class ResNet(nn.Module):
         """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""
         x = self.act(self.bn1(traced_conv(self.conv1, "conv1", x, p, trace)), trace)
         for i in range(self.stages):
-            for j, block in enumerate(self.stage(i)):
+            for j, block in enumerate(cast(list[BasicBlock], self.stage(i))):
                 x = block.forward_with(x, p, f"layer{i + 1}.{j}", trace)
         return traced_linear("fc", x.mean((2, 3)), p, trace)
 
@@ -150,13 +153,15 @@ class WideResNet(nn.Module):
         self.fc = nn.Linear(cin, classes, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layer3(self.layer2(self.layer1(self.conv1(x))))
+        x = self.conv1(x)
+        for i in range(3):  # the stages are registered by name (layer1..layer3), as torchvision's are
+            x = self.get_submodule(f"layer{i + 1}")(x)
         return self.fc(torch.relu(self.bn(x)).mean((2, 3)))
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
         x = _conv(self.conv1, "conv1", x, p)
         for i in range(3):
-            for j, block in enumerate(self.get_submodule(f"layer{i + 1}")):
+            for j, block in enumerate(cast(list[WideBlock], self.get_submodule(f"layer{i + 1}"))):
                 x = block.forward_with(x, p, f"layer{i + 1}.{j}")
         return F.linear(torch.relu(self.bn(x)).mean((2, 3)), p["fc.weight"], p.get("fc.bias"))
 

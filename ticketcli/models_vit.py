@@ -19,6 +19,7 @@ Each block's MLP activation is an activation site fed by `mlp.fc1` (sites.py). T
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -141,15 +142,17 @@ class VisionTransformer(nn.Module):
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
         """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""
         x = traced_conv(self.patch_embed.proj, "patch_embed.proj", x, p, trace)  # (B, D, H/p, W/p)
-        x = x.flatten(2).transpose(1, 2) + self.pos_embed  # (B, N, D)
-        for i, block in enumerate(self.blocks):
+        x = x.flatten(2).transpose(1, 2) + cast(torch.Tensor, self.pos_embed)  # (B, N, D)
+        for i, block in enumerate(cast(list[Block], self.blocks)):
             x = block.forward_with(x, p, f"blocks.{i}", trace)
         return traced_linear("head", self.norm(x).mean(1), p, trace)
 
 
 def build_vit(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
     """vit:pP-dD-lL-hH[-mR] for the spec's input: patches must tile the image exactly."""
-    values = [int(v) for v in re.fullmatch(VIT_BODY, "-".join(spec.layers)).groups() if v is not None]
+    m = re.fullmatch(VIT_BODY, "-".join(spec.layers))
+    assert m is not None, spec.layers  # the spec parser accepted only this form
+    values = [int(v) for v in m.groups() if v is not None]
     patch, dim, depth, heads = values[:4]
     mlp_ratio = values[4] if len(values) > 4 else 4
     c, h, w = shape
