@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ticketcli import report, sweep
+from ticketcli import report, sweep, sweep_summary
 from ticketcli.resolve import build_extract_spec, merge_settings
 
 
@@ -63,7 +63,7 @@ def main() -> None:
         "records": records,
         "resumed": new["resumed"],
         "reproduction_check": check,
-        "summary": sweep.summarize(records, band=tuple(st["band"])),
+        "summary": sweep_summary.summarize(records, band=tuple(st["band"])),
     }
     (a.dir / "stability_combined.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     (a.dir / "stability_combined.png").write_bytes(report.sweep_plot(result))

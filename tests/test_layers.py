@@ -58,6 +58,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.runs_checks",
         "ticketcli.runs_record",
         "ticketcli.weak",
+        "ticketcli.sweep_summary",
         "ticketcli.sweep",
         "ticketcli.drift_spec",
         "ticketcli.drift_sites",

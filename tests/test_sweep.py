@@ -11,7 +11,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from ticketcli import sweep
+from ticketcli import sweep, sweep_summary
 from ticketcli.cli import app
 from ticketcli.methods import METHODS
 from ticketcli.models import parse_model
@@ -83,20 +83,20 @@ def test_constrained_oracle_respects_band_and_unconstrained_does_not():
         rec(3, 0, 0.62, 0.85),
         rec(4, 0, 0.99, 0.90, group="augmented"),
     ]  # not an edge-popup sweep run: never the oracle
-    assert sweep.oracle(rs, (0.85, 0.95))["id"] == "r3"
-    assert sweep.oracle(rs, None)["id"] == "r0"
-    assert sweep.oracle(rs, (0.97, 0.99)) is None
+    assert sweep_summary.oracle(rs, (0.85, 0.95))["id"] == "r3"
+    assert sweep_summary.oracle(rs, None)["id"] == "r0"
+    assert sweep_summary.oracle(rs, (0.97, 0.99)) is None
 
 
 def test_band_edges_are_inclusive_despite_float_rounding():
-    assert sweep.in_band(0.95 + 1e-12, (0.85, 0.95)) and sweep.in_band(0.85 - 1e-12, (0.85, 0.95))
-    assert not sweep.in_band(0.9501, (0.85, 0.95)) and not sweep.in_band(0.8499, (0.85, 0.95))
+    assert sweep_summary.in_band(0.95 + 1e-12, (0.85, 0.95)) and sweep_summary.in_band(0.85 - 1e-12, (0.85, 0.95))
+    assert not sweep_summary.in_band(0.9501, (0.85, 0.95)) and not sweep_summary.in_band(0.8499, (0.85, 0.95))
 
 
 def test_oracle_ties_prefer_sparser_then_plan_order():
     rs = [rec(0, 0, 0.70, 0.86), rec(1, 0, 0.70, 0.92), rec(2, 0, 0.70, 0.92), rec(3, 0, 0.69, 0.94)]
-    assert sweep.oracle(rs, (0.85, 0.95))["id"] == "r1"  # sparser than r0, earlier than its exact twin r2
-    assert sweep.oracle(list(reversed(rs)), (0.85, 0.95))["id"] == "r2"  # plan order decides exact ties
+    assert sweep_summary.oracle(rs, (0.85, 0.95))["id"] == "r1"  # sparser than r0, earlier than its exact twin r2
+    assert sweep_summary.oracle(list(reversed(rs)), (0.85, 0.95))["id"] == "r2"  # plan order decides exact ties
 
 
 def test_summary_by_hand():
@@ -109,7 +109,7 @@ def test_summary_by_hand():
         rec(5, 0, 0, 0.85, "augmented", 0.81),
         rec(6, 1, 0, 0.83, "augmented", 0.79),
     ]
-    sm = sweep.summarize(rs, band=(0.85, 0.95))
+    sm = sweep_summary.summarize(rs, band=(0.85, 0.95))
     tests = [0.5, 0.8, 0.6, 0.4, 0.9]
     assert sm["edge_popup"]["configs"] == 5
     assert sm["edge_popup"]["test"]["min"] == 0.4 and sm["edge_popup"]["test"]["max"] == 0.9
@@ -125,7 +125,7 @@ def test_summary_by_hand():
     assert aug["test"]["mean"] == pytest.approx(0.80) and aug["test"]["std"] == pytest.approx(
         statistics.stdev([0.81, 0.79])
     )
-    assert sweep.summarize(rs, band=(0.95, 1.0))["oracle_constrained"]["seeds_without_candidate"] == ["0", "1"]
+    assert sweep_summary.summarize(rs, band=(0.95, 1.0))["oracle_constrained"]["seeds_without_candidate"] == ["0", "1"]
 
 
 # ---- the plan ----

@@ -11,7 +11,6 @@ import hashlib
 import json
 import logging
 import math
-import statistics
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
@@ -28,12 +27,11 @@ from ticketcli.methods import METHODS
 from ticketcli.models import MaskedNet, build_model, layer_of, planned_shapes
 from ticketcli.seeding import file_sha256, generator
 from ticketcli.specs import MAX_PARAMS, ModelSpec, RunSpec
+from ticketcli.sweep_summary import PAPER_BAND, summarize
 
 PAPER_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # Appendix B
 PAPER_LAYERWISE = 8  # random layerwise tuples per seed (Appendix B)
-PAPER_BAND = (0.85, 0.95)  # the constrained oracle's achieved-sparsity band (Section 6.3)
 DOUBLE_SCORING = ("augmented", "iterated")  # run whichever of these the METHODS registry has
-BAND_TOL = 1e-9  # achieved sparsity is a ratio of integers; 1 - 0.05 must count as inside [0.85, 0.95]
 # Record fields that legitimately differ between two runs of the same task; everything else must be identical.
 VOLATILE = ("wall_time_s", "ticket", "ticket_sha256")
 
@@ -348,86 +346,6 @@ def run_sweep(
         if on_result:
             on_result(record, False)
     return {"records": [records[t.id] for t in tasks], "resumed": resumed}
-
-
-# ---- the stability summary ----
-
-
-def _stats(values: list[float]) -> dict:
-    """Mean, sample standard deviation (0 for a single value), min and max."""
-    return {
-        "n": len(values),
-        "mean": statistics.fmean(values) if values else None,
-        "std": statistics.stdev(values) if len(values) > 1 else (0.0 if values else None),
-        "min": min(values, default=None),
-        "max": max(values, default=None),
-    }
-
-
-def in_band(achieved: float, band: tuple[float, float]) -> bool:
-    return band[0] - BAND_TOL <= achieved <= band[1] + BAND_TOL
-
-
-def oracle(records: list[dict], band: tuple[float, float] | None = None) -> dict | None:
-    """The edge-popup sweep record with the best validation accuracy (inside the achieved-sparsity band if given).
-
-    Ties on validation accuracy go to the sparser mask (higher achieved sparsity), then to the earlier record in
-    plan order, so the choice never depends on the executor's completion order."""
-    best = None
-    for r in records:
-        if r["group"] != "edge-popup" or (band is not None and not in_band(r["achieved_sparsity"], band)):
-            continue
-        if best is None or (r["val_accuracy"], r["achieved_sparsity"]) > (
-            best["val_accuracy"],
-            best["achieved_sparsity"],
-        ):
-            best = r
-    return best
-
-
-def _oracle_summary(records: list[dict], seeds: list[int], band: tuple[float, float] | None) -> dict:
-    per_seed = {}
-    for seed in seeds:
-        r = oracle([x for x in records if x["seed"] == seed], band)
-        per_seed[str(seed)] = (
-            None
-            if r is None
-            else {k: r[k] for k in ("id", "config", "val_accuracy", "test_accuracy", "achieved_sparsity")}
-        )
-    chosen = [v for v in per_seed.values() if v is not None]
-    return {
-        "band": None if band is None else list(band),
-        "per_seed": per_seed,
-        "test": _stats([v["test_accuracy"] for v in chosen]),
-        "achieved_sparsity": _stats([v["achieved_sparsity"] for v in chosen]),
-        "seeds_without_candidate": [s for s, v in per_seed.items() if v is None],
-    }
-
-
-def _group_summary(rs: list[dict]) -> dict:
-    return {
-        "test": _stats([r["test_accuracy"] for r in rs]),
-        "achieved_sparsity": _stats([r["achieved_sparsity"] for r in rs]),
-    }
-
-
-def summarize(records: list[dict], *, band: tuple[float, float] = PAPER_BAND) -> dict:
-    """Section 6.3's quantities: edge-popup range and std over all sweep runs (all seeds), both oracles per seed
-    (aggregated over seeds), and mean ± std over seeds for fixed edge-popup, random and each double-scoring method."""
-    seeds = sorted({r["seed"] for r in records})
-    sweep = [r for r in records if r["group"] == "edge-popup"]
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        if r["group"] not in ("edge-popup", "fixed"):
-            groups.setdefault(r["group"], []).append(r)
-    return {
-        "seeds": seeds,
-        "edge_popup": {**_group_summary(sweep), "configs": len(sweep)},
-        "oracle_constrained": _oracle_summary(records, seeds, band),
-        "oracle_unconstrained": _oracle_summary(records, seeds, None),
-        "fixed_edge_popup": _group_summary([r for r in records if r["fixed"]]),
-        "methods": {g: _group_summary(rs) for g, rs in groups.items()},
-    }
 
 
 def sweep_k(tasks: list[SweepTask], *, band: tuple[float, float] = PAPER_BAND, **run: Any) -> dict:
