@@ -44,6 +44,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.masking",
         "ticketcli.topk_search",
         "ticketcli.distributed",
+        "ticketcli.pool",
         "ticketcli.train",
         "ticketcli.interrupts",
         "ticketcli.ticket_meta",

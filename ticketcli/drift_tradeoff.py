@@ -8,10 +8,7 @@ numbers do not depend on the number of workers (as in sweep-k).
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +16,8 @@ import torch
 
 from ticketcli import drift
 from ticketcli.drift_control import ControlSpec, check_target
-from ticketcli.errors import RunFailed, UsageError
+from ticketcli.errors import UsageError
+from ticketcli.pool import run_pool
 
 MAX_TARGETS = 100
 MAX_WORKERS = 256
@@ -88,25 +86,9 @@ def run_task(task: TradeoffTask, threads: int) -> dict[str, Any]:
 
 
 def _local(tasks: list[TradeoffTask], workers: int, threads: int) -> Iterator[tuple[TradeoffTask, dict]]:
-    if workers == 1:
-        for t in tasks:
-            yield t, run_task(t, threads)
-        return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(run_task, t, threads): t for t in tasks}
-        try:
-            for f in as_completed(futures):
-                try:
-                    result = f.result()
-                except BrokenProcessPool:
-                    raise RunFailed(
-                        f"a worker process died while running target {futures[f].control.target:g}"
-                    ) from None
-                yield futures[f], result
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+    return run_pool(
+        run_task, tasks, workers=workers, threads=threads, describe=lambda t: f"target {t.control.target:g}"
+    )
 
 
 def find_cliff(curve: list[dict]) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from ticketcli.atomic import write_atomic
 from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models import MaskedNet, build_model, layer_of, planned_shapes
+from ticketcli.pool import run_pool
 from ticketcli.seeding import file_sha256, generator
 from ticketcli.specs import MAX_PARAMS, ModelSpec, RunSpec
 from ticketcli.sweep_summary import PAPER_BAND, summarize
@@ -235,30 +236,10 @@ def finished(out_dir: Path, task: SweepTask) -> dict | None:
 # ---- executors ----
 
 
-def _local(tasks: list[SweepTask], workers: int, threads: int):
-    if workers == 1:
-        for t in tasks:
-            yield t, run_task(t, threads)
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(run_task, t, threads): t for t in tasks}
-        try:
-            for f in as_completed(futures):
-                try:
-                    result = f.result()
-                except BrokenProcessPool:
-                    raise RunFailed(
-                        f"a worker process died while running {futures[f].id} (out of memory or killed)"
-                    ) from None
-                yield futures[f], result
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+def _local(tasks: list[SweepTask], workers: int, threads: int) -> Iterator[tuple[SweepTask, tuple[dict, bytes]]]:
+    return run_pool(
+        run_task, tasks, workers=workers, threads=threads, describe=lambda t: f"{t.id} (out of memory or killed)"
+    )
 
 
 def _ray(tasks: list[SweepTask], threads: int, address: str | None):
