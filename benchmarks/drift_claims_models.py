@@ -27,7 +27,7 @@ import torch
 
 from ticketcli.drift import run_drift
 from ticketcli.drift_spec import build_drift_spec
-from ticketcli.specs import data_location
+from ticketcli.resolve import data_location
 
 ACTS = ("relu", "gelu", "silu", "relu2", "gelu2")
 LOSSES = ("mse", "cross-entropy")

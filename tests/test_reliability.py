@@ -202,7 +202,7 @@ def test_signal_during_extract(tmp_path, sig, code, checkpoint):
         "--model",
         "mlp:64-32-32-10",
         "--epochs",
-        "1000",
+        "100000",  # far more than the test waits for: under load 1000 epochs could end before the signal lands
         "--n-extract",
         "300",
         "--n-val",
@@ -217,7 +217,7 @@ def test_signal_during_extract(tmp_path, sig, code, checkpoint):
     ]
     rc, last = interrupt_when_training(cmd, tmp_path, sig)
     assert rc == code, last
-    assert re.fullmatch(rf"error: interrupted by {sig.name} after epoch \d+ of 1000; no output was written.*", last)
+    assert re.fullmatch(rf"error: interrupted by {sig.name} after epoch \d+ of 100000; no output was written.*", last)
     assert not out.exists()
     ckpt = tmp_path / "t.safetensors.ckpt"
     assert ckpt.exists() == checkpoint
