@@ -26,11 +26,17 @@ import drift_claims_models  # noqa: E402
 COLUMNS = ("claim", "setting", "source", "ours", "held")
 
 
+def cell(value: object) -> str:
+    """A table cell: held as yes/no whichever module wrote it, "|" kept out of the Markdown."""
+    text = {True: "yes", False: "no"}.get(value, value) if isinstance(value, bool) else value
+    return str(text).replace("|", "/")
+
+
 def table(rows: list[dict]) -> str:
     """A Markdown table of the rows, in claim order."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in sorted(rows, key=lambda r: str(r["claim"])):
-        lines.append("| " + " | ".join(str(r.get(c, "")).replace("|", "/") for c in COLUMNS) + " |")
+        lines.append("| " + " | ".join(cell(r.get(c, "")) for c in COLUMNS) + " |")
     return "\n".join(lines)
 
 
