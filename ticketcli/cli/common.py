@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import typer
 
 from ticketcli import exits, report, runs
 from ticketcli.errors import TicketCliError
+from ticketcli.resolve import build_model_policy, data_location
+from ticketcli.specs import DataSpec, ModelPolicy
 
 
 @contextmanager
@@ -38,3 +41,12 @@ def warn_precision(precision: str, device: str) -> None:
     """bf16 autocast on the CPU works but is usually slower: say so once."""
     if precision == "bf16" and runs.resolve_device(device).type == "cpu":
         report.warn("--precision bf16 on the CPU: autocast is usually slower than fp32 there; it is meant for GPUs")
+
+
+def reader_inputs(
+    *, trust_model_code: bool, model: str | None, max_params: int | None, data_dir: Path | None, download: bool
+) -> tuple[ModelPolicy, DataSpec]:
+    """What a command that rebuilds a ticket needs from its flags: which model code it may import, and where the
+    ticket's dataset is found."""
+    policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
+    return policy, DataSpec(**data_location(None if data_dir is None else str(data_dir), download))

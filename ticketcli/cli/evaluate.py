@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from ticketcli import report, runs
-from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
+from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
 from ticketcli.cli.options import (
     CheckpointWeights,
     DataDir,
@@ -22,8 +22,6 @@ from ticketcli.cli.options import (
 )
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.resolve import build_model_policy, data_location
-from ticketcli.specs import DataSpec
 
 
 def evaluate(
@@ -45,8 +43,9 @@ def evaluate(
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         if min_accuracy is not None and not 0 <= min_accuracy <= 1:
             raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
-        policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
-        data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
+        policy, data = reader_inputs(
+            trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download
+        )
         result = runs.evaluate_ticket(
             ticket, data=data, device=device or "auto", weights=None if weights is None else str(weights), policy=policy
         )

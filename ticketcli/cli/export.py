@@ -9,7 +9,7 @@ import typer
 
 from ticketcli import export as export_core
 from ticketcli import report
-from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
+from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
 from ticketcli.cli.options import (
     CheckpointWeights,
     DataDir,
@@ -21,8 +21,6 @@ from ticketcli.cli.options import (
     TrustModelCode,
 )
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.resolve import build_model_policy, data_location
-from ticketcli.specs import DataSpec
 
 ExportFormat = Literal["masked", "prune", "csr", "masks"]
 
@@ -56,8 +54,9 @@ def export(
     """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks. BatchNorm
     statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need their data)."""
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
-        policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
-        data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
+        policy, data = reader_inputs(
+            trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download
+        )
         result = export_core.export_ticket(
             ticket,
             fmt=format,

@@ -9,7 +9,7 @@ import typer
 
 from ticketcli import distributed, report, runs, weak
 from ticketcli.atomic import check_destination, write_atomic
-from ticketcli.cli.common import errors_to_exit_codes, warn_precision, warn_unverified
+from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_precision, warn_unverified
 from ticketcli.cli.options import (
     CheckpointWeights,
     DataDir,
@@ -25,8 +25,6 @@ from ticketcli.cli.options import (
     with_default,
 )
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.resolve import build_model_policy, data_location
-from ticketcli.specs import DataSpec
 
 WEAK = weak.WeakSpec()  # the paper's weak-ticket protocol: the defaults of the options below
 
@@ -77,10 +75,11 @@ def train_weak(
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)
-        policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
+        policy, data = reader_inputs(
+            trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download
+        )
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
-        data = DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
         with (
             distributed.joined(lambda: runs.resolve_device(device or "auto")) as world,
             report.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,

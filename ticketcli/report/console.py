@@ -103,6 +103,19 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
+def _bar(description: str, fields: str) -> Progress:
+    """The progress bar every command draws on stderr: name, bar, done/total, its own fields, elapsed and ETA."""
+    columns = [
+        TextColumn(description, style="bold", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(fields, markup=False),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
+    return Progress(*columns, console=stderr(), transient=False)
+
+
 @contextmanager
 def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[[dict], None] | None]:
     """A progress bar over epochs (loss, running accuracy, current achieved sparsity), shown from the first epoch
@@ -110,15 +123,9 @@ def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[
     if quiet:
         yield None
         return
-    columns = [
-        TextColumn("{task.description}", style="bold", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}", markup=False),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    ]
-    bar = Progress(*columns, console=stderr(), transient=False)
+    bar = _bar(
+        "{task.description}", "loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}"
+    )
     task: TaskID | None = None
 
     def update(stats: dict) -> None:
@@ -149,15 +156,7 @@ def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict, bool]
     if quiet:
         yield None
         return
-    columns = [
-        TextColumn("sweep-k", style="bold", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("last {task.fields[last]}", markup=False),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    ]
-    with Progress(*columns, console=stderr(), transient=False) as bar:
+    with _bar("sweep-k", "last {task.fields[last]}") as bar:
         task = bar.add_task("sweep-k", total=total, last="-")
 
         def update(record: dict, resumed: bool) -> None:
@@ -174,15 +173,7 @@ def runs_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict], None]
     if quiet:
         yield None
         return
-    columns = [
-        TextColumn("{task.description}", style="bold", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}  val acc {task.fields[acc]}", markup=False),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    ]
-    bar = Progress(*columns, console=stderr(), transient=False)
+    bar = _bar("{task.description}", "loss {task.fields[loss]}  val acc {task.fields[acc]}")
     tasks: dict[str, TaskID] = {}
 
     def update(stats: dict) -> None:
