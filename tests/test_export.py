@@ -55,7 +55,7 @@ def build():
 
 # Loads every export with torch, torch.nn.utils.prune and safetensors only; prints the max |difference|.
 LOADER = textwrap.dedent("""
-    import importlib, json, sys
+    import importlib, json, math, sys
     import torch
     from torch import nn
     from torch.nn.utils import prune
@@ -83,13 +83,9 @@ LOADER = textwrap.dedent("""
         for k, v in sd.items():
             if k.endswith(".crow_indices"):
                 n = k[: -len(".crow_indices")]
-                shape = sd[n + ".shape"].tolist()
-                rows = shape[0] if len(shape) > 1 else 1
-                numel = 1
-                for s in shape:
-                    numel *= s
+                shape = sd[n + ".shape"].tolist()  # the README's recipe: the (shape[0], rest) view, biases too
                 dense[n] = torch.sparse_csr_tensor(v.long(), sd[n + ".col_indices"].long(), sd[n + ".values"],
-                                                   size=(rows, numel // rows)).to_dense().reshape(shape)
+                                                   size=(shape[0], math.prod(shape[1:]))).to_dense().reshape(shape)
             elif not k.endswith((".col_indices", ".values", ".shape")):
                 dense[k] = v
         m = build(); m.load_state_dict(dense); out["csr"] = m(x)
@@ -182,6 +178,43 @@ def test_export_contents_and_sizes(tmp_path):
     runner.invoke(app, ["export", str(ticket), "--format", "prune", "--out", str(tmp_path / "p.pt")])
     sd = torch.load(tmp_path / "p.pt", weights_only=True)
     assert sorted(sd) == sorted([f"{n}_orig" for n in tk.masks] + [f"{n}_mask" for n in tk.masks])
+
+
+# The csr loading recipe as the README gives it, run verbatim against the exported file.
+CSR_RECIPE = """
+sd = load_file(path)
+state = {}
+for key in sd:
+    if key.endswith(".shape"):
+        name, shape = key[: -len(".shape")], sd[key].tolist()
+        crow, col, values = sd[name + ".crow_indices"], sd[name + ".col_indices"], sd[name + ".values"]
+        csr = torch.sparse_csr_tensor(crow.long(), col.long(), values, size=(shape[0], math.prod(shape[1:])))
+        state[name] = csr.to_dense().reshape(shape)
+    elif not key.endswith((".crow_indices", ".col_indices", ".values")):
+        state[key] = sd[key]
+"""
+
+
+@pytest.mark.parametrize("model", ["mlp:64-16-10+bias", "vgg:8-M-16-M+bias"])
+def test_readme_csr_recipe_restores_masked_weights_and_biases(tmp_path, model):
+    """Every masked tensor, 1-D biases included, comes back from the csr file as exactly W * M."""
+    import math
+
+    ticket = make_ticket(tmp_path, model)
+    tk = ticket_io.load(ticket)
+    assert any(len(shape) == 1 for shape in tk.shapes.values())  # the model has masked biases
+    out = tmp_path / "c.safetensors"
+    assert runner.invoke(app, ["export", str(ticket), "--format", "csr", "--out", str(out)]).exit_code == 0
+    scope = {"load_file": load_file, "torch": torch, "math": math, "path": str(out)}
+    exec(CSR_RECIPE, scope)
+    net, _ = runs.rebuild(tk, ticket, None)
+    expected = {n: t * tk.masks[n].to(t.dtype) if n in tk.masks else t for n, t in net.module.state_dict().items()}
+    assert sorted(scope["state"]) == sorted(expected)
+    for n, t in expected.items():
+        assert torch.equal(scope["state"][n], t), n
+    sd = load_file(str(out))
+    for n, shape in tk.shapes.items():  # the (shape[0], rest) view: one CSR row per output unit, biases too
+        assert sd[f"{n}.crow_indices"].numel() == shape[0] + 1
 
 
 def test_export_refuses_overwrite_bad_format_and_wrong_checkpoint(tmp_path):

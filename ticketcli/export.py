@@ -5,7 +5,8 @@ masked  W * M for every masked parameter (other parameters and buffers as they a
 prune   torch.nn.utils.prune's layout: `<name>_orig` (the frozen W) and the `<name>_mask` buffer (0/1, W's dtype)
         for every masked parameter; load it after `prune.identity(module, name)` on each of them.
 csr     every masked parameter as CSR of its (shape[0], rest) view (`<name>.crow_indices`, `.col_indices`, int32;
-        `.values`, float32; `.shape`, int64), other parameters and buffers dense under their own names.
+        `.values`, float32; `.shape`, int64), other parameters and buffers dense under their own names. A bias of
+        shape (n,) is the (n, 1) view, so one loading recipe serves every parameter.
 masks   the unpacked bool masks keyed by parameter name.
 
 safetensors files (`.safetensors`) or torch.save state dicts (anything else, e.g. `.pt`); `prune` is a `.pt` layout
@@ -65,7 +66,8 @@ def csr_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> tuple[dict[str,
     for n in net.names:
         w = state.pop(n)
         m = masks[n].to(torch.bool)
-        rows = w.shape[0] if w.dim() > 1 else 1
+        # (shape[0], rest) for every rank, a bias's rest being 1: readers need no special case for 1-D tensors
+        rows = w.shape[0] if w.dim() > 0 else 1
         # the mask decides which entries are stored (an unmasked exact zero is kept, so nnz = kept)
         keep = m.reshape(rows, -1)
         counts = keep.sum(1)
