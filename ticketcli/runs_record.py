@@ -12,6 +12,7 @@ import ticketcli
 from ticketcli import batchnorm, distributed
 from ticketcli import ticket as ticket_io
 from ticketcli.data import Splits
+from ticketcli.errors import UsageError
 from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS
 from ticketcli.methods.base import Details, ExtractResult
@@ -203,3 +204,37 @@ def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, t
         "sparsity": {"requested": tk.sparsity.get("requested"), "achieved": tk.sparsity.get("achieved")},
         "integrity": tk.integrity,
     }
+
+
+GATE_TOL = 1e-9  # accuracies are ratios of counts: a drop of exactly --max-drop must pass despite float rounding
+
+
+def evaluation_gate(
+    result: dict, *, min_accuracy: float | None, max_drop: float | None
+) -> tuple[dict[str, Any], list[str]]:
+    """`evaluate`'s gates on the re-measured test accuracy: at least min_accuracy, and at most max_drop below the
+    test accuracy the ticket stored (drop = stored - measured; a gain never fails). Returns the `gate` record for
+    the result and one clause per failed gate; the caller decides the exit code."""
+    measured = result["test"]["accuracy"]
+    gate: dict[str, Any] = {}
+    failures = []
+    if min_accuracy is not None:
+        gate["min_accuracy"] = min_accuracy
+        if measured < min_accuracy:
+            failures.append(f"test accuracy {measured:.4f} is below --min-accuracy {min_accuracy}")
+    if max_drop is not None:
+        stored = result["stored"]["test_accuracy"]
+        if not isinstance(stored, (int, float)):
+            raise UsageError(
+                f"{result['ticket']} stores no test accuracy, so --max-drop has nothing to compare with",
+                hint="gate on the accuracy itself with --min-accuracy",
+            )
+        drop = round(stored - measured, 12)
+        gate.update(max_drop=max_drop, stored_accuracy=stored, drop=drop)
+        if drop > max_drop + GATE_TOL:
+            failures.append(
+                f"test accuracy {measured:.4f} is {drop:.4f} below the stored {stored:.4f}, "
+                f"more than --max-drop {max_drop}"
+            )
+    gate["passed"] = not failures
+    return gate, failures

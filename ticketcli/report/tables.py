@@ -69,7 +69,12 @@ def evaluate_table(r: dict) -> None:
     out.print(f"achieved sparsity {pct(r['sparsity']['achieved'])}; on {r['device']} the ticket {verdict}.")
     if "gate" in r:
         g = r["gate"]
-        out.print(f"gate: test accuracy >= {g['min_accuracy']}: {'passed' if g['passed'] else 'FAILED'}")
+        asked = [f"test accuracy >= {g['min_accuracy']}"] if "min_accuracy" in g else []
+        if "max_drop" in g:
+            asked.append(
+                f"drop from the stored {pct(g['stored_accuracy'])} <= {g['max_drop']} (drop {100 * g['drop']:.2f} pts)"
+            )
+        out.print(f"gate: {'; '.join(asked)}: {'passed' if g['passed'] else 'FAILED'}")
 
 
 MASK_ROWS = 500  # inspect's table shows at most this many masks (Rich takes a minute for 100k rows; --json has all)
