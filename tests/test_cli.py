@@ -213,7 +213,7 @@ def test_weights_from_checkpoint(tmp_path):
     r = extract(out, "--weights", str(ckpt), "--json")
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
-    assert tk.checkpoint["path"] == str(ckpt) and len(tk.checkpoint["sha256"]) == 64
+    assert tk.checkpoint["path"] == ckpt.name and len(tk.checkpoint["sha256"]) == 64  # relative to the ticket
 
     r = invoke("evaluate", str(out), "--weights", str(ckpt), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True

@@ -1,4 +1,5 @@
-"""Resumable state of a long run, written atomically next to its output every N epochs (`<out>.ckpt`).
+"""Checkpoint files: weights a ticket was extracted from (where the ticket records them), and the resumable state
+of a long run, written atomically next to its output every N epochs (`<out>.ckpt`).
 
 A checkpoint holds the run's identity (everything that decides its result: specs, weights fingerprint, device,
 torch version) and the method's state at an epoch boundary (for score methods: scores incl. auxiliary, Adam
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import re
 import warnings
@@ -69,6 +71,24 @@ def _starts_like_pickle(path: Path) -> bool:
     with open(path, "rb") as f:
         head = f.read(2)
     return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+def ticket_relative(weights: str | Path, ticket: str | Path) -> str:
+    """The weights' path as a ticket records it: relative to the ticket's folder (with / separators), so that a
+    ticket and its checkpoint shared as a folder still find each other; absolute where no relative path exists
+    (another drive on Windows)."""
+    weights, folder = os.path.abspath(weights), os.path.dirname(os.path.abspath(ticket))
+    try:
+        return Path(os.path.relpath(weights, folder)).as_posix()
+    except ValueError:
+        return Path(weights).as_posix()
+
+
+def recorded_locations(stored: str, ticket: str | Path) -> list[Path]:
+    """Where a ticket's recorded checkpoint may be, in the order tried: relative to the ticket's folder, then as
+    written (relative to the working directory; absolute in tickets written before paths were relative)."""
+    beside = Path(ticket).parent / stored  # an absolute `stored` stays itself
+    return list(dict.fromkeys([beside, Path(stored)]))
 
 
 def checkpoint_path(out: str | Path) -> Path:

@@ -14,7 +14,7 @@ import torch
 from ticketcli import distributed, runs_checks, runs_record
 from ticketcli import ticket as ticket_io
 from ticketcli.atomic import check_destination
-from ticketcli.checkpoint import Checkpointer, checkpoint_path
+from ticketcli.checkpoint import Checkpointer, checkpoint_path, ticket_relative
 from ticketcli.data import DATASETS, Splits, load_splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES, init_weights
@@ -138,6 +138,8 @@ def extract_ticket(
     checkpointing = checkpoint_every is not None or resume
     method_class = runs_checks.method_for_run(spec.method.name, checkpointing=checkpointing)
     net, weights, checkpoint = build_net(spec.model, spec.init, spec.weights, spec.max_params)
+    if checkpoint is not None and spec.weights is not None:  # readers look for it relative to the ticket first
+        checkpoint = {**checkpoint, "path": ticket_relative(spec.weights, out)}
     splits = load_splits(spec.data)
     check_input_shape(spec.model, splits, net)
     net.to(device)
@@ -219,13 +221,7 @@ def rebuild(
     runs_checks.check_planned(tk, model, path, policy.max_params)
     init = InitSpec(scheme=tk.init["scheme"], k=float(tk.init["k"]), seed=tk.init["seed"])
     if tk.checkpoint is not None:
-        weights_path = weights_path or runs_checks.recorded_checkpoint(tk, path, policy.max_params)
-        if not Path(weights_path).is_file():
-            raise UsageError(f"{path} was extracted from checkpoint weights; pass them with --weights FILE")
-        if file_sha256(weights_path) != tk.checkpoint["sha256"]:
-            raise TicketFileError(
-                f"{weights_path} is not the checkpoint this ticket was extracted from (sha256 differs)"
-            )
+        weights_path = runs_checks.checkpoint_file(tk, path, weights_path, policy.max_params)
     elif weights_path is not None:
         raise UsageError(f"{path} was built from seed {init.seed}; it takes no --weights")
     try:

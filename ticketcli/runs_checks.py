@@ -12,10 +12,11 @@ import torch
 
 from ticketcli import batchnorm, distributed
 from ticketcli import ticket as ticket_io
-from ticketcli.checkpoint import read_torch_file
+from ticketcli.checkpoint import read_torch_file, recorded_locations
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.methods import METHODS, Method
 from ticketcli.models import MaskedNet, check_param_count, planned_shapes
+from ticketcli.seeding import file_sha256
 from ticketcli.specs import ModelSpec
 
 
@@ -144,21 +145,51 @@ CHECKPOINT_BYTES_PER_PARAM = 16  # float64 values and the container's overhead: 
 
 
 def recorded_checkpoint(tk: ticket_io.Ticket, path: Path, max_params: int) -> str:
-    """The checkpoint path the ticket recorded, followed only to a plain file of a checkpoint's size: a ticket must
-    not make a reader hash /proc/self/pagemap (size 0, endless) or any file of hundreds of GB."""
+    """The checkpoint the ticket recorded, looked for next to the ticket first, then where the path points from
+    here (checkpoint.recorded_locations). It is followed only to a plain file of a checkpoint's size: a ticket
+    must not make a reader hash /proc/self/pagemap (size 0, endless) or any file of hundreds of GB."""
     stored = tk.checkpoint.get("path") if tk.checkpoint else None  # a string when present (ticket_meta checks it)
-    try:
-        size = Path(stored).stat().st_size if isinstance(stored, str) and stored and Path(stored).is_file() else None
-    except OSError:
-        size = None
-    if size is None or not isinstance(stored, str):
+    if not isinstance(stored, str) or not stored:
         raise UsageError(f"{path} was extracted from checkpoint weights; pass them with --weights FILE")
+    places = recorded_locations(stored, path)
+    found, size = None, None
+    for place in places:
+        try:
+            if place.is_file():
+                found, size = place, place.stat().st_size
+                break
+        except OSError:  # a name too long, a loop of links: not there
+            continue
+    if found is None or size is None:
+        shown = [str(p)[:120] for p in places]
+        where = f"not at {shown[0]}" if len(shown) == 1 else f"neither next to it ({shown[0]}) nor at {shown[1]}"
+        raise UsageError(
+            f"{path} was extracted from the checkpoint {stored[:120]}, which is {where}",
+            hint="keep the checkpoint where the ticket records it, or pass it with --weights FILE",
+        )
     if not 0 < size <= CHECKPOINT_BYTES_PER_PARAM * max_params:
         raise UsageError(
             f"{path} records the checkpoint {stored[:80]}, a file of {size} bytes, which cannot be it",
             hint="pass the checkpoint with --weights FILE",
         )
-    return stored
+    return str(found)
+
+
+def checkpoint_file(tk: ticket_io.Ticket, path: Path, given: str | None, max_params: int) -> str:
+    """The weights file of a checkpoint ticket: --weights when given, else the one the ticket recorded; either
+    way its sha256 (streamed in 1 MiB chunks) must be the recorded one."""
+    assert tk.checkpoint is not None
+    weights = given or recorded_checkpoint(tk, path, max_params)
+    if not Path(weights).is_file():
+        raise UsageError(f"--weights {weights[:120]}: no such file", hint="pass the ticket's checkpoint")
+    recorded = tk.checkpoint.get("sha256")  # absent only in hand-made tickets: the weights fingerprint still checks
+    digest = None if recorded is None else file_sha256(weights)
+    if digest != recorded:
+        raise TicketFileError(
+            f"{weights[:120]} is not the checkpoint this ticket was extracted from (sha256 differs: file "
+            f"{str(digest)[:12]}..., ticket {str(recorded)[:12]}...)"
+        )
+    return weights
 
 
 def method_for_run(name: str, *, checkpointing: bool) -> type[Method]:

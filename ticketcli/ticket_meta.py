@@ -148,8 +148,9 @@ def check_fields(f: dict[str, dict], checkpoint: dict | None, path: Path) -> Non
     )
     _check_reported(f["sparsity"], f["metrics"], need)
     if checkpoint is not None:
+        digest = checkpoint.get("sha256")  # optional: the weights fingerprint identifies the weights either way
         need(
-            isinstance(checkpoint.get("sha256"), str) and HEX64.fullmatch(checkpoint["sha256"]) is not None,
+            digest is None or (isinstance(digest, str) and HEX64.fullmatch(digest) is not None),
             "'checkpoint.sha256' must be a sha256 hex digest",
         )
         need(isinstance(checkpoint.get("path", ""), str), "'checkpoint.path' must be a string")

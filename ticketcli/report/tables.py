@@ -96,7 +96,10 @@ def inspect_table(r: dict) -> None:
     t.add_row("init", f"{init['scheme']} (k={init.get('k')}, seed {init['seed']})")
     t.add_row("weights sha256", r["weights_sha256"])
     if r["checkpoint"]:
-        t.add_row("checkpoint", f"{r['checkpoint'].get('path')} (sha256 {r['checkpoint']['sha256'][:16]}...)")
+        digest = r["checkpoint"].get("sha256")
+        t.add_row(
+            "checkpoint", f"{r['checkpoint'].get('path')} (sha256 {digest[:16] + '...' if digest else 'not recorded'})"
+        )
     method = ", ".join(f"{k}={v}" for k, v in r["method"].items() if k != "score_init" and v is not None)
     t.add_row("method", method)
     d = r["data"]
