@@ -61,6 +61,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.weak",
         "ticketcli.sweep_summary",
         "ticketcli.sweep",
+        "ticketcli.sweep_outputs",
         "ticketcli.drift_spec",
         "ticketcli.drift_sites",
         "ticketcli.drift_inputs",

@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Optional, cast
 
 import typer
 
-from ticketcli import report, sweep
+from ticketcli import report, sweep, sweep_outputs
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import (
@@ -124,7 +124,14 @@ def sweep_k(
             "Default: no plot."
         ),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite --plot if it exists.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Overwrite --plot if it exists (not needed for the plot an earlier run with the same --out-dir "
+            "wrote: rerunning the command resumes and redraws it).",
+        ),
+    ] = False,
     model: Annotated[
         Optional[str],
         typer.Option(
@@ -192,8 +199,9 @@ def sweep_k(
                 hint="remove these keys for sweep-k",
             )
         base = build_extract_spec(merge_settings({**flags, "seed": seed_list[0]}, config))
+        replace_plot = force or (plot is not None and sweep_outputs.written_here(out_dir, plot))
         if plot is not None:
-            check_destination(plot, overwrite=force)  # before the work, not after
+            check_destination(plot, overwrite=replace_plot)  # before the work, not after
         tasks = sweep.build_plan(
             base, seeds=seed_list, densities=pool, layerwise=layerwise, double_scoring=sweep.double_scoring_methods()
         )
@@ -233,7 +241,9 @@ def sweep_k(
             "out_dir": None if out_dir is None else str(out_dir),
         }
         if plot is not None:
-            write_atomic(plot, report.sweep_plot(result), overwrite=force)
+            png = report.sweep_plot(result)
+            write_atomic(plot, png, overwrite=replace_plot)
+            sweep_outputs.remember_output(out_dir, plot, png)
             result["plot"] = str(plot)
     report.print_json(result) if json_out else report.sweep_table(result)
 

@@ -36,8 +36,13 @@ def png_bytes(fig: Figure, *, dpi: int) -> bytes:
 
 
 def sweep_plot(result: dict) -> bytes:
+    """sweep_figure as PNG bytes."""
+    return png_bytes(sweep_figure(result), dpi=110)
+
+
+def sweep_figure(result: dict) -> Figure:
     """Figure 2: (left) test accuracy per configuration/method, one point per seed; (right) accuracy vs achieved
-    sparsity with the constrained oracle's band shaded."""
+    sparsity with the constrained oracle's band shaded. A legend names only markers that are drawn."""
     plt = pyplot()
 
     records, sm = result["records"], result["summary"]
@@ -51,14 +56,15 @@ def sweep_plot(result: dict) -> bytes:
     seeds = sm["seeds"]
     colors = plt.get_cmap("tab10")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
-    for r in records:
-        c = colors(seeds.index(r["seed"]) % 10)
-        keys = [r["config"]] if r["group"] == "edge-popup" else []
-        keys += ["fixed"] if r["fixed"] else ([] if r["group"] == "edge-popup" else [r["group"]])
-        for k in keys:
-            ax1.scatter(pos[k], 100 * r["test_accuracy"], color=c, s=18)
-    for s in seeds:
-        ax1.scatter([], [], color=colors(seeds.index(s) % 10), s=18, label=f"seed {s}")
+    for i, s in enumerate(seeds):  # one labelled scatter per seed: its legend entry is its own points
+        xs, ys = [], []
+        for r in (r for r in records if r["seed"] == s):
+            keys = [r["config"]] if r["group"] == "edge-popup" else []
+            keys += ["fixed"] if r["fixed"] else ([] if r["group"] == "edge-popup" else [r["group"]])
+            xs += [pos[k] for k in keys]
+            ys += [100 * r["test_accuracy"]] * len(keys)
+        if xs:
+            ax1.scatter(xs, ys, color=colors(i % 10), s=18, label=f"seed {s}")
     ax1.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
     ax1.set_ylabel("test accuracy (%)")
     ax1.set_title("accuracy per configuration / method")
@@ -81,6 +87,8 @@ def sweep_plot(result: dict) -> bytes:
         )
     for key, m, lab in (("oracle_constrained", "*", "oracle in band"), ("oracle_unconstrained", "P", "oracle")):
         chosen = [v for v in sm[key]["per_seed"].values() if v is not None]
+        if not chosen:  # no run in the band for any seed: no marker, so no legend entry either
+            continue
         ax2.scatter(
             [100 * v["achieved_sparsity"] for v in chosen],
             [100 * v["test_accuracy"] for v in chosen],
@@ -91,21 +99,22 @@ def sweep_plot(result: dict) -> bytes:
             label=lab,
         )
     fixed = [r for r in records if r["fixed"]]
-    ax2.scatter(
-        [100 * r["achieved_sparsity"] for r in fixed],
-        [100 * r["test_accuracy"] for r in fixed],
-        marker="s",
-        s=50,
-        facecolors="none",
-        edgecolors="g",
-        label="fixed edge-popup",
-    )
+    if fixed:
+        ax2.scatter(
+            [100 * r["achieved_sparsity"] for r in fixed],
+            [100 * r["test_accuracy"] for r in fixed],
+            marker="s",
+            s=50,
+            facecolors="none",
+            edgecolors="g",
+            label="fixed edge-popup",
+        )
     ax2.set_xlabel("achieved sparsity (%)")
     ax2.set_ylabel("test accuracy (%)")
     ax2.set_title("accuracy vs achieved sparsity")
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    return png_bytes(fig, dpi=110)
+    return fig
 
 
 def weak_plot(r: dict) -> bytes:

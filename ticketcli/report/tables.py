@@ -133,6 +133,9 @@ def inspect_table(r: dict) -> None:
         out.print(f"... and {len(r['masks']) - len(shown)} more masks (--json lists every one)")
 
 
+NO_SPREAD = "—"  # the std of fewer than two runs (one seed): there is no spread, and 0.00 would claim one
+
+
 def sweep_table(result: dict) -> None:
     """The stability table: one row per quantity of Section 6.3."""
     sm, st = result["summary"], result["settings"]
@@ -149,7 +152,7 @@ def sweep_table(result: dict) -> None:
     t.add_row(
         f"edge-popup sweep ({ep['configs']} runs)",
         f"{pct(ep['test']['min'])} – {pct(ep['test']['max'])}",
-        "-" if ep["test"]["std"] is None else f"{100 * ep['test']['std']:.2f}",
+        NO_SPREAD if ep["test"]["std"] is None else f"{100 * ep['test']['std']:.2f}",
         f"{pct(ep['achieved_sparsity']['min'])} – {pct(ep['achieved_sparsity']['max'])}",
     )
     rows = [
@@ -162,7 +165,7 @@ def sweep_table(result: dict) -> None:
         t.add_row(
             label,
             pct(g["test"]["mean"]),
-            "-" if g["test"]["std"] is None else f"{100 * g['test']['std']:.2f}",
+            NO_SPREAD if g["test"]["std"] is None else f"{100 * g['test']['std']:.2f}",
             "-" if g["achieved_sparsity"]["mean"] is None else pct(g["achieved_sparsity"]["mean"]),
         )
     out = stdout()
