@@ -1,6 +1,7 @@
 """The `ticket` console script and `python -m ticketcli`: signal handlers first, then the command line.
 
-Importing the command line takes seconds (torch). A SIGINT or SIGTERM in that time would otherwise end in a
+Importing the command line takes a fraction of a second (Typer, Rich; torch only once a command computes), and
+`ticket --version` alone skips even that. A SIGINT or SIGTERM in that time would otherwise end in a
 KeyboardInterrupt traceback or a silent kill; here it is one line and exit 130/143. Only the standard library is
 imported before the handlers are set. Once the CLI runs, its own handlers take over (cli.OneLineErrors and each
 command's interrupts.stop_on_signals).
@@ -8,6 +9,7 @@ command's interrupts.stop_on_signals).
 
 import os
 import signal
+import sys
 
 
 def _interrupted_at_start(signum, frame):
@@ -25,8 +27,13 @@ def main() -> None:
         for s in (signal.SIGINT, signal.SIGTERM)
         if signal.getsignal(s) is not signal.SIG_IGN
     }
+    if sys.argv[1:] == ["--version"]:  # the one answer that needs no parsing: no Typer, no Rich
+        import ticketcli
+
+        print(f"ticketcli {ticketcli.__version__}")
+        return
     try:
-        from ticketcli.cli import main as cli_main  # torch, typer, rich: the slow part
+        from ticketcli.cli import main as cli_main  # typer, rich: the slow part (torch comes later, if at all)
 
         cli_main()
     finally:

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
-from ticketcli import drift as drift_core
-from ticketcli import drift_options, report
+from ticketcli import catalog, report
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.drift_features import (
@@ -26,17 +25,17 @@ from ticketcli.cli.drift_features import (
 from ticketcli.cli.options import DataDir, DatasetName, Device, Download, Json, MaxParams, TrustModelCode, choices
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.resolve import build_model_policy, data_location
 
-# Built at run time from drift's registries, so mypy cannot read them: to mypy each is the str its value is.
+# Built at run time from drift's registries as the catalog lists them (without torch), so mypy cannot read them:
+# to mypy each is the str its value is.
 if TYPE_CHECKING:
     ActivationName = str
     LossName = str
     InputsName = str
 else:
-    ActivationName = choices(drift_core.ACTIVATIONS.names())
-    LossName = choices(drift_core.LOSSES.names())
-    InputsName = choices(drift_core.INPUTS)
+    ActivationName = choices(catalog.DRIFT_ACTIVATIONS)
+    LossName = choices(catalog.DRIFT_LOSSES)
+    InputsName = choices(catalog.DRIFT_INPUTS)
 OptimizerName = Literal["adam", "sgd"]
 
 
@@ -142,6 +141,11 @@ def drift(
     ] = None,
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
+    # torch: imported when the command runs, not for --help
+    from ticketcli import drift as drift_core
+    from ticketcli import drift_options
+    from ticketcli.resolve import build_model_policy, data_location
+
     with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (), unit="step") as position:
         if ticket is not None:
             clash = [f for f, v in (("--seeds", seeds), ("--dataset", dataset)) if v is not None]

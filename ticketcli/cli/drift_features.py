@@ -8,18 +8,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from ticketcli import drift as drift_core
-from ticketcli import drift_control, drift_options, drift_tradeoff, drift_views, report
-from ticketcli import relufy as relufy_core
+from ticketcli import catalog, report
 from ticketcli.cli.options import choices
-from ticketcli.data import DATASETS
 
 if TYPE_CHECKING:
+    from ticketcli import drift_options
+
     ActControlName = str
     RelufyTarget = str
 else:
-    ActControlName = choices(drift_control.MODES)
-    RelufyTarget = choices(relufy_core.TARGETS)
+    ActControlName = choices(catalog.ACT_CONTROL_MODES)
+    RelufyTarget = choices(catalog.RELUFY_TARGETS)
 
 ActControl = Annotated[
     Optional[ActControlName],
@@ -32,7 +31,7 @@ ActControl = Annotated[
 ActTarget = Annotated[
     Optional[float],
     typer.Option(
-        help=f"Target activation sparsity for --act-sparsity, in (0, 1). Default: {drift_control.DEFAULT_TARGET}."
+        help=f"Target activation sparsity for --act-sparsity, in (0, 1). Default: {catalog.ACT_TARGET_DEFAULT}."
     ),
 ]
 FreezeStatsAfter = Annotated[
@@ -54,7 +53,7 @@ RelufyTo = Annotated[Optional[RelufyTarget], typer.Option("--to", help="--relufy
 RelufyEpochs = Annotated[
     Optional[int],
     typer.Option(
-        help=f"--relufy: fine-tuning epochs over the extraction split. Default: {relufy_core.RelufySpec.epochs}."
+        help=f"--relufy: fine-tuning epochs over the extraction split. Default: {catalog.RELUFY_EPOCHS_DEFAULT}."
     ),
 ]
 Tradeoff = Annotated[
@@ -70,7 +69,7 @@ Workers = Annotated[
     Optional[int],
     typer.Option(
         help="--tradeoff: runs in parallel in this many processes (one torch thread each; the results do not "
-        f"depend on it). Default: {drift_options.Features.workers}."
+        f"depend on it). Default: {catalog.TRADEOFF_WORKERS_DEFAULT}."
     ),
 ]
 
@@ -85,6 +84,12 @@ def run_features(
     **on_ticket: Any,
 ) -> dict[str, Any]:
     """Run the validated feature; the result carries `_figure` (result -> PNG bytes) and `_show` (the tables)."""
+    # torch: imported when the command runs, not for --help
+    from ticketcli import drift as drift_core
+    from ticketcli import drift_views
+    from ticketcli import relufy as relufy_core
+    from ticketcli.data import DATASETS
+
     if features.targets is not None:
         return _tradeoff(features, settings, location, position, quiet=quiet)
     if features.relufy is not None:
@@ -115,6 +120,9 @@ def run_features(
 def _tradeoff(
     features: drift_options.Features, settings: dict, location: dict, position: Any, *, quiet: bool
 ) -> dict[str, Any]:
+    from ticketcli import drift as drift_core
+    from ticketcli import drift_tradeoff, drift_views
+
     assert features.control is not None and features.targets is not None
     specs = [drift_core.build_drift_spec({**settings, "model": m}, location) for m in features.models]
     tasks = drift_tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)

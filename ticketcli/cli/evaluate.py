@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ticketcli import report, runs
+from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
 from ticketcli.cli.options import (
     CheckpointWeights,
@@ -40,9 +40,14 @@ def evaluate(
     json_out: Json = False,
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
+    from ticketcli import ticket as ticket_io  # numpy: not needed for --help
+
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         if min_accuracy is not None and not 0 <= min_accuracy <= 1:
             raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
+        ticket_io.check_header(ticket)  # a bad file is refused before torch is imported (seconds)
+        from ticketcli import runs  # torch: imported once there is work to do
+
         policy, data = reader_inputs(
             trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download
         )

@@ -7,7 +7,6 @@ from typing import Annotated, Literal
 
 import typer
 
-from ticketcli import export as export_core
 from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
 from ticketcli.cli.options import (
@@ -53,6 +52,8 @@ def export(
 ) -> None:
     """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks. BatchNorm
     statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need their data)."""
+    from ticketcli import export as export_core  # torch: imported when the command runs, not for --help
+
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
         policy, data = reader_inputs(
             trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download

@@ -7,9 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ticketcli import distributed, report, runs
-from ticketcli.checkpoint import checkpoint_path
-from ticketcli.checkpoint import describe as describe_checkpoint
+from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, warn_precision
 from ticketcli.cli.options import (
     BatchSize,
@@ -31,8 +29,6 @@ from ticketcli.cli.options import (
 )
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.methods import METHODS
-from ticketcli.resolve import build_extract_spec, merge_settings
 
 
 def extract(
@@ -251,6 +247,13 @@ def extract(
     quiet: Quiet = False,
 ) -> None:
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
+    # torch comes in with these: imported here, when the command runs, so that --help and errors stay fast
+    from ticketcli import distributed, runs
+    from ticketcli.checkpoint import checkpoint_path
+    from ticketcli.checkpoint import describe as describe_checkpoint
+    from ticketcli.methods import METHODS
+    from ticketcli.resolve import build_extract_spec, merge_settings
+
     flags = dict(
         method=method,
         sparsity=sparsity,

@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
-from ticketcli.data import DATASETS
-from ticketcli.init import INIT_SCHEMES
-from ticketcli.methods import METHODS
+from ticketcli import catalog
 from ticketcli.specs import EXTRACT_DEFAULTS, ModelPolicy, RunSpec
 
 
@@ -21,15 +19,16 @@ def choices(names: Iterable[str]) -> Any:
     return Literal.__getitem__(tuple(names))
 
 
-# Built at run time from the registries, so mypy cannot read them: to mypy each is the str its value is.
+# Built at run time from the catalog (the registries' names without importing torch; tests/test_catalog.py keeps
+# them equal), so mypy cannot read them: to mypy each is the str its value is.
 if TYPE_CHECKING:
     MethodName = str
     InitName = str
     DatasetName = str
 else:
-    MethodName = choices(METHODS.names())
-    InitName = choices(INIT_SCHEMES.names())
-    DatasetName = choices(DATASETS.names())
+    MethodName = choices(sorted(catalog.METHODS))
+    InitName = choices(sorted(catalog.INITS))
+    DatasetName = choices(sorted(catalog.DATASETS))
 
 
 def show(value: object) -> str:
@@ -55,8 +54,8 @@ def extract_help(key: str, text: str) -> str:
 def split_sizes(field: Literal["n_extract", "n_val"]) -> str:
     """Each dataset's default split size, grouped: '5000 (cifar10, fashion-mnist, mnist), 1000 (digits)'."""
     groups: dict[int, list[str]] = {}
-    for name in DATASETS.names():
-        groups.setdefault(getattr(DATASETS.get(name), field), []).append(name)
+    for name, entry in sorted(catalog.DATASETS.items()):
+        groups.setdefault(getattr(entry, field), []).append(name)
     return ", ".join(f"{size} ({', '.join(names)})" for size, names in sorted(groups.items(), reverse=True))
 
 

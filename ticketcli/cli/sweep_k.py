@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Optional, cast
 
 import typer
 
-from ticketcli import report, sweep
+from ticketcli import catalog, report
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import (
@@ -32,14 +32,15 @@ from ticketcli.cli.options import (
 )
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.resolve import build_extract_spec, load_config, merge_settings, parse_floats
 from ticketcli.specs import check_setting
+from ticketcli.sweep_summary import PAPER_BAND
 
 Executor = Literal["local", "ray"]
-# sweep-k's own options (the others are extract's): their defaults, each written once here or in sweep.py
+# sweep-k's own options (the others are extract's): their defaults, each written once here or in sweep.py (read
+# through the catalog, which imports no torch)
 SEEDS = "0,1,2"
-LAYERWISE = sweep.PAPER_LAYERWISE
-BAND = show(sweep.PAPER_BAND).replace(",", "-")  # 0.85-0.95
+LAYERWISE = catalog.SWEEP_LAYERWISE
+BAND = show(PAPER_BAND).replace(",", "-")  # 0.85-0.95
 WORKERS = 1
 THREADS = 1
 EXECUTOR: Executor = "local"
@@ -61,7 +62,7 @@ def sweep_k(
         Optional[str],
         typer.Option(
             help="Comma-separated scalar keep densities for the edge-popup sweep, also the pool of the layerwise "
-            f"draws. Default: the paper's {show(sweep.PAPER_DENSITIES)}."
+            f"draws. Default: the paper's {show(catalog.SWEEP_DENSITIES)}."
         ),
     ] = None,
     layerwise: Annotated[
@@ -157,6 +158,10 @@ def sweep_k(
     quiet: Quiet = False,
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
+    # torch: imported when the command runs, not for --help
+    from ticketcli import sweep
+    from ticketcli.resolve import build_extract_spec, load_config, merge_settings
+
     flags = dict(
         method="edge-popup",
         sparsity=sparsity,
@@ -242,6 +247,9 @@ def sweep_options(
     seeds: str, band: str, densities: str | None, layerwise: int, workers: int, threads: int, executor: Executor
 ) -> tuple[list[int], tuple[float, float], tuple[float, ...]]:
     """Validate sweep-k's own options: seeds, band, density pool, worker and thread counts."""
+    from ticketcli import sweep
+    from ticketcli.resolve import parse_floats
+
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ticketcli import distributed, report, runs, weak
+from ticketcli import catalog, report
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_precision, warn_unverified
 from ticketcli.cli.options import (
@@ -26,18 +26,18 @@ from ticketcli.cli.options import (
 )
 from ticketcli.interrupts import stop_on_signals
 
-WEAK = weak.WeakSpec()  # the paper's weak-ticket protocol: the defaults of the options below
-
 
 def train_weak(
     ticket: TicketFile,
     epochs: Annotated[
-        Optional[int], typer.Option(help=with_default("Weight-training epochs (Appendix B).", WEAK.epochs))
+        Optional[int], typer.Option(help=with_default("Weight-training epochs (Appendix B).", catalog.WEAK_EPOCHS))
     ] = None,
     lr: Annotated[
-        Optional[float], typer.Option(help=with_default("Adam learning rate for the weights.", WEAK.optim.lr))
+        Optional[float], typer.Option(help=with_default("Adam learning rate for the weights.", catalog.WEAK_LR))
     ] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help=with_default("Minibatch size.", WEAK.batch_size))] = None,
+    batch_size: Annotated[
+        Optional[int], typer.Option(help=with_default("Minibatch size.", catalog.WEAK_BATCH_SIZE))
+    ] = None,
     dense_baseline: Annotated[
         bool,
         typer.Option(
@@ -72,6 +72,8 @@ def train_weak(
     quiet: Quiet = False,
 ) -> None:
     """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
+    from ticketcli import distributed, runs, weak  # torch: imported when the command runs, not for --help
+
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)
