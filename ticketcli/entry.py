@@ -19,6 +19,18 @@ def _interrupted_at_start(signum, frame):
     os._exit(128 + signum)
 
 
+def _fast_version() -> bool:
+    """`ticket --version` without importing Typer or Rich; False (so the full CLI answers, and ends a closed stdout
+    as it ends every other) when the line cannot be written."""
+    import ticketcli
+
+    try:
+        os.write(1, f"ticketcli {ticketcli.__version__}\n".encode())
+    except OSError:
+        return False
+    return True
+
+
 def main() -> None:
     """Run `ticket` with start-up signals handled (ticketcli.cli:main stays callable on its own)."""
     # a signal the parent set to be ignored (SIGINT of a background job in a script) stays ignored
@@ -27,10 +39,7 @@ def main() -> None:
         for s in (signal.SIGINT, signal.SIGTERM)
         if signal.getsignal(s) is not signal.SIG_IGN
     }
-    if sys.argv[1:] == ["--version"]:  # the one answer that needs no parsing: no Typer, no Rich
-        import ticketcli
-
-        print(f"ticketcli {ticketcli.__version__}")
+    if sys.argv[1:] == ["--version"] and _fast_version():
         return
     try:
         from ticketcli.cli import main as cli_main  # typer, rich: the slow part (torch comes later, if at all)

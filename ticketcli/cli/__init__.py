@@ -15,7 +15,7 @@ from typer.core import _click as click
 
 import ticketcli
 from ticketcli import exits, world
-from ticketcli.cli import drift, evaluate, export, extract, inspect, sweep_k, train_weak
+from ticketcli.cli import drift, evaluate, export, extract, inspect, listing, sweep_k, train_weak
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
@@ -111,6 +111,7 @@ app.command("sweep-k", cls=Command)(sweep_k.sweep_k)
 app.command("train-weak", cls=Command)(train_weak.train_weak)
 app.command(cls=Command)(drift.drift)
 app.command(cls=Command)(export.export)
+app.command("list", cls=Command)(listing.list_kind)  # listing.py: a module named list would shadow list()
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from ticketcli import catalog, report
-from ticketcli.cli.options import choices
+from ticketcli.cli.options import Panel, choices
 
 if TYPE_CHECKING:
     from ticketcli import drift_options
@@ -25,20 +25,23 @@ ActControl = Annotated[
     typer.Option(
         help="Control activation sparsity while training, at every activation site: topk keeps each example's "
         "largest activations per layer and zeroes the rest; percentile subtracts a running per-unit quantile "
-        "of the pre-activations so that the --act-target share falls below zero. Default: no control."
+        "of the pre-activations so that the --act-target share falls below zero. Default: no control.",
+        rich_help_panel=Panel.ACT_CONTROL,
     ),
 ]
 ActTarget = Annotated[
     Optional[float],
     typer.Option(
-        help=f"Target activation sparsity for --act-sparsity, in (0, 1). Default: {catalog.ACT_TARGET_DEFAULT}."
+        help=f"Target activation sparsity for --act-sparsity, in (0, 1). Default: {catalog.ACT_TARGET_DEFAULT}.",
+        rich_help_panel=Panel.ACT_CONTROL,
     ),
 ]
 FreezeStatsAfter = Annotated[
     Optional[int],
     typer.Option(
         help="Percentile centering: stop updating the statistics after this many training steps (accumulation "
-        "stop). Default: never."
+        "stop). Default: never.",
+        rich_help_panel=Panel.ACT_CONTROL,
     ),
 ]
 Relufy = Annotated[
@@ -47,13 +50,18 @@ Relufy = Annotated[
         "--relufy",
         help="ReLUfication: train --steps with --from, swap --to in at every activation keeping the weights, "
         "fine-tune --relufy-epochs epochs; report accuracy and post-activation sparsity before and after.",
+        rich_help_panel=Panel.RELUFY,
     ),
 ]
-RelufyTo = Annotated[Optional[RelufyTarget], typer.Option("--to", help="--relufy: the ReLU variant swapped in.")]
+RelufyTo = Annotated[
+    Optional[RelufyTarget],
+    typer.Option("--to", help="--relufy: the ReLU variant swapped in.", rich_help_panel=Panel.RELUFY),
+]
 RelufyEpochs = Annotated[
     Optional[int],
     typer.Option(
-        help=f"--relufy: fine-tuning epochs over the extraction split. Default: {catalog.RELUFY_EPOCHS_DEFAULT}."
+        help=f"--relufy: fine-tuning epochs over the extraction split. Default: {catalog.RELUFY_EPOCHS_DEFAULT}.",
+        rich_help_panel=Panel.RELUFY,
     ),
 ]
 Tradeoff = Annotated[
@@ -62,14 +70,16 @@ Tradeoff = Annotated[
         help="Trade-off sweep: comma-separated target activation sparsities, one controlled run each (with "
         "--act-sparsity, default topk); accuracy vs achieved sparsity and the cliff (largest accuracy drop "
         "between neighbouring targets). --model may list several models, comma-separated, to overlay them. "
-        "--plot draws the curves."
+        "--plot draws the curves.",
+        rich_help_panel=Panel.TRADEOFF,
     ),
 ]
 Workers = Annotated[
     Optional[int],
     typer.Option(
         help="--tradeoff: runs in parallel in this many processes (one torch thread each; the results do not "
-        f"depend on it). Default: {catalog.TRADEOFF_WORKERS_DEFAULT}."
+        f"depend on it). Default: {catalog.TRADEOFF_WORKERS_DEFAULT}.",
+        rich_help_panel=Panel.TRADEOFF,
     ),
 ]
 

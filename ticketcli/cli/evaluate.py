@@ -16,6 +16,7 @@ from ticketcli.cli.options import (
     Download,
     Json,
     MaxParams,
+    Panel,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -28,7 +29,10 @@ def evaluate(
     ticket: TicketFile,
     min_accuracy: Annotated[
         Optional[float],
-        typer.Option(help="Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8)."),
+        typer.Option(
+            help="Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8).",
+            rich_help_panel=Panel.OUTPUT,
+        ),
     ] = None,
     weights: CheckpointWeights = None,
     trust_model_code: TrustModelCode = False,

@@ -15,6 +15,7 @@ from ticketcli.cli.options import (
     Download,
     Json,
     MaxParams,
+    Panel,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -33,19 +34,23 @@ def export(
             help="masked: W*M state dict for plain load_state_dict; prune: torch.nn.utils.prune layout "
             "(<name>_orig + <name>_mask); csr: per-layer crow/col/values + a size report; masks: "
             "unpacked bool masks keyed by parameter name.",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ],
     out: Annotated[
         Path,
         typer.Option(
-            help="Where to write: .safetensors for safetensors, anything else (e.g. .pt) for a torch.save state dict."
+            help="Where to write: .safetensors for safetensors, anything else (e.g. .pt) for a torch.save state dict.",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ],
     weights: CheckpointWeights = None,
     trust_model_code: TrustModelCode = False,
     model: TicketModel = None,
     max_params: MaxParams = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite --out if it exists.", rich_help_panel=Panel.OUTPUT)
+    ] = False,
     data_dir: DataDir = None,
     download: Download = False,
     json_out: Json = False,

@@ -59,15 +59,36 @@ def split_sizes(field: Literal["n_extract", "n_val"]) -> str:
     return ", ".join(f"{size} ({', '.join(names)})" for size, names in sorted(groups.items(), reverse=True))
 
 
-def setting(key: str, text: str) -> Any:
+class Panel:
+    """The help panels options are grouped in (Typer's rich_help_panel), the same names in every command."""
+
+    METHOD = "Method"
+    VARIANTS = "Variants"  # ablations and the settings of one method family
+    MODEL = "Model and init"
+    DATA = "Data"
+    TRAINING = "Training"
+    OUTPUT = "Output"
+    SCALE_OUT = "Scale-out"  # where and how wide it runs: device, precision, workers, checkpoints
+    MEASURE = "Measurement"  # drift's own panels from here on
+    ACT_CONTROL = "Activation control"
+    RELUFY = "ReLUfication"
+    TRADEOFF = "Trade-off sweep"
+
+
+def setting(key: str, text: str, panel: str | None = None) -> Any:
     """The typer.Option of an extract setting (flag or config key): its help ends in the setting's default."""
-    return typer.Option(help=extract_help(key, text))
+    return typer.Option(help=extract_help(key, text), rich_help_panel=panel)
 
 
 BIAS_DEFAULT = EXTRACT_DEFAULTS["bias"]
 
-Json = Annotated[bool, typer.Option("--json", help="Print exactly one JSON document on stdout instead of tables.")]
-Quiet = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
+Json = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print exactly one JSON document on stdout instead of tables.", rich_help_panel=Panel.OUTPUT
+    ),
+]
+Quiet = Annotated[bool, typer.Option("--quiet", help="No progress bar.", rich_help_panel=Panel.OUTPUT)]
 Device = Annotated[
     Optional[str],
     typer.Option(
@@ -75,7 +96,8 @@ Device = Annotated[
             "auto | cpu | cuda | cuda:N | mps (auto: CUDA if available, else "
             "the CPU; under torchrun cuda means cuda:LOCAL_RANK).",
             RunSpec.device,
-        )
+        ),
+        rich_help_panel=Panel.SCALE_OUT,
     ),
 ]
 Precision = Annotated[
@@ -84,22 +106,29 @@ Precision = Annotated[
         "precision",
         "fp32, or bf16: autocast the training forward pass to bfloat16 (meant for ConvNets on a GPU; usually "
         "slower on the CPU). Accuracies are always measured in fp32.",
+        Panel.SCALE_OUT,
     ),
 ]
 DataDir = Annotated[
     Optional[Path],
     typer.Option(
-        help="Look for dataset files here first (then $TICKET_DATA, ~/.cache/ticketcli, /usr/share/datasets)."
+        help="Look for dataset files here first (then $TICKET_DATA, ~/.cache/ticketcli, /usr/share/datasets).",
+        rich_help_panel=Panel.DATA,
     ),
 ]
 Download = Annotated[
     bool,
     typer.Option(
-        "--download", help="Allow torchvision to download the dataset into ~/.cache/ticketcli if it is not found."
+        "--download",
+        help="Allow torchvision to download the dataset into ~/.cache/ticketcli if it is not found.",
+        rich_help_panel=Panel.DATA,
     ),
 ]
 CheckpointWeights = Annotated[
-    Optional[Path], typer.Option(help="The checkpoint the ticket was extracted from (checked against its sha256).")
+    Optional[Path],
+    typer.Option(
+        help="The checkpoint the ticket was extracted from (checked against its sha256).", rich_help_panel=Panel.MODEL
+    ),
 ]
 TrustModelCode = Annotated[
     bool,
@@ -109,6 +138,7 @@ TrustModelCode = Annotated[
             "Allow importing and running the model factory (pkg.module:function) the ticket names. A ticket alone "
             "never runs code: without this (or --model naming the same factory) such a ticket is refused."
         ),
+        rich_help_panel=Panel.MODEL,
     ),
 ]
 TicketModel = Annotated[
@@ -117,7 +147,8 @@ TicketModel = Annotated[
         help=(
             "The ticket's own model factory pkg.module:function: confirms that it may be imported (like "
             "--trust-model-code, for that factory only). Any other model is refused."
-        )
+        ),
+        rich_help_panel=Panel.MODEL,
     ),
 ]
 MaxParams = Annotated[
@@ -125,7 +156,8 @@ MaxParams = Annotated[
     typer.Option(
         help=with_default(
             "Refuse a model with more parameters than this, before anything is built.", ModelPolicy.max_params
-        )
+        ),
+        rich_help_panel=Panel.MODEL,
     ),
 ]
 TicketFile = Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")]
@@ -136,9 +168,10 @@ Bias = Annotated[
     typer.Option(
         "--bias/--no-bias",
         help=f"Give every layer a (masked) bias. Default: {'bias' if BIAS_DEFAULT else 'no bias'}.",
+        rich_help_panel=Panel.MODEL,
     ),
 ]
-Init = Annotated[Optional[InitName], setting("init", "Weight initialisation scheme.")]
-Dataset = Annotated[Optional[DatasetName], setting("dataset", "Dataset.")]
-Lr = Annotated[Optional[float], setting("lr", "Adam learning rate for the scores.")]
-BatchSize = Annotated[Optional[int], setting("batch_size", "Minibatch size.")]
+Init = Annotated[Optional[InitName], setting("init", "Weight initialisation scheme.", Panel.MODEL)]
+Dataset = Annotated[Optional[DatasetName], setting("dataset", "Dataset.", Panel.DATA)]
+Lr = Annotated[Optional[float], setting("lr", "Adam learning rate for the scores.", Panel.TRAINING)]
+BatchSize = Annotated[Optional[int], setting("batch_size", "Minibatch size.", Panel.TRAINING)]

@@ -17,6 +17,7 @@ from ticketcli.cli.options import (
     Download,
     Json,
     MaxParams,
+    Panel,
     Precision,
     Quiet,
     TicketFile,
@@ -30,13 +31,21 @@ from ticketcli.interrupts import stop_on_signals
 def train_weak(
     ticket: TicketFile,
     epochs: Annotated[
-        Optional[int], typer.Option(help=with_default("Weight-training epochs (Appendix B).", catalog.WEAK_EPOCHS))
+        Optional[int],
+        typer.Option(
+            help=with_default("Weight-training epochs (Appendix B).", catalog.WEAK_EPOCHS),
+            rich_help_panel=Panel.TRAINING,
+        ),
     ] = None,
     lr: Annotated[
-        Optional[float], typer.Option(help=with_default("Adam learning rate for the weights.", catalog.WEAK_LR))
+        Optional[float],
+        typer.Option(
+            help=with_default("Adam learning rate for the weights.", catalog.WEAK_LR), rich_help_panel=Panel.TRAINING
+        ),
     ] = None,
     batch_size: Annotated[
-        Optional[int], typer.Option(help=with_default("Minibatch size.", catalog.WEAK_BATCH_SIZE))
+        Optional[int],
+        typer.Option(help=with_default("Minibatch size.", catalog.WEAK_BATCH_SIZE), rich_help_panel=Panel.TRAINING),
     ] = None,
     dense_baseline: Annotated[
         bool,
@@ -44,22 +53,27 @@ def train_weak(
             "--dense-baseline",
             help="Also train the unmasked network from the same init with the same optimiser "
             "and batch order, and report it beside.",
+            rich_help_panel=Panel.TRAINING,
         ),
     ] = False,
     out: Annotated[
         Optional[Path],
         typer.Option(
             help="Write the trained weights here as a plain safetensors state dict (masked entries zero), "
-            "with metadata linking it to the ticket. Default: not written."
+            "with metadata linking it to the ticket. Default: not written.",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ] = None,
     plot: Annotated[
         Optional[Path],
         typer.Option(
-            help="Write a PNG of validation accuracy and training loss per epoch (masked vs dense). Default: no plot."
+            help="Write a PNG of validation accuracy and training loss per epoch (masked vs dense). Default: no plot.",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite --out and --plot if they exist.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite --out and --plot if they exist.", rich_help_panel=Panel.OUTPUT)
+    ] = False,
     weights: CheckpointWeights = None,
     trust_model_code: TrustModelCode = False,
     model: TicketModel = None,
