@@ -48,7 +48,7 @@ MODELS: dict[str, str] = {
 
 DATASETS: dict[str, DatasetEntry] = {
     "cifar10": DatasetEntry("CIFAR-10: 32x32 colour images, 10 classes (files or --download).", 5000, 5000),
-    "digits": DatasetEntry("scikit-learn's bundled 8x8 digits, 10 classes: needs no files.", 1000, 400),
+    "digits": DatasetEntry("The 8x8 digits bundled with scikit-learn, 10 classes: needs no files.", 1000, 400),
     "fashion-mnist": DatasetEntry("FashionMNIST: 28x28 clothing images, 10 classes (the paper's dataset).", 5000, 5000),
     "mnist": DatasetEntry("MNIST: 28x28 handwritten digits, 10 classes (files or --download).", 5000, 5000),
 }
