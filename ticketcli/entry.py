@@ -39,9 +39,9 @@ def main() -> None:
         for s in (signal.SIGINT, signal.SIGTERM)
         if signal.getsignal(s) is not signal.SIG_IGN
     }
-    if sys.argv[1:] == ["--version"] and _fast_version():
-        return
     try:
+        if sys.argv[1:] == ["--version"] and _fast_version():
+            return
         from ticketcli.cli import main as cli_main  # typer, rich: the slow part (torch comes later, if at all)
 
         cli_main()

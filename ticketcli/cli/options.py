@@ -1,5 +1,6 @@
-"""Options shared by several commands: registry choices, reused option types, and help texts whose "Default: X" is
-rendered from the spec dataclasses (specs.EXTRACT_DEFAULTS, WeakSpec, ...), so that help cannot drift from code."""
+"""Options shared by several commands: registry choices (from the torch-free catalog), help panels, reused option
+types, and help texts whose "Default: X" is rendered from the spec dataclasses (specs.EXTRACT_DEFAULTS, ...), so
+that help cannot drift from code."""
 
 from __future__ import annotations
 
