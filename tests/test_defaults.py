@@ -83,6 +83,7 @@ SOURCES: dict[str, dict[str, Any]] = {
     "evaluate": TICKET_READER,
     "export": TICKET_READER,
     "inspect": {},
+    "list": {},
 }
 CONFIG_COMMANDS = ("extract", "sweep-k")  # the commands that read --config TOML files
 COMMANDS = typer.main.get_command(app).commands

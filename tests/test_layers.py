@@ -27,6 +27,8 @@ LAYERS: list[list[str]] = [
         "ticketcli.seeding",
         "ticketcli.spec_syntax",
         "ticketcli.specs",
+        "ticketcli.world",
+        "ticketcli.catalog",
     ],
     # core: networks, weights, data, masks, training, the ticket file; they take specs, never flags
     [
@@ -55,6 +57,7 @@ LAYERS: list[list[str]] = [
     ["ticketcli.methods"],  # one module per method family, behind one registry
     # workflows: what a command does, from specs to results
     [
+        "ticketcli.runs_inspect",
         "ticketcli.runs",
         "ticketcli.runs_checks",
         "ticketcli.runs_record",

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -30,52 +28,16 @@ from torch import nn
 
 from ticketcli.errors import RunFailed, UsageError
 
-
-@dataclass(frozen=True)
-class World:
-    """This process's place in the job: rank, number of processes, rank on this node."""
-
-    rank: int = 0
-    size: int = 1
-    local_rank: int = 0
-    backend: str | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.size > 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
+# defined torch-free in world.py (the command line asks them before importing torch); re-exported here
+from ticketcli.world import World as World
+from ticketcli.world import from_environment as from_environment
+from ticketcli.world import quiet_rank as quiet_rank
 
 _WORLD = World()
 
 
 def world() -> World:
     return _WORLD
-
-
-def from_environment(env: Mapping[str, str] | None = None) -> World:
-    """The World torchrun describes in RANK, WORLD_SIZE and LOCAL_RANK (a single process without them)."""
-    if env is None:
-        env = os.environ
-    try:
-        size = int(env.get("WORLD_SIZE", "1"))
-        rank, local = int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0"))
-    except ValueError:
-        raise UsageError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (they are set by torchrun)") from None
-    if size < 1 or not 0 <= rank < size or local < 0:
-        raise UsageError(f"inconsistent torchrun environment: RANK={rank} WORLD_SIZE={size} LOCAL_RANK={local}")
-    return World(rank=rank, size=size, local_rank=local)
-
-
-def quiet_rank() -> bool:
-    """True in a torchrun worker other than rank 0: it prints no progress, tables or repeated warnings."""
-    try:
-        return from_environment().rank != 0
-    except UsageError:
-        return False
 
 
 @contextmanager

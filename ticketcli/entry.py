@@ -1,6 +1,7 @@
 """The `ticket` console script and `python -m ticketcli`: signal handlers first, then the command line.
 
-Importing the command line takes seconds (torch). A SIGINT or SIGTERM in that time would otherwise end in a
+Importing the command line takes a fraction of a second (Typer, Rich; torch only once a command computes), and
+`ticket --version` alone skips even that. A SIGINT or SIGTERM in that time would otherwise end in a
 KeyboardInterrupt traceback or a silent kill; here it is one line and exit 130/143. Only the standard library is
 imported before the handlers are set. Once the CLI runs, its own handlers take over (cli.OneLineErrors and each
 command's interrupts.stop_on_signals).
@@ -8,6 +9,7 @@ command's interrupts.stop_on_signals).
 
 import os
 import signal
+import sys
 
 
 def _interrupted_at_start(signum, frame):
@@ -15,6 +17,18 @@ def _interrupted_at_start(signum, frame):
     name = signal.Signals(signum).name
     os.write(2, f"error: interrupted by {name} during start-up; nothing was written\n".encode())
     os._exit(128 + signum)
+
+
+def _fast_version() -> bool:
+    """`ticket --version` without importing Typer or Rich; False (so the full CLI answers, and ends a closed stdout
+    as it ends every other) when the line cannot be written."""
+    import ticketcli
+
+    try:
+        os.write(1, f"ticketcli {ticketcli.__version__}\n".encode())
+    except OSError:
+        return False
+    return True
 
 
 def main() -> None:
@@ -26,7 +40,9 @@ def main() -> None:
         if signal.getsignal(s) is not signal.SIG_IGN
     }
     try:
-        from ticketcli.cli import main as cli_main  # torch, typer, rich: the slow part
+        if sys.argv[1:] == ["--version"] and _fast_version():
+            return
+        from ticketcli.cli import main as cli_main  # typer, rich: the slow part (torch comes later, if at all)
 
         cli_main()
     finally:

@@ -17,8 +17,9 @@ import traceback
 import typer
 from typer.core import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
 
-from ticketcli import distributed, report
+from ticketcli import report
 from ticketcli.errors import Interrupted, TicketCliError, TicketFileError, UsageError
+from ticketcli.world import from_environment, quiet_rank  # not distributed.py: no torch at the edge
 
 EX_SOFTWARE = 70  # sysexits.h: an internal software error
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell shows for a process killed by SIGPIPE
@@ -26,10 +27,10 @@ EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell shows for a process
 
 def report_error(e: TicketCliError) -> int:
     """Print a user-facing error's one line (under torchrun: rank 0, or a rank's own failure) and return its code."""
-    if not distributed.quiet_rank():
+    if not quiet_rank():
         report.error(str(e), e.hint)
     elif not isinstance(e, (UsageError, TicketFileError, Interrupted)):  # rank 0 reports those identically
-        report.error(f"(rank {distributed.from_environment().rank}) {e}", e.hint)
+        report.error(f"(rank {from_environment().rank}) {e}", e.hint)
     return e.exit_code
 
 

@@ -20,6 +20,7 @@ from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES, init_weights
 from ticketcli.methods import Progress
 from ticketcli.models import MaskedNet, build_model, check_param_count, parse_model, planned_shapes
+from ticketcli.runs_inspect import inspect_ticket as inspect_ticket  # numpy only; re-exported for callers of runs
 from ticketcli.seeding import file_sha256, fingerprint, generator
 from ticketcli.specs import MAX_PARAMS, DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.train import evaluate
@@ -303,36 +304,3 @@ def evaluate_ticket(
     test = evaluate(net, masks, splits.x_test, splits.y_test)
     val = evaluate(net, masks, splits.x_val, splits.y_val)
     return runs_record.evaluation_summary(path, tk, dev, test, val)
-
-
-def inspect_ticket(path: str | Path) -> dict:
-    """A ticket's metadata, per-parameter density and mask integrity, without data or weights: nothing is
-    imported or built, and the masks are counted from their packed bytes (memory independent of their size)."""
-    path = Path(path)
-    scanned = ticket_io.scan(path)
-    tk = scanned.ticket
-    masks = {
-        n: {"shape": tk.shapes[n], "kept": kept, "total": total, "density": kept / total}
-        for n, (kept, total) in scanned.counts.items()
-    }
-    kept = sum(k for k, _ in scanned.counts.values())
-    total = sum(t for _, t in scanned.counts.values())
-    return {
-        "ticket": str(path),
-        "file_bytes": path.stat().st_size,
-        "format_version": ticket_io.FORMAT_VERSION,
-        "model": tk.model,
-        "init": tk.init,
-        "weights_sha256": tk.weights_sha256,
-        "method": tk.method,
-        "data": tk.data,
-        "sparsity": tk.sparsity,
-        "metrics": tk.metrics,
-        "checkpoint": tk.checkpoint,
-        "created_by": tk.created_by,
-        "masks": masks,
-        "density": kept / total,
-        "packed_mask_bytes": sum((t + 7) // 8 for _, t in scanned.counts.values()),
-        "masks_sha256": tk.masks_sha256,
-        "integrity": tk.integrity,
-    }

@@ -11,16 +11,20 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
-import torch
-from safetensors.torch import save as st_save
 
 from ticketcli.atomic import write_atomic
 from ticketcli.errors import TicketFileError
 from ticketcli.safetensors_file import CHUNK_BYTES, chunks, popcount, read_header
 from ticketcli.ticket_meta import HEX64, check_fields, json_field
+
+if TYPE_CHECKING:
+    import torch
+
+# Reading and checking a ticket (scan, check_header) needs only numpy: `ticket inspect` and a bad file's error run
+# without importing torch (seconds). The functions that make or return tensors import it themselves.
 
 FORMAT = "ticket"
 FORMAT_VERSION = "1"
@@ -31,12 +35,16 @@ INTEGRITY = ("ok", "modified", "not recorded")  # masks_sha256 vs the masks read
 
 def pack_bits(mask: torch.Tensor) -> torch.Tensor:
     """Row-major flattened bool mask -> uint8, 8 per byte, first element in the MSB, padding bits zero."""
+    import torch
+
     bits = mask.detach().reshape(-1).to("cpu", torch.bool).numpy()
     return torch.from_numpy(np.packbits(bits, bitorder="big"))
 
 
 def unpack_bits(packed: torch.Tensor, shape: tuple[int, ...], what: str = "mask") -> torch.Tensor:
     """Inverse of pack_bits; rejects wrong byte lengths and set padding bits."""
+    import torch
+
     n = math.prod(shape)
     data = packed.numpy()
     if data.ndim != 1 or data.size != (n + 7) // 8:
@@ -85,6 +93,8 @@ class Ticket:
         return meta
 
     def to_bytes(self) -> bytes:
+        from safetensors.torch import save as st_save
+
         tensors = self.packed()
         return st_save(tensors, metadata=self.metadata(tensors))
 
@@ -235,10 +245,24 @@ def _read(path: Path, take: Callable[[str, Iterable[bytes]], int]) -> Ticket:
     )
 
 
+def check_header(path: str | Path) -> None:
+    """Every check load() makes before it reads a mask (file, header, metadata, tensor layout), and nothing else:
+    the command line refuses a bad ticket with it before importing torch."""
+    path = Path(path)
+    f, size = _open(path)
+    try:
+        with f:
+            _layout(f, size, path)
+    except OSError as e:
+        raise TicketFileError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
 def load(path: str | Path) -> Ticket:
     """Read and fully validate a ticket file and unpack its masks; every problem is a TicketFileError with one
     line. A mask digest that differs from the recorded one is not refused here: Ticket.integrity says it, and
     readers that use the masks call require_intact."""
+    import torch
+
     path = Path(path)
     packed_masks: dict[str, np.ndarray] = {}
 

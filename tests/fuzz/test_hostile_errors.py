@@ -14,7 +14,7 @@ from hostile import assert_clean, child, cli
 
 from ticketcli import drift as drift_core
 from ticketcli import export as export_core
-from ticketcli import report, runs, sweep, weak
+from ticketcli import report, runs, runs_inspect, sweep, weak
 from ticketcli import ticket as ticket_io
 
 INTERNAL = "rerun with TICKET_DEBUG=1 for the traceback"
@@ -68,7 +68,7 @@ def command_args(command: str, ticket: Path, tmp: Path) -> list[str]:
 
 
 CORE = {
-    "inspect": (runs, "inspect_ticket"),
+    "inspect": (runs_inspect, "inspect_ticket"),
     "evaluate": (runs, "evaluate_ticket"),
     "export": (export_core, "export_ticket"),
     "extract": (runs, "extract_ticket"),
@@ -100,7 +100,7 @@ def test_a_bug_in_any_command_is_one_internal_error_line_and_exit_70(command, ti
     ],
 )
 def test_every_kind_of_unexpected_exception_is_one_line(exc, shown, ticket, monkeypatch):
-    monkeypatch.setattr(runs, "inspect_ticket", raise_(exc))
+    monkeypatch.setattr(runs_inspect, "inspect_ticket", raise_(exc))
     run = cli("inspect", str(ticket), env={"TICKET_DEBUG": ""})
     assert_clean(run, 70, prefix="internal error:", contains=shown)
     assert INTERNAL in run.stderr and "\x1b" not in run.stderr
@@ -118,7 +118,7 @@ def test_a_bug_while_printing_the_table_is_an_internal_error_too(ticket, monkeyp
 
 @pytest.mark.parametrize("debug", ["1", "yes"])
 def test_ticket_debug_adds_the_traceback(debug, ticket, monkeypatch):
-    monkeypatch.setattr(runs, "inspect_ticket", raise_(RuntimeError("boom from a test")))
+    monkeypatch.setattr(runs_inspect, "inspect_ticket", raise_(RuntimeError("boom from a test")))
     run = cli("inspect", str(ticket), env={"TICKET_DEBUG": debug})
     assert run.exit_code == 70 and run.exception is None
     assert "Traceback (most recent call last)" in run.stderr and "boom from a test" in run.stderr
@@ -127,7 +127,7 @@ def test_ticket_debug_adds_the_traceback(debug, ticket, monkeypatch):
 
 
 def test_ticket_debug_0_is_off(ticket, monkeypatch):
-    monkeypatch.setattr(runs, "inspect_ticket", raise_(RuntimeError("boom")))
+    monkeypatch.setattr(runs_inspect, "inspect_ticket", raise_(RuntimeError("boom")))
     assert_clean(cli("inspect", str(ticket), env={"TICKET_DEBUG": "0"}), 70, prefix="internal error:")
 
 

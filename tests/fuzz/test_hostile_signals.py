@@ -12,7 +12,7 @@ import pytest
 from hostile import assert_clean, child, cli, snapshot
 
 from ticketcli import export as export_core
-from ticketcli import report, runs
+from ticketcli import report, runs, runs_inspect
 
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
 
@@ -49,7 +49,7 @@ def exit_of(sig: int) -> int:
 def test_inspect_evaluate_export_stop_with_one_line(command, sig, ticket, tmp_path, monkeypatch):
     out = tmp_path / "x.safetensors"
     where = {
-        "inspect": (runs, "inspect_ticket"),
+        "inspect": (runs_inspect, "inspect_ticket"),
         "evaluate": (runs, "evaluate_ticket"),
         "export": (export_core, "export_ticket"),
     }[command]

@@ -10,14 +10,30 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.core import _click as click
 
 import ticketcli
-from ticketcli import distributed, exits
-from ticketcli.cli import drift, evaluate, export, extract, inspect, sweep_k, train_weak
+from ticketcli import exits, world
+from ticketcli.cli import drift, evaluate, export, extract, inspect, listing, sweep_k, train_weak
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
+
+
+def without_flag_types(params: list[click.Parameter]) -> list[click.Parameter]:
+    """Boolean flags (--force, --json, --no-bias) take no value: help shows no `<bool>` type beside them."""
+    for p in params:
+        if isinstance(p, TyperOption) and p.is_flag and p.metavar is None:
+            p.metavar = ""  # what help prints in the type column; a flag's usage and errors never show it
+    return params
+
+
+class Command(TyperCommand):
+    """Every `ticket` command: its flags shown without a type (without_flag_types)."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        return without_flag_types(super().get_params(ctx))
 
 
 class OneLineErrors(TyperGroup):
@@ -48,11 +64,15 @@ class OneLineErrors(TyperGroup):
             code = exits.exit_code(e, debug=os.environ.get("TICKET_DEBUG", "") not in ("", "0"), streams=streams)
         sys.exit(code)
 
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        return without_flag_types(super().get_params(ctx))
+
 
 app = typer.Typer(
     cls=OneLineErrors,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command's context
     pretty_exceptions_enable=False,
     help="Extract, share and re-evaluate strong lottery tickets (binary masks over frozen random weights).",
 )
@@ -76,7 +96,7 @@ def main_options(
 ) -> None:
     """Extract, share and re-evaluate strong lottery tickets."""
     with errors_to_exit_codes():
-        if distributed.from_environment().active and ctx.invoked_subcommand not in DATA_PARALLEL_COMMANDS:
+        if world.from_environment().active and ctx.invoked_subcommand not in DATA_PARALLEL_COMMANDS:
             raise UsageError(
                 f"`ticket {ctx.invoked_subcommand}` does not run under torchrun",
                 hint=f"run it as a single process; torchrun runs {' and '.join(DATA_PARALLEL_COMMANDS)}",
@@ -84,13 +104,14 @@ def main_options(
 
 
 # In the order `ticket --help` lists them.
-app.command()(extract.extract)
-app.command()(evaluate.evaluate)
-app.command()(inspect.inspect)
-app.command("sweep-k")(sweep_k.sweep_k)
-app.command("train-weak")(train_weak.train_weak)
-app.command()(drift.drift)
-app.command()(export.export)
+app.command(cls=Command)(extract.extract)
+app.command(cls=Command)(evaluate.evaluate)
+app.command(cls=Command)(inspect.inspect)
+app.command("sweep-k", cls=Command)(sweep_k.sweep_k)
+app.command("train-weak", cls=Command)(train_weak.train_weak)
+app.command(cls=Command)(drift.drift)
+app.command(cls=Command)(export.export)
+app.command("list", cls=Command)(listing.list_kind)  # listing.py: a module named list would shadow list()
 
 
 def main() -> None:

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import typer
 
-from ticketcli import exits, report, runs
+from ticketcli import exits, report
 from ticketcli.errors import TicketCliError
-from ticketcli.resolve import build_model_policy, data_location
 from ticketcli.specs import DataSpec, ModelPolicy
 
 
@@ -39,6 +38,8 @@ def warn_unverified(result: dict) -> None:
 
 def warn_precision(precision: str, device: str) -> None:
     """bf16 autocast on the CPU works but is usually slower: say so once."""
+    from ticketcli import runs  # torch: imported when a command computes, not at start-up
+
     if precision == "bf16" and runs.resolve_device(device).type == "cpu":
         report.warn("--precision bf16 on the CPU: autocast is usually slower than fp32 there; it is meant for GPUs")
 
@@ -48,5 +49,7 @@ def reader_inputs(
 ) -> tuple[ModelPolicy, DataSpec]:
     """What a command that rebuilds a ticket needs from its flags: which model code it may import, and where the
     ticket's dataset is found."""
+    from ticketcli.resolve import build_model_policy, data_location  # torch (the registries), as above
+
     policy = build_model_policy(trust_model_code=trust_model_code, model=model, max_params=max_params)
     return policy, DataSpec(**data_location(None if data_dir is None else str(data_dir), download))

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
-from ticketcli import drift as drift_core
-from ticketcli import drift_options, report
+from ticketcli import catalog, report
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.drift_features import (
@@ -23,20 +22,30 @@ from ticketcli.cli.drift_features import (
     Workers,
     run_features,
 )
-from ticketcli.cli.options import DataDir, DatasetName, Device, Download, Json, MaxParams, TrustModelCode, choices
+from ticketcli.cli.options import (
+    DataDir,
+    DatasetName,
+    Device,
+    Download,
+    Json,
+    MaxParams,
+    Panel,
+    TrustModelCode,
+    choices,
+)
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.resolve import build_model_policy, data_location
 
-# Built at run time from drift's registries, so mypy cannot read them: to mypy each is the str its value is.
+# Built at run time from drift's registries as the catalog lists them (without torch), so mypy cannot read them:
+# to mypy each is the str its value is.
 if TYPE_CHECKING:
     ActivationName = str
     LossName = str
     InputsName = str
 else:
-    ActivationName = choices(drift_core.ACTIVATIONS.names())
-    LossName = choices(drift_core.LOSSES.names())
-    InputsName = choices(drift_core.INPUTS)
+    ActivationName = choices(catalog.DRIFT_ACTIVATIONS)
+    LossName = choices(catalog.DRIFT_LOSSES)
+    InputsName = choices(catalog.DRIFT_INPUTS)
 OptimizerName = Literal["adam", "sgd"]
 
 
@@ -48,85 +57,123 @@ def drift(
             "+norm=batch|layer|rms before each hidden activation, +bias for biases), lenet300, resnet20, resnet18, "
             "vit:p4-d64-l4-h4, or the character-level gpt-nano:l2-d64-h4-c64 (trains on --text). Default: the "
             "paper's MLP (three hidden layers of 256) sized to the dataset; with --text, gpt-nano:l2-d64-h4-c64. "
-            "With --ticket only the ticket's own model factory, confirming that it may be imported."
+            "With --ticket only the ticket's own model factory, confirming that it may be imported.",
+            rich_help_panel=Panel.MODEL,
         ),
     ] = None,
     activation: Annotated[
         Optional[ActivationName],
         typer.Option(
             help="Activation at every activation site (an MLP's hidden layers, a ResNet's ReLUs, the MLP blocks of "
-            "a ViT or GPT-nano); relu2-clip is min(relu(x)^2, --clip). Default: relu."
+            "a ViT or GPT-nano); relu2-clip is min(relu(x)^2, --clip). Default: relu.",
+            rich_help_panel=Panel.TRAINING,
         ),
     ] = None,
-    clip: Annotated[Optional[float], typer.Option(help="c of relu2-clip. Default: 50.")] = None,
+    clip: Annotated[
+        Optional[float], typer.Option(help="c of relu2-clip. Default: 50.", rich_help_panel=Panel.TRAINING)
+    ] = None,
     inputs: Annotated[
         Optional[InputsName],
         typer.Option(
             help="data: the dataset's images; gaussian: N(0,1) features; uniform: U[0,1] features (random inputs get "
-            "random labels, fresh every step). Default: data."
+            "random labels, fresh every step). Default: data.",
+            rich_help_panel=Panel.DATA,
         ),
     ] = None,
     loss: Annotated[
-        Optional[LossName], typer.Option(help="cross-entropy, or mse against one-hot targets. Default: cross-entropy.")
+        Optional[LossName],
+        typer.Option(
+            help="cross-entropy, or mse against one-hot targets. Default: cross-entropy.",
+            rich_help_panel=Panel.TRAINING,
+        ),
     ] = None,
-    optimizer: Annotated[Optional[OptimizerName], typer.Option(help="Weight optimiser. Default: adam.")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Learning rate. Default: 0.001.")] = None,
-    momentum: Annotated[Optional[float], typer.Option(help="SGD momentum. Default: 0.")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Minibatch size. Default: 512.")] = None,
-    steps: Annotated[Optional[int], typer.Option(help="Optimiser steps. Default: 500.")] = None,
+    optimizer: Annotated[
+        Optional[OptimizerName], typer.Option(help="Weight optimiser. Default: adam.", rich_help_panel=Panel.TRAINING)
+    ] = None,
+    lr: Annotated[
+        Optional[float], typer.Option(help="Learning rate. Default: 0.001.", rich_help_panel=Panel.TRAINING)
+    ] = None,
+    momentum: Annotated[
+        Optional[float], typer.Option(help="SGD momentum. Default: 0.", rich_help_panel=Panel.TRAINING)
+    ] = None,
+    batch_size: Annotated[
+        Optional[int], typer.Option(help="Minibatch size. Default: 512.", rich_help_panel=Panel.TRAINING)
+    ] = None,
+    steps: Annotated[
+        Optional[int], typer.Option(help="Optimiser steps. Default: 500.", rich_help_panel=Panel.TRAINING)
+    ] = None,
     log_every: Annotated[
         Optional[int],
-        typer.Option(help="Measure every this many steps (and at step 0 and the last step). Default: 10."),
+        typer.Option(
+            help="Measure every this many steps (and at step 0 and the last step). Default: 10.",
+            rich_help_panel=Panel.MEASURE,
+        ),
     ] = None,
     seeds: Annotated[
         Optional[str],
         typer.Option(
-            help="Comma-separated seeds of the weights, split and batches; several give mean +- std. Default: 0."
+            help="Comma-separated seeds of the weights, split and batches; several give mean +- std. Default: 0.",
+            rich_help_panel=Panel.MODEL,
         ),
     ] = None,
     probe_size: Annotated[
         Optional[int],
         typer.Option(
             help="Size of the fixed batch every statistic is measured on (validation split, or random inputs). "
-            "Default: 1024."
+            "Default: 1024.",
+            rich_help_panel=Panel.MEASURE,
         ),
     ] = None,
     zero_threshold: Annotated[
         Optional[float],
         typer.Option(
             help="Smooth activations (gelu, silu, gelu2): |a| below this counts as zero in sparsity and dead units; "
-            "relu-type activations count exact zeros. Default: 0.01."
+            "relu-type activations count exact zeros. Default: 0.01.",
+            rich_help_panel=Panel.MEASURE,
         ),
     ] = None,
     ticket: Annotated[
         Optional[Path],
-        typer.Option(help="Rebuild this ticket's network (fingerprint-checked) and train only its surviving weights."),
+        typer.Option(
+            help="Rebuild this ticket's network (fingerprint-checked) and train only its surviving weights.",
+            rich_help_panel=Panel.MODEL,
+        ),
     ] = None,
     weights: Annotated[
-        Optional[Path], typer.Option(help="The checkpoint a --ticket was extracted from, if it was.")
+        Optional[Path],
+        typer.Option(help="The checkpoint a --ticket was extracted from, if it was.", rich_help_panel=Panel.MODEL),
     ] = None,
     trust_model_code: TrustModelCode = False,
     max_params: MaxParams = None,
     dataset: Annotated[
         Optional[DatasetName],
-        typer.Option(help="Dataset (sizes the default model; the inputs with --inputs data). Default: fashion-mnist."),
+        typer.Option(
+            help="Dataset (sizes the default model; the inputs with --inputs data). Default: fashion-mnist.",
+            rich_help_panel=Panel.DATA,
+        ),
     ] = None,
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
     plot: Annotated[
         Optional[Path],
-        typer.Option(help="Write a PNG: weight mean per layer, negative pre-activation share and sparsity vs step."),
+        typer.Option(
+            help="Write a PNG: weight mean per layer, negative pre-activation share and sparsity vs step.",
+            rich_help_panel=Panel.OUTPUT,
+        ),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite --plot if it exists.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite --plot if it exists.", rich_help_panel=Panel.OUTPUT)
+    ] = False,
     json_out: Json = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.", rich_help_panel=Panel.OUTPUT)] = False,
     act_sparsity: ActControl = None,
     act_target: ActTarget = None,
     freeze_stats_after: FreezeStatsAfter = None,
     relufy: Relufy = False,
     relufy_from: Annotated[
-        Optional[ActivationName], typer.Option("--from", help="--relufy: the smooth activation trained first.")
+        Optional[ActivationName],
+        typer.Option("--from", help="--relufy: the smooth activation trained first.", rich_help_panel=Panel.RELUFY),
     ] = None,
     relufy_to: RelufyTo = None,
     relufy_epochs: RelufyEpochs = None,
@@ -137,11 +184,17 @@ def drift(
         typer.Option(
             help="Plain UTF-8 text a gpt-nano model learns next-character prediction on, split into training and "
             "validation blocks by the seed. Default for gpt-nano: the fortunes files literature, science, "
-            "computers, wisdom (<--data-dir>/fortunes, then /usr/share/games/fortunes)."
+            "computers, wisdom (<--data-dir>/fortunes, then /usr/share/games/fortunes).",
+            rich_help_panel=Panel.DATA,
         ),
     ] = None,
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
+    # torch: imported when the command runs, not for --help
+    from ticketcli import drift as drift_core
+    from ticketcli import drift_options
+    from ticketcli.resolve import build_model_policy, data_location
+
     with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (), unit="step") as position:
         if ticket is not None:
             clash = [f for f, v in (("--seeds", seeds), ("--dataset", dataset)) if v is not None]

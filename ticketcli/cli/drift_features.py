@@ -8,38 +8,40 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from ticketcli import drift as drift_core
-from ticketcli import drift_control, drift_options, drift_tradeoff, drift_views, report
-from ticketcli import relufy as relufy_core
-from ticketcli.cli.options import choices
-from ticketcli.data import DATASETS
+from ticketcli import catalog, report
+from ticketcli.cli.options import Panel, choices
 
 if TYPE_CHECKING:
+    from ticketcli import drift_options
+
     ActControlName = str
     RelufyTarget = str
 else:
-    ActControlName = choices(drift_control.MODES)
-    RelufyTarget = choices(relufy_core.TARGETS)
+    ActControlName = choices(catalog.ACT_CONTROL_MODES)
+    RelufyTarget = choices(catalog.RELUFY_TARGETS)
 
 ActControl = Annotated[
     Optional[ActControlName],
     typer.Option(
         help="Control activation sparsity while training, at every activation site: topk keeps each example's "
         "largest activations per layer and zeroes the rest; percentile subtracts a running per-unit quantile "
-        "of the pre-activations so that the --act-target share falls below zero. Default: no control."
+        "of the pre-activations so that the --act-target share falls below zero. Default: no control.",
+        rich_help_panel=Panel.ACT_CONTROL,
     ),
 ]
 ActTarget = Annotated[
     Optional[float],
     typer.Option(
-        help=f"Target activation sparsity for --act-sparsity, in (0, 1). Default: {drift_control.DEFAULT_TARGET}."
+        help=f"Target activation sparsity for --act-sparsity, in (0, 1). Default: {catalog.ACT_TARGET_DEFAULT}.",
+        rich_help_panel=Panel.ACT_CONTROL,
     ),
 ]
 FreezeStatsAfter = Annotated[
     Optional[int],
     typer.Option(
         help="Percentile centering: stop updating the statistics after this many training steps (accumulation "
-        "stop). Default: never."
+        "stop). Default: never.",
+        rich_help_panel=Panel.ACT_CONTROL,
     ),
 ]
 Relufy = Annotated[
@@ -48,13 +50,18 @@ Relufy = Annotated[
         "--relufy",
         help="ReLUfication: train --steps with --from, swap --to in at every activation keeping the weights, "
         "fine-tune --relufy-epochs epochs; report accuracy and post-activation sparsity before and after.",
+        rich_help_panel=Panel.RELUFY,
     ),
 ]
-RelufyTo = Annotated[Optional[RelufyTarget], typer.Option("--to", help="--relufy: the ReLU variant swapped in.")]
+RelufyTo = Annotated[
+    Optional[RelufyTarget],
+    typer.Option("--to", help="--relufy: the ReLU variant swapped in.", rich_help_panel=Panel.RELUFY),
+]
 RelufyEpochs = Annotated[
     Optional[int],
     typer.Option(
-        help=f"--relufy: fine-tuning epochs over the extraction split. Default: {relufy_core.RelufySpec.epochs}."
+        help=f"--relufy: fine-tuning epochs over the extraction split. Default: {catalog.RELUFY_EPOCHS_DEFAULT}.",
+        rich_help_panel=Panel.RELUFY,
     ),
 ]
 Tradeoff = Annotated[
@@ -63,14 +70,16 @@ Tradeoff = Annotated[
         help="Trade-off sweep: comma-separated target activation sparsities, one controlled run each (with "
         "--act-sparsity, default topk); accuracy vs achieved sparsity and the cliff (largest accuracy drop "
         "between neighbouring targets). --model may list several models, comma-separated, to overlay them. "
-        "--plot draws the curves."
+        "--plot draws the curves.",
+        rich_help_panel=Panel.TRADEOFF,
     ),
 ]
 Workers = Annotated[
     Optional[int],
     typer.Option(
         help="--tradeoff: runs in parallel in this many processes (one torch thread each; the results do not "
-        f"depend on it). Default: {drift_options.Features.workers}."
+        f"depend on it). Default: {catalog.TRADEOFF_WORKERS_DEFAULT}.",
+        rich_help_panel=Panel.TRADEOFF,
     ),
 ]
 
@@ -85,6 +94,12 @@ def run_features(
     **on_ticket: Any,
 ) -> dict[str, Any]:
     """Run the validated feature; the result carries `_figure` (result -> PNG bytes) and `_show` (the tables)."""
+    # torch: imported when the command runs, not for --help
+    from ticketcli import drift as drift_core
+    from ticketcli import drift_views
+    from ticketcli import relufy as relufy_core
+    from ticketcli.data import DATASETS
+
     if features.targets is not None:
         return _tradeoff(features, settings, location, position, quiet=quiet)
     if features.relufy is not None:
@@ -115,6 +130,9 @@ def run_features(
 def _tradeoff(
     features: drift_options.Features, settings: dict, location: dict, position: Any, *, quiet: bool
 ) -> dict[str, Any]:
+    from ticketcli import drift as drift_core
+    from ticketcli import drift_tradeoff, drift_views
+
     assert features.control is not None and features.targets is not None
     specs = [drift_core.build_drift_spec({**settings, "model": m}, location) for m in features.models]
     tasks = drift_tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)

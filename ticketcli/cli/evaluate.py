@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ticketcli import report, runs
+from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
 from ticketcli.cli.options import (
     CheckpointWeights,
@@ -16,6 +16,7 @@ from ticketcli.cli.options import (
     Download,
     Json,
     MaxParams,
+    Panel,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -28,13 +29,17 @@ def evaluate(
     ticket: TicketFile,
     min_accuracy: Annotated[
         Optional[float],
-        typer.Option(help="Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8)."),
+        typer.Option(
+            help="Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8).",
+            rich_help_panel=Panel.OUTPUT,
+        ),
     ] = None,
     max_drop: Annotated[
         Optional[float],
         typer.Option(
             help="Exit with code 1 if the test accuracy is more than this below the one stored in the ticket "
-            "(a fraction, e.g. 0.005): a check that the ticket reproduces on this machine and torch."
+            "(a fraction, e.g. 0.005): a check that the ticket reproduces on this machine and torch.",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ] = None,
     weights: CheckpointWeights = None,
@@ -47,13 +52,16 @@ def evaluate(
     json_out: Json = False,
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
-    from ticketcli import runs_record  # pulls in torch: imported when the command runs, not for --help
+    from ticketcli import ticket as ticket_io  # numpy: not needed for --help
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         if min_accuracy is not None and not 0 <= min_accuracy <= 1:
             raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
         if max_drop is not None and not 0 <= max_drop <= 1:
             raise UsageError(f"--max-drop must lie in [0, 1] (a fraction), got {max_drop}")
+        ticket_io.check_header(ticket)  # a bad file is refused before torch is imported (seconds)
+        from ticketcli import runs, runs_record  # torch: imported once there is work to do
+
         policy, data = reader_inputs(
             trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download
         )

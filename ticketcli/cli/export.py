@@ -7,7 +7,6 @@ from typing import Annotated, Literal
 
 import typer
 
-from ticketcli import export as export_core
 from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
 from ticketcli.cli.options import (
@@ -16,6 +15,7 @@ from ticketcli.cli.options import (
     Download,
     Json,
     MaxParams,
+    Panel,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -34,25 +34,31 @@ def export(
             help="masked: W*M state dict for plain load_state_dict; prune: torch.nn.utils.prune layout "
             "(<name>_orig + <name>_mask); csr: per-layer crow/col/values + a size report; masks: "
             "unpacked bool masks keyed by parameter name.",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ],
     out: Annotated[
         Path,
         typer.Option(
-            help="Where to write: .safetensors for safetensors, anything else (e.g. .pt) for a torch.save state dict."
+            help="Where to write: .safetensors for safetensors, anything else (e.g. .pt) for a torch.save state dict.",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ],
     weights: CheckpointWeights = None,
     trust_model_code: TrustModelCode = False,
     model: TicketModel = None,
     max_params: MaxParams = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite --out if it exists.", rich_help_panel=Panel.OUTPUT)
+    ] = False,
     data_dir: DataDir = None,
     download: Download = False,
     json_out: Json = False,
 ) -> None:
     """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks. BatchNorm
     statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need their data)."""
+    from ticketcli import export as export_core  # torch: imported when the command runs, not for --help
+
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
         policy, data = reader_inputs(
             trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download

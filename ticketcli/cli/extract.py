@@ -7,9 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ticketcli import distributed, report, runs
-from ticketcli.checkpoint import checkpoint_path
-from ticketcli.checkpoint import describe as describe_checkpoint
+from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, warn_precision
 from ticketcli.cli.options import (
     BatchSize,
@@ -23,6 +21,7 @@ from ticketcli.cli.options import (
     Lr,
     MaxParams,
     MethodName,
+    Panel,
     Precision,
     Quiet,
     setting,
@@ -31,29 +30,32 @@ from ticketcli.cli.options import (
 )
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.methods import METHODS
-from ticketcli.resolve import build_extract_spec, merge_settings
 
 
 def extract(
-    method: Annotated[Optional[MethodName], setting("method", "Mask extraction method.")] = None,
+    method: Annotated[Optional[MethodName], setting("method", "Mask extraction method.", Panel.METHOD)] = None,
     sparsity: Annotated[
         Optional[float],
         setting(
             "sparsity",
             "Requested sparsity in (0, 1) = 1 - keep density. For augmented it sets the augmented-space keep "
             "density 1 - s; the achieved sparsity is measured and reported.",
+            Panel.METHOD,
         ),
     ] = None,
     layer_densities: Annotated[
         Optional[str],
-        typer.Option(help="Comma-separated keep density per layer (edge-popup, random), e.g. 0.1,0.2,0.2,0.5."),
+        typer.Option(
+            help="Comma-separated keep density per layer (edge-popup, random), e.g. 0.1,0.2,0.2,0.5.",
+            rich_help_panel=Panel.METHOD,
+        ),
     ] = None,
     aug_density: Annotated[
         Optional[float],
         typer.Option(
             help="Augmented-space keep density for augmented; 0.5 is the canonical fixed-density double-scoring. "
-            "Overrides --sparsity's augmented density."
+            "Overrides --sparsity's augmented density.",
+            rich_help_panel=Panel.METHOD,
         ),
     ] = None,
     aux_width: Annotated[
@@ -62,6 +64,7 @@ def extract(
             "aux_width",
             "augmented, iterated: auxiliary score width as a multiple m of the original, i.e. scores of width "
             "n + m*n per layer (the paper's Aug-x1/x2/x4).",
+            Panel.METHOD,
         ),
     ] = None,
     frozen_aux: Annotated[
@@ -72,6 +75,7 @@ def extract(
                 "augmented, iterated: auxiliary scores keep their random init and are never updated. Under Algorithm 1 "
                 "they get zero gradient anyway, so this only differs from the default with --weight-decay > 0."
             ),
+            rich_help_panel=Panel.VARIANTS,
         ),
     ] = False,
     signed_scores: Annotated[
@@ -79,6 +83,7 @@ def extract(
         typer.Option(
             "--signed-scores",
             help=("edge-popup, augmented, iterated: rank raw scores S instead of |S| (the paper's NoAbs ablation)."),
+            rich_help_panel=Panel.VARIANTS,
         ),
     ] = False,
     project_final: Annotated[
@@ -89,25 +94,34 @@ def extract(
                 "augmented: train as usual, then keep exactly the requested density of the original coordinates "
                 "(top-k of the original scores) as the final mask."
             ),
+            rich_help_panel=Panel.VARIANTS,
         ),
     ] = False,
     global_topk: Annotated[
         bool,
         typer.Option(
-            "--global", help=("edge-popup, augmented, iterated: one top-k across all layers instead of one per layer.")
+            "--global",
+            help=("edge-popup, augmented, iterated: one top-k across all layers instead of one per layer."),
+            rich_help_panel=Panel.VARIANTS,
         ),
     ] = False,
     iter_tolerance: Annotated[
         Optional[float],
-        setting("iter_tolerance", "iterated: stop once the achieved sparsity is within this of the requested one."),
+        setting(
+            "iter_tolerance",
+            "iterated: stop once the achieved sparsity is within this of the requested one.",
+            Panel.VARIANTS,
+        ),
     ] = None,
     max_rounds: Annotated[
         Optional[int],
-        setting("max_rounds", "iterated: at most this many rounds, each a full score training of --epochs."),
+        setting(
+            "max_rounds", "iterated: at most this many rounds, each a full score training of --epochs.", Panel.VARIANTS
+        ),
     ] = None,
     seed: Annotated[
         Optional[int],
-        setting("seed", "Seed of the weights, the data split, score init and batch order."),
+        setting("seed", "Seed of the weights, the data split, score init and batch order.", Panel.MODEL),
     ] = None,
     model: Annotated[
         Optional[str],
@@ -118,46 +132,59 @@ def extract(
             "(append +bias for biases; input shape and classes come from the dataset), or a factory "
             "my_pkg.my_module:build_net or torchvision.models:resnet18 returning an nn.Module (its Linear/Conv2d "
             "weights and biases are masked; a factory taking num_classes gets the dataset's). "
-            "Default: the paper's MLP (three hidden layers of 256), sized to the dataset."
+            "Default: the paper's MLP (three hidden layers of 256), sized to the dataset.",
+            rich_help_panel=Panel.MODEL,
         ),
     ] = None,
     bias: Bias = None,
     init: Init = None,
     init_k: Annotated[
         Optional[float],
-        setting("init_k", "fan_in scale k of the init: bound or std gain/sqrt(k*fan_in)."),
+        setting("init_k", "fan_in scale k of the init: bound or std gain/sqrt(k*fan_in).", Panel.MODEL),
     ] = None,
     weights: Annotated[
         Optional[Path],
-        typer.Option(help="Frozen weights from this safetensors or PyTorch state-dict file instead of the seed."),
+        typer.Option(
+            help="Frozen weights from this safetensors or PyTorch state-dict file instead of the seed.",
+            rich_help_panel=Panel.MODEL,
+        ),
     ] = None,
     dataset: Dataset = None,
     data_dir: DataDir = None,
     download: Download = False,
     n_extract: Annotated[
         Optional[int],
-        typer.Option(help=with_default("Extraction examples drawn from the training set.", split_sizes("n_extract"))),
+        typer.Option(
+            help=with_default("Extraction examples drawn from the training set.", split_sizes("n_extract")),
+            rich_help_panel=Panel.DATA,
+        ),
     ] = None,
     n_val: Annotated[
         Optional[int],
-        typer.Option(help=with_default("Validation examples, disjoint from extraction.", split_sizes("n_val"))),
+        typer.Option(
+            help=with_default("Validation examples, disjoint from extraction.", split_sizes("n_val")),
+            rich_help_panel=Panel.DATA,
+        ),
     ] = None,
     epochs: Annotated[
         Optional[int],
         setting(
             "epochs",
             "Training epochs: of the scores, or of the weights for imp (split over its rounds), set, rigl, movement.",
+            Panel.TRAINING,
         ),
     ] = None,
     lr: Lr = None,
     batch_size: BatchSize = None,
-    betas: Annotated[Optional[str], setting("betas", "Adam betas as 'b1,b2'.")] = None,
-    eps: Annotated[Optional[float], setting("eps", "Adam epsilon.")] = None,
-    weight_decay: Annotated[Optional[float], setting("weight_decay", "Adam weight decay.")] = None,
+    betas: Annotated[Optional[str], setting("betas", "Adam betas as 'b1,b2'.", Panel.TRAINING)] = None,
+    eps: Annotated[Optional[float], setting("eps", "Adam epsilon.", Panel.TRAINING)] = None,
+    weight_decay: Annotated[Optional[float], setting("weight_decay", "Adam weight decay.", Panel.TRAINING)] = None,
     weight_lr: Annotated[
         Optional[float],
         setting(
-            "weight_lr", "Adam learning rate for weights in imp, set, rigl, movement (--lr is movement's score rate)."
+            "weight_lr",
+            "Adam learning rate for weights in imp, set, rigl, movement (--lr is movement's score rate).",
+            Panel.TRAINING,
         ),
     ] = None,
     saliency_batches: Annotated[
@@ -165,6 +192,7 @@ def extract(
         setting(
             "saliency_batches",
             "snip: minibatches whose gradients are summed; grasp: minibatches in each of its two collections.",
+            Panel.VARIANTS,
         ),
     ] = None,
     grasp_temperature: Annotated[
@@ -173,41 +201,47 @@ def extract(
             "grasp_temperature",
             "grasp: logits are divided by this. grasp keeps the k LARGEST -θ⊙Hg (Appendix B's top-k on the "
             "signed score; the original GraSP keeps the smallest).",
+            Panel.VARIANTS,
         ),
     ] = None,
     synflow_rounds: Annotated[
         Optional[int],
-        setting("synflow_rounds", "synflow: pruning rounds; round r keeps density d^(r/R)."),
+        setting("synflow_rounds", "synflow: pruning rounds; round r keeps density d^(r/R).", Panel.VARIANTS),
     ] = None,
     imp_rounds: Annotated[
         Optional[int],
-        setting("imp_rounds", "imp: prune-and-rewind rounds, each training --epochs / rounds epochs."),
+        setting("imp_rounds", "imp: prune-and-rewind rounds, each training --epochs / rounds epochs.", Panel.VARIANTS),
     ] = None,
     regrow_every: Annotated[
         Optional[int],
-        setting("regrow_every", "set, rigl: optimisation steps between prune-and-regrow updates."),
+        setting("regrow_every", "set, rigl: optimisation steps between prune-and-regrow updates.", Panel.VARIANTS),
     ] = None,
     regrow_fraction: Annotated[
         Optional[float],
-        setting("regrow_fraction", "set, rigl: fraction of active weights pruned by magnitude and regrown per update."),
+        setting(
+            "regrow_fraction",
+            "set, rigl: fraction of active weights pruned by magnitude and regrown per update.",
+            Panel.VARIANTS,
+        ),
     ] = None,
     movement_warmup: Annotated[
         Optional[float],
-        setting("movement_warmup", "movement: fraction of steps kept dense before the cubic schedule."),
+        setting("movement_warmup", "movement: fraction of steps kept dense before the cubic schedule.", Panel.VARIANTS),
     ] = None,
     movement_cooldown: Annotated[
         Optional[float],
-        setting("movement_cooldown", "movement: final fraction of steps at the target density."),
+        setting("movement_cooldown", "movement: final fraction of steps at the target density.", Panel.VARIANTS),
     ] = None,
     movement_noise: Annotated[
         Optional[float],
-        setting("movement_noise", "movement: std of the Gaussian noise on the zero score init."),
+        setting("movement_noise", "movement: std of the Gaussian noise on the zero score init.", Panel.VARIANTS),
     ] = None,
     match_sparsity: Annotated[
         Optional[Path],
         typer.Option(
             help="Run at the achieved sparsity of this ticket (overrides --sparsity), e.g. a double-scoring ticket "
-            "(paper, Appendix G)."
+            "(paper, Appendix G).",
+            rich_help_panel=Panel.METHOD,
         ),
     ] = None,
     match_sparsity_per_layer: Annotated[
@@ -216,6 +250,7 @@ def extract(
             "--match-sparsity-per-layer",
             help="With --match-sparsity: match each layer's density "
             "(as --layer-densities) instead of the global sparsity.",
+            rich_help_panel=Panel.METHOD,
         ),
     ] = False,
     max_params: MaxParams = None,
@@ -225,16 +260,22 @@ def extract(
         Optional[Path],
         typer.Option(
             help="TOML file (at most 1 MiB) with any of these options (underscored names), each checked against the "
-            "same range as its flag (README: Config files and value ranges); flags override it."
+            "same range as its flag (README: Config files and value ranges); flags override it.",
+            rich_help_panel=Panel.METHOD,
         ),
     ] = None,
-    out: Annotated[Path, typer.Option(help="Where to write the ticket.")] = Path("ticket.safetensors"),
-    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    out: Annotated[Path, typer.Option(help="Where to write the ticket.", rich_help_panel=Panel.OUTPUT)] = Path(
+        "ticket.safetensors"
+    ),
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite --out if it exists.", rich_help_panel=Panel.OUTPUT)
+    ] = False,
     checkpoint_every: Annotated[
         Optional[int],
         typer.Option(
             help="Save resumable state to OUT.ckpt every N epochs (atomically; removed once the ticket is written). "
-            "Default: no checkpoints."
+            "Default: no checkpoints.",
+            rich_help_panel=Panel.SCALE_OUT,
         ),
     ] = None,
     resume: Annotated[
@@ -245,12 +286,20 @@ def extract(
                 "Continue from OUT.ckpt (same options required); the masks come out bit-identical to an uninterrupted "
                 "run. Without a checkpoint the run starts from the beginning."
             ),
+            rich_help_panel=Panel.SCALE_OUT,
         ),
     ] = False,
     json_out: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
+    # torch comes in with these: imported here, when the command runs, so that --help and errors stay fast
+    from ticketcli import distributed, runs
+    from ticketcli.checkpoint import checkpoint_path
+    from ticketcli.checkpoint import describe as describe_checkpoint
+    from ticketcli.methods import METHODS
+    from ticketcli.resolve import build_extract_spec, merge_settings
+
     flags = dict(
         method=method,
         sparsity=sparsity,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ticketcli import report, runs
+from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import Json
 from ticketcli.interrupts import stop_on_signals
@@ -18,6 +18,8 @@ def inspect(
     json_out: Json = False,
 ) -> None:
     """Print a ticket's metadata, per-layer density and file size (needs no data)."""
+    from ticketcli import runs_inspect  # numpy and safetensors' header, never torch (not needed for --help)
+
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
-        result = runs.inspect_ticket(ticket)
+        result = runs_inspect.inspect_ticket(ticket)  # numpy only: no torch
         report.print_json(result) if json_out else report.inspect_table(result)

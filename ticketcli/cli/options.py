@@ -1,5 +1,6 @@
-"""Options shared by several commands: registry choices, reused option types, and help texts whose "Default: X" is
-rendered from the spec dataclasses (specs.EXTRACT_DEFAULTS, WeakSpec, ...), so that help cannot drift from code."""
+"""Options shared by several commands: registry choices (from the torch-free catalog), help panels, reused option
+types, and help texts whose "Default: X" is rendered from the spec dataclasses (specs.EXTRACT_DEFAULTS, ...), so
+that help cannot drift from code."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
-from ticketcli.data import DATASETS
-from ticketcli.init import INIT_SCHEMES
-from ticketcli.methods import METHODS
+from ticketcli import catalog
 from ticketcli.specs import EXTRACT_DEFAULTS, ModelPolicy, RunSpec
 
 
@@ -21,15 +20,16 @@ def choices(names: Iterable[str]) -> Any:
     return Literal.__getitem__(tuple(names))
 
 
-# Built at run time from the registries, so mypy cannot read them: to mypy each is the str its value is.
+# Built at run time from the catalog (the registries' names without importing torch; tests/test_catalog.py keeps
+# them equal), so mypy cannot read them: to mypy each is the str its value is.
 if TYPE_CHECKING:
     MethodName = str
     InitName = str
     DatasetName = str
 else:
-    MethodName = choices(METHODS.names())
-    InitName = choices(INIT_SCHEMES.names())
-    DatasetName = choices(DATASETS.names())
+    MethodName = choices(sorted(catalog.METHODS))
+    InitName = choices(sorted(catalog.INITS))
+    DatasetName = choices(sorted(catalog.DATASETS))
 
 
 def show(value: object) -> str:
@@ -55,20 +55,41 @@ def extract_help(key: str, text: str) -> str:
 def split_sizes(field: Literal["n_extract", "n_val"]) -> str:
     """Each dataset's default split size, grouped: '5000 (cifar10, fashion-mnist, mnist), 1000 (digits)'."""
     groups: dict[int, list[str]] = {}
-    for name in DATASETS.names():
-        groups.setdefault(getattr(DATASETS.get(name), field), []).append(name)
+    for name, entry in sorted(catalog.DATASETS.items()):
+        groups.setdefault(getattr(entry, field), []).append(name)
     return ", ".join(f"{size} ({', '.join(names)})" for size, names in sorted(groups.items(), reverse=True))
 
 
-def setting(key: str, text: str) -> Any:
+class Panel:
+    """The help panels options are grouped in (Typer's rich_help_panel), the same names in every command."""
+
+    METHOD = "Method"
+    VARIANTS = "Variants"  # ablations and the settings of one method family
+    MODEL = "Model and init"
+    DATA = "Data"
+    TRAINING = "Training"
+    OUTPUT = "Output"
+    SCALE_OUT = "Scale-out"  # where and how wide it runs: device, precision, workers, checkpoints
+    MEASURE = "Measurement"  # drift's own panels from here on
+    ACT_CONTROL = "Activation control"
+    RELUFY = "ReLUfication"
+    TRADEOFF = "Trade-off sweep"
+
+
+def setting(key: str, text: str, panel: str | None = None) -> Any:
     """The typer.Option of an extract setting (flag or config key): its help ends in the setting's default."""
-    return typer.Option(help=extract_help(key, text))
+    return typer.Option(help=extract_help(key, text), rich_help_panel=panel)
 
 
 BIAS_DEFAULT = EXTRACT_DEFAULTS["bias"]
 
-Json = Annotated[bool, typer.Option("--json", help="Print exactly one JSON document on stdout instead of tables.")]
-Quiet = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
+Json = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print exactly one JSON document on stdout instead of tables.", rich_help_panel=Panel.OUTPUT
+    ),
+]
+Quiet = Annotated[bool, typer.Option("--quiet", help="No progress bar.", rich_help_panel=Panel.OUTPUT)]
 Device = Annotated[
     Optional[str],
     typer.Option(
@@ -76,7 +97,8 @@ Device = Annotated[
             "auto | cpu | cuda | cuda:N | mps (auto: CUDA if available, else "
             "the CPU; under torchrun cuda means cuda:LOCAL_RANK).",
             RunSpec.device,
-        )
+        ),
+        rich_help_panel=Panel.SCALE_OUT,
     ),
 ]
 Precision = Annotated[
@@ -85,22 +107,29 @@ Precision = Annotated[
         "precision",
         "fp32, or bf16: autocast the training forward pass to bfloat16 (meant for ConvNets on a GPU; usually "
         "slower on the CPU). Accuracies are always measured in fp32.",
+        Panel.SCALE_OUT,
     ),
 ]
 DataDir = Annotated[
     Optional[Path],
     typer.Option(
-        help="Look for dataset files here first (then $TICKET_DATA, ~/.cache/ticketcli, /usr/share/datasets)."
+        help="Look for dataset files here first (then $TICKET_DATA, ~/.cache/ticketcli, /usr/share/datasets).",
+        rich_help_panel=Panel.DATA,
     ),
 ]
 Download = Annotated[
     bool,
     typer.Option(
-        "--download", help="Allow torchvision to download the dataset into ~/.cache/ticketcli if it is not found."
+        "--download",
+        help="Allow torchvision to download the dataset into ~/.cache/ticketcli if it is not found.",
+        rich_help_panel=Panel.DATA,
     ),
 ]
 CheckpointWeights = Annotated[
-    Optional[Path], typer.Option(help="The checkpoint the ticket was extracted from (checked against its sha256).")
+    Optional[Path],
+    typer.Option(
+        help="The checkpoint the ticket was extracted from (checked against its sha256).", rich_help_panel=Panel.MODEL
+    ),
 ]
 TrustModelCode = Annotated[
     bool,
@@ -110,6 +139,7 @@ TrustModelCode = Annotated[
             "Allow importing and running the model factory (pkg.module:function) the ticket names. A ticket alone "
             "never runs code: without this (or --model naming the same factory) such a ticket is refused."
         ),
+        rich_help_panel=Panel.MODEL,
     ),
 ]
 TicketModel = Annotated[
@@ -118,7 +148,8 @@ TicketModel = Annotated[
         help=(
             "The ticket's own model factory pkg.module:function: confirms that it may be imported (like "
             "--trust-model-code, for that factory only). Any other model is refused."
-        )
+        ),
+        rich_help_panel=Panel.MODEL,
     ),
 ]
 MaxParams = Annotated[
@@ -126,7 +157,8 @@ MaxParams = Annotated[
     typer.Option(
         help=with_default(
             "Refuse a model with more parameters than this, before anything is built.", ModelPolicy.max_params
-        )
+        ),
+        rich_help_panel=Panel.MODEL,
     ),
 ]
 TicketFile = Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")]
@@ -137,9 +169,10 @@ Bias = Annotated[
     typer.Option(
         "--bias/--no-bias",
         help=f"Give every layer a (masked) bias. Default: {'bias' if BIAS_DEFAULT else 'no bias'}.",
+        rich_help_panel=Panel.MODEL,
     ),
 ]
-Init = Annotated[Optional[InitName], setting("init", "Weight initialisation scheme.")]
-Dataset = Annotated[Optional[DatasetName], setting("dataset", "Dataset.")]
-Lr = Annotated[Optional[float], setting("lr", "Adam learning rate for the scores.")]
-BatchSize = Annotated[Optional[int], setting("batch_size", "Minibatch size.")]
+Init = Annotated[Optional[InitName], setting("init", "Weight initialisation scheme.", Panel.MODEL)]
+Dataset = Annotated[Optional[DatasetName], setting("dataset", "Dataset.", Panel.DATA)]
+Lr = Annotated[Optional[float], setting("lr", "Adam learning rate for the scores.", Panel.TRAINING)]
+BatchSize = Annotated[Optional[int], setting("batch_size", "Minibatch size.", Panel.TRAINING)]

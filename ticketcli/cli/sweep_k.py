@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Optional, cast
 
 import typer
 
-from ticketcli import report, sweep, sweep_outputs
+from ticketcli import catalog, report, sweep_outputs
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import (
@@ -24,6 +24,7 @@ from ticketcli.cli.options import (
     Json,
     Lr,
     MaxParams,
+    Panel,
     Quiet,
     setting,
     show,
@@ -32,14 +33,15 @@ from ticketcli.cli.options import (
 )
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.resolve import build_extract_spec, load_config, merge_settings, parse_floats
 from ticketcli.specs import check_setting
+from ticketcli.sweep_summary import PAPER_BAND
 
 Executor = Literal["local", "ray"]
-# sweep-k's own options (the others are extract's): their defaults, each written once here or in sweep.py
+# sweep-k's own options (the others are extract's): their defaults, each written once here or in sweep.py (read
+# through the catalog, which imports no torch)
 SEEDS = "0,1,2"
-LAYERWISE = sweep.PAPER_LAYERWISE
-BAND = show(sweep.PAPER_BAND).replace(",", "-")  # 0.85-0.95
+LAYERWISE = catalog.SWEEP_LAYERWISE
+BAND = show(PAPER_BAND).replace(",", "-")  # 0.85-0.95
 WORKERS = 1
 THREADS = 1
 EXECUTOR: Executor = "local"
@@ -48,20 +50,24 @@ EXECUTOR: Executor = "local"
 def sweep_k(
     sparsity: Annotated[
         Optional[float],
-        setting("sparsity", "Requested sparsity of fixed edge-popup, random and the double-scoring methods."),
+        setting(
+            "sparsity", "Requested sparsity of fixed edge-popup, random and the double-scoring methods.", Panel.METHOD
+        ),
     ] = None,
     seeds: Annotated[
         str,
         typer.Option(
             show_default=False,
             help=with_default("Comma-separated seeds; each seed's runs share one initialisation.", SEEDS),
+            rich_help_panel=Panel.METHOD,
         ),
     ] = SEEDS,
     densities: Annotated[
         Optional[str],
         typer.Option(
             help="Comma-separated scalar keep densities for the edge-popup sweep, also the pool of the layerwise "
-            f"draws. Default: the paper's {show(sweep.PAPER_DENSITIES)}."
+            f"draws. Default: the paper's {show(catalog.SWEEP_DENSITIES)}.",
+            rich_help_panel=Panel.METHOD,
         ),
     ] = None,
     layerwise: Annotated[
@@ -69,6 +75,7 @@ def sweep_k(
         typer.Option(
             show_default=False,
             help=with_default("Random layerwise keep-density tuples per seed, drawn from the density pool.", LAYERWISE),
+            rich_help_panel=Panel.METHOD,
         ),
     ] = LAYERWISE,
     band: Annotated[
@@ -76,6 +83,7 @@ def sweep_k(
         typer.Option(
             show_default=False,
             help=with_default("Achieved-sparsity band LO-HI of the constrained validation oracle.", BAND),
+            rich_help_panel=Panel.METHOD,
         ),
     ] = BAND,
     workers: Annotated[
@@ -85,6 +93,7 @@ def sweep_k(
             help=with_default(
                 "Local worker processes (spawned); workers x threads must not exceed the CPU cores.", WORKERS
             ),
+            rich_help_panel=Panel.SCALE_OUT,
         ),
     ] = WORKERS,
     threads: Annotated[
@@ -94,6 +103,7 @@ def sweep_k(
             help=with_default(
                 "Torch threads per run, fixed so that results do not depend on --workers or the executor.", THREADS
             ),
+            rich_help_panel=Panel.SCALE_OUT,
         ),
     ] = THREADS,
     executor: Annotated[
@@ -104,24 +114,30 @@ def sweep_k(
             help=with_default(
                 "local (a process pool of --workers) or ray (needs pip install 'ticketcli\\[ray]').", EXECUTOR
             ),
+            rich_help_panel=Panel.SCALE_OUT,
         ),
     ] = EXECUTOR,
     ray_address: Annotated[
         Optional[str],
         typer.Option(
             help="Ray cluster address for --executor ray (e.g. auto or ray://host:10001). "
-            "Default: a new local Ray instance."
+            "Default: a new local Ray instance.",
+            rich_help_panel=Panel.SCALE_OUT,
         ),
     ] = None,
     out_dir: Annotated[
         Optional[Path],
-        typer.Option(help="Keep every run's ticket and record here; re-running skips runs already finished there."),
+        typer.Option(
+            help="Keep every run's ticket and record here; re-running skips runs already finished there.",
+            rich_help_panel=Panel.OUTPUT,
+        ),
     ] = None,
     plot: Annotated[
         Optional[Path],
         typer.Option(
             help="Write a PNG: accuracy per configuration (left), accuracy vs achieved sparsity (right). "
-            "Default: no plot."
+            "Default: no plot.",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ] = None,
     force: Annotated[
@@ -130,40 +146,51 @@ def sweep_k(
             "--force",
             help="Overwrite --plot if it exists (not needed for the plot an earlier run with the same --out-dir "
             "wrote: rerunning the command resumes and redraws it).",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ] = False,
     model: Annotated[
         Optional[str],
         typer.Option(
             help="Model spec, e.g. mlp:784-256-256-256-10, conv6, resnet20, wrn:16-4, vit:p4-d64-l4-h4 (as for "
-            "extract). Default: the paper's MLP, sized to the dataset."
+            "extract). Default: the paper's MLP, sized to the dataset.",
+            rich_help_panel=Panel.MODEL,
         ),
     ] = None,
     bias: Bias = None,
     init: Init = None,
-    init_k: Annotated[Optional[float], setting("init_k", "fan_in scale k of the init.")] = None,
+    init_k: Annotated[Optional[float], setting("init_k", "fan_in scale k of the init.", Panel.MODEL)] = None,
     dataset: Dataset = None,
     data_dir: DataDir = None,
     download: Download = False,
     n_extract: Annotated[
-        Optional[int], typer.Option(help=with_default("Extraction examples.", split_sizes("n_extract")))
+        Optional[int],
+        typer.Option(help=with_default("Extraction examples.", split_sizes("n_extract")), rich_help_panel=Panel.DATA),
     ] = None,
     n_val: Annotated[
-        Optional[int], typer.Option(help=with_default("Validation examples.", split_sizes("n_val")))
+        Optional[int],
+        typer.Option(help=with_default("Validation examples.", split_sizes("n_val")), rich_help_panel=Panel.DATA),
     ] = None,
-    epochs: Annotated[Optional[int], setting("epochs", "Score-training epochs per run.")] = None,
+    epochs: Annotated[Optional[int], setting("epochs", "Score-training epochs per run.", Panel.TRAINING)] = None,
     lr: Lr = None,
     batch_size: BatchSize = None,
     device: Device = None,
     config: Annotated[
         Optional[Path],
-        typer.Option(help="TOML file with model, data and training options (as for extract); flags override it."),
+        typer.Option(
+            help="TOML file with model, data and training options (as for extract); flags override it.",
+            rich_help_panel=Panel.METHOD,
+        ),
     ] = None,
     max_params: MaxParams = None,
     json_out: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
+    # torch: imported when the command runs, not for --help
+    from ticketcli import sweep
+    from ticketcli.resolve import build_extract_spec, load_config, merge_settings
+
     flags = dict(
         method="edge-popup",
         sparsity=sparsity,
@@ -252,6 +279,9 @@ def sweep_options(
     seeds: str, band: str, densities: str | None, layerwise: int, workers: int, threads: int, executor: Executor
 ) -> tuple[list[int], tuple[float, float], tuple[float, ...]]:
     """Validate sweep-k's own options: seeds, band, density pool, worker and thread counts."""
+    from ticketcli import sweep
+    from ticketcli.resolve import parse_floats
+
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:

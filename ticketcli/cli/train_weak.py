@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ticketcli import distributed, report, runs, weak
+from ticketcli import catalog, report
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_precision, warn_unverified
 from ticketcli.cli.options import (
@@ -17,6 +17,7 @@ from ticketcli.cli.options import (
     Download,
     Json,
     MaxParams,
+    Panel,
     Precision,
     Quiet,
     TicketFile,
@@ -26,40 +27,53 @@ from ticketcli.cli.options import (
 )
 from ticketcli.interrupts import stop_on_signals
 
-WEAK = weak.WeakSpec()  # the paper's weak-ticket protocol: the defaults of the options below
-
 
 def train_weak(
     ticket: TicketFile,
     epochs: Annotated[
-        Optional[int], typer.Option(help=with_default("Weight-training epochs (Appendix B).", WEAK.epochs))
+        Optional[int],
+        typer.Option(
+            help=with_default("Weight-training epochs (Appendix B).", catalog.WEAK_EPOCHS),
+            rich_help_panel=Panel.TRAINING,
+        ),
     ] = None,
     lr: Annotated[
-        Optional[float], typer.Option(help=with_default("Adam learning rate for the weights.", WEAK.optim.lr))
+        Optional[float],
+        typer.Option(
+            help=with_default("Adam learning rate for the weights.", catalog.WEAK_LR), rich_help_panel=Panel.TRAINING
+        ),
     ] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help=with_default("Minibatch size.", WEAK.batch_size))] = None,
+    batch_size: Annotated[
+        Optional[int],
+        typer.Option(help=with_default("Minibatch size.", catalog.WEAK_BATCH_SIZE), rich_help_panel=Panel.TRAINING),
+    ] = None,
     dense_baseline: Annotated[
         bool,
         typer.Option(
             "--dense-baseline",
             help="Also train the unmasked network from the same init with the same optimiser "
             "and batch order, and report it beside.",
+            rich_help_panel=Panel.TRAINING,
         ),
     ] = False,
     out: Annotated[
         Optional[Path],
         typer.Option(
             help="Write the trained weights here as a plain safetensors state dict (masked entries zero), "
-            "with metadata linking it to the ticket. Default: not written."
+            "with metadata linking it to the ticket. Default: not written.",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ] = None,
     plot: Annotated[
         Optional[Path],
         typer.Option(
-            help="Write a PNG of validation accuracy and training loss per epoch (masked vs dense). Default: no plot."
+            help="Write a PNG of validation accuracy and training loss per epoch (masked vs dense). Default: no plot.",
+            rich_help_panel=Panel.OUTPUT,
         ),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite --out and --plot if they exist.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite --out and --plot if they exist.", rich_help_panel=Panel.OUTPUT)
+    ] = False,
     weights: CheckpointWeights = None,
     trust_model_code: TrustModelCode = False,
     model: TicketModel = None,
@@ -72,6 +86,8 @@ def train_weak(
     quiet: Quiet = False,
 ) -> None:
     """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
+    from ticketcli import distributed, runs, weak  # torch: imported when the command runs, not for --help
+
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)

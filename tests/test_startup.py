@@ -1,0 +1,116 @@
+"""Start-up stays fast without timing anything: the commands that compute nothing (version, help, inspect, a bad
+file refused, `ticket list`) must run without importing torch, which alone takes seconds. Each case runs the real
+`python -m ticketcli` in a child and reports whether torch got imported (benchmarks/startup.py measures the time)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ticketcli.cli import app
+
+REPO = Path(__file__).resolve().parent.parent
+# Runs `python -m ticketcli ARGS` in this child, then says on the last stderr line which heavy modules it imported.
+RUNNER = """
+import runpy, sys
+sys.argv = ["ticket", *sys.argv[1:]]
+try:
+    runpy.run_module("ticketcli", run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    code = e.code
+else:
+    code = 0
+sys.stdout.flush()
+loaded = sorted(m for m in ("torch", "numpy", "typer") if m in sys.modules)
+print("LOADED " + ",".join(loaded), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def run(*args: str) -> tuple[int, str, set[str]]:
+    """(exit code, stdout, the heavy modules the run imported)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}
+    env.pop("TICKET_DEBUG", None)
+    done = subprocess.run([sys.executable, "-c", RUNNER, *args], env=env, capture_output=True, text=True, timeout=300)
+    word, _, loaded = done.stderr.strip().splitlines()[-1].partition(" ")
+    assert word == "LOADED", done.stderr[-2000:]
+    return done.returncode, done.stdout, set(filter(None, loaded.split(",")))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A real ticket (tiny MLP on digits) and a file that is not one."""
+    folder = tmp_path_factory.mktemp("startup")
+    ticket = folder / "t.safetensors"
+    r = CliRunner().invoke(
+        app,
+        ["extract", "--dataset", "digits", "--model", "mlp:64-16-10", "--epochs", "1", "--quiet", "--out", str(ticket)],
+    )
+    assert r.exit_code == 0, r.output
+    garbage = folder / "garbage.safetensors"
+    garbage.write_bytes(b"\x07" * 64)
+    return {"ticket": str(ticket), "garbage": str(garbage), "missing": str(folder / "missing.safetensors")}
+
+
+# Every command module is imported by any of these (one app); -h of the largest ones renders their choices too.
+WITHOUT_TORCH = {
+    "version": (["--version"], 0),
+    "help": (["--help"], 0),
+    "extract-h": (["extract", "-h"], 0),
+    "drift-h": (["drift", "-h"], 0),
+    "inspect": (["inspect", "{ticket}"], 0),
+    "inspect-json": (["inspect", "{ticket}", "--json"], 0),
+    "inspect-garbage": (["inspect", "{garbage}"], 2),
+    "evaluate-garbage": (["evaluate", "{garbage}"], 2),
+    "evaluate-missing": (["evaluate", "{missing}"], 2),
+    "evaluate-bad-flag": (["evaluate", "{ticket}", "--min-accuracy", "7"], 2),
+    "unknown-method": (["extract", "--method", "nope"], 2),
+    "list": (["list", "methods", "--json"], 0),
+    "completion": (["--show-completion", "bash"], 0),
+}
+
+
+@pytest.mark.parametrize("case", list(WITHOUT_TORCH))
+def test_commands_that_compute_nothing_do_not_import_torch(case, files):
+    args, code = WITHOUT_TORCH[case]
+    exit_code, _, loaded = run(*(a.format(**files) for a in args))
+    assert exit_code == code
+    assert "torch" not in loaded, f"`ticket {' '.join(args)}` imported torch"
+
+
+def test_version_needs_not_even_typer():
+    exit_code, out, loaded = run("--version")
+    assert exit_code == 0 and out.startswith("ticketcli ") and loaded.isdisjoint({"torch", "typer", "numpy"})
+
+
+def test_the_runner_sees_torch_when_a_command_computes(files):
+    """The check above can fail: evaluating a ticket does import torch, and the runner reports it."""
+    exit_code, out, loaded = run("evaluate", files["ticket"], "--json", "--device", "cpu")
+    assert exit_code == 0 and "torch" in loaded
+    assert json.loads(out)["test"]["accuracy"] >= 0
+
+
+def test_import_ticketcli_alone_is_torch_free():
+    code = "import sys, ticketcli, ticketcli.cli, ticketcli.catalog; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True)
+    assert out.stdout.decode().strip() == "False", out.stderr.decode()[-2000:]
+
+
+def test_inspect_without_torch_counts_what_the_torch_loader_unpacks(files):
+    """inspect counts bits in the packed bytes (numpy); the oracle unpacks every mask into a torch tensor."""
+    from ticketcli import runs_inspect
+    from ticketcli import ticket as ticket_io
+
+    result, tk = runs_inspect.inspect_ticket(files["ticket"]), ticket_io.load(files["ticket"])
+    assert list(result["masks"]) == list(tk.masks)
+    for name, mask in tk.masks.items():
+        row = result["masks"][name]
+        assert (row["kept"], row["total"], row["shape"]) == (int(mask.sum()), mask.numel(), list(mask.shape))
+    assert result["density"] == sum(int(m.sum()) for m in tk.masks.values()) / sum(m.numel() for m in tk.masks.values())
+    assert result["integrity"] == tk.integrity == "ok"

@@ -1,0 +1,90 @@
+"""What the registries hold, written down without importing them: names and one-line descriptions of methods,
+models, datasets and init schemes, and the choices of `ticket drift`.
+
+The command line needs these names before it runs anything (option choices, help texts, `ticket list`), and the
+registries live in modules that import torch (seconds). This module imports nothing, so `ticket --help` stays
+fast; tests/test_catalog.py checks that it agrees exactly with the runtime registries, so a method, model,
+dataset or scheme registered without its line here fails a test that says which.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class DatasetEntry(NamedTuple):
+    description: str
+    n_extract: int  # default extraction split (data.DatasetInfo.n_extract)
+    n_val: int  # default validation split
+
+
+METHODS: dict[str, str] = {
+    "augmented": "Double-scoring (the paper's Algorithm 1): edge-popup over an enlarged score space of width n + m*n.",
+    "edge-popup": "Edge-popup: train a score per weight, keep the top-k by |score| (straight-through estimator).",
+    "grasp": "GraSP at initialisation: keep the k largest -θ⊙Hg (gradient-flow preserving saliency).",
+    "imp": "Iterative magnitude pruning with rewinding: train, prune by magnitude, rewind to the init, repeat.",
+    "iterated": "DoubleScore-Iterated: rounds of augmented training that shrink a cumulative mask to the target.",
+    "movement": "Movement pruning: weights and movement scores trained jointly, cubic density schedule.",
+    "random": "A seeded random mask: exactly floor(density * n) weights kept per layer (the baseline).",
+    "rigl": "RigL: sparse weight training; prune by magnitude, regrow by gradient magnitude.",
+    "set": "SET: sparse weight training; prune by magnitude, regrow at random.",
+    "snip": "SNIP at initialisation: keep the k largest |W⊙grad| summed over a few minibatches.",
+    "synflow": "Iterative SynFlow: data-free synaptic-flow scores, round r of R keeps density d^(r/R).",
+}
+
+MODELS: dict[str, str] = {
+    "conv2": "Conv-2: conv 64-64-M, then fully connected 256-256-classes.",
+    "conv4": "Conv-4: conv 64-64-M-128-128-M, then fully connected 256-256-classes.",
+    "conv6": "Conv-6: conv 64-64-M-128-128-M-256-256-M, then fully connected 256-256-classes.",
+    "gpt-nano": "Character GPT for `ticket drift --text`: gpt-nano:l2-d64-h4-c64 (blocks, width, heads, context).",
+    "lenet300": "LeNet-300-100: an MLP with hidden layers of 300 and 100.",
+    "mlp": "Multilayer perceptron mlp:784-256-256-256-10 (+res skips, +norm=batch|layer|rms, +bias).",
+    "resnet18": "ResNet-18, CIFAR style (3x3 stem, no max-pool; non-affine BatchNorm).",
+    "resnet20": "ResNet-20 for CIFAR (non-affine BatchNorm).",
+    "vgg": "VGG-style ConvNet from a layer list, e.g. vgg:64-64-M-128-128-M-256-256-M.",
+    "vit": "Vision Transformer vit:p4-d64-l4-h4 (patch, width, blocks, heads; -m2: MLP ratio).",
+    "wrn": "Wide ResNet wrn:16-4 (depth-width).",
+}
+
+DATASETS: dict[str, DatasetEntry] = {
+    "cifar10": DatasetEntry("CIFAR-10: 32x32 colour images, 10 classes (files or --download).", 5000, 5000),
+    "digits": DatasetEntry("The 8x8 digits bundled with scikit-learn, 10 classes: needs no files.", 1000, 400),
+    "fashion-mnist": DatasetEntry("FashionMNIST: 28x28 clothing images, 10 classes (the paper's dataset).", 5000, 5000),
+    "mnist": DatasetEntry("MNIST: 28x28 handwritten digits, 10 classes (files or --download).", 5000, 5000),
+}
+
+INITS: dict[str, str] = {
+    "kaiming-normal": "N(0, (gain/sqrt(k*fan_in))^2); k = 1 is torch's kaiming_normal_ (fan_in, relu).",
+    "scaled-kaiming-uniform": "The paper's init: U[-b, b] with b = gain/sqrt(k*fan_in) (ReLU gain, k = 1/2).",
+    "signed-kaiming-constant": "+-gain/sqrt(k*fan_in) with a random sign (the hidden-networks signed constant).",
+}
+
+# `ticket drift`'s choices (drift_spec.ACTIVATIONS, LOSSES, INPUTS; drift_control.MODES; relufy.TARGETS)
+DRIFT_ACTIVATIONS = ("gelu", "gelu2", "relu", "relu2", "relu2-clip", "silu")
+DRIFT_LOSSES = ("cross-entropy", "mse")
+DRIFT_INPUTS = ("data", "gaussian", "uniform")
+ACT_CONTROL_MODES = ("topk", "percentile")
+RELUFY_TARGETS = ("relu", "relu2", "relu2-clip")
+
+# Defaults that help texts show but whose home modules import torch (each named in the comment; tests check them)
+ACT_TARGET_DEFAULT = 0.7  # drift_control.DEFAULT_TARGET
+RELUFY_EPOCHS_DEFAULT = 1  # relufy.RelufySpec.epochs
+TRADEOFF_WORKERS_DEFAULT = 1  # drift_options.Features.workers
+WEAK_EPOCHS = 40  # weak.WeakSpec.epochs (the paper's weak-ticket protocol, Appendix B)
+WEAK_BATCH_SIZE = 512  # weak.WeakSpec.batch_size
+WEAK_LR = 1e-3  # weak.WeakSpec.optim.lr
+SWEEP_LAYERWISE = 8  # sweep.PAPER_LAYERWISE
+SWEEP_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # sweep.PAPER_DENSITIES
+
+KINDS = ("methods", "models", "datasets", "inits")  # what `ticket list` lists
+
+
+def describe(kind: str) -> dict[str, str]:
+    """Name -> one-line description of one kind of registry entry (a name in KINDS), sorted by name."""
+    table: dict[str, str] = {
+        "methods": METHODS,
+        "models": MODELS,
+        "datasets": {name: entry.description for name, entry in DATASETS.items()},
+        "inits": INITS,
+    }[kind]
+    return dict(sorted(table.items()))
