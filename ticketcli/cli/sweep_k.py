@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Optional, cast
 
 import typer
 
-from ticketcli import catalog, report, sweep_outputs
+from ticketcli import catalog, report
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import (
@@ -188,7 +188,7 @@ def sweep_k(
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
     # torch: imported when the command runs, not for --help
-    from ticketcli import sweep
+    from ticketcli import sweep, sweep_outputs
     from ticketcli.resolve import build_extract_spec, load_config, merge_settings
 
     flags = dict(
