@@ -26,7 +26,6 @@ _PUBLIC = {
     "apply_masks": "ticketcli.api_masks",
     "remove_masks": "ticketcli.api_masks",
     "load_pruned": "ticketcli.api_masks",
-    "Mask": "ticketcli.api_masks",
     "TicketCliError": "ticketcli.errors",
     "UsageError": "ticketcli.errors",
     "TicketFileError": "ticketcli.errors",
@@ -40,7 +39,6 @@ __all__ = [
     "apply_masks",
     "remove_masks",
     "load_pruned",
-    "Mask",
     "list_methods",
     "list_models",
     "list_datasets",
@@ -53,7 +51,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ticketcli.api import Ticket, extract, extract_options, list_datasets, list_methods, list_models, load
-    from ticketcli.api_masks import Mask, apply_masks, load_pruned, remove_masks
+    from ticketcli.api_masks import apply_masks, load_pruned, remove_masks
     from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
 
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from ticketcli import api_data, export, report, runs
 from ticketcli import ticket as ticket_io
-from ticketcli.api_masks import apply_masks
+from ticketcli.api_masks import apply_masks, masked
 from ticketcli.data import DATASETS, Splits
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
@@ -243,8 +243,8 @@ def extract(
 def module_spec(module: nn.Module) -> ModelSpec:
     """The model record of a caller's module: its class as a factory "pkg.module:Class" (which `ticket evaluate
     --trust-model-code` can rebuild when that class is importable and takes no arguments)."""
-    if any(getattr(m, "parametrizations", None) for m in module.modules()):
-        raise UsageError("the module carries masks or other parametrizations; remove_masks(module) first")
+    if masked(module):
+        raise UsageError("the module carries masks; remove_masks(module) first")
     cls = type(module)
     return parse_model(f"{cls.__module__}:{cls.__name__}")
 

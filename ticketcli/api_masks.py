@@ -1,6 +1,7 @@
-"""Masks on any nn.Module through torch.nn.utils.parametrize: `layer.weight` reads W * M, so an ordinary forward
-pass, state_dict(), torch.save, hooks, torch.compile and fine-tuning all see the masked network, while the
-original W stays a parameter (gradients reach it; masked entries get exactly zero)."""
+"""Masks on any nn.Module in torch.nn.utils.prune's layout: the frozen W becomes `<name>_orig`, the mask a
+`<name>_mask` buffer, and a forward pre-hook sets `<name>` = W * M before every forward pass. So an ordinary
+forward pass, state_dict() (the layout `ticket export --format prune` writes), torch.save of the whole module,
+hooks and fine-tuning all see the masked network, and gradients reach W with masked entries exactly zero."""
 
 from __future__ import annotations
 
@@ -9,24 +10,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.nn.utils import parametrize, prune
+from torch.nn.utils import prune
 
 from ticketcli.errors import UsageError
 from ticketcli.models import masked_names
-
-
-class Mask(nn.Module):
-    """The parametrization W -> W * M; M is a bool buffer (in state_dict: `<layer>.parametrizations.<name>.0.mask`)."""
-
-    mask: torch.Tensor
-
-    def __init__(self, mask: torch.Tensor):
-        super().__init__()
-        self.register_buffer("mask", mask.detach().to(torch.bool).clone())
-
-    def forward(self, weight: torch.Tensor) -> torch.Tensor:
-        """W * M: the same product MaskedNet uses, so the logits agree bit for bit."""
-        return weight * self.mask.to(weight.dtype)
 
 
 def _few(names: list[str], n: int = 5) -> str:
@@ -36,8 +23,8 @@ def _few(names: list[str], n: int = 5) -> str:
 def check_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict: bool = True) -> None:
     """Every mask names a parameter of `module` of its shape and, with strict, every Linear/Conv2d parameter has
     a mask (the ones a ticket masks): otherwise one UsageError line naming the first offenders."""
-    if any(getattr(m, "parametrizations", None) for m in module.modules()):
-        raise UsageError("the module already carries masks or other parametrizations; remove_masks(module) first")
+    if masked(module):
+        raise UsageError("the module already carries masks; remove_masks(module) first")
     params = dict(module.named_parameters())
     missing = [n for n in masks if n not in params]
     if missing:
@@ -55,8 +42,19 @@ def check_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict:
         )
 
 
+def masked(module: nn.Module) -> list[tuple[nn.Module, str]]:
+    """(owner, parameter name) of every parameter masked in torch.nn.utils.prune's layout."""
+    return [(owner, attr) for owner in module.modules() for attr in _own(owner)]
+
+
+def _own(owner: nn.Module) -> list[str]:
+    """The names of `owner`'s own parameters (not its children's) that carry a mask."""
+    hooks = owner._forward_pre_hooks.values()
+    return [h._tensor_name for h in hooks if isinstance(h, prune.BasePruningMethod)]
+
+
 def apply_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict: bool = True) -> nn.Module:
-    """Register each mask on the parameter it names (W -> W * M, torch.nn.utils.parametrize); returns `module`.
+    """Put each mask on the parameter it names (torch.nn.utils.prune.custom_from_mask); returns `module`.
 
     Names are parameter names as in `module.named_parameters()` ("layers.0.weight"); masks are bool (or 0/1)
     tensors of the parameters' shapes. strict: every Linear/Conv2d parameter must get one."""
@@ -65,15 +63,19 @@ def apply_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict:
     for name, mask in masks.items():
         owner, _, attr = name.rpartition(".")
         param = getattr(owners[owner], attr)
-        parametrize.register_parametrization(owners[owner], attr, Mask(mask.to(param.device)))
+        # the mask in W's dtype: W * M is then the very product the ticket's own evaluation computes
+        prune.custom_from_mask(owners[owner], attr, mask.to(param.device, torch.bool))
     return module
 
 
 def remove_masks(module: nn.Module, *, bake: bool = True) -> nn.Module:
     """Take the masks off again; bake=True leaves W * M as the plain parameter, bake=False restores W."""
-    for owner in list(module.modules()):
-        for attr in list(getattr(owner, "parametrizations", {})):
-            parametrize.remove_parametrizations(owner, attr, leave_parametrized=bake)
+    for owner, attr in masked(module):
+        original = getattr(owner, f"{attr}_orig").detach().clone()
+        prune.remove(owner, attr)
+        if not bake:
+            with torch.no_grad():
+                getattr(owner, attr).copy_(original)
     return module
 
 
@@ -81,12 +83,14 @@ def load_pruned(module: nn.Module, state: Mapping[str, torch.Tensor] | str | Pat
     """Load a `ticket export --format prune` state dict (or file) into a plain module of the same architecture.
 
     That layout is torch.nn.utils.prune's (`<name>_orig` and the `<name>_mask` buffer), which a plain module lacks:
-    each of them is prepared with prune.identity first, then the state is loaded strictly; returns `module`."""
+    each of them is prepared with prune.identity first (apply_masks leaves a module in that layout already), then
+    the state is loaded strictly; returns `module`."""
     if isinstance(state, (str, Path)):
         state = _read_state(Path(state))
     owners = dict(module.named_modules())
     pruned = [k[: -len("_orig")] for k in state if k.endswith("_orig") and f"{k[: -len('_orig')]}_mask" in state]
-    for name in pruned:
+    done = {f"{prefix}.{attr}" if prefix else attr for prefix, m in module.named_modules() for attr in _own(m)}
+    for name in (n for n in pruned if n not in done):
         owner, _, attr = name.rpartition(".")
         if owner not in owners or not isinstance(getattr(owners[owner], attr, None), nn.Parameter):
             raise UsageError(f"the module has no parameter {name} for the export's {name}_orig")
