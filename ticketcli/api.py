@@ -43,8 +43,9 @@ class Ticket:
 
     @property
     def masks(self) -> dict[str, torch.Tensor]:
-        """Parameter name -> bool mask of its shape (True = kept), in the model's named_parameters() order."""
-        return dict(self._record.masks)
+        """Parameter name -> bool mask of its shape (True = kept), in the model's named_parameters() order (copies:
+        changing them does not change the ticket)."""
+        return {n: m.clone() for n, m in self._record.masks.items()}
 
     @property
     def metadata(self) -> dict[str, Any]:
