@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 LAYERS: list[list[str]] = [
     # leaves: the standard library, torch and each other only; the spec dataclasses and their syntax
     [
-        "ticketcli",
+        "ticketcli.version",
         "ticketcli.errors",
         "ticketcli.registry",
         "ticketcli.ranges",
@@ -42,6 +42,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.init",
         "ticketcli.cifar",
         "ticketcli.data",
+        "ticketcli.data_memory",
         "ticketcli.text",
         "ticketcli.masking",
         "ticketcli.topk_search",
@@ -76,6 +77,8 @@ LAYERS: list[list[str]] = [
     ],
     ["ticketcli.report", "ticketcli.drift_views"],  # presentation: tables, JSON, plots
     ["ticketcli.resolve", "ticketcli.drift_options"],  # flags, config files and defaults -> validated specs
+    # the Python API (`import ticketcli as tc`): the package's public names, over the same specs and workflows
+    ["ticketcli.api_masks", "ticketcli.api_data", "ticketcli.api", "ticketcli"],
     ["ticketcli.exits", "ticketcli.cli", "ticketcli.entry", "ticketcli.__main__"],  # the command line
 ]
 

@@ -1,3 +1,68 @@
-"""ticketcli: extract, share and re-evaluate strong lottery tickets."""
+"""ticketcli: extract, share and re-evaluate strong lottery tickets.
 
-__version__ = "0.1.0"
+`import ticketcli as tc` is cheap (torch is imported only when a public name is first used):
+
+    t = tc.load("ticket.safetensors"); net = t.build(); print(t.evaluate()["test"]["accuracy"])
+
+The public names are listed in __all__ and documented in docs/api.md."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ticketcli.version import __version__
+
+# public name -> the module that defines it; resolved on first use (PEP 562), so that `import ticketcli` (and the
+# command line's --help) does not pay for importing torch
+_PUBLIC = {
+    "Ticket": "ticketcli.api",
+    "load": "ticketcli.api",
+    "extract": "ticketcli.api",
+    "list_methods": "ticketcli.api",
+    "list_models": "ticketcli.api",
+    "list_datasets": "ticketcli.api",
+    "extract_options": "ticketcli.api",
+    "apply_masks": "ticketcli.api_masks",
+    "remove_masks": "ticketcli.api_masks",
+    "load_pruned": "ticketcli.api_masks",
+    "TicketCliError": "ticketcli.errors",
+    "UsageError": "ticketcli.errors",
+    "TicketFileError": "ticketcli.errors",
+    "RunFailed": "ticketcli.errors",
+}
+__all__ = [
+    "__version__",
+    "Ticket",
+    "load",
+    "extract",
+    "apply_masks",
+    "remove_masks",
+    "load_pruned",
+    "list_methods",
+    "list_models",
+    "list_datasets",
+    "extract_options",
+    "TicketCliError",
+    "UsageError",
+    "TicketFileError",
+    "RunFailed",
+]
+
+if TYPE_CHECKING:
+    from ticketcli.api import Ticket, extract, extract_options, list_datasets, list_methods, list_models, load
+    from ticketcli.api_masks import apply_masks, load_pruned, remove_masks
+    from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'ticketcli' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -309,17 +309,23 @@ def load_splits(spec: DataSpec) -> Splits:
     pools = info.load(spec)
     n_e = spec.n_extract if spec.n_extract is not None else info.n_extract
     n_v = spec.n_val if spec.n_val is not None else info.n_val
+    return draw_splits(pools, spec.name, n_e, n_v, spec.split_seed)
+
+
+def draw_splits(pools: Pools, name: str, n_e: int, n_v: int, split_seed: int) -> Splits:
+    """The seeded extraction/validation split of a training pool, plus the whole test set (every dataset, in
+    memory or registered, is split by this one function)."""
     n = len(pools.y_train)
     if n_e + n_v > n:
-        raise UsageError(f"{spec.name} has {n} training examples; cannot draw {n_e} extraction + {n_v} validation")
-    perm = torch.randperm(n, generator=generator(spec.split_seed, "split"))
+        raise UsageError(f"{name} has {n} training examples; cannot draw {n_e} extraction + {n_v} validation")
+    perm = torch.randperm(n, generator=generator(split_seed, "split"))
     ext, val = perm[:n_e], perm[n_e : n_e + n_v]
     meta = {
-        "dataset": spec.name,
+        "dataset": name,
         "n_extract": n_e,
         "n_val": n_v,
         "n_test": len(pools.y_test),
-        "split_seed": spec.split_seed,
+        "split_seed": split_seed,
         "source": pools.source,
     }
     prep = pools.prepare

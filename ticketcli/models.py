@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
 import torch
@@ -164,6 +165,17 @@ def build_model(spec: ModelSpec) -> nn.Module:
             raise UsageError(f"model {spec.factory} has no nn.Linear or nn.Conv2d parameters to mask")
     else:
         net = MODELS.get(spec.arch)(spec)
+    return _frozen(net)
+
+
+def frozen_copy(module: nn.Module) -> nn.Module:
+    """A caller's own module (the Python API) as build_model would return it: a copy, frozen, in eval mode."""
+    if not masked_names(module):
+        raise UsageError(f"model {type(module).__name__} has no nn.Linear or nn.Conv2d parameters to mask")
+    return _frozen(copy.deepcopy(module).cpu())
+
+
+def _frozen(net: nn.Module) -> nn.Module:
     for p in net.parameters():
         p.requires_grad_(False)
     return net.eval()  # BatchNorm's mode is set per forward pass by MaskedNet (batchnorm.py); no dropout anywhere

@@ -13,7 +13,7 @@ from typing import Any
 from ticketcli import data as data_io
 from ticketcli import ticket as ticket_io
 from ticketcli.bounded import read_regular_file
-from ticketcli.data import DATASETS
+from ticketcli.data import DATASETS, DatasetInfo
 from ticketcli.errors import UsageError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
@@ -123,12 +123,13 @@ def parse_floats(text: str | list | tuple | None, what: str) -> tuple[float, ...
     return values
 
 
-def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
-    """Validate merged settings and freeze them into a RunSpec."""
+def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = None) -> RunSpec:
+    """Validate merged settings and freeze them into a RunSpec; `dataset`: the caller's in-memory data (the Python
+    API) in place of the registered dataset settings["dataset"] names."""
     s = {k: v if v is None or k not in RANGES else check_setting(k, v) for k, v in settings.items()}
     METHODS.get(s["method"])
     INIT_SCHEMES.get(s["init"])
-    info = DATASETS.get(s["dataset"])
+    info = DATASETS.get(s["dataset"]) if dataset is None else dataset
 
     if s["model"] is None:
         model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes), bias=s["bias"])
@@ -183,7 +184,7 @@ def build_extract_spec(settings: dict[str, Any]) -> RunSpec:
     elif s["match_sparsity_per_layer"]:
         raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
     data = DataSpec(
-        name=s["dataset"],
+        name=info.name,
         n_extract=s["n_extract"],
         n_val=s["n_val"],
         split_seed=s["seed"],

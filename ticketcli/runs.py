@@ -6,10 +6,12 @@ records (ticket fields, summaries) in runs_record.py."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from ticketcli import distributed, runs_checks, runs_record
 from ticketcli import ticket as ticket_io
@@ -19,65 +21,30 @@ from ticketcli.data import DATASETS, Splits, load_splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES, init_weights
 from ticketcli.methods import Progress
-from ticketcli.models import MaskedNet, build_model, check_param_count, parse_model, planned_shapes
+from ticketcli.methods.base import Details
+from ticketcli.models import MaskedNet, build_model, check_param_count, frozen_copy, parse_model, planned_shapes
+from ticketcli.runs_checks import check_input_shape, resolve_device
 from ticketcli.runs_inspect import inspect_ticket as inspect_ticket  # numpy only; re-exported for callers of runs
 from ticketcli.seeding import file_sha256, fingerprint, generator
 from ticketcli.specs import MAX_PARAMS, DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.train import evaluate
 
-DEVICES = "auto, cpu, cuda, cuda:N or mps"
-
-
-def resolve_device(name: str) -> torch.device:
-    """auto (CUDA if available, else the CPU), cpu, cuda, cuda:N or mps; under torchrun cuda means
-    cuda:LOCAL_RANK, one GPU per process."""
-    w = distributed.world()
-    if name == "auto":
-        if not torch.cuda.is_available():
-            return torch.device("cpu")
-        name = "cuda"
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"unknown device {name!r}; use {DEVICES}") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError(f"device {name!r} requested but CUDA is not available here", hint="use --device cpu")
-        if w.active:
-            if dev.index is not None:
-                raise UsageError(
-                    f"--device {name}: under torchrun each process uses cuda:LOCAL_RANK",
-                    hint="pass --device cuda (or auto)",
-                )
-            dev = torch.device("cuda", w.local_rank)
-        count = torch.cuda.device_count()
-        if dev.index is not None and dev.index >= count:
-            what = f"process with LOCAL_RANK {w.local_rank}" if w.active else f"device {name!r}"
-            raise UsageError(
-                f"{what}: this machine has {count} CUDA device{'s' * (count != 1)} (cuda:0 to cuda:{count - 1})"
-            )
-    elif dev.type == "mps":
-        if dev.index not in (None, 0):
-            raise UsageError(f"unknown device {name!r}; use {DEVICES}")
-        if not torch.backends.mps.is_available():
-            raise UsageError(
-                f"device {name!r} requested but MPS (Apple GPU) is not available here", hint="use --device cpu"
-            )
-    elif dev.type != "cpu":
-        raise UsageError(f"device type {dev.type!r} is not supported; use {DEVICES}")
-    return dev
-
 
 def build_net(
-    model: ModelSpec, init: InitSpec, weights_path: str | None, max_params: int = MAX_PARAMS
+    model: ModelSpec,
+    init: InitSpec,
+    weights_path: str | None,
+    max_params: int = MAX_PARAMS,
+    module: nn.Module | None = None,
 ) -> tuple[MaskedNet, dict, dict | None]:
     """The frozen network (on CPU), its weights, and the checkpoint record when weights came from a file.
 
     A built-in model bigger than max_params is refused before anything is allocated (worked out on the meta
-    device); a user's factory (run because the user named it) is counted once built."""
+    device); a user's factory (run because the user named it) is counted once built. `module`: the caller's own
+    nn.Module (the Python API) instead of the factory, used as a frozen copy (the caller's stays untouched)."""
     if model.arch != "user":
         planned_shapes(model, max_params)
-    module = build_model(model)
+    module = build_model(model) if module is None else frozen_copy(module)
     if model.arch == "user":
         check_param_count(model, sum(p.numel() for p in module.parameters()), max_params)
     if weights_path is None:
@@ -88,34 +55,6 @@ def build_net(
     net = MaskedNet(module, model)
     net.load_weights(weights)
     return net, weights, checkpoint
-
-
-def check_input_shape(model: ModelSpec, data: Splits, net: MaskedNet | None = None) -> None:
-    """A model/dataset mismatch as a one-line error naming both shapes (with `net`, by a forward on one example)."""
-    shape, name = tuple(data.x_test.shape[1:]), data.info["dataset"]
-    features = data.x_test[0].numel()
-    if model.arch == "mlp" and model.widths[0] != features:
-        raise UsageError(
-            f"model {model.to_string()} expects {model.widths[0]} inputs but {name} has {shape} = {features} features"
-        )
-    if model.input is not None and tuple(model.input) != shape:
-        raise UsageError(
-            f"model {model.to_string()} expects inputs of shape {tuple(model.input)} but {name} has {shape}"
-        )
-    if net is None:
-        return
-    try:
-        with torch.no_grad():
-            logits = net(data.x_test[:1].to(net.device))
-    except Exception as e:  # whatever the user's forward raises on the wrong shape
-        raise UsageError(
-            f"model {model.to_string()} does not accept {name} inputs of shape {shape}: "
-            f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-        ) from None
-    classes = DATASETS.get(name).classes if name in DATASETS else None
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or (classes and logits.shape[1] != classes):
-        got = tuple(logits.shape[1:]) if isinstance(logits, torch.Tensor) else type(logits).__name__
-        raise UsageError(f"model {model.to_string()} outputs {got} per example but {name} has {classes} classes")
 
 
 def extract_ticket(
@@ -134,27 +73,59 @@ def extract_ticket(
     check_destination(out, overwrite=overwrite)  # fail before the work, not after
     if checkpoint_every is not None:
         check_destination(checkpoint_path(out), overwrite=True)  # replaced every N epochs
-    device = resolve_device(spec.device)
     world = distributed.world()
-    checkpointing = checkpoint_every is not None or resume
-    method_class = runs_checks.method_for_run(spec.method.name, checkpointing=checkpointing)
-    net, weights, checkpoint = build_net(spec.model, spec.init, spec.weights, spec.max_params)
-    if checkpoint is not None and spec.weights is not None:  # readers look for it relative to the ticket first
-        checkpoint = {**checkpoint, "path": ticket_relative(spec.weights, out)}
-    splits = load_splits(spec.data)
-    check_input_shape(spec.model, splits, net)
-    net.to(device)
-    splits = splits.to(device)
-    net.calibration = splits.x_extract  # BatchNorm's evaluation statistics come from the extraction split
-    saver = None
-    if checkpointing:
+
+    def saver(weights: dict[str, torch.Tensor], device: torch.device) -> Checkpointer:
         # every rank resumes from the checkpoint; only rank 0 writes it
-        saver = Checkpointer(
+        return Checkpointer(
             checkpoint_path(out),
             every=checkpoint_every if world.main else None,
             identity=runs_record.run_identity(spec, weights, device),
             resume=resume,
         )
+
+    run = run_extraction(spec, progress=progress, checkpoint=saver if checkpoint_every is not None or resume else None)
+    if run.ticket.checkpoint is not None and spec.weights is not None:  # readers look for it beside the ticket first
+        run.ticket.checkpoint = {**run.ticket.checkpoint, "path": ticket_relative(spec.weights, out)}
+    size = None
+    if world.main:  # under torchrun only rank 0 writes; every rank holds the same masks (checked in run_extraction)
+        size = ticket_io.save(run.ticket, out, overwrite=overwrite)
+        if run.saver is not None:
+            run.saver.remove()
+    return runs_record.extract_summary(spec, run.ticket, out, size, run.source, run.details)
+
+
+@dataclass
+class Extraction:
+    """An extraction's ticket (not yet written) and what its summary reports beside it."""
+
+    ticket: ticket_io.Ticket
+    source: str  # where the data came from
+    details: Details
+    saver: Checkpointer | None
+
+
+def run_extraction(
+    spec: RunSpec,
+    *,
+    progress: Progress | None = None,
+    checkpoint: Callable[[dict[str, torch.Tensor], torch.device], Checkpointer] | None = None,
+    splits: Splits | None = None,
+    module: nn.Module | None = None,
+) -> Extraction:
+    """Run spec.method, rewind, evaluate: the ticket of `ticket extract` and of the Python API's extract.
+
+    checkpoint: makes the resumable-state saver from the initial weights and device. splits: the caller's data
+    instead of spec.data's dataset; module: the caller's nn.Module instead of spec.model's builder."""
+    device = resolve_device(spec.device)
+    method_class = runs_checks.method_for_run(spec.method.name, checkpointing=checkpoint is not None)
+    net, weights, from_file = build_net(spec.model, spec.init, spec.weights, spec.max_params, module)
+    splits = load_splits(spec.data) if splits is None else splits
+    check_input_shape(spec.model, splits, net)
+    net.to(device)
+    splits = splits.to(device)
+    net.calibration = splits.x_extract  # BatchNorm's evaluation statistics come from the extraction split
+    saver = None if checkpoint is None else checkpoint(weights, device)
 
     t0 = time.perf_counter()
     result = method_class().extract(
@@ -173,13 +144,8 @@ def extract_ticket(
     trained = runs_record.trained_metrics(net, result.trained_weights, masks, splits)
     net.load_weights(weights)  # rewind: the ticket is always evaluated on the original initialisation
     metrics = runs_record.run_metrics(net, masks, splits, spec, device=device, wall=wall, trained=trained)
-    tk = runs_record.make_ticket(spec, net, masks, weights, splits, result, metrics=metrics, checkpoint=checkpoint)
-    size = None
-    if world.main:  # under torchrun only rank 0 writes; every rank holds the same masks (checked above)
-        size = ticket_io.save(tk, out, overwrite=overwrite)
-        if saver is not None:
-            saver.remove()
-    return runs_record.extract_summary(spec, tk, out, size, splits.info["source"], result.details)
+    tk = runs_record.make_ticket(spec, net, masks, weights, splits, result, metrics=metrics, checkpoint=from_file)
+    return Extraction(tk, splits.info["source"], result.details, saver)
 
 
 def ticket_model(tk: ticket_io.Ticket, path: Path, policy: ModelPolicy) -> ModelSpec:
@@ -207,14 +173,21 @@ def ticket_model(tk: ticket_io.Ticket, path: Path, policy: ModelPolicy) -> Model
 
 
 def rebuild(
-    tk: ticket_io.Ticket, path: Path, weights_path: str | None, policy: ModelPolicy = ModelPolicy()
+    tk: ticket_io.Ticket,
+    path: Path,
+    weights_path: str | None,
+    policy: ModelPolicy = ModelPolicy(),
+    module: nn.Module | None = None,
 ) -> tuple[MaskedNet, dict]:
     """The ticket's network from its spec and seed (or checkpoint), checked against shapes and fingerprint.
 
     Refused before anything runs or is allocated: masks that no longer match their recorded digest, a factory
-    the policy does not allow importing, a model over policy.max_params or whose shapes differ from the ticket's."""
+    the policy does not allow importing, a model over policy.max_params or whose shapes differ from the ticket's.
+    `module`: the caller's own nn.Module for a factory's ticket (nothing is imported), weights drawn as for it."""
     ticket_io.require_intact(tk, path)
-    model = ticket_model(tk, path, policy)
+    model = ticket_model(tk, path, policy if module is None else replace(policy, trust_model_code=True))
+    if module is not None and model.arch != "user":
+        raise UsageError(f"{path} is a ticket of the built-in model {model.to_string()[:80]}; it takes no module")
     try:
         INIT_SCHEMES.get(tk.init["scheme"])
     except UsageError as e:
@@ -226,7 +199,7 @@ def rebuild(
     elif weights_path is not None:
         raise UsageError(f"{path} was built from seed {init.seed}; it takes no --weights")
     try:
-        net, weights, _ = build_net(model, init, weights_path, policy.max_params)
+        net, weights, _ = build_net(model, init, weights_path, policy.max_params, module)
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
     runs_checks.check_user_model(model, tk.model, net, path)
@@ -268,19 +241,35 @@ def open_ticket(
 ) -> OpenTicket:
     """Load and validate a ticket, rebuild its network and its own data splits (evaluate, train-weak)."""
     path = Path(path)
-    tk = ticket_io.load(path)
-    if tk.data["dataset"] not in DATASETS:  # before anything is built
+    return open_loaded(ticket_io.load(path), path, data=data, device=device, weights=weights, policy=policy)
+
+
+def open_loaded(
+    tk: ticket_io.Ticket,
+    path: Path,
+    *,
+    data: DataSpec,
+    device: str = "auto",
+    weights: str | None = None,
+    policy: ModelPolicy = ModelPolicy(),
+    splits: Splits | None = None,
+    module: nn.Module | None = None,
+) -> OpenTicket:
+    """open_ticket for a ticket already read (`path` names it in messages); splits: the caller's data instead of
+    the ticket's own dataset, module: the caller's nn.Module for a factory's ticket (rebuild)."""
+    if splits is None and tk.data["dataset"] not in DATASETS:  # before anything is built
         raise TicketFileError(f"{path}: unknown dataset {tk.data['dataset'][:80]!r}")
     dev = resolve_device(device)
-    net, init_weights_ = rebuild(tk, path, weights, policy)
-    spec = replace(
-        data,
-        name=tk.data["dataset"],
-        n_extract=tk.data["n_extract"],
-        n_val=tk.data["n_val"],
-        split_seed=tk.data["split_seed"],
-    )
-    splits = load_splits(spec)
+    net, init_weights_ = rebuild(tk, path, weights, policy, module)
+    if splits is None:
+        spec = replace(
+            data,
+            name=tk.data["dataset"],
+            n_extract=tk.data["n_extract"],
+            n_val=tk.data["n_val"],
+            split_seed=tk.data["split_seed"],
+        )
+        splits = load_splits(spec)
     check_input_shape(parse_model(tk.model["spec"]), splits, net)
     net.to(dev)
     masks = {n: m.to(dev) for n, m in tk.masks.items()}
@@ -299,7 +288,22 @@ def evaluate_ticket(
 ) -> dict:
     """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy."""
     path = Path(path)
-    o = open_ticket(path, data=data, device=device, weights=weights, policy=policy)
+    return evaluate_loaded(ticket_io.load(path), path, data=data, device=device, weights=weights, policy=policy)
+
+
+def evaluate_loaded(
+    tk: ticket_io.Ticket,
+    path: Path,
+    *,
+    data: DataSpec,
+    device: str = "auto",
+    weights: str | None = None,
+    policy: ModelPolicy = ModelPolicy(),
+    splits: Splits | None = None,
+    module: nn.Module | None = None,
+) -> dict:
+    """evaluate_ticket for a ticket already read (the Python API's Ticket.evaluate); see open_loaded."""
+    o = open_loaded(tk, path, data=data, device=device, weights=weights, policy=policy, splits=splits, module=module)
     tk, net, masks, splits, dev = o.ticket, o.net, o.masks, o.splits, o.device
     test = evaluate(net, masks, splits.x_test, splits.y_test)
     val = evaluate(net, masks, splits.x_val, splits.y_val)

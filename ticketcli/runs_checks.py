@@ -13,6 +13,7 @@ import torch
 from ticketcli import batchnorm, distributed
 from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import read_torch_file, recorded_locations
+from ticketcli.data import DATASETS, Splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.methods import METHODS, Method
 from ticketcli.models import MaskedNet, check_param_count, planned_shapes
@@ -211,3 +212,74 @@ def method_for_run(name: str, *, checkpointing: bool) -> type[Method]:
 def methods_where(test: Callable[[type[Method]], bool]) -> str:
     """The registered methods whose class passes `test`, for a refusal's hint."""
     return ", ".join(n for n in METHODS.names() if test(METHODS.get(n)))
+
+
+DEVICES = "auto, cpu, cuda, cuda:N or mps"
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto (CUDA if available, else the CPU), cpu, cuda, cuda:N or mps; under torchrun cuda means
+    cuda:LOCAL_RANK, one GPU per process."""
+    w = distributed.world()
+    if name == "auto":
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        name = "cuda"
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"unknown device {name!r}; use {DEVICES}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"device {name!r} requested but CUDA is not available here", hint="use --device cpu")
+        if w.active:
+            if dev.index is not None:
+                raise UsageError(
+                    f"--device {name}: under torchrun each process uses cuda:LOCAL_RANK",
+                    hint="pass --device cuda (or auto)",
+                )
+            dev = torch.device("cuda", w.local_rank)
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            what = f"process with LOCAL_RANK {w.local_rank}" if w.active else f"device {name!r}"
+            raise UsageError(
+                f"{what}: this machine has {count} CUDA device{'s' * (count != 1)} (cuda:0 to cuda:{count - 1})"
+            )
+    elif dev.type == "mps":
+        if dev.index not in (None, 0):
+            raise UsageError(f"unknown device {name!r}; use {DEVICES}")
+        if not torch.backends.mps.is_available():
+            raise UsageError(
+                f"device {name!r} requested but MPS (Apple GPU) is not available here", hint="use --device cpu"
+            )
+    elif dev.type != "cpu":
+        raise UsageError(f"device type {dev.type!r} is not supported; use {DEVICES}")
+    return dev
+
+
+def check_input_shape(model: ModelSpec, data: Splits, net: MaskedNet | None = None) -> None:
+    """A model/dataset mismatch as a one-line error naming both shapes (with `net`, by a forward on one example)."""
+    shape, name = tuple(data.x_test.shape[1:]), data.info["dataset"]
+    features = data.x_test[0].numel()
+    if model.arch == "mlp" and model.widths[0] != features:
+        raise UsageError(
+            f"model {model.to_string()} expects {model.widths[0]} inputs but {name} has {shape} = {features} features"
+        )
+    if model.input is not None and tuple(model.input) != shape:
+        raise UsageError(
+            f"model {model.to_string()} expects inputs of shape {tuple(model.input)} but {name} has {shape}"
+        )
+    if net is None:
+        return
+    try:
+        with torch.no_grad():
+            logits = net(data.x_test[:1].to(net.device))
+    except Exception as e:  # whatever the user's forward raises on the wrong shape
+        raise UsageError(
+            f"model {model.to_string()} does not accept {name} inputs of shape {shape}: "
+            f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        ) from None
+    classes = DATASETS.get(name).classes if name in DATASETS else None
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or (classes and logits.shape[1] != classes):
+        got = tuple(logits.shape[1:]) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise UsageError(f"model {model.to_string()} outputs {got} per example but {name} has {classes} classes")

@@ -8,7 +8,6 @@ from typing import Any
 
 import torch
 
-import ticketcli
 from ticketcli import batchnorm, distributed
 from ticketcli import ticket as ticket_io
 from ticketcli.data import Splits
@@ -20,6 +19,7 @@ from ticketcli.models import MaskedNet
 from ticketcli.seeding import fingerprint
 from ticketcli.specs import ModelSpec, RunSpec
 from ticketcli.train import evaluate
+from ticketcli.version import __version__
 
 
 def model_record(model: ModelSpec, net: MaskedNet) -> dict:
@@ -149,7 +149,7 @@ def make_ticket(
         data={k: v for k, v in splits.info.items() if k != "source"},
         sparsity=sparsity_report(masks, spec, result.details),
         metrics=metrics,
-        created_by={"ticketcli": ticketcli.__version__, "torch": torch.__version__},
+        created_by={"ticketcli": __version__, "torch": torch.__version__},
         checkpoint=checkpoint,
     )
 

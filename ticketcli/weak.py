@@ -16,7 +16,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import save as st_save
 
-import ticketcli
 from ticketcli import distributed
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.errors import RunFailed
@@ -25,6 +24,7 @@ from ticketcli.runs import OpenTicket, open_ticket
 from ticketcli.seeding import file_sha256, generator
 from ticketcli.specs import DataSpec, ModelPolicy, check_precision, check_setting
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
+from ticketcli.version import __version__
 
 WEIGHTS_FORMAT = "ticketcli-trained-weights"
 
@@ -194,7 +194,7 @@ def train_weak(
             "optimizer": json.dumps(spec.optim.to_dict()),
             "data": json.dumps(result["data"]),
             "final": json.dumps({k: v["accuracy"] for k, v in masked["final"].items()}),
-            "created_by": json.dumps({"ticketcli": ticketcli.__version__, "torch": torch.__version__}),
+            "created_by": json.dumps({"ticketcli": __version__, "torch": torch.__version__}),
         }
         size = write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite)
         result["out"] = {"path": str(out), "file_bytes": size}

@@ -1,0 +1,119 @@
+"""The Python API's data argument: a registered dataset's name, or the caller's own examples (tensors, a torch
+Dataset, DataLoaders), turned into what `ticket extract` works on (data.draw_splits draws the seeded split)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Union
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ticketcli.data import DatasetInfo, Pools, Splits, draw_splits
+from ticketcli.data_memory import HELD_OUT, IN_MEMORY, memory_pools, memory_splits
+from ticketcli.errors import UsageError
+
+Examples = Union[tuple[torch.Tensor, torch.Tensor], Dataset, DataLoader]  # one set of (x, y) examples
+Data = Union[str, Examples, Mapping[str, Examples], tuple[Examples, ...]]  # what extract's `data` accepts
+SPLIT_KEYS = ("extract", "val", "test")
+
+
+@dataclass(frozen=True)
+class Given:
+    """The caller's examples: a training pool to split (pools) or three ready splits (splits), never both."""
+
+    pools: Pools | None
+    splits: Splits | None
+    info: DatasetInfo  # shape and classes, for sizing the model as a registered dataset would
+
+
+def examples(source: object, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, y) from a pair of tensors, a Dataset of (x, y) items or a DataLoader of (x, y) batches, in order."""
+    if isinstance(source, (tuple, list)) and len(source) == 2 and all(isinstance(t, torch.Tensor) for t in source):
+        return source[0], source[1]
+    if isinstance(source, DataLoader):
+        return _stack(source, what, batched=True)
+    if isinstance(source, Dataset):
+        return _stack(source, what, batched=False)  # type: ignore[arg-type]  # map-style: iterable by index
+    raise UsageError(
+        f"{what}: expected (x, y) tensors, a torch Dataset or a DataLoader, got {type(source).__name__}",
+        hint="or a dataset name such as 'digits'",
+    )
+
+
+def _stack(items: Iterable[Any], what: str, *, batched: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    xs, ys = [], []
+    for item in items:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise UsageError(f"{what}: each {'batch' if batched else 'item'} must be an (x, y) pair")
+        x, y = item
+        xs.append(torch.as_tensor(x))
+        ys.append(torch.as_tensor(y))
+    if not xs:
+        raise UsageError(f"{what} holds no examples")
+    if batched:
+        return torch.cat(xs), torch.cat(ys).reshape(-1)
+    return torch.stack(xs), torch.stack(ys).reshape(-1)
+
+
+def given(data: object, seed_for_test: int) -> Given:
+    """The caller's data, checked: one pool (x, y) / Dataset / DataLoader (a seeded share held out as its test
+    set), {"train": ..., "test": ...} (a pool and its test set), or the three splits as {"extract", "val",
+    "test"} or a 3-tuple."""
+    if isinstance(data, Mapping):
+        keys = set(data)
+        if keys == set(SPLIT_KEYS):
+            return _ready(tuple(data[k] for k in SPLIT_KEYS))
+        if keys == {"train", "test"}:
+            test = examples(data["test"], "test data")
+            return _pool(memory_pools(*examples(data["train"], "train data"), test, seed_for_test))
+        raise UsageError(
+            f"data keys {sorted(map(str, keys))} are not a split layout",
+            hint="use {'extract', 'val', 'test'} or {'train', 'test'}",
+        )
+    if isinstance(data, (tuple, list)) and len(data) == 3:
+        return _ready(tuple(data))
+    return _pool(memory_pools(*examples(data, "data"), None, seed_for_test))
+
+
+def _ready(sources: tuple[object, ...]) -> Given:
+    pairs = tuple(examples(s, f"{k} data") for s, k in zip(sources, SPLIT_KEYS))
+    splits = memory_splits(pairs, split_seed=0)
+    return Given(None, splits, _info(splits.x_extract, (splits.y_extract, splits.y_val, splits.y_test)))
+
+
+def _pool(pools: Pools) -> Given:
+    return Given(pools, None, _info(pools.x_train, (pools.y_train, pools.y_test)))
+
+
+def _info(x: torch.Tensor, labels: tuple[torch.Tensor, ...]) -> DatasetInfo:
+    """A registered dataset's description of the caller's data: (C, H, W) as images have it ((1, 1, F) for flat
+    features, so that an MLP is sized by F), classes = the largest label + 1."""
+    shape = tuple(x.shape[1:])
+    chw = (int(shape[0]), int(shape[1]), int(shape[2])) if len(shape) == 3 else (1, 1, int(x[0].numel()))
+    classes = max(int(y.max()) for y in labels) + 1
+
+    def load(_: object) -> Pools:
+        raise UsageError("in-memory data has no files to load")  # never called: runs get the splits themselves
+
+    return DatasetInfo(IN_MEMORY, chw, classes, 0, 0, load)
+
+
+def splits_for(g: Given, n_extract: int | None, n_val: int | None, split_seed: int) -> Splits:
+    """The splits of the caller's data: ready ones as given (recording the seed), a pool drawn by data.draw_splits
+    (n_val defaults to HELD_OUT of the pool, n_extract to the rest)."""
+    if g.splits is not None:
+        if n_extract is not None or n_val is not None:
+            raise UsageError("n_extract and n_val draw splits from one pool; the data came already split")
+        return Splits(**{k: getattr(g.splits, k) for k in _TENSORS}, info={**g.splits.info, "split_seed": split_seed})
+    assert g.pools is not None
+    n = len(g.pools.y_train)
+    n_v = max(1, int(n * HELD_OUT)) if n_val is None else n_val
+    n_e = n - n_v if n_extract is None else n_extract
+    if n_e < 1 or n_v < 1:
+        raise UsageError(f"data: {n} training examples leave none for extraction or validation")
+    return draw_splits(g.pools, IN_MEMORY, n_e, n_v, split_seed)
+
+
+_TENSORS = ("x_extract", "y_extract", "x_val", "y_val", "x_test", "y_test")

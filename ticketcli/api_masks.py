@@ -1,0 +1,113 @@
+"""Masks on any nn.Module in torch.nn.utils.prune's layout: the frozen W becomes `<name>_orig`, the mask a
+`<name>_mask` buffer, and a forward pre-hook sets `<name>` = W * M before every forward pass. So an ordinary
+forward pass, state_dict() (the layout `ticket export --format prune` writes), torch.save of the whole module,
+hooks and fine-tuning all see the masked network, and gradients reach W with masked entries exactly zero."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn.utils import prune
+
+from ticketcli.errors import UsageError
+from ticketcli.models import masked_names
+
+
+def _few(names: list[str], n: int = 5) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def check_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict: bool = True) -> None:
+    """Every mask names a parameter of `module` of its shape and, with strict, every Linear/Conv2d parameter has
+    a mask (the ones a ticket masks): otherwise one UsageError line naming the first offenders."""
+    if masked(module):
+        raise UsageError("the module already carries masks; remove_masks(module) first")
+    params = dict(module.named_parameters())
+    missing = [n for n in masks if n not in params]
+    if missing:
+        raise UsageError(f"the module has no parameter {_few(missing)} (masks name {len(masks)} parameters)")
+    wrong = [
+        f"{n} {list(masks[n].shape)} vs {list(params[n].shape)}" for n in masks if masks[n].shape != params[n].shape
+    ]
+    if wrong:
+        raise UsageError(f"mask shapes differ from the module's parameters: {_few(wrong)}")
+    uncovered = [n for n in masked_names(module) if n not in masks]
+    if strict and uncovered:
+        raise UsageError(
+            f"no mask for the module's Linear/Conv2d parameter {_few(uncovered)}",
+            hint="pass strict=False to leave them unmasked",
+        )
+
+
+def masked(module: nn.Module) -> list[tuple[nn.Module, str]]:
+    """(owner, parameter name) of every parameter masked in torch.nn.utils.prune's layout."""
+    return [(owner, attr) for owner in module.modules() for attr in _own(owner)]
+
+
+def _own(owner: nn.Module) -> list[str]:
+    """The names of `owner`'s own parameters (not its children's) that carry a mask."""
+    hooks = owner._forward_pre_hooks.values()
+    return [h._tensor_name for h in hooks if isinstance(h, prune.BasePruningMethod)]
+
+
+def apply_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict: bool = True) -> nn.Module:
+    """Put each mask on the parameter it names (torch.nn.utils.prune.custom_from_mask); returns `module`.
+
+    Names are parameter names as in `module.named_parameters()` ("layers.0.weight"); masks are bool (or 0/1)
+    tensors of the parameters' shapes. strict: every Linear/Conv2d parameter must get one."""
+    check_masks(module, masks, strict=strict)
+    owners = dict(module.named_modules())
+    for name, mask in masks.items():
+        owner, _, attr = name.rpartition(".")
+        param = getattr(owners[owner], attr)
+        # the mask in W's dtype: W * M is then the very product the ticket's own evaluation computes
+        prune.custom_from_mask(owners[owner], attr, mask.to(param.device, torch.bool))
+    return module
+
+
+def remove_masks(module: nn.Module, *, bake: bool = True) -> nn.Module:
+    """Take the masks off again; bake=True leaves W * M as the plain parameter, bake=False restores W."""
+    for owner, attr in masked(module):
+        original = getattr(owner, f"{attr}_orig").detach().clone()
+        prune.remove(owner, attr)
+        if not bake:
+            with torch.no_grad():
+                getattr(owner, attr).copy_(original)
+    return module
+
+
+def load_pruned(module: nn.Module, state: Mapping[str, torch.Tensor] | str | Path) -> nn.Module:
+    """Load a `ticket export --format prune` state dict (or file) into a plain module of the same architecture.
+
+    That layout is torch.nn.utils.prune's (`<name>_orig` and the `<name>_mask` buffer), which a plain module lacks:
+    each of them is prepared with prune.identity first (apply_masks leaves a module in that layout already), then
+    the state is loaded strictly; returns `module`."""
+    if isinstance(state, (str, Path)):
+        state = _read_state(Path(state))
+    owners = dict(module.named_modules())
+    pruned = [k[: -len("_orig")] for k in state if k.endswith("_orig") and f"{k[: -len('_orig')]}_mask" in state]
+    done = {f"{prefix}.{attr}" if prefix else attr for prefix, m in module.named_modules() for attr in _own(m)}
+    for name in (n for n in pruned if n not in done):
+        owner, _, attr = name.rpartition(".")
+        if owner not in owners or not isinstance(getattr(owners[owner], attr, None), nn.Parameter):
+            raise UsageError(f"the module has no parameter {name} for the export's {name}_orig")
+        prune.identity(owners[owner], attr)
+    try:
+        module.load_state_dict(dict(state))
+    except RuntimeError as e:  # missing or unexpected keys, wrong shapes: torch's message says which
+        raise UsageError(f"the prune export does not fit this module: {' '.join(str(e).split())[:300]}") from None
+    return module
+
+
+def _read_state(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    loaded = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(loaded, dict):
+        raise UsageError(f"{path} does not hold a state dict")
+    return loaded
