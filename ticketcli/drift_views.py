@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from ticketcli.report.console import stdout
-from ticketcli.report.plots import png_bytes, pyplot
+from ticketcli.report.plots import drift_data, drift_method, png_bytes, pyplot, run_title
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _pct(x: float | None) -> str:
@@ -100,7 +103,12 @@ def tradeoff_table(r: dict[str, Any]) -> None:
 
 
 def tradeoff_plot(r: dict[str, Any]) -> bytes:
-    """PNG: accuracy against achieved activation sparsity, one line per model, the cliff marked."""
+    """tradeoff_figure as PNG bytes."""
+    return png_bytes(tradeoff_figure(r), dpi=100)
+
+
+def tradeoff_figure(r: dict[str, Any]) -> Figure:
+    """Accuracy against achieved activation sparsity, one line per model, the cliff marked."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for model, m in r["models"].items():
@@ -119,7 +127,8 @@ def tradeoff_plot(r: dict[str, Any]) -> bytes:
         ax.axhline(r["chance"], color="grey", lw=0.8, ls="--", label="chance")
     ax.set_xlabel("achieved activation sparsity (probe batch)")
     ax.set_ylabel("probe accuracy")
-    ax.set_title(f"sparsity-accuracy trade-off ({r['mode']}; thick segment: the cliff)")
+    how = run_title(drift_data(r), ", ".join(r["models"]), drift_method(r), f"control {r['mode']}")
+    ax.set_title(f"drift trade-off: {how}\n(thick segment: the cliff)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return png_bytes(fig, dpi=100)
+    return fig

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -45,14 +47,27 @@ class LiteralConsole(Console):
         return super().render_str(literal(text), **kwargs)
 
 
+def no_color() -> bool:
+    """NO_COLOR set to any non-empty value (no-color.org): no colour, and no other styling either."""
+    return os.environ.get("NO_COLOR", "") != ""
+
+
+def _console(file: IO[str]) -> Console:
+    # Rich's own NO_COLOR handling drops colours but keeps bold and underline escapes; without a colour system it
+    # writes none at all, even under FORCE_COLOR. TERM=dumb needs nothing here: Rich gives a dumb terminal no colour.
+    if no_color():
+        return LiteralConsole(file=file, soft_wrap=True, color_system=None)
+    return LiteralConsole(file=file, soft_wrap=True)
+
+
 def stdout() -> Console:
     """The console for results."""
-    return LiteralConsole(file=sys.stdout, soft_wrap=True)
+    return _console(sys.stdout)
 
 
 def stderr() -> Console:
     """The console for people: progress, warnings."""
-    return LiteralConsole(file=sys.stderr, soft_wrap=True)
+    return _console(sys.stderr)
 
 
 def finite_json(obj: object) -> object:
@@ -103,6 +118,40 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
+# A CI log gets at most one line per this many seconds from a long loop (sweep-k configurations, drift steps);
+# epoch loops print every epoch, since an epoch is the unit a reader counts in.
+PLAIN_EVERY_S = 10.0
+
+
+def plain_progress() -> bool:
+    """Progress as plain lines rather than a Rich bar: stderr is not a terminal (a CI log, a file, a pipe, where a
+    bar shows nothing until the end), or a terminal that cannot redraw a line (TERM=dumb)."""
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stream
+        tty = False
+    return not tty or os.environ.get("TERM", "").lower() in ("dumb", "unknown")
+
+
+class PlainLines:
+    """Progress lines on stderr, one per call, or, when throttled, the first, the last and then at most one every
+    `every` seconds: a log shows that the run is alive and how far it got without a line per step."""
+
+    def __init__(self, every: float = PLAIN_EVERY_S, clock: Callable[[], float] = time.monotonic):
+        self.every = every
+        self.clock = clock
+        self.shown_at: float | None = None
+
+    def emit(self, text: str, *, throttled: bool = False, last: bool = False) -> None:
+        """Write one line, unless throttled and the previous one is less than `every` seconds old."""
+        now = self.clock()
+        if throttled and not last and self.shown_at is not None and now - self.shown_at < self.every:
+            return
+        self.shown_at = now
+        sys.stderr.write(_line(text))
+        sys.stderr.flush()
+
+
 def _bar(description: str, fields: str) -> Progress:
     """The progress bar every command draws on stderr: name, bar, done/total, its own fields, elapsed and ETA."""
     columns = [
@@ -116,12 +165,33 @@ def _bar(description: str, fields: str) -> Progress:
     return Progress(*columns, console=stderr(), transient=False)
 
 
+def epoch_line(label: str, total: int, stats: dict) -> str:
+    """One plain progress line of an epoch (or step, or run) loop: `augmented epoch 12/100 loss 0.4123 acc 0.8712
+    sparsity 0.900`."""
+    where = f"{label} round {stats['round']}" if "round" in stats else label
+    unit = stats.get("unit", "epoch")
+    return (
+        f"{where} {unit} {stats['epoch']}/{stats.get('epochs', total)} loss {stats['loss']:.4f}"
+        f" acc {stats['accuracy']:.4f} sparsity {stats['sparsity']:.3f}"
+    )
+
+
 @contextmanager
 def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[[dict], None] | None]:
     """A progress bar over epochs (loss, running accuracy, current achieved sparsity), shown from the first epoch
-    on, so that errors before training (bad data, bad spec) are not preceded by an empty bar."""
+    on, so that errors before training (bad data, bad spec) are not preceded by an empty bar. Without a terminal,
+    a plain line per epoch (throttled for steps and runs, which come many and fast)."""
     if quiet:
         yield None
+        return
+    if plain_progress():
+        lines = PlainLines()
+
+        def line(stats: dict) -> None:
+            last = stats["epoch"] >= stats.get("epochs", total)
+            lines.emit(epoch_line(label, total, stats), throttled=stats.get("unit", "epoch") != "epoch", last=last)
+
+        yield line
         return
     bar = _bar(
         "{task.description}", "loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}"
@@ -150,18 +220,35 @@ def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[
             bar.stop()
 
 
+def _sweep_what(record: dict, resumed: bool) -> str:
+    # ids come from --out-dir files too, hence literal()
+    return literal(f"{record['id']} ({'resumed' if resumed else pct(record['test_accuracy']) + ' test'})")
+
+
 @contextmanager
 def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict, bool], None] | None]:
-    """A progress bar over a sweep's configurations (resumed ones count as done at once), with ETA."""
+    """A progress bar over a sweep's configurations (resumed ones count as done at once), with ETA; without a
+    terminal, a plain line for the first and last configuration and at most one every PLAIN_EVERY_S between."""
     if quiet:
         yield None
+        return
+    if plain_progress():
+        lines, done = PlainLines(), 0
+
+        def line(record: dict, resumed: bool) -> None:
+            nonlocal done
+            done += 1
+            lines.emit(
+                f"sweep-k {done}/{total} last {_sweep_what(record, resumed)}", throttled=True, last=done >= total
+            )
+
+        yield line
         return
     with _bar("sweep-k", "last {task.fields[last]}") as bar:
         task = bar.add_task("sweep-k", total=total, last="-")
 
         def update(record: dict, resumed: bool) -> None:
-            how = "resumed" if resumed else f"{pct(record['test_accuracy'])} test"
-            bar.update(task, advance=1, last=literal(f"{record['id']} ({how})"))  # ids come from --out-dir files too
+            bar.update(task, advance=1, last=_sweep_what(record, resumed))
 
         yield update
 
@@ -169,9 +256,20 @@ def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict, bool]
 @contextmanager
 def runs_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict], None] | None]:
     """One progress bar per training run (stats["run"]: masked, dense), each over epochs, with loss and
-    validation accuracy."""
+    validation accuracy; without a terminal, a plain line per epoch."""
     if quiet:
         yield None
+        return
+    if plain_progress():
+        lines = PlainLines()
+
+        def line(stats: dict) -> None:
+            lines.emit(
+                f"{stats['run']} epoch {stats['epoch']}/{total} loss {stats['loss']:.4f}"
+                f" val acc {stats['val_accuracy']:.4f}"
+            )
+
+        yield line
         return
     bar = _bar("{task.description}", "loss {task.fields[loss]}  val acc {task.fields[acc]}")
     tasks: dict[str, TaskID] = {}

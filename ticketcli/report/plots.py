@@ -1,4 +1,5 @@
-"""PNG figures (matplotlib, Agg backend) returned as bytes; the caller writes them with atomic.write_atomic."""
+"""PNG figures (matplotlib, Agg backend): each `*_figure(result)` builds a Figure whose title names the run (dataset,
+model, method), and `*_plot(result)` returns it as PNG bytes for the caller to write with atomic.write_atomic."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ def png_bytes(fig: Figure, *, dpi: int) -> bytes:
     finally:
         plt.close(fig)
     return buf.getvalue()
+
+
+def run_title(*parts: object) -> str:
+    """A figure's title: what identifies the run (dataset, model, method, ...), the parts that are set."""
+    return ", ".join(str(p) for p in parts if p not in (None, ""))
 
 
 def sweep_plot(result: dict) -> bytes:
@@ -113,13 +119,28 @@ def sweep_figure(result: dict) -> Figure:
     ax2.set_ylabel("test accuracy (%)")
     ax2.set_title("accuracy vs achieved sparsity")
     ax2.legend(fontsize=8)
+    others = [m for m in dict.fromkeys(r.get("method", r["group"]) for r in records) if m != "edge-popup"]
+    methods = "edge-popup sweep" + (f" vs {', '.join(others)}" if others else "")
+    st = result.get("settings", {})  # the command's settings: model, dataset, epochs
+    epochs = f"{st['epochs']} epochs" if "epochs" in st else None
+    fig.suptitle(f"sweep-k: {run_title(st.get('dataset'), st.get('model'), methods, epochs, _seeds(seeds))}")
     fig.tight_layout()
     return fig
 
 
+def _seeds(seeds: list) -> str:
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
+
+
 def weak_plot(r: dict) -> bytes:
-    """PNG of validation accuracy and training loss per epoch, masked vs dense (epoch 0 = before training)."""
+    """weak_figure as PNG bytes."""
+    return png_bytes(weak_figure(r), dpi=100)
+
+
+def weak_figure(r: dict) -> Figure:
+    """Validation accuracy and training loss per epoch, masked vs dense (epoch 0 = before training)."""
     plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
 
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for k, style in (("masked", "-o"), ("dense", "--s")):
@@ -130,27 +151,73 @@ def weak_plot(r: dict) -> bytes:
         acc = [run["initial"]["val"]["accuracy"]] + [p["val_accuracy"] for p in run["curve"]]
         acc_ax.plot(epochs, [100 * a for a in acc], style, markersize=3, label=k)
         loss_ax.plot(epochs[1:], [p["loss"] for p in run["curve"]], style, markersize=3, label=k)
-    acc_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title=f"{r['method']} ticket, seed {r['seed']}")
-    loss_ax.set(xlabel="epoch", ylabel="training loss", title=f"sparsity {pct(r['sparsity']['achieved'])}")
+    acc_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title="validation accuracy")
+    loss_ax.set(xlabel="epoch", ylabel="training loss", title="training loss")
     for ax in (acc_ax, loss_ax):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # an epoch is whole: no 0.5 or 2.5 ticks
         ax.grid(alpha=0.3)
         ax.legend()
+    data = r.get("data", {}).get("dataset")
+    ticket = f"{r['method']} ticket (seed {r['seed']}, sparsity {pct(r['sparsity']['achieved'])})"
+    trained = f"{r['epochs']} epochs" if "epochs" in r else None
+    fig.suptitle(f"train-weak: {run_title(data, r.get('model'), ticket, trained)}")
     fig.tight_layout()
-    return png_bytes(fig, dpi=100)
+    return fig
 
 
 def drift_plot(r: dict) -> bytes:
-    """PNG: weight mean per layer; negative pre-activation share and activation sparsity per hidden layer."""
+    """drift_figure as PNG bytes."""
+    return png_bytes(drift_figure(r), dpi=100)
+
+
+def relu_panels_coincide(r: dict) -> bool:
+    """Whether activation sparsity equals the negative pre-activation share in every layer at every step: so for
+    ReLU under the exact-zero rule (relu(h) == 0 exactly when h <= 0), unless a pre-activation is exactly 0 (a unit
+    whose weights the mask removed), which counts as sparse but not as negative."""
+    if r.get("activation") != "relu" or r.get("zero_threshold", 0.0) != 0.0:
+        return False
+    for stats in r["summary"]["layers"].values():
+        if "sparsity" not in stats:
+            continue
+        pairs = zip(stats["sparsity"]["mean"], stats["neg_preact_share"]["mean"], strict=True)
+        if any((a is None) != (b is None) or (a is not None and abs(a - b) > 1e-12) for a, b in pairs):
+            return False
+    return True
+
+
+def drift_data(r: dict) -> str:
+    """What a drift run trained on: the dataset, the text corpus, or random inputs."""
+    if r.get("inputs", "data") != "data":
+        return f"{r['inputs']} inputs"
+    return "text corpus" if r.get("dataset") == "text" else str(r.get("dataset", ""))
+
+
+def drift_method(r: dict) -> str:
+    """How a drift run trained: optimiser, learning rate, loss and activation (the ticket's kept weights only)."""
+    opt = r.get("optimizer") or {}
+    how = f"{opt.get('name', '?')} lr {opt.get('lr', '?'):g}" if opt else None
+    what = "ticket's kept weights" if r.get("masked") else "weight training"
+    return run_title(what, how, r.get("loss"), r.get("activation"))
+
+
+def drift_figure(r: dict) -> Figure:
+    """Weight mean per layer; negative pre-activation share and activation sparsity per hidden layer, in one panel
+    for ReLU, where the two are the same numbers (relu_panels_coincide)."""
     plt = pyplot()
 
     sm = r["summary"]
     steps = sm["steps"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    panels = (
+    panels: tuple[tuple[str, str], ...] = (
         ("weight_mean", "weight mean"),
         ("neg_preact_share", "share of negative pre-activations"),
         ("sparsity", f"activation sparsity ({r['zero_rule']})"),
     )
+    if relu_panels_coincide(r):
+        panels = (
+            panels[0],
+            ("sparsity", f"activation sparsity ({r['zero_rule']})\n= share of negative pre-activations (ReLU)"),
+        )
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2))
     for ax, (metric, title) in zip(axes, panels):
         for layer, stats in sm["layers"].items():
             if metric not in stats:
@@ -168,9 +235,6 @@ def drift_plot(r: dict) -> bytes:
         ax.set_xlabel("step")
         ax.legend(fontsize=8)
     seeds = f"{len(r['seeds'])} seeds (mean ± std)" if len(r["seeds"]) > 1 else f"seed {r['seeds'][0]}"
-    fig.suptitle(
-        f"{r['model']} {r['activation']} {r['loss']} inputs={r['inputs']}, {seeds}"
-        + (", ticket (kept weights)" if r["masked"] else "")
-    )
+    fig.suptitle(f"drift: {run_title(drift_data(r), r['model'], drift_method(r), seeds)}")
     fig.tight_layout()
-    return png_bytes(fig, dpi=100)
+    return fig

@@ -1,0 +1,123 @@
+"""Every PNG names its run (dataset, model, method) in its title; train-weak's x-axis ticks are whole epochs; drift
+draws activation sparsity and the negative pre-activation share as one panel for ReLU, where they are the same
+numbers, and as two otherwise. The commands run for real; the Figures they save are captured and inspected."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from matplotlib.figure import Figure
+from typer.testing import CliRunner
+
+from ticketcli import drift_views, sweep_summary
+from ticketcli.cli import app
+from ticketcli.report import plots
+
+runner = CliRunner()
+MODEL = "mlp:64-16-10"
+DRIFT = ["drift", "--dataset", "digits", "--model", MODEL, "--batch-size", "64", "--probe-size", "100"]
+DRIFT += ["--steps", "4", "--log-every", "2", "--quiet"]
+
+
+@pytest.fixture
+def saved(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+    """The Figures the commands turn into PNG files, in order (a closed Figure can still be inspected)."""
+    figures: list[Figure] = []
+    original = plots.png_bytes
+
+    def capture(fig: Figure, *, dpi: int) -> bytes:
+        figures.append(fig)
+        return original(fig, dpi=dpi)
+
+    monkeypatch.setattr(plots, "png_bytes", capture)
+    monkeypatch.setattr(drift_views, "png_bytes", capture)
+    return figures
+
+
+def title(fig: Figure) -> str:
+    """The suptitle and every axes title."""
+    sup = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    return " | ".join([sup, *(ax.get_title() for ax in fig.axes)])
+
+
+def invoke(*args: str) -> dict:
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def ticket(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("plots") / "t.safetensors"
+    args = ["extract", "--dataset", "digits", "--model", MODEL, "--method", "edge-popup", "--epochs", "2"]
+    invoke(*args, "--n-extract", "300", "--n-val", "100", "--seed", "3", "--out", str(out), "--quiet")
+    return out
+
+
+def test_train_weak_names_the_run_and_counts_whole_epochs(ticket, tmp_path, saved):
+    png = tmp_path / "w.png"
+    invoke("train-weak", str(ticket), "--epochs", "3", "--dense-baseline", "--plot", str(png), "--quiet")
+    (fig,) = saved
+    for needle in ("train-weak", "digits", MODEL, "edge-popup", "seed 3", "3 epochs"):
+        assert needle in title(fig), title(fig)
+    assert len(fig.axes) == 2
+    for ax in fig.axes:
+        lo, hi = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_drift_relu_draws_one_panel_saying_the_two_shares_are_equal(tmp_path, saved):
+    doc = invoke(*DRIFT, "--activation", "relu", "--plot", str(tmp_path / "d.png"))
+    (fig,) = saved
+    assert len(fig.axes) == 2, title(fig)
+    assert "= share of negative pre-activations (ReLU)" in fig.axes[1].get_title()
+    for needle in ("drift", "digits", MODEL, "adam lr 0.001", "cross-entropy", "relu", "seed 0"):
+        assert needle in title(fig), title(fig)
+    assert plots.relu_panels_coincide(doc)
+    # the oracle of the claim: the JSON's two series are the same numbers for every hidden layer
+    hidden = [s for s in doc["summary"]["layers"].values() if "sparsity" in s]
+    assert hidden and all(s["sparsity"]["mean"] == s["neg_preact_share"]["mean"] for s in hidden)
+
+
+def test_drift_keeps_both_panels_when_the_shares_differ(tmp_path, saved):
+    doc = invoke(*DRIFT, "--activation", "gelu", "--plot", str(tmp_path / "d.png"))
+    (fig,) = saved
+    assert len(fig.axes) == 3 and "gelu" in title(fig)
+    assert not plots.relu_panels_coincide(doc)
+    # ReLU with a pre-activation exactly 0 (a unit the mask emptied): sparse but not negative, so two panels
+    relu = invoke(*DRIFT, "--activation", "relu")
+    layer = next(s for s in relu["summary"]["layers"].values() if "sparsity" in s)
+    layer["sparsity"]["mean"][-1] += 0.25
+    assert not plots.relu_panels_coincide(relu)
+    assert len(plots.drift_figure(relu).axes) == 3
+
+
+def test_drift_tradeoff_names_data_models_and_control(tmp_path, saved):
+    png = tmp_path / "t.png"
+    invoke(*DRIFT, "--tradeoff", "0.5,0.9", "--model", f"{MODEL},mlp:64-16-16-10+res", "--plot", str(png))
+    (fig,) = saved
+    for needle in ("trade-off", "digits", MODEL, "mlp:64-16-16-10+res", "adam", "control"):
+        assert needle in title(fig), title(fig)
+
+
+def _record(i: int, seed: int, group: str, method: str, fixed: bool = False) -> dict:
+    acc, achieved = 0.5 + 0.01 * i, 0.8 + 0.01 * i
+    return dict(id=f"r{i}", seed=seed, group=group, config=f"k{i}", fixed=fixed, method=method) | {
+        "val_accuracy": acc,
+        "test_accuracy": acc,
+        "achieved_sparsity": achieved,
+    }
+
+
+def test_sweep_names_dataset_model_methods_and_seeds():
+    records = [_record(i, s, "edge-popup", "edge-popup", fixed=i == 0) for s in (0, 1) for i in range(3)]
+    records += [_record(9, s, "augmented", "augmented") for s in (0, 1)]
+    result = {"records": records, "summary": sweep_summary.summarize(records)}
+    result["settings"] = {"dataset": "digits", "model": MODEL, "epochs": 2}
+    fig = plots.sweep_figure(copy.deepcopy(result))
+    for needle in ("sweep-k", "digits", MODEL, "edge-popup sweep vs augmented", "2 epochs", "2 seeds"):
+        assert needle in title(fig), title(fig)
