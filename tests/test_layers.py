@@ -27,6 +27,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.seeding",
         "ticketcli.spec_syntax",
         "ticketcli.specs",
+        "ticketcli.contract",
     ],
     # core: networks, weights, data, masks, training, the ticket file; they take specs, never flags
     [

@@ -200,6 +200,7 @@ def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, t
             "device": stored.get("device"),
         },
         "reproduced": reproduced,
-        "sparsity": {"requested": tk.sparsity.get("requested"), "achieved": tk.sparsity.get("achieved")},
+        "sparsity": {"requested": tk.sparsity.get("requested"), "achieved": tk.sparsity.get("achieved")}
+        | {k: tk.sparsity[k] for k in ("kept", "total", "per_layer") if k in tk.sparsity},
         "integrity": tk.integrity,
     }

@@ -161,7 +161,8 @@ def train_weak(
     tk = o.ticket
     masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress)
     trained = state_dict(trainer, o.masks)
-    sparsity = {"requested": tk.sparsity.get("requested"), **check_sparsity(trained, o.masks)}
+    per_layer = tk.sparsity.get("per_layer")  # the masks are the ticket's, so its per-layer report holds
+    sparsity = {"requested": tk.sparsity.get("requested"), **check_sparsity(trained, o.masks), "per_layer": per_layer}
     ticket_sha = file_sha256(str(path))
     result = {
         "ticket": str(path),

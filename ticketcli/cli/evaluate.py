@@ -20,6 +20,7 @@ from ticketcli.cli.options import (
     TicketModel,
     TrustModelCode,
 )
+from ticketcli.contract import document
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
 
@@ -52,7 +53,7 @@ def evaluate(
         warn_unverified(result)
         if min_accuracy is not None:
             result["gate"] = {"min_accuracy": min_accuracy, "passed": result["test"]["accuracy"] >= min_accuracy}
-        report.print_json(result) if json_out else report.evaluate_table(result)
+        report.print_json(document("evaluate", result)) if json_out else report.evaluate_table(result)
         if not result["reproduced"] and result["device"] == "cpu" and result["stored"]["device"] == "cpu":
             report.warn("the ticket was extracted on the CPU but its accuracy did not reproduce exactly here")
         if min_accuracy is not None and not result["gate"]["passed"]:

@@ -30,6 +30,7 @@ from ticketcli.cli.options import (
     split_sizes,
     with_default,
 )
+from ticketcli.contract import document
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.resolve import build_extract_spec, load_config, merge_settings, parse_floats
@@ -235,7 +236,7 @@ def sweep_k(
         if plot is not None:
             write_atomic(plot, report.sweep_plot(result), overwrite=force)
             result["plot"] = str(plot)
-    report.print_json(result) if json_out else report.sweep_table(result)
+    report.print_json(document("sweep-k", result)) if json_out else report.sweep_table(result)
 
 
 def sweep_options(
