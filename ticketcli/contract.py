@@ -110,9 +110,7 @@ def _inspect(r: Doc) -> Doc:
     doc.update(facts)
     doc["metrics"] = splits
     doc["sparsity"] = {**_sparsity(r["sparsity"]), "density": r["density"]}
-    per_layer = r["sparsity"].get("per_layer") or {}
-    merged = {n: {**per_layer.get(n, {}), **m} for n, m in r["masks"].items()}  # the counted masks win
-    doc["layers"] = layer_list(merged)
+    doc["layers"] = layer_list(r["masks"])
     return doc
 
 
@@ -164,6 +162,17 @@ def _record(r: Doc) -> Doc:
         {"requested": r["requested_sparsity"]} if "requested_sparsity" in r else {}
     )
     return doc
+
+
+def flat_record(record: Doc) -> Doc:
+    """A sweep-k document's record back in sweep's own flat shape (test_accuracy, achieved_sparsity, ...), so that a
+    saved document can be summarized again (sweep_summary.summarize) or compared with a fresh run's record."""
+    flat = {k: v for k, v in record.items() if k not in ("metrics", "sparsity")}
+    test, val, sp = record["metrics"].get("test", {}), record["metrics"].get("val", {}), record["sparsity"]
+    pairs = [("test_accuracy", test, "accuracy"), ("val_accuracy", val, "accuracy"), ("test_loss", test, "loss")]
+    pairs += [("achieved_sparsity", sp, "achieved"), ("requested_sparsity", sp, "requested")]
+    flat.update({key: part[name] for key, part, name in pairs if name in part})
+    return flat
 
 
 def _group(g: Doc) -> Doc:

@@ -317,6 +317,7 @@ def inspect_ticket(path: str | Path) -> dict:
     tk = scanned.ticket
     masks = {
         n: {"shape": tk.shapes[n], "kept": kept, "total": total, "density": kept / total}
+        | runs_record.recorded_aux_share(tk.sparsity.get("per_layer"), n)
         for n, (kept, total) in scanned.counts.items()
     }
     kept = sum(k for k, _ in scanned.counts.values())

@@ -179,6 +179,24 @@ def extract_summary(
     }
 
 
+def counted_layers(masks: dict[str, torch.Tensor], stored: Any) -> dict:
+    """Per-parameter kept, total and achieved sparsity counted from a loaded ticket's masks (what the file claims is
+    not repeated), with the auxiliary share it recorded when that is a number in [0, 1]."""
+    layers = {}
+    for name, s in mask_stats(masks)["per_param"].items():
+        entry = {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
+        layers[name] = entry | recorded_aux_share(stored, name)
+    return layers
+
+
+def recorded_aux_share(per_layer: Any, name: str) -> dict:
+    """{"aux_share": x} when a ticket's per-layer report records a number in [0, 1] for `name`, else {}."""
+    entry = per_layer.get(name) if isinstance(per_layer, dict) else None
+    share = entry.get("aux_share") if isinstance(entry, dict) else None
+    ok = isinstance(share, (int, float)) and not isinstance(share, bool) and 0 <= share <= 1
+    return {"aux_share": share} if ok else {}
+
+
 def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, test: dict, val: dict) -> dict:
     """What `ticket evaluate` prints: the re-measured accuracies next to those the ticket stored."""
     stored = tk.metrics
@@ -200,7 +218,10 @@ def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, t
             "device": stored.get("device"),
         },
         "reproduced": reproduced,
-        "sparsity": {"requested": tk.sparsity.get("requested"), "achieved": tk.sparsity.get("achieved")}
-        | {k: tk.sparsity[k] for k in ("kept", "total", "per_layer") if k in tk.sparsity},
+        "sparsity": {
+            "requested": tk.sparsity.get("requested"),
+            "achieved": tk.sparsity.get("achieved"),
+            "per_layer": counted_layers(tk.masks, tk.sparsity.get("per_layer")),
+        },
         "integrity": tk.integrity,
     }
