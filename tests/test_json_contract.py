@@ -13,7 +13,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.contract import SCHEMAS, document, flat_record, schema_of
+from ticketcli.contract import SCHEMAS, SPARSITY_KEYS, document, flat_record, schema_of
 from ticketcli.sweep_summary import summarize
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
@@ -119,6 +119,10 @@ def test_schemas_are_valid_2020_12_and_share_one_definition_of_each_shape():
         jsonschema.Draft202012Validator.check_schema(s)
         assert s["properties"]["schema"] == {"const": SCHEMAS[command]}
         assert {k: s["$defs"][k] for k in shared} == {k: first[k] for k in shared}, command
+
+
+def test_inspect_takes_exactly_the_shared_sparsity_keys_from_a_file():
+    assert SPARSITY_KEYS == set(schema_of("inspect")["$defs"]["sparsity"]["properties"])
 
 
 # --- the same number at the same path -------------------------------------------------------------------------

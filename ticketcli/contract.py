@@ -28,6 +28,12 @@ SCHEMAS = {
     "drift-tradeoff": "ticket.drift-tradeoff/2",
     "list": "ticket.list/1",
 }
+RUN_FACTS = ("device", "wall_time_s", "processes", "precision")  # what a ticket's metrics field holds beside splits
+# the shared sparsity shape's keys (the schemas' $defs.sparsity): what inspect takes from a file's sparsity field
+SPARSITY_KEYS = frozenset(
+    {"requested", "achieved", "kept", "total", "density", "aug_density", "aux_share", "requested_layer_densities"}
+    | {"projected", "rounds"}
+)
 SPLITS = ("train", "val", "test")  # the order a reader expects; a document holds those its command measured
 Doc = dict[str, Any]
 
@@ -53,15 +59,11 @@ def split_metrics(metrics: Doc) -> tuple[Doc, Doc]:
     return splits, {k: v for k, v in metrics.items() if k not in splits}
 
 
-def layer_list(per_layer: Doc | None, shapes: Doc | None = None) -> list[Doc]:
-    """{name: {kept, total, achieved, ...}} -> [{name, kept, total, density, sparsity, ...}] in the file's order."""
+def layer_list(per_layer: Doc | None) -> list[Doc]:
+    """{name: {kept, total, achieved, ...}} -> [{name, kept, total, density, sparsity, ...}] in the given order."""
     layers = []
     for name, entry in (per_layer or {}).items():
-        item: Doc = {"name": name}
-        if shapes and name in shapes:
-            item["shape"] = shapes[name]
-        rest = {k: v for k, v in entry.items() if k != "achieved"}
-        item.update(rest)
+        item: Doc = {"name": name, **{k: v for k, v in entry.items() if k != "achieved"}}
         if "kept" in entry and "total" in entry and entry["total"]:
             item["density"] = entry["kept"] / entry["total"]
             item["sparsity"] = entry["achieved"] if "achieved" in entry else 1.0 - item["density"]
@@ -73,15 +75,25 @@ def _sparsity(sparsity: Doc) -> Doc:
     return {k: v for k, v in sparsity.items() if k != "per_layer"}
 
 
-def _extract(r: Doc) -> Doc:
-    splits, facts = split_metrics(r["metrics"])
-    doc = {k: v for k, v in r.items() if k not in ("metrics", "sparsity")}
+def _run_metrics(doc: Doc, metrics: Doc) -> None:
+    """A ticket's `metrics` field into `doc`: the splits at metrics.<split>, the trained network's splits at
+    trained.metrics, and the facts of the run (RUN_FACTS) beside them at the top, never in place of a key the
+    document already has; anything else a file's field holds is not part of the contract (inspect reads it from an
+    untrusted file)."""
+    splits, facts = split_metrics(metrics)
     trained = facts.pop("trained", None)
-    if trained is not None:
+    if isinstance(trained, dict):
         t_splits, t_rest = split_metrics(trained)
         doc["trained"] = {"metrics": t_splits, **t_rest}
-    doc.update(facts)  # device, wall_time_s, processes, precision: facts of the run, beside the method
+    for k in RUN_FACTS:
+        if k in facts:
+            doc.setdefault(k, facts[k])
     doc["metrics"] = splits
+
+
+def _extract(r: Doc) -> Doc:
+    doc = {k: v for k, v in r.items() if k not in ("metrics", "sparsity")}
+    _run_metrics(doc, r["metrics"])
     doc["sparsity"] = _sparsity(r["sparsity"])
     doc["layers"] = layer_list(r["sparsity"].get("per_layer"))
     return doc
@@ -102,15 +114,10 @@ def _evaluate(r: Doc) -> Doc:
 
 def _inspect(r: Doc) -> Doc:
     doc = {k: v for k, v in r.items() if k not in ("metrics", "sparsity", "masks", "density")}
-    splits, facts = split_metrics(r["metrics"])
-    trained = facts.pop("trained", None)
-    if trained is not None:
-        t_splits, t_rest = split_metrics(trained)
-        doc["trained"] = {"metrics": t_splits, **t_rest}
-    doc.update(facts)
-    doc["metrics"] = splits
-    doc["sparsity"] = {**_sparsity(r["sparsity"]), "density": r["density"]}
-    doc["layers"] = layer_list(r["masks"])
+    _run_metrics(doc, r["metrics"])
+    known = {k: v for k, v in r["sparsity"].items() if k in SPARSITY_KEYS}
+    doc["sparsity"] = {**known, "density": r["density"]}
+    doc["layers"] = layer_list(r["masks"])  # counted from the packed masks by inspect, not taken from the file
     return doc
 
 
