@@ -10,8 +10,12 @@ mkdir -p "$OUT"
 python -m ticketcli sweep-k --dataset fashion-mnist --sparsity 0.9 --seeds "${SEEDS:-0,1,2}" --layerwise 8 \
   --epochs "${EPOCHS:-100}" --workers "${WORKERS:-2}" --threads "${THREADS:-1}" --device cpu \
   --out-dir "$OUT/runs" --plot "$OUT/stability.png" --json > "$OUT/stability.json"
-python -c "
+python - "$OUT/stability.json" <<'EOF'
 import json, sys
 from ticketcli import report
-report.sweep_table(json.load(open('$OUT/stability.json')))
-"
+from ticketcli.contract import flat_record
+from ticketcli.sweep_summary import summarize
+doc = json.load(open(sys.argv[1]))  # the --json document; the table reads sweep's own flat records and summary
+records = [flat_record(r) for r in doc["records"]]
+report.sweep_table({**doc, "records": records, "summary": summarize(records, band=tuple(doc["settings"]["band"]))})
+EOF

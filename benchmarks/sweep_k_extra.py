@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from ticketcli import report, sweep, sweep_summary
+from ticketcli.contract import flat_record
 from ticketcli.resolve import build_extract_spec, merge_settings
 
 
@@ -25,7 +26,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--check", default=None, help="a task id to re-run and compare with its stored record")
     a = ap.parse_args()
-    old = json.loads((a.dir / "stability.json").read_text())
+    old = json.loads((a.dir / "stability.json").read_text())  # sweep-k's --json document (docs/json.md)
+    old["records"] = [flat_record(r) for r in old["records"]]  # back in sweep's flat shape, beside the new ones
     st = old["settings"]
     base = build_extract_spec(
         merge_settings(

@@ -48,7 +48,7 @@ def main(epochs: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         path = ticket.save(Path(d) / "ticket.safetensors")
         result = tc.load(path).evaluate(device="cpu")
-    print(f"re-evaluated: test {result['test']['accuracy']:.4f}, reproduced: {result['reproduced']}")
+    print(f"re-evaluated: test {result['metrics']['test']['accuracy']:.4f}, reproduced: {result['reproduced']}")
 
     # 3. the masks on your own module, with the ticket's frozen weights (read off the built network)
     weights = tc.remove_masks(ticket.build("cpu"), bake=False).state_dict()

@@ -62,9 +62,10 @@ def test_round_trip_extract_save_cli_evaluate_gives_identical_numbers(ticket, tm
     printed = json.loads(r.stdout)
     mine = ticket.evaluate(device="cpu")
     again = tc.load(path).evaluate(device="cpu")
+    assert printed == {**mine, "ticket": printed["ticket"]} and mine["schema"] == "ticket.evaluate/1"
     for split in ("test", "val"):
-        assert printed[split] == mine[split] == again[split]  # exactly, on the CPU
-        assert mine[split]["accuracy"] == ticket.metrics[split]["accuracy"]
+        assert printed["metrics"][split] == mine["metrics"][split] == again["metrics"][split]  # exactly, on the CPU
+        assert mine["metrics"][split]["accuracy"] == ticket.metrics[split]["accuracy"]
     assert mine["reproduced"] and printed["reproduced"]
     assert again == {**mine, "ticket": str(path)}  # the same document, naming the file once it has one
 
@@ -140,7 +141,7 @@ def test_every_in_memory_form_of_the_same_data_gives_the_same_ticket():
         assert all(torch.equal(t.masks[n], m) for n, m in first.masks.items())
         assert t.metrics["test"] == first.metrics["test"]
     evaluated = first.evaluate((x, y), device="cpu")  # the same split is drawn again from the seed
-    assert evaluated["reproduced"] and evaluated["test"]["correct"] == first.metrics["test"]["correct"]
+    assert evaluated["reproduced"] and evaluated["metrics"]["test"]["correct"] == first.metrics["test"]["correct"]
 
 
 def test_ready_splits_are_used_as_given():

@@ -68,7 +68,7 @@ def test_build_is_what_evaluate_measures(ticket):
     net = t.build("cpu")
     with torch.no_grad():
         correct = int((net(x[1400:]).argmax(1) == y[1400:]).sum())
-    assert correct == t.evaluate(splits, device="cpu")["test"]["correct"] == t.metrics["test"]["correct"]
+    assert correct == t.evaluate(splits, device="cpu")["metrics"]["test"]["correct"] == t.metrics["test"]["correct"]
 
 
 @pytest.mark.parametrize("spec", ["conv2", "vgg:8-M-16-16-M", "resnet20", "wrn:10-1", "vit:p4-d16-l1-h2"])
@@ -83,7 +83,7 @@ def test_every_built_in_forward_goes_through_its_layers(spec):
     with torch.no_grad():
         logits = net(x[800:1100])
         correct = int((logits.argmax(1) == y[800:1100]).sum())
-        assert correct == t.evaluate(splits, device="cpu")["test"]["correct"]
+        assert correct == t.evaluate(splits, device="cpu")["metrics"]["test"]["correct"]
         assert not torch.allclose(tc.remove_masks(net, bake=False)(x[800:1100]), logits)
 
 

@@ -266,8 +266,8 @@ def test_batchnorm_ticket_reevaluates_exactly_in_a_fresh_process(tmp_path, model
     )
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
-    assert r["reproduced"] and r["test"]["correct"] == tk.metrics["test"]["correct"]
-    assert r["test"]["loss"] == tk.metrics["test"]["loss"]
+    assert r["reproduced"] and r["metrics"]["test"]["correct"] == tk.metrics["test"]["correct"]
+    assert r["metrics"]["test"]["loss"] == tk.metrics["test"]["loss"]
 
 
 @pytest.mark.parametrize("model", MLP_VARIANTS + ["vit:p4-d16-l2-h2-m2"])

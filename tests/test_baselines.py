@@ -295,7 +295,7 @@ def extract_json(tmp_path, name, *extra):
 
 def test_match_sparsity_global_and_per_layer(tmp_path):
     ref = extract_json(tmp_path, "aug.safetensors", "--method", "augmented", "--aug-density", "0.5")
-    kept = {n: v["kept"] for n, v in ref["sparsity"]["per_layer"].items()}
+    kept = {la["name"]: la["kept"] for la in ref["layers"]}
     g = extract_json(
         tmp_path, "g.safetensors", "--method", "snip", "--match-sparsity", str(tmp_path / "aug.safetensors")
     )
@@ -312,8 +312,8 @@ def test_match_sparsity_global_and_per_layer(tmp_path):
         str(tmp_path / "aug.safetensors"),
         "--match-sparsity-per-layer",
     )
-    assert {n: v["kept"] for n, v in p["sparsity"]["per_layer"].items()} == kept
-    assert "trained" in p["metrics"]
+    assert {la["name"]: la["kept"] for la in p["layers"]} == kept
+    assert p["trained"]["metrics"]["test"]["n"] == p["metrics"]["test"]["n"]
     meta = ticket_io.load(tmp_path / "p.safetensors").method
     assert meta["matched_to"] == str(tmp_path / "aug.safetensors") and len(meta["layer_densities"]) == 3
 

@@ -50,7 +50,7 @@ def evaluate(ticket: Path, *extra: str):
 def numbers(r) -> tuple:
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    return doc["test"], doc["val"], doc["reproduced"]
+    return doc["metrics"]["test"], doc["metrics"]["val"], doc["reproduced"]
 
 
 def one_line(r, code: int = 2) -> str:

@@ -166,7 +166,7 @@ def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monke
 
 def test_only_rank_zero_prints_and_writes(extracted):
     summary = json.loads(extracted["stdout"])  # exactly one JSON document: rank 1 printed nothing
-    assert summary["ticket"] == "two.safetensors" and summary["metrics"]["processes"] == 2
+    assert summary["ticket"] == "two.safetensors" and summary["processes"] == 2
     assert "rank 1" not in extracted["stderr"]
     assert sorted(p.name for p in extracted["dir"].iterdir()) == ["one.safetensors", "two.safetensors"]
 
@@ -193,7 +193,7 @@ def test_train_weak_runs_data_parallel(extracted):
     assert two.returncode == 0, two.stderr[-3000:]
     r1, r2 = json.loads(one.stdout), json.loads(two.stdout)
     assert r2["processes"] == 2
-    assert abs(r1["masked"]["final"]["test"]["accuracy"] - r2["masked"]["final"]["test"]["accuracy"]) <= 0.01
+    assert abs(r1["metrics"]["test"]["accuracy"] - r2["metrics"]["test"]["accuracy"]) <= 0.01
     from safetensors.torch import load_file
 
     w1, w2 = load_file(str(d / "w1.safetensors")), load_file(str(d / "w2.safetensors"))
@@ -297,7 +297,7 @@ def test_a_gpu_ticket_evaluates_on_the_cpu_within_a_fifth_of_a_point(tmp_path):
     r = CliRunner().invoke(app, ["evaluate", str(out), "--device", "cpu", "--json"])
     assert r.exit_code == 0, r.output
     result = json.loads(r.stdout)
-    assert abs(result["test"]["accuracy"] - result["stored"]["test"]["accuracy"]) <= 0.002
+    assert abs(result["metrics"]["test"]["accuracy"] - result["stored"]["metrics"]["test"]["accuracy"]) <= 0.002
 
 
 # --- --precision ---

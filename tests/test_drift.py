@@ -223,7 +223,7 @@ def test_json_series_lengths(steps, every):
     assert doc["seeds"] == [0, 1] and len(doc["runs"]) == 2
     for series in [*doc["runs"], doc["summary"]]:
         assert len(series["steps"]) == n
-        for metrics in series["layers"].values():
+        for metrics in series["layers"]:  # a list of per-layer objects (the --json contract's layers[])
             assert all(len(v) == n for k, v in metrics.items() if isinstance(v, list))
             assert all(len(v["mean"]) == n for v in metrics.values() if isinstance(v, dict))
 

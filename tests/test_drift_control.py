@@ -144,13 +144,14 @@ def test_cli_control_relufy_and_tradeoff_json(tmp_path):
     r = invoke("--act-sparsity", "percentile", "--act-target", "0.6", "--freeze-stats-after", "2", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["schema"] == "ticket.drift-control/1" and doc["act_control"]["freeze_after"] == 2
-    assert doc["act_control"]["runs"][0]["statistics_updates"] == 2 and "layers.1" in doc["act_control"]["sites"]
+    assert doc["schema"] == "ticket.drift-control/2" and doc["act_control"]["freeze_after"] == 2
+    assert doc["act_control"]["runs"][0]["statistics_updates"] == 2
+    assert [s["name"] for s in doc["act_control"]["sites"]] == ["layers.0", "layers.1"]
 
     r = invoke("--relufy", "--from", "silu", "--to", "relu2-clip", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["schema"] == "ticket.drift-relufy/1" and doc["activation"] == "silu"
+    assert doc["schema"] == "ticket.drift-relufy/2" and doc["activation"] == "silu"
     assert doc["relufy"]["weights_kept"] is True and doc["relufy"]["target"] == "relu2-clip"
 
     png = tmp_path / "t.png"

@@ -149,7 +149,7 @@ def run_cli(*args):
 @pytest.mark.parametrize("model", IMAGE_MODELS)
 def test_each_image_model_runs_and_reports_sane_statistics(model):
     doc = run_cli("--dataset", "digits", "--model", model, "--probe-size", "32", "--json")
-    layers = doc["summary"]["layers"]
+    layers = {la["name"]: la for la in doc["summary"]["layers"]}  # --json lists layers; look them up by name
     assert doc["steps"] == 4 and len(doc["runs"][0]["steps"]) == 3
     hidden = [la for la, s in layers.items() if "sparsity" in s]
     assert hidden and len(layers) > len(hidden)  # the layers feeding a site, and the others (the output layer)
@@ -169,7 +169,7 @@ def test_relu_on_random_inputs_drifts_weights_fed_by_relu_negative():
         "--steps", "60", "--log-every", "30", "--batch-size", "128", "--probe-size", "256", "--seeds", "0,1,2",
         "--json",
     )  # fmt: skip
-    fed_by_relu = doc["summary"]["layers"]["layers.1"]
+    fed_by_relu = next(la for la in doc["summary"]["layers"] if la["name"] == "layers.1")
     assert fed_by_relu["negative_drift_share"] >= 2 / 3
     assert fed_by_relu["weight_drift"]["mean"][-1] < 0
     neg = fed_by_relu["neg_preact_share"]["mean"]
@@ -186,7 +186,7 @@ def test_gpt_nano_on_a_text_file_reports_validation_perplexity(tmp_path):
     assert run["perplexity"] == pytest.approx([math.exp(v) for v in run["loss"]])
     assert run["loss"][-1] < run["loss"][0]  # it learns something in 4 steps
     blocks = {f"blocks.0.{n}" for n in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")}
-    assert set(doc["summary"]["layers"]) == {*blocks, "head"}
+    assert {la["name"] for la in doc["summary"]["layers"]} == {*blocks, "head"}
     table = runner.invoke(app, ["drift", "--text", str(path), "--model", "gpt-nano:l1-d16-h2-c8", "--steps", "2",
                                 "--log-every", "2", "--batch-size", "8", "--probe-size", "8", "--quiet"])  # fmt: skip
     assert table.exit_code == 0 and "perplexity" in table.stdout

@@ -162,12 +162,13 @@ def test_export_contents_and_sizes(tmp_path):
         app, ["export", str(ticket), "--format", "csr", "--out", str(tmp_path / "c.safetensors"), "--json"]
     )
     s = json.loads(r.stdout)
+    layers = {la["name"]: la for la in s["layers"]}
     sd = load_file(str(tmp_path / "c.safetensors"))
     for n, m in tk.masks.items():
-        assert s["layers"][n]["nnz"] == int(m.sum()) == sd[f"{n}.values"].numel()
+        assert layers[n]["nnz"] == int(m.sum()) == sd[f"{n}.values"].numel()
         assert sd[f"{n}.crow_indices"].dtype == torch.int32 and sd[f"{n}.shape"].tolist() == list(m.shape)
-        assert s["layers"][n]["dense_bytes"] == 4 * m.numel()
-    assert s["kept"] == sum(int(m.sum()) for m in tk.masks.values())
+        assert layers[n]["dense_bytes"] == 4 * m.numel()
+    assert s["sparsity"]["kept"] == sum(int(m.sum()) for m in tk.masks.values())
     assert s["csr_payload_bytes"] < s["dense_float32_bytes"]  # 30% density: values + int32 columns < dense
 
     r = runner.invoke(app, ["export", str(ticket), "--format", "masks", "--out", str(tmp_path / "m.safetensors")])

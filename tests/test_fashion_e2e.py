@@ -58,4 +58,4 @@ def test_extract_then_evaluate_on_fashion_mnist(tmp_path):
     assert p.returncode == 0, p.stderr
     ev = json.loads(p.stdout)
     assert ev["reproduced"] is True
-    assert ev["test"]["correct"] == s["metrics"]["test"]["correct"]
+    assert ev["metrics"]["test"]["correct"] == s["metrics"]["test"]["correct"]

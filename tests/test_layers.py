@@ -29,6 +29,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.specs",
         "ticketcli.world",
         "ticketcli.catalog",
+        "ticketcli.contract",
     ],
     # core: networks, weights, data, masks, training, the ticket file; they take specs, never flags
     [

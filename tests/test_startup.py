@@ -93,7 +93,7 @@ def test_the_runner_sees_torch_when_a_command_computes(files):
     """The check above can fail: evaluating a ticket does import torch, and the runner reports it."""
     exit_code, out, loaded = run("evaluate", files["ticket"], "--json", "--device", "cpu")
     assert exit_code == 0 and "torch" in loaded
-    assert json.loads(out)["test"]["accuracy"] >= 0
+    assert json.loads(out)["metrics"]["test"]["accuracy"] >= 0
 
 
 def test_import_ticketcli_alone_is_torch_free():

@@ -262,8 +262,8 @@ def test_cli_records_variants_and_reports_aux_share(tmp_path, isolated_env):
     )
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
-    per = summary["sparsity"]["per_layer"]
-    assert all(0 <= v["aux_share"] <= 1 for v in per.values()) and 0 <= summary["sparsity"]["aux_share"] <= 1
+    per = summary["layers"]
+    assert all(0 <= v["aux_share"] <= 1 for v in per) and 0 <= summary["sparsity"]["aux_share"] <= 1
     tk = ticket_io.load(out)
     assert (tk.method["aux_width"], tk.method["frozen_aux"], tk.method["signed_scores"], tk.method["global_topk"]) == (
         2,

@@ -19,6 +19,7 @@ from ticketcli import api_data, export, report, runs
 from ticketcli import ticket as ticket_io
 from ticketcli.api_masks import apply_masks, masked
 from ticketcli.checkpoint import ticket_relative
+from ticketcli.contract import document
 from ticketcli.data import DATASETS, Splits
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
@@ -183,9 +184,9 @@ class Ticket:
 
 
 def evaluation_document(result: dict[str, Any]) -> dict[str, Any]:
-    """The document `ticket evaluate --json` prints for an evaluation result: the one place it is made for the
-    API (the CLI prints runs.evaluate_ticket's result through the same function; its gate is CLI-only)."""
-    return result
+    """The document `ticket evaluate --json` prints for an evaluation result (schema ticket.evaluate/1): made by
+    the same contract.document the CLI prints through (the CLI adds its gates before)."""
+    return document("evaluate", result)
 
 
 def _path(p: str | Path | None) -> str | None:

@@ -7,6 +7,7 @@ and counts bits, and should take a fraction of a second.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ticketcli import ticket as ticket_io
 
@@ -19,6 +20,7 @@ def inspect_ticket(path: str | Path) -> dict:
     tk = scanned.ticket
     masks = {
         n: {"shape": tk.shapes[n], "kept": kept, "total": total, "density": kept / total}
+        | recorded_aux_share(tk.sparsity.get("per_layer"), n)
         for n, (kept, total) in scanned.counts.items()
     }
     kept = sum(k for k, _ in scanned.counts.values())
@@ -42,3 +44,11 @@ def inspect_ticket(path: str | Path) -> dict:
         "masks_sha256": tk.masks_sha256,
         "integrity": tk.integrity,
     }
+
+
+def recorded_aux_share(per_layer: Any, name: str) -> dict:
+    """{"aux_share": x} when a ticket's per-layer report records a number in [0, 1] for `name`, else {}."""
+    entry = per_layer.get(name) if isinstance(per_layer, dict) else None
+    share = entry.get("aux_share") if isinstance(entry, dict) else None
+    ok = isinstance(share, (int, float)) and not isinstance(share, bool) and 0 <= share <= 1
+    return {"aux_share": share} if ok else {}

@@ -16,6 +16,7 @@ from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS
 from ticketcli.methods.base import Details, ExtractResult
 from ticketcli.models import MaskedNet
+from ticketcli.runs_inspect import recorded_aux_share
 from ticketcli.seeding import fingerprint
 from ticketcli.specs import ModelSpec, RunSpec
 from ticketcli.train import evaluate
@@ -180,6 +181,16 @@ def extract_summary(
     }
 
 
+def counted_layers(masks: dict[str, torch.Tensor], stored: Any) -> dict:
+    """Per-parameter kept, total and achieved sparsity counted from a loaded ticket's masks (what the file claims is
+    not repeated), with the auxiliary share it recorded when that is a number in [0, 1]."""
+    layers = {}
+    for name, s in mask_stats(masks)["per_param"].items():
+        entry = {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
+        layers[name] = entry | recorded_aux_share(stored, name)
+    return layers
+
+
 def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, test: dict, val: dict) -> dict:
     """What `ticket evaluate` prints: the re-measured accuracies next to those the ticket stored."""
     stored = tk.metrics
@@ -201,7 +212,11 @@ def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, t
             "device": stored.get("device"),
         },
         "reproduced": reproduced,
-        "sparsity": {"requested": tk.sparsity.get("requested"), "achieved": tk.sparsity.get("achieved")},
+        "sparsity": {
+            "requested": tk.sparsity.get("requested"),
+            "achieved": tk.sparsity.get("achieved"),
+            "per_layer": counted_layers(tk.masks, tk.sparsity.get("per_layer")),
+        },
         "integrity": tk.integrity,
     }
 

@@ -21,6 +21,7 @@ from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.errors import RunFailed
 from ticketcli.masking import mask_stats
 from ticketcli.runs import OpenTicket, open_ticket
+from ticketcli.runs_record import counted_layers
 from ticketcli.seeding import file_sha256, generator
 from ticketcli.specs import DataSpec, ModelPolicy, check_precision, check_setting
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
@@ -161,7 +162,8 @@ def train_weak(
     tk = o.ticket
     masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress)
     trained = state_dict(trainer, o.masks)
-    sparsity = {"requested": tk.sparsity.get("requested"), **check_sparsity(trained, o.masks)}
+    per_layer = counted_layers(o.masks, tk.sparsity.get("per_layer"))
+    sparsity = {"requested": tk.sparsity.get("requested"), **check_sparsity(trained, o.masks), "per_layer": per_layer}
     ticket_sha = file_sha256(str(path))
     result = {
         "ticket": str(path),

@@ -164,3 +164,24 @@ def test_recorded_digest_is_the_documented_one(seed):
         begin, end = header[key]["data_offsets"]
         digest.update(key.encode("utf-8") + b"\0" + body[begin:end])
     assert header["__metadata__"]["masks_sha256"] == digest.hexdigest()
+
+
+def test_inspect_json_keeps_its_contract_whatever_the_metadata_adds(seed, tmp_path):
+    """inspect --json moves a ticket's metrics facts to the top of its document: a file's extra keys there (named like
+    the document's own), a trained entry that is no object, odd sparsity keys and out-of-range per-layer shares do
+    not replace the document's keys or leave its schema (ticket.inspect/1)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from ticketcli.contract import schema_of
+
+    meta = split(seed)[0]["__metadata__"]
+    metrics = {**json.loads(meta["metrics"]), "ticket": "forged", "layers": 3, "trained": 5, "other": [1]}
+    sparsity = json.loads(meta["sparsity"])
+    name = next(iter(sparsity["per_layer"]))
+    sparsity["per_layer"][name]["aux_share"] = 7
+    sparsity["mine"] = "x"
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(edit_metadata(seed, metrics=json.dumps(metrics), sparsity=json.dumps(sparsity)))
+    doc = json.loads(run_ok("inspect", "--json", str(path)).stdout)
+    jsonschema.validate(doc, schema_of("inspect"))
+    assert doc["ticket"] == str(path) and "trained" not in doc and "other" not in doc and "mine" not in doc["sparsity"]
+    assert [la["name"] for la in doc["layers"]][0] == name and "aux_share" not in doc["layers"][0]

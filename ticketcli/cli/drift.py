@@ -33,6 +33,7 @@ from ticketcli.cli.options import (
     TrustModelCode,
     choices,
 )
+from ticketcli.contract import document, drift_command
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
 
@@ -255,7 +256,7 @@ def drift(
             else:
                 result.pop("_figure")
             show = result.pop("_show")
-            report.print_json(result) if json_out else show(result)
+            report.print_json(document(drift_command(result), result)) if json_out else show(result)
             return
         spec = drift_core.build_drift_spec(settings, location)
         total = spec.steps * (1 if ticket is not None else len(spec.seeds))
@@ -271,4 +272,4 @@ def drift(
         if plot is not None:
             write_atomic(plot, report.drift_plot(result), overwrite=force)
             result["plot"] = str(plot)
-    report.print_json(result) if json_out else report.drift_tables(result)
+    report.print_json(document(drift_command(result), result)) if json_out else report.drift_tables(result)

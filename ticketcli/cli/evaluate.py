@@ -21,6 +21,7 @@ from ticketcli.cli.options import (
     TicketModel,
     TrustModelCode,
 )
+from ticketcli.contract import document
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
 
@@ -72,7 +73,7 @@ def evaluate(
         failures: list[str] = []
         if min_accuracy is not None or max_drop is not None:
             result["gate"], failures = runs_record.evaluation_gate(result, min_accuracy=min_accuracy, max_drop=max_drop)
-        report.print_json(result) if json_out else report.evaluate_table(result)
+        report.print_json(document("evaluate", result)) if json_out else report.evaluate_table(result)
         if not result["reproduced"] and result["device"] == "cpu" and result["stored"]["device"] == "cpu":
             report.warn("the ticket was extracted on the CPU but its accuracy did not reproduce exactly here")
         if failures:

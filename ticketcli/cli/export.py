@@ -20,6 +20,7 @@ from ticketcli.cli.options import (
     TicketModel,
     TrustModelCode,
 )
+from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
 
 ExportFormat = Literal["masked", "prune", "csr", "masks"]
@@ -73,4 +74,4 @@ def export(
             data=data,
         )
         warn_unverified(result)
-        report.print_json(result) if json_out else report.export_table(result)
+        report.print_json(document("export", result)) if json_out else report.export_table(result)

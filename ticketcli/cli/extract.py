@@ -28,6 +28,7 @@ from ticketcli.cli.options import (
     split_sizes,
     with_default,
 )
+from ticketcli.contract import document
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
 
@@ -370,4 +371,4 @@ def extract(
                 resume=resume,
             )
     if world.main:
-        report.print_json(summary) if json_out else report.extract_table(summary)
+        report.print_json(document("extract", summary)) if json_out else report.extract_table(summary)

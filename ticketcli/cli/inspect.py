@@ -10,6 +10,7 @@ import typer
 from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import Json
+from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
 
 
@@ -22,4 +23,4 @@ def inspect(
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         result = runs_inspect.inspect_ticket(ticket)  # numpy only: no torch
-        report.print_json(result) if json_out else report.inspect_table(result)
+        report.print_json(document("inspect", result)) if json_out else report.inspect_table(result)

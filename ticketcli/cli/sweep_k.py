@@ -31,6 +31,7 @@ from ticketcli.cli.options import (
     split_sizes,
     with_default,
 )
+from ticketcli.contract import document
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.specs import check_setting
@@ -272,7 +273,7 @@ def sweep_k(
             write_atomic(plot, png, overwrite=replace_plot)
             sweep_outputs.remember_output(out_dir, plot, png)
             result["plot"] = str(plot)
-    report.print_json(result) if json_out else report.sweep_table(result)
+    report.print_json(document("sweep-k", result)) if json_out else report.sweep_table(result)
 
 
 def sweep_options(

@@ -25,6 +25,7 @@ from ticketcli.cli.options import (
     TrustModelCode,
     with_default,
 )
+from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
 
 
@@ -119,4 +120,4 @@ def train_weak(
         if plot is not None:
             write_atomic(plot, report.weak_plot(result), overwrite=force)
             result["plot"] = str(plot)
-        report.print_json(result) if json_out else report.weak_table(result)
+        report.print_json(document("train-weak", result)) if json_out else report.weak_table(result)
