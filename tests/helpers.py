@@ -41,10 +41,14 @@ def make_net(spec: str = "mlp:64-32-32-10", seed: int = 0) -> MaskedNet:
 
 
 def quick_method(name: str, **kw) -> MethodSpec:
-    """A MethodSpec small enough for a test (2 epochs), with `kw` overriding."""
-    small = dict(imp_rounds=2, synflow_rounds=10, regrow_every=2)  # small enough for 2 epochs of 5 steps
-    base = dict(
-        name=name, sparsity=0.8, epochs=2, batch_size=128, **{k: v for k, v in small.items() if method_reads(name, k)}
-    )
+    """A MethodSpec small enough for a test (2 epochs), with `kw` overriding; of the small settings only those the
+    method reads (the others would be refused)."""
+    small = dict(epochs=2, batch_size=128, imp_rounds=2, synflow_rounds=10, regrow_every=2)  # 2 epochs of 5 steps
+    base = dict(name=name, sparsity=0.8, **{k: v for k, v in small.items() if method_reads(name, k)})
     base.update(kw)
     return MethodSpec(**base)
+
+
+def for_method(name: str, settings: dict) -> dict:
+    """`settings` without the method options that method `name` does not read (setting those is refused)."""
+    return {k: v for k, v in settings.items() if method_reads(name, k)}
