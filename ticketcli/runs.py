@@ -217,7 +217,7 @@ def rebuild(
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
     runs_checks.check_planned(tk, model, path, policy.max_params)
-    init = InitSpec(scheme=tk.init["scheme"], k=float(tk.init["k"]), seed=tk.init["seed"])
+    init = InitSpec(scheme=tk.init["scheme"], k=float(tk.init.get("k", InitSpec.k)), seed=tk.init["seed"])
     if tk.checkpoint is not None:
         weights_path = weights_path or runs_checks.recorded_checkpoint(tk, path, policy.max_params)
         if not Path(weights_path).is_file():

@@ -139,7 +139,15 @@ Bias = Annotated[
         help=f"Give every layer a (masked) bias. Default: {'bias' if BIAS_DEFAULT else 'no bias'}.",
     ),
 ]
-Init = Annotated[Optional[InitName], setting("init", "Weight initialisation scheme.")]
+Init = Annotated[
+    Optional[InitName],
+    setting(
+        "init",
+        "Weight initialisation scheme. Every masked weight is drawn from it from --seed, a model factory's too (its "
+        "other parameters keep the factory's values); module keeps a factory's own weights as it created them "
+        "(under a fixed seed, so the same for every --seed, which still draws the split, scores and batch order).",
+    ),
+]
 Dataset = Annotated[Optional[DatasetName], setting("dataset", "Dataset.")]
 Lr = Annotated[Optional[float], setting("lr", "Adam learning rate for the scores.")]
 BatchSize = Annotated[Optional[int], setting("batch_size", "Minibatch size.")]
