@@ -23,7 +23,17 @@ from ticketcli.cli.drift_features import (
     Workers,
     run_features,
 )
-from ticketcli.cli.options import DataDir, DatasetName, Device, Download, Json, MaxParams, TrustModelCode, choices
+from ticketcli.cli.options import (
+    DataDir,
+    DatasetName,
+    Device,
+    Download,
+    Json,
+    MaxParams,
+    Quiet,
+    TrustModelCode,
+    choices,
+)
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.resolve import build_model_policy, data_location
@@ -120,7 +130,7 @@ def drift(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --plot if it exists.")] = False,
     json_out: Json = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    quiet: Quiet = False,
     act_sparsity: ActControl = None,
     act_target: ActTarget = None,
     freeze_stats_after: FreezeStatsAfter = None,

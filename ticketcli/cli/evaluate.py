@@ -16,6 +16,7 @@ from ticketcli.cli.options import (
     Download,
     Json,
     MaxParams,
+    Quiet,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -38,6 +39,7 @@ def evaluate(
     download: Download = False,
     device: Device = None,
     json_out: Json = False,
+    quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):

@@ -9,13 +9,14 @@ import typer
 
 from ticketcli import report, runs
 from ticketcli.cli.common import errors_to_exit_codes
-from ticketcli.cli.options import Json
+from ticketcli.cli.options import Json, Quiet
 from ticketcli.interrupts import stop_on_signals
 
 
 def inspect(
     ticket: Annotated[Path, typer.Argument(help="A ticket file.")],
     json_out: Json = False,
+    quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
 ) -> None:
     """Print a ticket's metadata, per-layer density and file size (needs no data)."""
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
