@@ -10,7 +10,7 @@ import pytest
 from ticketcli.data import find_idx_dir
 from ticketcli.init import init_weights
 from ticketcli.models import MaskedNet, build_model, parse_model
-from ticketcli.resolve import method_reads
+from ticketcli.resolve import method_reads, read_by
 from ticketcli.specs import InitSpec, MethodSpec
 
 FASHION_DIRS = ("/usr/share/datasets",)
@@ -51,4 +51,4 @@ def quick_method(name: str, **kw) -> MethodSpec:
 
 def for_method(name: str, settings: dict) -> dict:
     """`settings` without the method options that method `name` does not read (setting those is refused)."""
-    return {k: v for k, v in settings.items() if method_reads(name, k)}
+    return read_by(name, settings)

@@ -228,6 +228,12 @@ def method_reads(name: str, field: str) -> bool:
     return field not in METHOD_OPTIONS or field in METHODS.get(name).options
 
 
+def read_by(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` less the method options that method `name` does not read (setting those would be refused): for
+    callers that give several methods the same settings."""
+    return {k: v for k, v in settings.items() if method_reads(name, k)}
+
+
 def check_method_options(method: MethodSpec, given: Collection[str] | None = None) -> None:
     """Refuse an option that `method` would ignore: one of `given` (the settings a user set, by flag or config file),
     or without `given` one that differs from its default."""
