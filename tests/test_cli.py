@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import flags_for
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
@@ -14,7 +15,6 @@ from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.init import init_weights
 from ticketcli.models import build_model, parse_model
-from ticketcli.resolve import method_reads
 from ticketcli.specs import InitSpec
 
 runner = CliRunner()
@@ -42,9 +42,7 @@ def invoke(*args: str):
 def extract(out: Path, *extra: str):
     """`ticket extract` with QUICK, less --epochs and --batch-size for a method in `extra` that reads neither."""
     method = extra[extra.index("--method") + 1] if "--method" in extra else "augmented"
-    quick = QUICK if method_reads(method, "epochs") else [a for a in QUICK if a not in ("--epochs", "2")]
-    quick = quick if method_reads(method, "batch_size") else [a for a in quick if a not in ("--batch-size", "128")]
-    return invoke("extract", *quick, "--out", str(out), *extra)
+    return invoke("extract", *flags_for(method, QUICK), "--out", str(out), *extra)
 
 
 def one_line_error(result, code: int = 2) -> str:
