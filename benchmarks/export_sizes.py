@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ticketcli.export import FORMATS, export_ticket
-from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.resolve import build_extract_spec, merge_settings, read_by
 from ticketcli.runs import extract_ticket
 
 SUFFIX = {"masked": ".safetensors", "prune": ".pt", "csr": ".safetensors", "masks": ".safetensors"}
@@ -36,7 +36,7 @@ def main() -> None:
                         "model": model,
                         "method": method,
                         "sparsity": args.sparsity,
-                        "epochs": args.epochs,
+                        **read_by(method, {"epochs": args.epochs}),
                         "device": "cpu",
                     },
                     None,

@@ -24,15 +24,15 @@ DIGITS = ["--dataset", "digits", "--quiet", "--json"]
 METHOD_ARGS = {
     "augmented": ["--model", "mlp:64-32-32-10", "--epochs", "3"],
     "edge-popup": ["--model", "conv4", "--epochs", "2"],
-    "grasp": ["--model", "mlp:64-32-10+bias", "--epochs", "2"],
+    "grasp": ["--model", "mlp:64-32-10+bias"],  # trains nothing: --epochs is refused
     "imp": ["--model", "mlp:64-32-10", "--epochs", "2", "--imp-rounds", "2"],
     "iterated": ["--model", "mlp:64-32-10", "--epochs", "2"],
     "movement": ["--model", "mlp:64-32-10", "--epochs", "2"],
     "random": ["--model", "mlp:64-32-10"],
     "rigl": ["--model", "mlp:64-32-10", "--epochs", "2"],
     "set": ["--model", "mlp:64-32-10", "--epochs", "2"],
-    "snip": ["--model", "mlp:64-32-10+bias", "--epochs", "2"],
-    "synflow": ["--model", "mlp:64-32-10", "--epochs", "2"],
+    "snip": ["--model", "mlp:64-32-10+bias"],  # trains nothing: --epochs is refused
+    "synflow": ["--model", "mlp:64-32-10"],  # trains nothing: --epochs is refused
 }
 EXTRA_TICKETS = {
     "resnet-bn": [

@@ -27,6 +27,7 @@ import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from ticketcli import ticket as ticket_io  # noqa: E402
+from ticketcli.resolve import method_reads  # noqa: E402
 
 
 def extract(args: list[str], **kw) -> subprocess.Popen:
@@ -61,8 +62,6 @@ def main() -> None:
         "400",
         "--n-val",
         "200",
-        "--epochs",
-        str(a.epochs),
         "--batch-size",
         "64",
         "--device",
@@ -75,6 +74,7 @@ def main() -> None:
     )
     for method in a.methods.split(","):
         extra = ["--method", method] + (["--sparsity", "0.9", "--max-rounds", "3"] if method == "iterated" else [])
+        extra += ["--epochs", str(a.epochs)] if method_reads(method, "epochs") else []  # random: refused
         ref, out = work / f"{method}-ref.safetensors", work / f"{method}.safetensors"
         assert extract([*common, *extra, "--out", str(ref)]).wait() == 0
         ckpt = Path(str(out) + ".ckpt")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.resolve import build_extract_spec, merge_settings, read_by
 from ticketcli.runs import extract_ticket
 
 # Table 1 of the paper: (test accuracy %, achieved sparsity %) at requested 90% and 95%.
@@ -70,7 +70,7 @@ def main() -> None:
             for method in args.methods.split(","):
                 for s in map(float, args.sparsities.split(",")):
                     r = run_one(
-                        {"method": method, "sparsity": s, "seed": seed, "epochs": args.epochs},
+                        {"method": method, "sparsity": s, "seed": seed, **read_by(method, {"epochs": args.epochs})},
                         Path(d) / f"{method}-{s}-{seed}.safetensors",
                     )
                     records.append({**r, "requested": s})

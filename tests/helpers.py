@@ -9,9 +9,10 @@ import pytest
 
 from ticketcli.data import find_idx_dir
 from ticketcli.init import init_weights
+from ticketcli.methods import METHODS
 from ticketcli.models import MaskedNet, build_model, parse_model
-from ticketcli.resolve import method_reads
-from ticketcli.specs import InitSpec, MethodSpec
+from ticketcli.resolve import method_reads, read_by
+from ticketcli.specs import METHOD_OPTIONS, InitSpec, MethodSpec, option_flag
 
 FASHION_DIRS = ("/usr/share/datasets",)
 
@@ -41,10 +42,29 @@ def make_net(spec: str = "mlp:64-32-32-10", seed: int = 0) -> MaskedNet:
 
 
 def quick_method(name: str, **kw) -> MethodSpec:
-    """A MethodSpec small enough for a test (2 epochs), with `kw` overriding."""
-    small = dict(imp_rounds=2, synflow_rounds=10, regrow_every=2)  # small enough for 2 epochs of 5 steps
-    base = dict(
-        name=name, sparsity=0.8, epochs=2, batch_size=128, **{k: v for k, v in small.items() if method_reads(name, k)}
-    )
+    """A MethodSpec small enough for a test (2 epochs), with `kw` overriding; of the small settings only those the
+    method reads (the others would be refused)."""
+    small = dict(epochs=2, batch_size=128, imp_rounds=2, synflow_rounds=10, regrow_every=2)  # 2 epochs of 5 steps
+    base = dict(name=name, sparsity=0.8, **{k: v for k, v in small.items() if method_reads(name, k)})
     base.update(kw)
     return MethodSpec(**base)
+
+
+def flags_for(name: str, args: list[str]) -> list[str]:
+    """Command-line `args` less each `--option VALUE` pair of a method option that method `name` does not read."""
+    if name not in METHODS:  # an unknown method, for a test of its refusal
+        return list(args)
+    unread = {option_flag(o) for o in METHOD_OPTIONS if not method_reads(name, o)}
+    out: list[str] = []
+    rest = iter(args)
+    for a in rest:
+        if a in unread:
+            next(rest, None)  # its value goes too
+        else:
+            out.append(a)
+    return out
+
+
+def for_method(name: str, settings: dict) -> dict:
+    """`settings` without the method options that method `name` does not read (setting those is refused)."""
+    return read_by(name, settings)

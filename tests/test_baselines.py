@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import make_net, quick_method
+from helpers import for_method, make_net, quick_method
 from typer.testing import CliRunner
 
 from ticketcli import ticket as ticket_io
@@ -20,7 +20,7 @@ from ticketcli.methods.saliency import grasp_scores, hessian_vector_product, los
 from ticketcli.methods.sparse import prune_and_regrow
 from ticketcli.resolve import build_extract_spec, check_method_options, merge_settings
 from ticketcli.runs import build_net, extract_ticket
-from ticketcli.specs import DataSpec
+from ticketcli.specs import DataSpec, option_flag
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate
 
 BASELINES = [
@@ -69,21 +69,15 @@ def test_aug_density_is_refused(name, digits):
 
 
 def quick_spec(name: str, **kw):
-    small = {
-        k: v
-        for k, v in {"imp_rounds": 2, "synflow_rounds": 10, "regrow_every": 2}.items()
-        if k in METHODS.get(name).options
-    }
+    small = {"epochs": 2, "batch_size": 128, "imp_rounds": 2, "synflow_rounds": 10, "regrow_every": 2}
     settings = {
         "method": name,
         "dataset": "digits",
         "model": "mlp:64-32-32-10",
-        "epochs": 2,
-        "batch_size": 128,
         "n_extract": 500,
         "n_val": 200,
         "sparsity": 0.8,
-        **small,
+        **for_method(name, small),
         **kw,
     }
     return build_extract_spec(merge_settings(settings, None))
@@ -97,7 +91,8 @@ def test_ticket_is_evaluated_on_the_rewound_init(name, tmp_path):
     net, _, _ = build_net(spec.model, spec.init, None)  # a fresh network from the seed: the original init
     splits = load_splits(spec.data)
     assert evaluate(net, tk.masks, splits.x_test, splits.y_test) == summary["metrics"]["test"]
-    assert tk.method["weight_lr"] == 1e-3 and tk.method["name"] == name  # hyper-parameters are recorded
+    assert tk.method["name"] == name and set(tk.method) >= METHODS.get(name).options  # hyper-parameters are recorded
+    assert ("weight_lr" in tk.method) == ("weights" in METHODS.get(name).trains)  # only those that shaped it
     if name in TRAINS_WEIGHTS:  # the trained network is reported, and it is not the ticket
         trained = summary["metrics"]["trained"]
         assert trained["test"]["n"] == summary["metrics"]["test"]["n"]
@@ -274,10 +269,6 @@ QUICK = [
     "digits",
     "--model",
     "mlp:64-32-32-10",
-    "--epochs",
-    "2",
-    "--batch-size",
-    "128",
     "--n-extract",
     "500",
     "--n-val",
@@ -287,8 +278,14 @@ QUICK = [
 ]
 
 
+def quick(args) -> list[str]:
+    """QUICK, plus --epochs 2 and --batch-size 128 where the method named in `args` reads them."""
+    small = for_method(args[args.index("--method") + 1], {"epochs": "2", "batch_size": "128"})
+    return [*QUICK, *(f for k, v in small.items() for f in (option_flag(k), v))]
+
+
 def extract_json(tmp_path, name, *extra):
-    r = runner.invoke(app, ["extract", *QUICK, "--out", str(tmp_path / name), *extra])
+    r = runner.invoke(app, ["extract", *quick(extra), "--out", str(tmp_path / name), *extra])
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)
 
@@ -336,6 +333,6 @@ def test_match_sparsity_global_and_per_layer(tmp_path):
     ],
 )
 def test_bad_baseline_options_are_one_line_errors(tmp_path, args, needle):
-    r = runner.invoke(app, ["extract", *QUICK, "--out", str(tmp_path / "t.safetensors"), *args])
+    r = runner.invoke(app, ["extract", *quick(args), "--out", str(tmp_path / "t.safetensors"), *args])
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1

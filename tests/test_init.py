@@ -15,9 +15,9 @@ import torch
 from ticketcli.init import INIT_SCHEMES, init_weights
 from ticketcli.models import build_model, parse_model
 from ticketcli.seeding import derive_seed, fingerprint, generator
-from ticketcli.specs import InitSpec
+from ticketcli.specs import MODULE_INIT, InitSpec
 
-SCHEMES = INIT_SCHEMES.names()
+SCHEMES = [s for s in INIT_SCHEMES.names() if s != MODULE_INIT]  # the drawn ones (module: test_init_module.py)
 SPECS = ["mlp:20-16-8", "mlp:20-16-8+bias"]
 
 

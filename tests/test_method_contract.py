@@ -8,6 +8,7 @@ import inspect
 from dataclasses import fields
 
 import pytest
+from helpers import for_method
 
 from ticketcli import distributed
 from ticketcli.errors import UsageError
@@ -32,7 +33,7 @@ SETTINGS = {
 
 
 def spec_for(method: str, **kw):
-    return build_extract_spec(merge_settings({**SETTINGS, "method": method, **kw}, None))
+    return build_extract_spec(merge_settings({**for_method(method, SETTINGS), "method": method, **kw}, None))
 
 
 def test_the_contract_lists_what_callers_read():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import make_net, quick_method
+from helpers import for_method, make_net, quick_method
 from torch import nn
 
 from ticketcli.errors import UsageError
@@ -111,7 +111,7 @@ def test_score_methods_learn(digits):
     net = make_net("mlp:64-128-128-10")
     accs = {}
     for name in ("augmented", "edge-popup", "random"):
-        masks = run(name, digits, net=net, epochs=8, sparsity=0.5)
+        masks = run(name, digits, net=net, sparsity=0.5, **for_method(name, {"epochs": 8}))
         accs[name] = evaluate(net, masks, digits.x_val, digits.y_val)["accuracy"]
     assert accs["augmented"] > accs["random"] + 0.2
     assert accs["edge-popup"] > accs["random"] + 0.2

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import flags_for
 from test_cli import one_line_error
 from typer.testing import CliRunner
 
@@ -113,7 +114,9 @@ def test_output_in_read_only_directory(tmp_path):
     ro.mkdir()
     ro.chmod(0o555)
     try:
-        err = one_line_error(invoke("extract", *QUICK, "--method", "random", "--out", str(ro / "t.safetensors")))
+        err = one_line_error(
+            invoke("extract", *flags_for("random", QUICK), "--method", "random", "--out", str(ro / "t.safetensors"))
+        )
         assert "cannot write" in err and listing(ro) == []
     finally:
         ro.chmod(0o755)
@@ -140,7 +143,7 @@ BAD_READ = {
 @pytest.fixture(scope="module")
 def a_ticket(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ticket") / "t.safetensors"
-    assert invoke("extract", *QUICK, "--method", "random", "--out", str(out)).exit_code == 0
+    assert invoke("extract", *flags_for("random", QUICK), "--method", "random", "--out", str(out)).exit_code == 0
     return out
 
 
@@ -288,7 +291,11 @@ def twice(tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
     for method in METHODS.names():
         paths = (d / f"{method}-a.safetensors", d / f"{method}-b.safetensors")
         runs = [
-            invoke("extract", *QUICK, "--method", method, *METHOD_FLAGS.get(method, []), "--out", str(p), "--json")
+            invoke(
+                "extract",
+                *flags_for(method, QUICK),
+                *["--method", method, *METHOD_FLAGS.get(method, []), "--out", str(p), "--json"],
+            )
             for p in paths
         ]
         assert all(r.exit_code == 0 for r in runs), [r.output for r in runs]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_net, quick_method
+from helpers import for_method, make_net, quick_method
 from typer.testing import CliRunner
 
 from ticketcli.checkpoint import checkpoint_path
@@ -32,7 +32,9 @@ PER_METHOD = {"iterated": {"sparsity": 0.9, "max_rounds": 3}}  # two rounds: the
 
 
 def spec_for(method: str, **kw):
-    return build_extract_spec(merge_settings({**SETTINGS, "method": method, **PER_METHOD.get(method, {}), **kw}, None))
+    return build_extract_spec(
+        merge_settings({**for_method(method, SETTINGS), "method": method, **PER_METHOD.get(method, {}), **kw}, None)
+    )
 
 
 class StopAfter:

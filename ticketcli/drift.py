@@ -234,7 +234,7 @@ def run_drift(
             model=model,
             data=data,
             seeds=(tk.init["seed"],),
-            init=InitSpec(scheme=tk.init["scheme"], k=float(tk.init["k"]), seed=tk.init["seed"]),
+            init=InitSpec(scheme=tk.init["scheme"], k=float(tk.init.get("k", InitSpec.k)), seed=tk.init["seed"]),
         )
     else:
         corpus = None if spec.text is None else load_corpus(spec.text)

@@ -10,7 +10,7 @@ from torch import nn
 
 from ticketcli.models import fan_in, layer_of, masked_names
 from ticketcli.registry import Registry
-from ticketcli.specs import InitSpec
+from ticketcli.specs import MODULE_INIT, InitSpec
 
 RELU_GAIN = math.sqrt(2.0)
 
@@ -41,15 +41,21 @@ def kaiming_normal(shape, fan: int, k: float, g: torch.Generator) -> torch.Tenso
     return torch.empty(shape).normal_(0.0, std, generator=g)
 
 
+@INIT_SCHEMES.register(MODULE_INIT)
+def module_init(shape, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
+    """A user factory's own weights, as it created them under its fixed seed: init_weights keeps them all."""
+    raise RuntimeError("init_weights keeps a module-initialised parameter; it never draws one")
+
+
 def init_weights(module: nn.Module, spec: InitSpec) -> dict[str, torch.Tensor]:
     """Draw every masked parameter, in named_parameters() order, from one CPU generator seeded with spec.seed.
 
     Built-in models are all masked parameters; a user model's other parameters (norm layers, ...) keep the
-    values its factory gave them."""
+    values its factory gave them, and under --init module its masked ones too."""
     scheme = INIT_SCHEMES.get(spec.scheme)
     g = torch.Generator().manual_seed(spec.seed)
     params = dict(module.named_parameters())
-    masked = set(masked_names(module))
+    masked = set() if spec.scheme == MODULE_INIT else set(masked_names(module))
     out = {}
     for name, p in params.items():
         if name not in masked:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ticketcli.errors import UsageError
+from ticketcli.specs import FACTORY_SEED
 
 
 def import_factory(path: str) -> Callable[..., nn.Module]:
@@ -36,9 +37,6 @@ def import_factory(path: str) -> Callable[..., nn.Module]:
     if inspect.isbuiltin(fn):  # sys.exit, os.abort, signal.pause, builtins.exec: never a model factory
         raise UsageError(f"model {path} names a built-in function, not a factory returning an nn.Module")
     return fn
-
-
-FACTORY_SEED = 20260102  # the global RNG seed a factory runs under: its own default init is then reproducible
 
 
 def takes_num_classes(fn: Callable[..., object]) -> bool:

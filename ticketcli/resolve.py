@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Collection
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from ticketcli.ranges import show
 from ticketcli.specs import (
     EXTRACT_DEFAULTS,
     MAX_PARAMS,
+    METHOD_OPTIONS,
+    MODULE_INIT,
     PAPER_HIDDEN,
     RANGES,
     DataSpec,
@@ -102,11 +105,19 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
     return out
 
 
-def merge_settings(flags: dict[str, Any], config_path: str | Path | None) -> dict[str, Any]:
+class Settings(dict[str, Any]):
+    """Merged settings (key -> value) that also know which keys the user set, by flag or config file: an option
+    the method does not read is refused only when it was set, never for its default."""
+
+    given: frozenset[str] = frozenset()
+
+
+def merge_settings(flags: dict[str, Any], config_path: str | Path | None) -> Settings:
     """Defaults <- config file <- explicitly given flags (None means 'not given')."""
-    merged = dict(EXTRACT_DEFAULTS)
-    merged.update(load_config(config_path))
-    merged.update({k: v for k, v in flags.items() if v is not None})
+    config = load_config(config_path)
+    given = {k: v for k, v in flags.items() if v is not None}
+    merged = Settings({**EXTRACT_DEFAULTS, **config, **given})
+    merged.given = frozenset(config) | frozenset(given)
     return merged
 
 
@@ -176,7 +187,7 @@ def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = N
         movement_noise=s["movement_noise"],
         precision=check_precision(s["precision"]),
     )
-    check_method_options(method)
+    check_method_options(method, settings.given if isinstance(settings, Settings) else None)
     if method.movement_warmup + method.movement_cooldown >= 1:
         raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
     if s["match_sparsity"] is not None:
@@ -191,6 +202,7 @@ def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = N
         **data_location(s["data_dir"], s["download"]),
     )
     init = InitSpec(scheme=s["init"], k=s["init_k"], seed=s["seed"])
+    check_module_init(init, model, settings.given if isinstance(settings, Settings) else frozenset())
     return RunSpec(
         model=model,
         init=init,
@@ -202,45 +214,57 @@ def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = N
     )
 
 
-# Options that only some methods read (the score-method variants of issue 4, the baselines' hyper-parameters of
-# issue 3). Each method class lists the ones it reads in `options`; build_extract_spec refuses the others.
-METHOD_OPTIONS = (
-    "aug_density",
-    "layer_densities",
-    "aux_width",
-    "frozen_aux",
-    "signed_scores",
-    "project_final",
-    "global_topk",
-    "iter_tolerance",
-    "max_rounds",
-    "weight_lr",
-    "saliency_batches",
-    "grasp_temperature",
-    "synflow_rounds",
-    "imp_rounds",
-    "regrow_every",
-    "regrow_fraction",
-    "movement_warmup",
-    "movement_cooldown",
-    "movement_noise",
-    "precision",
-)
+# Options whose meaning another option carries for some methods: refusing one names the sibling the method reads.
+SIBLINGS = {
+    "lr": ("weight_lr",),
+    "weight_lr": ("lr",),
+    "imp_rounds": ("max_rounds", "synflow_rounds"),
+    "max_rounds": ("imp_rounds", "synflow_rounds"),
+    "synflow_rounds": ("imp_rounds", "max_rounds"),
+}
 
 
 def method_reads(name: str, field: str) -> bool:
-    return field in METHODS.get(name).options
+    """Whether method `name` reads MethodSpec field `field` (its declared `options`, or a field every method reads)."""
+    return field not in METHOD_OPTIONS or field in METHODS.get(name).options
 
 
-def check_method_options(method: MethodSpec) -> None:
-    """Refuse a method-specific option set (to other than its default) for a method that would ignore it."""
+def read_by(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` less the method options that method `name` does not read (setting those would be refused): for
+    callers that give several methods the same settings."""
+    return {k: v for k, v in settings.items() if method_reads(name, k)}
+
+
+def check_method_options(method: MethodSpec, given: Collection[str] | None = None) -> None:
+    """Refuse an option that `method` would ignore: one of `given` (the settings a user set, by flag or config file),
+    or without `given` one that differs from its default."""
     defaults = {f.name: f.default for f in fields(MethodSpec)}
     for field in METHOD_OPTIONS:
-        if getattr(method, field) != defaults[field] and not method_reads(method.name, field):
-            users = [n for n in METHODS.names() if method_reads(n, field)]
-            raise UsageError(
-                f"{option_flag(field)} applies to {', '.join(users) or 'no method'} only, not {method.name}"
-            )
+        was_set = field in given if given is not None else getattr(method, field) != defaults[field]
+        if was_set and not method_reads(method.name, field):
+            raise unused_option(field, method.name)
+
+
+def unused_option(field: str, name: str) -> UsageError:
+    """'--lr applies to augmented, edge-popup, ... only, not rigl', with the sibling option rigl reads as the hint."""
+    users = [n for n in METHODS.names() if method_reads(n, field)]
+    siblings = [option_flag(s) for s in SIBLINGS.get(field, ()) if method_reads(name, s)]
+    hint = f"use {' or '.join(siblings)}" if siblings else f"drop {option_flag(field)}; {name} does not read it"
+    return UsageError(f"{option_flag(field)} applies to {', '.join(users) or 'no method'} only, not {name}", hint=hint)
+
+
+def check_module_init(init: InitSpec, model: ModelSpec, given: Collection[str]) -> None:
+    """--init module keeps a user factory's own weights: a built-in model has none, and no k shapes them."""
+    if init.scheme != MODULE_INIT:
+        return
+    if model.arch != "user":
+        raise UsageError(
+            f"--init {MODULE_INIT} keeps the weights a model factory (pkg.module:function) created; "
+            f"the built-in model {model.to_string()} draws its weights from a scheme",
+            hint=f"use --init {' or '.join(n for n in INIT_SCHEMES.names() if n != MODULE_INIT)}",
+        )
+    if "init_k" in given:
+        raise UsageError(f"--init-k scales a drawn init; --init {MODULE_INIT} keeps the factory's weights")
 
 
 def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:

@@ -193,7 +193,7 @@ def rebuild(
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
     runs_checks.check_planned(tk, model, path, policy.max_params)
-    init = InitSpec(scheme=tk.init["scheme"], k=float(tk.init["k"]), seed=tk.init["seed"])
+    init = InitSpec(scheme=tk.init["scheme"], k=float(tk.init.get("k", InitSpec.k)), seed=tk.init["seed"])
     if tk.checkpoint is not None:
         weights_path = runs_checks.checkpoint_file(tk, path, weights_path, policy.max_params)
     elif weights_path is not None:

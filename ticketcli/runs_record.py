@@ -156,9 +156,15 @@ def make_ticket(
 
 
 def method_record(spec: RunSpec, score_init: dict[str, str] | None, details: Details) -> dict:
-    """The ticket's `method` field: every hyper-parameter, how scores were initialised, score parameter counts."""
+    """The ticket's `method` field: name, sparsity, the options the method read (Method.options; the others did
+    not shape the ticket, so they are left out), the matched ticket, how scores started, score parameter counts."""
+    method = spec.method.to_dict()
+    read = METHODS.get(spec.method.name).options
     return {
-        **spec.method.to_dict(),
+        "name": method["name"],
+        "sparsity": method["sparsity"],
+        **{k: v for k, v in method.items() if k in read},
+        **({"matched_to": method["matched_to"]} if method["matched_to"] is not None else {}),
         "score_init": score_init,
         **({"score_params": details["score_params"]} if "score_params" in details else {}),
     }

@@ -15,6 +15,8 @@ from ticketcli.ranges import BOOL, FLOAT, INT, NUMBERS, TEXT, Range
 
 PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix B)
 MAX_PARAMS = 2 * 10**9  # default --max-params: a bigger model is refused before anything is allocated
+MODULE_INIT = "module"  # --init module: a user factory's weights as it created them, not redrawn
+FACTORY_SEED = 20260102  # the global RNG seed a factory runs under: its own default init is then reproducible
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ class InitSpec:
     seed: int = 0  # the weights' seed; the whole network is rebuilt from it
 
     def to_dict(self) -> dict[str, Any]:
+        if self.scheme == MODULE_INIT:  # the factory's own weights: no k or gain shaped them, its fixed seed did
+            return {"scheme": self.scheme, "factory_seed": FACTORY_SEED, "seed": self.seed}
         return {"scheme": self.scheme, "k": self.k, "gain": "relu", "seed": self.seed}
 
 
@@ -213,6 +217,11 @@ SETTING_FIELDS: dict[str, tuple[type, str]] = {
     "device": (RunSpec, "device"),
     "max_params": (RunSpec, "max_params"),
 }
+# MethodSpec fields that every method reads (name, sparsity) or that are no setting. Each of the others is an option
+# that only some methods read: a method lists those it reads in Method.options; resolve.py refuses the rest when a
+# user sets them, and a ticket records only those its method read.
+UNIVERSAL_METHOD_FIELDS = ("name", "sparsity", "score_init", "matched_to")
+METHOD_OPTIONS = tuple(f.name for f in fields(MethodSpec) if f.name not in UNIVERSAL_METHOD_FIELDS)
 # Settings no spec field holds: they decide how the specs are built. model None is the paper's MLP sized to the
 # dataset; data_dir goes first in DataSpec.search_dirs; match_sparsity* replace the sparsity by a ticket's.
 UNSPECCED_DEFAULTS: dict[str, Any] = {

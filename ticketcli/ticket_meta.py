@@ -130,7 +130,11 @@ def check_fields(f: dict[str, dict], checkpoint: dict | None, path: Path) -> Non
     need(is_int(init.get("seed")) and 0 <= init["seed"] < SEED_LIMIT, "'init.seed' must be an integer in [0, 2^63)")
     k = init.get("k")
     need(
-        isinstance(k, (int, float)) and _is_number(k) and math.isfinite(k) and K_RANGE[0] <= k <= K_RANGE[1],
+        (k is None and init["scheme"] == "module")  # a factory's own weights: no k shaped them
+        or isinstance(k, (int, float))
+        and _is_number(k)
+        and math.isfinite(k)
+        and K_RANGE[0] <= k <= K_RANGE[1],
         f"'init.k' must be a number in [{K_RANGE[0]:g}, {K_RANGE[1]:g}]",
     )
     shapes = f["shapes"]

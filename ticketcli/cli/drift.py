@@ -30,6 +30,7 @@ from ticketcli.cli.options import (
     Json,
     MaxParams,
     Panel,
+    Quiet,
     TrustModelCode,
     choices,
 )
@@ -167,7 +168,7 @@ def drift(
         bool, typer.Option("--force", help="Overwrite --plot if it exists.", rich_help_panel=Panel.OUTPUT)
     ] = False,
     json_out: Json = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.", rich_help_panel=Panel.OUTPUT)] = False,
+    quiet: Quiet = False,
     act_sparsity: ActControl = None,
     act_target: ActTarget = None,
     freeze_stats_after: FreezeStatsAfter = None,

@@ -17,6 +17,7 @@ from ticketcli.cli.options import (
     Json,
     MaxParams,
     Panel,
+    Quiet,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -51,6 +52,7 @@ def evaluate(
     download: Download = False,
     device: Device = None,
     json_out: Json = False,
+    quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
     from ticketcli import ticket as ticket_io  # numpy: not needed for --help

@@ -16,6 +16,7 @@ from ticketcli.cli.options import (
     Json,
     MaxParams,
     Panel,
+    Quiet,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -55,6 +56,7 @@ def export(
     data_dir: DataDir = None,
     download: Download = False,
     json_out: Json = False,
+    quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
 ) -> None:
     """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks. BatchNorm
     statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need their data)."""

@@ -9,7 +9,7 @@ import typer
 
 from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes
-from ticketcli.cli.options import Json
+from ticketcli.cli.options import Json, Quiet
 from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
 
@@ -17,6 +17,7 @@ from ticketcli.interrupts import stop_on_signals
 def inspect(
     ticket: Annotated[Path, typer.Argument(help="A ticket file.")],
     json_out: Json = False,
+    quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
 ) -> None:
     """Print a ticket's metadata, per-layer density and file size (needs no data)."""
     from ticketcli import runs_inspect  # numpy and safetensors' header, never torch (not needed for --help)

@@ -172,7 +172,16 @@ Bias = Annotated[
         rich_help_panel=Panel.MODEL,
     ),
 ]
-Init = Annotated[Optional[InitName], setting("init", "Weight initialisation scheme.", Panel.MODEL)]
+Init = Annotated[
+    Optional[InitName],
+    setting(
+        "init",
+        "Weight initialisation scheme. Every masked weight is drawn from it from --seed, a model factory's too (its "
+        "other parameters keep the factory's values); module keeps a factory's own weights as it created them "
+        "(under a fixed seed, so the same for every --seed, which still draws the split, scores and batch order).",
+        Panel.MODEL,
+    ),
+]
 Dataset = Annotated[Optional[DatasetName], setting("dataset", "Dataset.", Panel.DATA)]
 Lr = Annotated[Optional[float], setting("lr", "Adam learning rate for the scores.", Panel.TRAINING)]
 BatchSize = Annotated[Optional[int], setting("batch_size", "Minibatch size.", Panel.TRAINING)]

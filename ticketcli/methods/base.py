@@ -15,6 +15,11 @@ from ticketcli.errors import UsageError
 from ticketcli.models import MaskedNet
 from ticketcli.specs import MethodSpec
 
+# The training settings a method reads, if it trains (each method lists what it reads in `options`): score
+# training runs Adam on the scores at --lr; weight training runs Adam on the weights at --weight-lr.
+SCORE_TRAINING = frozenset({"epochs", "lr", "batch_size", "betas", "eps", "weight_decay", "precision"})
+WEIGHT_TRAINING = frozenset({"epochs", "batch_size", "weight_lr", "betas", "eps", "weight_decay"})
+
 # Called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"} (and "round", "rounds").
 Progress = Callable[[dict], None]
 Masks = dict[str, torch.Tensor]  # param name -> bool mask of the parameter's shape
@@ -50,12 +55,14 @@ class Method(ABC):
     `@METHODS.register("<name>")`, and import the module in ticketcli/methods/__init__.py. Nothing else changes:
     --method's choices come from the registry, and the refusal of options it does not read, --resume and
     --checkpoint-every, torchrun and the progress bar follow these attributes (tests/test_method_contract.py checks
-    that every method declares them). Options come from MethodSpec: list the method-specific ones it reads in
-    `options`; only a brand-new hyper-parameter also needs a MethodSpec field and its flag.
+    that every method declares them). Options come from MethodSpec: list in `options` every one it reads
+    besides name and sparsity (training settings included: SCORE_TRAINING, WEIGHT_TRAINING); the others are refused
+    when a user sets them and left out of its tickets. Only a brand-new hyper-parameter also needs a MethodSpec field
+    and its flag.
     """
 
     name: ClassVar[str]  # the registry name, recorded in the ticket
-    options: ClassVar[frozenset[str]]  # the method-specific MethodSpec fields it reads (specs.METHOD_OPTIONS)
+    options: ClassVar[frozenset[str]]  # the MethodSpec fields it reads besides name, sparsity (specs.METHOD_OPTIONS)
     trains: ClassVar[frozenset[Trained]]  # what it trains: scores, weights (then trained_weights is set), or nothing
     resumable: ClassVar[bool]  # honours extract(checkpoint=...): saves and resumes bit-identically
     data_parallel: ClassVar[bool]  # runs under torchrun (each rank gives the same masks)

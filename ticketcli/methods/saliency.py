@@ -101,7 +101,7 @@ class _Saliency(Method):
 @METHODS.register("snip")
 class Snip(_Saliency):
     name = "snip"
-    options = frozenset({"layer_densities", "saliency_batches"})
+    options = frozenset({"layer_densities", "batch_size", "saliency_batches"})
 
     def extract(
         self,
@@ -126,7 +126,7 @@ class Grasp(_Saliency):
     under reproduction states top-k, and its GraSP near chance is consistent with that, so we follow it."""
 
     name = "grasp"
-    options = frozenset({"layer_densities", "saliency_batches", "grasp_temperature"})
+    options = frozenset({"layer_densities", "batch_size", "saliency_batches", "grasp_temperature"})
 
     def extract(
         self,

@@ -15,7 +15,7 @@ import torch
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
-from ticketcli.methods.base import Details, ExtractResult, Method, Progress, param_densities
+from ticketcli.methods.base import SCORE_TRAINING, Details, ExtractResult, Method, Progress, param_densities
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, init_scores, resume, train_scores
 from ticketcli.methods.selection import Selection
@@ -31,7 +31,7 @@ def augmented_density(spec: MethodSpec) -> float:
 class ScoreMethod(Method):
     """Score training with frozen weights; subclasses choose the score layout and how the final mask is read."""
 
-    options = frozenset({"signed_scores", "global_topk", "precision"})
+    options = SCORE_TRAINING | {"signed_scores", "global_topk"}
     trains = frozenset({"scores"})
     resumable = True  # saves scores, Adam and the generator every N epochs; resumes bit-identically
     data_parallel = True  # runs under torchrun (scores' gradients all-reduced, masks checked identical)

@@ -16,7 +16,7 @@ import torch
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
-from ticketcli.methods.base import ExtractResult, Masks, Method, Progress
+from ticketcli.methods.base import WEIGHT_TRAINING, ExtractResult, Masks, Method, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.topk import Group, density_groups, group_topk, power_schedule, restricted, select
 from ticketcli.models import MaskedNet
@@ -65,7 +65,7 @@ class IMP(_SparseTraining):
     density d^(r/R) (geometric schedule). Pruned weights are exactly zero and never return."""
 
     name = "imp"
-    options = frozenset({"layer_densities", "weight_lr", "imp_rounds"})
+    options = WEIGHT_TRAINING | {"layer_densities", "imp_rounds"}
 
     def extract(
         self,
@@ -194,7 +194,7 @@ class _DynamicSparse(_SparseTraining):
 @METHODS.register("set")
 class SET(_DynamicSparse):
     name = "set"
-    options = frozenset({"layer_densities", "weight_lr", "regrow_every", "regrow_fraction"})
+    options = WEIGHT_TRAINING | {"layer_densities", "regrow_every", "regrow_fraction"}
 
     def grow_scores(
         self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
@@ -206,7 +206,7 @@ class SET(_DynamicSparse):
 @METHODS.register("rigl")
 class RigL(_DynamicSparse):
     name = "rigl"
-    options = frozenset({"layer_densities", "weight_lr", "regrow_every", "regrow_fraction"})
+    options = WEIGHT_TRAINING | {"layer_densities", "regrow_every", "regrow_fraction"}
 
     def grow_scores(
         self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
