@@ -112,7 +112,8 @@ def test_bad_options_raise_the_cli_message(options, flags, tmp_path):
         tc.extract("mlp:64-16-10", "digits", **{**QUICK, **options})
     r = cli("extract", "--model", "mlp:64-16-10", "--dataset", "digits", *flags, "--out", str(tmp_path / "t"))
     assert r.returncode == 2
-    assert r.stderr.splitlines()[0] == f"error: {caught.value}"
+    hint = f" (hint: {caught.value.hint})" if caught.value.hint else ""  # the CLI's line carries the hint too
+    assert r.stderr.splitlines()[0] == f"error: {caught.value}{hint}"
 
 
 def test_unknown_option_names_the_valid_ones():

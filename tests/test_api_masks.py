@@ -78,7 +78,7 @@ def test_every_built_in_forward_goes_through_its_layers(spec):
     d = load_digits()
     x, y = torch.tensor(d.data, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16, torch.tensor(d.target)
     splits = {"extract": (x[:600], y[:600]), "val": (x[600:800], y[600:800]), "test": (x[800:1100], y[800:1100])}
-    t = tc.extract(spec, splits, **{**QUICK, "method": "random", "epochs": 1})
+    t = tc.extract(spec, splits, **{**QUICK, "method": "random", "epochs": None})
     net = t.build("cpu", data=splits)
     with torch.no_grad():
         logits = net(x[800:1100])

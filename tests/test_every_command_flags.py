@@ -21,6 +21,7 @@ ARGS = {
     "export": ["export", "{t}", "--format", "masks", "--out", "{d}/masks.safetensors"],
     "train-weak": ["train-weak", "{t}", "--epochs", "1", "--batch-size", "64"],
     "drift": ["drift", "--ticket", "{t}", "--steps", "2", "--log-every", "1", "--batch-size", "64"],
+    "list": ["list", "methods"],
     "sweep-k": ["sweep-k", *TINY, "--seeds", "0", "--densities", "0.5", "--layerwise", "0", "--device", "cpu"],
 }
 

@@ -80,7 +80,7 @@ def test_the_ticket_records_the_factory_init_and_evaluate_reproduces_it(tmp_path
     r = runner.invoke(app, ["evaluate", str(tmp_path / "t.st"), "--model", factory, "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["reproduced"] and doc["test"] == summary["metrics"]["test"]
+    assert doc["reproduced"] and doc["metrics"]["test"] == summary["metrics"]["test"]
     r = runner.invoke(app, ["inspect", str(tmp_path / "t.st"), "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["init"]["scheme"] == "module"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import typer.main
+from helpers import flags_for
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
@@ -45,7 +46,8 @@ def docs(tmp_path_factory) -> dict[str, tuple[str, dict]]:
     out: dict[str, tuple[str, dict]] = {}
     for case, flags in EXTRACTS.items():
         t = str(d / f"{case}.safetensors")
-        out[f"extract-{case}"] = ("extract", run("extract", *DATA, *MODEL, *flags, "--out", t, "--json"))
+        args = flags_for(case, [*DATA, *MODEL, *flags])  # less the options the method does not read
+        out[f"extract-{case}"] = ("extract", run("extract", *args, "--out", t, "--json"))
         out[f"evaluate-{case}"] = ("evaluate", run("evaluate", t, "--json", "--min-accuracy", "0"))
         out[f"inspect-{case}"] = ("inspect", run("inspect", t, "--json"))
     aug = str(d / "augmented.safetensors")

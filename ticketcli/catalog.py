@@ -55,6 +55,7 @@ DATASETS: dict[str, DatasetEntry] = {
 
 INITS: dict[str, str] = {
     "kaiming-normal": "N(0, (gain/sqrt(k*fan_in))^2); k = 1 is torch's kaiming_normal_ (fan_in, relu).",
+    "module": "Keep a model factory's own weights as it created them (under a fixed seed); factories only.",
     "scaled-kaiming-uniform": "The paper's init: U[-b, b] with b = gain/sqrt(k*fan_in) (ReLU gain, k = 1/2).",
     "signed-kaiming-constant": "+-gain/sqrt(k*fan_in) with a random sign (the hidden-networks signed constant).",
 }

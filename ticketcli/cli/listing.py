@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from ticketcli import catalog, report
-from ticketcli.cli.options import Json, choices
+from ticketcli.cli.options import Json, Quiet, choices
 from ticketcli.report.console import stdout
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ SCHEMA = "ticket.list/1"
 def list_kind(
     kind: Annotated[Kind, typer.Argument(help="What to list: methods, models, datasets or inits.")],
     json_out: Json = False,
+    quiet: Quiet = False,  # nothing to silence: accepted, as by every command, so scripts can pass it
 ) -> None:
     """List the methods, models, datasets or init schemes ticketcli knows, with a one-line description each."""
     items = [{"name": name, "description": text} for name, text in catalog.describe(kind).items()]
