@@ -72,8 +72,19 @@ WITHOUT_TORCH = {
     "evaluate-bad-flag": (["evaluate", "{ticket}", "--min-accuracy", "7"], 2),
     "unknown-method": (["extract", "--method", "nope"], 2),
     "list": (["list", "methods", "--json"], 0),
-    "completion": (["--show-completion", "bash"], 0),
 }
+
+
+def test_tab_completion_does_not_import_torch():
+    """What the shell runs on every <TAB> (`ticket extract --method a<TAB>`) answers from the catalog."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "_TICKET_COMPLETE": "complete_bash"}
+    env |= {"COMP_WORDS": "ticket extract --method a", "COMP_CWORD": "3"}
+    code = "import sys; from ticketcli.cli import app\n"
+    code += "try: app(prog_name='ticket')\nfinally: print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    *proposed, torch_loaded = done.stdout.split()
+    assert done.returncode == 0 and "augmented" in proposed, done.stderr[-2000:]
+    assert torch_loaded == "False"
 
 
 @pytest.mark.parametrize("case", list(WITHOUT_TORCH))

@@ -9,7 +9,7 @@ import os
 import signal
 
 import pytest
-from hostile import assert_clean, child, cli, snapshot
+from hostile import REPO, assert_clean, child, cli, snapshot
 
 from ticketcli import export as export_core
 from ticketcli import report, runs, runs_inspect
@@ -112,9 +112,26 @@ def test_a_signal_outside_any_command_handler_is_one_line(sig, tmp_path, monkeyp
     assert run.stderr.strip() == f"error: interrupted by {sig.name}" and out.is_file()
 
 
+# Start-up is fast now that the CLI imports torch late, so the child's start-up is made slow on purpose: a
+# sitecustomize (imported by site before anything else) holds the import of ticketcli.cli for seconds.
+SLOW_START = """
+import importlib.abc, sys, time
+class SlowCli(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "ticketcli.cli":
+            time.sleep(10)
+        return None
+sys.meta_path.insert(0, SlowCli())
+"""
+
+
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_a_signal_during_start_up_is_one_line(sig, tmp_path):
-    """0.3 s after the start the child is importing torch (over a second anywhere), with entry's handler set."""
-    run = child("inspect", str(tmp_path / "t.safetensors"), signal_after=(0.3, sig))
+    """1 s after the start the child is importing the command line (held there), with entry's handler set."""
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(SLOW_START)
+    env = {"PYTHONPATH": os.pathsep.join([str(slow), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    run = child("inspect", str(tmp_path / "t.safetensors"), env=env, signal_after=(1.0, sig))
     assert_clean(run, exit_of(sig), folder=tmp_path)
     assert run.stderr.strip() == f"error: interrupted by {sig.name} during start-up; nothing was written"

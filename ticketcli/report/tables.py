@@ -93,7 +93,10 @@ def inspect_table(r: dict) -> None:
     t.add_column("value")
     t.add_row("model", r["model"]["spec"])
     init = r["init"]
-    t.add_row("init", f"{init['scheme']} (k={init.get('k')}, seed {init['seed']})")
+    if "k" in init:
+        t.add_row("init", f"{init['scheme']} (k={init['k']}, seed {init['seed']})")
+    else:  # --init module: the factory's own weights, drawn under its fixed seed; no k shaped them
+        t.add_row("init", f"{init['scheme']} (factory seed {init.get('factory_seed')}, seed {init['seed']})")
     t.add_row("weights sha256", r["weights_sha256"])
     if r["checkpoint"]:
         digest = r["checkpoint"].get("sha256")
