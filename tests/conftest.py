@@ -3,6 +3,7 @@ are in helpers.py: test modules import them from there, never from conftest."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,12 @@ from helpers import make_net
 from ticketcli.data import load_splits
 from ticketcli.models import MaskedNet
 from ticketcli.specs import DataSpec
+
+# A CI runner may start the suite with SIGINT ignored (any background job of a non-interactive shell is), and an
+# ignored signal stays ignored in every child: the tests that interrupt a `ticket` child with SIGINT would then
+# wait for a run that never stops. A Python handler here is reset to the default in each child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
