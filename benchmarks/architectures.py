@@ -84,7 +84,7 @@ def extract(model: str, method: str, sparsity: float, seed: int, args) -> dict:
     """One extraction (as runs.extract_ticket, minus the file), both BatchNorm evaluations, and the epoch times."""
     spec = spec_for(model, method, sparsity, seed, args)
     device = runs.resolve_device(spec.device)
-    net, weights, _ = runs.build_net(spec.model, spec.init, None)
+    net, weights = runs.build_net(spec.model, spec.init, None)
     splits = load_splits(spec.data)
     runs.check_input_shape(spec.model, splits, net)
     net.to(device)
@@ -133,7 +133,7 @@ def timed_epochs(model: str, seed: int, args) -> dict[str, dict[str, float]]:
 
     spec = spec_for(model, "edge-popup", args.sparsity, seed, args)
     device = runs.resolve_device(spec.device)
-    net, _, _ = runs.build_net(spec.model, spec.init, None)
+    net, _ = runs.build_net(spec.model, spec.init, None)
     splits = load_splits(spec.data).to(device)
     net.to(device)
     one = replace(spec.method, epochs=1)

@@ -74,7 +74,7 @@ def main() -> None:
     mspec = MethodSpec(epochs=args.epochs)
 
     def make_runner(kind: str):
-        net, _, _ = build_net(spec.model, spec.init, None)
+        net, _ = build_net(spec.model, spec.init, None)
         g = generator(0, "bench")
         if kind.startswith("dense"):
             for p in net.module.parameters():

@@ -88,7 +88,7 @@ def test_ticket_is_evaluated_on_the_rewound_init(name, tmp_path):
     spec = quick_spec(name)
     summary = extract_ticket(spec, out=tmp_path / "t.safetensors")
     tk = ticket_io.load(tmp_path / "t.safetensors")
-    net, _, _ = build_net(spec.model, spec.init, None)  # a fresh network from the seed: the original init
+    net, _ = build_net(spec.model, spec.init, None)  # a fresh network from the seed: the original init
     splits = load_splits(spec.data)
     assert evaluate(net, tk.masks, splits.x_test, splits.y_test) == summary["metrics"]["test"]
     assert tk.method["name"] == name and set(tk.method) >= METHODS.get(name).options  # hyper-parameters are recorded

@@ -152,3 +152,28 @@ def test_the_recorded_path_leads_back_to_the_checkpoint_from_any_working_directo
         first = recorded_locations(stored, tmp_path / ticket)[0]
         assert os.path.normpath(first) == os.path.normpath(tmp_path / weights)
     assert recorded_locations("/abs/w.pt", tmp_path / ticket) == [Path("/abs/w.pt")]
+
+
+def test_a_ticket_saved_by_the_api_records_its_checkpoint_beside_it(tmp_path):
+    """tc.extract(weights=...) then Ticket.save: the path is stored relative to where the ticket is saved, so the
+    folder moved elsewhere still evaluates (the same record the CLI writes)."""
+    import ticketcli as tc
+
+    write_checkpoint(tmp_path / "a" / "w.safetensors")
+    t = tc.extract(
+        MODEL,
+        "digits",
+        method="augmented",
+        epochs=1,
+        seed=0,
+        progress=False,
+        device="cpu",
+        n_extract=300,
+        n_val=100,
+        weights=str(tmp_path / "a" / "w.safetensors"),
+    )
+    (tmp_path / "a" / "sub").mkdir()
+    t.save(tmp_path / "a" / "sub" / "t.safetensors")
+    assert ticket_io.load(tmp_path / "a" / "sub" / "t.safetensors").checkpoint["path"] == "../w.safetensors"
+    (tmp_path / "a").rename(tmp_path / "b")
+    assert numbers(evaluate(tmp_path / "b" / "sub" / "t.safetensors"))[2]

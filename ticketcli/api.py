@@ -5,7 +5,6 @@ codes."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
@@ -18,7 +17,7 @@ from torch import nn
 from ticketcli import api_data, export, report, runs
 from ticketcli import ticket as ticket_io
 from ticketcli.api_masks import apply_masks, masked
-from ticketcli.checkpoint import ticket_relative
+from ticketcli.checkpoint import saved_at
 from ticketcli.contract import document
 from ticketcli.data import DATASETS, Splits
 from ticketcli.errors import UsageError
@@ -97,12 +96,8 @@ class Ticket:
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the ticket file (format v1, atomically), which `ticket evaluate/inspect/export` read."""
-        record = self._record
-        if record.checkpoint is not None and os.path.isabs(record.checkpoint["path"]):
-            # a ticket and its checkpoint shared as a folder find each other: the path is kept relative
-            record = replace(
-                record, checkpoint={**record.checkpoint, "path": ticket_relative(record.checkpoint["path"], path)}
-            )
+        # a ticket and its checkpoint shared as a folder find each other: the path is stored relative to the ticket
+        record = replace(self._record, checkpoint=saved_at(self._record.checkpoint, path))
         ticket_io.save(record, path, overwrite=overwrite)
         self._path = Path(path)
         return self._path
@@ -247,8 +242,6 @@ def extract(
         run = runs.run_extraction(
             spec, progress=callback, splits=splits, module=model if isinstance(model, nn.Module) else None
         )
-    if run.ticket.checkpoint is not None and spec.weights is not None:  # saved relative to wherever it is saved
-        run.ticket.checkpoint = {**run.ticket.checkpoint, "path": os.path.abspath(spec.weights)}
     return Ticket(run.ticket)
 
 

@@ -84,6 +84,14 @@ def ticket_relative(weights: str | Path, ticket: str | Path) -> str:
         return Path(weights).as_posix()
 
 
+def saved_at(record: dict | None, ticket: str | Path) -> dict | None:
+    """A checkpoint record (absolute path, as an extraction makes it) as the ticket at `ticket` stores it: the path
+    relative to that ticket's folder (ticket_relative). Records already relative (a loaded ticket) stay as they are."""
+    if record is None or not os.path.isabs(record["path"]):
+        return record
+    return {**record, "path": ticket_relative(record["path"], ticket)}
+
+
 def recorded_locations(stored: str, ticket: str | Path) -> list[Path]:
     """Where a ticket's recorded checkpoint may be, in the order tried: relative to the ticket's folder, then as
     written (relative to the working directory; absolute in tickets written before paths were relative)."""

@@ -242,7 +242,7 @@ def run_drift(
             block_count(corpus, gpt_numbers(spec.model)["c"])
             spec = replace(spec, model=with_vocab(spec.model, len(corpus.vocab)))
         for seed in spec.seeds:
-            net, _, _ = runs.build_net(spec.model, replace(spec.init, seed=seed), None, policy.max_params)
+            net, _ = runs.build_net(spec.model, replace(spec.init, seed=seed), None, policy.max_params)
             jobs.append((seed, net, None, spec.model, replace(spec.data, split_seed=seed)))
 
     t0, done, results = time.perf_counter(), 0, []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from os.path import abspath
 from pathlib import Path
 
 import torch
@@ -16,7 +17,7 @@ from torch import nn
 from ticketcli import distributed, runs_checks, runs_record
 from ticketcli import ticket as ticket_io
 from ticketcli.atomic import check_destination
-from ticketcli.checkpoint import Checkpointer, checkpoint_path, ticket_relative
+from ticketcli.checkpoint import Checkpointer, checkpoint_path, saved_at
 from ticketcli.data import DATASETS, Splits, load_splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES, init_weights
@@ -36,8 +37,8 @@ def build_net(
     weights_path: str | None,
     max_params: int = MAX_PARAMS,
     module: nn.Module | None = None,
-) -> tuple[MaskedNet, dict, dict | None]:
-    """The frozen network (on CPU), its weights, and the checkpoint record when weights came from a file.
+) -> tuple[MaskedNet, dict]:
+    """The frozen network (on CPU) and its weights (drawn from init, or loaded from weights_path).
 
     A built-in model bigger than max_params is refused before anything is allocated (worked out on the meta
     device); a user's factory (run because the user named it) is counted once built. `module`: the caller's own
@@ -47,14 +48,10 @@ def build_net(
     module = build_model(model) if module is None else frozen_copy(module)
     if model.arch == "user":
         check_param_count(model, sum(p.numel() for p in module.parameters()), max_params)
-    if weights_path is None:
-        weights, checkpoint = init_weights(module, init), None
-    else:
-        weights = runs_checks.load_checkpoint(weights_path, module)
-        checkpoint = {"path": str(weights_path), "sha256": file_sha256(weights_path)}
+    weights = init_weights(module, init) if weights_path is None else runs_checks.load_checkpoint(weights_path, module)
     net = MaskedNet(module, model)
     net.load_weights(weights)
-    return net, weights, checkpoint
+    return net, weights
 
 
 def extract_ticket(
@@ -85,8 +82,7 @@ def extract_ticket(
         )
 
     run = run_extraction(spec, progress=progress, checkpoint=saver if checkpoint_every is not None or resume else None)
-    if run.ticket.checkpoint is not None and spec.weights is not None:  # readers look for it beside the ticket first
-        run.ticket.checkpoint = {**run.ticket.checkpoint, "path": ticket_relative(spec.weights, out)}
+    run.ticket.checkpoint = saved_at(run.ticket.checkpoint, out)  # readers look for it beside the ticket first
     size = None
     if world.main:  # under torchrun only rank 0 writes; every rank holds the same masks (checked in run_extraction)
         size = ticket_io.save(run.ticket, out, overwrite=overwrite)
@@ -119,7 +115,9 @@ def run_extraction(
     instead of spec.data's dataset; module: the caller's nn.Module instead of spec.model's builder."""
     device = resolve_device(spec.device)
     method_class = runs_checks.method_for_run(spec.method.name, checkpointing=checkpoint is not None)
-    net, weights, from_file = build_net(spec.model, spec.init, spec.weights, spec.max_params, module)
+    net, weights = build_net(spec.model, spec.init, spec.weights, spec.max_params, module)
+    # absolute here; saved relative to the ticket's folder (checkpoint.saved_at), wherever the ticket is written
+    from_file = None if spec.weights is None else {"path": abspath(spec.weights), "sha256": file_sha256(spec.weights)}
     splits = load_splits(spec.data) if splits is None else splits
     check_input_shape(spec.model, splits, net)
     net.to(device)
@@ -199,7 +197,7 @@ def rebuild(
     elif weights_path is not None:
         raise UsageError(f"{path} was built from seed {init.seed}; it takes no --weights")
     try:
-        net, weights, _ = build_net(model, init, weights_path, policy.max_params, module)
+        net, weights = build_net(model, init, weights_path, policy.max_params, module)
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
     runs_checks.check_user_model(model, tk.model, net, path)
