@@ -382,9 +382,9 @@ def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm
     real_build, real_record = runs.build_net, runs_record.model_record
 
     def legacy_build(*a):
-        net, weights, ckpt = real_build(*a)
+        net, weights = real_build(*a)
         net.bn_statistics = "frozen"
-        return net, weights, ckpt
+        return net, weights
 
     monkeypatch.setattr(runs, "build_net", legacy_build)
     monkeypatch.setattr(
