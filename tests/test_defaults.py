@@ -12,6 +12,7 @@ import pytest
 import typer
 
 from ticketcli import drift_control, sweep
+from ticketcli.budget import MEMORY_SHARE
 from ticketcli.cli import app
 from ticketcli.data import DATASETS
 from ticketcli.drift import DriftSpec
@@ -36,12 +37,17 @@ SETTINGS: dict[str, Any] = {
     "weights": (RunSpec, "weights"),
     "device": (RunSpec, "device"),
     "max_params": (RunSpec, "max_params"),
+    "max_memory": (RunSpec, "max_memory"),  # None: half the machine's physical memory (budget.MEMORY_SHARE)
     "model": DESCRIBED,  # the paper's MLP sized to the dataset
     "match_sparsity": (MethodSpec, "matched_to"),
 }
 # The settings of the config file no spec field holds, with their defaults.
 UNSPECCED = {"model": None, "data_dir": None, "match_sparsity": None, "match_sparsity_per_layer": False}
-TICKET_READER = {"max_params": (ModelPolicy, "max_params"), "device": (RunSpec, "device")}
+TICKET_READER = {
+    "max_params": (ModelPolicy, "max_params"),
+    "max_memory": (ModelPolicy, "max_memory"),
+    "device": (RunSpec, "device"),
+}
 SOURCES: dict[str, dict[str, Any]] = {
     "extract": {**SETTINGS, "checkpoint_every": DESCRIBED},
     "sweep-k": {
@@ -163,6 +169,8 @@ def test_help_default_is_the_spec_default(command, param):
         assert EXTRACT_DEFAULTS[param.name] == want, "the config file's default is the dataclass default"
     if text is None:
         assert param.is_flag or want is None, f"--{param.name} shows no default"
+    elif want is None and param.name == "max_memory":  # resolved at run time from the machine
+        assert text == "half of the machine's physical memory" and MEMORY_SHARE == 0.5
     elif want is None:
         assert param.name in ("n_extract", "n_val")  # the dataset's own split size
         assert split_sizes(text) == {n: getattr(DATASETS.get(n), param.name) for n in DATASETS.names()}

@@ -30,6 +30,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.world",
         "ticketcli.catalog",
         "ticketcli.contract",
+        "ticketcli.budget",
     ],
     # core: networks, weights, data, masks, training, the ticket file; they take specs, never flags
     [

@@ -211,11 +211,12 @@ def run_drift(
     size limit. control: activation-sparsity control (a fresh one per run). run_one: drift_one's stand-in
     (relufy.relufy_one)."""
     device = runs.resolve_device(spec.device)
+    policy = replace(policy, train_batch=spec.batch_size)  # what the budget weighs (budget.py)
     jobs: list[tuple[int, MaskedNet, dict[str, torch.Tensor] | None, ModelSpec, DataSpec]] = []
     integrity, corpus = None, None
     if ticket is not None:
         path = Path(ticket)
-        tk = ticket_io.load(path)
+        tk = ticket_io.load(path, max_params=policy.max_params)
         ticket_io.require_intact(tk, path)
         model = runs.ticket_model(tk, path, policy)  # refuses an untrusted factory before anything else
         require_drift_model(model.arch)
@@ -242,7 +243,7 @@ def run_drift(
             block_count(corpus, gpt_numbers(spec.model)["c"])
             spec = replace(spec, model=with_vocab(spec.model, len(corpus.vocab)))
         for seed in spec.seeds:
-            net, _ = runs.build_net(spec.model, replace(spec.init, seed=seed), None, policy.max_params)
+            net, _ = runs.build_net(spec.model, replace(spec.init, seed=seed), None, runs.policy_budget(policy))
             jobs.append((seed, net, None, spec.model, replace(spec.data, split_seed=seed)))
 
     t0, done, results = time.perf_counter(), 0, []

@@ -136,7 +136,9 @@ def export_ticket(
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     path, out = Path(path), Path(out)
     check_destination(out, overwrite=overwrite)
-    tk = ticket_io.load(path)  # read once: the network, the masks and the calibration split all come from tk
+    tk = ticket_io.load(
+        path, max_params=policy.max_params
+    )  # read once: the network, the masks and the calibration split all come from tk
     net, _ = runs.rebuild(tk, path, weights, policy)
     masks = {n: tk.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from ticketcli import batchnorm, models_conv, models_gpt, models_resnet, models_vit
+from ticketcli import batchnorm, budget, models_conv, models_gpt, models_resnet, models_vit
 from ticketcli.errors import UsageError
 from ticketcli.models_user import build_user_model
 from ticketcli.registry import Registry
@@ -190,12 +190,14 @@ def check_param_count(spec: ModelSpec, count: int, max_params: int) -> None:
         )
 
 
-def planned_shapes(spec: ModelSpec, max_params: int) -> dict[str, list[int]]:
+def planned_shapes(spec: ModelSpec, limits: budget.Budget) -> dict[str, list[int]]:
     """A built-in model's masked parameter shapes, worked out on the meta device (nothing is allocated, whatever
-    the spec says), after refusing a model with more than max_params parameters."""
+    the spec says), once its cost worked out from the spec alone fits the budget (budget.check): every built-in
+    model is built through here first, so nothing over the budget is ever built, not even on the meta device."""
+    budget.check(spec, limits)
     with torch.device("meta"):
         module = MODELS.get(spec.arch)(spec)
-    check_param_count(spec, sum(p.numel() for p in module.parameters()), max_params)
+    check_param_count(spec, sum(p.numel() for p in module.parameters()), limits.max_params)
     shapes = dict(module.named_parameters())
     return {n: list(shapes[n].shape) for n in masked_names(module)}
 

@@ -5,6 +5,7 @@ the defaults, in specs.RANGES."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ def show(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Range:
-    kind: str  # "int", "float", "bool", "text" or "numbers" (a list, or comma-separated text, of floats)
+    kind: str  # "int", "float", "bool", "text", "numbers" (a list, or comma-separated text, of floats) or "size"
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False  # lo itself excluded
@@ -47,6 +48,8 @@ class Range:
         """For help texts and the README, e.g. 'an integer in [1, 100000]'."""
         if self.kind in ("bool", "text"):
             return "true or false" if self.kind == "bool" else f"text of at most {MAX_TEXT} characters"
+        if self.kind == "size":
+            return f"a size in bytes (or with K, M, G, T: 512M, 8G) in [{_size(self.lo)}, {_size(self.hi)}]"
         noun = {"int": "an integer", "float": "a number", "numbers": "numbers, each"}[self.kind]
         return f"{noun} in {self.interval()}"
 
@@ -91,6 +94,22 @@ class Range:
             raise UsageError(f"{what} must be text (at most {MAX_TEXT} characters, no NUL), got {show(value)}")
         return value
 
+    def _size(self, value: Any, what: str) -> int:
+        # an integer of bytes, or text: a number with an optional binary unit K, M, G or T (8G = 8 * 2^30 bytes)
+        given = value
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str) and len(value) <= 40:
+            m = SIZE_TEXT.fullmatch(value.strip())
+            if m:
+                number, unit = float(m.group(1)), (m.group(2) or "").upper()
+                value = int(number * (1 << (10 * " KMGT".index(unit or " "))))
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UsageError(f"{what} must be a size such as 512M, 8G or a number of bytes, got {show(given)}")
+        if not self.contains(value):
+            raise UsageError(f"{what} must lie in [{_size(self.lo)}, {_size(self.hi)}], got {show(given)}")
+        return value
+
     def _numbers(self, value: Any, what: str) -> tuple[float, ...]:
         if isinstance(value, str) and len(value) <= MAX_TEXT:
             try:
@@ -113,6 +132,22 @@ def INT(lo: int, hi: int, *, hi_open: bool = False) -> Range:
 
 def FLOAT(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Range:
     return Range("float", lo, hi, lo_open, hi_open)
+
+
+def SIZE(lo: int, hi: int) -> Range:
+    return Range("size", lo, hi)
+
+
+SIZE_TEXT = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,6})?)\s*([KMGTkmgt])?(?:i?[Bb])?")
+
+
+def _size(n: float | None) -> str:
+    """A byte count as a size: 1M, 1024T."""
+    n = int(n or 0)
+    for unit, shift in (("T", 40), ("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
 
 
 def NUMBERS(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Range:

@@ -11,9 +11,11 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from ticketcli import budget
 from ticketcli import data as data_io
 from ticketcli import ticket as ticket_io
 from ticketcli.bounded import read_regular_file
+from ticketcli.budget import Budget, default_max_memory
 from ticketcli.data import DATASETS, DatasetInfo
 from ticketcli.errors import UsageError
 from ticketcli.init import INIT_SCHEMES
@@ -48,11 +50,17 @@ MAX_CONFIG = 1 << 20  # bytes of a TOML config file
 
 
 def build_model_policy(
-    *, trust_model_code: bool = False, model: str | None = None, max_params: int | None = None
+    *,
+    trust_model_code: bool = False,
+    model: str | None = None,
+    max_params: int | None = None,
+    max_memory: int | str | None = None,
 ) -> ModelPolicy:
-    """A validated ModelPolicy from flag values (None: the default limit)."""
+    """A validated ModelPolicy from flag values (None: the default limits; --max-memory's is half the machine's
+    physical memory, budget.default_max_memory)."""
     limit = MAX_PARAMS if max_params is None else check_setting("max_params", max_params)
-    return ModelPolicy(trust_model_code=bool(trust_model_code), model=model, max_params=limit)
+    memory = default_max_memory() if max_memory is None else check_setting("max_memory", max_memory)
+    return ModelPolicy(trust_model_code=bool(trust_model_code), model=model, max_params=limit, max_memory=memory)
 
 
 def user_cache_dir() -> Path:
@@ -154,6 +162,12 @@ def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = N
             f"invalid model spec {s['model']!r}: unknown model {model.arch!r}",
             hint=f"models: {', '.join(MODELS.names())}, or a factory my_pkg.my_module:build_net",
         )
+    limits = Budget(
+        max_params=MAX_PARAMS if s["max_params"] is None else s["max_params"],
+        max_memory=default_max_memory() if s["max_memory"] is None else s["max_memory"],
+        train_batch=s["batch_size"],
+    )
+    budget.check(model, limits)  # from the spec alone: refused before any data is loaded or anything built
     if len(s["betas"]) != 2:
         raise UsageError(f"--betas must be two numbers in [0, 1), got {show(settings['betas'])}")
 
@@ -210,7 +224,8 @@ def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = N
         method=method,
         device=s["device"],
         weights=s["weights"],
-        max_params=MAX_PARAMS if s["max_params"] is None else s["max_params"],
+        max_params=limits.max_params,
+        max_memory=limits.max_memory,
     )
 
 

@@ -17,6 +17,7 @@ from torch import nn
 from ticketcli import distributed, runs_checks, runs_record
 from ticketcli import ticket as ticket_io
 from ticketcli.atomic import check_destination
+from ticketcli.budget import Budget
 from ticketcli.checkpoint import Checkpointer, checkpoint_path, saved_at
 from ticketcli.data import DATASETS, Splits, load_splits
 from ticketcli.errors import TicketFileError, UsageError
@@ -27,7 +28,7 @@ from ticketcli.models import MaskedNet, build_model, check_param_count, frozen_c
 from ticketcli.runs_checks import check_input_shape, resolve_device
 from ticketcli.runs_inspect import inspect_ticket as inspect_ticket  # numpy only; re-exported for callers of runs
 from ticketcli.seeding import file_sha256, fingerprint, generator
-from ticketcli.specs import MAX_PARAMS, DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs import DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.train import evaluate
 
 
@@ -35,19 +36,20 @@ def build_net(
     model: ModelSpec,
     init: InitSpec,
     weights_path: str | None,
-    max_params: int = MAX_PARAMS,
+    limits: Budget = Budget(),
     module: nn.Module | None = None,
 ) -> tuple[MaskedNet, dict]:
     """The frozen network (on CPU) and its weights (drawn from init, or loaded from weights_path).
 
-    A built-in model bigger than max_params is refused before anything is allocated (worked out on the meta
-    device); a user's factory (run because the user named it) is counted once built. `module`: the caller's own
-    nn.Module (the Python API) instead of the factory, used as a frozen copy (the caller's stays untouched)."""
+    A built-in model over the budget (its parameters and memory, worked out from the spec alone: budget.py) is
+    refused before anything is built; a user's factory (run because the user named it) is counted once built.
+    `module`: the caller's own nn.Module (the Python API) instead of the factory, used as a frozen copy (the
+    caller's stays untouched)."""
     if model.arch != "user":
-        planned_shapes(model, max_params)
+        planned_shapes(model, limits)
     module = build_model(model) if module is None else frozen_copy(module)
     if model.arch == "user":
-        check_param_count(model, sum(p.numel() for p in module.parameters()), max_params)
+        check_param_count(model, sum(p.numel() for p in module.parameters()), limits.max_params)
     weights = init_weights(module, init) if weights_path is None else runs_checks.load_checkpoint(weights_path, module)
     net = MaskedNet(module, model)
     net.load_weights(weights)
@@ -115,7 +117,7 @@ def run_extraction(
     instead of spec.data's dataset; module: the caller's nn.Module instead of spec.model's builder."""
     device = resolve_device(spec.device)
     method_class = runs_checks.method_for_run(spec.method.name, checkpointing=checkpoint is not None)
-    net, weights = build_net(spec.model, spec.init, spec.weights, spec.max_params, module)
+    net, weights = build_net(spec.model, spec.init, spec.weights, run_budget(spec), module)
     # absolute here; saved relative to the ticket's folder (checkpoint.saved_at), wherever the ticket is written
     from_file = None if spec.weights is None else {"path": abspath(spec.weights), "sha256": file_sha256(spec.weights)}
     splits = load_splits(spec.data) if splits is None else splits
@@ -144,6 +146,16 @@ def run_extraction(
     metrics = runs_record.run_metrics(net, masks, splits, spec, device=device, wall=wall, trained=trained)
     tk = runs_record.make_ticket(spec, net, masks, weights, splits, result, metrics=metrics, checkpoint=from_file)
     return Extraction(tk, splits.info["source"], result.details, saver)
+
+
+def run_budget(spec: RunSpec) -> Budget:
+    """What an extraction may cost: its limits at its training batch size."""
+    return Budget(spec.max_params, spec.max_memory, train_batch=spec.method.batch_size)
+
+
+def policy_budget(policy: ModelPolicy) -> Budget:
+    """What rebuilding a ticket may cost: the policy's limits at the batch size of the command that rebuilds it."""
+    return Budget(policy.max_params, policy.max_memory, train_batch=policy.train_batch)
 
 
 def ticket_model(tk: ticket_io.Ticket, path: Path, policy: ModelPolicy) -> ModelSpec:
@@ -190,14 +202,14 @@ def rebuild(
         INIT_SCHEMES.get(tk.init["scheme"])
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
-    runs_checks.check_planned(tk, model, path, policy.max_params)
+    runs_checks.check_planned(tk, model, path, policy_budget(policy))
     init = InitSpec(scheme=tk.init["scheme"], k=float(tk.init.get("k", InitSpec.k)), seed=tk.init["seed"])
     if tk.checkpoint is not None:
         weights_path = runs_checks.checkpoint_file(tk, path, weights_path, policy.max_params)
     elif weights_path is not None:
         raise UsageError(f"{path} was built from seed {init.seed}; it takes no --weights")
     try:
-        net, weights = build_net(model, init, weights_path, policy.max_params, module)
+        net, weights = build_net(model, init, weights_path, policy_budget(policy), module)
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
     runs_checks.check_user_model(model, tk.model, net, path)
@@ -239,7 +251,8 @@ def open_ticket(
 ) -> OpenTicket:
     """Load and validate a ticket, rebuild its network and its own data splits (evaluate, train-weak)."""
     path = Path(path)
-    return open_loaded(ticket_io.load(path), path, data=data, device=device, weights=weights, policy=policy)
+    tk = ticket_io.load(path, max_params=policy.max_params)
+    return open_loaded(tk, path, data=data, device=device, weights=weights, policy=policy)
 
 
 def open_loaded(
@@ -286,7 +299,8 @@ def evaluate_ticket(
 ) -> dict:
     """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy."""
     path = Path(path)
-    return evaluate_loaded(ticket_io.load(path), path, data=data, device=device, weights=weights, policy=policy)
+    tk = ticket_io.load(path, max_params=policy.max_params)
+    return evaluate_loaded(tk, path, data=data, device=device, weights=weights, policy=policy)
 
 
 def evaluate_loaded(

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import torch
 
-from ticketcli import batchnorm, distributed
+from ticketcli import batchnorm, budget, distributed
 from ticketcli import ticket as ticket_io
+from ticketcli.budget import Budget
 from ticketcli.checkpoint import read_torch_file, recorded_locations
 from ticketcli.data import DATASETS, Splits
 from ticketcli.errors import TicketFileError, UsageError
@@ -113,15 +114,26 @@ def check_user_model(model: ModelSpec, record: dict, net: MaskedNet, path: Path)
         )
 
 
-def check_planned(tk: ticket_io.Ticket, model: ModelSpec, path: Path, max_params: int) -> None:
-    """Before anything real is built: the model's size against max_params and its masked parameters' names and
-    shapes against the ticket's (a built-in model on the meta device; a factory by what the ticket recorded)."""
+def check_planned(tk: ticket_io.Ticket, model: ModelSpec, path: Path, limits: Budget) -> None:
+    """Before anything real is built: the model's size against the budget and its masked parameters' names and
+    shapes against the ticket's (a built-in model from its spec, then on the meta device; a factory by what the
+    ticket recorded). A built-in model's masks hold exactly its parameters: a count that differs is refused as
+    different shapes before the budget is weighed."""
     if model.arch == "user":
         recorded = tk.model.get("parameters") or tk.shapes
-        check_param_count(model, sum(math.prod(s) for s in recorded.values()), max_params)
+        check_param_count(model, sum(math.prod(s) for s in recorded.values()), limits.max_params)
         return
     try:
-        planned = planned_shapes(model, max_params)
+        est = budget.estimate(model)
+        assert est is not None  # a built-in model
+        check_param_count(model, est.params, limits.max_params)
+        bits = sum(math.prod(s) for s in tk.shapes.values())
+        if bits != est.params:
+            raise TicketFileError(
+                f"{path}: mask shapes do not match model {model.to_string()[:80]} (the masks hold {bits:,} "
+                f"weights, the model has {est.params:,} parameters)"
+            )
+        planned = planned_shapes(model, limits)
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}", hint=e.hint) from None
     if planned != tk.shapes:

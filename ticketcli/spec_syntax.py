@@ -11,6 +11,7 @@ from ticketcli.errors import UsageError
 
 MAX_SPEC_CHARS = 1000  # a model spec longer than this is refused (the longest real ones are under 100)
 MAX_SPEC_DIGITS = 9  # every number in a built-in spec is below 10^9 (int() of a 5000-digit string raises)
+MAX_BLOCKS = 10_000  # layers or blocks of a built-in model (one Python module each): far beyond any trained one
 SPEC_NORMS = ("batch", "layer", "rms")  # mlp "+norm=..." (models.py maps them to modules)
 VIT_BODY = r"p([0-9]+)-d([0-9]+)-l([0-9]+)-h([0-9]+)(?:-m([0-9]+))?"
 GPT_BODY = r"l([0-9]+)-d([0-9]+)-h([0-9]+)-c([0-9]+)(?:-m([0-9]+))?(?:-v([0-9]+))?"
@@ -116,6 +117,7 @@ def arguments(text: str, arch: str, body: str | None) -> tuple[str, ...]:
                 f"invalid model spec {text!r}: a wide ResNet's depth is 6n+4 (10, 16, 22, 28, 40, ...) "
                 "and its width factor at least 1"
             )
+        _check_depth(text, 3 * ((depth - 4) // 6), "blocks")
         return (str(depth), str(width))
     if arch == "vit":
         m = re.fullmatch(VIT_BODY, body or "")
@@ -133,6 +135,7 @@ def arguments(text: str, arch: str, body: str | None) -> tuple[str, ...]:
                 f"invalid model spec {text!r}: vit's width d{width} must be a multiple of its "
                 f"{heads} heads and of 4 (the 2-D sin-cos position embedding)"
             )
+        _check_depth(text, values[2], "blocks")
         return tuple(m.group(0).split("-"))
     if arch in TEXT_ARCHS:
         if not re.fullmatch(GPT_BODY, body or ""):
@@ -141,10 +144,20 @@ def arguments(text: str, arch: str, body: str | None) -> tuple[str, ...]:
                 "[-m<mlp ratio>][-v<vocabulary>]",
                 hint="e.g. gpt-nano:l2-d64-h4-c64",
             )
+        _check_depth(text, int(body.split("-")[0][1:]), "blocks")  # type: ignore[union-attr]
         return tuple(body.split("-"))  # type: ignore[union-attr]
     if body is not None:
         raise UsageError(f"invalid model spec {text!r}: {arch} takes no ':' arguments", hint=SPEC_HINT)
     return ()
+
+
+def _check_depth(text: str, depth: int, what: str) -> None:
+    """Refuse a depth no built-in model is meant to have, before anything builds one module per block."""
+    if depth > MAX_BLOCKS:
+        raise UsageError(
+            f"invalid model spec {_clip(text)!r}: {depth:,} {what}, "
+            f"more than the {MAX_BLOCKS:,} a built-in model may have"
+        )
 
 
 def _clip(text: str, n: int = 80) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ticketcli import spec_syntax as syntax
 from ticketcli.errors import UsageError
-from ticketcli.ranges import BOOL, FLOAT, INT, NUMBERS, TEXT, Range
+from ticketcli.ranges import BOOL, FLOAT, INT, NUMBERS, SIZE, TEXT, Range
 
 PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix B)
 MAX_PARAMS = 2 * 10**9  # default --max-params: a bigger model is refused before anything is allocated
@@ -116,6 +116,8 @@ class ModelPolicy:
     trust_model_code: bool = False  # --trust-model-code: import and call the factory the ticket names
     model: str | None = None  # --model: with a ticket, confirms the ticket's own factory (same effect)
     max_params: int = MAX_PARAMS  # refuse a model with more parameters, before anything is built
+    max_memory: int | None = None  # bytes a built-in model may need (budget.py); None: half the physical memory
+    train_batch: int = 0  # examples per training step of the command rebuilding it (0: it only evaluates)
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,7 @@ class RunSpec:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     weights: str | None = None  # frozen weights from this checkpoint instead of the seed
     max_params: int = MAX_PARAMS  # refuse a bigger model before building it
+    max_memory: int | None = None  # bytes a built-in model may need (budget.py); None: half the physical memory
 
 
 # Every key a config file may set (flags override the file, the file overrides the built-in default), and the spec
@@ -216,6 +219,7 @@ SETTING_FIELDS: dict[str, tuple[type, str]] = {
     "weights": (RunSpec, "weights"),
     "device": (RunSpec, "device"),
     "max_params": (RunSpec, "max_params"),
+    "max_memory": (RunSpec, "max_memory"),
 }
 # MethodSpec fields that every method reads (name, sparsity) or that are no setting. Each of the others is an option
 # that only some methods read: a method lists those it reads in Method.options; resolve.py refuses the rest when a
@@ -275,6 +279,7 @@ RANGES: dict[str, Range] = {
     "max_rounds": INT(1, 1000),
     "seed": SEED,
     "max_params": INT(1, 10**12),  # --max-params: refuse bigger models before building them (default 2e9)
+    "max_memory": SIZE(1 << 20, 1 << 50),  # --max-memory: bytes, or 512M, 8G, 1.5T (default: half the RAM)
     "init_k": FLOAT(1e-6, 1e6),  # fan_in scale: the init bound is gain / sqrt(k * fan_in)
     "n_extract": INT(1, 10_000_000),
     "n_val": INT(1, 10_000_000),

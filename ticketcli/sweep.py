@@ -22,12 +22,13 @@ import torch
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.atomic import write_atomic
+from ticketcli.budget import Budget
 from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models import MaskedNet, build_model, layer_of, planned_shapes
 from ticketcli.pool import run_pool
 from ticketcli.seeding import file_sha256, generator
-from ticketcli.specs import MAX_PARAMS, ModelSpec, RunSpec
+from ticketcli.specs import ModelSpec, RunSpec
 from ticketcli.sweep_summary import PAPER_BAND, summarize
 
 PAPER_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # Appendix B
@@ -53,10 +54,10 @@ def double_scoring_methods() -> list[str]:
     return [m for m in DOUBLE_SCORING if m in METHODS.names()]
 
 
-def model_layers(model: ModelSpec, max_params: int = MAX_PARAMS) -> int:
-    """Layers of the model, worked out on the meta device for a built-in one (after its size check)."""
+def model_layers(model: ModelSpec, limits: Budget = Budget()) -> int:
+    """Layers of the model, worked out on the meta device for a built-in one (after its budget check)."""
     if model.arch != "user":
-        return len({layer_of(n) for n in planned_shapes(model, max_params)})
+        return len({layer_of(n) for n in planned_shapes(model, limits)})
     return len(MaskedNet(build_model(model), model).layers())
 
 
@@ -83,7 +84,7 @@ def build_plan(
     """Every run of the sweep, in a fixed order; base.method carries the requested sparsity and training settings."""
     s = base.method.sparsity
     target = 1.0 - s
-    n_layers = model_layers(base.model, base.max_params)
+    n_layers = model_layers(base.model, runs.run_budget(base))
     double_scoring = list(double_scoring)
     tasks = []
     for seed in seeds:

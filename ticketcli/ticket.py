@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from ticketcli.atomic import write_atomic
+from ticketcli.budget import declared_params
 from ticketcli.errors import TicketFileError
 from ticketcli.safetensors_file import CHUNK_BYTES, chunks, popcount, read_header
+from ticketcli.specs import MAX_PARAMS
 from ticketcli.ticket_meta import HEX64, check_fields, json_field
 
 if TYPE_CHECKING:
@@ -137,9 +139,10 @@ def _open(path: Path) -> tuple[BinaryIO, int]:
         raise TicketFileError(f"{path}: cannot read ({e.strerror})") from None
 
 
-def _layout(f: BinaryIO, size: int, path: Path) -> _Layout:
+def _layout(f: BinaryIO, size: int, path: Path, max_params: int | None = None) -> _Layout:
     """Everything that can be checked from the header alone: format, metadata fields, and that the mask tensors
-    are exactly those of `shapes`, each 1-D uint8 of ceil(n/8) bytes."""
+    are exactly those of `shapes`, each 1-D uint8 of ceil(n/8) bytes. With max_params (a reader that unpacks the
+    masks): that they hold no more bits than max_params, nor than the model the ticket names has parameters."""
     header, body = read_header(f, size, path)
     meta = header.get("__metadata__")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
@@ -183,7 +186,28 @@ def _layout(f: BinaryIO, size: int, path: Path) -> _Layout:
             )
         begin, end = t["data_offsets"]
         spans[name] = (body + begin, body + end)
+    if max_params is not None:
+        _check_bits(sum(math.prod(s) for s in shapes.values()), fields["model"], path, max_params)
     return _Layout({**fields, "weights_sha256": sha, "checkpoint": checkpoint}, spans, recorded)
+
+
+def _check_bits(bits: int, model: dict[str, Any], path: Path, max_params: int) -> None:
+    """The masks' declared bits against the model, from the header alone, before any mask byte is read: the
+    reader's --max-params, a built-in model's parameter count worked out from its spec (budget.py), a factory's
+    recorded parameters. (Masks hold one bit per masked parameter.)"""
+    if bits > max_params:
+        raise TicketFileError(
+            f"{path}: the masks hold {bits:,} parameters, more than the limit of {max_params:,}",
+            hint="raise the limit with --max-params N if you mean it",
+        )
+    params = declared_params(model["spec"])
+    if params is None and isinstance(model.get("parameters"), dict):  # a factory's (ticket_meta checked them)
+        params = sum(math.prod(s) for s in model["parameters"].values())
+    if params is not None and bits > params:
+        raise TicketFileError(
+            f"{path}: mask shapes do not match model {model['spec'][:80]} (the masks hold {bits:,} weights, "
+            f"more than its {params:,} parameters)"
+        )
 
 
 def _few(names: list[str], n: int = 5) -> str:
@@ -230,13 +254,13 @@ def _integrity(recorded: str | None, computed: str) -> str:
     return "not recorded" if recorded is None else "ok" if recorded == computed else "modified"
 
 
-def _read(path: Path, take: Callable[[str, Iterable[bytes]], int]) -> Ticket:
+def _read(path: Path, take: Callable[[str, Iterable[bytes]], int], max_params: int | None = None) -> Ticket:
     """Open, validate and walk a ticket (see _walk), feeding each mask's packed bytes to take; returns the Ticket
     without masks. An unreadable file is one TicketFileError line."""
     f, size = _open(path)
     try:
         with f:
-            layout = _layout(f, size, path)
+            layout = _layout(f, size, path, max_params)
             computed = _walk(f, layout, path, take)
     except OSError as e:
         raise TicketFileError(f"{path}: cannot read ({e.strerror or e})") from None
@@ -257,9 +281,10 @@ def check_header(path: str | Path) -> None:
         raise TicketFileError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
-def load(path: str | Path) -> Ticket:
+def load(path: str | Path, *, max_params: int = MAX_PARAMS) -> Ticket:
     """Read and fully validate a ticket file and unpack its masks; every problem is a TicketFileError with one
-    line. A mask digest that differs from the recorded one is not refused here: Ticket.integrity says it, and
+    line. Masks that declare more bits than the model or max_params allow are refused before any is read. A mask
+    digest that differs from the recorded one is not refused here: Ticket.integrity says it, and
     readers that use the masks call require_intact."""
     import torch
 
@@ -270,7 +295,7 @@ def load(path: str | Path) -> Ticket:
         packed = packed_masks[name] = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         return int(packed[-1]) if packed.size else 0
 
-    tk = _read(path, keep)
+    tk = _read(path, keep, max_params)
     for name, shape in tk.shapes.items():  # named_parameters() order, as written
         bits = np.unpackbits(packed_masks.pop(name), count=math.prod(shape), bitorder="big")  # 0/1: a bool view
         tk.masks[name] = torch.from_numpy(bits.view(np.bool_)).reshape(shape)

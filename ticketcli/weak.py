@@ -158,6 +158,7 @@ def train_weak(
     path = Path(path)
     if out is not None:
         check_destination(out, overwrite=overwrite)  # fail before the work, not after
+    policy = replace(policy, train_batch=spec.batch_size)  # what the budget weighs (budget.py)
     o = open_ticket(path, data=data, device=device, weights=weights, policy=policy)
     tk = o.ticket
     masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress)

@@ -28,6 +28,7 @@ from ticketcli.cli.options import (
     Device,
     Download,
     Json,
+    MaxMemory,
     MaxParams,
     Panel,
     Quiet,
@@ -147,6 +148,7 @@ def drift(
     ] = None,
     trust_model_code: TrustModelCode = False,
     max_params: MaxParams = None,
+    max_memory: MaxMemory = None,
     dataset: Annotated[
         Optional[DatasetName],
         typer.Option(
@@ -206,7 +208,10 @@ def drift(
             raise UsageError(f"{'--weights' if weights is not None else '--trust-model-code'} only goes with --ticket")
         # with --ticket, --model may only confirm the ticket's own factory (ModelPolicy); the ticket fixes the model
         policy = build_model_policy(
-            trust_model_code=trust_model_code, max_params=max_params, model=model if ticket is not None else None
+            trust_model_code=trust_model_code,
+            max_params=max_params,
+            max_memory=max_memory,
+            model=model if ticket is not None else None,
         )
         if ticket is not None:
             model = None

@@ -15,6 +15,7 @@ from ticketcli.cli.options import (
     Device,
     Download,
     Json,
+    MaxMemory,
     MaxParams,
     Panel,
     Quiet,
@@ -48,6 +49,7 @@ def evaluate(
     trust_model_code: TrustModelCode = False,
     model: TicketModel = None,
     max_params: MaxParams = None,
+    max_memory: MaxMemory = None,
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
@@ -66,7 +68,12 @@ def evaluate(
         from ticketcli import runs, runs_record  # torch: imported once there is work to do
 
         policy, data = reader_inputs(
-            trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download
+            trust_model_code=trust_model_code,
+            model=model,
+            max_params=max_params,
+            max_memory=max_memory,
+            data_dir=data_dir,
+            download=download,
         )
         result = runs.evaluate_ticket(
             ticket, data=data, device=device or "auto", weights=None if weights is None else str(weights), policy=policy

@@ -14,6 +14,7 @@ from ticketcli.cli.options import (
     DataDir,
     Download,
     Json,
+    MaxMemory,
     MaxParams,
     Panel,
     Quiet,
@@ -50,6 +51,7 @@ def export(
     trust_model_code: TrustModelCode = False,
     model: TicketModel = None,
     max_params: MaxParams = None,
+    max_memory: MaxMemory = None,
     force: Annotated[
         bool, typer.Option("--force", help="Overwrite --out if it exists.", rich_help_panel=Panel.OUTPUT)
     ] = False,
@@ -64,7 +66,12 @@ def export(
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
         policy, data = reader_inputs(
-            trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download
+            trust_model_code=trust_model_code,
+            model=model,
+            max_params=max_params,
+            max_memory=max_memory,
+            data_dir=data_dir,
+            download=download,
         )
         result = export_core.export_ticket(
             ticket,

@@ -19,6 +19,7 @@ from ticketcli.cli.options import (
     Init,
     Json,
     Lr,
+    MaxMemory,
     MaxParams,
     MethodName,
     Panel,
@@ -255,6 +256,7 @@ def extract(
         ),
     ] = False,
     max_params: MaxParams = None,
+    max_memory: MaxMemory = None,
     device: Device = None,
     precision: Precision = None,
     config: Annotated[
@@ -345,6 +347,7 @@ def extract(
         device=device,
         precision=precision,
         max_params=max_params,
+        max_memory=max_memory,
     )
     ckpt = checkpoint_path(out)
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:

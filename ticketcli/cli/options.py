@@ -161,6 +161,17 @@ MaxParams = Annotated[
         rich_help_panel=Panel.MODEL,
     ),
 ]
+MaxMemory = Annotated[
+    Optional[str],
+    typer.Option(
+        help=(
+            "Refuse a built-in model whose parameters, buffers and activations at this command's batch size "
+            "need more memory than this (512M, 8G, or bytes), worked out from the spec before anything is built. "
+            "Default: half of the machine's physical memory."
+        ),
+        rich_help_panel=Panel.MODEL,
+    ),
+]
 TicketFile = Annotated[Path, typer.Argument(help="A ticket file written by `ticket extract`.")]
 
 # Options extract and sweep-k share (sweep-k's model and data options are extract's).

@@ -23,6 +23,7 @@ from ticketcli.cli.options import (
     Init,
     Json,
     Lr,
+    MaxMemory,
     MaxParams,
     Panel,
     Quiet,
@@ -184,6 +185,7 @@ def sweep_k(
         ),
     ] = None,
     max_params: MaxParams = None,
+    max_memory: MaxMemory = None,
     json_out: Json = False,
     quiet: Quiet = False,
 ) -> None:
@@ -209,6 +211,7 @@ def sweep_k(
         batch_size=batch_size,
         device=device,
         max_params=max_params,
+        max_memory=max_memory,
     )
     resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
     with (

@@ -16,6 +16,7 @@ from ticketcli.cli.options import (
     Device,
     Download,
     Json,
+    MaxMemory,
     MaxParams,
     Panel,
     Precision,
@@ -79,6 +80,7 @@ def train_weak(
     trust_model_code: TrustModelCode = False,
     model: TicketModel = None,
     max_params: MaxParams = None,
+    max_memory: MaxMemory = None,
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
@@ -93,7 +95,12 @@ def train_weak(
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)
         policy, data = reader_inputs(
-            trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download
+            trust_model_code=trust_model_code,
+            model=model,
+            max_params=max_params,
+            max_memory=max_memory,
+            data_dir=data_dir,
+            download=download,
         )
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after

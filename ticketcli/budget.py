@@ -1,0 +1,387 @@
+"""What a built-in model costs, worked out from its spec alone in microseconds (no module is built, not even on the
+meta device): its parameters, buffers, depth and the activations of one forward and backward pass; and the budget
+a run must fit (--max-params, --max-memory), refused with one line before anything is built or loaded.
+
+The arithmetic follows the builders (models.py, models_conv.py, models_resnet.py, models_vit.py, models_gpt.py) and
+tests/test_budget.py checks it against every registered model: parameter and buffer counts exactly, activations
+against the tensors autograd really saves. A user's factory (pkg.module:function) cannot be estimated from its
+spec; it is counted once built (runs.build_net)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+
+from ticketcli import catalog
+from ticketcli.errors import UsageError
+from ticketcli.spec_syntax import BUILTIN_SPEC, FACTORY_SPEC, GPT_BODY, MAX_BLOCKS, VIT_BODY, spec_text
+from ticketcli.specs import MAX_PARAMS, ModelSpec
+
+MEMORY_SHARE = 0.5  # default --max-memory: this share of the machine's physical memory
+FLOAT = 4  # bytes of a float32 element: weights, activations and their gradients
+HELD_BYTES_PER_PARAM = 16  # any command: the weights, their initial copy, the mask and the masked weights W * M
+TRAINED_BYTES_PER_PARAM = 48  # a command that trains: + scores or weights, their gradient, Adam's two moments
+EVAL_BATCH = 2048  # examples per evaluation forward pass (train.EVAL_CHUNK; a test keeps them equal)
+FIXED_BYTES = 64 << 20  # what a run holds besides the model (interpreter objects, small tensors): not counted
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A built-in model's cost. Activations are float32 elements per example: `saved` what one forward pass keeps
+    for the backward pass (every intermediate tensor, attention's T x T scores included), `largest` the biggest
+    single intermediate (a forward pass without gradients holds a few of these at a time)."""
+
+    params: int
+    buffer_bytes: int  # BatchNorm statistics, fixed position embeddings
+    depth: int  # layers or blocks built one module each
+    saved: int
+    largest: int
+    fixed_bytes: int = 0  # per-run tensors independent of the batch (a causal attention mask)
+
+    def training_bytes(self, batch: int) -> int:
+        """Activations of one training step: its saved tensors plus two gradients of the largest one in flight."""
+        return FLOAT * batch * (self.saved + 2 * self.largest)
+
+    def evaluation_bytes(self, batch: int) -> int:
+        """Activations of one forward pass without gradients: three of the largest intermediate at a time."""
+        return FLOAT * batch * 3 * self.largest
+
+    def activation_bytes(self, train_batch: int, eval_batch: int) -> int:
+        """Peak activation memory: a training step at train_batch (0: none) or an evaluation pass, the larger."""
+        return max(self.training_bytes(train_batch), self.evaluation_bytes(eval_batch)) + self.fixed_bytes
+
+    def memory_bytes(self, train_batch: int = 0, eval_batch: int = EVAL_BATCH) -> int:
+        """Parameters (with the copies a run keeps of them), buffers and activations, in bytes."""
+        per_param = TRAINED_BYTES_PER_PARAM if train_batch else HELD_BYTES_PER_PARAM
+        return self.params * per_param + self.buffer_bytes + self.activation_bytes(train_batch, eval_batch)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a run may cost: parameters and bytes, at the batch sizes it will use."""
+
+    max_params: int = MAX_PARAMS  # --max-params
+    max_memory: int | None = None  # --max-memory in bytes; None: MEMORY_SHARE of the machine's physical memory
+    train_batch: int = 0  # examples per training step; 0: the run only evaluates
+    eval_batch: int = EVAL_BATCH  # examples per evaluation forward pass
+
+
+class _Cost:
+    """The running totals of an estimate, layer by layer (per example for activations)."""
+
+    def __init__(self) -> None:
+        self.params = self.buffer_bytes = self.depth = self.saved = self.largest = self.fixed_bytes = 0
+
+    def act(self, elements: int, times: int = 1) -> None:
+        self.saved += elements * times
+        self.largest = max(self.largest, elements)
+
+    def linear(self, a: int, b: int, bias: bool, tokens: int = 1) -> None:
+        self.params += a * b + (b if bias else 0)
+        self.act(b * tokens)
+
+    def conv(self, cin: int, cout: int, k: int, bias: bool, hw: int) -> None:
+        self.params += cin * cout * k * k + (cout if bias else 0)
+        self.act(cout * hw)
+
+    def batchnorm(self, channels: int, hw: int = 1) -> None:
+        self.buffer_bytes += 2 * FLOAT * channels + 8  # running mean and variance, num_batches_tracked (int64)
+        self.act(channels * hw)
+
+    def done(self) -> Estimate:
+        return Estimate(self.params, self.buffer_bytes, self.depth, self.saved, self.largest, self.fixed_bytes)
+
+
+def _mlp(widths: tuple[int, ...], bias: bool, residual: bool = False, norm: str | None = None) -> Estimate:
+    c = _Cost()
+    c.depth = len(widths) - 1
+    c.act(widths[0])  # the flattened input
+    last = len(widths) - 2
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        c.linear(a, b, bias)
+        if i == last:
+            c.act(b)  # the loss's log-softmax
+            break
+        if norm == "batch":
+            c.batchnorm(b)
+        elif norm is not None:
+            c.act(b)
+        c.act(b)  # the activation
+        if residual and 1 <= i and widths[i] == b:
+            c.act(b)  # the identity skip's sum
+    return c.done()
+
+
+def _convnet(layers: tuple[str, ...], head: tuple[int, ...], shape: tuple[int, int, int], k: int, bias: bool):
+    c = _Cost()
+    ch, h, w = shape
+    c.act(ch * h * w)
+    for item in layers:
+        if item == "M":
+            h, w = h // 2, w // 2
+            c.act(ch * h * w, 3)  # the pooled output and its int64 indices
+        else:
+            c.conv(ch, int(item), 3, bias, h * w)
+            ch = int(item)
+            c.act(ch * h * w)  # ReLU
+        c.depth += 1
+    widths = (ch * h * w, *head, k)
+    for a, b in zip(widths[:-1], widths[1:]):
+        c.linear(a, b, bias)
+        c.act(b)  # ReLU, or the loss's log-softmax after the last
+        c.depth += 1
+    return c.done()
+
+
+def _half(n: int) -> int:
+    """A side after a stride-2 convolution (3x3 with padding 1, or 1x1): ceil(n / 2)."""
+    return (n + 1) // 2
+
+
+def _resnet(widths: tuple[int, ...], blocks: tuple[int, ...], shape: tuple[int, int, int], k: int, bias: bool):
+    c = _Cost()
+    ch, h, w = shape
+    c.act(ch * h * w)
+    c.conv(ch, widths[0], 3, bias, h * w)
+    c.batchnorm(widths[0], h * w)
+    c.act(widths[0] * h * w)
+    cin = widths[0]
+    for i, (width, n) in enumerate(zip(widths, blocks)):
+        for j in range(n):
+            if i > 0 and j == 0:
+                h, w = _half(h), _half(w)
+            c.conv(cin, width, 3, bias, h * w)
+            c.batchnorm(width, h * w)
+            c.act(width * h * w)  # ReLU
+            c.conv(width, width, 3, bias, h * w)
+            c.batchnorm(width, h * w)
+            if (i > 0 and j == 0) or cin != width:
+                c.conv(cin, width, 1, bias, h * w)
+                c.batchnorm(width, h * w)
+            c.act(width * h * w, 2)  # the residual sum and its ReLU
+            cin = width
+            c.depth += 1
+    c.act(cin)  # global average pooling
+    c.linear(cin, k, bias)
+    c.act(k)
+    return c.done()
+
+
+def _wide_block(c: _Cost, cin: int, cout: int, stride: int, bias: bool, hw_in: int, hw_out: int, times: int) -> None:
+    """`times` identical WideBlocks at once (a stage's blocks after its first are all alike): O(1) in the depth."""
+    if times <= 0:
+        return
+    one = _Cost()
+    one.batchnorm(cin, hw_in)
+    one.act(cin * hw_in)  # ReLU
+    one.conv(cin, cout, 3, bias, hw_out)
+    one.batchnorm(cout, hw_out)
+    one.act(cout * hw_out)  # ReLU
+    one.conv(cout, cout, 3, bias, hw_out)
+    if stride != 1 or cin != cout:
+        one.conv(cin, cout, 1, bias, hw_out)
+    one.act(cout * hw_out)  # the residual sum
+    c.params += one.params * times
+    c.buffer_bytes += one.buffer_bytes * times
+    c.saved += one.saved * times
+    c.largest = max(c.largest, one.largest)
+    c.depth += times
+
+
+def _wrn(depth: int, k: int, shape: tuple[int, int, int], classes: int, bias: bool) -> Estimate:
+    c = _Cost()
+    n = (depth - 4) // 6
+    ch, h, w = shape
+    c.act(ch * h * w)
+    c.conv(ch, 16, 3, bias, h * w)
+    cin = 16
+    for i, width in enumerate((16 * k, 32 * k, 64 * k)):
+        stride = 2 if i > 0 else 1
+        h2, w2 = (_half(h), _half(w)) if stride == 2 else (h, w)
+        if n > 0:
+            _wide_block(c, cin, width, stride, bias, h * w, h2 * w2, 1)
+            _wide_block(c, width, width, 1, bias, h2 * w2, h2 * w2, n - 1)
+            cin, h, w = width, h2, w2
+    c.batchnorm(cin, h * w)
+    c.act(cin * h * w)  # ReLU
+    c.act(cin)  # global average pooling
+    c.linear(cin, classes, bias)
+    c.act(classes)
+    return c.done()
+
+
+def _blocks(c: _Cost, dim: int, heads: int, ratio: int, depth: int, tokens: int, bias: bool, causal: bool) -> None:
+    """`depth` transformer blocks over `tokens` tokens (models_vit.Block), at once."""
+    one = _Cost()
+    one.act(dim * tokens)  # norm1
+    one.linear(dim, 3 * dim, bias, tokens)  # qkv
+    one.act(dim * tokens, 2)  # q and k made contiguous for the product
+    one.act(heads * tokens * tokens, 4 if causal else 3)  # scores, scaled, (masked), softmax
+    one.act(dim * tokens, 2)  # weights @ v, and its heads merged back
+    one.linear(dim, dim, bias, tokens)  # proj
+    one.act(dim * tokens, 2)  # the residual sum, norm2
+    one.linear(dim, ratio * dim, bias, tokens)  # fc1
+    one.act(ratio * dim * tokens)  # GELU
+    one.linear(ratio * dim, dim, bias, tokens)  # fc2
+    one.act(dim * tokens)  # the residual sum
+    c.params += one.params * depth
+    c.saved += one.saved * depth
+    c.largest = max(c.largest, one.largest)
+    c.depth += depth
+
+
+def _vit(layers: tuple[str, ...], shape: tuple[int, int, int], classes: int, bias: bool) -> Estimate:
+    m = re.fullmatch(VIT_BODY, "-".join(layers))
+    if m is None:
+        raise UsageError(f"invalid vit arguments {'-'.join(layers)[:80]!r}")
+    patch, dim, depth, heads, ratio = (int(v) if v is not None else 4 for v in m.groups())
+    ch, h, w = shape
+    tokens = (h // patch) * (w // patch)
+    c = _Cost()
+    c.act(ch * h * w)
+    c.conv(ch, dim, patch, bias, tokens)
+    c.buffer_bytes += FLOAT * tokens * dim  # the sin-cos position embedding
+    c.act(dim * tokens)  # + position embedding
+    _blocks(c, dim, heads, ratio, depth, tokens, bias, causal=False)
+    c.act(dim * tokens)  # final norm
+    c.act(dim)  # mean over tokens
+    c.linear(dim, classes, bias)
+    c.act(classes)
+    return c.done()
+
+
+def _gpt(layers: tuple[str, ...], bias: bool) -> Estimate:
+    m = re.fullmatch(GPT_BODY, "-".join(layers))
+    if m is None:
+        raise UsageError(f"invalid gpt-nano arguments {'-'.join(layers)[:80]!r}")
+    n = {k: int(v) for k, v in zip("ldhcmv", m.groups()) if v is not None}
+    depth, dim, heads, context, ratio = n["l"], n["d"], n["h"], n["c"], n.get("m", 4)
+    vocab = n.get("v", 256)  # filled in from the text's characters later; 256 bounds a byte-level one
+    c = _Cost()
+    c.params += vocab * dim  # the token embedding (no bias)
+    c.buffer_bytes += FLOAT * context * dim  # the sin-cos position embedding
+    c.fixed_bytes += 2 * context * context  # the causal mask and its complement (bool)
+    c.act(context, 2)  # the character ids (int64)
+    c.act(dim * context, 2)  # embedding, + position embedding
+    _blocks(c, dim, heads, ratio, depth, context, bias, causal=True)
+    c.act(dim * context)  # final norm
+    c.linear(dim, vocab, bias, context)  # head
+    c.act(vocab * context)  # the loss's log-softmax
+    return c.done()
+
+
+CONV_HEAD = (256, 256)  # conv2/4/6's fully connected head (models_conv.py)
+RESNETS = {"resnet20": ((16, 32, 64), (3, 3, 3)), "resnet18": ((64, 128, 256, 512), (2, 2, 2, 2))}
+
+
+def estimate(spec: ModelSpec) -> Estimate | None:
+    """The cost of a built-in model from its spec alone; None for a user's factory (known only once built).
+    A spec whose geometry is still open (no @CxHxW-K) is estimated as if for a 1x1x1 input and 1 class."""
+    if spec.arch == "user":
+        return None
+    shape, classes = spec.input or (1, 1, 1), spec.classes or 1
+    if spec.arch == "mlp":
+        return _mlp(spec.widths, spec.bias, spec.residual, spec.norm)
+    if spec.arch == "lenet300":
+        return _mlp((math.prod(shape), 300, 100, classes), spec.bias)
+    if spec.arch in ("conv2", "conv4", "conv6"):
+        layers = ("64", "64", "M", "128", "128", "M", "256", "256", "M")[: 3 * int(spec.arch[-1]) // 2]
+        return _convnet(layers, CONV_HEAD, shape, classes, spec.bias)
+    if spec.arch == "vgg":
+        return _convnet(spec.layers, (), shape, classes, spec.bias)
+    if spec.arch in RESNETS:
+        return _resnet(*RESNETS[spec.arch], shape, classes, spec.bias)
+    if spec.arch == "wrn":
+        depth, k = (int(v) for v in spec.layers)
+        return _wrn(depth, k, shape, classes, spec.bias)
+    if spec.arch == "vit":
+        return _vit(spec.layers, shape, classes, spec.bias)
+    if spec.arch == "gpt-nano":
+        return _gpt(spec.layers, spec.bias)
+    raise UsageError(f"no cost estimate for model {spec.arch!r}")  # a registered model without one: a test fails
+
+
+def physical_memory() -> int | None:
+    """The machine's physical memory in bytes (None when the system does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def default_max_memory() -> int | None:
+    """--max-memory's default: MEMORY_SHARE of the physical memory (None, no limit, where it is unknown)."""
+    total = physical_memory()
+    return None if total is None else int(total * MEMORY_SHARE)
+
+
+def size_text(n: int) -> str:
+    """Bytes for an error line: 3.7 GiB, 512 MiB."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
+
+
+def check(spec: ModelSpec, budget: Budget = Budget()) -> Estimate | None:
+    """Refuse a built-in model over the budget, from its spec alone (one line naming the figure and the option
+    that raises it); returns the estimate (None for a user's factory, which is counted once built)."""
+    est = estimate(spec)
+    if est is None:
+        return None
+    name = _short(spec.to_string())
+    if est.depth > MAX_BLOCKS:
+        raise UsageError(f"model {name} has {est.depth:,} layers or blocks, more than the {MAX_BLOCKS:,} allowed")
+    if est.params > budget.max_params:
+        raise UsageError(
+            f"model {name} has {est.params:,} parameters, more than the limit of {budget.max_params:,}",
+            hint="raise the limit with --max-params N if you mean it",
+        )
+    limit = default_max_memory() if budget.max_memory is None else budget.max_memory
+    need = est.memory_bytes(budget.train_batch, budget.eval_batch)
+    if limit is not None and need > limit:
+        training = est.training_bytes(budget.train_batch) >= est.evaluation_bytes(budget.eval_batch)
+        batch = (
+            f"a training batch of {budget.train_batch}" if training else f"evaluation batches of {budget.eval_batch}"
+        )
+        raise UsageError(
+            f"model {name} needs about {size_text(need)} of memory at {batch}, more than the limit of "
+            f"{size_text(limit)}",
+            hint="raise the limit with --max-memory SIZE (e.g. 64G) if the machine has it"
+            + (", or use a smaller --batch-size" if training else ""),
+        )
+    return est
+
+
+def declared_params(text: str) -> int | None:
+    """The parameter count of the built-in model a spec string names (a ticket's `model.spec`), torch-free; None
+    for a factory or a spec that does not parse (refused with its own message when the model is rebuilt)."""
+    try:
+        t = spec_text(text)
+        factory = FACTORY_SPEC.fullmatch(t)
+        if factory and factory.group(1).partition(":")[0] not in catalog.MODELS:
+            return None
+        m = BUILTIN_SPEC.fullmatch(t)
+        if m is None or m.group(1) not in catalog.MODELS:
+            return None
+        spec = ModelSpec.from_builtin(t, m)
+        if not spec.resolved and spec.arch != "mlp":
+            return None
+        est = estimate(spec)
+    except UsageError:
+        return None
+    return None if est is None else est.params
+
+
+def _short(text: str, n: int = 120) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
