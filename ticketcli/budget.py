@@ -120,6 +120,11 @@ def _convnet(layers: tuple[str, ...], head: tuple[int, ...], shape: tuple[int, i
     c.act(ch * h * w)
     for item in layers:
         if item == "M":
+            if h < 2 or w < 2:  # as models_conv.ConvNet refuses it
+                raise UsageError(
+                    f"a {shape[1]}x{shape[2]} input is too small for {len(layers)} layers "
+                    f"with {layers.count('M')} 2x2 max-pools"
+                )
             h, w = h // 2, w // 2
             c.act(ch * h * w, 3)  # the pooled output and its int64 indices
         else:
@@ -232,12 +237,18 @@ def _blocks(c: _Cost, dim: int, heads: int, ratio: int, depth: int, tokens: int,
     c.depth += depth
 
 
-def _vit(layers: tuple[str, ...], shape: tuple[int, int, int], classes: int, bias: bool) -> Estimate:
-    m = re.fullmatch(VIT_BODY, "-".join(layers))
+def _vit(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> Estimate:
+    m = re.fullmatch(VIT_BODY, "-".join(spec.layers))
     if m is None:
-        raise UsageError(f"invalid vit arguments {'-'.join(layers)[:80]!r}")
+        raise UsageError(f"invalid vit arguments {'-'.join(spec.layers)[:80]!r}")
     patch, dim, depth, heads, ratio = (int(v) if v is not None else 4 for v in m.groups())
+    bias = spec.bias
     ch, h, w = shape
+    if spec.input is not None and (h % patch or w % patch):  # as models_vit.build_vit refuses it
+        raise UsageError(
+            f"model {spec.to_string()}: {patch}x{patch} patches do not tile {h}x{w} inputs (shape {shape})",
+            hint="choose a patch size that divides the image's height and width",
+        )
     tokens = (h // patch) * (w // patch)
     c = _Cost()
     c.act(ch * h * w)
@@ -297,7 +308,7 @@ def estimate(spec: ModelSpec) -> Estimate | None:
         depth, k = (int(v) for v in spec.layers)
         return _wrn(depth, k, shape, classes, spec.bias)
     if spec.arch == "vit":
-        return _vit(spec.layers, shape, classes, spec.bias)
+        return _vit(spec, shape, classes)
     if spec.arch == "gpt-nano":
         return _gpt(spec.layers, spec.bias)
     raise UsageError(f"no cost estimate for model {spec.arch!r}")  # a registered model without one: a test fails
