@@ -85,7 +85,27 @@ def sparse_ticket(folder: Path) -> Path:
     return path
 
 
+def in_process_seconds(spec: str, repeat: int = 200) -> float:
+    """Seconds one refusal costs once the package is imported: the spec parsed and weighed (mean of `repeat`)."""
+    from ticketcli.budget import Budget, check
+    from ticketcli.errors import UsageError
+    from ticketcli.models import parse_model
+
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        try:
+            check(parse_model(spec).with_data((1, 8, 8), 10), Budget(train_batch=512))
+        except UsageError:
+            pass
+    return (time.perf_counter() - t0) / repeat
+
+
 def main() -> None:
+    sys.path.insert(0, str(REPO))
+    print(f"{'spec (in-process refusal)':34s} {'microseconds':>12s}")
+    for name, spec in {**LARGEST, **ISSUE}.items():
+        print(f"{name:34s} {in_process_seconds(spec) * 1e6:12.0f}")
+    print()
     with tempfile.TemporaryDirectory() as d:
         out = str(Path(d) / "t.safetensors")
         cases = {"baseline (--sparsity 2)": ["extract", "--sparsity", "2", "--out", out, *QUICK]}
