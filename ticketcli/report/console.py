@@ -187,9 +187,6 @@ class Pace:
             self.skipped += done - self.done
         self.done, self.done_at = done, self.clock()
 
-    def elapsed(self) -> str:
-        return duration(self.clock() - self.started)
-
     def eta(self) -> str | None:
         """Seconds left as text, or None before the first timed unit finished."""
         timed = self.done - self.skipped
