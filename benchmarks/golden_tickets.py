@@ -52,8 +52,9 @@ EXTRA_TICKETS = {
 }
 KEYS = ("model", "init", "shapes", "weights_sha256", "method", "data", "sparsity", "masks_sha256")
 # wall-clock fields, and whole-file digests of tickets (their metadata records the wall time; masks, metadata and
-# metrics are compared separately) and their sizes (the wall time's digits vary)
-VOLATILE = {"wall_time_s", "seconds", "elapsed_s", "time_s", "ticket_sha256", "file_bytes"}
+# metrics are compared separately) and their sizes (the wall time's digits vary); threads: torch's thread count, the
+# machine's cores unless --threads is given (a fact of the machine, like the wall time)
+VOLATILE = {"wall_time_s", "seconds", "elapsed_s", "time_s", "ticket_sha256", "file_bytes", "threads"}
 
 
 def run(args: list[str], cwd: Path) -> dict:

@@ -42,14 +42,22 @@ SETTINGS: dict[str, Any] = {
     "match_sparsity": (MethodSpec, "matched_to"),
 }
 # The settings of the config file no spec field holds, with their defaults.
-UNSPECCED = {"model": None, "data_dir": None, "match_sparsity": None, "match_sparsity_per_layer": False}
+UNSPECCED = {
+    "model": None,
+    "data_dir": None,
+    "match_sparsity": None,
+    "match_sparsity_per_layer": False,
+    "threads": None,
+}
+# --threads (every command that computes): not given keeps torch's own count (sweep-k: one per run); help says so
 TICKET_READER = {
     "max_params": (ModelPolicy, "max_params"),
     "max_memory": (ModelPolicy, "max_memory"),
     "device": (RunSpec, "device"),
+    "threads": DESCRIBED,
 }
 SOURCES: dict[str, dict[str, Any]] = {
-    "extract": {**SETTINGS, "checkpoint_every": DESCRIBED},
+    "extract": {**SETTINGS, "checkpoint_every": DESCRIBED, "threads": DESCRIBED},
     "sweep-k": {
         **SETTINGS,
         "layerwise": ("sweep", "PAPER_LAYERWISE"),
@@ -57,7 +65,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "densities": ("sweep", "PAPER_DENSITIES"),
         "seeds": ("own", None),  # sweep-k's own options: the help shows the option's value
         "workers": ("own", None),
-        "threads": ("own", None),
+        "threads": DESCRIBED,
         "executor": ("own", None),
         "ray_address": DESCRIBED,
         "plot": DESCRIBED,

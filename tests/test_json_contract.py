@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+import torch
 import typer.main
 from helpers import flags_for
 from typer.testing import CliRunner
@@ -201,6 +202,23 @@ def test_drift_layers_are_named_lists_in_every_run_and_the_summary(docs):
     assert [s["name"] for s in sites] == ["layers.0", "layers.1"]
     for point in next(iter(docs["drift-tradeoff"][1]["models"].values()))["curve"]:
         assert point["sparsity"]["requested"] == point["target"]
+
+
+def test_every_computing_command_reports_the_threads_it_ran_with(docs):
+    """No --threads given: a run keeps this process's torch count; a sweep-k run and a --tradeoff run use one thread
+    each (so that their numbers do not depend on --workers), at the top and in every record."""
+    here = torch.get_num_threads()
+    for case in CASES:
+        command, doc = docs[case]
+        if command == "inspect":  # reads a file, computes nothing
+            assert "threads" not in doc
+            continue
+        want = 1 if command in ("sweep-k", "drift-tradeoff") else here
+        assert doc["threads"] == want, case
+    assert {r["threads"] for r in docs["sweep-k"][1]["records"]} == {1}
+    assert docs["sweep-k"][1]["settings"]["threads"] == 1
+    bad = moved(docs["extract-augmented"][1], lambda d: d.update(threads=0))
+    assert errors("extract", bad)  # the schema holds threads to a count of at least one
 
 
 def test_document_leaves_the_result_alone_and_knows_its_commands(docs):

@@ -28,6 +28,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.spec_syntax",
         "ticketcli.specs",
         "ticketcli.world",
+        "ticketcli.threads",
         "ticketcli.catalog",
         "ticketcli.contract",
         "ticketcli.budget",

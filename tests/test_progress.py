@@ -10,6 +10,8 @@ import pty
 import re
 import subprocess
 import sys
+import threading
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,11 @@ QUICK = [
     "--batch-size",
     "100",
 ]
-EPOCH = re.compile(r"^augmented epoch (\d+)/3 loss \d+\.\d{4} acc \d\.\d{4} sparsity \d\.\d{3}$")
+DURATION = r"(\d+s|\d+m\d\ds|\d+h\d\dm)"  # 7s, 3m05s, 2h04m
+# every plain line ends in the time so far and, but for the last, an ETA
+WHEN = rf", elapsed {DURATION}(, ETA {DURATION})?$"
+EPOCH = re.compile(r"^augmented epoch (\d+)/3 loss \d+\.\d{4} acc \d\.\d{4} sparsity \d\.\d{3}" + WHEN)
+HEARTBEAT = re.compile(rf"^augmented (epoch \d/3 running|3/3 epochs done, finishing), elapsed {DURATION}")
 ESC = "\x1b"
 
 
@@ -55,12 +61,13 @@ def extracted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
     return out, run
 
 
-def test_piped_stderr_gets_one_plain_line_per_epoch(extracted):
+def test_piped_stderr_gets_plain_lines_for_the_first_and_last_epoch(extracted):
     _, run = extracted
     err = run.stderr.decode()
     lines = [line for line in err.splitlines() if line.strip()]
-    assert [int(m[1]) for m in map(EPOCH.match, lines) if m] == [1, 2, 3], err
-    assert len(lines) == 3, err  # nothing per batch, no final bar
+    epochs = [int(m[1]) for m in map(EPOCH.match, lines) if m]
+    assert epochs[0] == 1 and epochs[-1] == 3 and epochs == sorted(set(epochs)), err  # the rest throttled
+    assert all(EPOCH.match(x) or HEARTBEAT.match(x) for x in lines), err  # nothing per batch, no final bar
     assert ESC not in err and "\r" not in err, repr(err)
 
 
@@ -109,7 +116,8 @@ def test_train_weak_prints_a_line_per_epoch_of_each_run(extracted, tmp_path):
     args = ["train-weak", str(ticket), "--epochs", "2", "--dense-baseline", "--out", str(tmp_path / "w.json")]
     r = CliRunner().invoke(app, args)  # CliRunner's stderr is no terminal
     assert r.exit_code == 0, r.output
-    runs = re.findall(r"^(masked|dense) epoch (\d)/2 loss \d+\.\d{4} val acc \d\.\d{4}$", r.stderr, re.M)
+    runs = re.findall(r"^(masked|dense) epoch (\d)/2 loss \d+\.\d{4} val acc \d\.\d{4}" + WHEN, r.stderr, re.M)
+    runs = [r[:2] for r in runs]
     assert runs == [("masked", "1"), ("masked", "2"), ("dense", "1"), ("dense", "2")], r.stderr
 
 
@@ -137,35 +145,120 @@ def test_throttled_lines_first_last_and_one_per_interval(capsys):
     assert shown == [1, 21, 41, 61, 81, 100]
 
 
-def test_epochs_are_never_throttled_but_drift_steps_are(monkeypatch, capsys):
+@pytest.fixture()
+def clock(monkeypatch) -> FakeClock:
+    """Plain progress on, timed by a fake clock, with no heartbeat thread: each test calls heartbeat() itself."""
+    fake = FakeClock()
     monkeypatch.setattr(console, "plain_progress", lambda: True)
-    monkeypatch.setattr(console, "PLAIN_EVERY_S", 1e9)  # no interval passes: only the first and the last
-    stats = {"loss": 0.5, "accuracy": 0.25, "sparsity": 0.9}
-    with console.epoch_progress(4, quiet=False, label="edge-popup") as progress:
+    monkeypatch.setattr(console, "CLOCK", fake)
+    monkeypatch.setattr(console.PlainProgress, "beating", lambda self: nullcontext(self))
+    return fake
+
+
+STATS = {"loss": 0.5, "accuracy": 0.25, "sparsity": 0.9}
+
+
+def test_fast_epochs_get_the_first_last_and_one_line_per_interval(clock, capsys):
+    with console.epoch_progress(100, quiet=False, label="edge-popup") as progress:
         assert progress is not None
-        for e in range(1, 5):
-            progress({**stats, "epoch": e})
+        for e in range(1, 101):  # 100 epochs of 0.5 s: 50 s in all
+            clock.now += 0.5
+            progress({**STATS, "epoch": e})
+    err = capsys.readouterr().err.splitlines()
+    assert [int(x.split()[2].split("/")[0]) for x in err] == [1, 21, 41, 61, 81, 100]
+    assert err[0] == "edge-popup epoch 1/100 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 0s, ETA 50s"
+    assert err[2] == "edge-popup epoch 41/100 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 20s, ETA 30s"
+    assert err[-1] == "edge-popup epoch 100/100 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 50s"
+
+
+def test_drift_steps_are_throttled_like_epochs(clock, capsys):
     with console.epoch_progress(400, quiet=False, label="drift") as progress:
         assert progress is not None
         for step in range(0, 401, 10):
-            progress({**stats, "epoch": step, "unit": "step"})
-    err = capsys.readouterr().err.splitlines()
-    assert err[:4] == [f"edge-popup epoch {e}/4 loss 0.5000 acc 0.2500 sparsity 0.900" for e in range(1, 5)]
-    assert err[4:] == [
-        "drift step 0/400 loss 0.5000 acc 0.2500 sparsity 0.900",
-        "drift step 400/400 loss 0.5000 acc 0.2500 sparsity 0.900",
+            progress({**STATS, "epoch": step, "unit": "step"})
+    assert capsys.readouterr().err.splitlines() == [
+        "drift step 0/400 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 0s",  # no ETA before a timed step
+        "drift step 400/400 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 0s",
     ]
 
 
-def test_sweep_lines_count_configurations_and_show_ids_literally(monkeypatch, capsys):
-    monkeypatch.setattr(console, "plain_progress", lambda: True)
-    with console.sweep_progress(2, quiet=False) as progress:
-        assert progress is not None
-        progress({"id": "k=0.3\x1b[31m", "test_accuracy": 0.5}, False)
-        progress({"id": "k=0.5", "test_accuracy": 0.5}, True)
+def test_a_slow_epoch_gets_a_heartbeat_every_interval_with_its_eta(clock, capsys):
+    """Epochs of 25 s: while one runs, a heartbeat after every 10 s of silence says which epoch runs and when the
+    loop should end (the running epoch counts as at most finished); the epoch lines stay throttled."""
+    plain = console.PlainProgress("augmented", 3)
+    for e in range(1, 4):
+        for _ in range(5):  # 25 s in steps of 5 s, the heartbeat thread's check at each
+            clock.now += 5
+            plain.heartbeat()
+        plain.update(console.epoch_line("augmented", 3, {**STATS, "epoch": e}), e, first=e == 1)
+    running = "augmented epoch {}/3 running, elapsed {}, ETA {}"
     assert capsys.readouterr().err.splitlines() == [
-        "sweep-k 1/2 last k=0.3\\x1b[31m (50.00% test)",
-        "sweep-k 2/2 last k=0.5 (resumed)",
+        running.format(1, "10s", "after the first epoch"),
+        running.format(1, "20s", "after the first epoch"),
+        "augmented epoch 1/3 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 25s, ETA 50s",
+        running.format(2, "35s", "40s"),
+        running.format(2, "45s", "30s"),  # epoch 2's own line (at 50 s) is throttled: 5 s after this one
+        running.format(3, "55s", "20s"),
+        running.format(3, "1m05s", "10s"),
+        running.format(3, "1m15s", "0s"),
+        "augmented epoch 3/3 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 1m15s",
+    ]
+
+
+def test_after_the_last_epoch_the_heartbeat_says_finishing(clock, capsys):
+    plain = console.PlainProgress("augmented", 2)
+    for e in (1, 2):
+        clock.now += 3
+        plain.update(f"augmented epoch {e}/2", e, first=e == 1)
+    clock.now += 12
+    plain.heartbeat()
+    clock.now += 5
+    plain.heartbeat()  # only 5 s since the last line: nothing
+    assert capsys.readouterr().err.splitlines() == [
+        "augmented epoch 1/2, elapsed 3s, ETA 3s",
+        "augmented epoch 2/2, elapsed 6s",
+        "augmented 2/2 epochs done, finishing, elapsed 18s",
+    ]
+
+
+def test_working_lines_for_a_step_without_a_loop(clock, capsys):
+    plain = console.PlainProgress("export", None)
+    for _ in range(25):
+        clock.now += 1
+        plain.heartbeat()
+    assert capsys.readouterr().err.splitlines() == [
+        "export working, elapsed 10s",
+        "export working, elapsed 20s",
+    ]
+
+
+def test_the_heartbeat_thread_calls_heartbeat_while_the_body_runs(monkeypatch, capsys):
+    called = threading.Event()
+    plain = console.PlainProgress("export", None, every=0.01)
+    original = plain.heartbeat
+
+    def heartbeat() -> None:
+        original()
+        called.set()
+
+    monkeypatch.setattr(plain, "heartbeat", heartbeat)
+    with plain.beating():
+        assert called.wait(30)  # the thread wakes by itself; no interval is asserted
+    assert not any(t.name == "ticket-progress" and t.is_alive() for t in threading.enumerate())
+    assert capsys.readouterr().err.startswith("export working, elapsed ")
+
+
+def test_sweep_lines_count_configurations_and_show_ids_literally(clock, capsys):
+    with console.sweep_progress(3, quiet=False) as progress:
+        assert progress is not None
+        clock.now += 30
+        progress({"id": "k=0.3\x1b[31m", "test_accuracy": 0.5}, False)
+        progress({"id": "k=0.5", "test_accuracy": 0.5}, True)  # resumed: done, but not in the rate
+        clock.now += 30
+        progress({"id": "k=0.7", "test_accuracy": 0.5}, False)
+    assert capsys.readouterr().err.splitlines() == [
+        "sweep-k 1/3 last k=0.3\\x1b[31m (50.00% test), elapsed 30s, ETA 1m00s",
+        "sweep-k 3/3 last k=0.7 (50.00% test), elapsed 1m00s",
     ]
 
 

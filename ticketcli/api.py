@@ -25,11 +25,12 @@ from ticketcli.methods import METHODS
 from ticketcli.models import MODELS, parse_model
 from ticketcli.resolve import build_extract_spec, build_model_policy, data_location, merge_settings
 from ticketcli.specs import EXTRACT_DEFAULTS, DataSpec, ModelPolicy, ModelSpec
+from ticketcli.threads import check_threads, using
 
 Progress = Callable[[dict], None]  # called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"}
 UNSAVED = Path("<unsaved ticket>")  # how messages name a ticket that extract() returned and nobody saved yet
 # extract() takes these as its own arguments (model, data) or not at all (where the ticket goes: Ticket.save)
-NOT_OPTIONS = frozenset({"model", "dataset", "method", "sparsity", "epochs", "seed", "device"})
+NOT_OPTIONS = frozenset({"model", "dataset", "method", "sparsity", "epochs", "seed", "device", "threads"})
 
 
 class Ticket:
@@ -111,22 +112,25 @@ class Ticket:
         weights: str | Path | None = None,
         trust_model_code: bool = False,
         data_dir: str | Path | None = None,
+        threads: int | None = None,
     ) -> nn.Module:
         """The ticket's network as a plain nn.Module: weights regenerated as `ticket evaluate` does and checked
         against the recorded fingerprint, masks registered with apply_masks, in eval mode, parameters frozen.
 
         module: an instance of your own architecture for a ticket extracted from one (its weights are redrawn
         from the seed). BatchNorm statistics are recomputed for the masks from the extraction split (found
-        through data_dir, or `data` for tickets of in-memory data), as evaluation does."""
-        net, _ = runs.rebuild(self._record, self._label, _path(weights), self._policy(trust_model_code), module)
-        masks = {n: self._record.masks[n] for n in net.names}
-        if net.batchnorms and net.bn_statistics == "recalibrate":
-            splits = None if data is None else self._splits(data)
-            if splits is None:  # the ticket's own dataset
-                export.recalibrate(net, masks, self._record, self._label, _data_spec(data_dir))
-            else:
-                net.calibration = splits.x_extract
-                net.calibrate(masks)
+        through data_dir, or `data` for tickets of in-memory data), as evaluation does. threads: torch CPU threads
+        while building (None: torch's own)."""
+        with using(check_threads(threads, "threads")):
+            net, _ = runs.rebuild(self._record, self._label, _path(weights), self._policy(trust_model_code), module)
+            masks = {n: self._record.masks[n] for n in net.names}
+            if net.batchnorms and net.bn_statistics == "recalibrate":
+                splits = None if data is None else self._splits(data)
+                if splits is None:  # the ticket's own dataset
+                    export.recalibrate(net, masks, self._record, self._label, _data_spec(data_dir))
+                else:
+                    net.calibration = splits.x_extract
+                    net.calibrate(masks)
         net.to(runs.resolve_device(device))
         return apply_masks(net.module, masks)
 
@@ -139,23 +143,26 @@ class Ticket:
         weights: str | Path | None = None,
         trust_model_code: bool = False,
         data_dir: str | Path | None = None,
+        threads: int | None = None,
     ) -> dict[str, Any]:
         """What `ticket evaluate --json` prints: test and validation accuracy re-measured (identical to the CLI's
         on the CPU), next to those stored, whether they reproduced, sparsity and integrity.
 
         data: None for the ticket's own dataset and split; your tensors/Dataset/DataLoaders (split as extract
-        splits them) for a ticket of in-memory data."""
-        result = runs.evaluate_loaded(
-            self._record,
-            self._label,
-            data=_data_spec(data_dir),
-            device=device,
-            weights=_path(weights),
-            policy=self._policy(trust_model_code),
-            splits=None if data is None else self._splits(data),
-            module=module,
-        )
-        return evaluation_document(result)
+        splits them) for a ticket of in-memory data. threads: torch CPU threads for the measurement (None:
+        torch's own), reported as `threads`."""
+        with using(check_threads(threads, "threads")) as used:
+            result = runs.evaluate_loaded(
+                self._record,
+                self._label,
+                data=_data_spec(data_dir),
+                device=device,
+                weights=_path(weights),
+                policy=self._policy(trust_model_code),
+                splits=None if data is None else self._splits(data),
+                module=module,
+            )
+        return evaluation_document({**result, "threads": used})
 
     @property
     def _label(self) -> Path:
@@ -208,6 +215,7 @@ def extract(
     seed: int | None = None,
     progress: bool | Progress = True,
     device: str = "auto",
+    threads: int | None = None,
     config: str | Path | None = None,
     **options: Any,
 ) -> Ticket:
@@ -219,11 +227,12 @@ def extract(
     (a seeded 20% held out for testing, then n_val/n_extract drawn), {"train": ..., "test": ...}, or the three
     splits as {"extract": ..., "val": ..., "test": ...}. options: every other `ticket extract` option by its
     Python name (lr=, weight_decay=, aug_density=, layer_densities=[...], data_dir=, ...), checked as the CLI
-    checks them (UsageError with the same message). progress: a bar on stderr, False, or a callable per epoch."""
+    checks them (UsageError with the same message). progress: a bar on stderr, False, or a callable per epoch.
+    threads: torch CPU threads for the run (None: the config file's, else torch's own), restored afterwards."""
     unknown = sorted(set(options) - (set(EXTRACT_DEFAULTS) - NOT_OPTIONS))
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r} for extract", hint=f"options: {', '.join(_option_names())}")
-    flags = dict(options, method=method, sparsity=sparsity, epochs=epochs, seed=seed, device=device)
+    flags = dict(options, method=method, sparsity=sparsity, epochs=epochs, seed=seed, device=device, threads=threads)
     given = None
     if isinstance(data, str):
         flags["dataset"] = data
@@ -238,7 +247,10 @@ def extract(
     splits = None
     if given is not None:
         splits = api_data.splits_for(given, settings["n_extract"], settings["n_val"], spec.data.split_seed)
-    with _progress(progress, spec.method.name, spec.method.epochs) as callback:
+    with (
+        _progress(progress, spec.method.name, spec.method.epochs) as callback,
+        using(check_threads(settings["threads"], "threads")),
+    ):
         run = runs.run_extraction(
             spec, progress=callback, splits=splits, module=model if isinstance(model, nn.Module) else None
         )

@@ -227,12 +227,14 @@ SETTING_FIELDS: dict[str, tuple[type, str]] = {
 UNIVERSAL_METHOD_FIELDS = ("name", "sparsity", "score_init", "matched_to")
 METHOD_OPTIONS = tuple(f.name for f in fields(MethodSpec) if f.name not in UNIVERSAL_METHOD_FIELDS)
 # Settings no spec field holds: they decide how the specs are built. model None is the paper's MLP sized to the
-# dataset; data_dir goes first in DataSpec.search_dirs; match_sparsity* replace the sparsity by a ticket's.
+# dataset; data_dir goes first in DataSpec.search_dirs; match_sparsity* replace the sparsity by a ticket's; threads
+# None keeps torch's own thread count (threads.py sets it around the run; a ticket never records it).
 UNSPECCED_DEFAULTS: dict[str, Any] = {
     "model": None,
     "data_dir": None,
     "match_sparsity": None,
     "match_sparsity_per_layer": False,
+    "threads": None,
 }
 
 
@@ -310,6 +312,7 @@ RANGES: dict[str, Range] = {
     # sweep-k only
     "layerwise": INT(0, 10_000),
     "workers": INT(1, 4096),
+    # every command that computes: torch CPU threads (threads.py)
     "threads": INT(1, 4096),
 }
 

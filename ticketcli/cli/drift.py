@@ -32,6 +32,7 @@ from ticketcli.cli.options import (
     MaxParams,
     Panel,
     Quiet,
+    Threads,
     TrustModelCode,
     choices,
 )
@@ -159,6 +160,7 @@ def drift(
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
+    threads: Threads = None,
     plot: Annotated[
         Optional[Path],
         typer.Option(
@@ -198,6 +200,7 @@ def drift(
     from ticketcli import drift as drift_core
     from ticketcli import drift_options
     from ticketcli.resolve import build_model_policy, data_location
+    from ticketcli.threads import check_threads, using
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (), unit="step") as position:
         if ticket is not None:
@@ -206,6 +209,7 @@ def drift(
                 raise UsageError(f"{', '.join(clash)} cannot be combined with --ticket (the ticket fixes them)")
         elif weights is not None or trust_model_code:
             raise UsageError(f"{'--weights' if weights is not None else '--trust-model-code'} only goes with --ticket")
+        n_threads = check_threads(threads)
         # with --ticket, --model may only confirm the ticket's own factory (ModelPolicy); the ticket fixes the model
         policy = build_model_policy(
             trust_model_code=trust_model_code,
@@ -254,7 +258,7 @@ def drift(
         location = data_location(None if data_dir is None else str(data_dir), download)
         if features is not None:
             on_ticket = dict(ticket=ticket, weights=None if weights is None else str(weights), policy=policy)
-            result = run_features(features, settings, location, position, quiet=quiet, **on_ticket)
+            result = run_features(features, settings, location, position, quiet=quiet, threads=n_threads, **on_ticket)
             warn_unverified(result)
             if plot is not None:
                 write_atomic(plot, result.pop("_figure")(result), overwrite=force)
@@ -266,7 +270,7 @@ def drift(
             return
         spec = drift_core.build_drift_spec(settings, location)
         total = spec.steps * (1 if ticket is not None else len(spec.seeds))
-        with report.epoch_progress(total, quiet=quiet, label="drift") as progress:
+        with report.epoch_progress(total, quiet=quiet, label="drift") as progress, using(n_threads) as used:
             result = drift_core.run_drift(
                 spec,
                 ticket=ticket,
@@ -274,6 +278,7 @@ def drift(
                 progress=position.track(progress),
                 policy=policy,
             )
+        result["threads"] = used
         warn_unverified(result)
         if plot is not None:
             write_atomic(plot, report.drift_plot(result), overwrite=force)

@@ -77,8 +77,9 @@ Tradeoff = Annotated[
 Workers = Annotated[
     Optional[int],
     typer.Option(
-        help="--tradeoff: runs in parallel in this many processes (one torch thread each; the results do not "
-        f"depend on it). Default: {catalog.TRADEOFF_WORKERS_DEFAULT}.",
+        help="--tradeoff: runs in parallel in this many processes (--threads torch threads each, by default one, so "
+        "that the results do not depend on it); workers x threads must not exceed the CPU cores. "
+        f"Default: {catalog.TRADEOFF_WORKERS_DEFAULT}.",
         rich_help_panel=Panel.TRADEOFF,
     ),
 ]
@@ -91,17 +92,21 @@ def run_features(
     position: Any,
     *,
     quiet: bool,
+    threads: int | None = None,
     **on_ticket: Any,
 ) -> dict[str, Any]:
-    """Run the validated feature; the result carries `_figure` (result -> PNG bytes) and `_show` (the tables)."""
+    """Run the validated feature with `threads` torch threads (None: torch's own; --tradeoff: per worker, default
+    1); the result carries `_figure` (result -> PNG bytes) and `_show` (the tables)."""
     # torch: imported when the command runs, not for --help
     from ticketcli import drift as drift_core
     from ticketcli import drift_views
     from ticketcli import relufy as relufy_core
     from ticketcli.data import DATASETS
+    from ticketcli.threads import per_worker, using
 
     if features.targets is not None:
-        return _tradeoff(features, settings, location, position, quiet=quiet)
+        each = per_worker(features.workers, threads)
+        return _tradeoff(features, settings, location, position, quiet=quiet, threads=each)
     if features.relufy is not None:
         settings = {**settings, "activation": features.relufy.source}
     spec = drift_core.build_drift_spec(settings, location)
@@ -110,7 +115,7 @@ def run_features(
         n = spec.data.n_extract or DATASETS.get(spec.data.name).n_extract  # the bar's total; the run counts
         per_run += relufy_core.fine_tune_steps(n, spec.batch_size, features.relufy.epochs)
     total = per_run * (1 if on_ticket.get("ticket") is not None else len(spec.seeds))
-    with report.epoch_progress(total, quiet=quiet, label="drift") as progress:
+    with report.epoch_progress(total, quiet=quiet, label="drift") as progress, using(threads) as used:
         if features.relufy is not None:
             result = relufy_core.run_relufy(spec, features.relufy, progress=position.track(progress), **on_ticket)
         else:
@@ -118,6 +123,7 @@ def run_features(
                 spec, control=features.control, progress=position.track(progress), **on_ticket
             )
             result["schema"] = "ticket.drift-control/1"
+    result["threads"] = used
     extra = drift_views.relufy_table if features.relufy is not None else drift_views.control_table
 
     def show(r: dict) -> None:
@@ -128,7 +134,7 @@ def run_features(
 
 
 def _tradeoff(
-    features: drift_options.Features, settings: dict, location: dict, position: Any, *, quiet: bool
+    features: drift_options.Features, settings: dict, location: dict, position: Any, *, quiet: bool, threads: int
 ) -> dict[str, Any]:
     from ticketcli import drift as drift_core
     from ticketcli import drift_tradeoff, drift_views
@@ -153,5 +159,5 @@ def _tradeoff(
                 }
             )
 
-        result = drift_tradeoff.run_tradeoff(tasks, workers=features.workers, on_result=on_result)
+        result = drift_tradeoff.run_tradeoff(tasks, workers=features.workers, threads=threads, on_result=on_result)
     return {**result, "_figure": drift_views.tradeoff_plot, "_show": drift_views.tradeoff_table}

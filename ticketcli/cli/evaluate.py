@@ -19,6 +19,7 @@ from ticketcli.cli.options import (
     MaxParams,
     Panel,
     Quiet,
+    Threads,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -53,17 +54,20 @@ def evaluate(
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
+    threads: Threads = None,
     json_out: Json = False,
-    quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
+    quiet: Quiet = False,
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
     from ticketcli import ticket as ticket_io  # numpy: not needed for --help
+    from ticketcli.threads import check_threads, using
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         if min_accuracy is not None and not 0 <= min_accuracy <= 1:
             raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
         if max_drop is not None and not 0 <= max_drop <= 1:
             raise UsageError(f"--max-drop must lie in [0, 1] (a fraction), got {max_drop}")
+        n_threads = check_threads(threads)
         ticket_io.check_header(ticket)  # a bad file is refused before torch is imported (seconds)
         from ticketcli import runs, runs_record  # torch: imported once there is work to do
 
@@ -75,9 +79,15 @@ def evaluate(
             data_dir=data_dir,
             download=download,
         )
-        result = runs.evaluate_ticket(
-            ticket, data=data, device=device or "auto", weights=None if weights is None else str(weights), policy=policy
-        )
+        with using(n_threads) as result_threads, report.working("evaluate", quiet=quiet):
+            result = runs.evaluate_ticket(
+                ticket,
+                data=data,
+                device=device or "auto",
+                weights=None if weights is None else str(weights),
+                policy=policy,
+            )
+        result["threads"] = result_threads
         warn_unverified(result)
         failures: list[str] = []
         if min_accuracy is not None or max_drop is not None:

@@ -18,6 +18,7 @@ from ticketcli.cli.options import (
     MaxParams,
     Panel,
     Quiet,
+    Threads,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -57,14 +58,17 @@ def export(
     ] = False,
     data_dir: DataDir = None,
     download: Download = False,
+    threads: Threads = None,
     json_out: Json = False,
-    quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
+    quiet: Quiet = False,
 ) -> None:
     """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks. BatchNorm
     statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need their data)."""
     from ticketcli import export as export_core  # torch: imported when the command runs, not for --help
+    from ticketcli.threads import check_threads, using
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
+        n_threads = check_threads(threads)
         policy, data = reader_inputs(
             trust_model_code=trust_model_code,
             model=model,
@@ -73,14 +77,16 @@ def export(
             data_dir=data_dir,
             download=download,
         )
-        result = export_core.export_ticket(
-            ticket,
-            fmt=format,
-            out=out,
-            weights=None if weights is None else str(weights),
-            overwrite=force,
-            policy=policy,
-            data=data,
-        )
+        with using(n_threads) as used, report.working("export", quiet=quiet):
+            result = export_core.export_ticket(
+                ticket,
+                fmt=format,
+                out=out,
+                weights=None if weights is None else str(weights),
+                overwrite=force,
+                policy=policy,
+                data=data,
+            )
+        result["threads"] = used
         warn_unverified(result)
         report.print_json(document("export", result)) if json_out else report.export_table(result)

@@ -25,6 +25,7 @@ from ticketcli.cli.options import (
     Panel,
     Precision,
     Quiet,
+    Threads,
     setting,
     split_sizes,
     with_default,
@@ -259,6 +260,7 @@ def extract(
     max_memory: MaxMemory = None,
     device: Device = None,
     precision: Precision = None,
+    threads: Threads = None,
     config: Annotated[
         Optional[Path],
         typer.Option(
@@ -298,6 +300,7 @@ def extract(
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
     # torch comes in with these: imported here, when the command runs, so that --help and errors stay fast
     from ticketcli import distributed, runs
+    from ticketcli import threads as torch_threads
     from ticketcli.checkpoint import checkpoint_path
     from ticketcli.checkpoint import describe as describe_checkpoint
     from ticketcli.methods import METHODS
@@ -348,10 +351,12 @@ def extract(
         precision=precision,
         max_params=max_params,
         max_memory=max_memory,
+        threads=threads,
     )
     ckpt = checkpoint_path(out)
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
-        spec = build_extract_spec(merge_settings(flags, config))
+        settings = merge_settings(flags, config)
+        spec = build_extract_spec(settings)
         if checkpoint_every is not None and checkpoint_every < 1:
             raise UsageError(f"--checkpoint-every must be >= 1 epoch, got {checkpoint_every}")
         if resume and not ckpt.exists():
@@ -363,6 +368,11 @@ def extract(
                 quiet=quiet or not world.main or not METHODS.get(spec.method.name).uses_epochs,
                 label=spec.method.name,
             ) as progress,
+            # methods without epochs (snip, grasp, synflow, random): a heartbeat only
+            report.working(
+                spec.method.name, quiet=quiet or not world.main or METHODS.get(spec.method.name).uses_epochs
+            ),
+            torch_threads.using(torch_threads.check_threads(settings["threads"])) as used,
         ):
             warn_precision(spec.method.precision, spec.device)
             summary = runs.extract_ticket(
@@ -373,5 +383,6 @@ def extract(
                 checkpoint_every=checkpoint_every,
                 resume=resume,
             )
+            summary["threads"] = used
     if world.main:
         report.print_json(document("extract", summary)) if json_out else report.extract_table(summary)

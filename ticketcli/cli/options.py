@@ -101,6 +101,14 @@ Device = Annotated[
         rich_help_panel=Panel.SCALE_OUT,
     ),
 ]
+Threads = Annotated[
+    Optional[int],
+    typer.Option(
+        help="Torch CPU threads for the run, 1 to 4096. Fewer are often faster on a loaded machine or beside other "
+        "jobs (README: Threads). Default: torch's own (usually one per core).",
+        rich_help_panel=Panel.SCALE_OUT,
+    ),
+]
 Precision = Annotated[
     Optional[str],
     setting(

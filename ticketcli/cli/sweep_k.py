@@ -4,7 +4,6 @@ hyperparameter-stability table), over several seeds, locally or on Ray."""
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Annotated, Literal, Optional, cast
 
@@ -45,7 +44,6 @@ SEEDS = "0,1,2"
 LAYERWISE = catalog.SWEEP_LAYERWISE
 BAND = show(PAPER_BAND).replace(",", "-")  # 0.85-0.95
 WORKERS = 1
-THREADS = 1
 EXECUTOR: Executor = "local"
 
 
@@ -99,15 +97,13 @@ def sweep_k(
         ),
     ] = WORKERS,
     threads: Annotated[
-        int,
+        Optional[int],
         typer.Option(
-            show_default=False,
-            help=with_default(
-                "Torch threads per run, fixed so that results do not depend on --workers or the executor.", THREADS
-            ),
+            help="Torch threads per run (config key threads); workers x threads must not exceed the CPU cores. "
+            "Default: 1 per run, so that the results do not depend on --workers or the executor.",
             rich_help_panel=Panel.SCALE_OUT,
         ),
-    ] = THREADS,
+    ] = None,
     executor: Annotated[
         Executor,
         typer.Option(
@@ -220,10 +216,13 @@ def sweep_k(
             outputs=(plot,) if plot is not None else (), note=lambda: resumable, unit="configuration"
         ) as position,
     ):
-        seed_list, band_range, pool = sweep_options(seeds, band, densities, layerwise, workers, threads, executor)
-        fixed_by_sweep = sorted(
-            {"method", "seed", "layer_densities", "aug_density", "weights"} & set(load_config(config))
+        from_config = load_config(config)
+        if threads is None:
+            threads = from_config.get("threads")
+        seed_list, band_range, pool, threads = sweep_options(
+            seeds, band, densities, layerwise, workers, threads, executor
         )
+        fixed_by_sweep = sorted({"method", "seed", "layer_densities", "aug_density", "weights"} & set(from_config))
         if fixed_by_sweep:
             raise UsageError(
                 f"{config} sets {', '.join(fixed_by_sweep)}, which sweep-k chooses itself",
@@ -276,14 +275,17 @@ def sweep_k(
             write_atomic(plot, png, overwrite=replace_plot)
             sweep_outputs.remember_output(out_dir, plot, png)
             result["plot"] = str(plot)
+        result["threads"] = threads
     report.print_json(document("sweep-k", result)) if json_out else report.sweep_table(result)
 
 
 def sweep_options(
-    seeds: str, band: str, densities: str | None, layerwise: int, workers: int, threads: int, executor: Executor
-) -> tuple[list[int], tuple[float, float], tuple[float, ...]]:
-    """Validate sweep-k's own options: seeds, band, density pool, worker and thread counts."""
+    seeds: str, band: str, densities: str | None, layerwise: int, workers: int, threads: int | None, executor: Executor
+) -> tuple[list[int], tuple[float, float], tuple[float, ...], int]:
+    """Validate sweep-k's own options: seeds, band, density pool, worker and thread counts; returns the seeds, the
+    band, the pool and each run's torch threads (POOL_THREADS unless given)."""
     from ticketcli import sweep
+    from ticketcli import threads as torch_threads
     from ticketcli.resolve import parse_floats
 
     try:
@@ -306,13 +308,10 @@ def sweep_options(
     )
     if not all(0 < d <= 1 for d in pool):
         raise UsageError(f"--densities must lie in (0, 1], got {densities!r}")
-    layerwise, workers, threads = (
-        check_setting(k, v) for k, v in (("layerwise", layerwise), ("workers", workers), ("threads", threads))
-    )
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if executor == "local" and workers * threads > cores:
-        raise UsageError(
-            f"--workers {workers} x --threads {threads} exceeds the {cores} CPU cores here",
-            hint="lower --workers or --threads",
-        )
-    return seed_list, (lo, hi), tuple(pool)
+    layerwise, workers = (check_setting(k, v) for k, v in (("layerwise", layerwise), ("workers", workers)))
+    given = torch_threads.check_threads(threads)
+    if executor == "local":
+        each = torch_threads.per_worker(workers, given)
+    else:  # Ray places each run on a node with that many free CPUs (num_cpus)
+        each = torch_threads.POOL_THREADS if given is None else given
+    return seed_list, (lo, hi), tuple(pool), each

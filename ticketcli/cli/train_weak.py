@@ -21,6 +21,7 @@ from ticketcli.cli.options import (
     Panel,
     Precision,
     Quiet,
+    Threads,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -85,15 +86,18 @@ def train_weak(
     download: Download = False,
     device: Device = None,
     precision: Precision = None,
+    threads: Threads = None,
     json_out: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
     from ticketcli import distributed, runs, weak  # torch: imported when the command runs, not for --help
+    from ticketcli.threads import check_threads, using
 
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)
+        n_threads = check_threads(threads)
         policy, data = reader_inputs(
             trust_model_code=trust_model_code,
             model=model,
@@ -107,6 +111,7 @@ def train_weak(
         with (
             distributed.joined(lambda: runs.resolve_device(device or "auto")) as world,
             report.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
+            using(n_threads) as used,
         ):
             warn_precision(spec.precision, device or "auto")
             result = weak.train_weak(
@@ -121,6 +126,7 @@ def train_weak(
                 progress=position.track(progress),
                 policy=policy,
             )
+            result["threads"] = used
         if not world.main:
             return
         warn_unverified(result)

@@ -10,6 +10,7 @@ from ticketcli.report.console import (
     runs_progress,
     sweep_progress,
     warn,
+    working,
 )
 from ticketcli.report.plots import drift_plot, sweep_plot, weak_plot
 from ticketcli.report.tables import (
@@ -41,4 +42,5 @@ __all__ = [
     "warn",
     "weak_plot",
     "weak_table",
+    "working",
 ]

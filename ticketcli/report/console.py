@@ -8,6 +8,7 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -118,9 +119,12 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
-# A CI log gets at most one line per this many seconds from a long loop (sweep-k configurations, drift steps);
-# epoch loops print every epoch, since an epoch is the unit a reader counts in.
+# Off a terminal (a CI log), progress is plain lines: the first and the last of a loop, and between them at most one
+# every PLAIN_EVERY_S seconds; while a long step runs silently (an epoch of a big model, evaluation, BatchNorm
+# recalibration), a heartbeat line at least every PLAIN_EVERY_S seconds, so that a log shows that the run is alive,
+# how far it got and when it should end, without flooding.
 PLAIN_EVERY_S = 10.0
+CLOCK: Callable[[], float] = time.monotonic  # what progress lines measure time with (tests put a fake clock here)
 
 
 def plain_progress() -> bool:
@@ -135,21 +139,152 @@ def plain_progress() -> bool:
 
 class PlainLines:
     """Progress lines on stderr, one per call, or, when throttled, the first, the last and then at most one every
-    `every` seconds: a log shows that the run is alive and how far it got without a line per step."""
+    `every` seconds: a log shows that the run is alive and how far it got without a line per step. Thread-safe (a
+    heartbeat thread writes through the same object)."""
 
-    def __init__(self, every: float = PLAIN_EVERY_S, clock: Callable[[], float] = time.monotonic):
-        self.every = every
-        self.clock = clock
+    def __init__(self, every: float | None = None, clock: Callable[[], float] | None = None):
+        self.every = PLAIN_EVERY_S if every is None else every  # read when made: tests change PLAIN_EVERY_S
+        self.clock = CLOCK if clock is None else clock
         self.shown_at: float | None = None
+        self.lock = threading.Lock()
 
-    def emit(self, text: str, *, throttled: bool = False, last: bool = False) -> None:
-        """Write one line, unless throttled and the previous one is less than `every` seconds old."""
-        now = self.clock()
-        if throttled and not last and self.shown_at is not None and now - self.shown_at < self.every:
+    def emit(self, text: str, *, throttled: bool = False, last: bool = False) -> bool:
+        """Write one line, unless throttled and the previous one is less than `every` seconds old; whether it
+        was written."""
+        with self.lock:
+            now = self.clock()
+            if throttled and not last and self.shown_at is not None and now - self.shown_at < self.every:
+                return False
+            self.shown_at = now
+            sys.stderr.write(_line(text))
+            sys.stderr.flush()
+            return True
+
+
+def duration(seconds: float) -> str:
+    """A duration for a log line: 7s, 3m05s, 2h04m."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class Pace:
+    """Elapsed time and the ETA of a loop of `total` units, from the rate of the units finished so far (units
+    that took no time, e.g. a resumed sweep configuration, are counted as done but not in the rate)."""
+
+    def __init__(self, total: int, clock: Callable[[], float], started: float | None = None):
+        self.total, self.clock = total, clock
+        self.started = clock() if started is None else started
+        self.done = self.skipped = 0
+        self.done_at = self.started
+
+    def advance(self, done: int, *, timed: bool = True) -> None:
+        """`done` units are finished now (timed=False: the last one took no time)."""
+        if not timed:
+            self.skipped += done - self.done
+        self.done, self.done_at = done, self.clock()
+
+    def eta(self) -> str | None:
+        """Seconds left as text, or None before the first timed unit finished."""
+        timed = self.done - self.skipped
+        if timed <= 0:
+            return None
+        per_unit = (self.done_at - self.started) / timed
+        left = max(0, self.total - self.done)
+        # the unit now running counts as at most finished, never as less than the units after it
+        return duration(max(per_unit * (left - 1), per_unit * left - (self.clock() - self.done_at)))
+
+
+class PlainProgress:
+    """A loop's plain-line progress off a terminal: each update is a throttled line with elapsed time and ETA (the
+    first and the last always shown), and heartbeat() (called by a background thread, or by a test with its own
+    clock) adds a line when nothing was written for `every` seconds, saying which unit is running."""
+
+    def __init__(
+        self,
+        label: str,
+        total: int | None,
+        *,
+        unit: str = "epoch",
+        every: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ):
+        self.lines = PlainLines(every, clock)
+        self.label, self.unit, self.clock = label, unit, self.lines.clock
+        self.pace: Pace | None = None if total is None else Pace(total, self.clock)
+        self.started = self.clock()
+
+    def restart(self, total: int) -> None:
+        """The loop's total, at its first update; a later loop (train-weak's dense run, iterated's next round)
+        starts its ETA over, timed from the end of the loop before."""
+        pace = self.pace
+        if pace is None or pace.done == 0:
+            self.pace = Pace(total, self.clock, self.started)
+        else:
+            self.pace = Pace(total, self.clock, pace.done_at)
+
+    def update(self, text: str, done: int, *, first: bool = False, timed: bool = True) -> None:
+        """`done` units are finished: a line `text, elapsed X, ETA Y` (throttled unless first or last)."""
+        pace = self.pace
+        assert pace is not None, "update() needs a total"
+        pace.advance(done, timed=timed)
+        last = done >= pace.total
+        eta = None if last else pace.eta()
+        when = f", elapsed {duration(self.clock() - self.started)}" + ("" if eta is None else f", ETA {eta}")
+        self.lines.emit(text + when, throttled=not first, last=last)
+
+    def quiet_for(self) -> float:
+        """Seconds since the last line, or since the start before the first."""
+        shown = self.lines.shown_at
+        return self.clock() - (self.started if shown is None else shown)
+
+    def heartbeat(self) -> None:
+        """A line when the last one (or the start) is `every` seconds old: the unit running, elapsed time, ETA."""
+        if self.quiet_for() < self.lines.every:
             return
-        self.shown_at = now
-        sys.stderr.write(_line(text))
-        sys.stderr.flush()
+        elapsed = duration(self.clock() - self.started)
+        pace = self.pace
+        if pace is None:
+            text = f"{self.label} working, elapsed {elapsed}"
+        elif pace.done >= pace.total:
+            text = f"{self.label} {pace.done}/{pace.total} {self.unit}s done, finishing, elapsed {elapsed}"
+        else:
+            eta = pace.eta()
+            text = f"{self.label} {self.unit} {pace.done + 1}/{pace.total} running, elapsed {elapsed}, " + (
+                f"ETA {eta}" if eta is not None else f"ETA after the first {self.unit}"
+            )
+        self.lines.emit(text, throttled=True)
+
+    @contextmanager
+    def beating(self) -> Iterator[PlainProgress]:
+        """Call heartbeat() from a daemon thread while the body runs (it wakes when a line could be due)."""
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(max(0.05, min(self.lines.every - self.quiet_for(), self.lines.every))):
+                self.heartbeat()
+
+        thread = threading.Thread(target=run, name="ticket-progress", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+
+
+@contextmanager
+def working(label: str, *, quiet: bool) -> Iterator[None]:
+    """A step without a loop to count (export's rebuilding and BatchNorm recalibration): off a terminal, a line
+    every PLAIN_EVERY_S seconds while it runs, so that a log does not fall silent; nothing on a terminal."""
+    if quiet or not plain_progress():
+        yield
+        return
+    with PlainProgress(label, None).beating():
+        yield
 
 
 def _bar(description: str, fields: str) -> Progress:
@@ -180,18 +315,26 @@ def epoch_line(label: str, total: int, stats: dict) -> str:
 def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[[dict], None] | None]:
     """A progress bar over epochs (loss, running accuracy, current achieved sparsity), shown from the first epoch
     on, so that errors before training (bad data, bad spec) are not preceded by an empty bar. Without a terminal,
-    a plain line per epoch (throttled for steps and runs, which come many and fast)."""
+    plain lines with elapsed time and ETA: the first and last epoch (step, run) of each loop, at most one every
+    PLAIN_EVERY_S between, and a heartbeat line while an epoch or the work after the last one runs silently."""
     if quiet:
         yield None
         return
     if plain_progress():
-        lines = PlainLines()
+        plain = PlainProgress(label, total)
+        looped: list[object] = []  # the round of the loop now running (iterated restarts its epochs each round)
 
         def line(stats: dict) -> None:
-            last = stats["epoch"] >= stats.get("epochs", total)
-            lines.emit(epoch_line(label, total, stats), throttled=stats.get("unit", "epoch") != "epoch", last=last)
+            plain.unit = stats.get("unit", "epoch")
+            loop = stats.get("round")
+            first = not looped or looped[-1] != loop
+            if first:
+                looped.append(loop)
+                plain.restart(stats.get("epochs", total))
+            plain.update(epoch_line(label, total, stats), stats["epoch"], first=first)
 
-        yield line
+        with plain.beating():
+            yield line
         return
     bar = _bar(
         "{task.description}", "loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}"
@@ -228,21 +371,22 @@ def _sweep_what(record: dict, resumed: bool) -> str:
 @contextmanager
 def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict, bool], None] | None]:
     """A progress bar over a sweep's configurations (resumed ones count as done at once), with ETA; without a
-    terminal, a plain line for the first and last configuration and at most one every PLAIN_EVERY_S between."""
+    terminal, a plain line for the first and last configuration and at most one every PLAIN_EVERY_S between, with a
+    heartbeat while a configuration runs."""
     if quiet:
         yield None
         return
     if plain_progress():
-        lines, done = PlainLines(), 0
+        plain, done = PlainProgress("sweep-k", total, unit="configuration"), 0
 
         def line(record: dict, resumed: bool) -> None:
             nonlocal done
             done += 1
-            lines.emit(
-                f"sweep-k {done}/{total} last {_sweep_what(record, resumed)}", throttled=True, last=done >= total
-            )
+            text = f"sweep-k {done}/{total} last {_sweep_what(record, resumed)}"
+            plain.update(text, done, first=done == 1, timed=not resumed)
 
-        yield line
+        with plain.beating():
+            yield line
         return
     with _bar("sweep-k", "last {task.fields[last]}") as bar:
         task = bar.add_task("sweep-k", total=total, last="-")
@@ -256,20 +400,26 @@ def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict, bool]
 @contextmanager
 def runs_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict], None] | None]:
     """One progress bar per training run (stats["run"]: masked, dense), each over epochs, with loss and
-    validation accuracy; without a terminal, a plain line per epoch."""
+    validation accuracy; without a terminal, plain lines as epoch_progress writes them, per run."""
     if quiet:
         yield None
         return
     if plain_progress():
-        lines = PlainLines()
+        plain = PlainProgress("train-weak", total)
+        runs: list[str] = []
 
         def line(stats: dict) -> None:
-            lines.emit(
-                f"{stats['run']} epoch {stats['epoch']}/{total} loss {stats['loss']:.4f}"
-                f" val acc {stats['val_accuracy']:.4f}"
-            )
+            first = not runs or runs[-1] != stats["run"]
+            if first:  # each run (masked, then dense) is its own loop, with its own first line and ETA
+                runs.append(stats["run"])
+                plain.restart(total)
+                plain.label = f"train-weak {stats['run']}"
+            text = f"{stats['run']} epoch {stats['epoch']}/{total} loss {stats['loss']:.4f}"
+            text += f" val acc {stats['val_accuracy']:.4f}"
+            plain.update(text, stats["epoch"], first=first)
 
-        yield line
+        with plain.beating():
+            yield line
         return
     bar = _bar("{task.description}", "loss {task.fields[loss]}  val acc {task.fields[acc]}")
     tasks: dict[str, TaskID] = {}

@@ -1,0 +1,200 @@
+"""--threads N and the API's threads=: the run really computes with N torch threads (read inside the run), reports
+N in --json and restores the previous count afterwards; without it torch's own count stays. Bad values are one-line
+usage errors (exit 2) from a flag, a config file or the API. Pools of workers never ask for more threads than the
+process may use cores: one thread per worker by default, workers x threads refused above the cores."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import ticketcli as tc
+from ticketcli import drift, export, runs
+from ticketcli import threads as torch_threads
+from ticketcli.cli import app
+from ticketcli.errors import UsageError
+
+runner = CliRunner()
+TINY = ["--dataset", "digits", "--model", "mlp:64-16-10", "--n-extract", "200", "--n-val", "100"]
+TINY += ["--epochs", "1", "--batch-size", "64", "--quiet"]
+API_TINY = dict(n_extract=200, n_val=100, batch_size=64, device="cpu", progress=False)
+
+
+def other_count() -> int:
+    """A thread count different from the current one, so that a run at it cannot pass by coincidence."""
+    return 1 if torch.get_num_threads() > 1 else 2
+
+
+@pytest.fixture()
+def seen(monkeypatch) -> list[int]:
+    """The torch thread count inside every extraction run (runs.run_extraction, which extract and the API call)."""
+    counts: list[int] = []
+    original = runs.run_extraction
+
+    def spy(*args, **kwargs):
+        counts.append(torch.get_num_threads())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "run_extraction", spy)
+    return counts
+
+
+@pytest.fixture(scope="module")
+def ticket(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("threads") / "t.safetensors"
+    r = runner.invoke(app, ["extract", *TINY, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return str(out)
+
+
+def test_extract_runs_with_the_threads_given_and_reports_them(seen, tmp_path):
+    before, n = torch.get_num_threads(), other_count()
+    r = runner.invoke(app, ["extract", *TINY, "--threads", str(n), "--out", str(tmp_path / "t.st"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert seen == [n] and json.loads(r.stdout)["threads"] == n
+    assert torch.get_num_threads() == before  # restored for whatever runs next in this process
+
+
+def test_without_threads_torchs_own_count_stays(seen, tmp_path):
+    before = torch.get_num_threads()
+    r = runner.invoke(app, ["extract", *TINY, "--out", str(tmp_path / "t.st"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert seen == [before] and json.loads(r.stdout)["threads"] == before
+
+
+def test_a_config_file_sets_threads_and_a_flag_overrides_it(seen, tmp_path):
+    n = other_count()
+    config = tmp_path / "run.toml"
+    config.write_text(f"threads = {n}\n")
+    out = str(tmp_path / "t.st")
+    r = runner.invoke(app, ["extract", *TINY, "--config", str(config), "--out", out, "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["threads"] == n, r.output
+    other = 3 - n  # 1 <-> 2
+    r = runner.invoke(
+        app, ["extract", *TINY, "--config", str(config), "--threads", str(other), "--out", out, "--force"]
+    )
+    assert r.exit_code == 0, r.output
+    assert seen == [n, other]
+
+
+def test_same_masks_whatever_the_threads(tmp_path):
+    docs = []
+    for n in (1, 2):
+        out = tmp_path / f"t{n}.st"
+        assert runner.invoke(app, ["extract", *TINY, "--threads", str(n), "--out", str(out)]).exit_code == 0
+        docs.append(tc.load(out).metadata["masks_sha256"])
+    assert docs[0] == docs[1]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["evaluate", "{t}"],
+        ["export", "{t}", "--format", "masked", "--out", "{d}/m.st"],
+        ["train-weak", "{t}", "--epochs", "1", "--batch-size", "64"],
+        ["drift", "--ticket", "{t}", "--steps", "2", "--log-every", "1", "--batch-size", "64", "--probe-size", "50"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_every_computing_command_takes_threads(command, ticket, tmp_path, monkeypatch):
+    inside: list[int] = []
+
+    def spy(original):
+        def wrapped(*args, **kwargs):
+            inside.append(torch.get_num_threads())
+            return original(*args, **kwargs)
+
+        return wrapped
+
+    # every forward pass of a network; export (no BatchNorm here) runs none: its masking; drift: its run (its
+    # networks run through functional calls)
+    monkeypatch.setattr(torch.nn.Module, "__call__", spy(torch.nn.Module.__call__))
+    monkeypatch.setattr(export, "masked_state", spy(export.masked_state))
+    monkeypatch.setattr(drift, "run_drift", spy(drift.run_drift))
+    before, n = torch.get_num_threads(), other_count()
+    args = [a.format(t=ticket, d=tmp_path) for a in command]
+    r = runner.invoke(app, [*args, "--threads", str(n), "--quiet", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["threads"] == n
+    assert inside and set(inside) == {n}
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "4097", "two", "1.5"])
+@pytest.mark.parametrize("command", ["extract", "evaluate", "export", "train-weak", "drift", "sweep-k"])
+def test_bad_thread_counts_are_one_usage_line(command, value, ticket, tmp_path):
+    args = {
+        "extract": ["extract", *TINY, "--out", str(tmp_path / "t.st")],
+        "evaluate": ["evaluate", ticket],
+        "export": ["export", ticket, "--format", "masks", "--out", str(tmp_path / "m.st")],
+        "train-weak": ["train-weak", ticket],
+        "drift": ["drift", "--ticket", ticket, "--steps", "1"],
+        "sweep-k": ["sweep-k", *TINY],
+    }[command]
+    r = runner.invoke(app, [*args, f"--threads={value}"])
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "--threads" in lines[0], r.stderr
+    assert not (tmp_path / "t.st").exists() and not (tmp_path / "m.st").exists()
+
+
+@pytest.mark.parametrize("value", ["0", '"2"', "true", "[2]"])
+def test_bad_thread_counts_in_a_config_file(value, tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(f"threads = {value}\n")
+    for command in (["extract", *TINY, "--out", str(tmp_path / "t.st")], ["sweep-k", *TINY]):
+        r = runner.invoke(app, [*command, "--config", str(config)])
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "threads" in r.stderr, r.output
+
+
+def test_the_api_runs_with_the_threads_given_and_restores_them(ticket):
+    before, n = torch.get_num_threads(), other_count()
+    per_epoch: list[int] = []
+    t = tc.extract(
+        "mlp:64-16-10",
+        "digits",
+        epochs=2,
+        threads=n,
+        **{**API_TINY, "progress": lambda s: per_epoch.append(torch.get_num_threads())},
+    )
+    assert per_epoch == [n, n] and torch.get_num_threads() == before
+    assert t.evaluate(threads=n)["threads"] == n and torch.get_num_threads() == before
+    assert tc.load(ticket).evaluate()["threads"] == before
+
+
+@pytest.mark.parametrize("value", [0, -2, 5000, "2", True])
+def test_the_api_refuses_bad_thread_counts(value, ticket):
+    with pytest.raises(UsageError, match="threads"):
+        tc.extract("mlp:64-16-10", "digits", epochs=1, threads=value, **API_TINY)
+    with pytest.raises(UsageError, match="threads"):
+        tc.load(ticket).evaluate(threads=value)
+
+
+def test_pool_workers_share_the_cores_by_default(monkeypatch):
+    monkeypatch.setattr(torch_threads, "cores", lambda: 4)
+    assert torch_threads.per_worker(1, None) == 1 and torch_threads.per_worker(4, None) == 1
+    assert torch_threads.per_worker(2, 2) == 2 and torch_threads.per_worker(1, 4) == 4
+    for workers, threads in ((5, None), (3, 2), (1, 5)):
+        with pytest.raises(UsageError, match="exceeds the 4 CPU cores"):
+            torch_threads.per_worker(workers, threads)
+
+
+def test_sweep_k_and_tradeoff_refuse_more_workers_than_cores():
+    too_many = str(torch_threads.cores() + 1)
+    drift = ["drift", "--dataset", "digits", "--model", "mlp:64-16-10", "--steps", "1", "--tradeoff", "0.5,0.6"]
+    for args in (["sweep-k", *TINY, "--workers", too_many], [*drift, "--workers", too_many]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and "exceeds the" in r.stderr and r.stderr.count("\n") == 1, r.output
+
+
+def test_sweep_k_runs_each_configuration_with_its_threads(tmp_path):
+    n = other_count()
+    sweep = ["sweep-k", *TINY, "--seeds", "0", "--densities", "0.5", "--layerwise", "0", "--device", "cpu"]
+    r = runner.invoke(app, [*sweep, "--threads", str(n), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["threads"] == n and doc["settings"]["threads"] == n
+    assert {rec["threads"] for rec in doc["records"]} == {n}
