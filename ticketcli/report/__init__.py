@@ -4,12 +4,15 @@
 from ticketcli.report.console import (
     epoch_progress,
     error,
+    flush_results,
     internal_error,
     literal,
     print_json,
     runs_progress,
     sweep_progress,
+    tolerate_encodings,
     warn,
+    write_stderr,
 )
 from ticketcli.report.plots import drift_plot, sweep_plot, weak_plot
 from ticketcli.report.tables import (
@@ -27,6 +30,7 @@ __all__ = [
     "drift_tables",
     "epoch_progress",
     "error",
+    "flush_results",
     "evaluate_table",
     "export_table",
     "extract_table",
@@ -38,7 +42,9 @@ __all__ = [
     "sweep_plot",
     "sweep_progress",
     "sweep_table",
+    "tolerate_encodings",
     "warn",
     "weak_plot",
     "weak_table",
+    "write_stderr",
 ]
