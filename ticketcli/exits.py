@@ -18,6 +18,7 @@ import typer
 from typer.core import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
 
 from ticketcli import report
+from ticketcli.bounded import shown_path
 from ticketcli.errors import Interrupted, TicketCliError, TicketFileError, UsageError
 from ticketcli.world import from_environment, quiet_rank  # not distributed.py: no torch at the edge
 
@@ -64,6 +65,9 @@ def exit_code(e: BaseException, *, debug: bool = False, streams: tuple | None = 
         return 1
     if isinstance(e, typer.Abort) and e.__context__ is not None:  # Typer's wrapper of a stray EOFError
         e = e.__context__
+    if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:  # a path no check saw (they are all input)
+        report.error(f"a file name is too long: {shown_path(str(e.filename))}")
+        return 2
     return internal_error(e, debug=debug)
 
 

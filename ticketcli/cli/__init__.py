@@ -15,6 +15,7 @@ from typer.core import _click as click
 
 import ticketcli
 from ticketcli import exits, report, world
+from ticketcli.bounded import check_user_path
 from ticketcli.cli import drift, evaluate, export, extract, inspect, listing, sweep_k, train_weak
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.errors import UsageError
@@ -30,10 +31,28 @@ def without_flag_types(params: list[click.Parameter]) -> list[click.Parameter]:
 
 
 class Command(TyperCommand):
-    """Every `ticket` command: its flags shown without a type (without_flag_types)."""
+    """Every `ticket` command: its flags shown without a type (without_flag_types), and every path it was given
+    checked before the command runs (check_paths)."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         return without_flag_types(super().get_params(ctx))
+
+    def invoke(self, ctx: click.Context) -> Any:
+        check_paths(ctx)
+        return super().invoke(ctx)
+
+
+def check_paths(ctx: click.Context) -> None:
+    """Every path argument and option of every command, one rule: a NUL byte, more than PATH_MAX bytes or a name
+    over NAME_MAX bytes is one usage line (exit 2), not an OSError wherever the path is first used."""
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if isinstance(v, os.PathLike):
+                what = param.opts[0] if param.param_type_name == "option" else (param.name or "path").upper()
+                with errors_to_exit_codes():
+                    check_user_path(v, what)
 
 
 class OneLineErrors(TyperGroup):
