@@ -20,18 +20,20 @@ from typer.core import _click as click  # Typer's own (vendored) click, whose ex
 from ticketcli import report
 from ticketcli.bounded import shown_path
 from ticketcli.errors import Interrupted, TicketCliError, TicketFileError, UsageError
-from ticketcli.world import from_environment, quiet_rank  # not distributed.py: no torch at the edge
+from ticketcli.world import own_rank, quiet_rank  # not distributed.py: no torch at the edge
 
 EX_SOFTWARE = 70  # sysexits.h: an internal software error
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell shows for a process killed by SIGPIPE
 
 
 def report_error(e: TicketCliError) -> int:
-    """Print a user-facing error's one line (under torchrun: rank 0, or a rank's own failure) and return its code."""
-    if not quiet_rank():
+    """Print a user-facing error's one line (under torchrun: rank 0, or a rank's own failure, or every rank's when
+    no rank 0 is known to exist) and return its code."""
+    rank = own_rank()
+    if rank == 0:
         report.error(str(e), e.hint)
-    elif not isinstance(e, (UsageError, TicketFileError, Interrupted)):  # rank 0 reports those identically
-        report.error(f"(rank {from_environment().rank}) {e}", e.hint)
+    elif not quiet_rank() or not isinstance(e, (UsageError, TicketFileError, Interrupted)):
+        report.error(f"(rank {rank}) {e}", e.hint)  # rank 0 reports the shared kinds identically, if it exists
     return e.exit_code
 
 

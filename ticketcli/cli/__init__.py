@@ -122,6 +122,8 @@ def main_options(
                 f"`ticket {ctx.invoked_subcommand}` does not run under torchrun",
                 hint=f"run it as a single process; torchrun runs {' and '.join(DATA_PARALLEL_COMMANDS)}",
             )
+        if world.from_environment().active:
+            world.rendezvous_address()  # MASTER_ADDR and MASTER_PORT checked before any work, not at the rendezvous
 
 
 # In the order `ticket --help` lists them.

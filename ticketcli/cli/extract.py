@@ -24,6 +24,7 @@ from ticketcli.cli.options import (
     Panel,
     Precision,
     Quiet,
+    RendezvousTimeout,
     setting,
     split_sizes,
     with_default,
@@ -31,6 +32,7 @@ from ticketcli.cli.options import (
 from ticketcli.contract import document
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.world import check_rendezvous_timeout
 
 
 def extract(
@@ -256,6 +258,7 @@ def extract(
     ] = False,
     max_params: MaxParams = None,
     device: Device = None,
+    rendezvous_timeout: RendezvousTimeout = None,
     precision: Precision = None,
     config: Annotated[
         Optional[Path],
@@ -349,12 +352,13 @@ def extract(
     ckpt = checkpoint_path(out)
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
         spec = build_extract_spec(merge_settings(flags, config))
+        rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
         if checkpoint_every is not None and checkpoint_every < 1:
             raise UsageError(f"--checkpoint-every must be >= 1 epoch, got {checkpoint_every}")
         if resume and not ckpt.exists():
             report.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
         with (
-            distributed.joined(lambda: runs.resolve_device(spec.device)) as world,
+            distributed.joined(lambda: runs.resolve_device(spec.device), rendezvous_s=rendezvous_s) as world,
             report.epoch_progress(
                 spec.method.epochs,
                 quiet=quiet or not world.main or not METHODS.get(spec.method.name).uses_epochs,

@@ -20,6 +20,7 @@ from ticketcli.cli.options import (
     Panel,
     Precision,
     Quiet,
+    RendezvousTimeout,
     TicketFile,
     TicketModel,
     TrustModelCode,
@@ -27,6 +28,7 @@ from ticketcli.cli.options import (
 )
 from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.world import check_rendezvous_timeout
 
 
 def train_weak(
@@ -82,6 +84,7 @@ def train_weak(
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
+    rendezvous_timeout: RendezvousTimeout = None,
     precision: Precision = None,
     json_out: Json = False,
     quiet: Quiet = False,
@@ -92,13 +95,14 @@ def train_weak(
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)
+        rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
         policy, data = reader_inputs(
             trust_model_code=trust_model_code, model=model, max_params=max_params, data_dir=data_dir, download=download
         )
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
         with (
-            distributed.joined(lambda: runs.resolve_device(device or "auto")) as world,
+            distributed.joined(lambda: runs.resolve_device(device or "auto"), rendezvous_s=rendezvous_s) as world,
             report.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
         ):
             warn_precision(spec.precision, device or "auto")
