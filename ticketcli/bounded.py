@@ -48,3 +48,34 @@ def _check_stat(st: os.stat_result, p: Path, limit: int, what: str) -> None:
         raise UsageError(f"{what} {p} is {kind}")
     if st.st_size > limit:
         raise UsageError(f"{what} {p} is larger than {mib(limit)} ({st.st_size} bytes)")
+
+
+PATH_MAX = 4096  # bytes, Linux's limit for a whole path (and what other systems allow at most, roughly)
+NAME_MAX = 255  # bytes of one path component
+
+
+def shown_path(path: str | Path, keep: int = 80) -> str:
+    """A path short enough for one error line: its first `keep` characters and its length beyond that."""
+    text = str(path)
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
+
+
+def check_user_path(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse, in one line, a path from the command line, a config or the environment that no system call could
+    take: a NUL byte, more than PATH_MAX bytes, or a component of more than NAME_MAX bytes (each would be an
+    OSError or ValueError deep inside whatever touches it first)."""
+    text = os.fspath(path)
+    if "\0" in text:
+        escaped = text.replace("\0", "\\x00")
+        raise UsageError(f"{what} {shown_path(escaped)} contains a NUL byte")
+    try:
+        raw = os.fsencode(text)
+    except UnicodeEncodeError:  # a lone surrogate that no file name decodes to
+        raise UsageError(f"{what} {shown_path(text)} is not a file name this system can encode") from None
+    if len(raw) > PATH_MAX:
+        raise UsageError(f"{what} {shown_path(text)} is {len(raw)} bytes long, more than PATH_MAX ({PATH_MAX})")
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if longest > NAME_MAX:
+        raise UsageError(
+            f"{what} {shown_path(text)} has a name of {longest} bytes, more than NAME_MAX ({NAME_MAX}) per component"
+        )

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import os
+import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -29,6 +33,7 @@ from torch import nn
 from ticketcli.errors import RunFailed, UsageError
 
 # defined torch-free in world.py (the command line asks them before importing torch); re-exported here
+from ticketcli.world import RENDEZVOUS_TIMEOUT_S, note_joined, rendezvous_address
 from ticketcli.world import World as World
 from ticketcli.world import from_environment as from_environment
 from ticketcli.world import quiet_rank as quiet_rank
@@ -41,16 +46,22 @@ def world() -> World:
 
 
 @contextmanager
-def joined(resolve: Callable[[], torch.device], timeout_s: float = 1800.0) -> Iterator[World]:
+def joined(
+    resolve: Callable[[], torch.device], timeout_s: float = 1800.0, rendezvous_s: float = RENDEZVOUS_TIMEOUT_S
+) -> Iterator[World]:
     """Join torchrun's process group for the duration (a no-op single process outside torchrun).
 
-    `resolve` picks this rank's device once the rank is known (cuda:LOCAL_RANK for cuda); the backend follows:
-    NCCL for CUDA, gloo for the CPU. MPS has no distributed backend."""
+    The environment is validated first (world.py). The processes meet within `rendezvous_s` seconds (else one
+    UsageError line: WORLD_SIZE left in a shell must not block for half an hour), and a SIGINT/SIGTERM ends the
+    wait at once; `timeout_s` bounds each collective afterwards. `resolve` picks this rank's device once the rank
+    is known (cuda:LOCAL_RANK for cuda); the backend follows: NCCL for CUDA, gloo for the CPU. MPS has no
+    distributed backend."""
     global _WORLD
     w = from_environment()
     if not w.active:
         yield w
         return
+    addr, port = rendezvous_address()
     _WORLD = w
     try:
         device = resolve()
@@ -59,7 +70,11 @@ def joined(resolve: Callable[[], torch.device], timeout_s: float = 1800.0) -> It
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        store = _meet(w, addr, port, rendezvous_s)
+        dist.init_process_group(
+            backend, store=store, rank=w.rank, world_size=w.size, timeout=datetime.timedelta(seconds=timeout_s)
+        )
+        note_joined()
         _WORLD = World(rank=dist.get_rank(), size=dist.get_world_size(), local_rank=w.local_rank, backend=backend)
         try:
             yield _WORLD
@@ -67,6 +82,59 @@ def joined(resolve: Callable[[], torch.device], timeout_s: float = 1800.0) -> It
             dist.destroy_process_group()
     finally:
         _WORLD = World()
+
+
+def _meet(w: World, addr: str, port: int, seconds: float) -> dist.Store:
+    """torch's env:// rendezvous, bounded by `seconds`, run in a helper thread: the main thread waits in short
+    slices, so the signal handlers of interrupts.stop_on_signals run (torch's own wait would defer them until its
+    timeout). A process that is not the store's host first waits for the store to listen, with plain sockets, so
+    that torch's connection retries do not print their C++ logs."""
+    deadline = time.monotonic() + seconds
+    result: dict[str, object] = {}
+
+    def attempt() -> None:
+        try:
+            hosts_store = w.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+            if not hosts_store:
+                _wait_for_listener(addr, port, deadline)
+            left = datetime.timedelta(seconds=max(1.0, deadline - time.monotonic()))
+            result["store"] = next(dist.rendezvous("env://", timeout=left))[0]
+        except BaseException as e:  # handed to the main thread, which raises it as one line
+            result["error"] = e
+
+    helper = threading.Thread(target=attempt, name="ticket-rendezvous", daemon=True)
+    helper.start()
+    while helper.is_alive():
+        helper.join(0.05)
+    if "store" in result:
+        store = result["store"]
+        assert isinstance(store, dist.Store)
+        return store
+    e = result.get("error")
+    where = f"the torchrun job at {addr}:{port} (WORLD_SIZE={w.size}, this is RANK={w.rank})"
+    hint = f"start every process of the job (torchrun does), raise --rendezvous-timeout, or {_HINT_ONE}"
+    if isinstance(e, (TimeoutError, dist.DistStoreError, dist.DistNetworkError)) or "timed out" in str(e).lower():
+        raise UsageError(f"no one else joined {where} within {seconds:g} s", hint=hint)
+    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    raise UsageError(f"cannot join {where}: {first}", hint=hint)
+
+
+_HINT_ONE = "unset WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT to run one process"
+
+
+def _wait_for_listener(addr: str, port: int, deadline: float) -> None:
+    """Return once something listens at addr:port; TimeoutError at the deadline, OSError if addr never resolves."""
+    host = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
+    socket.getaddrinfo(host, port)  # a name that does not resolve fails now, not at the deadline
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"nothing listens at {addr}:{port}")
+        try:
+            socket.create_connection((host, port), timeout=min(1.0, left)).close()
+            return
+        except OSError:
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
 
 def _comm_device() -> torch.device:

@@ -12,8 +12,21 @@ import signal
 import sys
 
 
+def _stopping() -> bool:
+    """Whether the CLI already caught a signal and is ending by it (interrupts.received, if it was imported)."""
+    interrupts = sys.modules.get("ticketcli.interrupts")
+    return interrupts is not None and interrupts.received() is not None
+
+
+def _ignore(signum, frame):
+    """After the run ended by a signal: the exit code is decided, a later signal must not kill the process."""
+
+
 def _interrupted_at_start(signum, frame):
-    """Write with os.write and leave with os._exit: a signal can land inside any import, mid-way through anything."""
+    """Write with os.write and leave with os._exit: a signal can land inside any import, mid-way through anything.
+    A signal after the CLI caught one is ignored: the run is already ending, with the first one's code."""
+    if _stopping():
+        return
     name = signal.Signals(signum).name
     os.write(2, f"error: interrupted by {name} during start-up; nothing was written\n".encode())
     os._exit(128 + signum)
@@ -46,8 +59,9 @@ def main() -> None:
 
         cli_main()
     finally:
+        ending = _stopping()  # the exit code is 128 + that signal: the interpreter's shutdown must not die by another
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            signal.signal(s, _ignore if ending else handler)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ class TicketFileError(TicketCliError):
     """A ticket file that is unreadable, corrupt, foreign or inconsistent (exit 2)."""
 
 
+class OutputFailed(TicketCliError):
+    """stdout could not be written: a full disk, /dev/full, an I/O error (exit 2; a closed pipe is not this)."""
+
+
 class GateFailed(TicketCliError):
     """A requested gate such as --min-accuracy was not met (exit 1)."""
 

@@ -18,19 +18,22 @@ import typer
 from typer.core import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
 
 from ticketcli import report
+from ticketcli.bounded import shown_path
 from ticketcli.errors import Interrupted, TicketCliError, TicketFileError, UsageError
-from ticketcli.world import from_environment, quiet_rank  # not distributed.py: no torch at the edge
+from ticketcli.world import own_rank, quiet_rank  # not distributed.py: no torch at the edge
 
 EX_SOFTWARE = 70  # sysexits.h: an internal software error
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell shows for a process killed by SIGPIPE
 
 
 def report_error(e: TicketCliError) -> int:
-    """Print a user-facing error's one line (under torchrun: rank 0, or a rank's own failure) and return its code."""
-    if not quiet_rank():
+    """Print a user-facing error's one line (under torchrun: rank 0, or a rank's own failure, or every rank's when
+    no rank 0 is known to exist) and return its code."""
+    rank = own_rank()
+    if rank == 0:
         report.error(str(e), e.hint)
-    elif not isinstance(e, (UsageError, TicketFileError, Interrupted)):  # rank 0 reports those identically
-        report.error(f"(rank {from_environment().rank}) {e}", e.hint)
+    elif not quiet_rank() or not isinstance(e, (UsageError, TicketFileError, Interrupted)):
+        report.error(f"(rank {rank}) {e}", e.hint)  # rank 0 reports the shared kinds identically, if it exists
     return e.exit_code
 
 
@@ -64,6 +67,9 @@ def exit_code(e: BaseException, *, debug: bool = False, streams: tuple | None = 
         return 1
     if isinstance(e, typer.Abort) and e.__context__ is not None:  # Typer's wrapper of a stray EOFError
         e = e.__context__
+    if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:  # a path no check saw (they are all input)
+        report.error(f"a file name is too long: {shown_path(str(e.filename))}")
+        return 2
     return internal_error(e, debug=debug)
 
 

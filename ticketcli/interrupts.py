@@ -19,6 +19,18 @@ from ticketcli.errors import Interrupted
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
+# The first signal caught while a handler of ours was set, until the outermost stop_on_signals is entered again:
+# the run is ending with 128 + it, and every later SIGINT/SIGTERM (a second Ctrl-C during the clean-up, in any
+# handler of ours, entry.py's included) is ignored, so that the clean-up finishes and the exit code stays the
+# first signal's instead of the process dying by the second.
+_RECEIVED: list[int] = []
+_DEPTH: list[int] = [0]
+
+
+def received() -> int | None:
+    """The signal this run is ending by, if any."""
+    return _RECEIVED[0] if _RECEIVED else None
+
 
 class _Signal(BaseException):
     """Raised by the handler; a BaseException so that no `except Exception` on the way swallows it."""
@@ -69,22 +81,25 @@ def stop_on_signals(
 ) -> Iterator[Position]:
     """Turn SIGINT/SIGTERM (and KeyboardInterrupt) into errors.Interrupted naming the position reached, whether
     each output was written, and `note()` (e.g. where a checkpoint is). A second signal while stopping is ignored,
-    so the cleanup (unlinking temp files) always finishes. `unit=None` names no position and `outputs=None` makes
-    no claim about files (the CLI's outermost guard, which knows neither)."""
+    here and by every outer handler (received()), so the cleanup (unlinking temp files) always finishes.
+    `unit=None` names no position and `outputs=None` makes no claim about files (the CLI's outermost guard, which
+    knows neither)."""
     position = Position(unit or "epoch")
     before = {p: _stamp(p) for p in outputs or ()}
-    caught: list[int] = []
+    if _DEPTH[0] == 0:
+        _RECEIVED.clear()  # a new run (in-process callers such as tests run several)
 
     def handler(signum, frame):
-        if caught:
+        if _RECEIVED:  # the run is already stopping
             return
-        caught.append(signum)
+        _RECEIVED.append(signum)
         raise _Signal(signum)
 
     main = threading.current_thread() is threading.main_thread()
     # handlers can only be set in the main thread; a signal the parent ignores (SIGINT of a background job) stays so
     kept = [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN] if main else []
     previous = {s: signal.signal(s, handler) for s in kept}
+    _DEPTH[0] += 1
     try:
         yield position
     except (_Signal, KeyboardInterrupt) as e:
@@ -98,5 +113,6 @@ def stop_on_signals(
         extra = note() if note is not None else None
         raise Interrupted("; ".join(parts + ([extra] if extra else [])), signum) from None
     finally:
+        _DEPTH[0] -= 1
         for s, h in previous.items():
             signal.signal(s, h)

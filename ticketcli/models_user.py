@@ -1,5 +1,13 @@
 """A user's own model, named "pkg.module:function": imported only when the caller allows it (a ticket alone never
-does, runs.ticket_model), built under a fixed global seed, and refused with one line when it is not a factory."""
+does, runs.ticket_model), built under a fixed global seed, and refused with one line when it is not a factory.
+
+The opt-in (--trust-model-code, or --model naming the factory) trusts the user's own code, nothing else: a factory
+from the standard library (every module Python lists in sys.stdlib_module_names, builtins and __main__ included),
+from torch, or from ticket itself and the libraries it runs on is refused by name before anything is imported
+(importing `antigravity` or `idlelib.idle` already acts), and again when the function found was defined in such a
+module (a user module re-exporting code.interact). Whatever its kind: code:interact, pdb:set_trace,
+http.server:test, os:system, torch.nn:Linear. Model libraries such as torchvision stay usable.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ import importlib
 import inspect
 import sys
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
@@ -14,12 +23,58 @@ from torch import nn
 from ticketcli.errors import UsageError
 from ticketcli.specs import FACTORY_SEED
 
+# not the user's code: torch and its companions, ticket itself and the libraries it runs on, and tools that open
+# an interpreter, a debugger or an installer when called (besides the standard library, sys.stdlib_module_names)
+NOT_USER_CODE = frozenset(
+    {
+        "__main__",
+        "torch",
+        "functorch",
+        "torchgen",
+        "triton",
+        "ticketcli",
+        "typer",
+        "click",
+        "rich",
+        "numpy",
+        "safetensors",
+        "tomli",
+        "pip",
+        "setuptools",
+        "pkg_resources",
+        "IPython",
+        "ipdb",
+        "pytest",
+        "_pytest",
+    }
+)
+
+
+def foreign_package(module_name: str) -> str | None:
+    """The top-level package of `module_name` when it is not the user's code (standard library, torch, ...)."""
+    top = module_name.split(".")[0]
+    return top if top in sys.stdlib_module_names or top in NOT_USER_CODE else None
+
+
+def _refuse_foreign(path: str, module_name: str) -> None:
+    top = foreign_package(module_name)
+    if top is not None:
+        where = "the standard library" if top in sys.stdlib_module_names else f"{top}"
+        raise UsageError(
+            f"model {path} names a function of {where} (module {module_name!r}), not a model factory of your own",
+            hint="--trust-model-code trusts your own module only, never the standard library, torch or ticket's "
+            "own dependencies; name a function in your module that returns an nn.Module",
+        )
+
 
 def import_factory(path: str) -> Callable[..., nn.Module]:
     """The function named by "pkg.module:function" (imported with the current directory on sys.path).
 
-    Callers decide whether importing is allowed: a ticket alone never is (runs.ticket_model)."""
+    Callers decide whether importing is allowed: a ticket alone never is (runs.ticket_model). Even then only the
+    user's own code is: a standard-library, torch or ticket function is refused, by name before importing and
+    by the module that defined the function after."""
     module_name, _, attr = path.partition(":")
+    _refuse_foreign(path, module_name)
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")  # `python -m` puts the cwd first; the console script does not
     try:
@@ -36,6 +91,12 @@ def import_factory(path: str) -> Callable[..., nn.Module]:
         raise UsageError(f"{module_name} has no function {attr!r} (model {path})")
     if inspect.isbuiltin(fn):  # sys.exit, os.abort, signal.pause, builtins.exec: never a model factory
         raise UsageError(f"model {path} names a built-in function, not a factory returning an nn.Module")
+    inner = fn
+    while isinstance(inner, partial):  # a partial's own __module__ is functools: judge what it calls
+        inner = inner.func
+    defined_in = getattr(inner, "__module__", None)
+    if isinstance(defined_in, str):  # `from code import interact as build_net` in the user's module
+        _refuse_foreign(path, defined_in)
     return fn
 
 

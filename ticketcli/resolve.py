@@ -14,7 +14,7 @@ from typing import Any
 from ticketcli import budget
 from ticketcli import data as data_io
 from ticketcli import ticket as ticket_io
-from ticketcli.bounded import read_regular_file
+from ticketcli.bounded import check_user_path, read_regular_file
 from ticketcli.budget import Budget, default_max_memory
 from ticketcli.data import DATASETS, DatasetInfo
 from ticketcli.errors import UsageError
@@ -63,15 +63,25 @@ def build_model_policy(
     return ModelPolicy(trust_model_code=bool(trust_model_code), model=model, max_params=limit, max_memory=memory)
 
 
+def _env_path(name: str) -> str | None:
+    """A path from the environment, checked like one from the command line (too long, a name over NAME_MAX)."""
+    value = os.environ.get(name) or None
+    if value is not None:
+        check_user_path(value, f"${name}")
+    return value
+
+
 def user_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = _env_path("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "ticketcli"
 
 
 def data_search_dirs(data_dir: str | None) -> tuple[str, ...]:
     """The data resolution order: --data-dir, $TICKET_DATA, the user cache, then system copies."""
     # read at call time, not import time: data.SYSTEM_DIRS is the one list (tests empty it)
-    dirs = [data_dir, os.environ.get("TICKET_DATA"), str(user_cache_dir()), *data_io.SYSTEM_DIRS]
+    if data_dir is not None:
+        check_user_path(data_dir, "--data-dir")  # also from a --config file, where a NUL byte can be written
+    dirs = [data_dir, _env_path("TICKET_DATA"), str(user_cache_dir()), *data_io.SYSTEM_DIRS]
     return tuple(str(d) for d in dirs if d)
 
 

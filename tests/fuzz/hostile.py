@@ -91,19 +91,25 @@ def child(
     signal_after: tuple[float, int] | None = None,
     closed_stdout: bool = False,
     closed_stderr: bool = False,
+    stdout_file: str | None = None,
+    stderr_file: str | None = None,
+    program: tuple[str, ...] = ("-m", "ticketcli"),
 ) -> Run:
     """`python -m ticketcli ARGS` as a child process; `signal_after=(seconds, signum)` sends it a signal;
-    `closed_stdout`/`closed_stderr` give it a pipe whose reader has gone (`| head -1` after the first line)."""
+    `closed_stdout`/`closed_stderr` give it a pipe whose reader has gone (`| head -1` after the first line);
+    `stdout_file`/`stderr_file` send a stream to a file such as /dev/full; `program` replaces `-m ticketcli`
+    (a driver script that patches the CLI before running it)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
     if "TICKET_DEBUG" not in (env or {}):
         full_env.pop("TICKET_DEBUG", None)  # a developer's shell must not change what the case sees
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         pipes = {"stdout": _closed_pipe() if closed_stdout else out, "stderr": _closed_pipe() if closed_stderr else err}
+        for name, path in (("stdout", stdout_file), ("stderr", stderr_file)):
+            if path is not None:
+                pipes[name] = os.open(path, os.O_WRONLY)
         try:
-            p = subprocess.Popen(
-                [sys.executable, "-m", "ticketcli", *args], stdin=stdin, env=full_env, cwd=cwd, **pipes
-            )
+            p = subprocess.Popen([sys.executable, *program, *args], stdin=stdin, env=full_env, cwd=cwd, **pipes)
         finally:
             for end in pipes.values():
                 if isinstance(end, int):

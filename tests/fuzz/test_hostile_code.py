@@ -199,11 +199,59 @@ def test_sys_exit_cannot_pass_a_failing_gate(lab, tmp_path, tripwires):
     assert_clean(run, 2, contains="would import and run module 'sys'")
 
 
-@pytest.mark.parametrize("trick", ["sys:exit", "builtins:exec", "builtins:input", "builtins:breakpoint"])
-def test_opt_in_still_refuses_built_in_functions(lab, tmp_path, trick):
-    """--trust-model-code trusts a factory, not sys.exit: a failing gate stays a failure (never exit 0)."""
+# Python's own modules, torch and ticket's own libraries, every kind of callable: the opt-in trusts none of them
+FOREIGN = [
+    *(t for t in TRICKS if not t.startswith("{mod}")),
+    "http.server:test",
+    "antigravity:x",  # acts when imported: refused by name, before the import
+    "idlelib.idle:x",
+    "xml.dom.minidom:parseString",
+    "torch.nn:Linear",
+    "torch.utils.bottleneck.__main__:main",
+    "ticketcli.cli:main",
+    "__main__:main",
+    "numpy:zeros",
+    "typer:run",
+]
+
+
+@pytest.mark.parametrize("trick", FOREIGN)
+def test_opt_in_refuses_the_standard_library_and_torch(lab, tmp_path, tripwires, trick):
+    """--trust-model-code trusts the user's module, not the standard library (code:interact would read Python from
+    stdin, http.server:test would serve the folder), torch or ticket itself: refused by module name, before any
+    import, whatever the callable (function, class, built-in), and a failing gate stays a failure."""
+    module = trick.partition(":")[0]
+    fresh = module not in sys.modules
     run = cli("evaluate", str(ticket_naming(lab, trick, tmp_path)), *GATE, "--trust-model-code")
-    assert_clean(run, 2, contains="names a built-in function")
+    assert_clean(run, 2, contains="not a model factory of your own")
+    assert tripwires == [] and (not fresh or module not in sys.modules)  # not even imported
+
+
+@pytest.mark.parametrize(
+    "reexport",
+    [
+        "from pdb import Pdb as build_net",
+        "from textwrap import dedent as build_net",
+        "from torch.nn import Flatten as build_net",
+    ],
+)
+def test_a_user_module_re_exporting_a_foreign_callable_is_refused(lab, tmp_path, tripwires, reexport):
+    """The rule follows where the callable was defined, not only the module named: `from code import interact as
+    build_net` in the user's module is still code.interact (harmless stand-ins here: a regression must not run
+    a debugger)."""
+    d, mod = lab
+    name = f"{mod}_reexport_{len(reexport)}"
+    (d / f"{name}.py").write_text(reexport + "\n")
+    run = cli("evaluate", str(ticket_naming(lab, f"{name}:build_net", tmp_path)), *GATE, "--trust-model-code")
+    assert_clean(run, 2, contains="not a model factory of your own")
+    assert tripwires == []
+
+
+def test_a_model_flag_naming_the_standard_library_is_refused(tmp_path, tripwires):
+    """The same rule for --model on extract: the flag is an opt-in too, and trusts only the user's module."""
+    run = cli("extract", "--model", "code:interact", "--dataset", "digits", "--out", str(tmp_path / "t.safetensors"))
+    assert_clean(run, 2, contains="not a model factory of your own", folder=tmp_path)
+    assert tripwires == [] and not (tmp_path / "t.safetensors").exists()
 
 
 @pytest.mark.parametrize("which", ["exit_on_import", "exit_on_call"])
@@ -247,12 +295,13 @@ def test_match_sparsity_never_imports(lab, tmp_path):
 # ---- real processes: what the in-process tripwires stand in for ---------------------------------------------
 
 
-@pytest.mark.parametrize("trick", ["os:abort", "signal:pause"])
-def test_built_in_tricks_with_opt_in_in_a_real_process(lab, tmp_path, trick):
-    """The real os.abort / signal.pause (no tripwires): refused as built-ins even when the user opts in."""
+@pytest.mark.parametrize("trick", ["os:abort", "signal:pause", "code:interact", "pdb:set_trace"])
+def test_standard_library_tricks_with_opt_in_in_a_real_process(lab, tmp_path, trick):
+    """The real os.abort / signal.pause / code.interact / pdb.set_trace (no tripwires): refused as the standard
+    library's even when the user opts in, with stdin open (an interactive console would wait on it)."""
     path = ticket_naming(lab, trick, tmp_path)
-    run = child("evaluate", str(path), "--device", "cpu", "--trust-model-code", timeout=90)
-    assert_clean(run, 2, contains="names a built-in function")
+    run = child("evaluate", str(path), "--device", "cpu", "--trust-model-code", timeout=90, stdin=subprocess.PIPE)
+    assert_clean(run, 2, contains="not a model factory of your own")
 
 
 def test_a_module_beside_the_ticket_is_not_imported(lab, tmp_path):

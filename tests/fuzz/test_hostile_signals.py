@@ -135,3 +135,47 @@ def test_a_signal_during_start_up_is_one_line(sig, tmp_path):
     run = child("inspect", str(tmp_path / "t.safetensors"), env=env, signal_after=(1.0, sig))
     assert_clean(run, exit_of(sig), folder=tmp_path)
     assert run.stderr.strip() == f"error: interrupted by {sig.name} during start-up; nothing was written"
+
+
+# A driver that runs the real console entry point with the first signal sent from inside `inspect`, a second one
+# while the first one's error line is being written (the clean-up), and a third during the interpreter's shutdown.
+TWO_SIGNALS = """
+import atexit, os, signal, sys, time
+from ticketcli import report, runs_inspect
+first, second = signal.Signals[sys.argv[1]], signal.Signals[sys.argv[2]]
+
+def send(sig):
+    os.kill(os.getpid(), sig)
+    time.sleep(0.2)  # the handler runs at the next bytecode: within this sleep
+
+def inspect_ticket(*args, **kwargs):
+    send(first)
+    raise AssertionError("the first signal did not stop the command")
+
+real_error = report.error
+
+def error(*args, **kwargs):
+    send(second)
+    real_error(*args, **kwargs)
+
+runs_inspect.inspect_ticket = inspect_ticket
+report.error = error
+atexit.register(send, second)
+sys.argv = ["ticket", "inspect", sys.argv[3]]
+from ticketcli.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [(signal.SIGINT, signal.SIGINT), (signal.SIGTERM, signal.SIGINT), (signal.SIGINT, signal.SIGTERM)],
+    ids=lambda s: s.name,
+)
+def test_a_second_signal_during_the_clean_up_keeps_the_first_ones_exit(first, second, ticket, tmp_path):
+    """A second Ctrl-C while the first one's clean-up runs (and again while the interpreter shuts down) is
+    ignored: exit 128 + the first signal, its one line, never death by the second signal or a second line."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(TWO_SIGNALS)
+    run = child(first.name, second.name, str(ticket), program=(str(driver),), timeout=90)
+    assert_clean(run, exit_of(first), contains=f"interrupted by {first.name}")

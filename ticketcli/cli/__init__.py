@@ -14,7 +14,8 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 from typer.core import _click as click
 
 import ticketcli
-from ticketcli import exits, world
+from ticketcli import exits, report, world
+from ticketcli.bounded import check_user_path
 from ticketcli.cli import drift, evaluate, export, extract, inspect, listing, sweep_k, train_weak
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.errors import UsageError
@@ -30,10 +31,28 @@ def without_flag_types(params: list[click.Parameter]) -> list[click.Parameter]:
 
 
 class Command(TyperCommand):
-    """Every `ticket` command: its flags shown without a type (without_flag_types)."""
+    """Every `ticket` command: its flags shown without a type (without_flag_types), and every path it was given
+    checked before the command runs (check_paths)."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         return without_flag_types(super().get_params(ctx))
+
+    def invoke(self, ctx: click.Context) -> Any:
+        check_paths(ctx)
+        return super().invoke(ctx)
+
+
+def check_paths(ctx: click.Context) -> None:
+    """Every path argument and option of every command, one rule: a NUL byte, more than PATH_MAX bytes or a name
+    over NAME_MAX bytes is one usage line (exit 2), not an OSError wherever the path is first used."""
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if isinstance(v, os.PathLike):
+                what = param.opts[0] if param.param_type_name == "option" else (param.name or "path").upper()
+                with errors_to_exit_codes():
+                    check_user_path(v, what)
 
 
 class OneLineErrors(TyperGroup):
@@ -55,10 +74,12 @@ class OneLineErrors(TyperGroup):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
         streams = exits.std_streams()
+        report.tolerate_encodings()  # PYTHONIOENCODING=ascii: escape what cannot be encoded, never fail on it
         try:
             # commands set their own handlers (naming the epoch, the files written); this one covers the rest
             with stop_on_signals(outputs=None, unit=None):
                 rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+                report.flush_results()  # a full stdout is reported now, not lost at the interpreter's exit
             code = rv if isinstance(rv, int) else 0
         except BaseException as e:  # the last resort: whatever escaped becomes an exit code here and only here
             code = exits.exit_code(e, debug=os.environ.get("TICKET_DEBUG", "") not in ("", "0"), streams=streams)
@@ -101,6 +122,8 @@ def main_options(
                 f"`ticket {ctx.invoked_subcommand}` does not run under torchrun",
                 hint=f"run it as a single process; torchrun runs {' and '.join(DATA_PARALLEL_COMMANDS)}",
             )
+        if world.from_environment().active:
+            world.rendezvous_address()  # MASTER_ADDR and MASTER_PORT checked before any work, not at the rendezvous
 
 
 # In the order `ticket --help` lists them.

@@ -25,6 +25,7 @@ from ticketcli.cli.options import (
     Panel,
     Precision,
     Quiet,
+    RendezvousTimeout,
     Threads,
     setting,
     split_sizes,
@@ -33,6 +34,7 @@ from ticketcli.cli.options import (
 from ticketcli.contract import document
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.world import check_rendezvous_timeout
 
 
 def extract(
@@ -259,6 +261,7 @@ def extract(
     max_params: MaxParams = None,
     max_memory: MaxMemory = None,
     device: Device = None,
+    rendezvous_timeout: RendezvousTimeout = None,
     precision: Precision = None,
     threads: Threads = None,
     config: Annotated[
@@ -357,12 +360,13 @@ def extract(
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
         settings = merge_settings(flags, config)
         spec = build_extract_spec(settings)
+        rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
         if checkpoint_every is not None and checkpoint_every < 1:
             raise UsageError(f"--checkpoint-every must be >= 1 epoch, got {checkpoint_every}")
         if resume and not ckpt.exists():
             report.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
         with (
-            distributed.joined(lambda: runs.resolve_device(spec.device)) as world,
+            distributed.joined(lambda: runs.resolve_device(spec.device), rendezvous_s=rendezvous_s) as world,
             report.epoch_progress(
                 spec.method.epochs,
                 quiet=quiet or not world.main or not METHODS.get(spec.method.name).uses_epochs,

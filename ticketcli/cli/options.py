@@ -13,6 +13,7 @@ import typer
 
 from ticketcli import catalog
 from ticketcli.specs import EXTRACT_DEFAULTS, ModelPolicy, RunSpec
+from ticketcli.world import RENDEZVOUS_TIMEOUT_S
 
 
 def choices(names: Iterable[str]) -> Any:
@@ -106,6 +107,15 @@ Threads = Annotated[
     typer.Option(
         help="Torch CPU threads for the run, 1 to 4096. Fewer are often faster on a loaded machine or beside other "
         "jobs (README: Threads). Default: torch's own (usually one per core).",
+        rich_help_panel=Panel.SCALE_OUT,
+    ),
+]
+RendezvousTimeout = Annotated[
+    Optional[float],
+    typer.Option(
+        metavar="SECONDS",
+        help="Under torchrun: how long each process waits for all the others to join before giving up with one "
+        f"error line (exit 2); a signal ends the wait at once. Default: {RENDEZVOUS_TIMEOUT_S:g}.",
         rich_help_panel=Panel.SCALE_OUT,
     ),
 ]

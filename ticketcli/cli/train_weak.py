@@ -21,6 +21,7 @@ from ticketcli.cli.options import (
     Panel,
     Precision,
     Quiet,
+    RendezvousTimeout,
     Threads,
     TicketFile,
     TicketModel,
@@ -29,6 +30,7 @@ from ticketcli.cli.options import (
 )
 from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.world import check_rendezvous_timeout
 
 
 def train_weak(
@@ -85,6 +87,7 @@ def train_weak(
     data_dir: DataDir = None,
     download: Download = False,
     device: Device = None,
+    rendezvous_timeout: RendezvousTimeout = None,
     precision: Precision = None,
     threads: Threads = None,
     json_out: Json = False,
@@ -98,6 +101,7 @@ def train_weak(
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)
         n_threads = check_threads(threads)
+        rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
         policy, data = reader_inputs(
             trust_model_code=trust_model_code,
             model=model,
@@ -109,7 +113,7 @@ def train_weak(
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
         with (
-            distributed.joined(lambda: runs.resolve_device(device or "auto")) as world,
+            distributed.joined(lambda: runs.resolve_device(device or "auto"), rendezvous_s=rendezvous_s) as world,
             report.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
             using(n_threads) as used,
         ):

@@ -4,13 +4,16 @@
 from ticketcli.report.console import (
     epoch_progress,
     error,
+    flush_results,
     internal_error,
     literal,
     print_json,
     runs_progress,
     sweep_progress,
+    tolerate_encodings,
     warn,
     working,
+    write_stderr,
 )
 from ticketcli.report.plots import drift_plot, sweep_plot, weak_plot
 from ticketcli.report.tables import (
@@ -28,6 +31,7 @@ __all__ = [
     "drift_tables",
     "epoch_progress",
     "error",
+    "flush_results",
     "evaluate_table",
     "export_table",
     "extract_table",
@@ -39,8 +43,10 @@ __all__ = [
     "sweep_plot",
     "sweep_progress",
     "sweep_table",
+    "tolerate_encodings",
     "warn",
     "weak_plot",
     "weak_table",
     "working",
+    "write_stderr",
 ]
