@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU checks for a machine with CUDA (e.g. the device tool's): a ticket extracted on the GPU re-evaluated on the
+# GPU checks for a machine with CUDA (any CUDA machine): a ticket extracted on the GPU re-evaluated on the
 # CPU (the README promises agreement within 0.2 points), fp32 vs bf16 timings of a ConvNet, and the GPU suite.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]        # about 5 minutes on one modern GPU

@@ -293,7 +293,7 @@ def test_cuda_devices_are_checked_and_torchrun_ranks_get_their_own(monkeypatch):
         resolve_device("cuda")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the device tool's machine has one)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run it on a CUDA machine)")
 def test_a_gpu_ticket_evaluates_on_the_cpu_within_a_fifth_of_a_point(tmp_path):
     out = tmp_path / "gpu.safetensors"
     args = [a if a != "cpu" else "cuda" for a in DIGITS]
