@@ -193,6 +193,16 @@ def test_grasp_shared_data_takes_g_and_hg_from_one_collection(digits):
     assert any(not torch.equal(shared[n], separate[n]) for n in net.names)  # the second collection matters
 
 
+@pytest.mark.parametrize(
+    "key, value", [("grasp_direction", "reverse"), ("grasp_direction", "Paper"), ("grasp_data", "both")]
+)
+def test_grasp_readings_outside_their_names_are_refused(key, value):
+    from ticketcli.errors import UsageError
+
+    with pytest.raises(UsageError, match=f"{option_flag(key)} must be one of"):
+        build_extract_spec(merge_settings({"method": "grasp", "dataset": "digits", key: value}, None))
+
+
 def select_global(scores, names, density):
     flat = torch.cat([scores[n].flatten() for n in names])
     kept = topk_mask(flat, keep_count(density, flat.numel())).split([scores[n].numel() for n in names])
