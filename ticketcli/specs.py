@@ -165,7 +165,7 @@ class MethodSpec:
     # Baselines (Appendix B). Weight-training baselines (imp, set, rigl, movement) train weights with Adam at
     # weight_lr (scores, where a method has them, at lr); saliency baselines use saliency_batches minibatches.
     weight_lr: float = 1e-3
-    saliency_batches: int = 5  # snip: batches summed; grasp: batches in each of its two collections
+    saliency_batches: int = 5  # snip: batches summed; grasp: batches in each of its collections (one or two)
     grasp_temperature: float = 200.0  # grasp divides the logits by this
     grasp_direction: str = "paper"  # grasp keeps the largest -θ⊙Hg ("paper", Appendix B) or θ⊙Hg ("original" GraSP)
     grasp_data: str = "separate"  # grasp: g and Hg from two independent collections ("separate") or one ("shared")

@@ -194,7 +194,8 @@ def extract(
         Optional[int],
         setting(
             "saliency_batches",
-            "snip: minibatches whose gradients are summed; grasp: minibatches in each of its two collections.",
+            "snip: minibatches whose gradients are summed; grasp: minibatches in each of its collections (two with "
+            "--grasp-data separate, one with shared).",
             Panel.VARIANTS,
         ),
     ] = None,
