@@ -209,6 +209,22 @@ def upgrade(name: str, before: dict, now: dict, command: str) -> str:
     return " (recorded before the --json contract, upgraded)"
 
 
+def added_method_keys(before: dict, now: dict) -> str:
+    """A ticket's `method` record may gain keys (a new option of its method, recorded at its default) without any
+    mask or metric moving: when every key recorded before is still there with the same value, `before` takes
+    now's record and the note names the new keys; any changed or dropped key is left for the comparison to show."""
+    old_text = before.get("ticket", {}).get("meta", {}).get("method")
+    new_text = now.get("ticket", {}).get("meta", {}).get("method")
+    if not (isinstance(old_text, str) and isinstance(new_text, str)) or old_text == new_text:
+        return ""
+    old, new = json.loads(old_text), json.loads(new_text)
+    added = sorted(set(new) - set(old))
+    if not added or any(new.get(k) != v for k, v in old.items()):
+        return ""
+    before["ticket"]["meta"]["method"] = new_text
+    return f" (the method record gained {', '.join(added)})"
+
+
 def main() -> None:
     if len(sys.argv) != 3 or sys.argv[1] not in ("record", "compare"):
         sys.exit(__doc__)
@@ -224,6 +240,7 @@ def main() -> None:
     bad = 0
     for name in before:
         note = upgrade(name, before[name], now.get(name, {}), cases(folder)[name][0])
+        note += added_method_keys(before[name], now.get(name, {}))
         same = {part: before[name].get(part) == now.get(name, {}).get(part) for part in ("json", "ticket")}
         ok = all(same.values())
         bad += not ok

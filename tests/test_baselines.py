@@ -160,6 +160,55 @@ def test_grasp_keeps_the_largest_signed_scores(digits):
     assert flat[expected].min() >= flat[~expected].max()  # the top end of -θ⊙Hg, signs included
 
 
+def test_grasp_original_reading_keeps_the_other_end_of_the_same_ranking(digits):
+    """original ranks θ⊙Hg, the exact negation of the paper's -θ⊙Hg, on the same batches; its mask is the top-k
+    of θ⊙Hg, and at density 0.2 the two readings' masks share no entry."""
+    net = make_net()
+    _, paper = run("grasp", digits, net=net)
+    _, original = run("grasp", digits, net=net, grasp_direction="original")
+    gen = torch.Generator().manual_seed(0)
+    spec = quick_method("grasp")
+    g, h = saliency.minibatches(digits, spec, gen), saliency.minibatches(digits, spec, gen)
+    s_paper = grasp_scores(net, g, h, spec.grasp_temperature)
+    s_orig = grasp_scores(net, g, h, spec.grasp_temperature, "original")
+    assert all(torch.equal(s_orig[n], -s_paper[n]) for n in net.names)
+    flat = torch.cat([s_orig[n].flatten() for n in net.names])
+    kept = torch.cat([original[n].flatten() for n in net.names])
+    assert torch.equal(kept, topk_mask(flat, keep_count(0.2, flat.numel())))
+    assert flat[kept].min() >= flat[~kept].max()
+    both = sum(int((paper[n] & original[n]).sum()) for n in net.names)
+    assert both == 0 and int(kept.sum()) == keep_count(0.2, flat.numel())
+
+
+def test_grasp_shared_data_takes_g_and_hg_from_one_collection(digits):
+    net = make_net()
+    _, shared = run("grasp", digits, net=net, grasp_data="shared")
+    _, separate = run("grasp", digits, net=net)
+    gen = torch.Generator().manual_seed(0)
+    spec = quick_method("grasp")
+    batches = saliency.minibatches(digits, spec, gen)  # the only draw: the first shuffle, as with separate data
+    s = grasp_scores(net, batches, batches, spec.grasp_temperature)
+    expected = select_global(s, net.names, 0.2)
+    assert all(torch.equal(shared[n], expected[n]) for n in net.names)
+    assert any(not torch.equal(shared[n], separate[n]) for n in net.names)  # the second collection matters
+
+
+@pytest.mark.parametrize(
+    "key, value", [("grasp_direction", "reverse"), ("grasp_direction", "Paper"), ("grasp_data", "both")]
+)
+def test_grasp_readings_outside_their_names_are_refused(key, value):
+    from ticketcli.errors import UsageError
+
+    with pytest.raises(UsageError, match=f"{option_flag(key)} must be one of"):
+        build_extract_spec(merge_settings({"method": "grasp", "dataset": "digits", key: value}, None))
+
+
+def select_global(scores, names, density):
+    flat = torch.cat([scores[n].flatten() for n in names])
+    kept = topk_mask(flat, keep_count(density, flat.numel())).split([scores[n].numel() for n in names])
+    return {n: k.view_as(scores[n]) for n, k in zip(names, kept)}
+
+
 def test_synflow_scores_by_hand_and_data_free(digits):
     net = make_net("mlp:5-4-3", seed=3)
     ones = {n: torch.ones_like(w, dtype=torch.float64) for n, w in net.weights.items()}

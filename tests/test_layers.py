@@ -18,6 +18,7 @@ LAYERS: list[list[str]] = [
     # leaves: the standard library, torch and each other only; the spec dataclasses and their syntax
     [
         "ticketcli.version",
+        "ticketcli.machine",
         "ticketcli.errors",
         "ticketcli.registry",
         "ticketcli.ranges",

@@ -44,6 +44,8 @@ OTHER = {
     "weight_lr": 0.1,
     "saliency_batches": 1,
     "grasp_temperature": 1.0,
+    "grasp_direction": "original",
+    "grasp_data": "shared",
     "synflow_rounds": 1,
     "imp_rounds": 2,
     "regrow_every": 2,
@@ -225,6 +227,20 @@ def test_inspect_shows_the_recorded_options(tmp_path):
     assert method["weight_lr"] == 0.01 and "lr" not in method and "aux_width" not in method
     table = runner.invoke(app, ["inspect", str(out)], env={"COLUMNS": "400"}).stdout
     assert "weight_lr=0.01" in table and " lr=" not in table and "aux_width" not in table
+
+
+def test_inspect_shows_which_grasp_reading_a_ticket_used(tmp_path):
+    out = tmp_path / "grasp.safetensors"
+    extract_ticket(spec_of("grasp", grasp_direction="original", grasp_data="shared"), out=out)
+    method = json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)["method"]
+    assert (method["grasp_direction"], method["grasp_data"]) == ("original", "shared")
+    table = runner.invoke(app, ["inspect", str(out)], env={"COLUMNS": "400"}).stdout
+    assert "grasp_direction=original, grasp_data=shared" in table and "written before" not in table
+    # a grasp ticket written before the two readings existed recorded neither: it used the paper's, separate data
+    old = {k: v for k, v in ticket_io.load(out).method.items() if k not in ("grasp_direction", "grasp_data")}
+    rewrite_method(out, old)
+    table = runner.invoke(app, ["inspect", str(out)], env={"COLUMNS": "400"}).stdout
+    assert "(written before grasp had two readings: paper reading, separate data)" in table
 
 
 def rewrite_method(path, method: dict) -> None:

@@ -21,7 +21,7 @@ class DatasetEntry(NamedTuple):
 METHODS: dict[str, str] = {
     "augmented": "Double-scoring (the paper's Algorithm 1): edge-popup over an enlarged score space of width n + m*n.",
     "edge-popup": "Edge-popup: train a score per weight, keep the top-k by |score| (straight-through estimator).",
-    "grasp": "GraSP at initialisation: keep the k largest -θ⊙Hg (gradient-flow preserving saliency).",
+    "grasp": "GraSP at initialisation: keep the k largest -θ⊙Hg (the paper's reading) or θ⊙Hg (the original's).",
     "imp": "Iterative magnitude pruning with rewinding: train, prune by magnitude, rewind to the init, repeat.",
     "iterated": "DoubleScore-Iterated: rounds of augmented training that shrink a cumulative mask to the target.",
     "movement": "Movement pruning: weights and movement scores trained jointly, cubic density schedule.",
@@ -76,6 +76,10 @@ WEAK_BATCH_SIZE = 512  # weak.WeakSpec.batch_size
 WEAK_LR = 1e-3  # weak.WeakSpec.optim.lr
 SWEEP_LAYERWISE = 8  # sweep.PAPER_LAYERWISE
 SWEEP_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # sweep.PAPER_DENSITIES
+
+# grasp's two readings and its data for g and Hg (specs.GRASP_DIRECTIONS, specs.GRASP_DATA)
+GRASP_DIRECTIONS = ("paper", "original")
+GRASP_DATA = ("separate", "shared")
 
 KINDS = ("methods", "models", "datasets", "inits")  # what `ticket list` lists
 

@@ -25,6 +25,8 @@ from ticketcli.models_user import import_factory, takes_num_classes
 from ticketcli.ranges import show
 from ticketcli.specs import (
     EXTRACT_DEFAULTS,
+    GRASP_DATA,
+    GRASP_DIRECTIONS,
     MAX_PARAMS,
     METHOD_OPTIONS,
     MODULE_INIT,
@@ -36,6 +38,7 @@ from ticketcli.specs import (
     ModelPolicy,
     ModelSpec,
     RunSpec,
+    check_choice,
     check_precision,
     check_setting,
     option_flag,
@@ -202,6 +205,8 @@ def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = N
         weight_lr=s["weight_lr"],
         saliency_batches=s["saliency_batches"],
         grasp_temperature=s["grasp_temperature"],
+        grasp_direction=check_choice("grasp_direction", s["grasp_direction"], GRASP_DIRECTIONS),
+        grasp_data=check_choice("grasp_data", s["grasp_data"], GRASP_DATA),
         synflow_rounds=s["synflow_rounds"],
         imp_rounds=s["imp_rounds"],
         regrow_every=s["regrow_every"],

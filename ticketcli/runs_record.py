@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ticketcli import batchnorm, distributed
+from ticketcli import batchnorm, distributed, machine
 from ticketcli import ticket as ticket_io
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
@@ -150,7 +150,7 @@ def make_ticket(
         data={k: v for k, v in splits.info.items() if k != "source"},
         sparsity=sparsity_report(masks, spec, result.details),
         metrics=metrics,
-        created_by={"ticketcli": __version__, "torch": torch.__version__},
+        created_by={"ticketcli": __version__, **machine.record()},
         checkpoint=checkpoint,
     )
 

@@ -9,9 +9,10 @@ import re
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
+from ticketcli import catalog
 from ticketcli import spec_syntax as syntax
 from ticketcli.errors import UsageError
-from ticketcli.ranges import BOOL, FLOAT, INT, NUMBERS, SIZE, TEXT, Range
+from ticketcli.ranges import BOOL, FLOAT, INT, NUMBERS, SIZE, TEXT, Range, show
 
 PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix B)
 MAX_PARAMS = 2 * 10**9  # default --max-params: a bigger model is refused before anything is allocated
@@ -166,8 +167,10 @@ class MethodSpec:
     # Baselines (Appendix B). Weight-training baselines (imp, set, rigl, movement) train weights with Adam at
     # weight_lr (scores, where a method has them, at lr); saliency baselines use saliency_batches minibatches.
     weight_lr: float = 1e-3
-    saliency_batches: int = 5  # snip: batches summed; grasp: batches in each of its two collections
+    saliency_batches: int = 5  # snip: batches summed; grasp: batches in each of its collections (one or two)
     grasp_temperature: float = 200.0  # grasp divides the logits by this
+    grasp_direction: str = "paper"  # grasp keeps the largest -θ⊙Hg ("paper", Appendix B) or θ⊙Hg ("original" GraSP)
+    grasp_data: str = "separate"  # grasp: g and Hg from two independent collections ("separate") or one ("shared")
     synflow_rounds: int = 100  # synflow: pruning rounds on the exponential density schedule
     imp_rounds: int = 5  # imp: rounds, each trains epochs / imp_rounds epochs (100 / 5 = 20)
     regrow_every: int = 100  # set, rigl: optimisation steps between prune-and-regrow updates
@@ -266,6 +269,8 @@ RANGES: dict[str, Range] = {
     "match_sparsity": TEXT,
     "device": TEXT,
     "precision": TEXT,
+    "grasp_direction": TEXT,
+    "grasp_data": TEXT,
     "bias": BOOL,
     "download": BOOL,
     "frozen_aux": BOOL,
@@ -328,6 +333,18 @@ PRECISIONS = ("fp32", "bf16")
 def check_precision(value: Any) -> str:
     if value not in PRECISIONS:
         raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    return str(value)
+
+
+# grasp_direction: keep the largest -θ⊙Hg (paper, Appendix B) | the largest θ⊙Hg (original, Wang et al.);
+# grasp_data: g and Hg on two independent collections of minibatches (separate) | on one (shared)
+GRASP_DIRECTIONS, GRASP_DATA = catalog.GRASP_DIRECTIONS, catalog.GRASP_DATA
+
+
+def check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """`value` if it is one of `allowed` (a text setting with a fixed set of values), else a one-line UsageError."""
+    if value not in allowed:
+        raise UsageError(f"{option_flag(key)} must be one of {', '.join(allowed)}, got {show(value)}")
     return str(value)
 
 

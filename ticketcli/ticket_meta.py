@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ticketcli.errors import TicketFileError
+from ticketcli.machine import created_by_problem
 from ticketcli.spec_syntax import MAX_SPEC_CHARS
 
 MAX_INT_DIGITS = 20  # 2^64 has 20 digits; json.loads itself would raise a bare ValueError past 4300
@@ -151,6 +152,8 @@ def check_fields(f: dict[str, dict], checkpoint: dict | None, path: Path) -> Non
         "'data.split_seed' must be an integer in [0, 2^63)",
     )
     _check_reported(f["sparsity"], f["metrics"], need)
+    problem = created_by_problem(f["created_by"])
+    need(problem is None, problem or "")
     if checkpoint is not None:
         digest = checkpoint.get("sha256")  # optional: the weights fingerprint identifies the weights either way
         need(

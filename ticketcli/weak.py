@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save as st_save
 
-from ticketcli import distributed
+from ticketcli import distributed, machine
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.errors import RunFailed
 from ticketcli.masking import mask_stats
@@ -197,7 +197,7 @@ def train_weak(
             "optimizer": json.dumps(spec.optim.to_dict()),
             "data": json.dumps(result["data"]),
             "final": json.dumps({k: v["accuracy"] for k, v in masked["final"].items()}),
-            "created_by": json.dumps({"ticketcli": __version__, "torch": torch.__version__}),
+            "created_by": json.dumps({"ticketcli": __version__, **machine.record()}),
         }
         size = write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite)
         result["out"] = {"path": str(out), "file_bytes": size}

@@ -51,6 +51,8 @@ CASES = [
     ("per-layer-number", "sparsity", ("per_layer",), "3", "sparsity.per_layer"),
     ("method-5000-digits", "method", ("epochs",), NINES, "more than 20 digits"),
     ("created-by-40-deep", "created_by", ("deep",), "[" * 40 + "]" * 40, "nested more than 32"),
+    ("created-by-number", "created_by", ("torch",), "7", "created_by.torch"),
+    ("created-by-long-text", "created_by", ("cpu_model",), json.dumps("x" * 5000), "created_by.cpu_model"),
     ("metrics-5000-deep", "metrics", ("deep",), "[" * 5000 + "]" * 5000, "nested too deeply"),
     ("method-100k-deep", "method", ("deep",), '{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
     ("spec-too-long", "model", ("spec",), json.dumps("mlp:" + "8-" * 1000 + "8"), "longer than 1000"),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -27,6 +28,21 @@ from ticketcli.cli.options import (
 from ticketcli.contract import document
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
+
+
+def warn_not_reproduced(path: Path) -> None:
+    """Say that a CPU ticket did not reproduce exactly here, naming what differs between the machine and torch build
+    it records and this one (README: Determinism)."""
+    from ticketcli import machine
+    from ticketcli import ticket as ticket_io
+
+    differ = machine.differences(ticket_io.scan(path).ticket.created_by, machine.record())
+    why = (
+        "; it differs from this machine in " + ", ".join(differ)
+        if differ
+        else " although it records this torch build, CPU kind and BLAS"
+    )
+    report.warn(f"the ticket was extracted on the CPU but its accuracy did not reproduce exactly here{why}")
 
 
 def evaluate(
@@ -94,6 +110,6 @@ def evaluate(
             result["gate"], failures = runs_record.evaluation_gate(result, min_accuracy=min_accuracy, max_drop=max_drop)
         report.print_json(document("evaluate", result)) if json_out else report.evaluate_table(result)
         if not result["reproduced"] and result["device"] == "cpu" and result["stored"]["device"] == "cpu":
-            report.warn("the ticket was extracted on the CPU but its accuracy did not reproduce exactly here")
+            warn_not_reproduced(ticket)
         if failures:
             raise GateFailed("; ".join(failures))

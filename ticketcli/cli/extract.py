@@ -16,6 +16,8 @@ from ticketcli.cli.options import (
     Dataset,
     Device,
     Download,
+    GraspData,
+    GraspDirection,
     Init,
     Json,
     Lr,
@@ -196,7 +198,8 @@ def extract(
         Optional[int],
         setting(
             "saliency_batches",
-            "snip: minibatches whose gradients are summed; grasp: minibatches in each of its two collections.",
+            "snip: minibatches whose gradients are summed; grasp: minibatches in each of its collections (two with "
+            "--grasp-data separate, one with shared).",
             Panel.VARIANTS,
         ),
     ] = None,
@@ -204,8 +207,26 @@ def extract(
         Optional[float],
         setting(
             "grasp_temperature",
-            "grasp: logits are divided by this. grasp keeps the k LARGEST -θ⊙Hg (Appendix B's top-k on the "
-            "signed score; the original GraSP keeps the smallest).",
+            "grasp: logits are divided by this.",
+            Panel.VARIANTS,
+        ),
+    ] = None,
+    grasp_direction: Annotated[
+        Optional[GraspDirection],
+        setting(
+            "grasp_direction",
+            "grasp: which end of the ranking it keeps. paper: the k largest -θ⊙Hg (the double-scoring paper's "
+            "Appendix B, signed score then top-k); original: the k largest θ⊙Hg, i.e. it removes the largest "
+            "-θ⊙Hg (Wang et al. 2020, and the Synaptic-Flow code).",
+            Panel.VARIANTS,
+        ),
+    ] = None,
+    grasp_data: Annotated[
+        Optional[GraspData],
+        setting(
+            "grasp_data",
+            "grasp: separate: g and Hg from two independent collections of --saliency-batches minibatches; "
+            "shared: both from one collection (the original GraSP code).",
             Panel.VARIANTS,
         ),
     ] = None,
@@ -341,6 +362,8 @@ def extract(
         weight_lr=weight_lr,
         saliency_batches=saliency_batches,
         grasp_temperature=grasp_temperature,
+        grasp_direction=grasp_direction,
+        grasp_data=grasp_data,
         synflow_rounds=synflow_rounds,
         imp_rounds=imp_rounds,
         regrow_every=regrow_every,

@@ -27,10 +27,14 @@ if TYPE_CHECKING:
     MethodName = str
     InitName = str
     DatasetName = str
+    GraspDirection = str
+    GraspData = str
 else:
     MethodName = choices(sorted(catalog.METHODS))
     InitName = choices(sorted(catalog.INITS))
     DatasetName = choices(sorted(catalog.DATASETS))
+    GraspDirection = choices(catalog.GRASP_DIRECTIONS)
+    GraspData = choices(catalog.GRASP_DATA)
 
 
 def show(value: object) -> str:

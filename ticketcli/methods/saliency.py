@@ -68,11 +68,18 @@ def snip_scores(net: MaskedNet, batches: Batches) -> Params:
     return {n: (g[n] * params[n]).detach().abs() for n in params}
 
 
-def grasp_scores(net: MaskedNet, g_batches: Batches, h_batches: Batches, temperature: float) -> Params:
-    """GraSP's -θ ⊙ (H g): g from the first collection, H g from the second, logits / temperature in both."""
+def grasp_scores(
+    net: MaskedNet, g_batches: Batches, h_batches: Batches, temperature: float, direction: str = "paper"
+) -> Params:
+    """GraSP's score, ranked largest first: -θ ⊙ (H g) for the paper's reading, θ ⊙ (H g) for the original's.
+
+    g comes from the first collection, H g from the second (the same one for shared data), logits / temperature
+    in both. The two readings rank the same numbers in opposite orders."""
     params = leaf_params(net)
     g = {n: t.detach() for n, t in loss_gradient(net, params, g_batches, temperature).items()}
     hg = hessian_vector_product(net, params, h_batches, g, temperature)
+    if direction == "original":
+        return {n: (params[n] * hg[n]).detach() for n in params}
     return {n: (-params[n] * hg[n]).detach() for n in params}
 
 
@@ -120,13 +127,15 @@ class Snip(_Saliency):
 
 @METHODS.register("grasp")
 class Grasp(_Saliency):
-    """Keeps the k LARGEST -θ ⊙ Hg, as Appendix B's "signed score ... followed by global top-k" says.
-
-    The original GraSP (Wang et al. 2020) removes the largest scores instead, i.e. keeps the smallest; the paper
-    under reproduction states top-k, and its GraSP near chance is consistent with that, so we follow it."""
+    """Two readings (docs/method.md). paper (the default): keep the k LARGEST -θ ⊙ Hg, as Appendix B's "signed
+    score ... followed by global top-k" says. original: keep the k largest θ ⊙ Hg, i.e. remove the largest -θ ⊙ Hg,
+    as GraSP (Wang et al. 2020, arXiv 2002.07376) and the Synaptic-Flow code do. g and Hg come from two independent
+    collections of minibatches (separate, the default) or from one (shared, as the original code)."""
 
     name = "grasp"
-    options = frozenset({"layer_densities", "batch_size", "saliency_batches", "grasp_temperature"})
+    options = frozenset(
+        {"layer_densities", "batch_size", "saliency_batches", "grasp_temperature", "grasp_direction", "grasp_data"}
+    )
 
     def extract(
         self,
@@ -141,8 +150,9 @@ class Grasp(_Saliency):
     ) -> ExtractResult:
         groups = density_groups(net, spec)
         g_batches = minibatches(data, spec, generator)  # two independent shuffles: two independent collections
-        h_batches = minibatches(data, spec, generator)
-        return ExtractResult(select(grasp_scores(net, g_batches, h_batches, spec.grasp_temperature), groups))
+        h_batches = g_batches if spec.grasp_data == "shared" else minibatches(data, spec, generator)
+        scores = grasp_scores(net, g_batches, h_batches, spec.grasp_temperature, spec.grasp_direction)
+        return ExtractResult(select(scores, groups))
 
 
 @METHODS.register("synflow")

@@ -104,6 +104,8 @@ def inspect_table(r: dict) -> None:
             "checkpoint", f"{r['checkpoint'].get('path')} (sha256 {digest[:16] + '...' if digest else 'not recorded'})"
         )
     method = ", ".join(f"{k}={v}" for k, v in r["method"].items() if k != "score_init" and v is not None)
+    if r["method"].get("name") == "grasp" and "grasp_direction" not in r["method"]:
+        method += " (written before grasp had two readings: paper reading, separate data)"
     t.add_row("method", method)
     d = r["data"]
     t.add_row(
