@@ -26,7 +26,6 @@ from ticketcli.data import Splits, load_splits
 from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.methods.selection import Selection
-from ticketcli.models import parse_model
 from ticketcli.resolve import build_extract_spec, data_location, merge_settings
 from ticketcli.runs import build_net
 from ticketcli.seeding import generator
@@ -80,7 +79,7 @@ def main() -> None:
     ap.add_argument("--kinds", nargs="+", default=None, help="default: all five (ResNet-20: the first four)")
     args = ap.parse_args()
 
-    model = {} if MODELS[args.model] is None else {"model": parse_model(MODELS[args.model])}
+    model = {} if MODELS[args.model] is None else {"model": MODELS[args.model]}
     spec = build_extract_spec(merge_settings(model, None))
     data = load_splits(DataSpec(**data_location(None, False))) if args.real else synthetic_splits()
     if args.steps is not None:
