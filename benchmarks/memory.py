@@ -127,6 +127,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=None, help="default: 512 for the MLPs, 32 for the conv nets")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--allocators", nargs="+", default=["default", "mmap"], choices=["default", "mmap"])
     ap.add_argument("--one", choices=CONFIGS, help=argparse.SUPPRESS)  # the child process's configuration
     ap.add_argument("--empty", action="store_true", help=argparse.SUPPRESS)  # the child that measures the constant
     args = ap.parse_args()
@@ -137,7 +138,8 @@ def main() -> None:
         print(json.dumps(one(args.one, model, batch, args.steps, device, args.empty)))
         return
     mb = 2**20
-    envs = {"default": {}, "mmap": {"MALLOC_MMAP_THRESHOLD_": "131072"}} if device.type == "cpu" else {"": {}}
+    allocators = {"default": {}, "mmap": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
+    envs = {a: allocators[a] for a in args.allocators} if device.type == "cpu" else {"": {}}
     print(
         f"torch {torch.__version__}, device {device}, {args.steps} steps, one fresh process per configuration; "
         f"floor {FLOOR} B/weight; per weight = (peak - constant - data) / weights"
