@@ -125,3 +125,24 @@ def test_selection_algorithm_choices():
         TopKSelector("quick")
     with pytest.raises(ValueError, match="CPU only"):
         kth_largest(torch.zeros(3, device="meta"), 1, "numpy")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masked_weight_of_a_bool_mask_has_the_bits_of_a_float_mask(dtype):
+    """A bool mask (numpy multiplies on the CPU) gives bit for bit W * mask.to(W.dtype), signed zeros included,
+    for contiguous and non-contiguous weights, and the same straight-through gradient."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(7, 9, generator=g, dtype=dtype)
+    w[0, :3] = torch.tensor([0.0, -0.0, float("inf")], dtype=dtype)
+    hard = torch.rand(7, 9, generator=g) > 0.5
+    for weight, mask in ((w, hard), (w.t(), hard.t()), (w[:, ::2], hard[:, ::2])):
+        got = masked_weight(torch.zeros_like(weight), weight, mask).detach()
+        expected = weight * mask.to(dtype)
+        bits = torch.int32 if dtype == torch.float32 else torch.int64  # NaN (inf * 0) and -0.0 compared as bits
+        assert got.dtype == dtype and torch.equal(got.contiguous().view(bits), expected.contiguous().view(bits))
+    s = torch.randn(7, 9, generator=g, dtype=dtype, requires_grad=True)
+    up = torch.randn(7, 9, generator=g, dtype=dtype)
+    (masked_weight(s, w.nan_to_num(posinf=1.0), hard) * up).sum().backward()
+    grad_bool, s.grad = s.grad, None
+    (masked_weight(s, w.nan_to_num(posinf=1.0), hard.to(dtype)) * up).sum().backward()
+    assert torch.equal(grad_bool, s.grad)

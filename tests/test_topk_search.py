@@ -93,3 +93,29 @@ def test_band_search_finds_the_kth_largest_or_declines(a, b, t, w, frozen, data)
         assert got == expected
     else:
         assert got is None or got == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 200), st.integers(1, 3), st.integers(0, 2**31 - 1), st.booleans(), st.data())
+def test_selection_holding_the_sorted_frozen_values_gives_the_masks_of_the_originals(n, aux, seed, ties, data):
+    """Selection hands the selector its sorted copy of fixed auxiliary |T| back instead of keeping an unsorted one:
+    over drifting steps (ties included) the masks equal a fresh full selection on the original parts."""
+    from ticketcli.methods.selection import Selection
+    from ticketcli.models import MaskedNet, build_model, parse_model
+    from ticketcli.specs import MethodSpec
+
+    net = MaskedNet(build_model(parse_model(f"mlp:{n}-2")))
+    sel = Selection(net, MethodSpec(), parts=1 + aux, densities={"layers.0.weight": data.draw(st.floats(0.05, 0.95))})
+    g = torch.Generator().manual_seed(seed)
+    t = [torch.randn(2, n, generator=g) for _ in range(aux)]
+    if ties:
+        t = [x.round() for x in t]
+    s = torch.randn(2, n, generator=g)
+    for step in range(6):
+        s = s + 0.05 * torch.randn(2, n, generator=g)
+        x = s.round() if ties and step % 2 else s
+        got = sel.select({"layers.0.weight": [x, *t]}, aux_fixed=True)["layers.0.weight"]
+        expected = joint_topk_masks([x.abs(), *(a.abs() for a in t)], sel.keep["layers.0.weight"])[0]
+        assert torch.equal(got, expected), step
+    if 0 < sel.keep["layers.0.weight"] < (1 + aux) * 2 * n:  # (keeping none or all needs no search)
+        assert sel.frozen["layers.0.weight"][0].dim() == 1  # the selector's sorted copy, not a second one

@@ -114,25 +114,41 @@ class _MaskedWeight(torch.autograd.Function):
     Edge-popup's straight-through estimator in one autograd node: the hard top-k passes dL/dH = dL/d(W*H) * W
     to |S| unchanged (as if it were the identity), and d|S|/dS = sign(S) (0 at 0, as torch's abs). With signed
     ranking (the "NoAbs" ablation, H = top-k of S itself) the last factor is 1: dL/dS = dL/d(W*H) * W.
+    The mask itself is not needed by the backward pass and is not saved.
     """
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, signed: bool) -> torch.Tensor:
         ctx.save_for_backward(scores, weight)
         ctx.signed = signed
-        return weight * mask
+        return _product(weight, mask)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         scores, weight = ctx.saved_tensors
-        g = grad.mul(weight)
+        g = grad.mul(weight)  # a fresh tensor: `grad` may be shared with other branches of the graph
         return (g if ctx.signed else g.mul_(scores.sign())), None, None, None
+
+
+def _product(weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """weight * mask with the mask's 0/1 as weight's dtype: the same bits as weight * mask.to(weight.dtype).
+
+    A bool mask on the CPU is multiplied by numpy, which casts it inside the multiplication loop: torch's own
+    float * bool (and bool -> float cast) is several times slower there, and no float copy of the mask is made."""
+    if mask.dtype == torch.bool and weight.device.type == "cpu" and mask.device.type == "cpu":
+        w = weight.detach()
+        if w.dtype in _NUMPY_FLOATS and w.is_contiguous() and mask.is_contiguous() and w.shape == mask.shape:
+            return torch.from_numpy(np.multiply(w.numpy(), mask.numpy()))
+    return weight * mask.to(weight.dtype)
+
+
+_NUMPY_FLOATS = (torch.float32, torch.float64)  # dtypes whose products numpy computes exactly as torch does
 
 
 def masked_weight(scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, signed: bool = False) -> torch.Tensor:
     """The effective weight W * H, differentiable in the raw scores S through |S| (or S itself when `signed`)
-    and a straight-through top-k."""
-    return _MaskedWeight.apply(scores, weight, mask.to(weight.dtype), signed)
+    and a straight-through top-k. `mask`: bool or 0/1 in any dtype."""
+    return _MaskedWeight.apply(scores, weight, mask, signed)
 
 
 def mask_stats(masks: dict[str, torch.Tensor]) -> dict:

@@ -108,6 +108,12 @@ class TopKSelector:
             keep = keep.astype(torch.empty((), dtype=dtype).numpy().dtype)  # ~5x faster than torch's cast
         return torch.from_numpy(keep).view(parts[0].shape)
 
+    def frozen_values(self, key: str) -> list[torch.Tensor] | None:
+        """The frozen parts of `key` as this selector holds them (sorted ascending, shared, not copied), or None
+        if it holds none; passing them back instead of the original parts gives the same masks."""
+        held = self.sorted.get(key)
+        return None if held is None else [torch.from_numpy(p.s) for p in held]
+
 
 class _Live:
     """Values that change between calls: vectorised passes."""

@@ -78,10 +78,9 @@ class ScoreTrainer:
             return self.selection.select(self.scores, aux_fixed=not self.aux_trains)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int, dict[str, torch.Tensor]]:
-        """One optimiser step; returns (loss, correct predictions, the hard 0/1 masks used)."""
-        dtype = next(iter(self.net.weights.values())).dtype
-        with torch.no_grad():
-            hard = self.selection.select(self.scores, dtype, aux_fixed=not self.aux_trains)  # 0/1 floats
+        """One optimiser step; returns (loss, correct predictions, the hard masks used, bool)."""
+        with torch.no_grad():  # bool: a quarter of a float mask's memory, and no bool -> float pass
+            hard = self.selection.select(self.scores, aux_fixed=not self.aux_trains)
         # under torchrun: this rank's shard of the global batch; loss and correct count are the global ones
         loss, value, correct = distributed.cross_entropy_step(lambda xb: self.forward(xb, hard), x, y)
         self.opt.zero_grad(set_to_none=True)

@@ -68,7 +68,14 @@ class Selection:
         ranked = {n: self.ranked(n, parts, aux_fixed) for n, parts in scores.items()}
         if self.global_topk:
             return {n: m.to(dtype) for n, m in zip(ranked, self.joint(ranked))}
-        return {n: self.topk(n, r, self.keep[n], dtype, frozen=aux_fixed) for n, r in ranked.items()}
+        masks = {n: self.topk(n, r, self.keep[n], dtype, frozen=aux_fixed) for n, r in ranked.items()}
+        if aux_fixed:
+            # The selector keeps a sorted copy of the fixed auxiliary values: hold that one instead of a second,
+            # unsorted copy. Any order of them gives the same masks (only their multiset decides the first part's
+            # mask, whose ties go first in concatenated order), so later calls pass the sorted values.
+            for n in ranked:
+                self.frozen[n] = self.topk.frozen_values(n) or self.frozen[n]
+        return masks
 
     def joint(self, ranked: dict[str, list[torch.Tensor]]) -> list[torch.Tensor]:
         """Global top-k over every part of every parameter; returns all masks, originals first."""

@@ -1,0 +1,108 @@
+"""CPU time per phase of one training step (select, forward, backward, Adam): dense weights vs score training.
+
+    OMP_NUM_THREADS=1 python benchmarks/step_phases.py --steps 40
+
+The paper's MLP (784-256-256-256-10), batch 512 of synthetic FashionMNIST-shaped data. Dense weight training
+(fused Adam on all weights) and edge-popup and augmented score training step in turn (interleaved, so load on a
+shared machine hits all alike); each phase is timed with time.thread_time (CPU time of this thread: steadier
+than wall time on a loaded machine, and exact with one thread). Medians over the steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ticketcli, not the installed one
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from ticketcli import distributed  # noqa: E402
+from ticketcli.methods.score_training import ScoreTrainer, init_scores  # noqa: E402
+from ticketcli.methods.scores import Augmented, EdgePopup  # noqa: E402
+from ticketcli.resolve import build_extract_spec, merge_settings  # noqa: E402
+from ticketcli.runs import build_net  # noqa: E402
+from ticketcli.seeding import generator  # noqa: E402
+from ticketcli.specs import MethodSpec  # noqa: E402
+
+clock = time.thread_time
+
+
+def dense_step(spec, x, y):
+    net, _ = build_net(spec.model, spec.init, None)
+    params = {n: nn.Parameter(w.clone()) for n, w in net.weights.items()}
+    opt = torch.optim.Adam(params.values(), lr=1e-3, fused=True)
+
+    def step() -> list[float]:
+        t0 = clock()
+        logits = net.forward_with(x, params)
+        loss = F.cross_entropy(logits, y)
+        float(loss.detach()), int((logits.argmax(1) == y).sum())  # what the score step reports, too
+        t1 = clock()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        t2 = clock()
+        opt.step()
+        return [0.0, t1 - t0, t2 - t1, clock() - t2]
+
+    return step
+
+
+def score_step(spec, method, x, y):
+    net, _ = build_net(spec.model, spec.init, None)
+    mspec = MethodSpec()
+    sel = method().selection(net, mspec)
+    tr = ScoreTrainer(net, sel, mspec, init_scores(net, sel.parts, generator(0, "phases")))
+
+    def step() -> list[float]:  # ScoreTrainer.step, phase by phase
+        t0 = clock()
+        with torch.no_grad():
+            hard = tr.selection.select(tr.scores, aux_fixed=not tr.aux_trains)
+        t1 = clock()
+        loss, _, _ = distributed.cross_entropy_step(lambda xb: tr.forward(xb, hard), x, y)
+        t2 = clock()
+        tr.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        t3 = clock()
+        tr.opt.step()
+        return [t1 - t0, t2 - t1, t3 - t2, clock() - t3]
+
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=40, help="timed steps per kind (interleaved)")
+    ap.add_argument("--warm", type=int, default=10, help="untimed steps per kind first")
+    args = ap.parse_args()
+    spec = build_extract_spec(merge_settings({}, None))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(512, 1, 28, 28, generator=g), torch.randint(0, 10, (512,), generator=g)
+    steps = {
+        "dense": dense_step(spec, x, y),
+        "edge-popup": score_step(spec, EdgePopup, x, y),
+        "augmented": score_step(spec, Augmented, x, y),
+    }
+    for s in steps.values():
+        for _ in range(args.warm):
+            s()
+    times: dict[str, list[list[float]]] = {k: [] for k in steps}
+    for _ in range(args.steps):
+        for k, s in steps.items():
+            times[k].append(s())
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {args.steps} steps; CPU ms, medians")
+    print(f"{'kind':<12} {'select':>7} {'forward':>8} {'backward':>8} {'adam':>7} {'step':>7} {'x dense':>7}")
+    dense = statistics.median(sum(t) for t in times["dense"])
+    for k, ts in times.items():
+        cols = [statistics.median(t[i] for t in ts) * 1e3 for i in range(4)]
+        total = statistics.median(sum(t) for t in ts)
+        print(f"{k:<12} " + " ".join(f"{c:7.2f}" for c in cols) + f" {total * 1e3:7.2f} {total / dense:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
