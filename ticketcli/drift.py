@@ -64,10 +64,23 @@ __all__ = [  # the names tests and the command import from here; their homes are
 ]
 
 
+CHUNK = 256  # examples per forward and backward pass of a measurement at most
+
+
 def logged_steps(steps: int, log_every: int) -> list[int]:
     """0, log_every, 2·log_every, ... and always the last step."""
     out = list(range(0, steps + 1, log_every))
     return out if out[-1] == steps else out + [steps]
+
+
+def probe_chunk(net: MaskedNet, control: control_.ActivationControl | None, batch_size: int) -> int | None:
+    """Examples per chunk of a measurement on the probe: CHUNK or the training batch size, whichever is smaller (a
+    measurement then needs no more memory than a training step), or the whole probe (None) when its examples
+    interact, so that chunks would change the numbers: BatchNorm normalising with the batch's statistics, and
+    percentile centering before its first statistics (a pass then centres on its own batch's quantile)."""
+    if net.batchnorms or (control is not None and control.spec.mode == "percentile" and not control.quantiles):
+        return None
+    return min(CHUNK, batch_size)
 
 
 def drift_one(
@@ -103,6 +116,7 @@ def drift_one(
             exact_zeros=activation.exact_zeros,
             zero_threshold=spec.zero_threshold,
             loss_fn=loss_fn,
+            chunk=probe_chunk(net, control, spec.batch_size),
         )
         series["steps"].append(step)
         series["loss"].append(m["loss"])
