@@ -64,7 +64,7 @@ __all__ = [  # the names tests and the command import from here; their homes are
 ]
 
 
-CHUNK = 256  # examples per forward and backward pass of a measurement at most
+CHUNK = 512  # examples per forward and backward pass of a measurement at most (drift's default batch size)
 
 
 def logged_steps(steps: int, log_every: int) -> list[int]:
