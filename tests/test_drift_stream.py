@@ -242,3 +242,57 @@ def test_drift_series_do_not_depend_on_the_chunk(monkeypatch, control):
     whole, chunked = run(10**6), run(7)
     assert whole["steps"] == [0, 2, 4, 6]
     assert_same(whole, chunked)
+
+
+# ---------------------------------------------------------------- progress between logged steps
+
+
+def test_progress_is_told_every_step_and_measurements_at_logged_ones():
+    from ticketcli.resolve import data_location
+
+    settings = {"dataset": "digits", "model": "mlp:64-16-10", "steps": 5, "log_every": 2, "batch_size": 32}
+    spec = drift.build_drift_spec({**settings, "probe_size": 40, "seeds": "0,1"}, data_location(None, False))
+    seen: list[dict] = []
+    drift.run_drift(spec, progress=seen.append)
+    assert [s["epoch"] for s in seen] == list(range(0, 6)) + list(range(5, 11))  # the second seed goes on from 5
+    assert [s["epoch"] for s in seen if "loss" in s] == [0, 2, 4, 5, 5, 7, 9, 10]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_plain_lines_at_every_logged_step_and_every_ten_seconds_between_with_an_eta(monkeypatch, capsys):
+    from ticketcli.report import console
+
+    monkeypatch.setattr(console, "plain_progress", lambda: True)
+    clock = FakeClock()
+    measured = {"loss": 0.5, "accuracy": 0.25, "sparsity": 0.9, "unit": "step"}
+    with console.drift_progress(60, quiet=False, clock=clock) as progress:
+        assert progress is not None
+        progress({**measured, "epoch": 0})
+        for step in range(1, 61):  # 3 s a step, a measurement every 30 steps
+            clock.now += 3.0
+            progress({**measured, "epoch": step} if step % 30 == 0 else {"epoch": step, "unit": "step"})
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "drift step 0/60 loss 0.5000 acc 0.2500 sparsity 0.900 elapsed 0s eta -"
+    assert err[1] == "drift step 4/60 elapsed 12s eta 2m48s"  # the first 10 s past the last line
+    assert "drift step 30/60 loss 0.5000 acc 0.2500 sparsity 0.900 elapsed 1m30s eta 1m30s" in err
+    assert err[-1] == "drift step 60/60 loss 0.5000 acc 0.2500 sparsity 0.900 elapsed 3m00s eta 0s"
+    steps = [int(line.split()[2].split("/")[0]) for line in err]
+    assert len(err) == len(set(steps)) and steps == sorted(steps)
+    gaps = {b: 3.0 * (b - a) for a, b in zip(steps, steps[1:])}  # seconds since the previous line
+    between = [s for s in gaps if s % 30]
+    assert len(between) > 5 and all(gaps[s] >= 10.0 for s in between)  # at most one line per 10 s between...
+    assert max(gaps.values()) <= 12.0  # ...and a log never silent for longer than a step past 10 s
+
+
+def test_quiet_drift_progress_says_nothing():
+    from ticketcli.report import console
+
+    with console.drift_progress(10, quiet=True) as progress:
+        assert progress is None

@@ -92,11 +92,12 @@ def drift_one(
     on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
     per_site: PerSite | None = None,
     control: control_.ActivationControl | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> dict:
     """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
-    on_log(step, statistics, effective weights) runs at every logged step. control: activation-sparsity control at
-    every activation site (in place of per_site), in training and in the measurements; its summary lands in
-    series["act_control"]."""
+    on_log(step, statistics, effective weights) runs at every logged step, on_step(step) after every other step.
+    control: activation-sparsity control at every activation site (in place of per_site), in training and in the
+    measurements; its summary lands in series["act_control"]."""
     activation = ACTIVATIONS.get(spec.activation)
     site_fn = per_site if control is None else control.per_site
     forward = drift_forward(net, lambda h: activation.fn(h, spec.clip), site_fn)
@@ -147,6 +148,8 @@ def drift_one(
                 trainer.step(xb, yb, loss_fn, forward=forward)
             if step in todo:
                 log(step)
+            elif on_step is not None:
+                on_step(step)
         if control is not None:
             zero = (lambda a: a == 0) if activation.exact_zeros else (lambda a: a.abs() < spec.zero_threshold)
             series["act_control"] = control.summary(forward, trainer.effective(), inputs.probe[0], zero)
@@ -278,8 +281,12 @@ def run_drift(
                     }
                 )
 
+        def on_step(step: int, base: int = done) -> None:
+            if progress is not None:  # a step between logged ones: the bar moves, the plain lines show the ETA
+                progress({"epoch": base + step, "unit": "step"})
+
         ctl = None if control is None else control_.ActivationControl(control)
-        series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl)
+        series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl, on_step=on_step)
         results.append({"seed": seed, "probe_n": int(inputs.probe[1].numel()), **series})
         done += series["steps"][-1]
     text = {} if corpus is None else {"corpus": _corpus_record(corpus, inputs)}

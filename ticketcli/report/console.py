@@ -291,3 +291,63 @@ def runs_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict], None]
     finally:
         if tasks:
             bar.stop()
+
+
+def _duration(seconds: float) -> str:
+    """12s, 3m04s, 1h02m."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+@contextmanager
+def drift_progress(
+    total: int, *, quiet: bool, label: str = "drift", clock: Callable[[], float] = time.monotonic
+) -> Iterator[Callable[[dict], None] | None]:
+    """drift's progress over training steps, told every step (stats["epoch"]: steps done), with the probe's loss,
+    accuracy and sparsity at the logged ones. On a terminal, a live bar that moves at every step and shows the last
+    measurement; without one, a line at every logged step (as many as --log-every asks for) and between them at
+    most one every PLAIN_EVERY_S, each with the elapsed time and the ETA."""
+    if quiet:
+        yield None
+        return
+    start = clock()
+    if plain_progress():
+        lines = PlainLines(every=PLAIN_EVERY_S, clock=clock)
+
+        def line(stats: dict) -> None:
+            done, elapsed = stats["epoch"], clock() - start
+            eta = _duration(elapsed / done * (total - done)) if done > 0 else "-"
+            timing = f" elapsed {_duration(elapsed)} eta {eta}"
+            if "loss" in stats:
+                lines.emit(epoch_line(label, total, stats) + timing)
+            else:
+                lines.emit(f"{label} step {done}/{total}{timing}", throttled=True, last=done >= total)
+
+        yield line
+        return
+    bar = _bar(
+        "{task.description}", "loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}"
+    )
+    task: TaskID | None = None
+
+    def update(stats: dict) -> None:
+        nonlocal task
+        if task is None:
+            bar.start()
+            task = bar.add_task(label, total=total, loss="-", acc="-", sparsity="-")
+        bar.update(task, completed=stats["epoch"])
+        if "loss" in stats:  # a logged step: its measurement
+            bar.update(
+                task,
+                loss=f"{stats['loss']:.4f}",
+                acc=f"{stats['accuracy']:.2%}",
+                sparsity=f"{stats['sparsity']:.2%}",
+            )
+
+    try:
+        yield update
+    finally:
+        if task is not None:
+            bar.stop()
