@@ -312,12 +312,13 @@ def drift_progress(
     if quiet:
         yield None
         return
-    start = clock()
+    started: list[float] = []  # the first report (step 0's measurement): the ETA counts training, not set-up
     if plain_progress():
         lines = PlainLines(every=PLAIN_EVERY_S, clock=clock)
 
         def line(stats: dict) -> None:
-            done, elapsed = stats["epoch"], clock() - start
+            started[:] = started or [clock()]
+            done, elapsed = stats["epoch"], clock() - started[0]
             eta = _duration(elapsed / done * (total - done)) if done > 0 else "-"
             timing = f" elapsed {_duration(elapsed)} eta {eta}"
             if "loss" in stats:
