@@ -124,7 +124,7 @@ class _Layer:
             "numel": h.numel(),
             "neg": int((h < 0).sum()),
             "zeros": int(zero.sum()),
-            "square": float(out.detach().double().square().sum()),
+            "square": float(torch.linalg.vector_norm(out, dtype=torch.float64) ** 2),
         }
         if self.site is None:
             self.site, self.alive = {**counts, "peak": peak, "pos": 0, "pos_grad": 0.0}, alive
@@ -222,8 +222,9 @@ class StreamTrace(Trace):
     def _backward(self, name: str, grad: torch.Tensor) -> None:
         """z's gradient of the chunk's mean loss: g = b · dL/dz is each example's own (float64)."""
         job, acc = self.pending.pop(name), self.stats[name]
-        g = grad.detach().double() * self.b
+        grad = grad.detach()
         if acc.conv is None:
+            g = grad.double() * self.b
             g2 = g.flatten(0, -2) if g.dim() > 2 else g  # (samples, out)
             n = g2.shape[0]
             g_mean, a_mean = g2.mean(0), job["a_sum"] / n
@@ -233,22 +234,23 @@ class StreamTrace(Trace):
                 a2 = job["a"].flatten(0, -2).double() if job["a"].dim() > 2 else job["a"].double()
                 m2 = _kept_sum(g2 - g_mean, a2 - a_mean, acc.keep)
             acc.merge_linear(n, g_mean, a_mean, m2)
-        else:
-            acc.p = g[0, 0].numel()
-            acc.n += g.shape[0] * acc.p
-            g_total = g.sum((0, 2, 3))
+        else:  # sums in float64 without a float64 copy of the whole gradient (g = b · grad)
+            acc.p = grad[0, 0].numel()
+            acc.n += grad.shape[0] * acc.p
+            g_total = grad.sum((0, 2, 3), dtype=torch.float64) * self.b
             acc.g_total = g_total if acc.g_total is None else acc.g_total + g_total
             if job["a"] is None:
-                gram = (g.sum(1) * job["a_rows"]).sum()
+                gram = (grad.sum(1, dtype=torch.float64) * job["a_rows"]).sum() * self.b
             else:  # Σ_s g_sᵀ M a_s: the input convolved with the mask as weights
                 m = acc.conv
                 keep = cast(torch.Tensor, acc.keep).double()
-                gram = (F.conv2d(job["a"].double(), keep, None, m.stride, cast(tuple[int, ...], m.padding)) * g).sum()
+                conv = F.conv2d(job["a"].double(), keep, None, m.stride, cast(tuple[int, ...], m.padding))
+                gram = (conv * grad.double()).sum() * self.b
             acc.co_moment = acc.co_moment + gram
         pos = job.get("pos")
         if pos is not None and acc.site is not None:
             acc.site["pos"] += int(pos.sum())
-            acc.site["pos_grad"] += float(g[pos].sum())
+            acc.site["pos_grad"] += float(torch.where(pos, grad, 0.0).sum(dtype=torch.float64)) * self.b
 
 
 def _chunks(x: torch.Tensor, y: torch.Tensor, chunk: int | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
