@@ -64,10 +64,23 @@ __all__ = [  # the names tests and the command import from here; their homes are
 ]
 
 
+CHUNK = 512  # examples per forward and backward pass of a measurement at most (drift's default batch size)
+
+
 def logged_steps(steps: int, log_every: int) -> list[int]:
     """0, log_every, 2·log_every, ... and always the last step."""
     out = list(range(0, steps + 1, log_every))
     return out if out[-1] == steps else out + [steps]
+
+
+def probe_chunk(net: MaskedNet, control: control_.ActivationControl | None, batch_size: int) -> int | None:
+    """Examples per chunk of a measurement on the probe: CHUNK or the training batch size, whichever is smaller (a
+    measurement then needs no more memory than a training step), or the whole probe (None) when its examples
+    interact, so that chunks would change the numbers: BatchNorm normalising with the batch's statistics, and
+    percentile centering before its first statistics (a pass then centres on its own batch's quantile)."""
+    if net.batchnorms or (control is not None and control.spec.mode == "percentile" and not control.quantiles):
+        return None
+    return min(CHUNK, batch_size)
 
 
 def drift_one(
@@ -79,11 +92,12 @@ def drift_one(
     on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
     per_site: PerSite | None = None,
     control: control_.ActivationControl | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> dict:
     """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
-    on_log(step, statistics, effective weights) runs at every logged step. control: activation-sparsity control at
-    every activation site (in place of per_site), in training and in the measurements; its summary lands in
-    series["act_control"]."""
+    on_log(step, statistics, effective weights) runs at every logged step, on_step(step) after every other step.
+    control: activation-sparsity control at every activation site (in place of per_site), in training and in the
+    measurements; its summary lands in series["act_control"]."""
     activation = ACTIVATIONS.get(spec.activation)
     site_fn = per_site if control is None else control.per_site
     forward = drift_forward(net, lambda h: activation.fn(h, spec.clip), site_fn)
@@ -103,6 +117,7 @@ def drift_one(
             exact_zeros=activation.exact_zeros,
             zero_threshold=spec.zero_threshold,
             loss_fn=loss_fn,
+            chunk=probe_chunk(net, control, spec.batch_size),
         )
         series["steps"].append(step)
         series["loss"].append(m["loss"])
@@ -133,6 +148,8 @@ def drift_one(
                 trainer.step(xb, yb, loss_fn, forward=forward)
             if step in todo:
                 log(step)
+            elif on_step is not None:
+                on_step(step)
         if control is not None:
             zero = (lambda a: a == 0) if activation.exact_zeros else (lambda a: a.abs() < spec.zero_threshold)
             series["act_control"] = control.summary(forward, trainer.effective(), inputs.probe[0], zero)
@@ -265,8 +282,12 @@ def run_drift(
                     }
                 )
 
+        def on_step(step: int, base: int = done) -> None:
+            if progress is not None:  # a step between logged ones: the bar moves, the plain lines show the ETA
+                progress({"epoch": base + step, "unit": "step"})
+
         ctl = None if control is None else control_.ActivationControl(control)
-        series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl)
+        series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl, on_step=on_step)
         results.append({"seed": seed, "probe_n": int(inputs.probe[1].numel()), **series})
         done += series["steps"][-1]
     text = {} if corpus is None else {"corpus": _corpus_record(corpus, inputs)}

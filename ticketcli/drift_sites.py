@@ -17,10 +17,10 @@ from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
-from torch.nn.grad import conv2d_weight
+from torch import nn
 
 from ticketcli.models import MLP, MaskedNet, mlp_forward
-from ticketcli.sites import ActFn, LayerRecord, Trace, find_sites
+from ticketcli.sites import ActFn, Trace, find_sites
 from ticketcli.train import Loss
 
 
@@ -74,44 +74,193 @@ def drift_forward(net: MaskedNet, act: ActFn, per_site: PerSite | None = None) -
     return run
 
 
-def _masked_mean(t: torch.Tensor, keep: torch.Tensor | None) -> float:
-    return float(t.mean() if keep is None else t[keep].mean())
+def _kept_sum(g: torch.Tensor, a: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """Σ over the samples s and the kept entries (o, j) of g[s, o] · a[s, j] (float64 scalar), for g (n, out) and
+    a (n, in): with every entry kept it is Σ_s (Σ_o g) (Σ_j a), without ever forming an (out, in) matrix."""
+    if keep is None:
+        return (g.sum(1) * a.sum(1)).sum()
+    return ((g @ keep.double()) * a).sum()
 
 
-def _split(rec: LayerRecord, g: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(outer, cov), each shaped (out, in...) like the weight, whose means add up to the mean weight gradient:
-    dL/dW = P · (E[g] E[a]ᵀ + Cov(g, a)) over the layer's samples, P samples per example (float64)."""
-    a_in = rec.a.detach().double()
-    if rec.conv is None and a_in.dim() == 2:  # (B, in): one sample per example, P = 1
-        g_mean, a_mean = g.mean(0), a_in.mean(0)
-        outer = torch.outer(g_mean, a_mean)  # (out, in)
-        cov = (g - g_mean).T @ (a_in - a_mean) / b  # (out, in)
-        return outer, cov
-    if rec.conv is None:  # (B, N, in) tokens
-        a2, g2 = a_in.flatten(0, -2), g.flatten(0, -2)  # (B*N, in), (B*N, out)
-        p = a_in.shape[1]
-        g_mean, a_mean = g2.mean(0), a2.mean(0)
-        return p * torch.outer(g_mean, a_mean), p * (g2 - g_mean).T @ (a2 - a_mean) / a2.shape[0]
-    m = rec.conv
-    stride, padding = m.stride, cast(tuple[int, ...], m.padding)  # our paddings are numbers, never "same"
-    p = g[0, 0].numel()  # output positions per example
-    n = b * p
-    g_mean = g.mean((0, 2, 3))  # (out,)
-    patch = F.unfold(a_in.mean(0, keepdim=True), m.kernel_size, padding=padding, stride=stride)  # (1, in*k*k, P)
-    a_mean = patch[0].mean(1)  # E[a] over samples: unfold is linear, so the mean image's patches suffice
-    shape = (g.shape[1], *m.weight.shape[1:])  # the weight's (out, in, k, k)
-    # Σ_s g_s a_sᵀ by the convolution's own weight-gradient kernel, in float64 (unfolding every patch is slow)
-    gram = conv2d_weight(a_in, shape, g, stride=stride, padding=padding).flatten(1)  # (out, in*k*k)
-    outer = torch.outer(g_mean, a_mean)
-    cov = gram / n - outer  # the population covariance E[g aᵀ] - E[g] E[a]ᵀ
-    return (p * outer).reshape(shape), (p * cov).reshape(shape)
+class _Layer:
+    """One layer's statistics, accumulated over the chunks of the probe (all sums in float64).
+
+    Linear and token layers keep per-chunk centred co-moments merged exactly (Chan et al.'s pairwise update), so
+    the covariance term is as accurate as a single centred product over the whole probe; convolutions keep the raw
+    sum Σ_s g_s a_sᵀ over kept entries, the mean input image and the gradient's channel sums."""
+
+    def __init__(self, conv: nn.Conv2d | None, keep: torch.Tensor | None):
+        self.conv, self.keep = conv, keep
+        self.examples = 0  # examples seen (a probe's rows)
+        self.n = 0  # samples seen: examples, (example, position) pairs or (sequence, token) pairs
+        self.p = 1  # samples per example
+        self.grad_sum = torch.zeros((), dtype=torch.float64)  # Σ over chunks of the chunk's kept dL/dW sum, weighted
+        self.g_mean: torch.Tensor | None = None  # linear: running mean of g (out,)
+        self.a_mean: torch.Tensor | None = None  # linear: running mean of a (in,)
+        self.co_moment = torch.zeros((), dtype=torch.float64)  # linear: Σ_kept Σ_s (g - ḡ)(a - ā)ᵀ; conv: raw Σ g aᵀ
+        self.g_total: torch.Tensor | None = None  # conv: Σ_s g (out,)
+        self.image_total: torch.Tensor | None = None  # conv: Σ over examples of the input image (C, H, W)
+        self.site: dict[str, float] | None = None  # the activation's counts, when the layer feeds a site
+        self.alive: torch.Tensor | None = None  # per unit: some sample's activation is not zero
+
+    def merge_linear(self, n: int, g_mean: torch.Tensor, a_mean: torch.Tensor, m2: torch.Tensor) -> None:
+        if self.g_mean is None or self.a_mean is None:
+            self.g_mean, self.a_mean, self.co_moment, self.n = g_mean, a_mean, m2, n
+            return
+        total = self.n + n
+        dg, da = g_mean - self.g_mean, a_mean - self.a_mean
+        cross = dg.sum() * da.sum() if self.keep is None else dg @ self.keep.double() @ da
+        self.co_moment = self.co_moment + m2 + cross * (self.n * n / total)
+        self.g_mean = self.g_mean + dg * (n / total)
+        self.a_mean = self.a_mean + da * (n / total)
+        self.n = total
+
+    def add_site(self, h: torch.Tensor, out: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+        """Count a chunk's pre-activations h and activations out (zero: out's zero rule); returns h > 0."""
+        units = zero.transpose(0, 1).flatten(1) if zero.dim() == 4 else zero.flatten(0, -2).T  # (units, samples)
+        alive = ~units.all(1)
+        peak = float(out.detach().abs().max())
+        counts = {
+            "numel": h.numel(),
+            "neg": int((h < 0).sum()),
+            "zeros": int(zero.sum()),
+            "square": float(torch.linalg.vector_norm(out, dtype=torch.float64) ** 2),
+        }
+        if self.site is None:
+            self.site, self.alive = {**counts, "peak": peak, "pos": 0, "pos_grad": 0.0}, alive
+        else:
+            for k, v in counts.items():
+                self.site[k] += v
+            self.site["peak"] = max(self.site["peak"], peak)
+            self.alive = alive if self.alive is None else self.alive | alive
+        return h > 0
+
+    def results(self, weight: torch.Tensor, grad_sum: torch.Tensor) -> dict[str, float | int | None]:
+        keep = self.keep
+        w = weight.detach()
+        kept = w.flatten() if keep is None else w[keep]
+        count = kept.numel()
+        if self.conv is None:
+            assert self.g_mean is not None and self.a_mean is not None
+            outer_sum = (
+                self.g_mean.sum() * self.a_mean.sum() if keep is None else self.g_mean @ keep.double() @ self.a_mean
+            )
+            outer = float(self.p * outer_sum / count)
+            cov = float(self.p * self.co_moment / self.n / count)
+        else:
+            assert self.g_total is not None and self.image_total is not None
+            m = self.conv
+            padding = cast(tuple[int, ...], m.padding)  # our paddings are numbers, never "same"
+            g_mean = self.g_total / self.n
+            image = (self.image_total / self.examples).unsqueeze(0)
+            a_mean = F.unfold(image, m.kernel_size, padding=padding, stride=m.stride)[0].mean(1)  # (in*k*k,)
+            keep2 = None if keep is None else keep.flatten(1).double()
+            outer_sum = g_mean.sum() * a_mean.sum() if keep2 is None else g_mean @ keep2 @ a_mean
+            outer = float(self.p * outer_sum / count)
+            cov = float(self.p * (self.co_moment / self.n - outer_sum) / count)
+        s: dict[str, float | int | None] = {
+            "weight_mean": float(kept.mean()),
+            "weight_std": float(kept.std()) if count > 1 else 0.0,
+            "neg_weight_share": float((kept < 0).double().mean()),
+            "grad_mean": float(grad_sum / count),
+            "grad_outer": outer,
+            "grad_cov": cov,
+        }
+        if self.site is not None and self.alive is not None:
+            c = self.site
+            rms = (c["square"] / c["numel"]) ** 0.5
+            s.update(
+                neg_preact_share=c["neg"] / c["numel"],
+                sparsity=c["zeros"] / c["numel"],
+                dead_units=int((~self.alive).sum()),
+                grad_pos_preact=c["pos_grad"] / c["pos"] if c["pos"] else None,
+                spike_ratio=c["peak"] / rms if rms > 0 else None,
+            )
+        return s
 
 
-def _dead_units(zero: torch.Tensor) -> int:
-    """Units (features, or channels of a convolution) whose activation is zero for every sample."""
-    if zero.dim() == 4:  # (B, C, H, W): a unit is a channel
-        return int(zero.transpose(0, 1).flatten(1).all(1).sum())
-    return int(zero.flatten(0, -2).all(0).sum())  # (B, out) or (B, N, out)
+class StreamTrace(Trace):
+    """A Trace that keeps no tensor of the pass: each layer's and site's statistics are added to their running
+    sums as the forward pass reaches them, and the gradient statistics when the backward pass reaches the layer's
+    output (a hook on z). What a pending hook needs (the input when masks select entries, h > 0) is held only until
+    it runs."""
+
+    def __init__(self, masks: dict[str, torch.Tensor] | None, zero: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__()
+        self.masks, self.zero = masks, zero
+        self.stats: dict[str, _Layer] = {}
+        self.b = 0  # the current chunk's examples
+        self.pending: dict[str, dict] = {}  # layer -> what its gradient hook needs
+
+    def layer(self, name: str, a: torch.Tensor, z: torch.Tensor, conv: nn.Conv2d | None = None) -> None:
+        keep = None if self.masks is None else self.masks[f"{name}.weight"].bool()
+        acc = self.stats.setdefault(name, _Layer(conv, keep))
+        acc.examples += self.b
+        a = a.detach()
+        job: dict = {"a": a}
+        if conv is None:
+            a2 = a.flatten(0, -2) if a.dim() > 2 else a  # (samples, in)
+            acc.p = a.shape[1] if a.dim() == 3 else 1
+            job["a_sum"] = a2.sum(0, dtype=torch.float64)  # (in,)
+            if keep is None:  # Σ_j a_sj is all the covariance needs of a: the input itself can go
+                job["a_rows"], job["a"] = a2.sum(1, dtype=torch.float64), None
+        else:
+            image = a.sum(0, dtype=torch.float64)  # (C, H, W)
+            acc.image_total = image if acc.image_total is None else acc.image_total + image
+            if keep is None:  # Σ over a patch's entries, per output position: a box sum of the channel sum
+                ones = torch.ones((1, 1, *conv.kernel_size), dtype=torch.float64, device=a.device)
+                padding = cast(tuple[int, ...], conv.padding)
+                box = F.conv2d(a.sum(1, keepdim=True, dtype=torch.float64), ones, None, conv.stride, padding)
+                job["a_rows"], job["a"] = box[:, 0], None  # (B, H', W')
+        self.pending[name] = job
+        z.register_hook(partial(self._backward, name))
+
+    def site(self, source: str, h: torch.Tensor, out: torch.Tensor) -> None:
+        h, out = h.detach(), out.detach()
+        self.pending[source]["pos"] = self.stats[source].add_site(h, out, self.zero(out))
+
+    def _backward(self, name: str, grad: torch.Tensor) -> None:
+        """z's gradient of the chunk's mean loss: g = b · dL/dz is each example's own (float64)."""
+        job, acc = self.pending.pop(name), self.stats[name]
+        grad = grad.detach()
+        if acc.conv is None:
+            g = grad.double() * self.b
+            g2 = g.flatten(0, -2) if g.dim() > 2 else g  # (samples, out)
+            n = g2.shape[0]
+            g_mean, a_mean = g2.mean(0), job["a_sum"] / n
+            if job["a"] is None:
+                m2 = ((g2.sum(1) - g_mean.sum()) * (job["a_rows"] - a_mean.sum())).sum()
+            else:
+                a2 = job["a"].flatten(0, -2).double() if job["a"].dim() > 2 else job["a"].double()
+                m2 = _kept_sum(g2 - g_mean, a2 - a_mean, acc.keep)
+            acc.merge_linear(n, g_mean, a_mean, m2)
+        else:  # sums in float64 without a float64 copy of the whole gradient (g = b · grad)
+            acc.p = grad[0, 0].numel()
+            acc.n += grad.shape[0] * acc.p
+            g_total = grad.sum((0, 2, 3), dtype=torch.float64) * self.b
+            acc.g_total = g_total if acc.g_total is None else acc.g_total + g_total
+            if job["a"] is None:
+                gram = (grad.sum(1, dtype=torch.float64) * job["a_rows"]).sum() * self.b
+            else:  # Σ_s g_sᵀ M a_s: the input convolved with the mask as weights
+                m = acc.conv
+                keep = cast(torch.Tensor, acc.keep).double()
+                conv = F.conv2d(job["a"].double(), keep, None, m.stride, cast(tuple[int, ...], m.padding))
+                gram = (conv * grad.double()).sum() * self.b
+            acc.co_moment = acc.co_moment + gram
+        pos = job.get("pos")
+        if pos is not None and acc.site is not None:
+            acc.site["pos"] += int(pos.sum())
+            acc.site["pos_grad"] += float(torch.where(pos, grad, 0.0).sum(dtype=torch.float64)) * self.b
+
+
+def _chunks(x: torch.Tensor, y: torch.Tensor, chunk: int | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The probe in consecutive chunks of `chunk` examples (None: whole); y may hold several targets per example
+    (a character model's tokens)."""
+    b = x.shape[0]
+    if chunk is None or chunk >= b:
+        return [(x, y)]
+    per = y.shape[0] // b
+    return [(x[i : i + chunk], y[i * per : (i + chunk) * per]) for i in range(0, b, chunk)]
 
 
 def measure_traced(
@@ -124,53 +273,39 @@ def measure_traced(
     exact_zeros: bool,
     zero_threshold: float,
     loss_fn: Loss,
+    chunk: int | None = None,
 ) -> dict:
     """All statistics of the effective weights `params` (W * M) on the probe batch (x, y), by layer.
 
     Gradients are per-example: g = dℓ_i/dz = B · dL/dz for the batch-mean loss L and the layer output z (with a
     norm after the layer, the activation sees norm(z), and the pre-activation statistics use that). The mean
     weight gradient over kept entries splits exactly into a mean-field term (E[g] E[a]ᵀ) and a covariance term
-    (population covariance over the layer's samples), computed separately in float64 from g and the input a."""
+    (population covariance over the layer's samples), computed separately in float64 from g and the input a.
+
+    The probe is processed in chunks of `chunk` examples (None: in one pass), each forward and backward pass
+    adding to float64 running sums and then freed: the statistics are those of the whole probe (up to float
+    rounding) whenever examples do not interact, i.e. without batch-statistic normalisation."""
     eff = {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
-    trace = Trace()
-    logits = forward(x, eff, trace=trace)
-    loss = loss_fn(logits, y)
-    names = trace.measured()
-    weights = [eff[f"{name}.weight"] for name in names]
-    grads = torch.autograd.grad(loss, weights + [trace.layers[name].z for name in names])
-    b = x.shape[0]
-    layers = {}
-    for i, name in enumerate(names):
-        rec = trace.layers[name]
-        keep = None if masks is None else masks[f"{name}.weight"].bool()
-        w = weights[i].detach()
-        kept = w.flatten() if keep is None else w[keep]
-        g = grads[len(names) + i].double() * b  # z's shape: per-example dℓ/dz
-        outer, cov = _split(rec, g, b)
-        s: dict[str, float | int | None] = {
-            "weight_mean": float(kept.mean()),
-            "weight_std": float(kept.std()) if kept.numel() > 1 else 0.0,
-            "neg_weight_share": float((kept < 0).double().mean()),
-            "grad_mean": _masked_mean(grads[i].double(), keep),
-            "grad_outer": _masked_mean(outer, keep),
-            "grad_cov": _masked_mean(cov, keep),
-        }
-        if rec.h is not None and rec.out is not None:
-            h = rec.h.detach()  # pre-activation: what the activation sees
-            a = rec.out.detach()  # activation (before any skip connection adds the layer's input)
-            zero = a == 0 if exact_zeros else a.abs() < zero_threshold
-            pos = h > 0
-            rms = float(a.double().square().mean().sqrt())
-            s.update(
-                neg_preact_share=float((h < 0).double().mean()),
-                sparsity=float(zero.double().mean()),
-                dead_units=_dead_units(zero),
-                grad_pos_preact=float(g[pos].mean()) if bool(pos.any()) else None,
-                spike_ratio=float(a.abs().max()) / rms if rms > 0 else None,
-            )
-        layers[name] = s
-    acc = float((logits.argmax(1) == y).double().mean())
-    return {"loss": float(loss.detach()), "accuracy": acc, "layers": layers}
+    zero = (lambda a: a == 0) if exact_zeros else (lambda a: a.abs() < zero_threshold)
+    trace = StreamTrace(masks, zero)
+    total, loss_sum, correct = x.shape[0], 0.0, 0
+    grads: dict[str, torch.Tensor] = {}
+    for xc, yc in _chunks(x, y, chunk):
+        trace.b = xc.shape[0]
+        logits = forward(xc, eff, trace=trace)
+        loss = loss_fn(logits, yc)
+        names = list(trace.stats)
+        weights = [eff[f"{name}.weight"] for name in names]
+        part = trace.b / total
+        for name, gw in zip(names, torch.autograd.grad(loss, weights)):
+            keep = trace.stats[name].keep
+            kept = gw.double().sum() if keep is None else gw.double()[keep].sum()
+            grads[name] = grads.get(name, 0.0) + kept * part
+        loss_sum += float(loss.detach()) * part
+        correct += int((logits.detach().argmax(1) == yc).sum())
+        del logits, loss
+    layers = {name: acc.results(eff[f"{name}.weight"], grads[name]) for name, acc in trace.stats.items()}
+    return {"loss": loss_sum, "accuracy": correct / y.shape[0], "layers": layers}
 
 
 def measure(
@@ -184,6 +319,7 @@ def measure(
     zero_threshold: float,
     loss_fn: Loss,
     forward: Callable | None = None,
+    chunk: int | None = None,
 ) -> dict:
     """measure_traced for an MLP: `forward(x, params, act=, trace=list)` is its pass (default: mlp_forward
     without norms or skips) and `act` its activation."""
@@ -198,4 +334,5 @@ def measure(
         exact_zeros=exact_zeros,
         zero_threshold=zero_threshold,
         loss_fn=loss_fn,
+        chunk=chunk,
     )

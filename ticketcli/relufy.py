@@ -104,6 +104,7 @@ def relufy_one(
     relu: RelufySpec,
     on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
     control: object = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> dict:
     """spec.steps with relu.source, then the swap to relu.target and relu.epochs epochs of fine-tuning (drift_one's
     stand-in for run_drift; control must be None). The record's "relufy" holds the three measured points."""
@@ -120,12 +121,17 @@ def relufy_one(
 
         return log
 
-    smooth = drift.drift_one(net, masks, replace(spec, activation=relu.source), inputs, on_log=watch(1, 0))
+    def step_at(offset: int) -> Callable[[int], None] | None:
+        return None if on_step is None else (lambda step: on_step(offset + step))
+
+    smooth = drift.drift_one(
+        net, masks, replace(spec, activation=relu.source), inputs, on_log=watch(1, 0), on_step=step_at(0)
+    )
     net.load_weights({**net.weights, **weights[0]})  # the trained weights become the network's (W * M: zeros stay)
     n = int(inputs.y.numel())
     steps = fine_tune_steps(n, spec.batch_size, relu.epochs)
     tuned_spec = replace(spec, activation=relu.target, steps=steps, log_every=min(spec.log_every, steps))
-    tuned = drift.drift_one(net, masks, tuned_spec, inputs, on_log=watch(2, spec.steps))
+    tuned = drift.drift_one(net, masks, tuned_spec, inputs, on_log=watch(2, spec.steps), on_step=step_at(spec.steps))
     before, swapped, after = point(smooth, -1), point(tuned, 0), point(tuned, -1)
     return {
         **_join(smooth, tuned),

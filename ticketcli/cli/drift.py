@@ -270,7 +270,7 @@ def drift(
             return
         spec = drift_core.build_drift_spec(settings, location)
         total = spec.steps * (1 if ticket is not None else len(spec.seeds))
-        with report.epoch_progress(total, quiet=quiet, label="drift") as progress, using(n_threads) as used:
+        with report.drift_progress(total, quiet=quiet) as progress, using(n_threads) as used:
             result = drift_core.run_drift(
                 spec,
                 ticket=ticket,

@@ -115,7 +115,7 @@ def run_features(
         n = spec.data.n_extract or DATASETS.get(spec.data.name).n_extract  # the bar's total; the run counts
         per_run += relufy_core.fine_tune_steps(n, spec.batch_size, features.relufy.epochs)
     total = per_run * (1 if on_ticket.get("ticket") is not None else len(spec.seeds))
-    with report.epoch_progress(total, quiet=quiet, label="drift") as progress, using(threads) as used:
+    with report.drift_progress(total, quiet=quiet) as progress, using(threads) as used:
         if features.relufy is not None:
             result = relufy_core.run_relufy(spec, features.relufy, progress=position.track(progress), **on_ticket)
         else:

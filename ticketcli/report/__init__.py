@@ -2,6 +2,7 @@
 (each command's human-readable result) and plots (PNG figures). Callers use the names below as `report.<name>`."""
 
 from ticketcli.report.console import (
+    drift_progress,
     epoch_progress,
     error,
     flush_results,
@@ -28,6 +29,7 @@ from ticketcli.report.tables import (
 
 __all__ = [
     "drift_plot",
+    "drift_progress",
     "drift_tables",
     "epoch_progress",
     "error",

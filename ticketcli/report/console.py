@@ -578,3 +578,56 @@ def runs_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict], None]
     finally:
         if tasks:
             bar.stop()
+
+
+@contextmanager
+def drift_progress(
+    total: int, *, quiet: bool, label: str = "drift", clock: Callable[[], float] | None = None
+) -> Iterator[Callable[[dict], None] | None]:
+    """drift's progress over training steps, told every step (stats["epoch"]: steps done), with the probe's loss,
+    accuracy and sparsity at the logged ones. On a terminal, a live bar that moves at every step and shows the last
+    measurement; without one, a line at every logged step (as many as --log-every asks for) and between them at
+    most one every PLAIN_EVERY_S (and a heartbeat while a step runs silently), each with the elapsed time and the
+    ETA, which counts from the first report (step 0's measurement): training, not set-up."""
+    if quiet:
+        yield None
+        return
+    if plain_progress():
+        plain = PlainProgress(label, total, unit="step", clock=clock)
+        started = False
+
+        def line(stats: dict) -> None:
+            nonlocal started
+            if not started:
+                started, plain.pace = True, Pace(total, plain.clock)
+            logged = "loss" in stats
+            text = epoch_line(label, total, stats) if logged else f"{label} step {stats['epoch']}/{total}"
+            plain.update(text, stats["epoch"], first=logged)
+
+        with plain.beating():
+            yield line
+        return
+    bar = _bar(
+        "{task.description}", "loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}"
+    )
+    task: TaskID | None = None
+
+    def update(stats: dict) -> None:
+        nonlocal task
+        if task is None:
+            bar.start()
+            task = bar.add_task(label, total=total, loss="-", acc="-", sparsity="-")
+        bar.update(task, completed=stats["epoch"])
+        if "loss" in stats:  # a logged step: its measurement
+            bar.update(
+                task,
+                loss=f"{stats['loss']:.4f}",
+                acc=f"{stats['accuracy']:.2%}",
+                sparsity=f"{stats['sparsity']:.2%}",
+            )
+
+    try:
+        yield update
+    finally:
+        if task is not None:
+            bar.stop()
