@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ticketcli.atomic import write_atomic
+from ticketcli.atomic import Owned, write_owned
 from ticketcli.errors import UsageError
 
 FORMAT = "ticket-checkpoint/1"
@@ -105,11 +105,18 @@ def checkpoint_path(out: str | Path) -> Path:
 
 
 class Checkpointer:
-    """Saves every `every` epochs (never when None); `restore()` returns the saved state when resuming."""
+    """Saves every `every` epochs (never when None); `restore()` returns the saved state when resuming.
 
-    def __init__(self, path: Path, *, every: int | None, identity: dict[str, Any], resume: bool):
-        self.path, self.every, self.resume = Path(path), every, resume
+    The checkpoint is the run's own file: created exclusively, replaced (and removed at the end) only while it is
+    still the file this run wrote or resumed from; a file of that name the run did not write is replaced only with
+    `overwrite` (--force) and never removed."""
+
+    def __init__(
+        self, path: Path, *, every: int | None, identity: dict[str, Any], resume: bool, overwrite: bool = False
+    ):
+        self.path, self.every, self.resume, self.overwrite = Path(path), every, resume, overwrite
         self.identity = json.loads(json.dumps(identity))  # plain JSON values, compared as such
+        self.owned: Owned | None = None  # the file this run wrote last, or the one it resumed from
 
     def due(self, epoch: int) -> bool:
         """Save after this (1-based, completed) epoch?"""
@@ -118,13 +125,14 @@ class Checkpointer:
     def save(self, state: dict[str, Any]) -> None:
         buf = io.BytesIO()
         torch.save({"format": FORMAT, "identity": json.dumps(self.identity, sort_keys=True), "state": state}, buf)
-        write_atomic(self.path, buf.getvalue(), overwrite=True)
+        self.owned = write_owned(self.path, buf.getvalue(), overwrite=self.overwrite, owned=self.owned)
 
     def restore(self) -> dict[str, Any] | None:
         """The saved state (CPU tensors) if resuming and a checkpoint exists, checked to belong to this run."""
         if not self.resume or not self.path.is_file():
             return None
         fresh = "delete it to start from scratch"
+        before = os.lstat(self.path)
         saved = read_torch_file(self.path, "checkpoint", hint=fresh)
         try:
             ok = saved.get("format") == FORMAT and isinstance(saved.get("state"), dict)
@@ -140,6 +148,7 @@ class Checkpointer:
                 f"{self.path} belongs to a different run ({detail[:300]})",
                 hint="resume with the original options, or delete the checkpoint to start over",
             )
+        self.owned = Owned.of(self.path, before)  # this run's own state: replaced and removed as if written here
         return saved["state"]
 
     @contextmanager
@@ -155,7 +164,9 @@ class Checkpointer:
             ) from None
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        """Remove the checkpoint once the ticket is written, if it is still the file this run wrote or resumed."""
+        if self.owned is not None:
+            self.owned.remove()
 
 
 def _diff(key: str, old: Any, new: Any) -> str:

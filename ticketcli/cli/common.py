@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,31 @@ def warn_unverified(result: dict) -> None:
             f"{result.get('ticket')} records no masks_sha256 (an older ticket): its masks could not be "
             "checked for changes since it was written"
         )
+
+
+def warn_low_space(needs: dict[Path, int]) -> None:
+    """Before the work: warn once per folder whose file system has less free space than the outputs written
+    there will take (bytes per output path, estimated); a full or read-only target is refused by
+    atomic.check_destination."""
+    from ticketcli.atomic import space_shortfall
+
+    folders: dict[Path, int] = {}
+    for path, need in needs.items():
+        folders[path.parent] = folders.get(path.parent, 0) + need
+    for folder, need in folders.items():
+        message = space_shortfall(folder, need)
+        if message is not None:
+            report.warn(message)
+
+
+def model_size(model: object, max_params: int) -> int:
+    """Masked parameters of a built-in model from its spec (meta device, nothing allocated); 0 for a user's."""
+    from ticketcli.models import planned_shapes  # torch, as above
+    from ticketcli.specs import ModelSpec
+
+    if not isinstance(model, ModelSpec) or model.arch == "user":
+        return 0
+    return sum(math.prod(s) for s in planned_shapes(model, max_params).values())
 
 
 def warn_precision(precision: str, device: str) -> None:
