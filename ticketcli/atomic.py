@@ -75,14 +75,16 @@ def check_destination(path: str | Path, *, overwrite: bool = False, owned: Owned
     (the link, not its target: the rename never writes through it). The folder must accept a new file: a
     read-only or full file system is refused here, before the work, not after it."""
     path = Path(path)
+    if "\0" in str(path):
+        raise UsageError(f"cannot write {str(path)[:120]!r}: a path cannot hold a NUL character")
     if not path.parent.is_dir():
         raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
     try:
         mode = path.stat().st_mode  # follows a symlink: what a write to this name would reach
     except FileNotFoundError:
         mode = None  # absent, or a dangling symlink
-    except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    except OSError as e:  # a name too long, a loop of links, no permission to look
+        raise UsageError(f"cannot write {str(path)[:200]}: {e.strerror or e}") from None
     if mode is not None and stat.S_ISDIR(mode):
         raise UsageError(f"cannot write {path}: it is a directory")
     if mode is not None and not stat.S_ISREG(mode):

@@ -32,8 +32,9 @@ FORMAT = "ticket-checkpoint/1"
 RESAVE = "re-save it as a state dict of tensors (torch.save(model.state_dict(), f)) or as safetensors"
 
 
-def read_torch_file(path: str | Path, what: str, hint: str | None = None) -> Any:
+def read_torch_file(path: str | Path, what: str, hint: str | None = None, data: bytes | None = None) -> Any:
     """torch.load with weights_only=True (never arbitrary unpickling); every failure is one UsageError line.
+    `data`: the file's bytes, already read within a bound (then the path only names it in messages).
 
     torch's own refusal advises weights_only=False, i.e. running whatever code the file names: that advice is not
     passed on."""
@@ -41,7 +42,7 @@ def read_torch_file(path: str | Path, what: str, hint: str | None = None) -> Any
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch warns on stderr about old pickle protocols
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path if data is None else io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         named = re.search(r"GLOBAL ([\w.]+)", str(e))
         if named:
@@ -50,7 +51,7 @@ def read_torch_file(path: str | Path, what: str, hint: str | None = None) -> Any
                 f"ticket only reads tensors",
                 hint=hint or RESAVE,
             ) from None
-        if _starts_like_pickle(path):
+        if _starts_like_pickle(path if data is None else data):
             raise UsageError(
                 f"{path} is a pickle that torch's safe loader cannot read; ticket only reads tensors",
                 hint=hint or RESAVE,
@@ -66,10 +67,13 @@ def first_sentence(e: BaseException) -> str:
     return text.splitlines()[0].split(". ")[0][:160] if text else type(e).__name__
 
 
-def _starts_like_pickle(path: Path) -> bool:
+def _starts_like_pickle(source: Path | bytes) -> bool:
     """The PROTO opcode (0x80) and a protocol number: a pickle rather than random bytes."""
-    with open(path, "rb") as f:
-        head = f.read(2)
+    if isinstance(source, bytes):
+        head = source[:2]
+    else:
+        with open(source, "rb") as f:
+            head = f.read(2)
     return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
