@@ -41,12 +41,14 @@ def warn_low_space(needs: dict[Path, int]) -> None:
     """Before the work: warn once per folder whose file system has less free space than the outputs written
     there will take (bytes per output path, estimated); a full or read-only target is refused by
     atomic.check_destination."""
-    from ticketcli.atomic import space_shortfall
+    from ticketcli.atomic import probe_writable, space_shortfall
 
     folders: dict[Path, int] = {}
     for path, need in needs.items():
         folders[path.parent] = folders.get(path.parent, 0) + need
     for folder, need in folders.items():
+        if folder.is_dir():
+            probe_writable(folder)  # a full or read-only file system is an error, not a warning
         message = space_shortfall(folder, need)
         if message is not None:
             report.warn(message)
