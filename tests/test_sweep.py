@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from ticketcli import sweep, sweep_summary
 from ticketcli.cli import app
+from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models import parse_model
 from ticketcli.resolve import build_extract_spec, merge_settings
@@ -188,15 +189,26 @@ def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_p
     assert first["resumed"] == [] and all((tmp_path / f"{t.id}.safetensors").is_file() for t in plan)
     (tmp_path / f"{plan[0].id}.safetensors").unlink()
     (tmp_path / f"{plan[1].id}.safetensors").write_bytes(b"not a ticket")
-    seen = []
-    second = sweep.run_sweep(plan, out_dir=tmp_path, on_result=lambda r, resumed: seen.append((r["id"], resumed)))
+    with pytest.raises(UsageError, match="not replaced without --force"):  # changed since: no longer the sweep's
+        sweep.run_sweep(plan, out_dir=tmp_path)
+    assert (tmp_path / f"{plan[1].id}.safetensors").read_bytes() == b"not a ticket"
+    seen, warned = [], []
+    second = sweep.run_sweep(
+        plan,
+        out_dir=tmp_path,
+        on_result=lambda r, resumed: seen.append((r["id"], resumed)),
+        overwrite=True,
+        warn=warned.append,
+    )
+    assert len(warned) == 2 and "is missing" in warned[0] and "not a safetensors file" in warned[1]  # one each
     assert second["resumed"] == [t.id for t in plan[2:]]
     assert sorted(i for i, resumed in seen if not resumed) == sorted([plan[0].id, plan[1].id])
     assert stable(second["records"]) == stable(first["records"])
     assert (tmp_path / f"{plan[0].id}.safetensors").is_file()
-    assert sweep.finished(tmp_path, plan[1]) is not None
-    changed = tiny_plan(epochs=2)  # other settings: nothing stored matches
-    assert all(sweep.finished(tmp_path, t) is None for t in changed)
+    assert sweep.finished(tmp_path, plan[1])[0] is not None
+    changed = tiny_plan(epochs=2)  # other settings: nothing stored matches, and the sweep may replace its own files
+    assert all(sweep.finished(tmp_path, t) == (None, None) for t in changed)
+    assert sweep.run_sweep(changed[:1], out_dir=tmp_path)["resumed"] == []
 
 
 def test_ray_local_mode_equals_local(tmp_path):
@@ -217,7 +229,7 @@ def test_ray_local_mode_equals_local(tmp_path):
     finally:
         ray.shutdown()
     assert stable(remote["records"]) == stable(local)
-    assert all(sweep.finished(tmp_path, t) is not None for t in plan)
+    assert all(sweep.finished(tmp_path, t)[0] is not None for t in plan)
 
 
 # ---- the command ----

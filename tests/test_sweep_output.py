@@ -5,7 +5,9 @@ legends name only markers that are drawn."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 
 import pytest
 from hypothesis import given
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ticketcli import sweep_outputs, sweep_summary
+from ticketcli.atomic import write_owned
 from ticketcli.cli import app
 from ticketcli.report.console import pct
 from ticketcli.report.plots import sweep_figure
@@ -73,14 +76,23 @@ def test_rerun_with_out_dir_redraws_its_own_plot_but_never_a_file_it_did_not_wri
     assert r.exit_code == 2  # noted in the other --out-dir, not in this one
 
 
-def test_a_damaged_outputs_note_makes_nothing_replaceable(tmp_path):
+def test_a_damaged_or_forged_outputs_note_makes_nothing_replaceable(tmp_path):
     png = tmp_path / "p.png"
-    png.write_bytes(b"x")
-    sweep_outputs.remember_output(tmp_path, png, b"x")
+    sweep_outputs.remember(tmp_path, write_owned(png, b"x"), b"x")
     assert sweep_outputs.written_here(tmp_path, png)
-    for note in (b"{not json", b"[1, 2]", json.dumps({str(png.resolve()): 3}).encode()):
+    good = (tmp_path / sweep_outputs.OUTPUTS).read_bytes()
+    entry = json.loads(good)["files"][os.path.abspath(png)]
+    forged_v1 = json.dumps({str(png.resolve()): hashlib.sha256(b"x").hexdigest()}).encode()  # path and sha256 only
+    other_inode = json.dumps(
+        {"format": sweep_outputs.FORMAT, "files": {os.path.abspath(png): {**entry, "ino": entry["ino"] + 1}}}
+    ).encode()
+    for note in (b"{not json", b"[1, 2]", forged_v1, other_inode, b"[" * 100000 + b"]" * 100000):
         (tmp_path / sweep_outputs.OUTPUTS).write_bytes(note)
         assert not sweep_outputs.written_here(tmp_path, png)
+    (tmp_path / sweep_outputs.OUTPUTS).write_bytes(good)
+    assert sweep_outputs.written_here(tmp_path, png)
+    os.utime(png, ns=(entry["mtime_ns"] + 1, entry["mtime_ns"] + 1))  # touched since: the user's file now
+    assert not sweep_outputs.written_here(tmp_path, png)
     assert not sweep_outputs.written_here(None, png)
 
 

@@ -5,6 +5,7 @@ codes."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
@@ -98,6 +99,7 @@ class Ticket:
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the ticket file (format v1, atomically), which `ticket evaluate/inspect/export` read."""
         # a ticket and its checkpoint shared as a folder find each other: the path is stored relative to the ticket
+        path = _path_arg(path, "path")
         record = replace(self._record, checkpoint=saved_at(self._record.checkpoint, path))
         ticket_io.save(record, path, overwrite=overwrite)
         self._path = Path(path)
@@ -121,8 +123,11 @@ class Ticket:
         from the seed). BatchNorm statistics are recomputed for the masks from the extraction split (found
         through data_dir, or `data` for tickets of in-memory data), as evaluation does. threads: torch CPU threads
         while building (None: torch's own)."""
+        _module_arg(module)
         with using(check_threads(threads, "threads")):
-            net, _ = runs.rebuild(self._record, self._label, _path(weights), self._policy(trust_model_code), module)
+            net, _ = runs.rebuild(
+                self._record, self._label, _path(weights, "weights"), self._policy(trust_model_code), module
+            )
             masks = {n: self._record.masks[n] for n in net.names}
             if net.batchnorms and net.bn_statistics == "recalibrate":
                 splits = None if data is None else self._splits(data)
@@ -151,13 +156,14 @@ class Ticket:
         data: None for the ticket's own dataset and split; your tensors/Dataset/DataLoaders (split as extract
         splits them) for a ticket of in-memory data. threads: torch CPU threads for the measurement (None:
         torch's own), reported as `threads`."""
+        _module_arg(module)
         with using(check_threads(threads, "threads")) as used:
             result = runs.evaluate_loaded(
                 self._record,
                 self._label,
                 data=_data_spec(data_dir),
                 device=device,
-                weights=_path(weights),
+                weights=_path(weights, "weights"),
                 policy=self._policy(trust_model_code),
                 splits=None if data is None else self._splits(data),
                 module=module,
@@ -191,17 +197,33 @@ def evaluation_document(result: dict[str, Any]) -> dict[str, Any]:
     return document("evaluate", result)
 
 
-def _path(p: str | Path | None) -> str | None:
-    return None if p is None else str(p)
+def _path(p: str | Path | None, what: str = "path") -> str | None:
+    return None if p is None else _path_arg(p, what)
+
+
+def _path_arg(p: object, what: str) -> str:
+    """A path argument as a string; anything but a str or os.PathLike is one UsageError line, as in the CLI."""
+    if not isinstance(p, (str, os.PathLike)):
+        raise UsageError(f"{what} must be a path (str or pathlib.Path), got {type(p).__name__}")
+    text = os.fspath(p)
+    if not isinstance(text, str):
+        raise UsageError(f"{what} must be a text path, got {type(text).__name__}")
+    return text
+
+
+def _module_arg(module: object) -> None:
+    if module is not None and not isinstance(module, nn.Module):
+        raise UsageError(f"module must be a torch.nn.Module, got {type(module).__name__}")
 
 
 def _data_spec(data_dir: str | Path | None) -> DataSpec:
     """Where a ticket's registered dataset is found: data_dir, then $TICKET_DATA, the cache, system copies."""
-    return DataSpec(**data_location(_path(data_dir), False))
+    return DataSpec(**data_location(_path(data_dir, "data_dir"), False))
 
 
 def load(path: str | Path) -> Ticket:
     """Read and validate a ticket file (anything wrong with it raises TicketFileError, one line)."""
+    path = _path_arg(path, "path")
     return Ticket(ticket_io.load(path), Path(path))
 
 
@@ -229,6 +251,9 @@ def extract(
     Python name (lr=, weight_decay=, aug_density=, layer_densities=[...], data_dir=, ...), checked as the CLI
     checks them (UsageError with the same message). progress: a bar on stderr, False, or a callable per epoch.
     threads: torch CPU threads for the run (None: the config file's, else torch's own), restored afterwards."""
+    if not isinstance(model, (str, nn.Module)):
+        raise UsageError(f"model must be a spec string or a torch.nn.Module, got {type(model).__name__}")
+    config = _path(config, "config")
     unknown = sorted(set(options) - (set(EXTRACT_DEFAULTS) - NOT_OPTIONS))
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r} for extract", hint=f"options: {', '.join(_option_names())}")

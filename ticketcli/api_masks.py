@@ -12,17 +12,43 @@ import torch
 from torch import nn
 from torch.nn.utils import prune
 
+from ticketcli.bounded import read_regular_file
+from ticketcli.checkpoint import first_sentence, read_torch_file
 from ticketcli.errors import UsageError
 from ticketcli.models import masked_names
+
+STATE_BYTES_PER_PARAM = 16  # a prune export holds W (float32, or float64) and its mask: a bigger file is not one
+STATE_SLACK = 1 << 20  # names, headers and the module's buffers
 
 
 def _few(names: list[str], n: int = 5) -> str:
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
+def check_module(module: object) -> nn.Module:
+    """The caller's module, or one UsageError line when it is something else."""
+    if not isinstance(module, nn.Module):
+        raise UsageError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    return module
+
+
+def check_tensors(value: object, what: str) -> Mapping[str, torch.Tensor]:
+    """A mapping of names to tensors (masks, a state dict), or one UsageError line saying what is wrong."""
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{what} must be a dict of parameter names to tensors, got {type(value).__name__}")
+    for k, v in value.items():
+        if not isinstance(k, str):
+            raise UsageError(f"{what}: the key {str(k)[:80]!r} is not a parameter name (a string)")
+        if not isinstance(v, torch.Tensor):
+            raise UsageError(f"{what}: {k[:80]} is a {type(v).__name__}, not a tensor")
+    return value
+
+
 def check_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict: bool = True) -> None:
     """Every mask names a parameter of `module` of its shape and, with strict, every Linear/Conv2d parameter has
     a mask (the ones a ticket masks): otherwise one UsageError line naming the first offenders."""
+    check_module(module)
+    check_tensors(masks, "masks")
     if masked(module):
         raise UsageError("the module already carries masks; remove_masks(module) first")
     params = dict(module.named_parameters())
@@ -34,6 +60,9 @@ def check_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict:
     ]
     if wrong:
         raise UsageError(f"mask shapes differ from the module's parameters: {_few(wrong)}")
+    not_binary = [n for n, m in masks.items() if m.dtype != torch.bool and not bool(((m == 0) | (m == 1)).all())]
+    if not_binary:
+        raise UsageError(f"masks must be bool (or 0/1) tensors: {_few(not_binary)} holds other values")
     uncovered = [n for n in masked_names(module) if n not in masks]
     if strict and uncovered:
         raise UsageError(
@@ -70,6 +99,7 @@ def apply_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict:
 
 def remove_masks(module: nn.Module, *, bake: bool = True) -> nn.Module:
     """Take the masks off again; bake=True leaves W * M as the plain parameter, bake=False restores W."""
+    check_module(module)
     for owner, attr in masked(module):
         original = getattr(owner, f"{attr}_orig").detach().clone()
         prune.remove(owner, attr)
@@ -85,8 +115,10 @@ def load_pruned(module: nn.Module, state: Mapping[str, torch.Tensor] | str | Pat
     That layout is torch.nn.utils.prune's (`<name>_orig` and the `<name>_mask` buffer), which a plain module lacks:
     each of them is prepared with prune.identity first (apply_masks leaves a module in that layout already), then
     the state is loaded strictly; returns `module`."""
+    check_module(module)
     if isinstance(state, (str, Path)):
-        state = _read_state(Path(state))
+        state = _read_state(Path(state), module)
+    state = check_tensors(state, "the prune export")
     owners = dict(module.named_modules())
     pruned = [k[: -len("_orig")] for k in state if k.endswith("_orig") and f"{k[: -len('_orig')]}_mask" in state]
     done = {f"{prefix}.{attr}" if prefix else attr for prefix, m in module.named_modules() for attr in _own(m)}
@@ -102,12 +134,19 @@ def load_pruned(module: nn.Module, state: Mapping[str, torch.Tensor] | str | Pat
     return module
 
 
-def _read_state(path: Path) -> dict[str, torch.Tensor]:
+def _read_state(path: Path, module: nn.Module) -> Mapping[str, torch.Tensor]:
+    """A prune export read like a ticket: a regular file (a FIFO cannot hang it) no bigger than this module's
+    weights and masks can take, loaded without running code (weights_only); every failure is one UsageError."""
+    n = sum(p.numel() for p in module.parameters()) + sum(b.numel() for b in module.buffers())
+    data = read_regular_file(path, STATE_BYTES_PER_PARAM * n + STATE_SLACK, "prune export")
     if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+        from safetensors.torch import load as load_safetensors
 
-        return load_file(str(path))
-    loaded = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            return load_safetensors(data)
+        except Exception as e:  # SafetensorError, and whatever a corrupt file makes the library raise
+            raise UsageError(f"cannot read the prune export {path}: {first_sentence(e)}") from None
+    loaded = read_torch_file(path, "the prune export", data=data)
     if not isinstance(loaded, dict):
         raise UsageError(f"{path} does not hold a state dict")
     return loaded

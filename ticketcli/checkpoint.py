@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ticketcli.atomic import write_atomic
+from ticketcli.atomic import Owned, write_owned
 from ticketcli.errors import UsageError
 
 FORMAT = "ticket-checkpoint/1"
@@ -32,8 +32,9 @@ FORMAT = "ticket-checkpoint/1"
 RESAVE = "re-save it as a state dict of tensors (torch.save(model.state_dict(), f)) or as safetensors"
 
 
-def read_torch_file(path: str | Path, what: str, hint: str | None = None) -> Any:
+def read_torch_file(path: str | Path, what: str, hint: str | None = None, data: bytes | None = None) -> Any:
     """torch.load with weights_only=True (never arbitrary unpickling); every failure is one UsageError line.
+    `data`: the file's bytes, already read within a bound (then the path only names it in messages).
 
     torch's own refusal advises weights_only=False, i.e. running whatever code the file names: that advice is not
     passed on."""
@@ -41,7 +42,7 @@ def read_torch_file(path: str | Path, what: str, hint: str | None = None) -> Any
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch warns on stderr about old pickle protocols
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path if data is None else io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         named = re.search(r"GLOBAL ([\w.]+)", str(e))
         if named:
@@ -50,7 +51,7 @@ def read_torch_file(path: str | Path, what: str, hint: str | None = None) -> Any
                 f"ticket only reads tensors",
                 hint=hint or RESAVE,
             ) from None
-        if _starts_like_pickle(path):
+        if _starts_like_pickle(path if data is None else data):
             raise UsageError(
                 f"{path} is a pickle that torch's safe loader cannot read; ticket only reads tensors",
                 hint=hint or RESAVE,
@@ -66,10 +67,13 @@ def first_sentence(e: BaseException) -> str:
     return text.splitlines()[0].split(". ")[0][:160] if text else type(e).__name__
 
 
-def _starts_like_pickle(path: Path) -> bool:
+def _starts_like_pickle(source: Path | bytes) -> bool:
     """The PROTO opcode (0x80) and a protocol number: a pickle rather than random bytes."""
-    with open(path, "rb") as f:
-        head = f.read(2)
+    if isinstance(source, bytes):
+        head = source[:2]
+    else:
+        with open(source, "rb") as f:
+            head = f.read(2)
     return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
@@ -105,11 +109,18 @@ def checkpoint_path(out: str | Path) -> Path:
 
 
 class Checkpointer:
-    """Saves every `every` epochs (never when None); `restore()` returns the saved state when resuming."""
+    """Saves every `every` epochs (never when None); `restore()` returns the saved state when resuming.
 
-    def __init__(self, path: Path, *, every: int | None, identity: dict[str, Any], resume: bool):
-        self.path, self.every, self.resume = Path(path), every, resume
+    The checkpoint is the run's own file: created exclusively, replaced (and removed at the end) only while it is
+    still the file this run wrote or resumed from; a file of that name the run did not write is replaced only with
+    `overwrite` (--force) and never removed."""
+
+    def __init__(
+        self, path: Path, *, every: int | None, identity: dict[str, Any], resume: bool, overwrite: bool = False
+    ):
+        self.path, self.every, self.resume, self.overwrite = Path(path), every, resume, overwrite
         self.identity = json.loads(json.dumps(identity))  # plain JSON values, compared as such
+        self.owned: Owned | None = None  # the file this run wrote last, or the one it resumed from
 
     def due(self, epoch: int) -> bool:
         """Save after this (1-based, completed) epoch?"""
@@ -118,13 +129,14 @@ class Checkpointer:
     def save(self, state: dict[str, Any]) -> None:
         buf = io.BytesIO()
         torch.save({"format": FORMAT, "identity": json.dumps(self.identity, sort_keys=True), "state": state}, buf)
-        write_atomic(self.path, buf.getvalue(), overwrite=True)
+        self.owned = write_owned(self.path, buf.getvalue(), overwrite=self.overwrite, owned=self.owned)
 
     def restore(self) -> dict[str, Any] | None:
         """The saved state (CPU tensors) if resuming and a checkpoint exists, checked to belong to this run."""
         if not self.resume or not self.path.is_file():
             return None
         fresh = "delete it to start from scratch"
+        before = os.lstat(self.path)
         saved = read_torch_file(self.path, "checkpoint", hint=fresh)
         try:
             ok = saved.get("format") == FORMAT and isinstance(saved.get("state"), dict)
@@ -140,6 +152,7 @@ class Checkpointer:
                 f"{self.path} belongs to a different run ({detail[:300]})",
                 hint="resume with the original options, or delete the checkpoint to start over",
             )
+        self.owned = Owned.of(self.path, before)  # this run's own state: replaced and removed as if written here
         return saved["state"]
 
     @contextmanager
@@ -155,7 +168,9 @@ class Checkpointer:
             ) from None
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        """Remove the checkpoint once the ticket is written, if it is still the file this run wrote or resumed."""
+        if self.owned is not None:
+            self.owned.remove()
 
 
 def _diff(key: str, old: Any, new: Any) -> str:

@@ -5,6 +5,7 @@ records (ticket fields, summaries) in runs_record.py."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -70,17 +71,27 @@ def extract_ticket(
     checkpoint_every: save resumable state to `<out>.ckpt` every N epochs; resume: continue from it (when it
     exists). The checkpoint is removed once the ticket is written."""
     check_destination(out, overwrite=overwrite)  # fail before the work, not after
-    if checkpoint_every is not None:
-        check_destination(checkpoint_path(out), overwrite=True)  # replaced every N epochs
+    ckpt = checkpoint_path(out)
+    if checkpoint_every is not None and not resume:
+        # a file of that name is the user's, not this run's: replaced only with --force (--resume reads it first,
+        # and uses it only if it holds this very run's state)
+        check_destination(ckpt, overwrite=True)  # a special file or an unwritable folder: refused even with --force
+        if os.path.lexists(ckpt) and not overwrite:
+            raise UsageError(
+                f"{ckpt} already exists", hint="pass --resume to continue from it, or --force to overwrite it"
+            )
+    elif checkpoint_every is not None:
+        check_destination(ckpt, overwrite=True)
     world = distributed.world()
 
     def saver(weights: dict[str, torch.Tensor], device: torch.device) -> Checkpointer:
         # every rank resumes from the checkpoint; only rank 0 writes it
         return Checkpointer(
-            checkpoint_path(out),
+            ckpt,
             every=checkpoint_every if world.main else None,
             identity=runs_record.run_identity(spec, weights, device),
             resume=resume,
+            overwrite=overwrite,
         )
 
     run = run_extraction(spec, progress=progress, checkpoint=saver if checkpoint_every is not None or resume else None)

@@ -155,6 +155,15 @@ def shape_difference(ticket: dict[str, list[int]], model: dict[str, list[int]]) 
 
 
 CHECKPOINT_BYTES_PER_PARAM = 16  # float64 values and the container's overhead: a bigger file is no checkpoint here
+CHECKPOINT_SLACK = 1 << 20  # headers, names and a user model's buffers (norm statistics) beside the parameters
+
+
+def checkpoint_bound(tk: ticket_io.Ticket, max_params: int) -> int:
+    """The largest file that can hold the weights of the model the ticket describes (its recorded parameters, or
+    its masks' shapes, which check_planned matched to the model), never more than max_params allow."""
+    recorded = tk.model.get("parameters") if isinstance(tk.model.get("parameters"), dict) else None
+    n = sum(math.prod(s) for s in (recorded or tk.shapes).values())
+    return CHECKPOINT_BYTES_PER_PARAM * min(n, max_params) + CHECKPOINT_SLACK
 
 
 def recorded_checkpoint(tk: ticket_io.Ticket, path: Path, max_params: int) -> str:
@@ -180,7 +189,7 @@ def recorded_checkpoint(tk: ticket_io.Ticket, path: Path, max_params: int) -> st
             f"{path} was extracted from the checkpoint {stored[:120]}, which is {where}",
             hint="keep the checkpoint where the ticket records it, or pass it with --weights FILE",
         )
-    if not 0 < size <= CHECKPOINT_BYTES_PER_PARAM * max_params:
+    if not 0 < size <= checkpoint_bound(tk, max_params):
         raise UsageError(
             f"{path} records the checkpoint {stored[:80]}, a file of {size} bytes, which cannot be it",
             hint="pass the checkpoint with --weights FILE",
@@ -195,6 +204,13 @@ def checkpoint_file(tk: ticket_io.Ticket, path: Path, given: str | None, max_par
     weights = given or recorded_checkpoint(tk, path, max_params)
     if not Path(weights).is_file():
         raise UsageError(f"--weights {weights[:120]}: no such file", hint="pass the ticket's checkpoint")
+    size, bound = Path(weights).stat().st_size, checkpoint_bound(tk, max_params)
+    if size > bound:  # hashing it would read all of it: far more than this model's weights can take
+        raise UsageError(
+            f"--weights {weights[:120]} is a file of {size} bytes, more than the {bound} bytes the weights of "
+            f"{tk.model.get('spec', 'the model')[:80]} can take",
+            hint="pass the ticket's checkpoint",
+        )
     recorded = tk.checkpoint.get("sha256")  # absent only in hand-made tickets: the weights fingerprint still checks
     digest = None if recorded is None else file_sha256(weights)
     if digest != recorded:

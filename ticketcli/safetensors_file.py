@@ -4,6 +4,7 @@ a bounded chunk at a time. ticket.py adds what makes such a file a ticket."""
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ticketcli.errors import TicketFileError
-from ticketcli.ticket_meta import MAX_DIMS, DuplicateKey, TooManyDigits, json_error, strict_json
+from ticketcli.ticket_meta import MAX_DIMS, MAX_INT_DIGITS, DuplicateKey, TooManyDigits, json_error
 
 MAX_HEADER_BYTES = 1 << 24  # a ticket's JSON header is a few KiB (safetensors itself allows 100 MB)
 DTYPE_BYTES = {
@@ -35,6 +36,58 @@ DTYPE_BYTES = {
 }  # safetensors dtypes -> item size
 ENTRY_KEYS = {"dtype", "shape", "data_offsets"}  # a safetensors tensor entry: exactly these (type(d) is int: no bools)
 CHUNK_BYTES = 1 << 20  # masks are read (and counted) at most this many bytes at a time
+USIZE = 1 << 64  # safetensors reads shapes and offsets as 64-bit unsigned integers, the element count too
+
+
+class NotInHeader(ValueError):
+    """A JSON value a safetensors header cannot hold (a float, NaN, a negative integer)."""
+
+
+def _header_int(text: str) -> int:
+    if text.startswith("-"):
+        raise NotInHeader("a negative integer")
+    if len(text) > MAX_INT_DIGITS:
+        raise TooManyDigits(text[:12])
+    return int(text)
+
+
+def _no_float(text: str) -> float:
+    raise NotInHeader("a non-integer number")
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateKey(k)
+            seen.add(k)
+    return out
+
+
+def header_json(raw: bytes) -> object:
+    """Parse a safetensors header as the safetensors library does, or stricter: UTF-8 only (no byte-order mark,
+    no UTF-16), integers only as non-negative whole numbers, no lone surrogates; and, beyond the library, no
+    duplicated keys and no integer of more than MAX_INT_DIGITS digits. Raises ValueError (or RecursionError)."""
+    text = raw.decode("utf-8")  # UnicodeDecodeError (a ValueError) for anything else; json.loads would guess
+    if text.startswith("\ufeff"):
+        raise NotInHeader("a byte-order mark")
+    value = json.loads(text, object_pairs_hook=_unique, parse_int=_header_int, parse_float=_no_float)
+    stack = [value]
+    while stack:  # a \ud800 escape decodes to a lone surrogate, which is no UTF-8 text (safetensors refuses it)
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise NotInHeader("a lone surrogate") from None
+    return value
 
 
 def read_header(f: BinaryIO, size: int, path: Path) -> tuple[dict, int]:
@@ -49,14 +102,21 @@ def read_header(f: BinaryIO, size: int, path: Path) -> tuple[dict, int]:
     if n > MAX_HEADER_BYTES:
         raise TicketFileError(f"{path}: header of {n} bytes is too large for a ticket (limit {MAX_HEADER_BYTES})")
     try:
-        header = strict_json(f.read(n))
+        header = header_json(f.read(n))
     except DuplicateKey as e:
         raise TicketFileError(f"{path}: key {str(e)[:80]!r} appears twice in the safetensors header") from None
-    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except UnicodeDecodeError:
+        raise TicketFileError(f"{path}: not a safetensors file (header is not UTF-8)") from None
+    except NotInHeader as e:
+        raise TicketFileError(f"{path}: not a safetensors file (header holds {e})") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         reason = json_error(e) if isinstance(e, (TooManyDigits, RecursionError)) else "is not JSON"
         raise TicketFileError(f"{path}: not a safetensors file (header {reason})") from None
     if not isinstance(header, dict):
         raise TicketFileError(f"{path}: not a safetensors file (header is not an object)")
+    meta = header.get("__metadata__")
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise TicketFileError(f"{path}: not a safetensors file (__metadata__ must map names to strings)")
     check_layout(header, size - 8 - n, path)
     return header, 8 + n
 
@@ -76,6 +136,8 @@ def check_layout(header: dict, body: int, path: Path) -> None:
             raise TicketFileError(f"{where} has unknown dtype {str(dtype)[:20]!r}")
         if not (isinstance(shape, list) and len(shape) <= MAX_DIMS and all(type(d) is int and d >= 0 for d in shape)):
             raise TicketFileError(f"{where}: shape must be a list of at most {MAX_DIMS} non-negative integers")
+        if _overflows(shape + [8 * DTYPE_BYTES[dtype]]):  # safetensors counts bits
+            raise TicketFileError(f"{where}: shape {str(shape)[:80]} overflows a 64-bit bit count")
         if not (
             isinstance(offsets, list)
             and len(offsets) == 2
@@ -96,6 +158,19 @@ def check_layout(header: dict, body: int, path: Path) -> None:
         end = stop
     if end != body:
         raise TicketFileError(f"{path}: {body - end} bytes after the last tensor")
+
+
+def _overflows(dims: list[int]) -> bool:
+    """The element count (and byte size) multiplied out left to right as safetensors does, in 64 bits: a product
+    that leaves them on the way is refused, even if a later zero would bring it back."""
+    product = 1
+    for d in dims:
+        if d >= USIZE:
+            return True
+        product *= d
+        if product >= USIZE:
+            return True
+    return False
 
 
 def chunks(f: BinaryIO, begin: int, end: int) -> Iterator[bytes]:

@@ -11,6 +11,8 @@ import hashlib
 import json
 import logging
 import math
+import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
@@ -21,14 +23,16 @@ import torch
 
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
-from ticketcli.atomic import write_atomic
+from ticketcli.atomic import check_destination, write_owned
 from ticketcli.budget import Budget
 from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models import MaskedNet, build_model, layer_of, planned_shapes
 from ticketcli.pool import run_pool
+from ticketcli.safetensors_file import MAX_HEADER_BYTES
 from ticketcli.seeding import file_sha256, generator
 from ticketcli.specs import ModelSpec, RunSpec
+from ticketcli.sweep_outputs import Note, load_note, read_json
 from ticketcli.sweep_summary import PAPER_BAND, summarize
 
 PAPER_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # Appendix B
@@ -205,33 +209,121 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
 # ---- keeping runs in --out-dir ----
 
 
-def store(out_dir: Path, task: SweepTask, record: dict, payload: bytes) -> dict:
-    """Write the ticket, then its record (the record last: a record on disk means the ticket is complete)."""
-    ticket = out_dir / f"{task.id}.safetensors"
-    write_atomic(ticket, payload, overwrite=True)
+RECORD_LIMIT = 1 << 20  # a record is a few hundred bytes
+RECORD_DEPTH = 6  # {"spec": {"model": {...: [...]}}} nests 4 deep
+HEX64 = frozenset("0123456789abcdef")
+# every field of a record, with its type; fields that name the task must also equal the task's own
+_NUMBER = (int, float)
+RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "seed": (int,),
+    "group": (str,),
+    "config": (str,),
+    "fixed": (bool,),
+    "method": (str,),
+    "requested_sparsity": _NUMBER,
+    "layer_densities": (list, type(None)),
+    "test_accuracy": _NUMBER,
+    "val_accuracy": _NUMBER,
+    "test_loss": _NUMBER,
+    "achieved_sparsity": _NUMBER,
+    "masks_sha256": (str,),
+    "device": (str,),
+    "threads": (int,),
+    "wall_time_s": _NUMBER,
+    "ticket": (str,),
+    "ticket_sha256": (str,),
+}
+
+
+def paths(out_dir: Path, task: SweepTask) -> tuple[Path, Path]:
+    """The run's ticket and record in --out-dir."""
+    return out_dir / f"{task.id}.safetensors", out_dir / f"{task.id}.json"
+
+
+def ticket_bound(spec: RunSpec) -> int:
+    """The largest file a ticket of spec's model can be: a bit per weight and a bounded header (a built-in model's
+    size from the meta device; the ticket format's own bound for a user's model)."""
+    if spec.model.arch == "user":
+        return ticket_io.MAX_FILE_BYTES
+    shapes = planned_shapes(spec.model, runs.run_budget(spec))
+    return 8 + MAX_HEADER_BYTES + sum((math.prod(s) + 7) // 8 for s in shapes.values())
+
+
+def store(
+    out_dir: Path, task: SweepTask, record: dict, payload: bytes, note: Note | None = None, overwrite: bool = False
+) -> dict:
+    """Write the ticket, then its record (the record last: a record on disk means the ticket is complete); each
+    replaces an existing file only with `overwrite` or when `note` shows the sweep wrote it, and goes in the note."""
+    ticket, record_path = paths(out_dir, task)
+    note = note if note is not None else Note(out_dir)
+    note.add(write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket)), payload)
     record = {**record, "ticket": str(ticket), "ticket_sha256": hashlib.sha256(payload).hexdigest()}
-    doc = {"spec": spec_identity(task.spec), "record": record}
-    write_atomic(
-        out_dir / f"{task.id}.json", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), overwrite=True
-    )
+    doc = (json.dumps({"spec": spec_identity(task.spec), "record": record}, indent=2, sort_keys=True) + "\n").encode()
+    note.add(write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path)), doc)
     return record
 
 
-def finished(out_dir: Path, task: SweepTask) -> dict | None:
-    """The stored record when the run is complete and intact (same spec, ticket present, hashes match)."""
+def _typed(record: Any, task: SweepTask) -> str | None:
+    """Why a stored record is not a well-formed record of this task (None when it is)."""
+    if not isinstance(record, dict) or record.keys() != RECORD_FIELDS.keys():
+        return "its fields are not a sweep-k record's"
+    for key, types in RECORD_FIELDS.items():
+        v = record[key]
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            return f"{key} is not a {types[0].__name__}"
+        if isinstance(v, float) and not math.isfinite(v) and key != "test_loss":
+            return f"{key} is not finite"
+    if any(not 0 <= record[k] <= 1 for k in ("test_accuracy", "val_accuracy", "achieved_sparsity")):
+        return "an accuracy or sparsity lies outside [0, 1]"
+    ld = record["layer_densities"]
+    if ld is not None and not all(type(x) in _NUMBER and 0 < x <= 1 for x in ld):
+        return "layer_densities is not a list of densities"
+    if any(len(record[k]) != 64 or not set(record[k]) <= HEX64 for k in ("masks_sha256", "ticket_sha256")):
+        return "a digest is not 64 hex digits"
+    task_fields = {"id": task.id, "seed": task.seed, "group": task.group, "config": task.config, "fixed": task.fixed}
+    if any(record[k] != v for k, v in task_fields.items()) or record["method"] != task.spec.method.name:
+        return "it describes another run"
+    return None
+
+
+def finished(out_dir: Path, task: SweepTask, bound: int = ticket_io.MAX_FILE_BYTES) -> tuple[dict | None, str | None]:
+    """(the stored record, None) when the run is complete and intact (same spec, ticket present, hashes match);
+    (None, None) when there is none or it is of other settings; (None, why) when the record or its ticket is not
+    what the sweep writes (a FIFO, a device, too large, bad JSON, wrong types, a ticket that does not match):
+    the caller warns and recomputes the run. Both files are read like tickets, within bounds (`bound`: the size
+    of a ticket of this model)."""
+    ticket, record_path = paths(out_dir, task)
+    if not os.path.lexists(record_path):
+        return None, None
     try:
-        doc = json.loads((out_dir / f"{task.id}.json").read_text())
-        record = doc["record"]
-        if doc["spec"] != json.loads(json.dumps(spec_identity(task.spec))):
-            return None
-        ticket = out_dir / f"{task.id}.safetensors"
+        doc = read_json(record_path, RECORD_LIMIT, "sweep-k record", RECORD_DEPTH)
+    except UsageError as e:
+        return None, str(e)
+    if not isinstance(doc, dict) or doc.keys() != {"spec", "record"}:
+        return None, f"sweep-k record {record_path} is not a record sweep-k wrote"
+    if doc["spec"] != json.loads(json.dumps(spec_identity(task.spec))):
+        return None, None  # a run of other settings: recomputed, as the settings changed
+    record = doc["record"]
+    why = _typed(record, task)
+    if why is not None:
+        return None, f"sweep-k record {record_path} is not valid ({why})"
+    try:
+        st = os.stat(ticket)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > bound:
+            return None, f"{ticket} is not a ticket of this run (not a regular file, or larger than {bound} bytes)"
+        loaded = ticket_io.load(ticket)
         if file_sha256(str(ticket)) != record["ticket_sha256"]:
-            return None
-        if masks_sha256(ticket_io.load(ticket).masks) != record["masks_sha256"]:
-            return None
-    except (OSError, ValueError, KeyError, TypeError, TicketFileError):
-        return None
-    return {**record, "ticket": str(ticket)}
+            return None, f"{ticket} differs from the ticket its record names (sha256)"
+        if masks_sha256(loaded.masks) != record["masks_sha256"]:
+            return None, f"{ticket}'s masks differ from its record's"
+    except FileNotFoundError:
+        return None, f"{ticket}, the ticket of {record_path}, is missing"
+    except (OSError, ValueError) as e:
+        return None, f"cannot read {ticket}: {getattr(e, 'strerror', None) or e}"
+    except TicketFileError as e:
+        return None, str(e)
+    return {**record, "ticket": str(ticket)}, None
 
 
 # ---- executors ----
@@ -299,31 +391,57 @@ def run_sweep(
     ray_address: str | None = None,
     out_dir: str | Path | None = None,
     on_result: OnResult | None = None,
+    overwrite: bool = False,
+    warn: Callable[[str], None] | None = None,
 ) -> dict:
-    """Run (or resume) every task; returns {"records": in plan order, "resumed": ids taken from out_dir}."""
+    """Run (or resume) every task; returns {"records": in plan order, "resumed": ids taken from out_dir}.
+
+    A file in out_dir the sweep will write is replaced only when the sweep wrote it (its note) or with
+    `overwrite` (--force), checked before any run starts; a stored record or ticket that is not what the sweep
+    writes is reported through `warn` and its run recomputed."""
     out = None if out_dir is None else Path(out_dir)
     if out is not None:
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UsageError(f"cannot create --out-dir {out}: {e.strerror or e}") from None
+    note = load_note(out)
+    bound = ticket_bound(tasks[0].spec) if out is not None and tasks else ticket_io.MAX_FILE_BYTES
     records: dict[str, dict] = {}
     resumed = []
     todo = []
+    problems: dict[str, str] = {}
     for t in tasks:
-        rec = None if out is None else finished(out, t)
+        rec, why = (None, None) if out is None else finished(out, t, bound)
         if rec is None:
             todo.append(t)
+            if why is not None:
+                problems[t.id] = why
         else:
             records[t.id] = rec
             resumed.append(t.id)
-            if on_result:
-                on_result(rec, True)
+    if out is not None and note is not None and todo:  # before the work: every file it will write may be written
+        note.check(overwrite)
+        for t in todo:
+            for p in paths(out, t):
+                if os.path.lexists(p) and not overwrite and note.owned(p) is None:
+                    raise UsageError(
+                        f"{problems.get(t.id, f'{p} is not a file this sweep wrote')}; "
+                        f"it is not replaced without --force",
+                        hint="pass --force to replace it and recompute that run, or use another --out-dir",
+                    )
+                check_destination(p, overwrite=overwrite, owned=note.owned(p))
+        for t in todo:
+            if t.id in problems and warn is not None:
+                warn(f"{problems[t.id]}; that run is recomputed")
+    for t in tasks:
+        if on_result and t.id in records:
+            on_result(records[t.id], True)
     todo.sort(key=lambda t: -_cost(t))  # longest first, so a multi-round run is not the pool's last straggler
     results = _ray(todo, threads, ray_address) if executor == "ray" and todo else _local(todo, workers, threads)
     for task, (record, payload) in results:
         if out is not None:
-            record = store(out, task, record, payload)
+            record = store(out, task, record, payload, note, overwrite)
         records[task.id] = record
         if on_result:
             on_result(record, False)

@@ -1,45 +1,133 @@
-"""Files sweep-k writes outside --out-dir (its plot), noted in --out-dir with their sha256, so that rerunning the
-same command (which resumes the finished runs) may redraw them without --force, while a file the user made, or
-changed since, is still refused."""
+"""Which files sweep-k wrote: a note in --out-dir of every file a sweep wrote (its runs' tickets and records, and
+its plot elsewhere), each by its identity at write time (atomic.Owned: device, inode, size, mtime, ctime) and its
+sha256. Rerunning the same command (which resumes the finished runs) may replace exactly those files without
+--force; a file the user made, changed since, or copied along with the folder is still refused. Whoever hands over
+the folder cannot forge the note for a user's file: its inode and change time are not theirs to know or set."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ticketcli.atomic import write_atomic
+from ticketcli.atomic import Owned, check_destination, write_atomic
 from ticketcli.bounded import read_regular_file
 from ticketcli.errors import UsageError
 from ticketcli.seeding import file_sha256
+from ticketcli.ticket_meta import strict_json
 
-OUTPUTS = "sweep-outputs.json"  # in --out-dir: path -> sha256 of each file the sweep wrote elsewhere (its plot)
+OUTPUTS = "sweep-outputs.json"  # in --out-dir
+FORMAT = "ticket-sweep-outputs/2"  # version 1 (path -> sha256 alone) is not trusted: it could be forged
+OUTPUTS_LIMIT = 1 << 22  # a note of a few thousand paths; anything bigger is not ours
+MAX_DEPTH = 8  # the note nests 4 deep
 
 
-OUTPUTS_LIMIT = 1 << 20  # a note of a few paths; anything bigger is not ours
+def depth(value: Any, limit: int) -> bool:
+    """Whether a parsed JSON value nests at most `limit` levels (iterative: no recursion on hostile input)."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            if d > limit:
+                return False
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return True
 
 
-def _outputs(out_dir: Path) -> dict[str, str]:
-    """The note in out_dir; when absent, unreadable or not ours, nothing is known to be the sweep's."""
+def read_json(path: Path, limit: int, what: str, max_depth: int) -> Any:
+    """A small JSON file read like a ticket: regular files only, at most `limit` bytes, strict (no duplicate keys
+    or huge integers) and at most `max_depth` levels deep; anything else is one UsageError line."""
+    data = read_regular_file(path, limit, what)
     try:
-        known = json.loads(read_regular_file(out_dir / OUTPUTS, OUTPUTS_LIMIT, "sweep-k's outputs note"))
-    except (UsageError, ValueError):
-        return {}
-    return {k: v for k, v in known.items() if isinstance(v, str)} if isinstance(known, dict) else {}
+        doc = strict_json(data)
+    except RecursionError:
+        raise UsageError(f"{what} {path} nests too deeply") from None
+    except ValueError:
+        raise UsageError(f"{what} {path} is not valid JSON") from None
+    if not depth(doc, max_depth):
+        raise UsageError(f"{what} {path} nests more than {max_depth} levels deep")
+    return doc
+
+
+@dataclass
+class Note:
+    """The files a sweep wrote (absolute path -> identity and sha256) and whether the note file may be replaced."""
+
+    out_dir: Path
+    files: dict[str, tuple[Owned, str]] = field(default_factory=dict)
+    problem: str | None = None  # why an existing note was not taken (not ours): replaced only with --force
+
+    @property
+    def path(self) -> Path:
+        return self.out_dir / OUTPUTS
+
+    def owned(self, path: str | Path) -> Owned | None:
+        """The identity the sweep wrote `path` with, if the name still holds that very file with those bytes."""
+        entry = self.files.get(os.path.abspath(path))
+        if entry is None or not entry[0].still_ours():
+            return None
+        try:
+            return entry[0] if file_sha256(path) == entry[1] else None
+        except OSError:
+            return None
+
+    def check(self, overwrite: bool) -> None:
+        """Before the work: a note file that is not a sweep's is the user's, replaced only with --force."""
+        if self.problem is not None and not overwrite:
+            raise UsageError(f"{self.problem}; it is not a note sweep-k wrote", hint="pass --force to replace it")
+        if self.out_dir.is_dir():  # else run_sweep creates it
+            check_destination(self.path, overwrite=True)
+
+    def add(self, owned: Owned, payload: bytes) -> None:
+        """Note a file just written (its identity and the sha256 of its bytes) and save the note."""
+        self.files[owned.path] = (owned, hashlib.sha256(payload).hexdigest())
+        doc = {
+            "format": FORMAT,
+            "files": {p: {**o.to_dict(), "sha256": h} for p, (o, h) in sorted(self.files.items())},
+        }
+        write_atomic(self.path, (_dumps(doc) + "\n").encode(), overwrite=True)
+        self.problem = None
+
+
+def _dumps(doc: dict) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True)
+
+
+def remember(out_dir: str | Path | None, owned: Owned, payload: bytes) -> None:
+    """Add a file the sweep just wrote outside its runs (the plot) to the note in out_dir, if there is one."""
+    note = load_note(out_dir)
+    if note is not None:
+        note.add(owned, payload)
 
 
 def written_here(out_dir: str | Path | None, path: str | Path) -> bool:
-    """Whether `path` holds exactly the bytes an earlier run with this --out-dir wrote there: rerunning the same
-    command may then replace it, as it resumes the runs, without --force."""
-    if out_dir is None or not Path(path).is_file():
-        return False
-    recorded = _outputs(Path(out_dir)).get(str(Path(path).resolve()))
-    return recorded is not None and recorded == file_sha256(path)
+    """Whether `path` is still exactly the file a sweep with this --out-dir wrote (see Note.owned)."""
+    note = load_note(out_dir)
+    return note is not None and note.owned(path) is not None
 
 
-def remember_output(out_dir: str | Path | None, path: str | Path, payload: bytes) -> None:
-    """Note in --out-dir that the sweep wrote `payload` to `path` (see written_here)."""
+def load_note(out_dir: str | Path | None) -> Note | None:
+    """The note in out_dir (None without --out-dir); an absent, unreadable or forged-looking note knows nothing."""
     if out_dir is None:
-        return
-    known = {**_outputs(Path(out_dir)), str(Path(path).resolve()): hashlib.sha256(payload).hexdigest()}
-    write_atomic(Path(out_dir) / OUTPUTS, (json.dumps(known, indent=2, sort_keys=True) + "\n").encode(), overwrite=True)
+        return None
+    note = Note(Path(out_dir))
+    if not os.path.lexists(note.path):
+        return note
+    try:
+        doc = read_json(note.path, OUTPUTS_LIMIT, "sweep-k's outputs note", MAX_DEPTH)
+    except UsageError as e:
+        note.problem = str(e)
+        return note
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+    if not isinstance(files, dict):
+        note.problem = f"{note.path} is not sweep-k's outputs note (format {FORMAT})"
+        return note
+    for path, entry in files.items():
+        sha = entry.pop("sha256", None) if isinstance(entry, dict) else None
+        owned = Owned.from_dict(entry)
+        if owned is not None and owned.path == path and isinstance(sha, str) and len(sha) == 64:
+            note.files[path] = (owned, sha)
+    return note

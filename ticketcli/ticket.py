@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,17 +128,22 @@ class _Layout:
 
 
 def _open(path: Path) -> tuple[BinaryIO, int]:
-    if not path.exists():
-        raise TicketFileError(f"{path}: no such file")
-    if not path.is_file():
-        raise TicketFileError(f"{path}: not a regular file")
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise TicketFileError(f"{path}: {size} bytes is too large for a ticket file")
+    """The ticket opened for reading: a regular file (checked on the opened file too, and opened without
+    blocking, so a FIFO swapped in cannot hang the reader) of at most MAX_FILE_BYTES."""
     try:
-        return open(path, "rb"), size
-    except OSError as e:
-        raise TicketFileError(f"{path}: cannot read ({e.strerror})") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise TicketFileError(f"{path}: no such file") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path; OSError: too long, a loop, no permission
+        raise TicketFileError(f"{str(path)[:200]}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise TicketFileError(f"{path}: not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        os.close(fd)
+        raise TicketFileError(f"{path}: {st.st_size} bytes is too large for a ticket file")
+    return os.fdopen(fd, "rb"), st.st_size
 
 
 def _layout(f: BinaryIO, size: int, path: Path, max_params: int | None = None) -> _Layout:

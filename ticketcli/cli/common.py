@@ -36,6 +36,32 @@ def warn_unverified(result: dict) -> None:
         )
 
 
+def warn_low_space(needs: dict[Path, int]) -> None:
+    """Before the work: warn once per folder whose file system has less free space than the outputs written
+    there will take (bytes per output path, estimated); a full or read-only target is refused by
+    atomic.check_destination."""
+    from ticketcli.atomic import probe_writable, space_shortfall
+
+    folders: dict[Path, int] = {}
+    for path, need in needs.items():
+        folders[path.parent] = folders.get(path.parent, 0) + need
+    for folder, need in folders.items():
+        if folder.is_dir():
+            probe_writable(folder)  # a full or read-only file system is an error, not a warning
+        message = space_shortfall(folder, need)
+        if message is not None:
+            report.warn(message)
+
+
+def model_size(model: object) -> int:
+    """Parameters of a built-in model, worked out from its spec alone (budget.estimate); 0 for a user's."""
+    from ticketcli import budget
+    from ticketcli.specs import ModelSpec
+
+    est = budget.estimate(model) if isinstance(model, ModelSpec) and model.arch != "user" else None
+    return 0 if est is None else est.params
+
+
 def warn_precision(precision: str, device: str) -> None:
     """bf16 autocast on the CPU works but is usually slower: say so once."""
     from ticketcli import runs  # torch: imported when a command computes, not at start-up

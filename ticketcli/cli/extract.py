@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from ticketcli import report
-from ticketcli.cli.common import errors_to_exit_codes, warn_precision
+from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space, warn_precision
 from ticketcli.cli.options import (
     BatchSize,
     Bias,
@@ -297,12 +297,18 @@ def extract(
         "ticket.safetensors"
     ),
     force: Annotated[
-        bool, typer.Option("--force", help="Overwrite --out if it exists.", rich_help_panel=Panel.OUTPUT)
+        bool,
+        typer.Option(
+            "--force",
+            help="Overwrite --out (and OUT.ckpt, with --checkpoint-every) if it exists.",
+            rich_help_panel=Panel.OUTPUT,
+        ),
     ] = False,
     checkpoint_every: Annotated[
         Optional[int],
         typer.Option(
-            help="Save resumable state to OUT.ckpt every N epochs (atomically; removed once the ticket is written). "
+            help="Save resumable state to OUT.ckpt every N epochs (atomically; removed once the ticket is written; "
+            "an existing OUT.ckpt is only read with --resume, replaced only with --force). "
             "Default: no checkpoints.",
             rich_help_panel=Panel.SCALE_OUT,
         ),
@@ -388,6 +394,9 @@ def extract(
             raise UsageError(f"--checkpoint-every must be >= 1 epoch, got {checkpoint_every}")
         if resume and not ckpt.exists():
             report.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
+        n = model_size(spec.model)
+        # a ticket holds a bit per weight; a checkpoint scores and Adam's two moments in float32 (and auxiliaries)
+        warn_low_space({out: n // 8 + (64 << 10), **({ckpt: 16 * n + (64 << 10)} if checkpoint_every else {})})
         with (
             distributed.joined(lambda: runs.resolve_device(spec.device), rendezvous_s=rendezvous_s) as world,
             report.epoch_progress(

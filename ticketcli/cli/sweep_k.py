@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Optional, cast
 import typer
 
 from ticketcli import catalog, report
-from ticketcli.atomic import check_destination, write_atomic
+from ticketcli.atomic import check_destination, write_owned
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import (
     BatchSize,
@@ -126,7 +126,8 @@ def sweep_k(
     out_dir: Annotated[
         Optional[Path],
         typer.Option(
-            help="Keep every run's ticket and record here; re-running skips runs already finished there.",
+            help="Keep every run's ticket and record here; re-running skips runs already finished there (a record "
+            "or ticket that is not one sweep-k wrote is a warning, and that run is recomputed).",
             rich_help_panel=Panel.OUTPUT,
         ),
     ] = None,
@@ -142,8 +143,8 @@ def sweep_k(
         bool,
         typer.Option(
             "--force",
-            help="Overwrite --plot if it exists (not needed for the plot an earlier run with the same --out-dir "
-            "wrote: rerunning the command resumes and redraws it).",
+            help="Overwrite --plot, and files in --out-dir at the names of its runs, if they exist (not needed for "
+            "the files an earlier run with the same --out-dir wrote: rerunning the command resumes and redraws them).",
             rich_help_panel=Panel.OUTPUT,
         ),
     ] = False,
@@ -229,9 +230,12 @@ def sweep_k(
                 hint="remove these keys for sweep-k",
             )
         base = build_extract_spec(merge_settings({**flags, "seed": seed_list[0]}, config))
-        replace_plot = force or (plot is not None and sweep_outputs.written_here(out_dir, plot))
+        note = sweep_outputs.load_note(out_dir)
+        plot_owned = None if plot is None or note is None else note.owned(plot)  # this sweep's own earlier plot
         if plot is not None:
-            check_destination(plot, overwrite=replace_plot)  # before the work, not after
+            check_destination(plot, overwrite=force, owned=plot_owned)  # before the work, not after
+            if note is not None:
+                note.check(force)  # the note the plot goes in
         tasks = sweep.build_plan(
             base, seeds=seed_list, densities=pool, layerwise=layerwise, double_scoring=sweep.double_scoring_methods()
         )
@@ -254,6 +258,8 @@ def sweep_k(
                 ray_address=ray_address,
                 out_dir=out_dir,
                 on_result=on_result,
+                overwrite=force,
+                warn=report.warn,
             )
         result["settings"] = {
             "sparsity": base.method.sparsity,
@@ -272,8 +278,8 @@ def sweep_k(
         }
         if plot is not None:
             png = report.sweep_plot(result)
-            write_atomic(plot, png, overwrite=replace_plot)
-            sweep_outputs.remember_output(out_dir, plot, png)
+            written = write_owned(plot, png, overwrite=force, owned=plot_owned)
+            sweep_outputs.remember(out_dir, written, png)
             result["plot"] = str(plot)
         result["threads"] = threads
     report.print_json(document("sweep-k", result)) if json_out else report.sweep_table(result)

@@ -116,10 +116,11 @@ def inspect_table(r: dict) -> None:
     sp = r["sparsity"]
     t.add_row("sparsity", f"requested {pct(sp.get('requested'))}, achieved {pct(1 - r['density'])}")
     m = r["metrics"]
-    if "test" in m:
+    if "test" in m or "val" in m:  # each split is optional (a hand-made or foreign ticket may lack one)
+        test, val = m.get("test") or {}, m.get("val") or {}
         t.add_row(
             "accuracy at extraction",
-            f"test {pct(m['test'].get('accuracy'))}, val {pct(m['val'].get('accuracy'))} on {m.get('device')}",
+            f"test {pct(test.get('accuracy'))}, val {pct(val.get('accuracy'))} on {m.get('device', '-')}",
         )
     t.add_row("created by", ", ".join(f"{k} {v}" for k, v in r["created_by"].items()))
     t.add_row("masks integrity", INTEGRITY_NOTES.get(str(r.get("integrity")), str(r.get("integrity"))))
