@@ -449,6 +449,35 @@ def epoch_line(label: str, total: int, stats: dict) -> str:
 
 
 @contextmanager
+def _stats_bar(label: str, total: int) -> Iterator[Callable[[dict], None]]:
+    """A Rich bar over a loop of `total` units (epochs, steps), started at the first report: the units done, the
+    loss, accuracy and sparsity of the reports that carry them, and the round of iterated's loops."""
+    bar = _bar(
+        "{task.description}", "loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}"
+    )
+    task: TaskID | None = None
+
+    def update(stats: dict) -> None:
+        nonlocal task
+        if task is None:
+            bar.start()
+            task = bar.add_task(label, total=total, loss="-", acc="-", sparsity="-")
+        if "round" in stats:  # iterated: the bar restarts each round
+            bar.update(task, description=f"{label} round {stats['round']}")
+        bar.update(task, completed=stats["epoch"])
+        if "loss" in stats:  # drift: only the logged steps carry a measurement
+            bar.update(
+                task, loss=f"{stats['loss']:.4f}", acc=f"{stats['accuracy']:.2%}", sparsity=f"{stats['sparsity']:.2%}"
+            )
+
+    try:
+        yield update
+    finally:
+        if task is not None:
+            bar.stop()
+
+
+@contextmanager
 def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[[dict], None] | None]:
     """A progress bar over epochs (loss, running accuracy, current achieved sparsity), shown from the first epoch
     on, so that errors before training (bad data, bad spec) are not preceded by an empty bar. Without a terminal,
@@ -473,31 +502,8 @@ def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[
         with plain.beating():
             yield line
         return
-    bar = _bar(
-        "{task.description}", "loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}"
-    )
-    task: TaskID | None = None
-
-    def update(stats: dict) -> None:
-        nonlocal task
-        if task is None:
-            bar.start()
-            task = bar.add_task(label, total=total, loss="-", acc="-", sparsity="-")
-        if "round" in stats:  # iterated: the bar restarts each round
-            bar.update(task, description=f"{label} round {stats['round']}")
-        bar.update(
-            task,
-            completed=stats["epoch"],
-            loss=f"{stats['loss']:.4f}",
-            acc=f"{stats['accuracy']:.2%}",
-            sparsity=f"{stats['sparsity']:.2%}",
-        )
-
-    try:
+    with _stats_bar(label, total) as update:
         yield update
-    finally:
-        if task is not None:
-            bar.stop()
 
 
 def _sweep_what(record: dict, resumed: bool) -> str:
@@ -607,27 +613,5 @@ def drift_progress(
         with plain.beating():
             yield line
         return
-    bar = _bar(
-        "{task.description}", "loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}"
-    )
-    task: TaskID | None = None
-
-    def update(stats: dict) -> None:
-        nonlocal task
-        if task is None:
-            bar.start()
-            task = bar.add_task(label, total=total, loss="-", acc="-", sparsity="-")
-        bar.update(task, completed=stats["epoch"])
-        if "loss" in stats:  # a logged step: its measurement
-            bar.update(
-                task,
-                loss=f"{stats['loss']:.4f}",
-                acc=f"{stats['accuracy']:.2%}",
-                sparsity=f"{stats['sparsity']:.2%}",
-            )
-
-    try:
+    with _stats_bar(label, total) as update:
         yield update
-    finally:
-        if task is not None:
-            bar.stop()
