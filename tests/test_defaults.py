@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import typer
 
-from ticketcli import drift_control, sweep
+from ticketcli import drift_control, sweep, world
 from ticketcli.budget import MEMORY_SHARE
 from ticketcli.cli import app
 from ticketcli.data import DATASETS
@@ -57,7 +57,12 @@ TICKET_READER = {
     "threads": DESCRIBED,
 }
 SOURCES: dict[str, dict[str, Any]] = {
-    "extract": {**SETTINGS, "checkpoint_every": DESCRIBED, "threads": DESCRIBED},
+    "extract": {
+        **SETTINGS,
+        "checkpoint_every": DESCRIBED,
+        "threads": DESCRIBED,
+        "rendezvous_timeout": ("const", world.RENDEZVOUS_TIMEOUT_S),
+    },
     "sweep-k": {
         **SETTINGS,
         "layerwise": ("sweep", "PAPER_LAYERWISE"),
@@ -76,6 +81,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "lr": (WeakSpec, "optim.lr"),
         "batch_size": (WeakSpec, "batch_size"),
         "precision": (WeakSpec, "precision"),
+        "rendezvous_timeout": ("const", world.RENDEZVOUS_TIMEOUT_S),
         "out": DESCRIBED,
         "plot": DESCRIBED,
     },

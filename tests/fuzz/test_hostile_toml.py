@@ -134,13 +134,21 @@ def test_a_config_just_under_the_cap_is_read(tmp_path):
 
 # ------------------------------------------------------------------------------------------ wrong types, every key
 
-WRONG = {"bool": "false", "int": 3.5, "float": "0.5", "text": 7, "numbers": [[0.5]]}  # kind -> a wrong-typed value
+WRONG = {
+    "bool": "false",
+    "int": 3.5,
+    "float": "0.5",
+    "text": 7,
+    "numbers": [[0.5]],
+    "size": True,
+}  # kind -> a wrong-typed value
 REASON = {
     "bool": "must be true or false, got 'false'",
     "int": "must be an integer, got 3.5",
     "float": "must be a number, got '0.5'",
     "text": "must be text",
     "numbers": "entries must be a number, got [0.5]",
+    "size": "must be a size such as 512M, 8G or a number of bytes, got True",
 }
 
 
