@@ -1,6 +1,6 @@
 """Peak memory and time of refusing the largest spec of every model family, each in its own child process, next to
 a baseline child refused by a plain range check (--sparsity 2) after the same imports: what the budget itself
-costs is the difference. Also the issue's own instances (a 40000x40000 ViT geometry, a 20000-character GPT
+costs is the difference. Also the reported instances (a 40000x40000 ViT geometry, a 20000-character GPT
 context, depths of 10^8 blocks) and a sparse 1 GiB ticket declaring 8.6e9 mask bits.
 
     python benchmarks/budget_refusals.py            # a table: case, exit code, seconds, peak RSS, the error line
@@ -33,7 +33,7 @@ LARGEST = {
     "vit": f"vit:p1-d999999996-l10000-h999999996-m{N}{G}",
     "gpt-nano": f"gpt-nano:l10000-d999999998-h999999998-c{N}-m{N}-v{N}",
 }
-ISSUE = {
+REPORTED = {
     "vit geometry 40000x40000": "vit:p4-d8-l1-h2@1x40000x40000-10",
     "gpt-nano context 20000": "gpt-nano:l1-d2-h1-c20000",
     "vit depth 1e8": "vit:p4-d8-l99999999-h2",
@@ -103,13 +103,13 @@ def in_process_seconds(spec: str, repeat: int = 200) -> float:
 def main() -> None:
     sys.path.insert(0, str(REPO))
     print(f"{'spec (in-process refusal)':34s} {'microseconds':>12s}")
-    for name, spec in {**LARGEST, **ISSUE}.items():
+    for name, spec in {**LARGEST, **REPORTED}.items():
         print(f"{name:34s} {in_process_seconds(spec) * 1e6:12.0f}")
     print()
     with tempfile.TemporaryDirectory() as d:
         out = str(Path(d) / "t.safetensors")
         cases = {"baseline (--sparsity 2)": ["extract", "--sparsity", "2", "--out", out, *QUICK]}
-        for name, spec in {**LARGEST, **ISSUE}.items():
+        for name, spec in {**LARGEST, **REPORTED}.items():
             cases[name] = ["extract", "--model", spec, "--out", out, *QUICK]
         cases["sparse 1 GiB ticket, 8.6e9 bits"] = ["evaluate", str(sparse_ticket(Path(d))), "--device", "cpu"]
         print(f"{'case':34s} {'exit':>4s} {'seconds':>8s} {'peak MiB':>9s}  error line")

@@ -100,7 +100,7 @@ def test_a_hostile_fortunes_file_in_data_dir(tmp_path):
 # (Co) and unassigned (Cn) code points never reach the terminal raw.
 
 UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
-# one instance each of the families the issue names, and others of the same categories
+# one instance each of the reported families, and others of the same categories
 INVISIBLE = "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029\u0085"
 OTHERS = "\u200b\u200d\ufeff\u00ad\U000e0041\ue000\U0010fffd\ud800 \udfff\x1b\x9b\x7f"
 
