@@ -240,6 +240,20 @@ def test_low_free_space_is_a_warning_naming_the_need(tmp_path, monkeypatch):
     assert atomic.space_shortfall(tmp_path, 5) is None
 
 
+@pytest.mark.parametrize("command", ["extract", "sweep-k"])
+def test_each_writer_warns_of_low_free_space_before_the_work(command, tmp_path, monkeypatch, no_work):
+    """extract (ticket, checkpoint) and sweep-k (a ticket and record per configuration) compare the free space of
+    their destination with what they will write before any work starts: one warning line, then the work."""
+    monkeypatch.setattr(atomic.shutil, "disk_usage", lambda p: SimpleNamespace(total=10, used=0, free=10))
+    dest = ["--out", str(tmp_path / "o.safetensors")] if command == "extract" else ["--out-dir", str(tmp_path)]
+    run = cli(*(EXTRACT if command == "extract" else SWEEP), *dest)
+    lines = run.stderr.splitlines()
+    warnings = [line for line in lines if line.startswith("warning:")]
+    assert len(warnings) == 1 and "10 bytes free" in warnings[0], run.stderr
+    # no_work stopped the run where its work began (an internal error, 70): the warning came before it
+    assert run.exit_code == 70 and "the work started" in lines[-1] and lines.index(warnings[0]) < len(lines) - 1
+
+
 def _in_small_fs(tmp_path: Path, setup: str, *args: str) -> subprocess.CompletedProcess:
     """`ticket ARGS` in a private mount namespace where tmp_path/fs is a 256 KiB tmpfs prepared by `setup`."""
     fs = tmp_path / "fs"

@@ -11,7 +11,7 @@ import typer
 
 from ticketcli import catalog, report
 from ticketcli.atomic import check_destination, write_owned
-from ticketcli.cli.common import errors_to_exit_codes
+from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space
 from ticketcli.cli.options import (
     BatchSize,
     Bias,
@@ -239,6 +239,9 @@ def sweep_k(
         tasks = sweep.build_plan(
             base, seeds=seed_list, densities=pool, layerwise=layerwise, double_scoring=sweep.double_scoring_methods()
         )
+        # a ticket (a bit per weight, a bounded header) and a small record per configuration, before the work
+        if out_dir is not None:
+            warn_low_space({out_dir / "run": len(tasks) * (model_size(base.model) // 8 + (64 << 10))})
         with report.sweep_progress(len(tasks), quiet=quiet) as progress:
             done = position.track(None)
 
