@@ -65,7 +65,7 @@ def setup(model: str, probe: int, batch: int, steps: int, text: str):
         corpus = load_corpus(spec.text)
         spec = replace(spec, model=with_vocab(spec.model, len(corpus.vocab)))
         gpt_numbers(spec.model)
-    net, _ = runs.build_net(spec.model, replace(spec.init, seed=0), None, ModelPolicy().max_params)
+    net, _ = runs.build_net(spec.model, replace(spec.init, seed=0), None, runs.policy_budget(ModelPolicy()))
     inputs = drift._inputs(spec, corpus, spec.model, spec.data, 0, torch.device("cpu"))
     act = drift.ACTIVATIONS.get(spec.activation)
     forward = drift_forward(net, lambda h: act.fn(h, spec.clip))

@@ -20,7 +20,7 @@ from ticketcli.data import Splits, load_splits
 from ticketcli.methods.saliency import minibatches
 from ticketcli.models import MaskedNet
 from ticketcli.resolve import build_extract_spec, merge_settings
-from ticketcli.runs import build_net
+from ticketcli.runs import build_net, run_budget
 from ticketcli.seeding import generator
 from ticketcli.specs import RunSpec
 from ticketcli.train import evaluate
@@ -63,7 +63,7 @@ class Run:
 def ticket_run(settings: dict) -> Run:
     """The network, weights and splits `ticket extract` would build for these settings."""
     spec = build_extract_spec(merge_settings({**settings}, None))
-    net, weights = build_net(spec.model, spec.init, spec.weights, spec.max_params)
+    net, weights = build_net(spec.model, spec.init, spec.weights, run_budget(spec))
     return Run(spec, net, weights, load_splits(spec.data))
 
 
