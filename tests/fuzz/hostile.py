@@ -39,6 +39,30 @@ class Run:
     exception: BaseException | None = field(default=None, repr=False)
 
 
+# a sweep-k of a few seconds on digits (one seed, one density, one layerwise run per method), for the families
+# that hand sweep-k hostile --out-dir folders
+QUICK_SWEEP = [
+    "sweep-k",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp:64-13-10",
+    "--seeds",
+    "0",
+    "--densities",
+    "0.5",
+    "--layerwise",
+    "0",
+    "--epochs",
+    "1",
+    "--n-extract",
+    "100",
+    "--n-val",
+    "50",
+    "--quiet",
+]
+
+
 def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Run:
     """`ticket ARGS` in this process, with its Python allocations traced."""
     from ticketcli.cli import app

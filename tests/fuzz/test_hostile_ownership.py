@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hostile import QUICK_SWEEP as SWEEP
 from hostile import REPO, assert_clean, cli, snapshot
 
 from ticketcli import atomic, runs, sweep_outputs
@@ -39,26 +40,6 @@ EXTRACT = [
     "--quiet",
     "--device",
     "cpu",
-]
-SWEEP = [
-    "sweep-k",
-    "--dataset",
-    "digits",
-    "--model",
-    "mlp:64-13-10",
-    "--seeds",
-    "0",
-    "--densities",
-    "0.5",
-    "--layerwise",
-    "0",
-    "--epochs",
-    "1",
-    "--n-extract",
-    "100",
-    "--n-val",
-    "50",
-    "--quiet",
 ]
 
 

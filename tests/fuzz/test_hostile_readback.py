@@ -13,30 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 from harness import edit_json, write_seed_ticket
+from hostile import QUICK_SWEEP as SWEEP
 from hostile import assert_clean, child, cli
 
 from ticketcli import runs_checks
 
-SWEEP = [
-    "sweep-k",
-    "--dataset",
-    "digits",
-    "--model",
-    "mlp:64-13-10",
-    "--seeds",
-    "0",
-    "--densities",
-    "0.5",
-    "--layerwise",
-    "0",
-    "--epochs",
-    "1",
-    "--n-extract",
-    "100",
-    "--n-val",
-    "50",
-    "--quiet",
-]
 VICTIM = "seed0-random"  # the cheapest run to recompute
 
 
