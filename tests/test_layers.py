@@ -33,6 +33,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.catalog",
         "ticketcli.contract",
         "ticketcli.budget",
+        "ticketcli.sums",
     ],
     # core: networks, weights, data, masks, training, the ticket file; they take specs, never flags
     [

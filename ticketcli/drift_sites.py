@@ -11,6 +11,7 @@ a (sequence, token) pair for a transformer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Protocol, cast
@@ -21,6 +22,7 @@ from torch import nn
 
 from ticketcli.models import MLP, MaskedNet, mlp_forward
 from ticketcli.sites import ActFn, Trace, find_sites
+from ticketcli.sums import all_but, compare, count, masked_sum64, peak_abs, square_sum64, sum64
 from ticketcli.train import Loss
 
 
@@ -94,7 +96,6 @@ class _Layer:
         self.examples = 0  # examples seen (a probe's rows)
         self.n = 0  # samples seen: examples, (example, position) pairs or (sequence, token) pairs
         self.p = 1  # samples per example
-        self.grad_sum = torch.zeros((), dtype=torch.float64)  # Σ over chunks of the chunk's kept dL/dW sum, weighted
         self.g_mean: torch.Tensor | None = None  # linear: running mean of g (out,)
         self.a_mean: torch.Tensor | None = None  # linear: running mean of a (in,)
         self.co_moment = torch.zeros((), dtype=torch.float64)  # linear: Σ_kept Σ_s (g - ḡ)(a - ā)ᵀ; conv: raw Σ g aᵀ
@@ -117,14 +118,13 @@ class _Layer:
 
     def add_site(self, h: torch.Tensor, out: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
         """Count a chunk's pre-activations h and activations out (zero: out's zero rule); returns h > 0."""
-        units = zero.transpose(0, 1).flatten(1) if zero.dim() == 4 else zero.flatten(0, -2).T  # (units, samples)
-        alive = ~units.all(1)
-        peak = float(out.detach().abs().max())
+        alive = ~all_but(zero, 1 if zero.dim() == 4 else -1)  # per unit (a channel of a convolution)
+        peak = peak_abs(out)
         counts = {
             "numel": h.numel(),
-            "neg": int((h < 0).sum()),
-            "zeros": int(zero.sum()),
-            "square": float(torch.linalg.vector_norm(out, dtype=torch.float64) ** 2),
+            "neg": count(compare(h, "<", 0)),
+            "zeros": count(zero),
+            "square": square_sum64(out),
         }
         if self.site is None:
             self.site, self.alive = {**counts, "peak": peak, "pos": 0, "pos_grad": 0.0}, alive
@@ -133,20 +133,20 @@ class _Layer:
                 self.site[k] += v
             self.site["peak"] = max(self.site["peak"], peak)
             self.alive = alive if self.alive is None else self.alive | alive
-        return h > 0
+        return compare(h, ">", 0)
 
     def results(self, weight: torch.Tensor, grad_sum: torch.Tensor) -> dict[str, float | int | None]:
         keep = self.keep
         w = weight.detach()
         kept = w.flatten() if keep is None else w[keep]
-        count = kept.numel()
+        n_kept = kept.numel()
         if self.conv is None:
             assert self.g_mean is not None and self.a_mean is not None
             outer_sum = (
                 self.g_mean.sum() * self.a_mean.sum() if keep is None else self.g_mean @ keep.double() @ self.a_mean
             )
-            outer = float(self.p * outer_sum / count)
-            cov = float(self.p * self.co_moment / self.n / count)
+            outer = float(self.p * outer_sum / n_kept)
+            cov = float(self.p * self.co_moment / self.n / n_kept)
         else:
             assert self.g_total is not None and self.image_total is not None
             m = self.conv
@@ -156,13 +156,13 @@ class _Layer:
             a_mean = F.unfold(image, m.kernel_size, padding=padding, stride=m.stride)[0].mean(1)  # (in*k*k,)
             keep2 = None if keep is None else keep.flatten(1).double()
             outer_sum = g_mean.sum() * a_mean.sum() if keep2 is None else g_mean @ keep2 @ a_mean
-            outer = float(self.p * outer_sum / count)
-            cov = float(self.p * (self.co_moment / self.n - outer_sum) / count)
+            outer = float(self.p * outer_sum / n_kept)
+            cov = float(self.p * (self.co_moment / self.n - outer_sum) / n_kept)
         s: dict[str, float | int | None] = {
             "weight_mean": float(kept.mean()),
-            "weight_std": float(kept.std()) if count > 1 else 0.0,
-            "neg_weight_share": float((kept < 0).double().mean()),
-            "grad_mean": float(grad_sum / count),
+            "weight_std": float(kept.std()) if n_kept > 1 else 0.0,
+            "neg_weight_share": count(compare(kept, "<", 0)) / n_kept if n_kept else math.nan,
+            "grad_mean": float(grad_sum / n_kept),
             "grad_outer": outer,
             "grad_cov": cov,
         }
@@ -201,16 +201,16 @@ class StreamTrace(Trace):
         if conv is None:
             a2 = a.flatten(0, -2) if a.dim() > 2 else a  # (samples, in)
             acc.p = a.shape[1] if a.dim() == 3 else 1
-            job["a_sum"] = a2.sum(0, dtype=torch.float64)  # (in,)
+            job["a_sum"] = sum64(a2, 0)  # (in,)
             if keep is None:  # Σ_j a_sj is all the covariance needs of a: the input itself can go
-                job["a_rows"], job["a"] = a2.sum(1, dtype=torch.float64), None
+                job["a_rows"], job["a"] = sum64(a2, 1), None
         else:
-            image = a.sum(0, dtype=torch.float64)  # (C, H, W)
+            image = sum64(a, 0)  # (C, H, W)
             acc.image_total = image if acc.image_total is None else acc.image_total + image
             if keep is None:  # Σ over a patch's entries, per output position: a box sum of the channel sum
                 ones = torch.ones((1, 1, *conv.kernel_size), dtype=torch.float64, device=a.device)
                 padding = cast(tuple[int, ...], conv.padding)
-                box = F.conv2d(a.sum(1, keepdim=True, dtype=torch.float64), ones, None, conv.stride, padding)
+                box = F.conv2d(sum64(a, 1).unsqueeze(1).to(a.device), ones, None, conv.stride, padding)
                 job["a_rows"], job["a"] = box[:, 0], None  # (B, H', W')
         self.pending[name] = job
         z.register_hook(partial(self._backward, name))
@@ -224,23 +224,25 @@ class StreamTrace(Trace):
         job, acc = self.pending.pop(name), self.stats[name]
         grad = grad.detach()
         if acc.conv is None:
-            g = grad.double() * self.b
-            g2 = g.flatten(0, -2) if g.dim() > 2 else g  # (samples, out)
-            n = g2.shape[0]
-            g_mean, a_mean = g2.mean(0), job["a_sum"] / n
-            if job["a"] is None:
-                m2 = ((g2.sum(1) - g_mean.sum()) * (job["a_rows"] - a_mean.sum())).sum()
+            grad2 = grad.flatten(0, -2) if grad.dim() > 2 else grad  # (samples, out)
+            n = grad2.shape[0]
+            a_mean = job["a_sum"] / n
+            if job["a"] is None:  # row and column sums of g = b · grad, without a float64 copy of it
+                g_mean, g_rows = sum64(grad2, 0) * (self.b / n), sum64(grad2, 1) * self.b
+                m2 = ((g_rows - g_mean.sum()) * (job["a_rows"] - a_mean.sum())).sum()
             else:
+                g2 = grad2.double() * self.b
+                g_mean = g2.mean(0)
                 a2 = job["a"].flatten(0, -2).double() if job["a"].dim() > 2 else job["a"].double()
                 m2 = _kept_sum(g2 - g_mean, a2 - a_mean, acc.keep)
             acc.merge_linear(n, g_mean, a_mean, m2)
         else:  # sums in float64 without a float64 copy of the whole gradient (g = b · grad)
             acc.p = grad[0, 0].numel()
             acc.n += grad.shape[0] * acc.p
-            g_total = grad.sum((0, 2, 3), dtype=torch.float64) * self.b
+            g_total = sum64(grad, (0, 2, 3)) * self.b
             acc.g_total = g_total if acc.g_total is None else acc.g_total + g_total
             if job["a"] is None:
-                gram = (grad.sum(1, dtype=torch.float64) * job["a_rows"]).sum() * self.b
+                gram = (sum64(grad, 1).to(grad.device) * job["a_rows"]).sum() * self.b
             else:  # Σ_s g_sᵀ M a_s: the input convolved with the mask as weights
                 m = acc.conv
                 keep = cast(torch.Tensor, acc.keep).double()
@@ -249,8 +251,8 @@ class StreamTrace(Trace):
             acc.co_moment = acc.co_moment + gram
         pos = job.get("pos")
         if pos is not None and acc.site is not None:
-            acc.site["pos"] += int(pos.sum())
-            acc.site["pos_grad"] += float(torch.where(pos, grad, 0.0).sum(dtype=torch.float64)) * self.b
+            acc.site["pos"] += count(pos)
+            acc.site["pos_grad"] += masked_sum64(grad, pos) * self.b
 
 
 def _chunks(x: torch.Tensor, y: torch.Tensor, chunk: int | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -285,23 +287,24 @@ def measure_traced(
     The probe is processed in chunks of `chunk` examples (None: in one pass), each forward and backward pass
     adding to float64 running sums and then freed: the statistics are those of the whole probe (up to float
     rounding) whenever examples do not interact, i.e. without batch-statistic normalisation."""
-    eff = {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
-    zero = (lambda a: a == 0) if exact_zeros else (lambda a: a.abs() < zero_threshold)
+    eff = {n: p.detach().requires_grad_(True) for n, p in params.items()}  # leaves sharing params' storage
+    zero = (
+        (lambda a: compare(a, "==", 0)) if exact_zeros else (lambda a: compare(a, "<", zero_threshold, magnitude=True))
+    )
     trace = StreamTrace(masks, zero)
     total, loss_sum, correct = x.shape[0], 0.0, 0
-    grads: dict[str, torch.Tensor] = {}
+    grads: dict[str, torch.Tensor] = {}  # per layer: Σ over kept entries of dL/dW (the probe's mean loss)
     for xc, yc in _chunks(x, y, chunk):
         trace.b = xc.shape[0]
         logits = forward(xc, eff, trace=trace)
         loss = loss_fn(logits, yc)
+        # back to the traced layers' outputs only: their hooks take every statistic, dL/dW included (Σ g aᵀ), so
+        # no weight gradient and no gradient of the first layer's input is computed
         names = list(trace.stats)
-        weights = [eff[f"{name}.weight"] for name in names]
-        part = trace.b / total
-        for name, gw in zip(names, torch.autograd.grad(loss, weights)):
+        for name, gw in zip(names, torch.autograd.grad(loss, [eff[f"{name}.weight"] for name in names])):
             keep = trace.stats[name].keep
-            kept = gw.double().sum() if keep is None else gw.double()[keep].sum()
-            grads[name] = grads.get(name, 0.0) + kept * part
-        loss_sum += float(loss.detach()) * part
+            grads[name] = grads.get(name, 0.0) + sum64(gw if keep is None else gw[keep]) * (trace.b / total)
+        loss_sum += float(loss.detach()) * (trace.b / total)
         correct += int((logits.detach().argmax(1) == yc).sum())
         del logits, loss
     layers = {name: acc.results(eff[f"{name}.weight"], grads[name]) for name, acc in trace.stats.items()}
