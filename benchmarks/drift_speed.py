@@ -6,8 +6,8 @@ For each model: the time of one training step (forward, backward, Adam) on a bat
 of one measurement of every drift statistic on the probe (as `ticket drift` logs it), their ratio, and the peak
 RSS of a short drift run (training at --batch, a measurement after every step) against plain training of the same
 model with the same forward pass at --batch and at the probe size. Times are medians of interleaved repeats within
-one process (shared machines are noisy); each peak RSS comes from its own child process, so that the runs do not
-contaminate each other. Inputs are Gaussian (the text model's: a generated text). Not run by the test suite.
+one process (shared machines are noisy); each peak RSS (VmHWM) comes from its own child process, so that the runs
+do not contaminate each other. Inputs are Gaussian (the text model's: a generated text). Not run by the test suite.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def setup(model: str, probe: int, batch: int, steps: int, text: str):
     return spec, net, inputs, WeightTrainer(net, None, spec.optim), forward, drift.LOSSES.get(spec.loss)
 
 
-def time_one(model: str, probe: int, repeats: int, text: str) -> dict:
+def time_one(model: str, probe: int, repeats: int, text: str, clock=time.perf_counter) -> dict:
     """Median ms of a training step on a probe-sized batch and of a measurement on the probe."""
     from ticketcli import batchnorm, drift
     from ticketcli.drift_sites import measure_traced
@@ -100,12 +100,12 @@ def time_one(model: str, probe: int, repeats: int, text: str) -> dict:
     with batchnorm.statistics(net.batchnorms, net.bn_statistics, "batch"):
         trainer.step(x, y, loss, forward=forward)  # warm-up
         for _ in range(repeats):
-            t = time.perf_counter()
+            t = clock()
             trainer.step(x, y, loss, forward=forward)
-            step_s.append(time.perf_counter() - t)
-            t = time.perf_counter()
+            step_s.append(clock() - t)
+            t = clock()
             measure()
-            measure_s.append(time.perf_counter() - t)
+            measure_s.append(clock() - t)
     step, meas = statistics.median(step_s) * 1e3, statistics.median(measure_s) * 1e3
     return {"step_ms": step, "measure_ms": meas, "ratio": meas / step, "chunk": chunk.get("chunk")}
 
@@ -126,7 +126,20 @@ def child(kind: str, model: str, probe: int, batch: int, steps: int, text: str) 
         with batchnorm.statistics(net.batchnorms, net.bn_statistics, "batch"):
             for _ in range(steps):
                 trainer.step(*inputs.next(), loss, forward=forward)
-    print(json.dumps({"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps({"peak_mib": peak_mib()}))
+
+
+def peak_mib() -> float:
+    """This process's peak resident set (VmHWM). Not ru_maxrss: Linux carries the parent's peak into a child's
+    ru_maxrss across the vfork and exec that start it, so every child would report at least the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def peak(kind: str, model: str, a: argparse.Namespace, text: str) -> float:
@@ -143,6 +156,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=512, help="training batch size (drift's default: 512)")
     ap.add_argument("--steps", type=int, default=3, help="training steps of the memory runs")
     ap.add_argument("--repeats", type=int, default=3, help="timed repeats (median)")
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time with the process's CPU time instead of the wall clock (steadier on a loaded machine; with one "
+        "thread it is the compute itself)",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--no-memory", action="store_true", help="times only")
     ap.add_argument("--child", choices=("drift", "train", "train-probe"), help=argparse.SUPPRESS)
@@ -155,14 +174,16 @@ def main() -> None:
         if a.child:
             child(a.child, MODELS.get(names[0], names[0]), a.probe, a.batch, a.steps, text)
             return
-        print(f"probe {a.probe}, training batch {a.batch}, {a.threads} thread(s), medians of {a.repeats}")
+        clock = time.process_time if a.cpu_time else time.perf_counter
+        what = "CPU time" if a.cpu_time else "wall clock"
+        print(f"probe {a.probe}, training batch {a.batch}, {a.threads} thread(s), medians of {a.repeats} ({what})")
         print(
             "| model | chunk | train step ms (batch = probe) | measurement ms | ratio | peak MiB drift "
             "| plain @batch | plain @probe | drift / plain @batch |"
         )
         print("|---|---|---|---|---|---|---|---|---|")
         for name in names:
-            t = time_one(MODELS.get(name, name), a.probe, a.repeats, text)
+            t = time_one(MODELS.get(name, name), a.probe, a.repeats, text, clock)
             row = (
                 f"| {name} | {t['chunk'] or 'whole'} | {t['step_ms']:.0f} | {t['measure_ms']:.0f} | {t['ratio']:.2f} |"
             )
