@@ -355,6 +355,7 @@ class PlainProgress:
         self.pace: Pace | None = None if total is None else Pace(total, self.clock)
         self.started = self.clock()
         self.phase: tuple[str, Pace] | None = None  # a phase over chunks now running (chunk()), with its own ETA
+        self.phase_shown = False  # whether it printed a line
 
     def restart(self, total: int) -> None:
         """The loop's total, at its first update; a later loop (train-weak's dense run, iterated's next round)
@@ -377,21 +378,22 @@ class PlainProgress:
 
     def chunk(self, phase: str, done: int, total: int, *, lines: bool = True) -> None:
         """A ChunkProgress: `done` of the `total` chunks of `phase` (BatchNorm recalibration, an evaluation) are
-        finished, 0 when it starts (its ETA is timed from then). lines: a line `label phase chunk 3/10, elapsed X,
-        ETA Y` for the first and the last chunk and at most one every `every` seconds between (export, evaluate);
-        otherwise only the heartbeat names the phase and its ETA (the evaluation after an extraction's epochs,
-        which adds no line to the log of a run that finishes it quickly)."""
+        finished, 0 when it starts (its ETA is timed from then). lines (export, evaluate): a line `label phase chunk
+        3/10, elapsed X, ETA Y` once `every` seconds passed since the last line (or the start), and the phase's last
+        chunk also when it showed one before, so that work done within `every` seconds prints nothing (a quick
+        evaluate's stderr stays empty, or holds only its error) and longer work a line at least every `every`
+        seconds. Without lines, only the heartbeat names the phase and its ETA (after an extraction's epochs)."""
         if done == 0 or self.phase is None or self.phase[0] != phase:
-            self.phase = (phase, Pace(total, self.clock))
+            self.phase, self.phase_shown = (phase, Pace(total, self.clock)), False
         pace = self.phase[1]
         if done == 0:
             return
         pace.advance(done)
         last = done >= pace.total
-        if lines:
+        if lines and (self.quiet_for() >= self.lines.every or (last and self.phase_shown)):
             eta = None if last else pace.eta()
             when = f", elapsed {duration(self.clock() - self.started)}" + ("" if eta is None else f", ETA {eta}")
-            self.lines.emit(f"{self.label} {phase} chunk {done}/{pace.total}{when}", throttled=done > 1, last=last)
+            self.phase_shown = self.lines.emit(f"{self.label} {phase} chunk {done}/{pace.total}{when}")
         if last:
             self.phase = None  # the heartbeat goes back to the loop (or to "working") until the next phase
 
@@ -449,8 +451,9 @@ def working(label: str, *, quiet: bool, lines: bool = False) -> Iterator[ChunkPr
     """A step without a loop to count (rebuilding a ticket's network, a method without epochs), and the phases over
     chunks it reports through the callback it yields (BatchNorm recalibration, evaluation). Off a terminal, a line
     every PLAIN_EVERY_S seconds while nothing else is written, with the running phase and its ETA, and with `lines`
-    each phase's first and last chunk and at most one line every PLAIN_EVERY_S between (PlainProgress.chunk); on a
-    terminal, a bar per phase, from the first one on. Nothing when quiet, or in a torchrun worker but rank 0."""
+    a phase's chunk (elapsed, ETA) once PLAIN_EVERY_S passed since the last line, and its last chunk if it showed
+    one (PlainProgress.chunk); on a terminal, a bar row for the phases, from the first one on. Nothing when quiet,
+    or in a torchrun worker but rank 0."""
     from ticketcli.world import quiet_rank  # torch-free
 
     if quiet or quiet_rank():
