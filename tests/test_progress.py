@@ -37,7 +37,9 @@ DURATION = r"(\d+s|\d+m\d\ds|\d+h\d\dm)"  # 7s, 3m05s, 2h04m
 # every plain line ends in the time so far and, but for the last, an ETA
 WHEN = rf", elapsed {DURATION}(, ETA {DURATION})?$"
 EPOCH = re.compile(r"^augmented epoch (\d+)/3 loss \d+\.\d{4} acc \d\.\d{4} sparsity \d\.\d{3}" + WHEN)
-HEARTBEAT = re.compile(rf"^augmented (epoch \d/3 running|3/3 epochs done, finishing), elapsed {DURATION}")
+HEARTBEAT = re.compile(
+    rf"^augmented (epoch \d/3 running|3/3 epochs done, finishing|[a-z ]+ chunk \d+/\d+ running), elapsed {DURATION}"
+)  # the last: the final recalibration or evaluation
 ESC = "\x1b"
 
 

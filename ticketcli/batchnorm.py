@@ -33,6 +33,11 @@ RECORD = {"statistics": "recalibrated", "split": "extract", "batch_size": CALIBR
 # benchmark, not stored in tickets). frozen: the module's own statistics in eval mode (tickets without a record).
 MODES = ("recalibrate", "trajectory", "frozen")
 
+# Told the chunks of a phase of work over the data (BatchNorm recalibration, evaluation) as they finish: (phase, chunks
+# done, chunks in the phase), first (phase, 0, total) when the phase starts. It only records counts (the progress
+# display reads them), so the loops stay as they are: no synchronisation is added for it.
+ChunkProgress = Callable[[str, int, int], None]
+
 
 BatchNorm = nn.modules.batchnorm._BatchNorm  # the common base of BatchNorm1d/2d/3d and SyncBatchNorm
 
@@ -99,16 +104,23 @@ def recalibrate(
     forward: Callable[[torch.Tensor], object],
     x: torch.Tensor,
     batch_size: int,
+    chunks: ChunkProgress | None = None,
 ) -> None:
     """Reset the running statistics and accumulate them over x in order, in ceil(n / batch_size) chunks of
-    nearly equal size (each then counts about as much as it holds), never fewer than 2 examples a chunk."""
+    nearly equal size (each then counts about as much as it holds), never fewer than 2 examples a chunk; `chunks`
+    is told each chunk as phase "recalibration"."""
     n = x.shape[0]
     check_batch(n)
     for m in layers:
         m.reset_running_stats()
+    parts = x.tensor_split(min(math.ceil(n / batch_size), n // 2))
+    if chunks is not None:
+        chunks("recalibration", 0, len(parts))
     with statistics(layers, "recalibrate", "calibrate"):
-        for chunk in x.tensor_split(min(math.ceil(n / batch_size), n // 2)):
+        for i, chunk in enumerate(parts, 1):
             forward(chunk)
+            if chunks is not None:
+                chunks("recalibration", i, len(parts))
 
 
 def read_record(record: object) -> int:

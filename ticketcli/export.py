@@ -27,6 +27,7 @@ from safetensors.torch import save as st_save
 from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.atomic import check_destination, write_atomic
+from ticketcli.batchnorm import ChunkProgress
 from ticketcli.data import DATASETS, load_splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.models import MaskedNet
@@ -93,10 +94,16 @@ def csr_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> tuple[dict[str,
 
 
 def recalibrate(
-    net: MaskedNet, masks: dict[str, torch.Tensor], tk: ticket_io.Ticket, path: Path, data: DataSpec
+    net: MaskedNet,
+    masks: dict[str, torch.Tensor],
+    tk: ticket_io.Ticket,
+    path: Path,
+    data: DataSpec,
+    chunks: ChunkProgress | None = None,
 ) -> None:
     """BatchNorm's running statistics for these masks, recomputed on the ticket's own extraction split (found
-    through `data`'s search path) exactly as `evaluate` does (runs.open_ticket), so eval mode reproduces it."""
+    through `data`'s search path) exactly as `evaluate` does (runs.open_ticket), so eval mode reproduces it;
+    `chunks` is told the recalibration's chunks as they finish."""
     d = tk.data
     if d["dataset"] not in DATASETS:
         raise TicketFileError(f"{path}: unknown dataset {d['dataset'][:80]!r}")
@@ -106,7 +113,7 @@ def recalibrate(
     assert net.spec is not None  # runs.rebuild records the ticket's parsed model spec
     runs.check_input_shape(net.spec, splits, net)
     net.calibration = splits.x_extract
-    net.calibrate(masks)
+    net.calibrate(masks, chunks)
 
 
 def encode(state: dict[str, torch.Tensor], out: Path, metadata: dict[str, str] | None = None) -> bytes:
@@ -126,12 +133,13 @@ def export_ticket(
     overwrite: bool = False,
     policy: ModelPolicy = ModelPolicy(),
     data: DataSpec | None = None,
+    chunks: ChunkProgress | None = None,
 ) -> dict:
     """Rebuild the ticket's network (fingerprint-checked) and write it in `fmt`; returns a size report.
 
     A network with recalibrated BatchNorm (batchnorm.py) gets the running statistics `evaluate` uses, computed
     on the ticket's extraction split (found through `data`'s search path), so plain PyTorch in eval mode
-    reproduces the ticket."""
+    reproduces the ticket; `chunks` is told the recalibration's chunks as they finish."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     path, out = Path(path), Path(out)
@@ -142,7 +150,7 @@ def export_ticket(
     net, _ = runs.rebuild(tk, path, weights, policy)
     masks = {n: tk.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
-        recalibrate(net, masks, tk, path, data or DataSpec())
+        recalibrate(net, masks, tk, path, data or DataSpec(), chunks)
     meta = {"format": f"ticket-export-{fmt}", "model": tk.model["spec"], "ticket_weights_sha256": tk.weights_sha256}
     layers = None
     if fmt == "masked":

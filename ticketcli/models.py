@@ -312,10 +312,10 @@ class MaskedNet:
         fast = getattr(self.module, "forward_with", None)  # our own models skip functional_call's overhead
         return fast(x, params, **options) if fast is not None else functional_call(self.module, params, (x,))
 
-    def calibrate(self, masks: dict[str, torch.Tensor] | None) -> None:
+    def calibrate(self, masks: dict[str, torch.Tensor] | None, chunks: batchnorm.ChunkProgress | None = None) -> None:
         """Recompute BatchNorm's running statistics for these masks (None: the dense weights) and the current
         weights from `calibration`; a no-op without BatchNorm, outside recalibrate mode, or when neither masks
-        nor weights changed since the last call."""
+        nor weights changed since the last call. `chunks` is told the recalibration's chunks as they finish."""
         if not self.batchnorms or self.bn_statistics != "recalibrate":
             return
         key = (self._version, self.calibration, None if masks is None else [(m, m._version) for m in masks.values()])
@@ -329,6 +329,7 @@ class MaskedNet:
             self.module if params is None else lambda c: self._run(c, params),
             self.calibration,
             self.calibration_batch,
+            chunks,
         )
         self._calibrated = key
 

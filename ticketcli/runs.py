@@ -18,6 +18,7 @@ from torch import nn
 from ticketcli import distributed, runs_checks, runs_record
 from ticketcli import ticket as ticket_io
 from ticketcli.atomic import check_destination
+from ticketcli.batchnorm import ChunkProgress
 from ticketcli.budget import Budget
 from ticketcli.checkpoint import Checkpointer, checkpoint_path, saved_at
 from ticketcli.data import DATASETS, Splits, load_splits
@@ -65,11 +66,13 @@ def extract_ticket(
     progress: Progress | None = None,
     checkpoint_every: int | None = None,
     resume: bool = False,
+    chunks: ChunkProgress | None = None,
 ) -> dict:
     """Run spec.method, rewind, evaluate, write the ticket; returns the summary that reports print.
 
     checkpoint_every: save resumable state to `<out>.ckpt` every N epochs; resume: continue from it (when it
-    exists). The checkpoint is removed once the ticket is written."""
+    exists). The checkpoint is removed once the ticket is written. chunks: told the chunks of the final BatchNorm
+    recalibrations and evaluations."""
     check_destination(out, overwrite=overwrite)  # fail before the work, not after
     ckpt = checkpoint_path(out)
     if checkpoint_every is not None and not resume:
@@ -94,7 +97,9 @@ def extract_ticket(
             overwrite=overwrite,
         )
 
-    run = run_extraction(spec, progress=progress, checkpoint=saver if checkpoint_every is not None or resume else None)
+    run = run_extraction(
+        spec, progress=progress, checkpoint=saver if checkpoint_every is not None or resume else None, chunks=chunks
+    )
     run.ticket.checkpoint = saved_at(run.ticket.checkpoint, out)  # readers look for it beside the ticket first
     size = None
     if world.main:  # under torchrun only rank 0 writes; every rank holds the same masks (checked in run_extraction)
@@ -121,11 +126,13 @@ def run_extraction(
     checkpoint: Callable[[dict[str, torch.Tensor], torch.device], Checkpointer] | None = None,
     splits: Splits | None = None,
     module: nn.Module | None = None,
+    chunks: ChunkProgress | None = None,
 ) -> Extraction:
     """Run spec.method, rewind, evaluate: the ticket of `ticket extract` and of the Python API's extract.
 
     checkpoint: makes the resumable-state saver from the initial weights and device. splits: the caller's data
-    instead of spec.data's dataset; module: the caller's nn.Module instead of spec.model's builder."""
+    instead of spec.data's dataset; module: the caller's nn.Module instead of spec.model's builder. chunks: told the
+    chunks of the final BatchNorm recalibrations and evaluations (after the method's epochs)."""
     device = resolve_device(spec.device)
     method_class = runs_checks.method_for_run(spec.method.name, checkpointing=checkpoint is not None)
     net, weights = build_net(spec.model, spec.init, spec.weights, run_budget(spec), module)
@@ -152,9 +159,11 @@ def run_extraction(
 
     masks = {n: result.masks[n].to(device) for n in net.names}
     distributed.check_identical(masks, "the final masks")  # under torchrun only
-    trained = runs_record.trained_metrics(net, result.trained_weights, masks, splits)
+    trained = runs_record.trained_metrics(net, result.trained_weights, masks, splits, chunks=chunks)
     net.load_weights(weights)  # rewind: the ticket is always evaluated on the original initialisation
-    metrics = runs_record.run_metrics(net, masks, splits, spec, device=device, wall=wall, trained=trained)
+    metrics = runs_record.run_metrics(
+        net, masks, splits, spec, device=device, wall=wall, trained=trained, chunks=chunks
+    )
     tk = runs_record.make_ticket(spec, net, masks, weights, splits, result, metrics=metrics, checkpoint=from_file)
     return Extraction(tk, splits.info["source"], result.details, saver)
 
@@ -307,11 +316,13 @@ def evaluate_ticket(
     device: str = "auto",
     weights: str | None = None,
     policy: ModelPolicy = ModelPolicy(),
+    chunks: ChunkProgress | None = None,
 ) -> dict:
-    """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy."""
+    """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy; `chunks` is told
+    the chunks of the BatchNorm recalibration and of both evaluations as they finish."""
     path = Path(path)
     tk = ticket_io.load(path, max_params=policy.max_params)
-    return evaluate_loaded(tk, path, data=data, device=device, weights=weights, policy=policy)
+    return evaluate_loaded(tk, path, data=data, device=device, weights=weights, policy=policy, chunks=chunks)
 
 
 def evaluate_loaded(
@@ -324,10 +335,11 @@ def evaluate_loaded(
     policy: ModelPolicy = ModelPolicy(),
     splits: Splits | None = None,
     module: nn.Module | None = None,
+    chunks: ChunkProgress | None = None,
 ) -> dict:
     """evaluate_ticket for a ticket already read (the Python API's Ticket.evaluate); see open_loaded."""
     o = open_loaded(tk, path, data=data, device=device, weights=weights, policy=policy, splits=splits, module=module)
     tk, net, masks, splits, dev = o.ticket, o.net, o.masks, o.splits, o.device
-    test = evaluate(net, masks, splits.x_test, splits.y_test)
-    val = evaluate(net, masks, splits.x_val, splits.y_val)
+    test = evaluate(net, masks, splits.x_test, splits.y_test, chunks=chunks, phase="test")
+    val = evaluate(net, masks, splits.x_val, splits.y_val, chunks=chunks, phase="validation")
     return runs_record.evaluation_summary(path, tk, dev, test, val)

@@ -10,6 +10,7 @@ import torch
 
 from ticketcli import batchnorm, distributed, machine
 from ticketcli import ticket as ticket_io
+from ticketcli.batchnorm import ChunkProgress
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
 from ticketcli.masking import mask_stats
@@ -87,7 +88,12 @@ def run_identity(spec: RunSpec, weights: dict[str, torch.Tensor], device: torch.
 
 
 def trained_metrics(
-    net: MaskedNet, trained: dict[str, torch.Tensor] | None, masks: dict[str, torch.Tensor], splits: Splits
+    net: MaskedNet,
+    trained: dict[str, torch.Tensor] | None,
+    masks: dict[str, torch.Tensor],
+    splits: Splits,
+    *,
+    chunks: ChunkProgress | None = None,
 ) -> dict | None:
     """For weight-training methods: accuracy of their trained sparse network (for information, not the ticket).
 
@@ -96,8 +102,8 @@ def trained_metrics(
         return None
     net.load_weights(trained)
     return {
-        "test": evaluate(net, masks, splits.x_test, splits.y_test),
-        "val": evaluate(net, masks, splits.x_val, splits.y_val),
+        "test": evaluate(net, masks, splits.x_test, splits.y_test, chunks=chunks, phase="trained test"),
+        "val": evaluate(net, masks, splits.x_val, splits.y_val, chunks=chunks, phase="trained validation"),
         "note": "trained weights under the final mask, for information; the ticket is the rewound mask",
     }
 
@@ -111,11 +117,13 @@ def run_metrics(
     device: torch.device,
     wall: float,
     trained: dict | None,
+    chunks: ChunkProgress | None = None,
 ) -> dict:
-    """The ticket's `metrics` field: accuracy and loss of the masks on the (rewound) initial weights."""
+    """The ticket's `metrics` field: accuracy and loss of the masks on the (rewound) initial weights (`chunks`: told
+    the chunks of the BatchNorm recalibration and of both evaluations)."""
     metrics: dict = {
-        "test": evaluate(net, masks, splits.x_test, splits.y_test),
-        "val": evaluate(net, masks, splits.x_val, splits.y_val),
+        "test": evaluate(net, masks, splits.x_test, splits.y_test, chunks=chunks, phase="test"),
+        "val": evaluate(net, masks, splits.x_val, splits.y_val, chunks=chunks, phase="validation"),
         "device": str(device),
         "wall_time_s": wall,
     }

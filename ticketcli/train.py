@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli import distributed
+from ticketcli.batchnorm import ChunkProgress
 from ticketcli.errors import RunFailed, UsageError
 from ticketcli.models import MaskedNet
 
@@ -29,17 +30,31 @@ Forward = Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor]  # (x,
 
 
 @torch.no_grad()
-def evaluate(net: MaskedNet, masks: dict[str, torch.Tensor] | None, x: torch.Tensor, y: torch.Tensor) -> dict:
+def evaluate(
+    net: MaskedNet,
+    masks: dict[str, torch.Tensor] | None,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    chunks: ChunkProgress | None = None,
+    phase: str = "evaluation",
+) -> dict:
     """Mean cross-entropy, correct count and accuracy of W * M on (x, y) (BatchNorm on statistics recomputed for
-    these masks and weights: MaskedNet.calibrate)."""
-    net.calibrate(masks)
+    these masks and weights: MaskedNet.calibrate). `chunks` is told the recalibration's chunks, then this
+    evaluation's as `phase` (the counts the loop has anyway: no extra synchronisation)."""
+    net.calibrate(masks, chunks)
     loss_sum, correct = 0.0, 0
-    for i in range(0, y.numel(), EVAL_CHUNK):
+    n = y.numel()
+    total = math.ceil(n / EVAL_CHUNK)
+    if chunks is not None:
+        chunks(phase, 0, total)
+    for i in range(0, n, EVAL_CHUNK):
         logits = net(x[i : i + EVAL_CHUNK], masks)
         yb = y[i : i + EVAL_CHUNK]
         loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
         correct += int((logits.argmax(1) == yb).sum())
-    n = y.numel()
+        if chunks is not None:
+            chunks(phase, i // EVAL_CHUNK + 1, total)
     return {"accuracy": correct / n, "loss": loss_sum / n, "correct": correct, "n": n}
 
 

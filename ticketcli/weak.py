@@ -18,6 +18,7 @@ from safetensors.torch import save as st_save
 
 from ticketcli import distributed, machine
 from ticketcli.atomic import check_destination, write_atomic
+from ticketcli.batchnorm import ChunkProgress
 from ticketcli.errors import RunFailed
 from ticketcli.masking import mask_stats
 from ticketcli.runs import OpenTicket, open_ticket
@@ -57,10 +58,13 @@ def build_weak_spec(
     )
 
 
-def _measure(o: OpenTicket, masks: dict[str, torch.Tensor] | None) -> dict:
-    """Test and validation metrics of whatever weights o.net holds now."""
+def _measure(o: OpenTicket, masks: dict[str, torch.Tensor] | None, chunks: ChunkProgress | None = None) -> dict:
+    """Test and validation metrics of whatever weights o.net holds now (`chunks`: told their chunks)."""
     s = o.splits
-    return {"test": evaluate(o.net, masks, s.x_test, s.y_test), "val": evaluate(o.net, masks, s.x_val, s.y_val)}
+    return {
+        "test": evaluate(o.net, masks, s.x_test, s.y_test, chunks=chunks, phase="test"),
+        "val": evaluate(o.net, masks, s.x_val, s.y_val, chunks=chunks, phase="validation"),
+    }
 
 
 def train_run(
@@ -70,13 +74,15 @@ def train_run(
     *,
     label: str,
     progress: Callable[[dict], None] | None = None,
+    chunks: ChunkProgress | None = None,
 ) -> tuple[dict, WeightTrainer]:
     """Train from the ticket's init under `masks` (None: dense); returns the run's report and its trainer.
 
-    o.net holds the initial weights again when this returns."""
+    o.net holds the initial weights again when this returns. chunks: told the chunks of the measurements before
+    and after the epochs (BatchNorm recalibration, test and validation evaluation)."""
     net, s = o.net, o.splits
     net.load_weights(o.weights)  # rewind
-    initial = _measure(o, masks)
+    initial = _measure(o, masks, chunks)
     trainer = WeightTrainer(net, masks, spec.optim, weights=o.weights, precision=spec.precision)
     curve: list[dict] = []
 
@@ -102,7 +108,7 @@ def train_run(
     wall = time.perf_counter() - t0
     distributed.check_identical(trainer.weights(), f"the {label} run's trained weights")  # under torchrun only
     net.load_weights(trainer.weights())
-    final = _measure(o, masks)
+    final = _measure(o, masks, chunks)
     net.load_weights(o.weights)
     best = max(curve, key=lambda p: p["val_accuracy"])  # first epoch with the highest validation accuracy
     gain = (final["test"]["correct"] - initial["test"]["correct"]) / final["test"]["n"]  # exact, not a float difference
@@ -153,15 +159,17 @@ def train_weak(
     overwrite: bool = False,
     progress: Callable[[dict], None] | None = None,
     policy: ModelPolicy = ModelPolicy(),
+    chunks: ChunkProgress | None = None,
 ) -> dict:
-    """Train a ticket's surviving weights with its mask fixed (and optionally the dense net); write them to `out`."""
+    """Train a ticket's surviving weights with its mask fixed (and optionally the dense net); write them to `out`.
+    chunks: told the chunks of each run's measurements before and after its epochs."""
     path = Path(path)
     if out is not None:
         check_destination(out, overwrite=overwrite)  # fail before the work, not after
     policy = replace(policy, train_batch=spec.batch_size)  # what the budget weighs (budget.py)
     o = open_ticket(path, data=data, device=device, weights=weights, policy=policy)
     tk = o.ticket
-    masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress)
+    masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress, chunks=chunks)
     trained = state_dict(trainer, o.masks)
     per_layer = counted_layers(o.masks, tk.sparsity.get("per_layer"))
     sparsity = {"requested": tk.sparsity.get("requested"), **check_sparsity(trained, o.masks), "per_layer": per_layer}
@@ -181,7 +189,7 @@ def train_weak(
         "integrity": tk.integrity,
     }
     if dense_baseline:
-        result["dense"], _ = train_run(o, None, spec, label="dense", progress=progress)
+        result["dense"], _ = train_run(o, None, spec, label="dense", progress=progress, chunks=chunks)
     if distributed.world().active:
         result["processes"] = distributed.world().size
     if out is not None and distributed.world().main:  # under torchrun only rank 0 writes

@@ -95,13 +95,14 @@ def evaluate(
             data_dir=data_dir,
             download=download,
         )
-        with using(n_threads) as result_threads, report.working("evaluate", quiet=quiet):
+        with using(n_threads) as result_threads, report.working("evaluate", quiet=quiet, lines=True) as chunks:
             result = runs.evaluate_ticket(
                 ticket,
                 data=data,
                 device=device or "auto",
                 weights=None if weights is None else str(weights),
                 policy=policy,
+                chunks=chunks,
             )
         result["threads"] = result_threads
         warn_unverified(result)

@@ -77,7 +77,7 @@ def export(
             data_dir=data_dir,
             download=download,
         )
-        with using(n_threads) as used, report.working("export", quiet=quiet):
+        with using(n_threads) as used, report.working("export", quiet=quiet, lines=True) as chunks:
             result = export_core.export_ticket(
                 ticket,
                 fmt=format,
@@ -86,6 +86,7 @@ def export(
                 overwrite=force,
                 policy=policy,
                 data=data,
+                chunks=chunks,
             )
         result["threads"] = used
         warn_unverified(result)

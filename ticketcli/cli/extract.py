@@ -407,7 +407,7 @@ def extract(
             # methods without epochs (snip, grasp, synflow, random): a heartbeat only
             report.working(
                 spec.method.name, quiet=quiet or not world.main or METHODS.get(spec.method.name).uses_epochs
-            ),
+            ) as chunks,
             torch_threads.using(torch_threads.check_threads(settings["threads"])) as used,
         ):
             warn_precision(spec.method.precision, spec.device)
@@ -418,6 +418,7 @@ def extract(
                 progress=position.track(progress),
                 checkpoint_every=checkpoint_every,
                 resume=resume,
+                chunks=report.phases_of(progress) or chunks,  # the final recalibration and evaluation
             )
             summary["threads"] = used
     if world.main:

@@ -129,6 +129,7 @@ def train_weak(
                 overwrite=force,
                 progress=position.track(progress),
                 policy=policy,
+                chunks=report.phases_of(progress),
             )
             result["threads"] = used
         if not world.main:

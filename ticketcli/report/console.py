@@ -16,6 +16,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import IO, Any, cast
 
 from rich.console import Console
@@ -353,6 +354,8 @@ class PlainProgress:
         self.label, self.unit, self.clock = label, unit, self.lines.clock
         self.pace: Pace | None = None if total is None else Pace(total, self.clock)
         self.started = self.clock()
+        self.phase: tuple[str, Pace] | None = None  # a phase over chunks now running (chunk()), with its own ETA
+        self.phase_shown = False  # whether it printed a line
 
     def restart(self, total: int) -> None:
         """The loop's total, at its first update; a later loop (train-weak's dense run, iterated's next round)
@@ -373,6 +376,27 @@ class PlainProgress:
         when = f", elapsed {duration(self.clock() - self.started)}" + ("" if eta is None else f", ETA {eta}")
         self.lines.emit(text + when, throttled=not first, last=last)
 
+    def chunk(self, phase: str, done: int, total: int, *, lines: bool = True) -> None:
+        """A ChunkProgress: `done` of the `total` chunks of `phase` (BatchNorm recalibration, an evaluation) are
+        finished, 0 when it starts (its ETA is timed from then). lines (export, evaluate): a line `label phase chunk
+        3/10, elapsed X, ETA Y` once `every` seconds passed since the last line (or the start), and the phase's last
+        chunk also when it showed one before, so that work done within `every` seconds prints nothing (a quick
+        evaluate's stderr stays empty, or holds only its error) and longer work a line at least every `every`
+        seconds. Without lines, only the heartbeat names the phase and its ETA (after an extraction's epochs)."""
+        if done == 0 or self.phase is None or self.phase[0] != phase:
+            self.phase, self.phase_shown = (phase, Pace(total, self.clock)), False
+        pace = self.phase[1]
+        if done == 0:
+            return
+        pace.advance(done)
+        last = done >= pace.total
+        if lines and (self.quiet_for() >= self.lines.every or (last and self.phase_shown)):
+            eta = None if last else pace.eta()
+            when = f", elapsed {duration(self.clock() - self.started)}" + ("" if eta is None else f", ETA {eta}")
+            self.phase_shown = self.lines.emit(f"{self.label} {phase} chunk {done}/{pace.total}{when}")
+        if last:
+            self.phase = None  # the heartbeat goes back to the loop (or to "working") until the next phase
+
     def quiet_for(self) -> float:
         """Seconds since the last line, or since the start before the first."""
         shown = self.lines.shown_at
@@ -383,8 +407,14 @@ class PlainProgress:
         if self.quiet_for() < self.lines.every:
             return
         elapsed = duration(self.clock() - self.started)
-        pace = self.pace
-        if pace is None:
+        pace, running = self.pace, self.phase  # read once: the loop's thread may end the phase meanwhile
+        if running is not None:
+            phase, chunks = running
+            eta = chunks.eta()
+            text = f"{self.label} {phase} chunk {chunks.done + 1}/{chunks.total} running, elapsed {elapsed}, " + (
+                f"ETA {eta}" if eta is not None else "ETA after the first chunk"
+            )
+        elif pace is None:
             text = f"{self.label} working, elapsed {elapsed}"
         elif pace.done >= pace.total:
             text = f"{self.label} {pace.done}/{pace.total} {self.unit}s done, finishing, elapsed {elapsed}"
@@ -413,15 +443,33 @@ class PlainProgress:
             thread.join(timeout=5)
 
 
+ChunkProgress = Callable[[str, int, int], None]  # (phase, chunks done, chunks in it): batchnorm.ChunkProgress
+
+
 @contextmanager
-def working(label: str, *, quiet: bool) -> Iterator[None]:
-    """A step without a loop to count (export's rebuilding and BatchNorm recalibration): off a terminal, a line
-    every PLAIN_EVERY_S seconds while it runs, so that a log does not fall silent; nothing on a terminal."""
-    if quiet or not plain_progress():
-        yield
+def working(label: str, *, quiet: bool, lines: bool = False) -> Iterator[ChunkProgress | None]:
+    """A step without a loop to count (rebuilding a ticket's network, a method without epochs), and the phases over
+    chunks it reports through the callback it yields (BatchNorm recalibration, evaluation). Off a terminal, a line
+    every PLAIN_EVERY_S seconds while nothing else is written, with the running phase and its ETA, and with `lines`
+    a phase's chunk (elapsed, ETA) once PLAIN_EVERY_S passed since the last line, and its last chunk if it showed
+    one (PlainProgress.chunk); on a terminal, a bar row for the phases, from the first one on. Nothing when quiet,
+    or in a torchrun worker but rank 0."""
+    from ticketcli.world import quiet_rank  # torch-free
+
+    if quiet or quiet_rank():
+        yield None
         return
-    with PlainProgress(label, None).beating():
-        yield
+    if plain_progress():
+        plain = PlainProgress(label, None, unit="chunk")
+        with plain.beating():
+            yield partial(plain.chunk, lines=lines)
+        return
+    bar = _bar("{task.description}", "chunks")
+    try:
+        yield _phase_tasks(bar, label)
+    finally:
+        if bar.task_ids:
+            bar.stop()
 
 
 def _bar(description: str, fields: str) -> Progress:
@@ -437,6 +485,41 @@ def _bar(description: str, fields: str) -> Progress:
     return Progress(*columns, console=stderr(), transient=False)
 
 
+def _phase_tasks(bar: Progress, label: str, **fields: Any) -> ChunkProgress:
+    """A ChunkProgress that draws the phases on one row of `bar` (`label phase`, chunks done of total, elapsed time
+    and ETA), reset when a phase starts, so that each phase has its own ETA and a run with many leaves one row
+    (`fields`: the bar's other fields); starts the bar if it is not yet running (a bar shared with a loop may
+    start before or after)."""
+    row: list[TaskID] = []
+
+    def update(phase: str, done: int, total: int) -> None:
+        if not row:
+            bar.start()  # a no-op once started
+            row.append(bar.add_task(f"{label} {phase}", total=total, **fields))
+        elif done == 0:
+            bar.reset(row[0], total=total, description=f"{label} {phase}")
+        bar.update(row[0], completed=done)
+
+    return update
+
+
+class StatsProgress:
+    """The callback a loop's progress display yields (called with each stats dict), carrying `phases`: the
+    ChunkProgress of the work after or between the loops (the final BatchNorm recalibration and evaluation), shown on
+    the same display."""
+
+    def __init__(self, update: Callable[[dict], None], phases: ChunkProgress):
+        self.update, self.phases = update, phases
+
+    def __call__(self, stats: dict) -> None:
+        self.update(stats)
+
+
+def phases_of(progress: object) -> ChunkProgress | None:
+    """The phases' callback of what a progress display yielded (None for a plain function or no display)."""
+    return progress.phases if isinstance(progress, StatsProgress) else None
+
+
 def epoch_line(label: str, total: int, stats: dict) -> str:
     """One plain progress line of an epoch (or step, or run) loop: `augmented epoch 12/100 loss 0.4123 acc 0.8712
     sparsity 0.900`."""
@@ -449,31 +532,29 @@ def epoch_line(label: str, total: int, stats: dict) -> str:
 
 
 @contextmanager
-def _stats_bar(label: str, total: int) -> Iterator[Callable[[dict], None]]:
+def _stats_bar(label: str, total: int) -> Iterator[StatsProgress]:
     """A Rich bar over a loop of `total` units (epochs, steps), started at the first report: the units done, the
-    loss, accuracy and sparsity of the reports that carry them, and the round of iterated's loops."""
-    bar = _bar(
-        "{task.description}", "loss {task.fields[loss]}  acc {task.fields[acc]}  sparsity {task.fields[sparsity]}"
-    )
+    loss, accuracy and sparsity of the reports that carry them, and the round of iterated's loops; the phases
+    after the loop (StatsProgress.phases) are rows of the same bar."""
+    bar = _bar("{task.description}", "{task.fields[stats]}")
     task: TaskID | None = None
 
     def update(stats: dict) -> None:
         nonlocal task
         if task is None:
             bar.start()
-            task = bar.add_task(label, total=total, loss="-", acc="-", sparsity="-")
+            task = bar.add_task(label, total=total, stats="loss -  acc -  sparsity -")
         if "round" in stats:  # iterated: the bar restarts each round
             bar.update(task, description=f"{label} round {stats['round']}")
         bar.update(task, completed=stats["epoch"])
         if "loss" in stats:  # drift: only the logged steps carry a measurement
-            bar.update(
-                task, loss=f"{stats['loss']:.4f}", acc=f"{stats['accuracy']:.2%}", sparsity=f"{stats['sparsity']:.2%}"
-            )
+            measured = f"loss {stats['loss']:.4f}  acc {stats['accuracy']:.2%}  sparsity {stats['sparsity']:.2%}"
+            bar.update(task, stats=measured)
 
     try:
-        yield update
+        yield StatsProgress(update, _phase_tasks(bar, label, stats="chunks"))
     finally:
-        if task is not None:
+        if bar.task_ids:
             bar.stop()
 
 
@@ -500,7 +581,7 @@ def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[
             plain.update(epoch_line(label, total, stats), stats["epoch"], first=first)
 
         with plain.beating():
-            yield line
+            yield StatsProgress(line, partial(plain.chunk, lines=False))  # the phases after: in the heartbeat
         return
     with _stats_bar(label, total) as update:
         yield update
@@ -562,27 +643,23 @@ def runs_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict], None]
             plain.update(text, stats["epoch"], first=first)
 
         with plain.beating():
-            yield line
+            # the measurements before and after each run's epochs: in the heartbeat
+            yield StatsProgress(line, partial(plain.chunk, lines=False))
         return
-    bar = _bar("{task.description}", "loss {task.fields[loss]}  val acc {task.fields[acc]}")
+    bar = _bar("{task.description}", "{task.fields[stats]}")
     tasks: dict[str, TaskID] = {}
 
     def update(stats: dict) -> None:
-        if not tasks:
-            bar.start()
+        bar.start()  # a no-op once started
         if stats["run"] not in tasks:
-            tasks[stats["run"]] = bar.add_task(stats["run"], total=total, loss="-", acc="-")
-        bar.update(
-            tasks[stats["run"]],
-            completed=stats["epoch"],
-            loss=f"{stats['loss']:.4f}",
-            acc=f"{stats['val_accuracy']:.2%}",
-        )
+            tasks[stats["run"]] = bar.add_task(stats["run"], total=total, stats="loss -  val acc -")
+        measured = f"loss {stats['loss']:.4f}  val acc {stats['val_accuracy']:.2%}"
+        bar.update(tasks[stats["run"]], completed=stats["epoch"], stats=measured)
 
     try:
-        yield update
+        yield StatsProgress(update, _phase_tasks(bar, "train-weak", stats="chunks"))
     finally:
-        if tasks:
+        if bar.task_ids:
             bar.stop()
 
 
