@@ -54,7 +54,7 @@ class Selection:
             r = ranking(t.detach(), self.signed)
             return r if self.active is None else torch.where(self.active[name], r, -math.inf)
 
-        if not aux_fixed:
+        if not aux_fixed and len(parts) == self.parts:  # fewer parts: a trainer released the fixed ones (held here)
             return [rank(t) for t in parts]
         if name not in self.frozen:
             self.frozen[name] = [rank(t) for t in parts[1:]]
