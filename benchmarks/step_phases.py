@@ -4,7 +4,9 @@
 
 The paper's MLP (784-256-256-256-10), batch 512 of synthetic FashionMNIST-shaped data. Dense weight training
 (fused Adam on all weights) and edge-popup and augmented score training step in turn (interleaved, so load on a
-shared machine hits all alike); each phase is timed with time.thread_time (CPU time of this thread: steadier
+shared machine hits all alike), and the two score methods once more with every layer's W * H recomputed in the
+backward pass (the trainer does it only for layers of at least RECOMPUTE_MIN weights, none in this MLP: the rows
+show what recomputing costs); each phase is timed with time.thread_time (CPU time of this thread: steadier
 than wall time on a loaded machine, and exact with one thread). Medians over the steps.
 """
 

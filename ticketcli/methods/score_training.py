@@ -67,8 +67,9 @@ def seeded_scores(
 
 
 # A layer of at least this many weights (1 MiB of float32) has its W * H recomputed in the backward pass; a
-# smaller one's is kept: its memory is small next to the activations, and recomputing costs a fixed ~0.1 ms of
-# Python per step (autograd's saved-tensor hooks), measured by benchmarks/step_phases.py.
+# smaller one's is kept: its memory is small next to the activations, while recomputing costs Python per saved
+# tensor (autograd's saved-tensor hooks) and a product: about 8% of a paper-MLP step if all its layers did it
+# (benchmarks/step_phases.py), little next to a large layer's matrix products.
 RECOMPUTE_MIN = 2**18
 
 
