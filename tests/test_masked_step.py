@@ -29,15 +29,16 @@ def _layer(kind: str, g: torch.Generator):
     return w, x, lambda a, wt, b: F.conv2d(a, wt, b, stride=stride, padding=padding)
 
 
-def _grads(kind: str, path: str, signed: bool, bias: bool, seed: int = 0):
+def _grads(kind: str, path: str, signed: bool, bias: bool, seed: int = 0, device: str = "cpu"):
     """dL/dS, dL/dS_bias, dL/dx and the output of one masked layer, by the plain path or MaskedWeights."""
     g = torch.Generator().manual_seed(seed)
     w, x, layer = _layer(kind, g)
     b = torch.randn(w.shape[0], generator=g)
-    s = torch.randn(w.shape, generator=g).requires_grad_()
-    sb = torch.randn(b.shape, generator=g).requires_grad_()
+    s, sb = torch.randn(w.shape, generator=g), torch.randn(b.shape, generator=g)
     m, mb = torch.rand(w.shape, generator=g) > 0.4, torch.rand(b.shape, generator=g) > 0.4
-    x.requires_grad_()
+    w, x, b, s, sb, m, mb = (t.to(device) for t in (w, x, b, s, sb, m, mb))
+    for t in (s, sb, x):
+        t.requires_grad_()
     if path == "plain":
         z = layer(x, masked_weight(s, w, m, signed), masked_weight(sb, b, mb, signed) if bias else None)
     else:
@@ -46,7 +47,7 @@ def _grads(kind: str, path: str, signed: bool, bias: bool, seed: int = 0):
         )
         with eff.recomputing():
             z = layer(x, eff["w"], eff["b"] if bias else None)
-    up = torch.randn(z.shape, generator=torch.Generator().manual_seed(seed + 1))
+    up = torch.randn(z.shape, generator=torch.Generator().manual_seed(seed + 1)).to(device)
     (z.tanh() * up).sum().backward()
     return s.grad, sb.grad, x.grad, z.detach()
 
@@ -64,6 +65,14 @@ def test_recomputed_effective_weights_give_the_plain_paths_gradients_bit_for_bit
         else:
             assert torch.equal(a, b), name
     assert want[0] is not None and torch.count_nonzero(want[0]) > 0  # the comparison compared something
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run it on a CUDA machine)")
+@pytest.mark.parametrize("kind", ["linear", "conv-strided"])
+def test_recomputed_effective_weights_on_the_gpu_give_the_plain_paths_gradients(kind):
+    want = _grads(kind, "plain", False, True, device="cuda")
+    got = _grads(kind, "owned", False, True, device="cuda")
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
 def test_effective_weights_are_not_kept_for_the_backward_pass():
