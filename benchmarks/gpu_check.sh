@@ -35,3 +35,4 @@ done
 
 # 3. the tests that need a GPU
 python3 -m pytest -q tests/test_distributed.py -k gpu
+python3 -m pytest -q tests/test_masked_step.py -k gpu

@@ -4,7 +4,9 @@
 
 The paper's MLP (784-256-256-256-10), batch 512 of synthetic FashionMNIST-shaped data. Dense weight training
 (fused Adam on all weights) and edge-popup and augmented score training step in turn (interleaved, so load on a
-shared machine hits all alike); each phase is timed with time.thread_time (CPU time of this thread: steadier
+shared machine hits all alike), and the two score methods once more with every layer's W * H recomputed in the
+backward pass (the trainer does it only for layers of at least RECOMPUTE_MIN weights, none in this MLP: the rows
+show what recomputing costs); each phase is timed with time.thread_time (CPU time of this thread: steadier
 than wall time on a loaded machine, and exact with one thread). Medians over the steps.
 """
 
@@ -23,7 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from ticketcli import distributed  # noqa: E402
-from ticketcli.methods.score_training import ScoreTrainer, init_scores  # noqa: E402
+from ticketcli.methods.score_training import ScoreTrainer, seeded_scores  # noqa: E402
 from ticketcli.methods.scores import Augmented, EdgePopup  # noqa: E402
 from ticketcli.resolve import build_extract_spec, merge_settings  # noqa: E402
 from ticketcli.runs import build_net  # noqa: E402
@@ -53,20 +55,22 @@ def dense_step(spec, x, y):
     return step
 
 
-def score_step(spec, method, x, y):
+def score_step(spec, method, x, y, recompute_min: int | None = None):
     net, _ = build_net(spec.model, spec.init, None)
     mspec = MethodSpec()
     sel = method().selection(net, mspec)
-    tr = ScoreTrainer(net, sel, mspec, init_scores(net, sel.parts, generator(0, "phases")))
+    tr = ScoreTrainer(net, sel, mspec, *seeded_scores(net, sel.parts, generator(0, "phases")))
+    if recompute_min is not None:  # which layers' W * H the backward pass makes again (default: the trainer's)
+        tr.recompute_min = recompute_min
 
     def step() -> list[float]:  # ScoreTrainer.step, phase by phase
         t0 = clock()
+        tr.opt.zero_grad(set_to_none=True)
         with torch.no_grad():
             hard = tr.selection.select(tr.scores, aux_fixed=not tr.aux_trains)
         t1 = clock()
         loss, _, _ = distributed.cross_entropy_step(lambda xb: tr.forward(xb, hard), x, y)
         t2 = clock()
-        tr.opt.zero_grad(set_to_none=True)
         loss.backward()
         t3 = clock()
         tr.opt.step()
@@ -87,6 +91,8 @@ def main() -> None:
         "dense": dense_step(spec, x, y),
         "edge-popup": score_step(spec, EdgePopup, x, y),
         "augmented": score_step(spec, Augmented, x, y),
+        "edge-popup, recompute": score_step(spec, EdgePopup, x, y, recompute_min=0),
+        "augmented, recompute": score_step(spec, Augmented, x, y, recompute_min=0),
     }
     for s in steps.values():
         for _ in range(args.warm):
@@ -96,12 +102,12 @@ def main() -> None:
         for k, s in steps.items():
             times[k].append(s())
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {args.steps} steps; CPU ms, medians")
-    print(f"{'kind':<12} {'select':>7} {'forward':>8} {'backward':>8} {'adam':>7} {'step':>7} {'x dense':>7}")
+    print(f"{'kind':<22} {'select':>7} {'forward':>8} {'backward':>8} {'adam':>7} {'step':>7} {'x dense':>7}")
     dense = statistics.median(sum(t) for t in times["dense"])
     for k, ts in times.items():
         cols = [statistics.median(t[i] for t in ts) * 1e3 for i in range(4)]
         total = statistics.median(sum(t) for t in ts)
-        print(f"{k:<12} " + " ".join(f"{c:7.2f}" for c in cols) + f" {total * 1e3:7.2f} {total / dense:7.2f}")
+        print(f"{k:<22} " + " ".join(f"{c:7.2f}" for c in cols) + f" {total * 1e3:7.2f} {total / dense:7.2f}")
 
 
 if __name__ == "__main__":

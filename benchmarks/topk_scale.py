@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 from ticketcli.init import init_weights  # noqa: E402
 from ticketcli.masking import DEFAULT_KTH, KTH_ALGORITHMS  # noqa: E402
-from ticketcli.methods.score_training import ScoreTrainer, init_scores  # noqa: E402
+from ticketcli.methods.score_training import ScoreTrainer, seeded_scores  # noqa: E402
 from ticketcli.methods.scores import Augmented, EdgePopup  # noqa: E402
 from ticketcli.models import MLP, MaskedNet  # noqa: E402
 from ticketcli.models_conv import ConvNet  # noqa: E402
@@ -84,8 +84,7 @@ def make_trainer(net: MaskedNet, method: str, batch_size: int) -> ScoreTrainer:
     cls, overrides = METHODS[method]
     spec = MethodSpec(batch_size=batch_size, **overrides)
     sel = cls().selection(net, spec)
-    scores = init_scores(net, sel.parts, generator(0, "topk-scale"))
-    return ScoreTrainer(net, sel, spec, scores)
+    return ScoreTrainer(net, sel, spec, *seeded_scores(net, sel.parts, generator(0, "topk-scale")))  # as extract
 
 
 def sync(device: torch.device) -> None:

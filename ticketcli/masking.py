@@ -12,7 +12,10 @@ topk_search.py computes the same masks faster during score training."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import weakref
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -114,20 +117,26 @@ class _MaskedWeight(torch.autograd.Function):
     Edge-popup's straight-through estimator in one autograd node: the hard top-k passes dL/dH = dL/d(W*H) * W
     to |S| unchanged (as if it were the identity), and d|S|/dS = sign(S) (0 at 0, as torch's abs). With signed
     ranking (the "NoAbs" ablation, H = top-k of S itself) the last factor is 1: dL/dS = dL/d(W*H) * W.
-    The mask itself is not needed by the backward pass and is not saved.
+    The mask itself is not needed by the backward pass and is not saved. `owned`: the incoming gradient is a
+    fresh tensor that nothing else holds (W * H had one consumer, a linear layer, a convolution or an embedding,
+    whose backward made it), so dL/dS is formed in it in place instead of in a second weight-sized temporary.
     """
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, signed: bool) -> torch.Tensor:
+    def forward(
+        ctx, scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, signed: bool, owned: bool
+    ) -> torch.Tensor:
         ctx.save_for_backward(scores, weight)
-        ctx.signed = signed
+        ctx.signed, ctx.owned = signed, owned
         return _product(weight, mask)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         scores, weight = ctx.saved_tensors
-        g = grad.mul(weight)  # a fresh tensor: `grad` may be shared with other branches of the graph
-        return (g if ctx.signed else g.mul_(scores.sign())), None, None, None
+        # the same values either way: mul_ and mul run the same kernel; otherwise `grad` may be shared with other
+        # branches of the graph and a fresh tensor is needed
+        g = grad.mul_(weight) if ctx.owned and grad.shape == weight.shape else grad.mul(weight)
+        return (g if ctx.signed else g.mul_(scores.sign())), None, None, None, None
 
 
 def _product(weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -148,7 +157,93 @@ _NUMPY_FLOATS = (torch.float32, torch.float64)  # dtypes whose products numpy co
 def masked_weight(scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, signed: bool = False) -> torch.Tensor:
     """The effective weight W * H, differentiable in the raw scores S through |S| (or S itself when `signed`)
     and a straight-through top-k. `mask`: bool or 0/1 in any dtype."""
-    return _MaskedWeight.apply(scores, weight, mask, signed)
+    return _MaskedWeight.apply(scores, weight, mask, signed, False)
+
+
+class MaskedWeights(Mapping[str, torch.Tensor]):
+    """The effective weights W * H of a training forward pass, each made when the layer asks for it, and not kept
+    for the backward pass: inside `recomputing()`, autograd saves a recipe instead of W * H and the backward
+    pass multiplies it again (the same product, so the same bits) when it needs it.
+
+    What the forward pass of a masked layer used to keep alive until the backward pass, W * H (4 bytes a
+    weight), is then never held for more than one layer at a time. `scores[n]`: S for every masked name n.
+    `recompute`: the names whose W * H is recomputed (default: all); the others are kept as autograd keeps them,
+    and with none the hooks are not even installed (their Python costs more than a small layer's memory is
+    worth). `owned`: the caller's layers consume each W * H once, in a linear layer, a convolution or an
+    embedding (the built-in models), so that the gradient reaching W * H is fresh and dL/dS is formed in it in
+    place.
+    """
+
+    def __init__(
+        self,
+        scores: Mapping[str, torch.Tensor],
+        weights: Mapping[str, torch.Tensor],
+        masks: Mapping[str, torch.Tensor],
+        *,
+        signed: bool = False,
+        owned: bool = False,
+        recompute: Collection[str] | None = None,
+    ):
+        self.scores, self.weights, self.masks, self.signed, self.owned = scores, weights, masks, signed, owned
+        self.recompute = frozenset(scores if recompute is None else recompute)
+        self._made: dict[int, tuple[weakref.ref, str]] = {}  # id(W * H) -> (the tensor, weakly; its name)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self.scores:
+            raise KeyError(name)
+        w = _MaskedWeight.apply(self.scores[name], self.weights[name], self.masks[name], self.signed, self.owned)
+        if name in self.recompute:
+            self._made[id(w)] = (weakref.ref(w), name)
+        return w
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.scores)
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    @contextmanager
+    def recomputing(self) -> Iterator[None]:
+        """Within: a W * H (or a view of it) that an operation saves for its backward pass is saved as a recipe
+        (weight, mask, the view's geometry) and multiplied again when the backward pass unpacks it."""
+        if not self.recompute:
+            yield
+            return
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
+            try:
+                yield
+            finally:
+                self._made.clear()
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor | _Recipe:
+        base = t if t._base is None else t._base
+        made = self._made.get(id(base))
+        if made is None or made[0]() is not base:  # not ours (an id can be reused once its tensor is gone)
+            return t
+        w, m = self.weights[made[1]], self.masks[made[1]]
+        return _Recipe(w, m, w._version, m._version, tuple(t.shape), t.stride(), int(t.storage_offset()))
+
+
+class _Recipe(NamedTuple):
+    """What W * H's backward needs to make it again: the frozen weight and the mask, at their versions then."""
+
+    weight: torch.Tensor
+    mask: torch.Tensor
+    weight_version: int
+    mask_version: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+
+def _unpack(saved: torch.Tensor | _Recipe) -> torch.Tensor:
+    if isinstance(saved, torch.Tensor):
+        return saved
+    if saved.weight._version != saved.weight_version or saved.mask._version != saved.mask_version:
+        raise RuntimeError("a weight or mask used in the forward pass was modified in place before its backward pass")
+    w = _product(saved.weight, saved.mask)
+    contiguous = saved.offset == 0 and saved.shape == tuple(w.shape) and saved.stride == w.stride()
+    return w if contiguous else w.as_strided(saved.shape, saved.stride, saved.offset)
 
 
 def mask_stats(masks: dict[str, torch.Tensor]) -> dict:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -296,7 +296,7 @@ class MaskedNet:
             return self.module(x) if masks is None else self._run(x, self.masked(masks))
 
     def forward_with(
-        self, x: torch.Tensor, params: dict[str, torch.Tensor], *, batch_statistics: bool = True, **options
+        self, x: torch.Tensor, params: Mapping[str, torch.Tensor], *, batch_statistics: bool = True, **options
     ) -> torch.Tensor:
         """Training: the module's forward with these tensors in place of its parameters, BatchNorm on the batch's
         statistics (`batch_statistics=False`: on the running ones, as SynFlow's data-free pass wants). `options`
@@ -308,9 +308,9 @@ class MaskedNet:
         with batchnorm.statistics(self.batchnorms, self.bn_statistics, "batch" if batch_statistics else "running"):
             return self._run(x, params, **options)
 
-    def _run(self, x: torch.Tensor, params: dict[str, torch.Tensor], **options) -> torch.Tensor:
+    def _run(self, x: torch.Tensor, params: Mapping[str, torch.Tensor], **options) -> torch.Tensor:
         fast = getattr(self.module, "forward_with", None)  # our own models skip functional_call's overhead
-        return fast(x, params, **options) if fast is not None else functional_call(self.module, params, (x,))
+        return fast(x, params, **options) if fast is not None else functional_call(self.module, dict(params), (x,))
 
     def calibrate(self, masks: dict[str, torch.Tensor] | None, chunks: batchnorm.ChunkProgress | None = None) -> None:
         """Recompute BatchNorm's running statistics for these masks (None: the dense weights) and the current

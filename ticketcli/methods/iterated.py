@@ -11,7 +11,7 @@ from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.methods.base import Details, ExtractResult, Masks, Progress
 from ticketcli.methods.registry import METHODS
-from ticketcli.methods.score_training import ScoreTrainer, init_scores, resume, train_scores
+from ticketcli.methods.score_training import ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.methods.scores import ScoreMethod, score_params
 from ticketcli.methods.selection import Selection
 from ticketcli.models import MaskedNet
@@ -64,7 +64,7 @@ class Iterated(ScoreMethod):
             selection = Selection(
                 net, spec, parts=self.parts(spec), densities=dict.fromkeys(net.names, d), active=cumulative
             )
-            trainer = ScoreTrainer(net, selection, spec, init_scores(net, selection.parts, generator))
+            trainer = ScoreTrainer(net, selection, spec, *seeded_scores(net, selection.parts, generator))
             with checkpoint.resuming() if checkpoint is not None else nullcontext():
                 start = resume(state if r == first else None, trainer, generator)
             context = {

@@ -8,6 +8,7 @@ T's gradient is exactly zero (Theorem H.6): T is kept out of the autograd graph 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -16,7 +17,7 @@ from ticketcli import distributed
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import RunFailed
-from ticketcli.masking import masked_weight
+from ticketcli.masking import MaskedWeights
 from ticketcli.methods.base import Progress
 from ticketcli.methods.selection import Selection
 from ticketcli.models import MaskedNet, fan_in, layer_of
@@ -32,15 +33,44 @@ SCORE_INIT = {
 
 def init_scores(net: MaskedNet, parts: int, generator: torch.Generator) -> dict[str, list[torch.Tensor]]:
     """U[-1/sqrt(fan_in), 1/sqrt(fan_in)] per score tensor, drawn on the CPU: for each parameter S, then T."""
-    out = {}
+    return dict(_draw(net, parts, generator))
+
+
+def _draw(net: MaskedNet, parts: int, generator: torch.Generator) -> Iterator[tuple[str, list[torch.Tensor]]]:
     for name in net.names:
         w = net.weights[name]
         owner = net.weights.get(layer_of(name) + ".weight") if w.dim() == 1 else None
         bound = 1.0 / math.sqrt(fan_in(w, owner))
-        out[name] = [
-            torch.empty(w.shape, dtype=w.dtype).uniform_(-bound, bound, generator=generator) for _ in range(parts)
-        ]
-    return out
+        yield (
+            name,
+            [torch.empty(w.shape, dtype=w.dtype).uniform_(-bound, bound, generator=generator) for _ in range(parts)],
+        )
+
+
+Redraw = Callable[[], dict[str, list[torch.Tensor]]]
+
+
+def seeded_scores(
+    net: MaskedNet, parts: int, generator: torch.Generator
+) -> tuple[dict[str, list[torch.Tensor]], Redraw]:
+    """init_scores, and a function that draws the auxiliary parts again, bit for bit, from the generator's state
+    before this draw (one parameter at a time): what lets a ScoreTrainer let fixed auxiliary scores go and still
+    write them into its checkpoints."""
+    state = generator.get_state()
+
+    def redraw() -> dict[str, list[torch.Tensor]]:
+        g = torch.Generator()
+        g.set_state(state)
+        return {n: drawn[1:] for n, drawn in _draw(net, parts, g)}
+
+    return init_scores(net, parts, generator), redraw
+
+
+# A layer of at least this many weights (1 MiB of float32) has its W * H recomputed in the backward pass; a
+# smaller one's is kept: its memory is small next to the activations, while recomputing costs Python per saved
+# tensor (autograd's saved-tensor hooks) and a product: about 8% of a paper-MLP step if all its layers did it
+# (benchmarks/step_phases.py), little next to a large layer's matrix products.
+RECOMPUTE_MIN = 2**18
 
 
 class ScoreTrainer:
@@ -49,7 +79,14 @@ class ScoreTrainer:
     Auxiliary scores get exactly zero gradient (the loss sees them only through the hard top-k): they are kept
     out of the autograd graph, and only weight decay could move them (never with --frozen-aux)."""
 
-    def __init__(self, net: MaskedNet, selection: Selection, spec: MethodSpec, scores: dict[str, list[torch.Tensor]]):
+    def __init__(
+        self,
+        net: MaskedNet,
+        selection: Selection,
+        spec: MethodSpec,
+        scores: dict[str, list[torch.Tensor]],
+        redraw: Redraw | None = None,
+    ):
         self.net, self.selection, self.spec = net, selection, spec
         # per parameter: S (an nn.Parameter, trained), then the auxiliary tensors (trained only with weight decay)
         copies = {n: [s.detach().to(net.device, copy=True) for s in parts] for n, parts in scores.items()}
@@ -58,10 +95,20 @@ class ScoreTrainer:
         # under torchrun, DDP all-reduces the trained scores' gradients; the identity otherwise
         self.forward = distributed.replicate(list(trained.values()), self._forward)
         self.autocast = precision_context(net.device, spec.precision)
+        # a built-in model's layers use each effective weight once, in a linear layer, a convolution or an
+        # embedding: the gradient that reaches it is theirs to overwrite (a user's model may do anything)
+        # which layers' W * H the backward pass makes again instead of keeping it from the forward pass
+        self.recompute_min = RECOMPUTE_MIN
+        self.builtin = type(net.module).__module__.startswith("ticketcli.") and hasattr(net.module, "forward_with")
         self.aux = [s for parts in self.scores.values() for s in parts[1:]]
         self.aux_trains = spec.weight_decay > 0 and not spec.frozen_aux and bool(self.aux)
         for t in self.aux:
             t.requires_grad_(self.aux_trains)
+        # Fixed auxiliary scores are read once, by the selection's first call, which keeps what it ranks (sorted
+        # |T|); given `redraw` (seeded_scores: how to draw them again for a checkpoint), the trainer then lets
+        # them go (4 bytes a weight per auxiliary part). Trained ones (weight decay) stay.
+        self.redraw = None if self.aux_trains or not self.aux else redraw
+        self.released = False
         trainable = [parts[0] for parts in self.scores.values()] + (self.aux if self.aux_trains else [])
         self.opt = torch.optim.Adam(
             trainable,
@@ -79,11 +126,15 @@ class ScoreTrainer:
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int, dict[str, torch.Tensor]]:
         """One optimiser step; returns (loss, correct predictions, the hard masks used, bool)."""
+        # the last step's gradients are not needed any more: freed before the forward pass instead of after it,
+        # so that they and the forward pass's tensors are never held together
+        self.opt.zero_grad(set_to_none=True)
         with torch.no_grad():  # bool: a quarter of a float mask's memory, and no bool -> float pass
             hard = self.selection.select(self.scores, aux_fixed=not self.aux_trains)
+        if self.redraw is not None and not self.released:
+            self._release_aux()
         # under torchrun: this rank's shard of the global batch; loss and correct count are the global ones
         loss, value, correct = distributed.cross_entropy_step(lambda xb: self.forward(xb, hard), x, y)
-        self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.aux_trains:
             for t in self.aux:
@@ -94,22 +145,43 @@ class ScoreTrainer:
         return value, correct, hard
 
     def _forward(self, x: torch.Tensor, hard: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Logits with the effective weights W * H, differentiable in the scores (straight-through)."""
-        effective = {
-            n: masked_weight(parts[0], self.net.weights[n], hard[n], self.spec.signed_scores)
-            for n, parts in self.scores.items()
-        }
-        with self.autocast():
+        """Logits with the effective weights W * H, differentiable in the scores (straight-through); each W * H is
+        made when its layer runs, and a large layer's is multiplied again in the backward pass instead of being
+        kept (masking.MaskedWeights)."""
+        effective = MaskedWeights(
+            {n: parts[0] for n, parts in self.scores.items()},
+            self.net.weights,
+            hard,
+            signed=self.spec.signed_scores,
+            owned=self.builtin,
+            recompute=[n for n, w in self.net.weights.items() if n in hard and w.numel() >= self.recompute_min],
+        )
+        with self.autocast(), effective.recomputing():
             return self.net.forward_with(x, effective)
 
+    def _release_aux(self) -> None:
+        """Let the fixed auxiliary scores go once the selection holds their ranking; non-finite ones stay, for
+        the divergence check to name."""
+        if self.redraw is None or not all(bool(torch.isfinite(t).all()) for t in self.aux):
+            self.redraw = None
+            return
+        self.scores = {n: parts[:1] for n, parts in self.scores.items()}
+        self.aux, self.released = [], True
+
     def state_dict(self) -> dict:
-        """Scores (every part, on the CPU) and Adam's state: with the generator, all a resumed run needs."""
+        """Scores (every part, on the CPU; released auxiliary parts drawn again, the same bits) and Adam's state:
+        with the generator, all a resumed run needs."""
+        aux = self.redraw() if self.released and self.redraw is not None else {}
         return {
-            "scores": {n: [s.detach().cpu().clone() for s in parts] for n, parts in self.scores.items()},
+            "scores": {
+                n: [s.detach().cpu().clone() for s in parts] + aux.get(n, []) for n, parts in self.scores.items()
+            },
             "optimizer": self.opt.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
+        if self.released:
+            raise RuntimeError("a trainer that released its auxiliary scores cannot load a state")
         with torch.no_grad():
             for n, parts in self.scores.items():
                 for s, saved in zip(parts, state["scores"][n], strict=True):
@@ -117,6 +189,10 @@ class ScoreTrainer:
                         raise ValueError(f"saved scores of {n} do not have the shape {tuple(s.shape)}")
                     s.copy_(saved)
         self.opt.load_state_dict(state["optimizer"])
+        if self.redraw is not None:  # saved auxiliary scores that are not the seed's draw are kept, never redrawn
+            drawn = self.redraw()
+            if not all(torch.equal(a.cpu(), b) for n in drawn for a, b in zip(self.scores[n][1:], drawn[n])):
+                self.redraw = None
 
     def first_nonfinite(self) -> str | None:
         """The first parameter (named_parameters order) with non-finite frozen weights, scores or score

@@ -17,7 +17,7 @@ from ticketcli.data import Splits
 from ticketcli.errors import UsageError
 from ticketcli.methods.base import SCORE_TRAINING, Details, ExtractResult, Method, Progress, param_densities
 from ticketcli.methods.registry import METHODS
-from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, init_scores, resume, train_scores
+from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.methods.selection import Selection
 from ticketcli.models import MaskedNet
 from ticketcli.specs import MethodSpec
@@ -66,7 +66,7 @@ class ScoreMethod(Method):
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
         selection = self.selection(net, spec)
-        trainer = ScoreTrainer(net, selection, spec, init_scores(net, selection.parts, generator))
+        trainer = ScoreTrainer(net, selection, spec, *seeded_scores(net, selection.parts, generator))
         start = 0
         if checkpoint is not None:
             state = checkpoint.restore()

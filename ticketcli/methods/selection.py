@@ -54,7 +54,7 @@ class Selection:
             r = ranking(t.detach(), self.signed)
             return r if self.active is None else torch.where(self.active[name], r, -math.inf)
 
-        if not aux_fixed:
+        if not aux_fixed and len(parts) == self.parts:  # fewer parts: a trainer released the fixed ones (held here)
             return [rank(t) for t in parts]
         if name not in self.frozen:
             self.frozen[name] = [rank(t) for t in parts[1:]]
@@ -65,15 +65,17 @@ class Selection:
     ) -> dict[str, torch.Tensor]:
         """Hard masks (as dtype) for every parameter from the current scores; `aux_fixed`: the auxiliary scores
         have not changed since the first call (their ranking is computed once)."""
-        ranked = {n: self.ranked(n, parts, aux_fixed) for n, parts in scores.items()}
         if self.global_topk:
+            ranked = {n: self.ranked(n, parts, aux_fixed) for n, parts in scores.items()}
             return {n: m.to(dtype) for n, m in zip(ranked, self.joint(ranked))}
-        masks = {n: self.topk(n, r, self.keep[n], dtype, frozen=aux_fixed) for n, r in ranked.items()}
-        if aux_fixed:
-            # The selector keeps a sorted copy of the fixed auxiliary values: hold that one instead of a second,
-            # unsorted copy. Any order of them gives the same masks (only their multiset decides the first part's
-            # mask, whose ties go first in concatenated order), so later calls pass the sorted values.
-            for n in ranked:
+        masks = {}
+        for n, parts in scores.items():  # one parameter at a time: one layer's |S| alive at once, not all of them
+            masks[n] = self.topk(n, self.ranked(n, parts, aux_fixed), self.keep[n], dtype, frozen=aux_fixed)
+            if aux_fixed:
+                # The selector keeps a sorted copy of the fixed auxiliary values: hold that one instead of a
+                # second, unsorted copy. Any order of them gives the same masks (only their multiset decides the
+                # first part's mask, whose ties go first in concatenated order), so later calls pass the sorted
+                # values.
                 self.frozen[n] = self.topk.frozen_values(n) or self.frozen[n]
         return masks
 
