@@ -1,7 +1,6 @@
 """CPU time per phase of one training step (select, forward, backward, Adam): dense weights vs score training.
 
     OMP_NUM_THREADS=1 python benchmarks/step_phases.py --steps 40
-    python benchmarks/step_phases.py --steps 60 --serial     # torch's threads; wall time; serial selection too
 
 The paper's MLP (784-256-256-256-10), batch 512 of synthetic FashionMNIST-shaped data. Dense weight training
 (fused Adam on all weights) and edge-popup and augmented score training step in turn (interleaved, so load on a
@@ -9,10 +8,6 @@ shared machine hits all alike), and the two score methods once more with every l
 backward pass (the trainer does it only for layers of at least RECOMPUTE_MIN weights, none in this MLP: the rows
 show what recomputing costs); each phase is timed with time.thread_time (CPU time of this thread: steadier
 than wall time on a loaded machine, and exact with one thread). Medians over the steps.
-
-With several torch threads the per-parameter selections run in a thread pool (Selection.workers), whose CPU time
-one thread's clock does not see: the default clock is then wall time (--clock), and --serial adds rows with the
-selections one after the other, for the comparison.
 """
 
 from __future__ import annotations
@@ -60,11 +55,10 @@ def dense_step(spec, x, y):
     return step
 
 
-def score_step(spec, method, x, y, recompute_min: int | None = None, concurrent: int | None = None):
+def score_step(spec, method, x, y, recompute_min: int | None = None):
     net, _ = build_net(spec.model, spec.init, None)
     mspec = MethodSpec()
     sel = method().selection(net, mspec)
-    sel.concurrent = concurrent  # None: the default (a pool with several torch threads); 1: serial
     tr = ScoreTrainer(net, sel, mspec, *seeded_scores(net, sel.parts, generator(0, "phases")))
     if recompute_min is not None:  # which layers' W * H the backward pass makes again (default: the trainer's)
         tr.recompute_min = recompute_min
@@ -89,17 +83,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40, help="timed steps per kind (interleaved)")
     ap.add_argument("--warm", type=int, default=10, help="untimed steps per kind first")
-    ap.add_argument(
-        "--clock",
-        choices=["auto", "thread", "wall"],
-        default="auto",
-        help="this thread's CPU time or wall time (auto: CPU time with one torch thread, else wall time)",
-    )
-    ap.add_argument("--serial", action="store_true", help="add rows with the per-parameter selections serial")
     args = ap.parse_args()
-    global clock
-    wall = args.clock == "wall" or (args.clock == "auto" and torch.get_num_threads() > 1)
-    clock = time.perf_counter if wall else time.thread_time
     spec = build_extract_spec(merge_settings({}, None))
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(512, 1, 28, 28, generator=g), torch.randint(0, 10, (512,), generator=g)
@@ -110,9 +94,6 @@ def main() -> None:
         "edge-popup, recompute": score_step(spec, EdgePopup, x, y, recompute_min=0),
         "augmented, recompute": score_step(spec, Augmented, x, y, recompute_min=0),
     }
-    if args.serial:
-        steps["edge-popup, serial"] = score_step(spec, EdgePopup, x, y, concurrent=1)
-        steps["augmented, serial"] = score_step(spec, Augmented, x, y, concurrent=1)
     for s in steps.values():
         for _ in range(args.warm):
             s()
@@ -120,8 +101,7 @@ def main() -> None:
     for _ in range(args.steps):
         for k, s in steps.items():
             times[k].append(s())
-    what = "wall ms" if wall else "CPU ms"
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {args.steps} steps; {what}, medians")
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {args.steps} steps; CPU ms, medians")
     print(f"{'kind':<22} {'select':>7} {'forward':>8} {'backward':>8} {'adam':>7} {'step':>7} {'x dense':>7}")
     dense = statistics.median(sum(t) for t in times["dense"])
     for k, ts in times.items():

@@ -18,7 +18,6 @@ or declines.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -56,7 +55,6 @@ class TopKSelector:
         self.state: dict[str, tuple[float, float, float]] = {}
         self.sorted: dict[str, list[_Sorted]] = {}  # key -> frozen parts, sorted once
         self.searches = self.misses = 0  # band searches, and those that fell back to a full selection
-        self._count = threading.Lock()  # different keys may be selected at the same time, in different threads
 
     def __call__(
         self, key: str, parts: Sequence[torch.Tensor], k: int, dtype: torch.dtype = torch.bool, frozen: bool = False
@@ -82,10 +80,8 @@ class TopKSelector:
         # centre the band on the linear extrapolation and size it by the extrapolation's error, not by the step.
         guess, width = (0.0, 0.0) if last is None else (last[0] + last[2], last[1])  # read only when last is set
         v = None if last is None else _band_kth(views, k, guess, width)
-        if last is not None:
-            with self._count:
-                self.searches += 1
-                self.misses += v is None
+        self.searches += last is not None
+        self.misses += last is not None and v is None
         if v is None:
             # a fresh concatenation (several parts) is ours to partition in place: one copy of the scores, not two
             v = kth_numpy(_flat_values(parts), k, overwrite=len(parts) > 1)

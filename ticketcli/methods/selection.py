@@ -4,8 +4,6 @@ original or the augmented score space (double-scoring), optionally restricted to
 from __future__ import annotations
 
 import math
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -13,22 +11,6 @@ from ticketcli.masking import joint_topk_masks, keep_count
 from ticketcli.models import MaskedNet
 from ticketcli.specs import MethodSpec
 from ticketcli.topk_search import TopKSelector
-
-# A parameter of fewer scores than this is not worth a thread of its own: handing it to the pool costs more than
-# its selection (a few microseconds).
-CONCURRENT_MIN = 2**14
-
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """A process-wide pool of `workers` threads for the per-parameter selections (numpy's and torch's passes over
-    the scores release the GIL); made once per size, its idle threads cost nothing."""
-    with _pools_lock:
-        if workers not in _pools:
-            _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="ticket-select")
-        return _pools[workers]
 
 
 def ranking(scores: torch.Tensor, signed: bool) -> torch.Tensor:
@@ -63,9 +45,6 @@ class Selection:
             self.k_global = keep_count(d, parts * sum(size.values()))
         self.keep = {n: keep_count(densities[n], parts * size[n]) for n in net.names}  # per-layer budgets
         self.topk = TopKSelector()
-        # how many parameters' selections run at once (workers()): None decides by torch's thread count; 1 never
-        # runs two at once
-        self.concurrent: int | None = None
         self.frozen: dict[str, list[torch.Tensor]] = {}  # ranked auxiliary values that never change
 
     def ranked(self, name: str, parts: list[torch.Tensor], aux_fixed: bool) -> list[torch.Tensor]:
@@ -89,46 +68,16 @@ class Selection:
         if self.global_topk:
             ranked = {n: self.ranked(n, parts, aux_fixed) for n, parts in scores.items()}
             return {n: m.to(dtype) for n, m in zip(ranked, self.joint(ranked))}
-
-        def one(n: str) -> torch.Tensor:
-            mask = self.topk(n, self.ranked(n, scores[n], aux_fixed), self.keep[n], dtype, frozen=aux_fixed)
+        masks = {}
+        for n, parts in scores.items():  # one parameter at a time: one layer's |S| alive at once, not all of them
+            masks[n] = self.topk(n, self.ranked(n, parts, aux_fixed), self.keep[n], dtype, frozen=aux_fixed)
             if aux_fixed:
                 # The selector keeps a sorted copy of the fixed auxiliary values: hold that one instead of a
                 # second, unsorted copy. Any order of them gives the same masks (only their multiset decides the
                 # first part's mask, whose ties go first in concatenated order), so later calls pass the sorted
                 # values.
                 self.frozen[n] = self.topk.frozen_values(n) or self.frozen[n]
-            return mask
-
-        workers = self.workers(scores)
-        if workers <= 1:  # one parameter at a time: one layer's |S| alive at once, not all of them
-            return {n: one(n) for n in scores}
-        # Each parameter's selection depends on its own scores and its own key's state only, so running them at
-        # the same time gives the same masks in any schedule; the largest go first (the others fill in around
-        # them), and at most `workers` layers' |S| are alive at once.
-        groups: list[list[str]] = [[] for _ in range(workers)]
-        load = [0] * workers
-        for n in sorted(scores, key=lambda n: -scores[n][0].numel()):  # the largest first, each to the least loaded
-            i = load.index(min(load))
-            groups[i].append(n)
-            load[i] += scores[n][0].numel()
-        pool = _pool(workers - 1)
-        futures = [pool.submit(lambda g: {n: one(n) for n in g}, g) for g in groups[1:]]
-        masks = {n: one(n) for n in groups[0]}  # this thread's share
-        for f in futures:
-            masks.update(f.result())
-        return {n: masks[n] for n in scores}
-
-    def workers(self, scores: dict[str, list[torch.Tensor]]) -> int:
-        """How many parameters' selections run at once: by default, with torch using several threads, as many
-        (at most torch's thread count) as there are parameters of at least CONCURRENT_MIN scores; `concurrent`
-        overrides the count. Always 1 off the CPU (a device's selections are queued there anyway)."""
-        if any(p.device.type != "cpu" for parts in scores.values() for p in parts):
-            return 1
-        if self.concurrent is None:
-            large = sum(parts[0].numel() >= CONCURRENT_MIN for parts in scores.values())
-            return max(1, min(torch.get_num_threads(), large))
-        return max(1, min(self.concurrent, len(scores)))
+        return masks
 
     def joint(self, ranked: dict[str, list[torch.Tensor]]) -> list[torch.Tensor]:
         """Global top-k over every part of every parameter; returns all masks, originals first."""
