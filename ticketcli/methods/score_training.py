@@ -47,7 +47,7 @@ def _draw(net: MaskedNet, parts: int, generator: torch.Generator) -> Iterator[tu
         )
 
 
-Redraw = Callable[[], dict[str, list[torch.Tensor]]]
+Redraw = Callable[..., dict[str, list[torch.Tensor]]]  # redraw() for every parameter, redraw(name) for one
 
 
 def seeded_scores(
@@ -58,10 +58,16 @@ def seeded_scores(
     write them into its checkpoints."""
     state = generator.get_state()
 
-    def redraw() -> dict[str, list[torch.Tensor]]:
+    def redraw(only: str | None = None) -> dict[str, list[torch.Tensor]]:
         g = torch.Generator()
         g.set_state(state)
-        return {n: drawn[1:] for n, drawn in _draw(net, parts, g)}
+        out = {}
+        for n, drawn in _draw(net, parts, g):  # one parameter's draw alive at a time
+            if only is None or n == only:
+                out[n] = drawn[1:]
+                if n == only:
+                    break
+        return out
 
     return init_scores(net, parts, generator), redraw
 
@@ -167,6 +173,10 @@ class ScoreTrainer:
             return
         self.scores = {n: parts[:1] for n, parts in self.scores.items()}
         self.aux, self.released = [], True
+        redraw = self.redraw
+        # and the selection keeps only a window of their sorted ranking around each threshold (4 bytes a weight
+        # less), drawing them again when a threshold leaves its window
+        self.selection.window_aux(lambda name: redraw(name)[name])
 
     def state_dict(self) -> dict:
         """Scores (every part, on the CPU; released auxiliary parts drawn again, the same bits) and Adam's state:
