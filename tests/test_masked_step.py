@@ -207,3 +207,18 @@ def test_windowed_auxiliary_ranking_changes_no_mask_nor_the_aux_report(digits):
     assert sel_kept.aux_report(kept.scores) == sel_win.aux_report(win.scores)
     saved = win.state_dict()["scores"]
     assert all(torch.equal(a, b) for n in net.names for a, b in zip(kept.state_dict()["scores"][n], saved[n]))
+
+
+def test_redrawing_one_parameter_gives_the_bits_of_redrawing_them_all():
+    """redraw(name) (what a window rebuild draws) is redraw()[name] and init_scores' auxiliary parts, bit for bit,
+    for every parameter, with one and with several auxiliary parts."""
+    net = make_net()
+    for parts in (2, 3):
+        drawn = init_scores(net, parts, torch.Generator().manual_seed(6))
+        _, redraw = seeded_scores(net, parts, torch.Generator().manual_seed(6))
+        everything = redraw()
+        for n in net.names:
+            one = redraw(n)
+            assert list(one) == [n] and len(one[n]) == parts - 1
+            for a, b, c in zip(one[n], everything[n], drawn[n][1:], strict=True):
+                assert torch.equal(a, b) and torch.equal(a, c), n

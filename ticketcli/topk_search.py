@@ -168,10 +168,16 @@ class TopKSelector:
             return torch.full(part.shape, k > 0, dtype=torch.bool).to(dtype)
         last = self.state[key]  # set: window() requires it
         guess, width = last[0] + last[2], last[1]
-        try:
-            v = _band_kth(views, k, guess, width)
-        except _OutOfWindow:  # the band reaches outside a window: the selection over the windows may not
-            v = None
+        # the band, clipped to the inside of every window (a band search over less still answers exactly or
+        # declines): a band wider than a window would otherwise miss, and a miss widens the next band
+        dt = first.dtype.type
+        lo, hi = dt(guess - width), dt(guess + width)
+        for win in windows:
+            if win.i0 > 0:
+                lo = max(lo, dt(np.nextafter(win.s[0], dt(np.inf))))
+            if win.n_hi > 0:
+                hi = min(hi, dt(np.nextafter(win.s[-1], dt(-np.inf))))
+        v = _band_kth_in(views, k, lo, hi) if lo <= hi else None
         self.searches += 1
         self.misses += v is None
         if v is None:
@@ -324,7 +330,11 @@ def _band_kth(views: Sequence[_Live | _Sorted], k: int, t: float, w: float) -> f
     # Every part must compare against the very same bounds, in the arrays' own dtype (a Python float would also
     # make np.searchsorted convert the whole sorted array on every call).
     dt = views[0].dtype.type
-    lo, hi = dt(t - w), dt(t + w)
+    return _band_kth_in(views, k, dt(t - w), dt(t + w))
+
+
+def _band_kth_in(views: Sequence[_Live | _Sorted], k: int, lo: float, hi: float) -> float | None:
+    """The k-th largest value over all views if it lies in [lo, hi] (lo <= hi, the views' dtype), else None."""
     c_hi = sum(v.count_above(hi) for v in views)
     if c_hi >= k:
         return None

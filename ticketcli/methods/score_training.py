@@ -36,15 +36,39 @@ def init_scores(net: MaskedNet, parts: int, generator: torch.Generator) -> dict[
     return dict(_draw(net, parts, generator))
 
 
+def _bound(net: MaskedNet, name: str) -> float:
+    w = net.weights[name]
+    owner = net.weights.get(layer_of(name) + ".weight") if w.dim() == 1 else None
+    return 1.0 / math.sqrt(fan_in(w, owner))
+
+
 def _draw(net: MaskedNet, parts: int, generator: torch.Generator) -> Iterator[tuple[str, list[torch.Tensor]]]:
     for name in net.names:
-        w = net.weights[name]
-        owner = net.weights.get(layer_of(name) + ".weight") if w.dim() == 1 else None
-        bound = 1.0 / math.sqrt(fan_in(w, owner))
+        w, bound = net.weights[name], _bound(net, name)
         yield (
             name,
             [torch.empty(w.shape, dtype=w.dtype).uniform_(-bound, bound, generator=generator) for _ in range(parts)],
         )
+
+
+def _draw_aux(net: MaskedNet, parts: int, generator: torch.Generator, only: str) -> list[torch.Tensor]:
+    """_draw's auxiliary parts of the parameter `only`, the same bits (the generator advances by the same draws
+    whatever tensor receives them), holding one tensor of a parameter's size at a time: the parameters before
+    it are drawn into one scratch tensor each, and its S into its first auxiliary tensor, drawn over next."""
+    for name in net.names:
+        w, bound = net.weights[name], _bound(net, name)
+        if name != only:
+            scratch = torch.empty(w.shape, dtype=w.dtype)
+            for _ in range(parts):
+                scratch.uniform_(-bound, bound, generator=generator)
+            del scratch
+            continue
+        aux = [torch.empty(w.shape, dtype=w.dtype) for _ in range(parts - 1)]
+        aux[0].uniform_(-bound, bound, generator=generator)  # S's draw
+        for t in aux:
+            t.uniform_(-bound, bound, generator=generator)
+        return aux
+    raise KeyError(only)
 
 
 Redraw = Callable[..., dict[str, list[torch.Tensor]]]  # redraw() for every parameter, redraw(name) for one
@@ -61,13 +85,9 @@ def seeded_scores(
     def redraw(only: str | None = None) -> dict[str, list[torch.Tensor]]:
         g = torch.Generator()
         g.set_state(state)
-        out = {}
-        for n, drawn in _draw(net, parts, g):  # one parameter's draw alive at a time
-            if only is None or n == only:
-                out[n] = drawn[1:]
-                if n == only:
-                    break
-        return out
+        if only is not None:
+            return {only: _draw_aux(net, parts, g, only)}
+        return {n: drawn[1:] for n, drawn in _draw(net, parts, g)}
 
     return init_scores(net, parts, generator), redraw
 
