@@ -5,7 +5,9 @@ every step from scores that move only a little. A full selection (masking.joint_
 over all n scores) costs a few passes over n per step; TopKSelector instead looks for the k-th largest value in a
 narrow band around the previous step's threshold, extrapolated linearly (Adam moves every score by about lr a step,
 so the threshold drifts steadily): counting the entries above the band and partitioning only the band's few values.
-Auxiliary parts that never change (double-scoring's frozen auxiliary scores) are sorted once and bisected.
+Auxiliary parts that never change (double-scoring's frozen auxiliary scores) are sorted once and bisected; once
+their owner can compute them again (a seeded redraw), only a window of the sorted values around the threshold is
+kept, with the count above it, and rebuilt from a redraw in the rare step whose threshold leaves it.
 
 How it is checked against the plain definition: the result must equal joint_topk_masks(parts, k)[0] (exactly k
 kept, ties to the lowest index in concatenated order), whatever the warm state. The code never trusts the band: a
