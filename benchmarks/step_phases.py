@@ -55,10 +55,12 @@ def dense_step(spec, x, y):
     return step
 
 
-def score_step(spec, method, x, y, recompute_min: int | None = None):
+def score_step(spec, method, x, y, recompute_min: int | None = None, window: bool = True):
     net, _ = build_net(spec.model, spec.init, None)
     mspec = MethodSpec()
     sel = method().selection(net, mspec)
+    if not window:  # a "window" holding all of the sorted auxiliary ranking: what the selector kept before
+        sel.topk.window_share = 1.0
     tr = ScoreTrainer(net, sel, mspec, *seeded_scores(net, sel.parts, generator(0, "phases")))
     if recompute_min is not None:  # which layers' W * H the backward pass makes again (default: the trainer's)
         tr.recompute_min = recompute_min
@@ -68,6 +70,8 @@ def score_step(spec, method, x, y, recompute_min: int | None = None):
         tr.opt.zero_grad(set_to_none=True)
         with torch.no_grad():
             hard = tr.selection.select(tr.scores, aux_fixed=not tr.aux_trains)
+        if tr.redraw is not None and not tr.released:  # as ScoreTrainer.step: fixed T let go after the first
+            tr._release_aux()
         t1 = clock()
         loss, _, _ = distributed.cross_entropy_step(lambda xb: tr.forward(xb, hard), x, y)
         t2 = clock()
@@ -91,6 +95,7 @@ def main() -> None:
         "dense": dense_step(spec, x, y),
         "edge-popup": score_step(spec, EdgePopup, x, y),
         "augmented": score_step(spec, Augmented, x, y),
+        "augmented, all of |T|": score_step(spec, Augmented, x, y, window=False),
         "edge-popup, recompute": score_step(spec, EdgePopup, x, y, recompute_min=0),
         "augmented, recompute": score_step(spec, Augmented, x, y, recompute_min=0),
     }

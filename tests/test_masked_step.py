@@ -184,3 +184,41 @@ def test_auxiliary_scores_that_are_not_the_seeds_draw_are_never_released(digits)
     trainer.step(digits.x_extract[:64], digits.y_extract[:64])
     assert not trainer.released
     assert torch.equal(trainer.state_dict()["scores"]["layers.0.weight"][1], state["scores"]["layers.0.weight"][1])
+
+
+def test_windowed_auxiliary_ranking_changes_no_mask_nor_the_aux_report(digits):
+    """Once the fixed auxiliary scores are released, the selection holds their ranking only as windows around
+    each layer's threshold; with windows of one value a side (rebuilt from the seed's redraw whenever the
+    threshold leaves them) every step's masks and the auxiliary share stay those of the kept scores."""
+    net = make_net()
+    spec = quick_method("augmented")
+    sel_kept, sel_win = Augmented().selection(net, spec), Augmented().selection(net, spec)
+    sel_win.topk.window_share, sel_win.topk.window_min = 0.0, 1
+    kept = ScoreTrainer(net, sel_kept, spec, init_scores(net, 2, torch.Generator().manual_seed(5)))
+    win = ScoreTrainer(net, sel_win, spec, *seeded_scores(net, 2, torch.Generator().manual_seed(5)))
+    for i in range(12):
+        xb, yb = digits.x_extract[i * 32 : (i + 1) * 32], digits.y_extract[i * 32 : (i + 1) * 32]
+        a, b = kept.step(xb, yb), win.step(xb, yb)
+        assert a[0] == b[0] and all(torch.equal(a[2][n], b[2][n]) for n in net.names), i
+    assert sel_win.windowed == set(net.names) and not sel_win.frozen  # no sorted copy of all of T left
+    assert all(w.s.size <= 2 for n in net.names for w in sel_win.topk.sorted[n])
+    assert sel_win.topk.rebuilds > 0  # the thresholds left the tiny windows and they were rebuilt
+    assert all(torch.equal(kept.masks()[n], win.masks()[n]) for n in net.names)
+    assert sel_kept.aux_report(kept.scores) == sel_win.aux_report(win.scores)
+    saved = win.state_dict()["scores"]
+    assert all(torch.equal(a, b) for n in net.names for a, b in zip(kept.state_dict()["scores"][n], saved[n]))
+
+
+def test_redrawing_one_parameter_gives_the_bits_of_redrawing_them_all():
+    """redraw(name) (what a window rebuild draws) is redraw()[name] and init_scores' auxiliary parts, bit for bit,
+    for every parameter, with one and with several auxiliary parts."""
+    net = make_net()
+    for parts in (2, 3):
+        drawn = init_scores(net, parts, torch.Generator().manual_seed(6))
+        _, redraw = seeded_scores(net, parts, torch.Generator().manual_seed(6))
+        everything = redraw()
+        for n in net.names:
+            one = redraw(n)
+            assert list(one) == [n] and len(one[n]) == parts - 1
+            for a, b, c in zip(one[n], everything[n], drawn[n][1:], strict=True):
+                assert torch.equal(a, b) and torch.equal(a, c), n

@@ -119,3 +119,67 @@ def test_selection_holding_the_sorted_frozen_values_gives_the_masks_of_the_origi
         assert torch.equal(got, expected), step
     if 0 < sel.keep["layers.0.weight"] < (1 + aux) * 2 * n:  # (keeping none or all needs no search)
         assert sel.frozen["layers.0.weight"][0].dim() == 1  # the selector's sorted copy, not a second one
+
+
+def _windowed_run(sel: TopKSelector, s: torch.Tensor, aux: list[torch.Tensor], ks: list[int], g, drift, levels):
+    """Steps of drifting scores against a selector holding `aux` as windows; every mask is the oracle's."""
+    x = s.abs()
+    k0 = ks[0]
+    assert torch.equal(sel("w", [x, *aux], k0, frozen=True), torch_oracle([x, *aux], k0))
+    drawn = []
+    assert sel.window("w", lambda: drawn.append(1) or [a.clone() for a in aux])  # fresh copies: sorted in place
+    assert not sel.window("w", lambda: [])  # once
+    for step, k in enumerate(ks[1:]):
+        s = s + drift * torch.randn(s.shape, generator=g)
+        if step == 7:
+            s = 3 * s  # the threshold jumps out of any window
+        x = s.abs()
+        if levels:
+            x = (x * levels).round() / levels  # ties, also with the auxiliary values on the same levels
+        assert torch.equal(sel("w", [x], k), torch_oracle([x, *aux], k)), step
+        assert torch.equal(sel("w", [x], k, torch.float32), torch_oracle([x, *aux], k).float()), step
+    return len(drawn)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 400),
+    st.integers(1, 3),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from([1e-3, 0.02, 0.3]),
+    st.sampled_from([0, 4, 16]),
+    st.sampled_from([(0.0, 1), (0.01, 2), (0.1, 8), (1 / 64, 1024)]),
+    st.data(),
+)
+def test_windowed_frozen_parts_give_the_masks_of_all_of_them(n, parts, seed, drift, levels, window, data):
+    """Frozen auxiliary parts held only as windows around the threshold (down to one value a side, so that the
+    threshold leaves them and they are rebuilt from their source): every step's mask is the torch oracle's over
+    the whole parts, for thresholds moving, jumping, k changing and values tied within and across parts."""
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(n, generator=g)
+    aux = [torch.rand(n, generator=g) * 2 for _ in range(parts - 1)] or [torch.rand(max(n // 2, 1), generator=g)]
+    if levels:
+        aux = [(a * levels).round() / levels for a in aux]
+    total = s.numel() + sum(a.numel() for a in aux)
+    ks = [data.draw(st.integers(1, total - 1), label="k")] * 12
+    ks += [data.draw(st.integers(1, total - 1), label="k later")] * 4
+    sel = TopKSelector()
+    sel.window_share, sel.window_min = window
+    _windowed_run(sel, s, aux, ks, g, drift, levels)
+
+
+def test_tiny_windows_are_rebuilt_and_stay_exact():
+    """One value a side: the threshold leaves the windows often, they are rebuilt from the source (redrawn
+    values), and the masks never change; wider windows need fewer rebuilds."""
+    rebuilds = []
+    for share, least in ((0.0, 1), (0.001, 4), (0.05, 16)):
+        for seed in range(3):
+            g = torch.Generator().manual_seed(seed)
+            sel = TopKSelector()
+            sel.window_share, sel.window_min = share, least
+            aux = [torch.rand(5000, generator=g)]
+            calls = _windowed_run(sel, torch.randn(64, 80, generator=g), aux, [6000] * 30, g, 0.01, 0)
+            assert calls == sel.rebuilds
+            rebuilds.append(sel.rebuilds)
+    assert min(rebuilds[:3]) > 0  # the tiny windows were left and rebuilt
+    assert sum(rebuilds[6:]) < sum(rebuilds[:3])

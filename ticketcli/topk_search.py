@@ -5,7 +5,9 @@ every step from scores that move only a little. A full selection (masking.joint_
 over all n scores) costs a few passes over n per step; TopKSelector instead looks for the k-th largest value in a
 narrow band around the previous step's threshold, extrapolated linearly (Adam moves every score by about lr a step,
 so the threshold drifts steadily): counting the entries above the band and partitioning only the band's few values.
-Auxiliary parts that never change (double-scoring's frozen auxiliary scores) are sorted once and bisected.
+Auxiliary parts that never change (double-scoring's frozen auxiliary scores) are sorted once and bisected; once
+their owner can compute them again (a seeded redraw), only a window of the sorted values around the threshold is
+kept, with the count above it, and rebuilt from a redraw in the rare step whose threshold leaves it.
 
 How it is checked against the plain definition: the result must equal joint_topk_masks(parts, k)[0] (exactly k
 kept, ties to the lowest index in concatenated order), whatever the warm state. The code never trusts the band: a
@@ -18,7 +20,7 @@ or declines.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -53,13 +55,23 @@ class TopKSelector:
         self.algorithm = algorithm
         # key -> (last threshold, band half-width, last change of the threshold)
         self.state: dict[str, tuple[float, float, float]] = {}
-        self.sorted: dict[str, list[_Sorted]] = {}  # key -> frozen parts, sorted once
+        self.sorted: dict[str, list[_Sorted]] = {}  # key -> frozen parts, sorted once (or windows of them)
+        # key -> how to compute the frozen parts again (ranked, in order), for keys whose frozen parts are held
+        # only as windows around the threshold (window()); a window the threshold leaves is rebuilt from them
+        self.sources: dict[str, Callable[[], list[torch.Tensor]]] = {}
         self.searches = self.misses = 0  # band searches, and those that fell back to a full selection
+        self.rebuilds = 0  # windows rebuilt from their source because the threshold left them
+        # a window holds this share of a frozen part's sorted values on each side of the threshold (at least
+        # window_min of them): the threshold moves little between steps, so it rarely leaves one
+        self.window_share, self.window_min = 1 / 64, 1024
 
     def __call__(
         self, key: str, parts: Sequence[torch.Tensor], k: int, dtype: torch.dtype = torch.bool, frozen: bool = False
     ) -> torch.Tensor:
-        """The mask of the first part, as `dtype` (a float dtype saves torch's slow bool->float cast)."""
+        """The mask of the first part, as `dtype` (a float dtype saves torch's slow bool->float cast). For a key
+        whose frozen parts this selector holds as windows (window()), `parts` may be the first part alone."""
+        if key in self.sources:
+            return self._windowed(key, parts[0], k, dtype)
         n = sum(p.numel() for p in parts)
         full = None if self.algorithm == "band" else self.algorithm
         # Several live parts (trainable auxiliary scores): measured slower than a full selection at 10^7
@@ -107,6 +119,96 @@ class TopKSelector:
         if dtype != torch.bool:
             keep = keep.astype(torch.empty((), dtype=dtype).numpy().dtype)  # ~5x faster than torch's cast
         return torch.from_numpy(keep).view(parts[0].shape)
+
+    def window(self, key: str, source: Callable[[], list[torch.Tensor]]) -> bool:
+        """From now on hold the frozen parts of `key` only as windows of their sorted values around the
+        threshold, plus how many lie above each window: the mask needs nothing else while the threshold stays
+        inside. `source()` computes the frozen parts again, the same values in the same order, as fresh tensors
+        this selector may overwrite; it is called only when a threshold leaves a window, to rebuild it. Later
+        calls for `key` may pass the first part alone. Returns False (and changes nothing) unless `key` went
+        through the warm band search with frozen parts."""
+        held, last = self.sorted.get(key), self.state.get(key)
+        if held is None or last is None or key in self.sources:
+            return False
+        self.sources[key] = source
+        self.sorted[key] = [self._window_of(p.s, last[0]) for p in held]
+        return True
+
+    def _window_of(self, s: np.ndarray, v: float) -> _Window:
+        half = max(self.window_min, int(s.size * self.window_share))
+        c = int(np.searchsorted(s, s.dtype.type(v)))
+        i0, i1 = max(c - half, 0), min(c + half, s.size)
+        return _Window(s[i0:i1].copy(), i0, s.size)
+
+    def _windowed(self, key: str, part: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
+        """__call__ for a key whose frozen parts are held as windows: exact while the threshold stays inside
+        them; when it leaves, the parts are computed again and sorted, the call is answered from all of them,
+        and new windows are cut around its threshold."""
+        try:
+            return self._window_search(key, part, k, dtype)
+        except _OutOfWindow:
+            pass
+        self.rebuilds += 1
+        full = []
+        for t in self.sources[key]():
+            a = t.detach().reshape(-1).numpy()
+            a.sort()  # in place: the source's tensors are fresh
+            full.append(_Window(a, 0, a.size))  # all of it: no query can fall outside
+        self.sorted[key] = list(full)
+        mask = self._window_search(key, part, k, dtype)
+        self.sorted[key] = [self._window_of(w.s, self.state[key][0]) for w in full]
+        return mask
+
+    def _window_search(self, key: str, part: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
+        """__call__'s warm search on the first part and the windows of the frozen ones; raises _OutOfWindow
+        (having changed no state but the counters) when the answer needs values outside a window."""
+        windows = [w for w in self.sorted[key] if isinstance(w, _Window)]  # all of them: window() made them
+        first = _Live(part.detach().reshape(-1).numpy())
+        views: list[_Live | _Sorted] = [first, *windows]
+        n = first.a.size + sum(w.n for w in windows)
+        if k <= 0 or k >= n:  # never reached in practice: window() follows a band search, which needs 0 < k < n
+            return torch.full(part.shape, k > 0, dtype=torch.bool).to(dtype)
+        last = self.state[key]  # set: window() requires it
+        guess, width = last[0] + last[2], last[1]
+        # the band, clipped to the inside of every window (a band search over less still answers exactly or
+        # declines): a band wider than a window would otherwise miss, and a miss widens the next band
+        dt = first.dtype.type
+        lo, hi = dt(guess - width), dt(guess + width)
+        for win in windows:
+            if win.i0 > 0:
+                lo = max(lo, dt(np.nextafter(win.s[0], dt(np.inf))))
+            if win.n_hi > 0:
+                hi = min(hi, dt(np.nextafter(win.s[-1], dt(-np.inf))))
+        v = _band_kth_in(views, k, lo, hi) if lo <= hi else None
+        self.searches += 1
+        self.misses += v is None
+        if v is None:
+            # The k-th largest over the first part and the windows, the entries above the windows counted in:
+            # the true k-th largest whenever it lies strictly inside every window (the checks below).
+            kk = k - sum(w.n_hi for w in windows)
+            vals = np.concatenate([first.a, *(w.s for w in windows)])
+            if not 0 < kk <= vals.size:
+                raise _OutOfWindow
+            v = kth_numpy(torch.from_numpy(vals), kk, overwrite=True)
+            del vals
+            w = max(4 * abs(v - guess), 4 * width)
+            x = first.a.dtype.type(v)
+            keep = first.a >= x
+            kept = int(np.count_nonzero(keep)) + sum(p.count_at_least(x) for p in views[1:])
+            if kept != k:  # ties at v, resolved as joint_topk_masks does
+                tied = np.flatnonzero(first.a == x)
+                keep[tied[max(k - sum(p.count_greater(x) for p in views), 0) :]] = False
+        else:
+            w = max(4 * abs(v - guess), 0.5 * width, 1e-7 * abs(v) + 1e-30)
+            x = first.a.dtype.type(v)
+            keep = first.at_least(v)
+            kept = sum(p.band_count_at_least(x) for p in views)
+            if kept != k:  # ties at v: the first part's come first in concatenated order, lowest index first
+                first.drop_ties(x, k - sum(p.band_count_above(x) for p in views))
+        self.state[key] = (v, w, v - last[0])
+        if dtype != torch.bool:
+            keep = keep.astype(torch.empty((), dtype=dtype).numpy().dtype)
+        return torch.from_numpy(keep).view(part.shape)
 
     def frozen_values(self, key: str) -> list[torch.Tensor] | None:
         """The frozen parts of `key` as this selector holds them (sorted ascending, shared, not copied), or None
@@ -185,12 +287,56 @@ class _Sorted:
     band_count_above = count_greater
 
 
+class _OutOfWindow(Exception):
+    """A query that a window of a frozen part cannot answer exactly."""
+
+
+class _Window(_Sorted):
+    """A window of a frozen part's sorted values: s = sorted[i0 : i0 + s.size] of n values, n_hi of them above
+    it. Counts at a value x are exact when x lies strictly inside the window (or past an end with nothing beyond
+    it); any other query raises _OutOfWindow."""
+
+    def __init__(self, s: np.ndarray, i0: int, n: int):
+        self.s, self.dtype, self.hi = s, s.dtype, 0.0
+        self.i0, self.n, self.n_hi = i0, n, n - i0 - s.size
+
+    def _inside(self, x: float) -> None:
+        # entries below the window are <= s[0] and those above >= s[-1]: exact for s[0] < x < s[-1] (NaN fails)
+        if (self.i0 > 0 and not x > self.s[0]) or (self.n_hi > 0 and not x < self.s[-1]):
+            raise _OutOfWindow
+
+    def count_above(self, x: float) -> int:
+        self._inside(x)
+        self.hi = x
+        return self.n - self.i0 - int(np.searchsorted(self.s, x, "right"))
+
+    def between(self, lo: float) -> np.ndarray:
+        self._inside(lo)
+        return super().between(lo)
+
+    def count_at_least(self, x: float) -> int:
+        self._inside(x)
+        return self.n - self.i0 - int(np.searchsorted(self.s, x, "left"))
+
+    band_count_at_least = count_at_least
+
+    def count_greater(self, x: float) -> int:
+        self._inside(x)
+        return self.n - self.i0 - int(np.searchsorted(self.s, x, "right"))
+
+    band_count_above = count_greater
+
+
 def _band_kth(views: Sequence[_Live | _Sorted], k: int, t: float, w: float) -> float | None:
     """The k-th largest value over all views if it lies in [t - w, t + w], else None."""
     # Every part must compare against the very same bounds, in the arrays' own dtype (a Python float would also
     # make np.searchsorted convert the whole sorted array on every call).
     dt = views[0].dtype.type
-    lo, hi = dt(t - w), dt(t + w)
+    return _band_kth_in(views, k, dt(t - w), dt(t + w))
+
+
+def _band_kth_in(views: Sequence[_Live | _Sorted], k: int, lo: float, hi: float) -> float | None:
+    """The k-th largest value over all views if it lies in [lo, hi] (lo <= hi, the views' dtype), else None."""
     c_hi = sum(v.count_above(hi) for v in views)
     if c_hi >= k:
         return None

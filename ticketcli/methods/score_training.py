@@ -36,18 +36,42 @@ def init_scores(net: MaskedNet, parts: int, generator: torch.Generator) -> dict[
     return dict(_draw(net, parts, generator))
 
 
+def _bound(net: MaskedNet, name: str) -> float:
+    w = net.weights[name]
+    owner = net.weights.get(layer_of(name) + ".weight") if w.dim() == 1 else None
+    return 1.0 / math.sqrt(fan_in(w, owner))
+
+
 def _draw(net: MaskedNet, parts: int, generator: torch.Generator) -> Iterator[tuple[str, list[torch.Tensor]]]:
     for name in net.names:
-        w = net.weights[name]
-        owner = net.weights.get(layer_of(name) + ".weight") if w.dim() == 1 else None
-        bound = 1.0 / math.sqrt(fan_in(w, owner))
+        w, bound = net.weights[name], _bound(net, name)
         yield (
             name,
             [torch.empty(w.shape, dtype=w.dtype).uniform_(-bound, bound, generator=generator) for _ in range(parts)],
         )
 
 
-Redraw = Callable[[], dict[str, list[torch.Tensor]]]
+def _draw_aux(net: MaskedNet, parts: int, generator: torch.Generator, only: str) -> list[torch.Tensor]:
+    """_draw's auxiliary parts of the parameter `only`, the same bits (the generator advances by the same draws
+    whatever tensor receives them), holding one tensor of a parameter's size at a time: the parameters before
+    it are drawn into one scratch tensor each, and its S into its first auxiliary tensor, drawn over next."""
+    for name in net.names:
+        w, bound = net.weights[name], _bound(net, name)
+        if name != only:
+            scratch = torch.empty(w.shape, dtype=w.dtype)
+            for _ in range(parts):
+                scratch.uniform_(-bound, bound, generator=generator)
+            del scratch
+            continue
+        aux = [torch.empty(w.shape, dtype=w.dtype) for _ in range(parts - 1)]
+        aux[0].uniform_(-bound, bound, generator=generator)  # S's draw
+        for t in aux:
+            t.uniform_(-bound, bound, generator=generator)
+        return aux
+    raise KeyError(only)
+
+
+Redraw = Callable[..., dict[str, list[torch.Tensor]]]  # redraw() for every parameter, redraw(name) for one
 
 
 def seeded_scores(
@@ -58,9 +82,11 @@ def seeded_scores(
     write them into its checkpoints."""
     state = generator.get_state()
 
-    def redraw() -> dict[str, list[torch.Tensor]]:
+    def redraw(only: str | None = None) -> dict[str, list[torch.Tensor]]:
         g = torch.Generator()
         g.set_state(state)
+        if only is not None:
+            return {only: _draw_aux(net, parts, g, only)}
         return {n: drawn[1:] for n, drawn in _draw(net, parts, g)}
 
     return init_scores(net, parts, generator), redraw
@@ -167,6 +193,10 @@ class ScoreTrainer:
             return
         self.scores = {n: parts[:1] for n, parts in self.scores.items()}
         self.aux, self.released = [], True
+        redraw = self.redraw
+        # and the selection keeps only a window of their sorted ranking around each threshold (4 bytes a weight
+        # less), drawing them again when a threshold leaves its window
+        self.selection.window_aux(lambda name: redraw(name)[name])
 
     def state_dict(self) -> dict:
         """Scores (every part, on the CPU; released auxiliary parts drawn again, the same bits) and Adam's state:

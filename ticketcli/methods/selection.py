@@ -3,7 +3,9 @@ original or the augmented score space (double-scoring), optionally restricted to
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -46,6 +48,7 @@ class Selection:
         self.keep = {n: keep_count(densities[n], parts * size[n]) for n in net.names}  # per-layer budgets
         self.topk = TopKSelector()
         self.frozen: dict[str, list[torch.Tensor]] = {}  # ranked auxiliary values that never change
+        self.windowed: set[str] = set()  # parameters whose fixed auxiliary ranking only the selector holds
 
     def ranked(self, name: str, parts: list[torch.Tensor], aux_fixed: bool) -> list[torch.Tensor]:
         """The values top-k compares for one parameter; inactive entries (iterated) rank last."""
@@ -54,6 +57,8 @@ class Selection:
             r = ranking(t.detach(), self.signed)
             return r if self.active is None else torch.where(self.active[name], r, -math.inf)
 
+        if name in self.windowed:  # the selector holds the rest (window_aux)
+            return [rank(parts[0])]
         if not aux_fixed and len(parts) == self.parts:  # fewer parts: a trainer released the fixed ones (held here)
             return [rank(t) for t in parts]
         if name not in self.frozen:
@@ -71,13 +76,29 @@ class Selection:
         masks = {}
         for n, parts in scores.items():  # one parameter at a time: one layer's |S| alive at once, not all of them
             masks[n] = self.topk(n, self.ranked(n, parts, aux_fixed), self.keep[n], dtype, frozen=aux_fixed)
-            if aux_fixed:
+            if aux_fixed and n not in self.windowed:
                 # The selector keeps a sorted copy of the fixed auxiliary values: hold that one instead of a
                 # second, unsorted copy. Any order of them gives the same masks (only their multiset decides the
                 # first part's mask, whose ties go first in concatenated order), so later calls pass the sorted
                 # values.
                 self.frozen[n] = self.topk.frozen_values(n) or self.frozen[n]
         return masks
+
+    def window_aux(self, redraw: Callable[[str], list[torch.Tensor]]) -> None:
+        """Let the selector hold the fixed auxiliary ranking of each parameter only as a window around its
+        threshold (TopKSelector.window) instead of all of it sorted: `redraw(name)` draws that parameter's
+        auxiliary scores again, bit for bit, as fresh tensors, for the rare step whose threshold leaves the
+        window. Per-parameter top-k on the CPU without active entries only; the masks do not change."""
+        if self.global_topk or self.active is not None:
+            return
+        for n in list(self.frozen):
+            if self.topk.window(n, functools.partial(self._reranked, redraw, n)):
+                self.windowed.add(n)
+                del self.frozen[n]
+
+    def _reranked(self, redraw: Callable[[str], list[torch.Tensor]], name: str) -> list[torch.Tensor]:
+        """ranking() of `name`'s auxiliary scores drawn again, in place where it can be (the same values)."""
+        return [t if self.signed else t.abs_() for t in redraw(name)]
 
     def joint(self, ranked: dict[str, list[torch.Tensor]]) -> list[torch.Tensor]:
         """Global top-k over every part of every parameter; returns all masks, originals first."""
@@ -94,6 +115,13 @@ class Selection:
             for i, m in enumerate(masks[len(names) :]):  # each parameter's parts - 1 auxiliary tensors, in order
                 aux[names[i // (self.parts - 1)]] += int(m.sum())
         else:
-            orig = {n: int(joint_topk_masks(r, self.keep[n])[0].sum()) for n, r in ranked.items()}
+            orig = {
+                n: int(
+                    (
+                        self.topk(n, r, self.keep[n]) if n in self.windowed else joint_topk_masks(r, self.keep[n])[0]
+                    ).sum()
+                )
+                for n, r in ranked.items()
+            }
             aux = {n: self.keep[n] - orig[n] for n in ranked}
         return {n: {"aug_kept": orig[n] + aux[n], "aux_kept": aux[n]} for n in ranked}
