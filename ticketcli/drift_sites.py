@@ -210,7 +210,7 @@ class StreamTrace(Trace):
             if keep is None:  # Σ over a patch's entries, per output position: a box sum of the channel sum
                 ones = torch.ones((1, 1, *conv.kernel_size), dtype=torch.float64, device=a.device)
                 padding = cast(tuple[int, ...], conv.padding)
-                box = F.conv2d(sum64(a, 1).unsqueeze(1).to(a.device), ones, None, conv.stride, padding)
+                box = F.conv2d(sum64(a, 1).unsqueeze(1), ones, None, conv.stride, padding)
                 job["a_rows"], job["a"] = box[:, 0], None  # (B, H', W')
         self.pending[name] = job
         z.register_hook(partial(self._backward, name))
@@ -242,7 +242,7 @@ class StreamTrace(Trace):
             g_total = sum64(grad, (0, 2, 3)) * self.b
             acc.g_total = g_total if acc.g_total is None else acc.g_total + g_total
             if job["a"] is None:
-                gram = (sum64(grad, 1).to(grad.device) * job["a_rows"]).sum() * self.b
+                gram = (sum64(grad, 1) * job["a_rows"]).sum() * self.b
             else:  # Σ_s g_sᵀ M a_s: the input convolved with the mask as weights
                 m = acc.conv
                 keep = cast(torch.Tensor, acc.keep).double()
@@ -298,13 +298,14 @@ def measure_traced(
         trace.b = xc.shape[0]
         logits = forward(xc, eff, trace=trace)
         loss = loss_fn(logits, yc)
-        # back to the traced layers' outputs only: their hooks take every statistic, dL/dW included (Σ g aᵀ), so
-        # no weight gradient and no gradient of the first layer's input is computed
+        # autograd's weight gradients, as in training: grad_mean is their kept sum (the hooks on the layers' outputs
+        # take every other statistic on the way)
+        part = trace.b / total
         names = list(trace.stats)
         for name, gw in zip(names, torch.autograd.grad(loss, [eff[f"{name}.weight"] for name in names])):
             keep = trace.stats[name].keep
-            grads[name] = grads.get(name, 0.0) + sum64(gw if keep is None else gw[keep]) * (trace.b / total)
-        loss_sum += float(loss.detach()) * (trace.b / total)
+            grads[name] = grads.get(name, 0.0) + sum64(gw if keep is None else gw[keep]) * part
+        loss_sum += float(loss.detach()) * part
         correct += int((logits.detach().argmax(1) == yc).sum())
         del logits, loss
     layers = {name: acc.results(eff[f"{name}.weight"], grads[name]) for name, acc in trace.stats.items()}
