@@ -1,13 +1,15 @@
 """CPU time per phase of one training step (select, forward, backward, Adam): dense weights vs score training.
 
     OMP_NUM_THREADS=1 python benchmarks/step_phases.py --steps 40
+    python benchmarks/step_phases.py --steps 60 --wall     # torch's default threads, wall clock
 
 The paper's MLP (784-256-256-256-10), batch 512 of synthetic FashionMNIST-shaped data. Dense weight training
 (fused Adam on all weights) and edge-popup and augmented score training step in turn (interleaved, so load on a
 shared machine hits all alike), and the two score methods once more with every layer's W * H recomputed in the
 backward pass (the trainer does it only for layers of at least RECOMPUTE_MIN weights, none in this MLP: the rows
 show what recomputing costs); each phase is timed with time.thread_time (CPU time of this thread: steadier
-than wall time on a loaded machine, and exact with one thread). Medians over the steps.
+than wall time on a loaded machine, and exact with one thread; with several threads it misses the others' work,
+so --wall times them by the wall clock instead). Medians over the steps.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ticketcli.runs import build_net  # noqa: E402
 from ticketcli.seeding import generator  # noqa: E402
 from ticketcli.specs import MethodSpec  # noqa: E402
 
-clock = time.thread_time
+clock = time.thread_time  # --wall: time.perf_counter
 
 
 def dense_step(spec, x, y):
@@ -87,7 +89,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40, help="timed steps per kind (interleaved)")
     ap.add_argument("--warm", type=int, default=10, help="untimed steps per kind first")
+    ap.add_argument("--wall", action="store_true", help="wall clock instead of this thread's CPU time")
     args = ap.parse_args()
+    if args.wall:
+        global clock
+        clock = time.perf_counter
     spec = build_extract_spec(merge_settings({}, None))
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(512, 1, 28, 28, generator=g), torch.randint(0, 10, (512,), generator=g)
@@ -106,7 +112,10 @@ def main() -> None:
     for _ in range(args.steps):
         for k, s in steps.items():
             times[k].append(s())
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {args.steps} steps; CPU ms, medians")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, {args.steps} steps; "
+        f"{'wall' if args.wall else 'CPU'} ms, medians"
+    )
     print(f"{'kind':<22} {'select':>7} {'forward':>8} {'backward':>8} {'adam':>7} {'step':>7} {'x dense':>7}")
     dense = statistics.median(sum(t) for t in times["dense"])
     for k, ts in times.items():
