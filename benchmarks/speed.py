@@ -25,10 +25,11 @@ from torch import nn
 from ticketcli.data import Splits, load_splits
 from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
-from ticketcli.methods.selection import Selection
 from ticketcli.resolve import build_extract_spec, data_location, merge_settings
 from ticketcli.runs import build_net
 from ticketcli.seeding import generator
+from ticketcli.selection.groups import scope_groups
+from ticketcli.selection.scored import Selection
 from ticketcli.specs import DataSpec, MethodSpec
 
 
@@ -43,12 +44,12 @@ class SortSelection(Selection):
     """Edge-popup's selection as research code usually writes it: a full sort of the scores at every step."""
 
     def select(self, scores, dtype=torch.bool, aux_fixed=False):
-        out = {}
+        out, keep = {}, {names[0]: k for names, k in self.budgets}  # one group per parameter
         for name, parts in scores.items():
             flat = parts[0].detach().abs().flatten()
             order = flat.sort().indices  # ascending
             mask = torch.zeros_like(flat, dtype=dtype)
-            mask[order[flat.numel() - self.keep[name] :]] = 1
+            mask[order[flat.numel() - keep[name] :]] = 1
             out[name] = mask.view_as(parts[0])
         return out
 
@@ -95,7 +96,7 @@ def main() -> None:
             opt = torch.optim.Adam(params.values(), lr=1e-3, fused=kind == "dense")
             return lambda: [dense_epoch(net, params, opt, data, mspec, g) for _ in range(args.epochs)]
         if kind == "edge-popup-sort":
-            sel = SortSelection(net, mspec, parts=1, densities=dict.fromkeys(net.names, mspec.density))
+            sel = SortSelection(net, scope_groups(net, mspec, "layer"), parts=1)
         else:
             sel = {"augmented": Augmented, "edge-popup": EdgePopup}[kind]().selection(net, mspec)
         trainer = ScoreTrainer(net, sel, mspec, init_scores(net, sel.parts, g))

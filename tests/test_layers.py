@@ -50,7 +50,6 @@ LAYERS: list[list[str]] = [
         "ticketcli.data_memory",
         "ticketcli.text",
         "ticketcli.masking",
-        "ticketcli.topk_search",
         "ticketcli.distributed",
         "ticketcli.pool",
         "ticketcli.train",
@@ -60,6 +59,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.ticket",
         "ticketcli.checkpoint",
     ],
+    ["ticketcli.selection"],  # scores -> masks: which entries compete, the exact top-k and its warm search
     ["ticketcli.methods"],  # one module per method family, behind one registry
     # workflows: what a command does, from specs to results
     [

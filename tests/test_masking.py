@@ -8,16 +8,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ticketcli.masking import (
+from ticketcli.masking import masked_weight
+from ticketcli.selection.exact import (
     KTH_ALGORITHMS,
     default_algorithm,
     joint_topk_masks,
     keep_count,
     kth_largest,
-    masked_weight,
     topk_mask,
 )
-from ticketcli.topk_search import SELECT_ALGORITHMS, TopKSelector
+from ticketcli.selection.warm import SELECT_ALGORITHMS, TopKSelector
 
 
 def reference_topk(values: np.ndarray, k: int) -> np.ndarray:

@@ -12,15 +12,16 @@ from helpers import for_method
 
 from ticketcli import distributed
 from ticketcli.errors import UsageError
-from ticketcli.masking import keep_count, topk_mask
-from ticketcli.methods import METHODS, ExtractResult, Method, param_densities
+from ticketcli.methods import METHODS, ExtractResult, Method
 from ticketcli.resolve import METHOD_OPTIONS, build_extract_spec, merge_settings
 from ticketcli.runs import evaluate_ticket, extract_ticket
+from ticketcli.selection.exact import keep_count, topk_mask
+from ticketcli.selection.groups import param_densities
 from ticketcli.specs import DataSpec, MethodSpec
 from ticketcli.ticket import load
 
 CONTRACT = list(Method.__annotations__)  # the class attributes every method sets
-BOOLEANS = ("resumable", "data_parallel", "uses_epochs", "seeded", "global_topk")
+BOOLEANS = ("resumable", "data_parallel", "uses_epochs", "seeded")
 SETTINGS = {
     "dataset": "digits",
     "model": "mlp:64-24-10",
@@ -37,7 +38,7 @@ def spec_for(method: str, **kw):
 
 
 def test_the_contract_lists_what_callers_read():
-    assert set(CONTRACT) == {"name", "options", "trains", *BOOLEANS, "score_init"}
+    assert set(CONTRACT) == {"name", "options", "trains", *BOOLEANS, "default_scope", "score_init"}
 
 
 @pytest.mark.parametrize("name", METHODS.names())
@@ -50,6 +51,7 @@ def test_every_method_declares_the_whole_contract(name):
     assert isinstance(cls.options, frozenset)
     assert cls.trains <= {"scores", "weights"} and isinstance(cls.trains, frozenset)
     assert all(isinstance(getattr(cls, a), bool) for a in BOOLEANS)
+    assert cls.default_scope in ("global", "layer")
     # a method that trains scores records how they start; one that trains none has no score init
     assert (cls.score_init is not None) == ("scores" in cls.trains)
 
@@ -109,7 +111,7 @@ class Magnitude(Method):
     data_parallel = True
     uses_epochs = False
     seeded = False
-    global_topk = False
+    default_scope = "layer"
     score_init = None
 
     def extract(self, net, data, spec, *, device, generator, progress, checkpoint=None) -> ExtractResult:

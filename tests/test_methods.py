@@ -8,12 +8,12 @@ from helpers import for_method, make_net, quick_method
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.masking import keep_count
 from ticketcli.methods import METHODS, ExtractResult
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.models import MaskedNet
 from ticketcli.resolve import check_method_options
+from ticketcli.selection.exact import keep_count
 from ticketcli.train import evaluate
 
 
@@ -66,9 +66,9 @@ def test_kept_counts(name, digits):
         if name == "augmented":  # floor(0.2 * 2n) kept in the augmented space; at most n of them auxiliary
             k_aug = keep_count(0.2, 2 * total)
             assert k_aug - total <= int(m.sum()) <= min(k_aug, total)
-        elif not METHODS.get(name).global_topk:
+        elif METHODS.get(name).default_scope == "layer":
             assert int(m.sum()) == keep_count(0.2, total)
-    if METHODS.get(name).global_topk:  # one top-k over all parameters together
+    if METHODS.get(name).default_scope == "global":  # one top-k over all parameters together
         assert sum(int(m.sum()) for m in masks.values()) == keep_count(0.2, sum(m.numel() for m in masks.values()))
 
 

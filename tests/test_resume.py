@@ -15,9 +15,10 @@ from ticketcli.cli import app
 from ticketcli.errors import RunFailed, UsageError
 from ticketcli.methods import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
-from ticketcli.methods.selection import Selection
 from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import extract_ticket
+from ticketcli.selection.groups import scope_groups
+from ticketcli.selection.scored import Selection
 
 SETTINGS = {
     "dataset": "digits",
@@ -152,7 +153,7 @@ def test_nan_weight_is_named_with_epoch_and_layer(digits):
     net = make_net("mlp:64-32-32-10")
     net.weights["layers.1.weight"][3, 4] = float("nan")
     spec = quick_method("edge-popup")
-    selection = Selection(net, spec, parts=1, densities=dict.fromkeys(net.names, 0.2))
+    selection = Selection(net, scope_groups(net, spec, "layer", 0.2), parts=1)
     trainer = ScoreTrainer(net, selection, spec, init_scores(net, 1, torch.Generator().manual_seed(0)))
     with pytest.raises(RunFailed, match=r"non-finite loss at epoch 1 \(first non-finite: weights of layers.1.weight\)"):
         train_scores(trainer, digits, spec, torch.Generator().manual_seed(1), None)
@@ -161,7 +162,7 @@ def test_nan_weight_is_named_with_epoch_and_layer(digits):
 def test_nan_score_is_named(digits):
     net = make_net("mlp:64-32-32-10")
     spec = quick_method("augmented")
-    selection = Selection(net, spec, parts=2, densities=dict.fromkeys(net.names, 0.2))
+    selection = Selection(net, scope_groups(net, spec, "layer", 0.2), parts=2)
     scores = init_scores(net, 2, torch.Generator().manual_seed(0))
     scores["layers.2.weight"][1][0, 0] = float("inf")  # an auxiliary score
     trainer = ScoreTrainer(net, selection, spec, scores)

@@ -1,5 +1,5 @@
-"""The warm-started top-k search (topk_search.py) against the plain definition of a top-k mask: exactly k kept,
-ties to the lowest index of the concatenation, the same bits as masking.joint_topk_masks, cold or warm."""
+"""The warm-started top-k search (selection/warm.py) against the plain definition of a top-k mask: exactly k kept,
+ties to the lowest index of the concatenation, the same bits as exact.joint_topk_masks, cold or warm."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ticketcli.masking import joint_topk_masks, topk_mask
-from ticketcli.topk_search import TopKSelector, _band_kth, _Live, _Sorted
+from ticketcli.selection.band import Live, Sorted, band_kth
+from ticketcli.selection.exact import joint_topk_masks, topk_mask
+from ticketcli.selection.warm import TopKSelector
 
 
 def torch_oracle(parts: list[torch.Tensor], k: int) -> torch.Tensor:
@@ -86,8 +87,8 @@ def test_band_search_finds_the_kth_largest_or_declines(a, b, t, w, frozen, data)
     arrays = [np.array(a, np.float32)] + ([np.array(b, np.float32)] if b else [])
     values = np.concatenate(arrays)
     k = data.draw(st.integers(1, values.size))
-    views = [_Live(arrays[0])] + [(_Sorted if frozen else _Live)(x) for x in arrays[1:]]
-    got = _band_kth(views, k, float(t), w)
+    views = [Live(arrays[0])] + [(Sorted if frozen else Live)(x) for x in arrays[1:]]
+    got = band_kth(views, k, float(t), w)
     expected = float(np.sort(values)[::-1][k - 1])
     if w >= 10.0:  # the band covers every value: it must answer
         assert got == expected
@@ -100,12 +101,13 @@ def test_band_search_finds_the_kth_largest_or_declines(a, b, t, w, frozen, data)
 def test_selection_holding_the_sorted_frozen_values_gives_the_masks_of_the_originals(n, aux, seed, ties, data):
     """Selection hands the selector its sorted copy of fixed auxiliary |T| back instead of keeping an unsorted one:
     over drifting steps (ties included) the masks equal a fresh full selection on the original parts."""
-    from ticketcli.methods.selection import Selection
     from ticketcli.models import MaskedNet, build_model, parse_model
-    from ticketcli.specs import MethodSpec
+    from ticketcli.selection.groups import Group
+    from ticketcli.selection.scored import Selection
 
     net = MaskedNet(build_model(parse_model(f"mlp:{n}-2")))
-    sel = Selection(net, MethodSpec(), parts=1 + aux, densities={"layers.0.weight": data.draw(st.floats(0.05, 0.95))})
+    sel = Selection(net, [Group(("layers.0.weight",), data.draw(st.floats(0.05, 0.95)))], parts=1 + aux)
+    ((_, k),) = sel.budgets
     g = torch.Generator().manual_seed(seed)
     t = [torch.randn(2, n, generator=g) for _ in range(aux)]
     if ties:
@@ -115,9 +117,9 @@ def test_selection_holding_the_sorted_frozen_values_gives_the_masks_of_the_origi
         s = s + 0.05 * torch.randn(2, n, generator=g)
         x = s.round() if ties and step % 2 else s
         got = sel.select({"layers.0.weight": [x, *t]}, aux_fixed=True)["layers.0.weight"]
-        expected = joint_topk_masks([x.abs(), *(a.abs() for a in t)], sel.keep["layers.0.weight"])[0]
+        expected = joint_topk_masks([x.abs(), *(a.abs() for a in t)], k)[0]
         assert torch.equal(got, expected), step
-    if 0 < sel.keep["layers.0.weight"] < (1 + aux) * 2 * n:  # (keeping none or all needs no search)
+    if 0 < k < (1 + aux) * 2 * n:  # (keeping none or all needs no search)
         assert sel.frozen["layers.0.weight"][0].dim() == 1  # the selector's sorted copy, not a second one
 
 

@@ -11,11 +11,12 @@ from helpers import make_net, quick_method
 from test_methods import extract, run
 
 from ticketcli.errors import UsageError
-from ticketcli.masking import joint_topk_masks, keep_count, masked_weight
+from ticketcli.masking import masked_weight
 from ticketcli.methods import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.resolve import check_method_options
+from ticketcli.selection.exact import joint_topk_masks, keep_count
 
 
 def kept(masks) -> int:

@@ -42,7 +42,7 @@ from torch import nn
 
 from ticketcli.methods import METHODS
 from ticketcli.methods.saliency import grasp_scores, snip_scores, synflow_scores
-from ticketcli.methods.topk import density_groups, power_schedule, restricted, select
+from ticketcli.selection.groups import Group, power_schedule, restricted, scope_groups, select
 
 CPU = torch.device("cpu")
 
@@ -100,7 +100,7 @@ def snip(ref: Reference, run: Run, d: float) -> list[str]:
         line("ticket snip", ours, r, run),
         line(
             "ticket's floor(d*N) top-k on the reference's scores",
-            select(r_scores, density_groups(run.net, run.spec.method)),
+            select(r_scores, scope_groups(run.net, run.spec.method, "global")),
             r,
             run,
         ),
@@ -124,7 +124,7 @@ def grasp(ref: Reference, run: Run, d: float) -> list[str]:
             masks = ticket_masks(run, grasp_direction=direction, grasp_data=data)
             out.append(line(f"ticket grasp --grasp-direction {direction} --grasp-data {data}", masks, r, run))
     negated = {n: -s for n, s in r_scores.items()}
-    groups = density_groups(run.net, run.spec.method)
+    groups = scope_groups(run.net, run.spec.method, "global")
     out.append(line("ticket's top-k on the reference's scores", select(r_scores, groups), r, run))
     out.append(line("ticket's top-k on the NEGATED reference's scores", select(negated, groups), r, run))
     out.append(f"scores: θ⊙Hg (shared data) vs the reference's, relative error up to a positive scale {err:.1e}")
@@ -155,7 +155,7 @@ def ticket_synflow_reference_count(run: Run, d: float, rounds: int) -> dict[str,
     but for float rounding), instead of floor(d_r * N)."""
     masks = {n: torch.ones_like(run.weights[n], dtype=torch.bool) for n in run.net.names}
     total = sum(m.numel() for m in masks.values())
-    groups = [(list(run.net.names), d)]
+    groups = [Group(tuple(run.net.names), d)]
     for r in range(1, rounds + 1):
         scores = synflow_scores(run.net, {n: m.double() for n, m in masks.items()}, run.splits.x_extract[:1])
         keep = total - int((1.0 - power_schedule(r, rounds)(d)) * total)

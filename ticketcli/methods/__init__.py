@@ -6,7 +6,7 @@ from ticketcli.methods import random as _random  # noqa: F401  (registers "rando
 from ticketcli.methods import saliency as _saliency  # noqa: F401  (registers "snip", "grasp", "synflow")
 from ticketcli.methods import scores as _scores  # noqa: F401  (registers "edge-popup", "augmented")
 from ticketcli.methods import sparse as _sparse  # noqa: F401  (registers "imp", "set", "rigl")
-from ticketcli.methods.base import ExtractResult, Method, Progress, param_densities
+from ticketcli.methods.base import ExtractResult, Method, Progress
 from ticketcli.methods.registry import METHODS
 
-__all__ = ["METHODS", "ExtractResult", "Method", "Progress", "param_densities"]
+__all__ = ["METHODS", "ExtractResult", "Method", "Progress"]

@@ -11,8 +11,8 @@ import torch
 
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
-from ticketcli.errors import UsageError
 from ticketcli.models import MaskedNet
+from ticketcli.selection.groups import Scope
 from ticketcli.specs import MethodSpec
 
 # The training settings a method reads, if it trains (each method lists what it reads in `options`): score
@@ -68,7 +68,9 @@ class Method(ABC):
     data_parallel: ClassVar[bool]  # runs under torchrun (each rank gives the same masks)
     uses_epochs: ClassVar[bool]  # reports progress per epoch (else no progress bar is shown)
     seeded: ClassVar[bool]  # the generator changes its masks (False: deterministic given the weights)
-    global_topk: ClassVar[bool]  # one top-k over all parameters unless --layer-densities (else per layer/--global)
+    # how it thresholds unless --global or --layer-densities say otherwise: one top-k over all parameters or one
+    # per parameter (selection.groups.scope_groups reads it)
+    default_scope: ClassVar[Scope]
     score_init: ClassVar[dict[str, str] | None]  # how trained scores start (recorded in the ticket); else None
 
     @abstractmethod
@@ -86,16 +88,3 @@ class Method(ABC):
         """The masks for `net` (weights frozen) from `data`; random draws only from `generator`.
 
         `checkpoint` is given only to a resumable method, and only with --checkpoint-every or --resume."""
-
-
-def param_densities(net: MaskedNet, spec: MethodSpec) -> dict[str, float]:
-    """Keep density per masked parameter: --layer-densities (one per layer) or 1 - sparsity everywhere."""
-    if spec.layer_densities is None:
-        return {n: spec.density for n in net.names}
-    layers = net.layers()
-    if len(spec.layer_densities) != len(layers):
-        raise UsageError(
-            f"--layer-densities has {len(spec.layer_densities)} values but the model has "
-            f"{len(layers)} layers ({', '.join(layers)})"
-        )
-    return {n: d for d, names in zip(spec.layer_densities, layers.values()) for n in names}

@@ -13,7 +13,6 @@ from ticketcli.methods.base import Details, ExtractResult, Masks, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.methods.scores import ScoreMethod, score_params
-from ticketcli.methods.selection import Selection
 from ticketcli.models import MaskedNet
 from ticketcli.specs import MethodSpec
 
@@ -61,9 +60,7 @@ class Iterated(ScoreMethod):
         for r in range(first, spec.max_rounds + 1):
             current = sum(int(m.sum()) for m in cumulative.values()) / total
             d = min(spec.density / current, self.ROUND_DENSITY_CAP)
-            selection = Selection(
-                net, spec, parts=self.parts(spec), densities=dict.fromkeys(net.names, d), active=cumulative
-            )
+            selection = self.selection(net, spec, d, active=cumulative)
             trainer = ScoreTrainer(net, selection, spec, *seeded_scores(net, selection.parts, generator))
             with checkpoint.resuming() if checkpoint is not None else nullcontext():
                 start = resume(state if r == first else None, trainer, generator)

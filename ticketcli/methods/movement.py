@@ -17,8 +17,8 @@ from ticketcli.data import Splits
 from ticketcli.methods.base import WEIGHT_TRAINING, ExtractResult, Masks, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.sparse import _SparseTraining, epoch_reporter, weight_optim
-from ticketcli.methods.topk import Group, density_groups, select
 from ticketcli.models import MaskedNet
+from ticketcli.selection.groups import Group, scope_groups, select
 from ticketcli.specs import MethodSpec
 from ticketcli.train import WeightTrainer, train_weights
 
@@ -73,7 +73,7 @@ class Movement(_SparseTraining):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = density_groups(net, spec)
+        groups = scope_groups(net, spec, self.default_scope)
         scores = {
             n: spec.movement_noise * torch.randn(w.shape, generator=generator)
             for n, w in ((n, net.weights[n]) for n in net.names)

@@ -6,10 +6,10 @@ import torch
 
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
-from ticketcli.masking import keep_count, topk_mask
-from ticketcli.methods.base import ExtractResult, Method, Progress, param_densities
+from ticketcli.methods.base import ExtractResult, Method, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.models import MaskedNet
+from ticketcli.selection.groups import scope_groups, select
 from ticketcli.specs import MethodSpec
 
 
@@ -22,7 +22,7 @@ class RandomMask(Method):
     data_parallel = True  # the same draw on every rank
     uses_epochs = False
     seeded = True
-    global_topk = False  # per layer
+    default_scope = "layer"
     score_init = None
 
     def extract(
@@ -36,10 +36,6 @@ class RandomMask(Method):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        densities = param_densities(net, spec)
-        masks = {}
-        for name in net.names:
-            w = net.weights[name]
-            r = torch.rand(w.shape, generator=generator)  # CPU draw: same bits on any device
-            masks[name] = topk_mask(r, keep_count(densities[name], w.numel())).to(device)
-        return ExtractResult(masks)
+        groups = scope_groups(net, spec, self.default_scope)
+        draws = {n: torch.rand(net.weights[n].shape, generator=generator) for n in net.names}  # CPU: same bits anywhere
+        return ExtractResult({n: m.to(device) for n, m in select(draws, groups).items()})

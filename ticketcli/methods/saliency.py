@@ -17,8 +17,8 @@ from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.methods.base import ExtractResult, Method, Progress
 from ticketcli.methods.registry import METHODS
-from ticketcli.methods.topk import density_groups, power_schedule, restricted, select
 from ticketcli.models import MaskedNet
+from ticketcli.selection.groups import power_schedule, restricted, scope_groups, select
 from ticketcli.specs import MethodSpec
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
@@ -101,7 +101,7 @@ class _Saliency(Method):
     data_parallel = False
     uses_epochs = False  # the progress bar counts epochs; these methods have none
     seeded = True  # minibatches drawn from the generator
-    global_topk = True  # one top-k over all parameters (Appendix B), per layer only with --layer-densities
+    default_scope = "global"  # one top-k over all parameters (Appendix B), per layer with --layer-densities
     score_init = None
 
 
@@ -121,7 +121,7 @@ class Snip(_Saliency):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = density_groups(net, spec)
+        groups = scope_groups(net, spec, self.default_scope)
         return ExtractResult(select(snip_scores(net, minibatches(data, spec, generator)), groups))
 
 
@@ -148,7 +148,7 @@ class Grasp(_Saliency):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = density_groups(net, spec)
+        groups = scope_groups(net, spec, self.default_scope)
         g_batches = minibatches(data, spec, generator)  # two independent shuffles: two independent collections
         h_batches = g_batches if spec.grasp_data == "shared" else minibatches(data, spec, generator)
         scores = grasp_scores(net, g_batches, h_batches, spec.grasp_temperature, spec.grasp_direction)
@@ -174,7 +174,7 @@ class SynFlow(_Saliency):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = density_groups(net, spec)
+        groups = scope_groups(net, spec, self.default_scope)
         masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in ((n, net.weights[n]) for n in net.names)}
         rounds = spec.synflow_rounds
         for r in range(1, rounds + 1):

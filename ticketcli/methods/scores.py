@@ -2,7 +2,7 @@
 
 edge-popup (Ramanujan et al.): one score tensor S per parameter; mask = top-k of |S| at the layer's density.
 augmented (double-scoring, docs/method.md): scores S and auxiliary T per parameter; top-k of |(S, T)| in the
-augmented space at the augmented density, restricted to the original coordinates (methods/selection.py); the
+augmented space at the augmented density, restricted to the original coordinates (selection/scored.py); the
 training loop is methods/score_training.py.
 """
 
@@ -14,12 +14,12 @@ import torch
 
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
-from ticketcli.errors import UsageError
-from ticketcli.methods.base import SCORE_TRAINING, Details, ExtractResult, Method, Progress, param_densities
+from ticketcli.methods.base import SCORE_TRAINING, Details, ExtractResult, Method, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, resume, seeded_scores, train_scores
-from ticketcli.methods.selection import Selection
 from ticketcli.models import MaskedNet
+from ticketcli.selection.groups import Scope, scope_groups
+from ticketcli.selection.scored import Selection
 from ticketcli.specs import MethodSpec
 
 
@@ -37,22 +37,25 @@ class ScoreMethod(Method):
     data_parallel = True  # runs under torchrun (scores' gradients all-reduced, masks checked identical)
     uses_epochs = True
     seeded = True  # scores are drawn from the generator, and so is the batch order
-    global_topk = False  # per layer unless --global
+    default_scope = "layer"  # per layer unless --global
     score_init = SCORE_INIT
     augmented: ClassVar[bool] = False  # auxiliary score tensors?
 
     def parts(self, spec: MethodSpec) -> int:
         return 1 + spec.aux_width if self.augmented else 1
 
-    def densities(self, net: MaskedNet, spec: MethodSpec) -> dict[str, float]:
-        if self.augmented:
-            return dict.fromkeys(net.names, augmented_density(spec))
-        if spec.global_topk and spec.layer_densities is not None:
-            raise UsageError("--global and --layer-densities exclude each other")
-        return param_densities(net, spec)
-
-    def selection(self, net: MaskedNet, spec: MethodSpec) -> Selection:
-        return Selection(net, spec, parts=self.parts(spec), densities=self.densities(net, spec))
+    def selection(
+        self,
+        net: MaskedNet,
+        spec: MethodSpec,
+        density: float | None = None,
+        active: dict[str, torch.Tensor] | None = None,
+    ) -> Selection:
+        """The selection at `density` (default: the augmented density, or the requested one and --layer-densities)."""
+        if density is None and self.augmented:
+            density = augmented_density(spec)
+        groups = scope_groups(net, spec, self.default_scope, density)
+        return Selection(net, groups, parts=self.parts(spec), signed=spec.signed_scores, active=active)
 
     def extract(
         self,
@@ -80,7 +83,7 @@ class ScoreMethod(Method):
             details["aug_density"] = augmented_density(spec)
         details["score_params"] = score_params(selection.parts, trainer.aux_trains)
         if spec.project_final:
-            masks = project(net, spec, trainer.scores)
+            masks = project(net, spec, self.default_scope, trainer.scores)
         return ExtractResult(masks, details)
 
 
@@ -89,10 +92,13 @@ def score_params(parts: int, aux_trains: bool) -> dict[str, int]:
     return {"trainable": parts if aux_trains else 1, "total": parts}
 
 
-def project(net: MaskedNet, spec: MethodSpec, scores: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
+def project(
+    net: MaskedNet, spec: MethodSpec, scope: Scope, scores: dict[str, list[torch.Tensor]]
+) -> dict[str, torch.Tensor]:
     """--project-final: top-k of the original scores alone at exactly the requested density (per layer or global)."""
     original = {n: parts[:1] for n, parts in scores.items()}
-    return Selection(net, spec, parts=1, densities=dict.fromkeys(net.names, spec.density)).select(original)
+    groups = scope_groups(net, spec, scope, spec.density)
+    return Selection(net, groups, parts=1, signed=spec.signed_scores).select(original)
 
 
 @METHODS.register("edge-popup")

@@ -18,8 +18,8 @@ from ticketcli.data import Splits
 from ticketcli.errors import UsageError
 from ticketcli.methods.base import WEIGHT_TRAINING, ExtractResult, Masks, Method, Progress
 from ticketcli.methods.registry import METHODS
-from ticketcli.methods.topk import Group, density_groups, group_topk, power_schedule, restricted, select
 from ticketcli.models import MaskedNet
+from ticketcli.selection.groups import Group, power_schedule, restricted, scope_groups, select, select_group
 from ticketcli.specs import MethodSpec
 from ticketcli.train import WeightOptim, WeightTrainer, train_weights
 
@@ -55,7 +55,7 @@ class _SparseTraining(Method):
     data_parallel = False
     uses_epochs = True
     seeded = True  # batch order (and SET/RigL's random start) from the generator
-    global_topk = True  # one top-k over all parameters (Appendix B), per layer only with --layer-densities
+    default_scope = "global"  # one top-k over all parameters (Appendix B), per layer with --layer-densities
     score_init: ClassVar[dict[str, str] | None] = None  # movement, a subclass, has scores
 
 
@@ -78,7 +78,7 @@ class IMP(_SparseTraining):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = density_groups(net, spec)
+        groups = scope_groups(net, spec, self.default_scope)
         rounds = spec.imp_rounds
         if spec.epochs % rounds:
             raise UsageError(
@@ -120,10 +120,14 @@ def prune_and_regrow(
     for names, _ in groups:
         active = sum(int(masks[n].sum()) for n in names)
         k = math.floor(fraction * active)
-        kept = group_topk(restricted({n: weights[n].abs() for n in names}, masks), names, active - k)
-        grow = group_topk(restricted({n: grow_scores[n] for n in names}, {n: ~kept[n] for n in names}), names, k)
+        magnitude = restricted({n: weights[n].abs() for n in names}, masks)
+        kept = select_group({n: [s] for n, s in magnitude.items()}, names, active - k)
+        del magnitude
+        grow = restricted({n: grow_scores[n] for n in names}, {n: ~kept[n] for n in names})
+        grew = select_group({n: [s] for n, s in grow.items()}, names, k)
+        del grow
         for n in names:
-            new[n], grown[n] = kept[n] | grow[n], grow[n]
+            new[n], grown[n] = kept[n] | grew[n], grew[n]
     return new, grown
 
 
@@ -155,7 +159,7 @@ class _DynamicSparse(_SparseTraining):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = density_groups(net, spec)
+        groups = scope_groups(net, spec, self.default_scope)
         start = select(
             {n: torch.rand(w.shape, generator=generator) for n, w in ((n, net.weights[n]) for n in net.names)}, groups
         )

@@ -1,10 +1,11 @@
-"""The warm-started top-k search that makes score training fast; the masks it returns are masking's, bit for bit.
+"""The warm-started top-k search that makes score training fast; the masks it returns are exact.py's, bit for bit.
 
 What it speeds up: score-based methods (edge-popup, double-scoring) recompute every layer's exact top-k mask at
-every step from scores that move only a little. A full selection (masking.joint_topk_masks: numpy's introselect
+every step from scores that move only a little. A full selection (exact.joint_topk_masks: numpy's introselect
 over all n scores) costs a few passes over n per step; TopKSelector instead looks for the k-th largest value in a
 narrow band around the previous step's threshold, extrapolated linearly (Adam moves every score by about lr a step,
-so the threshold drifts steadily): counting the entries above the band and partitioning only the band's few values.
+so the threshold drifts steadily): counting the entries above the band and partitioning only the band's few values
+(band.py).
 Auxiliary parts that never change (double-scoring's frozen auxiliary scores) are sorted once and bisected; once
 their owner can compute them again (a seeded redraw), only a window of the sorted values around the threshold is
 kept, with the count above it, and rebuilt from a redraw in the rare step whose threshold leaves it.
@@ -25,9 +26,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ticketcli.masking import KTH_ALGORITHMS, joint_topk_masks, kth_numpy
+from ticketcli.selection.band import Live, OutOfWindow, Sorted, Window, band_kth, band_kth_in
+from ticketcli.selection.exact import KTH_ALGORITHMS, joint_topk_masks, kth_numpy
 
-# Every selection benchmarks/topk_scale.py compares: masking's stateless ones and TopKSelector's warm band search.
+# Every selection benchmarks/topk_scale.py compares: exact.py's stateless ones and TopKSelector's warm band search.
 SELECT_ALGORITHMS = (*KTH_ALGORITHMS, "band")
 
 
@@ -55,7 +57,7 @@ class TopKSelector:
         self.algorithm = algorithm
         # key -> (last threshold, band half-width, last change of the threshold)
         self.state: dict[str, tuple[float, float, float]] = {}
-        self.sorted: dict[str, list[_Sorted]] = {}  # key -> frozen parts, sorted once (or windows of them)
+        self.sorted: dict[str, list[Sorted]] = {}  # key -> frozen parts, sorted once (or windows of them)
         # key -> how to compute the frozen parts again (ranked, in order), for keys whose frozen parts are held
         # only as windows around the threshold (window()); a window the threshold leaves is rebuilt from them
         self.sources: dict[str, Callable[[], list[torch.Tensor]]] = {}
@@ -80,18 +82,18 @@ class TopKSelector:
         live_aux = len(parts) > 1 and not frozen
         if k <= 0 or k >= n or full is not None or live_aux or any(p.device.type != "cpu" for p in parts):
             return joint_topk_masks(parts, k, full)[0].to(dtype)
-        first = _Live(parts[0].detach().reshape(-1).numpy())
+        first = Live(parts[0].detach().reshape(-1).numpy())
         if frozen:
             if key not in self.sorted:
-                self.sorted[key] = [_Sorted(p.detach().reshape(-1).numpy()) for p in parts[1:]]
-            views: list[_Live | _Sorted] = [first, *self.sorted[key]]
+                self.sorted[key] = [Sorted(p.detach().reshape(-1).numpy()) for p in parts[1:]]
+            views: list[Live | Sorted] = [first, *self.sorted[key]]
         else:
             views = [first]  # one part: several live ones took the full selection above
         last = self.state.get(key)
         # Scores trained by Adam drift steadily (every entry moves by ~lr a step), so the threshold does too:
         # centre the band on the linear extrapolation and size it by the extrapolation's error, not by the step.
         guess, width = (0.0, 0.0) if last is None else (last[0] + last[2], last[1])  # read only when last is set
-        v = None if last is None else _band_kth(views, k, guess, width)
+        v = None if last is None else band_kth(views, k, guess, width)
         self.searches += last is not None
         self.misses += last is not None and v is None
         if v is None:
@@ -134,11 +136,11 @@ class TopKSelector:
         self.sorted[key] = [self._window_of(p.s, last[0]) for p in held]
         return True
 
-    def _window_of(self, s: np.ndarray, v: float) -> _Window:
+    def _window_of(self, s: np.ndarray, v: float) -> Window:
         half = max(self.window_min, int(s.size * self.window_share))
         c = int(np.searchsorted(s, s.dtype.type(v)))
         i0, i1 = max(c - half, 0), min(c + half, s.size)
-        return _Window(s[i0:i1].copy(), i0, s.size)
+        return Window(s[i0:i1].copy(), i0, s.size)
 
     def _windowed(self, key: str, part: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
         """__call__ for a key whose frozen parts are held as windows: exact while the threshold stays inside
@@ -146,25 +148,25 @@ class TopKSelector:
         and new windows are cut around its threshold."""
         try:
             return self._window_search(key, part, k, dtype)
-        except _OutOfWindow:
+        except OutOfWindow:
             pass
         self.rebuilds += 1
         full = []
         for t in self.sources[key]():
             a = t.detach().reshape(-1).numpy()
             a.sort()  # in place: the source's tensors are fresh
-            full.append(_Window(a, 0, a.size))  # all of it: no query can fall outside
+            full.append(Window(a, 0, a.size))  # all of it: no query can fall outside
         self.sorted[key] = list(full)
         mask = self._window_search(key, part, k, dtype)
         self.sorted[key] = [self._window_of(w.s, self.state[key][0]) for w in full]
         return mask
 
     def _window_search(self, key: str, part: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
-        """__call__'s warm search on the first part and the windows of the frozen ones; raises _OutOfWindow
+        """__call__'s warm search on the first part and the windows of the frozen ones; raises OutOfWindow
         (having changed no state but the counters) when the answer needs values outside a window."""
-        windows = [w for w in self.sorted[key] if isinstance(w, _Window)]  # all of them: window() made them
-        first = _Live(part.detach().reshape(-1).numpy())
-        views: list[_Live | _Sorted] = [first, *windows]
+        windows = [w for w in self.sorted[key] if isinstance(w, Window)]  # all of them: window() made them
+        first = Live(part.detach().reshape(-1).numpy())
+        views: list[Live | Sorted] = [first, *windows]
         n = first.a.size + sum(w.n for w in windows)
         if k <= 0 or k >= n:  # never reached in practice: window() follows a band search, which needs 0 < k < n
             return torch.full(part.shape, k > 0, dtype=torch.bool).to(dtype)
@@ -179,7 +181,7 @@ class TopKSelector:
                 lo = max(lo, dt(np.nextafter(win.s[0], dt(np.inf))))
             if win.n_hi > 0:
                 hi = min(hi, dt(np.nextafter(win.s[-1], dt(-np.inf))))
-        v = _band_kth_in(views, k, lo, hi) if lo <= hi else None
+        v = band_kth_in(views, k, lo, hi) if lo <= hi else None
         self.searches += 1
         self.misses += v is None
         if v is None:
@@ -188,7 +190,7 @@ class TopKSelector:
             kk = k - sum(w.n_hi for w in windows)
             vals = np.concatenate([first.a, *(w.s for w in windows)])
             if not 0 < kk <= vals.size:
-                raise _OutOfWindow
+                raise OutOfWindow
             v = kth_numpy(torch.from_numpy(vals), kk, overwrite=True)
             del vals
             w = max(4 * abs(v - guess), 4 * width)
@@ -215,138 +217,3 @@ class TopKSelector:
         if it holds none; passing them back instead of the original parts gives the same masks."""
         held = self.sorted.get(key)
         return None if held is None else [torch.from_numpy(p.s) for p in held]
-
-
-class _Live:
-    """Values that change between calls: vectorised passes."""
-
-    def __init__(self, a: np.ndarray):
-        self.a = a
-        self.dtype = a.dtype
-
-    def count_above(self, x: float) -> int:
-        self.above = self.a > x  # kept for between()
-        self.n_above = int(np.count_nonzero(self.above))
-        return self.n_above
-
-    def between(self, lo: float) -> np.ndarray:
-        """Values in [lo, x] for the x of the last count_above (lo <= x)."""
-        self.ge_lo = self.a >= lo
-        self.band = np.flatnonzero(self.ge_lo ^ self.above)  # above is a subset of ge_lo
-        self.band_values = self.a[self.band]
-        return self.band_values
-
-    def at_least(self, v: float) -> np.ndarray:
-        """a >= v as bool, for a v inside the last band: ge_lo minus the band entries below v."""
-        keep = self.ge_lo
-        keep[self.band[self.band_values < self.a.dtype.type(v)]] = False
-        return keep
-
-    def count_at_least(self, x: float) -> int:
-        return int(np.count_nonzero(self.a >= x))
-
-    def count_greater(self, x: float) -> int:
-        return int(np.count_nonzero(self.a > x))
-
-    def band_count_at_least(self, x: float) -> int:
-        """count_at_least(x) for an x inside the last band, from the band search's counts (no pass)."""
-        return self.n_above + int(np.count_nonzero(self.band_values >= x))
-
-    def band_count_above(self, x: float) -> int:
-        return self.n_above + int(np.count_nonzero(self.band_values > x))
-
-    def drop_ties(self, x: float, quota: int) -> None:
-        """In the last at_least(x) mask, keep only the `quota` lowest-index entries equal to x."""
-        tied = self.band[self.band_values == x]  # ascending: the band's indices come from flatnonzero
-        self.ge_lo[tied[max(quota, 0) :]] = False
-
-
-class _Sorted:
-    """Values that never change: sorted once, then bisection."""
-
-    def __init__(self, a: np.ndarray):
-        self.s = np.sort(a)
-        self.dtype = a.dtype
-        self.hi = 0.0
-
-    def count_above(self, x: float) -> int:
-        self.hi = x
-        return self.s.size - int(np.searchsorted(self.s, x, "right"))
-
-    def between(self, lo: float) -> np.ndarray:
-        return self.s[int(np.searchsorted(self.s, lo, "left")) : int(np.searchsorted(self.s, self.hi, "right"))]
-
-    def count_at_least(self, x: float) -> int:
-        return self.s.size - int(np.searchsorted(self.s, x, "left"))
-
-    band_count_at_least = count_at_least  # bisection is cheap anyway
-
-    def count_greater(self, x: float) -> int:
-        return self.s.size - int(np.searchsorted(self.s, x, "right"))
-
-    band_count_above = count_greater
-
-
-class _OutOfWindow(Exception):
-    """A query that a window of a frozen part cannot answer exactly."""
-
-
-class _Window(_Sorted):
-    """A window of a frozen part's sorted values: s = sorted[i0 : i0 + s.size] of n values, n_hi of them above
-    it. Counts at a value x are exact when x lies strictly inside the window (or past an end with nothing beyond
-    it); any other query raises _OutOfWindow."""
-
-    def __init__(self, s: np.ndarray, i0: int, n: int):
-        self.s, self.dtype, self.hi = s, s.dtype, 0.0
-        self.i0, self.n, self.n_hi = i0, n, n - i0 - s.size
-
-    def _inside(self, x: float) -> None:
-        # entries below the window are <= s[0] and those above >= s[-1]: exact for s[0] < x < s[-1] (NaN fails)
-        if (self.i0 > 0 and not x > self.s[0]) or (self.n_hi > 0 and not x < self.s[-1]):
-            raise _OutOfWindow
-
-    def count_above(self, x: float) -> int:
-        self._inside(x)
-        self.hi = x
-        return self.n - self.i0 - int(np.searchsorted(self.s, x, "right"))
-
-    def between(self, lo: float) -> np.ndarray:
-        self._inside(lo)
-        return super().between(lo)
-
-    def count_at_least(self, x: float) -> int:
-        self._inside(x)
-        return self.n - self.i0 - int(np.searchsorted(self.s, x, "left"))
-
-    band_count_at_least = count_at_least
-
-    def count_greater(self, x: float) -> int:
-        self._inside(x)
-        return self.n - self.i0 - int(np.searchsorted(self.s, x, "right"))
-
-    band_count_above = count_greater
-
-
-def _band_kth(views: Sequence[_Live | _Sorted], k: int, t: float, w: float) -> float | None:
-    """The k-th largest value over all views if it lies in [t - w, t + w], else None."""
-    # Every part must compare against the very same bounds, in the arrays' own dtype (a Python float would also
-    # make np.searchsorted convert the whole sorted array on every call).
-    dt = views[0].dtype.type
-    return _band_kth_in(views, k, dt(t - w), dt(t + w))
-
-
-def _band_kth_in(views: Sequence[_Live | _Sorted], k: int, lo: float, hi: float) -> float | None:
-    """The k-th largest value over all views if it lies in [lo, hi] (lo <= hi, the views' dtype), else None."""
-    c_hi = sum(v.count_above(hi) for v in views)
-    if c_hi >= k:
-        return None
-    band = [v.between(lo) for v in views]
-    size = sum(b.size for b in band)
-    if c_hi + size < k:
-        return None
-    j = size - (k - c_hi)  # position of the (k - c_hi)-th largest in ascending order
-    if len(band) == 1:
-        return float(np.partition(band[0], j)[j])  # a copy: the band's values are used again by at_least
-    vals = np.concatenate(band)  # ours: partition it in place (the band can hold millions of tied-up values)
-    vals.partition(j)
-    return float(vals[j])

@@ -1,5 +1,8 @@
-"""How score tensors become hard masks: top-k of |scores| (or signed scores), per parameter or global, over the
-original or the augmented score space (double-scoring), optionally restricted to active entries (iterated)."""
+"""Score training's selection: score tensors become hard masks every step, through select_group (groups.py).
+
+What it adds to the groups: the ranking (|S|, or S itself), the augmented parts (double-scoring's auxiliary
+scores, ranked once when they never change), the active entries (iterated) and the warm band search's state
+(warm.py), which it keeps between steps; the masks are those of the exact top-k, bit for bit."""
 
 from __future__ import annotations
 
@@ -9,10 +12,10 @@ from collections.abc import Callable
 
 import torch
 
-from ticketcli.masking import joint_topk_masks, keep_count
 from ticketcli.models import MaskedNet
-from ticketcli.specs import MethodSpec
-from ticketcli.topk_search import TopKSelector
+from ticketcli.selection.exact import keep_count
+from ticketcli.selection.groups import Group, joint_masks, select_group
+from ticketcli.selection.warm import TopKSelector
 
 
 def ranking(scores: torch.Tensor, signed: bool) -> torch.Tensor:
@@ -24,28 +27,25 @@ class Selection:
     """How score tensors become hard masks on the original coordinates.
 
     Each parameter has `parts` score tensors of its shape: S, then (augmented) `parts - 1` auxiliary ones, i.e.
-    an augmented score matrix of width (1 + aux_width) * n. Top-k runs per parameter (default) or once over all
-    parameters (--global) on |scores| (or signed scores), keeping `keep` entries of the (augmented) space, and
-    the mask is the kept entries on S's coordinates. With `active` (the iterated variant) only the active
-    entries of every part compete: the others rank below everything.
+    an augmented score matrix of width (1 + aux_width) * n. Each group (groups.scope_groups: one per parameter, or
+    one of all of them with --global) keeps floor(density * parts * n) entries of its (augmented) space, ranked by
+    |scores| (or signed scores), and the mask is the kept entries on S's coordinates. With `active` (the iterated
+    variant) only the active entries of every part compete, and n counts them: the others rank below everything.
     """
 
     def __init__(
         self,
         net: MaskedNet,
-        spec: MethodSpec,
+        groups: list[Group],
         *,
         parts: int,
-        densities: dict[str, float],
+        signed: bool = False,
         active: dict[str, torch.Tensor] | None = None,
     ):
-        self.parts, self.signed, self.global_topk = parts, spec.signed_scores, spec.global_topk
-        self.active = active
+        self.parts, self.signed, self.active = parts, signed, active
         size = {n: int(active[n].sum()) if active is not None else net.weights[n].numel() for n in net.names}
-        if self.global_topk:
-            (d,) = set(densities.values())
-            self.k_global = keep_count(d, parts * sum(size.values()))
-        self.keep = {n: keep_count(densities[n], parts * size[n]) for n in net.names}  # per-layer budgets
+        # (names, k) per group: the entries each group keeps
+        self.budgets = [(names, keep_count(d, parts * sum(size[n] for n in names))) for names, d in groups]
         self.topk = TopKSelector()
         self.frozen: dict[str, list[torch.Tensor]] = {}  # ranked auxiliary values that never change
         self.windowed: set[str] = set()  # parameters whose fixed auxiliary ranking only the selector holds
@@ -70,13 +70,12 @@ class Selection:
     ) -> dict[str, torch.Tensor]:
         """Hard masks (as dtype) for every parameter from the current scores; `aux_fixed`: the auxiliary scores
         have not changed since the first call (their ranking is computed once)."""
-        if self.global_topk:
-            ranked = {n: self.ranked(n, parts, aux_fixed) for n, parts in scores.items()}
-            return {n: m.to(dtype) for n, m in zip(ranked, self.joint(ranked))}
         masks = {}
-        for n, parts in scores.items():  # one parameter at a time: one layer's |S| alive at once, not all of them
-            masks[n] = self.topk(n, self.ranked(n, parts, aux_fixed), self.keep[n], dtype, frozen=aux_fixed)
-            if aux_fixed and n not in self.windowed:
+        for names, k in self.budgets:  # one group at a time: per layer, one layer's |S| alive at once
+            ranked = {n: self.ranked(n, scores[n], aux_fixed) for n in names}
+            masks.update(select_group(ranked, names, k, warm=self.topk, frozen=aux_fixed, dtype=dtype))
+            (n, *more) = names
+            if aux_fixed and not more and n not in self.windowed:
                 # The selector keeps a sorted copy of the fixed auxiliary values: hold that one instead of a
                 # second, unsorted copy. Any order of them gives the same masks (only their multiset decides the
                 # first part's mask, whose ties go first in concatenated order), so later calls pass the sorted
@@ -89,10 +88,11 @@ class Selection:
         threshold (TopKSelector.window) instead of all of it sorted: `redraw(name)` draws that parameter's
         auxiliary scores again, bit for bit, as fresh tensors, for the rare step whose threshold leaves the
         window. Per-parameter top-k on the CPU without active entries only; the masks do not change."""
-        if self.global_topk or self.active is not None:
+        if self.active is not None:
             return
+        alone = {names[0] for names, _ in self.budgets if len(names) == 1}  # the groups of one parameter
         for n in list(self.frozen):
-            if self.topk.window(n, functools.partial(self._reranked, redraw, n)):
+            if n in alone and self.topk.window(n, functools.partial(self._reranked, redraw, n)):
                 self.windowed.add(n)
                 del self.frozen[n]
 
@@ -100,28 +100,21 @@ class Selection:
         """ranking() of `name`'s auxiliary scores drawn again, in place where it can be (the same values)."""
         return [t if self.signed else t.abs_() for t in redraw(name)]
 
-    def joint(self, ranked: dict[str, list[torch.Tensor]]) -> list[torch.Tensor]:
-        """Global top-k over every part of every parameter; returns all masks, originals first."""
-        flat = [r[0] for r in ranked.values()] + [a for r in ranked.values() for a in r[1:]]
-        return joint_topk_masks(flat, self.k_global)
-
     def aux_report(self, scores: dict[str, list[torch.Tensor]]) -> dict[str, dict[str, int]]:
         """Per parameter: kept entries of the augmented space and how many of them are auxiliary coordinates."""
         ranked = {n: self.ranked(n, parts, False) for n, parts in scores.items()}
-        if self.global_topk:
-            masks, names = self.joint(ranked), list(ranked)
-            orig = {n: int(m.sum()) for n, m in zip(names, masks)}
-            aux = dict.fromkeys(names, 0)
+        orig: dict[str, int] = {}
+        aux: dict[str, int] = {}
+        for names, k in self.budgets:
+            if len(names) == 1:  # the group keeps k: those not on S are auxiliary
+                (n,) = names
+                warm = self.topk if n in self.windowed else None  # only the selector holds a windowed ranking
+                orig[n] = int(select_group(ranked, names, k, warm=warm)[n].sum())
+                aux[n] = k - orig[n]
+                continue
+            masks = joint_masks(ranked, names, k)
+            orig.update({n: int(m.sum()) for n, m in zip(names, masks)})
+            aux.update(dict.fromkeys(names, 0))
             for i, m in enumerate(masks[len(names) :]):  # each parameter's parts - 1 auxiliary tensors, in order
                 aux[names[i // (self.parts - 1)]] += int(m.sum())
-        else:
-            orig = {
-                n: int(
-                    (
-                        self.topk(n, r, self.keep[n]) if n in self.windowed else joint_topk_masks(r, self.keep[n])[0]
-                    ).sum()
-                )
-                for n, r in ranked.items()
-            }
-            aux = {n: self.keep[n] - orig[n] for n in ranked}
         return {n: {"aug_kept": orig[n] + aux[n], "aux_kept": aux[n]} for n in ranked}
