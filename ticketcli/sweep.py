@@ -189,7 +189,7 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
         "group": task.group,
         "config": task.config,
         "fixed": task.fixed,
-        "method": task.spec.method.name,
+        "method": summary["method"],  # the ticket's method record, as extract and inspect report it
         "requested_sparsity": task.spec.method.sparsity,
         "layer_densities": None if task.spec.method.layer_densities is None else list(task.spec.method.layer_densities),
         "test_accuracy": m["test"]["accuracy"],
@@ -259,7 +259,9 @@ def store(
     note = note if note is not None else Note(out_dir)
     note.add(write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket)), payload)
     record = {**record, "ticket": str(ticket), "ticket_sha256": hashlib.sha256(payload).hexdigest()}
-    doc = (json.dumps({"spec": spec_identity(task.spec), "record": record}, indent=2, sort_keys=True) + "\n").encode()
+    # on disk the method is its name (RECORD_FIELDS); the full record is the ticket's, read back by finished()
+    kept = {**record, "method": record["method"]["name"]}
+    doc = (json.dumps({"spec": spec_identity(task.spec), "record": kept}, indent=2, sort_keys=True) + "\n").encode()
     note.add(write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path)), doc)
     return record
 
@@ -323,7 +325,7 @@ def finished(out_dir: Path, task: SweepTask, bound: int = ticket_io.MAX_FILE_BYT
         return None, f"cannot read {ticket}: {getattr(e, 'strerror', None) or e}"
     except TicketFileError as e:
         return None, str(e)
-    return {**record, "ticket": str(ticket)}, None
+    return {**record, "ticket": str(ticket), "method": loaded.method}, None
 
 
 # ---- executors ----

@@ -258,6 +258,11 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
+def method_name(method: object) -> str:
+    """The name of a result's `method`: the ticket's method record (an object with a `name`), or a bare name."""
+    return str(method.get("name")) if isinstance(method, dict) else str(method)
+
+
 # Off a terminal (a CI log), progress is plain lines: the first and the last of a loop, and between them at most one
 # every PLAIN_EVERY_S seconds; while a long step runs silently (an epoch of a big model, evaluation, BatchNorm
 # recalibration), a heartbeat line at least every PLAIN_EVERY_S seconds, so that a log shows that the run is alive,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ticketcli.report.console import pct, stdout
+from ticketcli.report.console import method_name, pct, stdout
 
 
 def extract_table(s: dict) -> None:
     """`ticket extract`: accuracies, requested and achieved sparsity, then the per-layer table."""
     out = stdout()
     m, sp = s["metrics"], s["sparsity"]
-    t = Table(title=f"{s['method']} ticket  ->  {s['ticket']} ({s['file_bytes']} bytes)")
+    t = Table(title=f"{method_name(s['method'])} ticket  ->  {s['ticket']} ({s['file_bytes']} bytes)")
     t.add_column("quantity")
     t.add_column("value", justify="right")
     t.add_row("test accuracy", pct(m["test"]["accuracy"]))
@@ -56,7 +56,7 @@ def layer_table(sp: dict) -> Table:
 
 def evaluate_table(r: dict) -> None:
     """`ticket evaluate`: re-measured accuracy and loss beside the stored ones, and the gate when asked."""
-    t = Table(title=f"{r['ticket']}: {r['method']} on {r['model']}, seed {r['seed']}")
+    t = Table(title=f"{r['ticket']}: {method_name(r['method'])} on {r['model']}, seed {r['seed']}")
     t.add_column("split")
     t.add_column("accuracy", justify="right")
     t.add_column("loss", justify="right")
@@ -190,8 +190,8 @@ def weak_table(r: dict) -> None:
     """`ticket train-weak`: masked vs dense training, a column each."""
     runs = [k for k in ("masked", "dense") if k in r]
     t = Table(
-        title=f"{r['ticket']}: {r['method']} ticket on {r['model']}, seed {r['seed']}, trained {r['epochs']} "
-        f"epochs (lr {r['optimizer']['lr']:g}, batch {r['batch_size']})"
+        title=f"{r['ticket']}: {method_name(r['method'])} ticket on {r['model']}, seed {r['seed']}, "
+        f"trained {r['epochs']} epochs (lr {r['optimizer']['lr']:g}, batch {r['batch_size']})"
     )
     t.add_column("quantity")
     for k in runs:
