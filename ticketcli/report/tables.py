@@ -86,6 +86,33 @@ INTEGRITY_NOTES = {
 }
 
 
+def readable(value: object, nested: bool = False) -> str:
+    """A metadata value as people read it, never a Python repr: a list as the flags take it (`0.9,0.999`), an object
+    as `key value, key value` (in parentheses inside another value), true/false, and `-` for nothing."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        text = ",".join(readable(v, True) for v in value)
+    elif isinstance(value, dict):
+        text = ", ".join(f"{k} {readable(v, True)}" for k, v in value.items())
+    else:
+        return str(value)
+    return f"({text})" if nested else text
+
+
+def method_text(method: dict) -> str:
+    """A ticket's method record on one line: `name=augmented, sparsity=0.9, betas=0.9,0.999, score_params=(trainable
+    1, total 2)`; how the scores started is left out, and options that are not set."""
+    parts = []
+    for k, v in method.items():
+        if k == "score_init" or v is None:
+            continue
+        parts.append(f"{k}=({readable(v)})" if isinstance(v, dict) else f"{k}={readable(v)}")
+    return ", ".join(parts)
+
+
 def inspect_table(r: dict) -> None:
     """`ticket inspect`: the metadata, then one row per mask (at most MASK_ROWS)."""
     t = Table(title=f"{r['ticket']} ({r['file_bytes']} bytes; packed masks {r['packed_mask_bytes']} bytes)")
@@ -94,24 +121,24 @@ def inspect_table(r: dict) -> None:
     t.add_row("model", r["model"]["spec"])
     init = r["init"]
     if "k" in init:
-        t.add_row("init", f"{init['scheme']} (k={init['k']}, seed {init['seed']})")
+        t.add_row("init", f"{readable(init['scheme'])} (k={readable(init['k'])}, seed {readable(init['seed'])})")
     else:  # --init module: the factory's own weights, drawn under its fixed seed; no k shaped them
-        t.add_row("init", f"{init['scheme']} (factory seed {init.get('factory_seed')}, seed {init['seed']})")
+        factory = readable(init.get("factory_seed"))
+        t.add_row("init", f"{readable(init['scheme'])} (factory seed {factory}, seed {readable(init['seed'])})")
     t.add_row("weights sha256", r["weights_sha256"])
     if r["checkpoint"]:
         digest = r["checkpoint"].get("sha256")
-        t.add_row(
-            "checkpoint", f"{r['checkpoint'].get('path')} (sha256 {digest[:16] + '...' if digest else 'not recorded'})"
-        )
-    method = ", ".join(f"{k}={v}" for k, v in r["method"].items() if k != "score_init" and v is not None)
+        short = digest[:16] + "..." if isinstance(digest, str) and digest else "not recorded"
+        t.add_row("checkpoint", f"{readable(r['checkpoint'].get('path'))} (sha256 {short})")
+    method = method_text(r["method"])
     if r["method"].get("name") == "grasp" and "grasp_direction" not in r["method"]:
         method += " (written before grasp had two readings: paper reading, separate data)"
     t.add_row("method", method)
     d = r["data"]
     t.add_row(
         "data",
-        f"{d['dataset']}: {d['n_extract']} extraction / {d['n_val']} validation / "
-        f"{d.get('n_test', '?')} test, split seed {d['split_seed']}",
+        f"{readable(d['dataset'])}: {readable(d['n_extract'])} extraction / {readable(d['n_val'])} validation / "
+        f"{readable(d.get('n_test', '?'))} test, split seed {readable(d['split_seed'])}",
     )
     sp = r["sparsity"]
     t.add_row("sparsity", f"requested {pct(sp.get('requested'))}, achieved {pct(1 - r['density'])}")
@@ -122,7 +149,7 @@ def inspect_table(r: dict) -> None:
             "accuracy at extraction",
             f"test {pct(test.get('accuracy'))}, val {pct(val.get('accuracy'))} on {m.get('device', '-')}",
         )
-    t.add_row("created by", ", ".join(f"{k} {v}" for k, v in r["created_by"].items()))
+    t.add_row("created by", readable(r["created_by"]))
     t.add_row("masks integrity", INTEGRITY_NOTES.get(str(r.get("integrity")), str(r.get("integrity"))))
     out = stdout()
     out.print(t)
