@@ -48,7 +48,7 @@ class ScoreMethod(Method):
         if self.augmented:
             return dict.fromkeys(net.names, augmented_density(spec))
         if spec.global_topk and spec.layer_densities is not None:
-            raise UsageError("--global and --layer-densities exclude each other")
+            raise UsageError("--global-topk and --layer-densities exclude each other")
         return param_densities(net, spec)
 
     def selection(self, net: MaskedNet, spec: MethodSpec) -> Selection:
