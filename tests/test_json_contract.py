@@ -160,10 +160,10 @@ def test_method_masks_digest_and_checkpoint_read_the_same_everywhere(docs, metho
         assert ex["score_params"] == ex["method"]["score_params"]
 
 
-def test_a_sweep_records_method_is_its_tickets(docs):
+def test_a_sweep_records_method_and_masks_digest_are_its_tickets(docs):
     for record in docs["sweep-k"][1]["records"]:
         info = run("inspect", record["ticket"], "--json")
-        assert record["method"] == info["method"]
+        assert record["method"] == info["method"] and record["masks_sha256"] == info["masks_sha256"]
     assert {r["method"]["name"] for r in docs["sweep-k"][1]["records"]} >= {"edge-popup", "augmented"}
 
 
