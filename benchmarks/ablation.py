@@ -38,7 +38,7 @@ PAPER_90 = {"SingleScore-Abs": (73.9, 90.0), "Aug-x1-Abs": (80.3, 82.9), "Aug-x1
 def flags(settings: dict) -> str:
     out = []
     for k, v in settings.items():
-        flag = "--global" if k == "global_topk" else "--" + k.replace("_", "-")
+        flag = "--" + k.replace("_", "-")
         out.append(flag if v is True else f"{flag} {v}")
     return " ".join(out)
 

@@ -242,6 +242,83 @@ def added_method_keys(before: dict, now: dict) -> str:
     return f" (the method record gained {', '.join(added)})"
 
 
+def ticket_method(path: Path) -> dict | None:
+    """The method record a ticket file stores (None when there is no such file)."""
+    from safetensors import safe_open
+
+    if not path.is_file():
+        return None
+    with safe_open(str(path), "pt") as f:
+        return json.loads((f.metadata() or {}).get("method", "null"))
+
+
+def ticket_digests(path: Path) -> tuple[str, str | None] | None:
+    """A sweep ticket's masks digest as /1 records held it (sweep.legacy_masks_sha256) and as the ticket records it
+    (what /2 records hold, as inspect reports it); None when there is no such file."""
+    if not path.is_file():
+        return None
+    sys.path.insert(0, str(ROOT))
+    from ticketcli import sweep
+    from ticketcli import ticket as ticket_io
+
+    loaded = ticket_io.load(path)
+    return sweep.legacy_masks_sha256(loaded.masks), loaded.masks_sha256
+
+
+def pair_records(old, new, fix) -> None:
+    """fix(o, n) for every pair of objects at the same place in `old` and `new`."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        fix(old, new)
+        for k in set(old) & set(new):
+            pair_records(old[k], new[k], fix)
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for a, b in zip(old, new):
+            pair_records(a, b, fix)
+
+
+def method_objects(name: str, before: dict, now: dict, all_before: dict, folder: Path) -> str:
+    """A recording of the /1 documents of extract, evaluate, train-weak and sweep-k (method a bare name; extract
+    without masks_sha256 and checkpoint; sweep-k records with sweep's own masks digest) compared with the /2 ones:
+    a new value is taken only where it is what the baseline's own tickets record (their method record, their masks
+    digest), so that every value is still compared; anything else is left for the comparison to show."""
+    old, new = before.get("json"), now.get("json")
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return ""
+    was, schema = str(old.get("schema")), str(new.get("schema"))
+    if not (was.endswith("/1") and schema.endswith("/2") and was[:-2] == schema[:-2]):
+        return ""
+    old["schema"] = schema
+    sweep = schema.startswith("ticket.sweep-k/")
+    own = {"evaluate": name.removeprefix("evaluate-"), "train-weak": "edge-popup"}.get(schema[7:-2], name)
+    meta = all_before.get(own, {}).get("ticket", {}).get("meta", {})
+    top = json.loads(meta["method"]) if isinstance(meta.get("method"), str) else None
+
+    def fix(o: dict, n: dict) -> None:
+        path = Path(o["ticket"].replace("$DIR", str(folder))) if sweep and isinstance(o.get("ticket"), str) else None
+        m = n.get("method")
+        if isinstance(o.get("method"), str) and isinstance(m, dict) and m.get("name") == o["method"]:
+            if m == (top if path is None else ticket_method(path)):
+                o["method"] = m
+        if path is not None and "masks_sha256" in o and o["masks_sha256"] != n.get("masks_sha256"):
+            digests = ticket_digests(path)
+            if digests is not None and (o["masks_sha256"], n.get("masks_sha256")) == digests:
+                o["masks_sha256"] = n["masks_sha256"]
+
+    pair_records(old, new, fix)
+    added = ""
+    if (
+        schema == "ticket.extract/2"
+        and "masks_sha256" not in old
+        and new.get("masks_sha256") == meta.get("masks_sha256")
+    ):
+        old["masks_sha256"] = new["masks_sha256"]
+        if "checkpoint" not in old and new.get("checkpoint") is None:  # no case extracts from --weights
+            old["checkpoint"] = None
+            added = "; masks_sha256 and checkpoint added"
+    what = "records take their ticket's method record and masks digest" if sweep else "method is the ticket's record"
+    return f" ({was} -> {schema}: {what}{added})"
+
+
 def main() -> None:
     if len(sys.argv) != 3 or sys.argv[1] not in ("record", "compare"):
         sys.exit(__doc__)
@@ -258,6 +335,7 @@ def main() -> None:
     for name in before:
         note = upgrade(name, before[name], now.get(name, {}), cases(folder)[name][0])
         note += added_method_keys(before[name], now.get(name, {}))
+        note += method_objects(name, before[name], now.get(name, {}), before, folder)
         rel = DRIFT_REL_TOL if cases(folder)[name][0] == "drift" else 0.0
         same = {part: equal(before[name].get(part), now.get(name, {}).get(part), rel) for part in ("json", "ticket")}
         ok = all(same.values())

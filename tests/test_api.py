@@ -62,7 +62,7 @@ def test_round_trip_extract_save_cli_evaluate_gives_identical_numbers(ticket, tm
     printed = json.loads(r.stdout)
     mine = ticket.evaluate(device="cpu")
     again = tc.load(path).evaluate(device="cpu")
-    assert printed == {**mine, "ticket": printed["ticket"]} and mine["schema"] == "ticket.evaluate/1"
+    assert printed == {**mine, "ticket": printed["ticket"]} and mine["schema"] == "ticket.evaluate/2"
     for split in ("test", "val"):
         assert printed["metrics"][split] == mine["metrics"][split] == again["metrics"][split]  # exactly, on the CPU
         assert mine["metrics"][split]["accuracy"] == ticket.metrics[split]["accuracy"]

@@ -59,7 +59,7 @@ def test_extract_evaluate_inspect_json(tmp_path, method):
     r = extract(out, "--method", method, "--json")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
-    assert summary["method"] == method and out.is_file()
+    assert summary["method"]["name"] == method and out.is_file()
     assert summary["sparsity"]["requested"] == 0.9
     assert [la["name"] for la in summary["layers"]] == ["layers.0.weight", "layers.1.weight", "layers.2.weight"]
     assert ("aux_share" in summary["sparsity"]) == (method == "augmented")
@@ -114,7 +114,7 @@ def test_config_file_and_flag_precedence(tmp_path):
     r = extract(out, "--config", str(cfg), "--sparsity", "0.75", "--json")
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
-    assert s["method"] == "edge-popup"  # from the file
+    assert s["method"]["name"] == "edge-popup"  # from the file
     assert s["sparsity"]["requested"] == 0.75  # the flag wins over the file
     assert ticket_io.load(out).method["epochs"] == 2  # QUICK's --epochs 2 overrides the file's 1
 
@@ -217,6 +217,8 @@ def test_weights_from_checkpoint(tmp_path):
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
     assert tk.checkpoint["path"] == ckpt.name and len(tk.checkpoint["sha256"]) == 64  # relative to the ticket
+    info = json.loads(invoke("inspect", str(out), "--json").stdout)
+    assert json.loads(r.stdout)["checkpoint"] == info["checkpoint"] == tk.checkpoint  # extract says what it wrote
 
     r = invoke("evaluate", str(out), "--weights", str(ckpt), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True

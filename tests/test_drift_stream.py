@@ -281,10 +281,10 @@ def test_plain_lines_at_every_logged_step_and_every_ten_seconds_between_with_an_
             clock.now += 3.0
             progress({**measured, "epoch": step} if step % 30 == 0 else {"epoch": step, "unit": "step"})
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == "drift step 0/60 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 0s"
+    assert err[0] == "drift step 0/60 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 0s"
     assert err[1] == "drift step 4/60, elapsed 12s, ETA 2m48s"  # the first 10 s past the last line
-    assert "drift step 30/60 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 1m30s, ETA 1m30s" in err
-    assert err[-1] == "drift step 60/60 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 3m00s"
+    assert "drift step 30/60 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 1m30s, ETA 1m30s" in err
+    assert err[-1] == "drift step 60/60 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 3m00s"
     steps = [int(line.split()[2].split("/")[0]) for line in err]
     assert len(err) == len(set(steps)) and steps == sorted(steps)
     gaps = {b: 3.0 * (b - a) for a, b in zip(steps, steps[1:])}  # seconds since the previous line

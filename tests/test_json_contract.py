@@ -116,7 +116,7 @@ def test_every_json_command_has_a_schema_and_is_run_here(docs):
 
 
 def test_schemas_are_valid_2020_12_and_share_one_definition_of_each_shape():
-    shared = ("split", "metrics", "sparsity", "layer", "layers")
+    shared = ("split", "metrics", "sparsity", "layer", "layers", "method")
     first = schema_of("extract")["$defs"]
     for command in SCHEMAS:
         s = schema_of(command)
@@ -144,6 +144,35 @@ def test_extract_evaluate_and_inspect_agree_path_for_path(docs, method):
     assert ev["layers"] == ex["layers"]
     assert [{k: v for k, v in la.items() if k != "shape"} for la in info["layers"]] == ex["layers"]
     assert ex["device"] == info["device"] == "cpu" and ("trained" in ex) == (method == "imp") == ("trained" in info)
+
+
+@pytest.mark.parametrize("method", list(EXTRACTS))
+def test_method_masks_digest_and_checkpoint_read_the_same_everywhere(docs, method):
+    """`method` is the ticket's method record (an object with its name and every option it read) in every
+    document; extract reports the masks digest and checkpoint that inspect then reads from the written file."""
+    ex, ev, info = (docs[f"{c}-{method}"][1] for c in ("extract", "evaluate", "inspect"))
+    assert isinstance(ex["method"], dict) and ex["method"]["name"] == method
+    assert ex["method"] == ev["method"] == info["method"]
+    assert ex["masks_sha256"] == info["masks_sha256"] and len(ex["masks_sha256"]) == 64
+    assert ex["checkpoint"] is None and info["checkpoint"] is None  # weights from the seed, not a file
+    if method == "augmented":
+        assert docs["train-weak"][1]["method"] == info["method"]
+        assert ex["score_params"] == ex["method"]["score_params"]
+
+
+def test_a_sweep_records_method_and_masks_digest_are_its_tickets(docs):
+    for record in docs["sweep-k"][1]["records"]:
+        info = run("inspect", record["ticket"], "--json")
+        assert record["method"] == info["method"] and record["masks_sha256"] == info["masks_sha256"]
+    assert {r["method"]["name"] for r in docs["sweep-k"][1]["records"]} >= {"edge-popup", "augmented"}
+
+
+def test_a_bare_method_name_is_rejected(docs):
+    for case, command in (("extract-random", "extract"), ("evaluate-random", "evaluate"), ("train-weak", "train-weak")):
+        doc = docs[case][1]
+        assert errors(command, moved(doc, lambda d: d.update(method=d["method"]["name"])))
+    sweep = docs["sweep-k"][1]
+    assert errors("sweep-k", moved(sweep, lambda d: d["records"][0].update(method=d["records"][0]["method"]["name"])))
 
 
 @pytest.mark.parametrize("method", list(EXTRACTS))
@@ -224,7 +253,7 @@ def test_every_computing_command_reports_the_threads_it_ran_with(docs):
 def test_document_leaves_the_result_alone_and_knows_its_commands(docs):
     result = {"records": [], "resumed": [], "settings": {}}
     before = copy.deepcopy(result)
-    assert document("sweep-k", result)["schema"] == "ticket.sweep-k/1" and result == before
+    assert document("sweep-k", result)["schema"] == "ticket.sweep-k/2" and result == before
     with pytest.raises(KeyError):
         document("no-such-command", {})
 

@@ -206,8 +206,8 @@ def test_the_evaluation_after_the_epochs_shows_only_in_the_heartbeat(clock, caps
         clock.now += 1
         chunks("test", 1, 1)
     assert capsys.readouterr().err.splitlines() == [
-        "augmented epoch 1/2 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 3s, ETA 3s",
-        "augmented epoch 2/2 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 6s",
+        "augmented epoch 1/2 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 3s, ETA 3s",
+        "augmented epoch 2/2 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 6s",
     ]
 
 

@@ -36,7 +36,7 @@ QUICK = [
 DURATION = r"(\d+s|\d+m\d\ds|\d+h\d\dm)"  # 7s, 3m05s, 2h04m
 # every plain line ends in the time so far and, but for the last, an ETA
 WHEN = rf", elapsed {DURATION}(, ETA {DURATION})?$"
-EPOCH = re.compile(r"^augmented epoch (\d+)/3 loss \d+\.\d{4} acc \d\.\d{4} sparsity \d\.\d{3}" + WHEN)
+EPOCH = re.compile(r"^augmented epoch (\d+)/3 loss \d+\.\d{4} acc \d+\.\d{2}% sparsity \d+\.\d{2}%" + WHEN)
 HEARTBEAT = re.compile(
     rf"^augmented (epoch \d/3 running|3/3 epochs done, finishing|[a-z ]+ chunk \d+/\d+ running), elapsed {DURATION}"
 )  # the last: the final recalibration or evaluation
@@ -118,7 +118,7 @@ def test_train_weak_prints_a_line_per_epoch_of_each_run(extracted, tmp_path):
     args = ["train-weak", str(ticket), "--epochs", "2", "--dense-baseline", "--out", str(tmp_path / "w.json")]
     r = CliRunner().invoke(app, args)  # CliRunner's stderr is no terminal
     assert r.exit_code == 0, r.output
-    runs = re.findall(r"^(masked|dense) epoch (\d)/2 loss \d+\.\d{4} val acc \d\.\d{4}" + WHEN, r.stderr, re.M)
+    runs = re.findall(r"^(masked|dense) epoch (\d)/2 loss \d+\.\d{4} val acc \d+\.\d{2}%" + WHEN, r.stderr, re.M)
     runs = [r[:2] for r in runs]
     assert runs == [("masked", "1"), ("masked", "2"), ("dense", "1"), ("dense", "2")], r.stderr
 
@@ -168,9 +168,9 @@ def test_fast_epochs_get_the_first_last_and_one_line_per_interval(clock, capsys)
             progress({**STATS, "epoch": e})
     err = capsys.readouterr().err.splitlines()
     assert [int(x.split()[2].split("/")[0]) for x in err] == [1, 21, 41, 61, 81, 100]
-    assert err[0] == "edge-popup epoch 1/100 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 0s, ETA 50s"
-    assert err[2] == "edge-popup epoch 41/100 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 20s, ETA 30s"
-    assert err[-1] == "edge-popup epoch 100/100 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 50s"
+    assert err[0] == "edge-popup epoch 1/100 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 0s, ETA 50s"
+    assert err[2] == "edge-popup epoch 41/100 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 20s, ETA 30s"
+    assert err[-1] == "edge-popup epoch 100/100 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 50s"
 
 
 def test_drift_steps_are_throttled_like_epochs(clock, capsys):
@@ -179,8 +179,8 @@ def test_drift_steps_are_throttled_like_epochs(clock, capsys):
         for step in range(0, 401, 10):
             progress({**STATS, "epoch": step, "unit": "step"})
     assert capsys.readouterr().err.splitlines() == [
-        "drift step 0/400 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 0s",  # no ETA before a timed step
-        "drift step 400/400 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 0s",
+        "drift step 0/400 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 0s",  # no ETA before a timed step
+        "drift step 400/400 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 0s",
     ]
 
 
@@ -197,13 +197,13 @@ def test_a_slow_epoch_gets_a_heartbeat_every_interval_with_its_eta(clock, capsys
     assert capsys.readouterr().err.splitlines() == [
         running.format(1, "10s", "after the first epoch"),
         running.format(1, "20s", "after the first epoch"),
-        "augmented epoch 1/3 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 25s, ETA 50s",
+        "augmented epoch 1/3 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 25s, ETA 50s",
         running.format(2, "35s", "40s"),
         running.format(2, "45s", "30s"),  # epoch 2's own line (at 50 s) is throttled: 5 s after this one
         running.format(3, "55s", "20s"),
         running.format(3, "1m05s", "10s"),
         running.format(3, "1m15s", "0s"),
-        "augmented epoch 3/3 loss 0.5000 acc 0.2500 sparsity 0.900, elapsed 1m15s",
+        "augmented epoch 3/3 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 1m15s",
     ]
 
 

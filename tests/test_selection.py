@@ -42,7 +42,7 @@ def test_scope_groups_decides_per_layer_or_global_from_scope_flag_and_layer_dens
 
 def test_scope_groups_refuses_global_with_layer_densities_and_a_wrong_count():
     net = make_net(NET)
-    with pytest.raises(UsageError, match="--global and --layer-densities exclude each other"):
+    with pytest.raises(UsageError, match="--global-topk and --layer-densities exclude each other"):
         scope_groups(net, MethodSpec(global_topk=True, layer_densities=(0.5, 0.5, 0.5)), "layer")
     with pytest.raises(UsageError, match="3 layers"):
         scope_groups(net, MethodSpec(layer_densities=(0.5, 0.5)), "global")

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ticketcli import sweep, sweep_summary
+from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
@@ -209,6 +210,30 @@ def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_p
     changed = tiny_plan(epochs=2)  # other settings: nothing stored matches, and the sweep may replace its own files
     assert all(sweep.finished(tmp_path, t) == (None, None) for t in changed)
     assert sweep.run_sweep(changed[:1], out_dir=tmp_path)["resumed"] == []
+
+
+def test_a_record_of_an_older_sweep_resumes_with_its_tickets_digest_and_method(tmp_path):
+    """A record on disk keeps the method's name; records written before they took their ticket's own masks digest
+    (sweep.legacy_masks_sha256) still resume, and the document reports the ticket's digest and method record, as
+    inspect reads them from the ticket; a digest that is neither is a damaged record, recomputed."""
+    plan = tiny_plan(densities=(0.3,), layerwise=0)[:1]
+    first = sweep.run_sweep(plan, out_dir=tmp_path)["records"][0]
+    loaded = ticket_io.load(tmp_path / f"{plan[0].id}.safetensors")
+    assert first["masks_sha256"] == loaded.masks_sha256 and first["method"] == loaded.method
+    _, record_path = sweep.paths(tmp_path, plan[0])
+    doc = json.loads(record_path.read_text())
+    assert doc["record"]["method"] == "edge-popup" and doc["record"]["masks_sha256"] == loaded.masks_sha256
+    doc["record"]["masks_sha256"] = old = sweep.legacy_masks_sha256(loaded.masks)
+    assert old != loaded.masks_sha256
+    record_path.write_text(json.dumps(doc))
+    again = sweep.run_sweep(plan, out_dir=tmp_path)
+    assert again["resumed"] == [plan[0].id]
+    assert (
+        again["records"][0]["masks_sha256"] == loaded.masks_sha256 and again["records"][0]["method"] == first["method"]
+    )
+    doc["record"]["masks_sha256"] = "0" * 64
+    record_path.write_text(json.dumps(doc))
+    assert "masks differ from its record's" in str(sweep.finished(tmp_path, plan[0])[1])
 
 
 def test_ray_local_mode_equals_local(tmp_path):

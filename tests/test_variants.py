@@ -254,7 +254,7 @@ def test_cli_records_variants_and_reports_aux_share(tmp_path, isolated_env):
             "2",
             "--frozen-aux",
             "--signed-scores",
-            "--global",
+            "--global-topk",
             "--out",
             str(out),
             "--json",

@@ -192,7 +192,7 @@ class Ticket:
 
 
 def evaluation_document(result: dict[str, Any]) -> dict[str, Any]:
-    """The document `ticket evaluate --json` prints for an evaluation result (schema ticket.evaluate/1): made by
+    """The document `ticket evaluate --json` prints for an evaluation result (schema ticket.evaluate/2): made by
     the same contract.document the CLI prints through (the CLI adds its gates before)."""
     return document("evaluate", result)
 

@@ -16,11 +16,11 @@ from typing import Any
 # Command -> the schema its document carries. The number bumps only when a key a script may read moves, disappears
 # or changes type; adding a key keeps it. drift's feature documents had /1 before the contract moved their layers.
 SCHEMAS = {
-    "extract": "ticket.extract/1",
-    "evaluate": "ticket.evaluate/1",
+    "extract": "ticket.extract/2",
+    "evaluate": "ticket.evaluate/2",
     "inspect": "ticket.inspect/1",
-    "train-weak": "ticket.train-weak/1",
-    "sweep-k": "ticket.sweep-k/1",
+    "train-weak": "ticket.train-weak/2",
+    "sweep-k": "ticket.sweep-k/2",
     "export": "ticket.export/1",
     "drift": "ticket.drift/1",
     "drift-control": "ticket.drift-control/2",

@@ -181,17 +181,21 @@ def method_record(spec: RunSpec, score_init: dict[str, str] | None, details: Det
 def extract_summary(
     spec: RunSpec, tk: ticket_io.Ticket, out: str | Path, size: int | None, source: str, details: Details
 ) -> dict:
-    """What `ticket extract` prints: where the ticket went, what it holds, how well it does."""
+    """What `ticket extract` prints: where the ticket went, what it holds, how well it does. `method`, `checkpoint`
+    and `masks_sha256` are the ticket's own fields, as `ticket inspect` reports them from the written file (the
+    digest from ticket.masks_sha256, the function that records it)."""
     return {
         "ticket": str(out),
         "file_bytes": size,
-        "method": spec.method.name,
+        "method": tk.method,
         "seed": spec.init.seed,
         "model": spec.model.to_string(),
         "data": {**tk.data, "source": source},
         "sparsity": tk.sparsity,
         "metrics": tk.metrics,
         **({"score_params": details["score_params"]} if "score_params" in details else {}),
+        "checkpoint": tk.checkpoint,
+        "masks_sha256": ticket_io.masks_sha256(tk.packed()),
     }
 
 
@@ -214,7 +218,7 @@ def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, t
     )
     return {
         "ticket": str(path),
-        "method": tk.method.get("name"),
+        "method": tk.method,
         "model": tk.model["spec"],
         "seed": tk.init["seed"],
         "device": str(device),

@@ -349,7 +349,7 @@ def check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 
 def option_flag(field: str) -> str:
-    return "--global" if field == "global_topk" else "--" + field.replace("_", "-")
+    return "--" + field.replace("_", "-")
 
 
 __all__ = [

@@ -163,7 +163,9 @@ def spec_identity(spec: RunSpec) -> dict:
     }
 
 
-def masks_sha256(masks: dict[str, torch.Tensor]) -> str:
+def legacy_masks_sha256(masks: dict[str, torch.Tensor]) -> str:
+    """The digest records held before they took their ticket's own (ticket.masks_sha256, which inspect reports):
+    still accepted when a sweep resumes from an older --out-dir."""
     h = hashlib.sha256()
     for name, m in masks.items():
         h.update(name.encode() + b"\0" + ticket_io.pack_bits(m).numpy().tobytes())
@@ -179,7 +181,6 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
             path = Path(tmp) / f"{task.id}.safetensors"
             summary = runs.extract_ticket(task.spec, out=path)
             payload = path.read_bytes()
-            masks = ticket_io.load(path).masks
     finally:
         torch.set_num_threads(previous)
     m, sp = summary["metrics"], summary["sparsity"]
@@ -189,14 +190,14 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
         "group": task.group,
         "config": task.config,
         "fixed": task.fixed,
-        "method": task.spec.method.name,
+        "method": summary["method"],  # the ticket's method record, as extract and inspect report it
         "requested_sparsity": task.spec.method.sparsity,
         "layer_densities": None if task.spec.method.layer_densities is None else list(task.spec.method.layer_densities),
         "test_accuracy": m["test"]["accuracy"],
         "val_accuracy": m["val"]["accuracy"],
         "test_loss": m["test"]["loss"],
         "achieved_sparsity": sp["achieved"],
-        "masks_sha256": masks_sha256(masks),
+        "masks_sha256": summary["masks_sha256"],  # the ticket's digest, as extract and inspect report it
         "device": m["device"],
         "threads": threads,
         "wall_time_s": m["wall_time_s"],
@@ -259,7 +260,9 @@ def store(
     note = note if note is not None else Note(out_dir)
     note.add(write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket)), payload)
     record = {**record, "ticket": str(ticket), "ticket_sha256": hashlib.sha256(payload).hexdigest()}
-    doc = (json.dumps({"spec": spec_identity(task.spec), "record": record}, indent=2, sort_keys=True) + "\n").encode()
+    # on disk the method is its name (RECORD_FIELDS); the full record is the ticket's, read back by finished()
+    kept = {**record, "method": record["method"]["name"]}
+    doc = (json.dumps({"spec": spec_identity(task.spec), "record": kept}, indent=2, sort_keys=True) + "\n").encode()
     note.add(write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path)), doc)
     return record
 
@@ -315,7 +318,8 @@ def finished(out_dir: Path, task: SweepTask, bound: int = ticket_io.MAX_FILE_BYT
         loaded = ticket_io.load(ticket)
         if file_sha256(str(ticket)) != record["ticket_sha256"]:
             return None, f"{ticket} differs from the ticket its record names (sha256)"
-        if masks_sha256(loaded.masks) != record["masks_sha256"]:
+        digest = ticket_io.masks_sha256(loaded.packed())
+        if record["masks_sha256"] not in (digest, legacy_masks_sha256(loaded.masks)):
             return None, f"{ticket}'s masks differ from its record's"
     except FileNotFoundError:
         return None, f"{ticket}, the ticket of {record_path}, is missing"
@@ -323,7 +327,7 @@ def finished(out_dir: Path, task: SweepTask, bound: int = ticket_io.MAX_FILE_BYT
         return None, f"cannot read {ticket}: {getattr(e, 'strerror', None) or e}"
     except TicketFileError as e:
         return None, str(e)
-    return {**record, "ticket": str(ticket)}, None
+    return {**record, "ticket": str(ticket), "method": loaded.method, "masks_sha256": digest}, None
 
 
 # ---- executors ----

@@ -177,7 +177,7 @@ def train_weak(
     result = {
         "ticket": str(path),
         "ticket_sha256": ticket_sha,
-        "method": tk.method.get("name"),
+        "method": tk.method,
         "model": tk.model["spec"],
         "seed": tk.init["seed"],
         "device": str(o.device),

@@ -107,9 +107,18 @@ def extract(
     global_topk: Annotated[
         bool,
         typer.Option(
-            "--global",
-            help=("edge-popup, augmented, iterated: one top-k across all layers instead of one per layer."),
+            "--global-topk",
+            help=(
+                "edge-popup, augmented, iterated: one top-k across all layers instead of one per layer "
+                "(config key global_topk)."
+            ),
             rich_help_panel=Panel.VARIANTS,
+        ),
+    ] = False,
+    global_old: Annotated[
+        bool,
+        typer.Option(
+            "--global", help="Deprecated spelling of --global-topk.", rich_help_panel=Panel.VARIANTS, hidden=True
         ),
     ] = False,
     iter_tolerance: Annotated[
@@ -345,7 +354,7 @@ def extract(
         frozen_aux=frozen_aux or None,
         signed_scores=signed_scores or None,
         project_final=project_final or None,
-        global_topk=global_topk or None,
+        global_topk=global_topk or global_old or None,
         iter_tolerance=iter_tolerance,
         max_rounds=max_rounds,
         seed=seed,
@@ -386,6 +395,8 @@ def extract(
         threads=threads,
     )
     ckpt = checkpoint_path(out)
+    if global_old:
+        report.warn("--global is deprecated: use --global-topk (as the config key and the Python API call it)")
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
         settings = merge_settings(flags, config)
         spec = build_extract_spec(settings)

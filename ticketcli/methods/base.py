@@ -68,7 +68,7 @@ class Method(ABC):
     data_parallel: ClassVar[bool]  # runs under torchrun (each rank gives the same masks)
     uses_epochs: ClassVar[bool]  # reports progress per epoch (else no progress bar is shown)
     seeded: ClassVar[bool]  # the generator changes its masks (False: deterministic given the weights)
-    # how it thresholds unless --global or --layer-densities say otherwise: one top-k over all parameters or one
+    # how it thresholds unless --global-topk or --layer-densities say otherwise: one top-k over all parameters or one
     # per parameter (selection.groups.scope_groups reads it)
     default_scope: ClassVar[Scope]
     score_init: ClassVar[dict[str, str] | None]  # how trained scores start (recorded in the ticket); else None

@@ -37,7 +37,7 @@ class ScoreMethod(Method):
     data_parallel = True  # runs under torchrun (scores' gradients all-reduced, masks checked identical)
     uses_epochs = True
     seeded = True  # scores are drawn from the generator, and so is the batch order
-    default_scope = "layer"  # per layer unless --global
+    default_scope = "layer"  # per layer unless --global-topk
     score_init = SCORE_INIT
     augmented: ClassVar[bool] = False  # auxiliary score tensors?
 

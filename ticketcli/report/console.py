@@ -258,6 +258,11 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
+def method_name(method: object) -> str:
+    """The name of a result's `method`: the ticket's method record (an object with a `name`), or a bare name."""
+    return str(method.get("name")) if isinstance(method, dict) else str(method)
+
+
 # Off a terminal (a CI log), progress is plain lines: the first and the last of a loop, and between them at most one
 # every PLAIN_EVERY_S seconds; while a long step runs silently (an epoch of a big model, evaluation, BatchNorm
 # recalibration), a heartbeat line at least every PLAIN_EVERY_S seconds, so that a log shows that the run is alive,
@@ -521,13 +526,13 @@ def phases_of(progress: object) -> ChunkProgress | None:
 
 
 def epoch_line(label: str, total: int, stats: dict) -> str:
-    """One plain progress line of an epoch (or step, or run) loop: `augmented epoch 12/100 loss 0.4123 acc 0.8712
-    sparsity 0.900`."""
+    """One plain progress line of an epoch (or step, or run) loop: `augmented epoch 12/100 loss 0.4123 acc 87.12%
+    sparsity 90.00%` (accuracy and sparsity as percentages, as the tables and the bar print them)."""
     where = f"{label} round {stats['round']}" if "round" in stats else label
     unit = stats.get("unit", "epoch")
     return (
         f"{where} {unit} {stats['epoch']}/{stats.get('epochs', total)} loss {stats['loss']:.4f}"
-        f" acc {stats['accuracy']:.4f} sparsity {stats['sparsity']:.3f}"
+        f" acc {pct(stats['accuracy'])} sparsity {pct(stats['sparsity'])}"
     )
 
 
@@ -548,7 +553,7 @@ def _stats_bar(label: str, total: int) -> Iterator[StatsProgress]:
             bar.update(task, description=f"{label} round {stats['round']}")
         bar.update(task, completed=stats["epoch"])
         if "loss" in stats:  # drift: only the logged steps carry a measurement
-            measured = f"loss {stats['loss']:.4f}  acc {stats['accuracy']:.2%}  sparsity {stats['sparsity']:.2%}"
+            measured = f"loss {stats['loss']:.4f}  acc {pct(stats['accuracy'])}  sparsity {pct(stats['sparsity'])}"
             bar.update(task, stats=measured)
 
     try:
@@ -639,7 +644,7 @@ def runs_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict], None]
                 plain.restart(total)
                 plain.label = f"train-weak {stats['run']}"
             text = f"{stats['run']} epoch {stats['epoch']}/{total} loss {stats['loss']:.4f}"
-            text += f" val acc {stats['val_accuracy']:.4f}"
+            text += f" val acc {pct(stats['val_accuracy'])}"
             plain.update(text, stats["epoch"], first=first)
 
         with plain.beating():
@@ -653,7 +658,7 @@ def runs_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict], None]
         bar.start()  # a no-op once started
         if stats["run"] not in tasks:
             tasks[stats["run"]] = bar.add_task(stats["run"], total=total, stats="loss -  val acc -")
-        measured = f"loss {stats['loss']:.4f}  val acc {stats['val_accuracy']:.2%}"
+        measured = f"loss {stats['loss']:.4f}  val acc {pct(stats['val_accuracy'])}"
         bar.update(tasks[stats["run"]], completed=stats["epoch"], stats=measured)
 
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from ticketcli.report.console import pct
+from ticketcli.report.console import method_name, pct
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -119,7 +119,7 @@ def sweep_figure(result: dict) -> Figure:
     ax2.set_ylabel("test accuracy (%)")
     ax2.set_title("accuracy vs achieved sparsity")
     ax2.legend(fontsize=8)
-    others = [m for m in dict.fromkeys(r.get("method", r["group"]) for r in records) if m != "edge-popup"]
+    others = [m for m in dict.fromkeys(method_name(r.get("method", r["group"])) for r in records) if m != "edge-popup"]
     methods = "edge-popup sweep" + (f" vs {', '.join(others)}" if others else "")
     st = result.get("settings", {})  # the command's settings: model, dataset, epochs
     epochs = f"{st['epochs']} epochs" if "epochs" in st else None
@@ -158,7 +158,7 @@ def weak_figure(r: dict) -> Figure:
         ax.grid(alpha=0.3)
         ax.legend()
     data = r.get("data", {}).get("dataset")
-    ticket = f"{r['method']} ticket (seed {r['seed']}, sparsity {pct(r['sparsity']['achieved'])})"
+    ticket = f"{method_name(r['method'])} ticket (seed {r['seed']}, sparsity {pct(r['sparsity']['achieved'])})"
     trained = f"{r['epochs']} epochs" if "epochs" in r else None
     fig.suptitle(f"train-weak: {run_title(data, r.get('model'), ticket, trained)}")
     fig.tight_layout()

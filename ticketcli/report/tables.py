@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ticketcli.report.console import pct, stdout
+from ticketcli.report.console import method_name, pct, stdout
 
 
 def extract_table(s: dict) -> None:
     """`ticket extract`: accuracies, requested and achieved sparsity, then the per-layer table."""
     out = stdout()
     m, sp = s["metrics"], s["sparsity"]
-    t = Table(title=f"{s['method']} ticket  ->  {s['ticket']} ({s['file_bytes']} bytes)")
+    t = Table(title=f"{method_name(s['method'])} ticket  ->  {s['ticket']} ({s['file_bytes']} bytes)")
     t.add_column("quantity")
     t.add_column("value", justify="right")
     t.add_row("test accuracy", pct(m["test"]["accuracy"]))
@@ -56,7 +56,7 @@ def layer_table(sp: dict) -> Table:
 
 def evaluate_table(r: dict) -> None:
     """`ticket evaluate`: re-measured accuracy and loss beside the stored ones, and the gate when asked."""
-    t = Table(title=f"{r['ticket']}: {r['method']} on {r['model']}, seed {r['seed']}")
+    t = Table(title=f"{r['ticket']}: {method_name(r['method'])} on {r['model']}, seed {r['seed']}")
     t.add_column("split")
     t.add_column("accuracy", justify="right")
     t.add_column("loss", justify="right")
@@ -86,6 +86,33 @@ INTEGRITY_NOTES = {
 }
 
 
+def readable(value: object, nested: bool = False) -> str:
+    """A metadata value as people read it, never a Python repr: a list as the flags take it (`0.9,0.999`), an object
+    as `key value, key value` (in parentheses inside another value), true/false, and `-` for nothing."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        text = ",".join(readable(v, True) for v in value)
+    elif isinstance(value, dict):
+        text = ", ".join(f"{k} {readable(v, True)}" for k, v in value.items())
+    else:
+        return str(value)
+    return f"({text})" if nested else text
+
+
+def method_text(method: dict) -> str:
+    """A ticket's method record on one line: `name=augmented, sparsity=0.9, betas=0.9,0.999, score_params=(trainable
+    1, total 2)`; how the scores started is left out, and options that are not set."""
+    parts = []
+    for k, v in method.items():
+        if k == "score_init" or v is None:
+            continue
+        parts.append(f"{k}=({readable(v)})" if isinstance(v, dict) else f"{k}={readable(v)}")
+    return ", ".join(parts)
+
+
 def inspect_table(r: dict) -> None:
     """`ticket inspect`: the metadata, then one row per mask (at most MASK_ROWS)."""
     t = Table(title=f"{r['ticket']} ({r['file_bytes']} bytes; packed masks {r['packed_mask_bytes']} bytes)")
@@ -94,24 +121,24 @@ def inspect_table(r: dict) -> None:
     t.add_row("model", r["model"]["spec"])
     init = r["init"]
     if "k" in init:
-        t.add_row("init", f"{init['scheme']} (k={init['k']}, seed {init['seed']})")
+        t.add_row("init", f"{readable(init['scheme'])} (k={readable(init['k'])}, seed {readable(init['seed'])})")
     else:  # --init module: the factory's own weights, drawn under its fixed seed; no k shaped them
-        t.add_row("init", f"{init['scheme']} (factory seed {init.get('factory_seed')}, seed {init['seed']})")
+        factory = readable(init.get("factory_seed"))
+        t.add_row("init", f"{readable(init['scheme'])} (factory seed {factory}, seed {readable(init['seed'])})")
     t.add_row("weights sha256", r["weights_sha256"])
     if r["checkpoint"]:
         digest = r["checkpoint"].get("sha256")
-        t.add_row(
-            "checkpoint", f"{r['checkpoint'].get('path')} (sha256 {digest[:16] + '...' if digest else 'not recorded'})"
-        )
-    method = ", ".join(f"{k}={v}" for k, v in r["method"].items() if k != "score_init" and v is not None)
+        short = digest[:16] + "..." if isinstance(digest, str) and digest else "not recorded"
+        t.add_row("checkpoint", f"{readable(r['checkpoint'].get('path'))} (sha256 {short})")
+    method = method_text(r["method"])
     if r["method"].get("name") == "grasp" and "grasp_direction" not in r["method"]:
         method += " (written before grasp had two readings: paper reading, separate data)"
     t.add_row("method", method)
     d = r["data"]
     t.add_row(
         "data",
-        f"{d['dataset']}: {d['n_extract']} extraction / {d['n_val']} validation / "
-        f"{d.get('n_test', '?')} test, split seed {d['split_seed']}",
+        f"{readable(d['dataset'])}: {readable(d['n_extract'])} extraction / {readable(d['n_val'])} validation / "
+        f"{readable(d.get('n_test', '?'))} test, split seed {readable(d['split_seed'])}",
     )
     sp = r["sparsity"]
     t.add_row("sparsity", f"requested {pct(sp.get('requested'))}, achieved {pct(1 - r['density'])}")
@@ -122,7 +149,7 @@ def inspect_table(r: dict) -> None:
             "accuracy at extraction",
             f"test {pct(test.get('accuracy'))}, val {pct(val.get('accuracy'))} on {m.get('device', '-')}",
         )
-    t.add_row("created by", ", ".join(f"{k} {v}" for k, v in r["created_by"].items()))
+    t.add_row("created by", readable(r["created_by"]))
     t.add_row("masks integrity", INTEGRITY_NOTES.get(str(r.get("integrity")), str(r.get("integrity"))))
     out = stdout()
     out.print(t)
@@ -190,8 +217,8 @@ def weak_table(r: dict) -> None:
     """`ticket train-weak`: masked vs dense training, a column each."""
     runs = [k for k in ("masked", "dense") if k in r]
     t = Table(
-        title=f"{r['ticket']}: {r['method']} ticket on {r['model']}, seed {r['seed']}, trained {r['epochs']} "
-        f"epochs (lr {r['optimizer']['lr']:g}, batch {r['batch_size']})"
+        title=f"{r['ticket']}: {method_name(r['method'])} ticket on {r['model']}, seed {r['seed']}, "
+        f"trained {r['epochs']} epochs (lr {r['optimizer']['lr']:g}, batch {r['batch_size']})"
     )
     t.add_column("quantity")
     for k in runs:

@@ -1,7 +1,7 @@
 """What competes for a mask, and the one function that turns the competitors' values into masks.
 
 A Group is a set of parameters thresholded together at one final keep density. scope_groups decides per layer
-or global, in this one place, from the method's default scope, --global and --layer-densities. select_group
+or global, in this one place, from the method's default scope, --global-topk and --layer-densities. select_group
 keeps exactly k entries of a group: its parameters' parts taken together (every parameter's first part, then
 every parameter's further parts in order), ties to the lowest index of that concatenation; through the warm band
 search (warm.py) for a group of one parameter when the caller holds one, else the full exact selection
@@ -22,7 +22,7 @@ from ticketcli.selection.exact import joint_topk_masks, keep_count
 from ticketcli.selection.warm import TopKSelector
 from ticketcli.specs import MethodSpec
 
-# How a method thresholds when neither --global nor --layer-densities says otherwise: one top-k over all
+# How a method thresholds when neither --global-topk nor --layer-densities says otherwise: one top-k over all
 # parameters ("global", the baselines, Appendix B) or one per parameter ("layer").
 Scope = Literal["global", "layer"]
 
@@ -50,13 +50,13 @@ def param_densities(net: MaskedNet, spec: MethodSpec) -> dict[str, float]:
 def scope_groups(net: MaskedNet, spec: MethodSpec, scope: Scope, density: float | None = None) -> list[Group]:
     """The groups a method thresholds: the one place where per layer or global is decided.
 
-    With --layer-densities (which excludes --global): one group per parameter at its layer's density. Otherwise
-    every parameter at `density` (default 1 - sparsity): all in one group with --global or when the method's
+    With --layer-densities (which excludes --global-topk): one group per parameter at its layer's density. Otherwise
+    every parameter at `density` (default 1 - sparsity): all in one group with --global-topk or when the method's
     default `scope` is global, one group each otherwise. A method that passes its own `density` (double-scoring's
     augmented density, a round's density) does not read --layer-densities."""
     if density is None and spec.layer_densities is not None:
         if spec.global_topk:
-            raise UsageError("--global and --layer-densities exclude each other")
+            raise UsageError("--global-topk and --layer-densities exclude each other")
         dens = param_densities(net, spec)
         return [Group((n,), dens[n]) for n in net.names]
     d = spec.density if density is None else density

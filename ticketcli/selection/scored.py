@@ -28,7 +28,7 @@ class Selection:
 
     Each parameter has `parts` score tensors of its shape: S, then (augmented) `parts - 1` auxiliary ones, i.e.
     an augmented score matrix of width (1 + aux_width) * n. Each group (groups.scope_groups: one per parameter, or
-    one of all of them with --global) keeps floor(density * parts * n) entries of its (augmented) space, ranked by
+    one of all of them with --global-topk) keeps floor(density * parts * n) entries of its (augmented) space, ranked by
     |scores| (or signed scores), and the mask is the kept entries on S's coordinates. With `active` (the iterated
     variant) only the active entries of every part compete, and n counts them: the others rank below everything.
     """
