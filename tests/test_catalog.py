@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from ticketcli import catalog, drift_control, drift_spec, relufy, sweep, weak
+from ticketcli import catalog, sweep, weak
 from ticketcli.data import DATASETS
-from ticketcli.drift_options import Features
+from ticketcli.drift import activations as drift_activations
+from ticketcli.drift import control as drift_control
+from ticketcli.drift import relufy
+from ticketcli.drift import spec as drift_spec
+from ticketcli.drift.options import Features
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
 from ticketcli.models import MODELS
@@ -44,8 +48,8 @@ def test_dataset_split_sizes_are_the_registry_defaults():
 
 
 def test_drift_choices_are_drift_registries():
-    assert catalog.DRIFT_ACTIVATIONS == tuple(drift_spec.ACTIVATIONS.names())
-    assert catalog.DRIFT_LOSSES == tuple(drift_spec.LOSSES.names())
+    assert catalog.DRIFT_ACTIVATIONS == tuple(drift_activations.ACTIVATIONS.names())
+    assert catalog.DRIFT_LOSSES == tuple(drift_activations.LOSSES.names())
     assert catalog.DRIFT_INPUTS == drift_spec.INPUTS
     assert catalog.ACT_CONTROL_MODES == drift_control.MODES
     assert catalog.RELUFY_TARGETS == relufy.TARGETS

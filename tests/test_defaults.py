@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 import typer
 
-from ticketcli import drift_control, sweep, world
+from ticketcli import sweep, world
 from ticketcli.budget import MEMORY_SHARE
 from ticketcli.cli import app
 from ticketcli.data import DATASETS
-from ticketcli.drift import DriftSpec
-from ticketcli.drift_options import Features
-from ticketcli.relufy import RelufySpec
+from ticketcli.drift import control as drift_control
+from ticketcli.drift.options import Features
+from ticketcli.drift.relufy import RelufySpec
+from ticketcli.drift.spec import DriftSpec
 from ticketcli.specs import EXTRACT_DEFAULTS, DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.weak import WeakSpec
 

@@ -197,8 +197,9 @@ def drift(
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
     # torch: imported when the command runs, not for --help
-    from ticketcli import drift as drift_core
-    from ticketcli import drift_options
+    from ticketcli.drift import options as drift_options
+    from ticketcli.drift import run as drift_run
+    from ticketcli.drift.spec import build_drift_spec
     from ticketcli.resolve import build_model_policy, data_location
     from ticketcli.threads import check_threads, using
 
@@ -268,10 +269,10 @@ def drift(
             show = result.pop("_show")
             report.print_json(document(drift_command(result), result)) if json_out else show(result)
             return
-        spec = drift_core.build_drift_spec(settings, location)
+        spec = build_drift_spec(settings, location)
         total = spec.steps * (1 if ticket is not None else len(spec.seeds))
         with report.drift_progress(total, quiet=quiet) as progress, using(n_threads) as used:
-            result = drift_core.run_drift(
+            result = drift_run.run_drift(
                 spec,
                 ticket=ticket,
                 weights=None if weights is None else str(weights),

@@ -1,5 +1,5 @@
 """`ticket drift`'s activation-sparsity control, ReLUfication and trade-off sweep: their options (shared with the
-command's signature in cli/drift.py) and the run that serves them once drift_options has validated them."""
+command's signature in cli/drift.py) and the run that serves them once drift.options has validated them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ticketcli import catalog, report
 from ticketcli.cli.options import Panel, choices
 
 if TYPE_CHECKING:
-    from ticketcli import drift_options
+    from ticketcli.drift import options as drift_options
 
     ActControlName = str
     RelufyTarget = str
@@ -98,10 +98,11 @@ def run_features(
     """Run the validated feature with `threads` torch threads (None: torch's own; --tradeoff: per worker, default
     1); the result carries `_figure` (result -> PNG bytes) and `_show` (the tables)."""
     # torch: imported when the command runs, not for --help
-    from ticketcli import drift as drift_core
-    from ticketcli import drift_views
-    from ticketcli import relufy as relufy_core
     from ticketcli.data import DATASETS
+    from ticketcli.drift import relufy as relufy_core
+    from ticketcli.drift import run as drift_run
+    from ticketcli.drift import views as drift_views
+    from ticketcli.drift.spec import build_drift_spec
     from ticketcli.threads import per_worker, using
 
     if features.targets is not None:
@@ -109,7 +110,7 @@ def run_features(
         return _tradeoff(features, settings, location, position, quiet=quiet, threads=each)
     if features.relufy is not None:
         settings = {**settings, "activation": features.relufy.source}
-    spec = drift_core.build_drift_spec(settings, location)
+    spec = build_drift_spec(settings, location)
     per_run = spec.steps
     if features.relufy is not None:
         n = spec.data.n_extract or DATASETS.get(spec.data.name).n_extract  # the bar's total; the run counts
@@ -119,9 +120,7 @@ def run_features(
         if features.relufy is not None:
             result = relufy_core.run_relufy(spec, features.relufy, progress=position.track(progress), **on_ticket)
         else:
-            result = drift_core.run_drift(
-                spec, control=features.control, progress=position.track(progress), **on_ticket
-            )
+            result = drift_run.run_drift(spec, control=features.control, progress=position.track(progress), **on_ticket)
             result["schema"] = "ticket.drift-control/1"
     result["threads"] = used
     extra = drift_views.relufy_table if features.relufy is not None else drift_views.control_table
@@ -136,11 +135,12 @@ def run_features(
 def _tradeoff(
     features: drift_options.Features, settings: dict, location: dict, position: Any, *, quiet: bool, threads: int
 ) -> dict[str, Any]:
-    from ticketcli import drift as drift_core
-    from ticketcli import drift_tradeoff, drift_views
+    from ticketcli.drift import tradeoff as drift_tradeoff
+    from ticketcli.drift import views as drift_views
+    from ticketcli.drift.spec import build_drift_spec
 
     assert features.control is not None and features.targets is not None
-    specs = [drift_core.build_drift_spec({**settings, "model": m}, location) for m in features.models]
+    specs = [build_drift_spec({**settings, "model": m}, location) for m in features.models]
     tasks = drift_tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)
     done = 0
     with report.epoch_progress(len(tasks), quiet=quiet, label="tradeoff") as progress:

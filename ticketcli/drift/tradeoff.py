@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from ticketcli import drift
-from ticketcli.drift_control import ControlSpec, check_target
+from ticketcli.drift.control import ControlSpec, check_target
+from ticketcli.drift.run import run_drift
+from ticketcli.drift.spec import DriftSpec
 from ticketcli.errors import UsageError
 from ticketcli.pool import run_pool
 
@@ -26,7 +27,7 @@ MAX_WORKERS = 256
 @dataclass(frozen=True)
 class TradeoffTask:
     index: int  # position in the plan: records come back in this order whatever finishes first
-    spec: drift.DriftSpec  # the model and every training setting
+    spec: DriftSpec  # the model and every training setting
     control: ControlSpec  # the target of this run
 
 
@@ -51,9 +52,7 @@ def check_workers(workers: int | None) -> int:
     return workers
 
 
-def plan(
-    specs: list[drift.DriftSpec], targets: tuple[float, ...], mode: str, freeze_after: int | None
-) -> list[TradeoffTask]:
+def plan(specs: list[DriftSpec], targets: tuple[float, ...], mode: str, freeze_after: int | None) -> list[TradeoffTask]:
     """One task per (model, target), models in the given order, targets increasing."""
     tasks: list[TradeoffTask] = []
     for spec in specs:
@@ -67,7 +66,7 @@ def run_task(task: TradeoffTask, threads: int) -> dict[str, Any]:
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        r = drift.run_drift(task.spec, control=task.control)
+        r = run_drift(task.spec, control=task.control)
     finally:
         torch.set_num_threads(previous)
     ctl, sm = r["act_control"], r["summary"]

@@ -17,7 +17,10 @@ from typing import Any
 
 import torch
 
-from ticketcli import drift
+from ticketcli.drift.activations import ACTIVATIONS
+from ticketcli.drift.inputs import Inputs
+from ticketcli.drift.run import drift_one, run_drift
+from ticketcli.drift.spec import DriftSpec
 from ticketcli.errors import UsageError
 from ticketcli.methods import Progress
 from ticketcli.models import MaskedNet
@@ -48,7 +51,7 @@ def build_relufy_spec(
         return None
     if source is None or target is None:
         raise UsageError("--relufy needs --from (the smooth activation) and --to (relu, relu2 or relu2-clip)")
-    drift.ACTIVATIONS.get(source)
+    ACTIVATIONS.get(source)
     if target not in TARGETS:
         raise UsageError(f"--to must be a ReLU variant ({', '.join(TARGETS)}), got {target!r}")
     if source == target:
@@ -98,8 +101,8 @@ def _join(first: dict, second: dict) -> dict:
 def relufy_one(
     net: MaskedNet,
     masks: dict[str, torch.Tensor] | None,
-    spec: drift.DriftSpec,
-    inputs: drift.Inputs,
+    spec: DriftSpec,
+    inputs: Inputs,
     *,
     relu: RelufySpec,
     on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
@@ -124,14 +127,14 @@ def relufy_one(
     def step_at(offset: int) -> Callable[[int], None] | None:
         return None if on_step is None else (lambda step: on_step(offset + step))
 
-    smooth = drift.drift_one(
+    smooth = drift_one(
         net, masks, replace(spec, activation=relu.source), inputs, on_log=watch(1, 0), on_step=step_at(0)
     )
     net.load_weights({**net.weights, **weights[0]})  # the trained weights become the network's (W * M: zeros stay)
     n = int(inputs.y.numel())
     steps = fine_tune_steps(n, spec.batch_size, relu.epochs)
     tuned_spec = replace(spec, activation=relu.target, steps=steps, log_every=min(spec.log_every, steps))
-    tuned = drift.drift_one(net, masks, tuned_spec, inputs, on_log=watch(2, spec.steps), on_step=step_at(spec.steps))
+    tuned = drift_one(net, masks, tuned_spec, inputs, on_log=watch(2, spec.steps), on_step=step_at(spec.steps))
     before, swapped, after = point(smooth, -1), point(tuned, 0), point(tuned, -1)
     return {
         **_join(smooth, tuned),
@@ -148,7 +151,7 @@ def relufy_one(
 
 
 def run_relufy(
-    spec: drift.DriftSpec,
+    spec: DriftSpec,
     relu: RelufySpec,
     *,
     ticket: str | Path | None = None,
@@ -157,7 +160,7 @@ def run_relufy(
     policy: ModelPolicy = ModelPolicy(),
 ) -> dict:
     """ReLUfy for every seed (or a ticket's kept weights); drift's result plus "relufy": the mean over runs."""
-    result = drift.run_drift(
+    result = run_drift(
         spec, ticket=ticket, weights=weights, progress=progress, policy=policy, run_one=partial(relufy_one, relu=relu)
     )
     records = [r["relufy"] for r in result["runs"]]

@@ -117,7 +117,7 @@ class ActivationControl:
             self.updating = False
 
     def per_site(self, name: str, act: Act) -> Act:
-        """The controlled activation at the site fed by layer `name` (drift_sites.PerSite)."""
+        """The controlled activation at the site fed by layer `name` (sites.PerSite)."""
 
         def controlled(h: torch.Tensor) -> torch.Tensor:
             seen, out = self.apply(name, h, act, self.updating)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ticketcli.drift_control import ControlSpec, build_control_spec
-from ticketcli.drift_tradeoff import check_workers, parse_targets
+from ticketcli.drift.control import ControlSpec, build_control_spec
+from ticketcli.drift.relufy import RelufySpec, build_relufy_spec
+from ticketcli.drift.tradeoff import check_workers, parse_targets
 from ticketcli.errors import UsageError
-from ticketcli.relufy import RelufySpec, build_relufy_spec
 
 
 @dataclass(frozen=True)
