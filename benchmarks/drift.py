@@ -14,8 +14,8 @@ import time
 
 import torch
 
+from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.run import run_drift
-from ticketcli.drift.spec import build_drift_spec
 from ticketcli.resolve import data_location
 
 

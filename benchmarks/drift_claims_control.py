@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from ticketcli.drift import tradeoff as drift_tradeoff
-from ticketcli.drift.control import ControlSpec
-from ticketcli.drift.relufy import RelufySpec, run_relufy
+from ticketcli.drift.options import build_drift_spec
+from ticketcli.drift.relufy import run_relufy
 from ticketcli.drift.run import run_drift
-from ticketcli.drift.spec import DriftSpec, build_drift_spec
+from ticketcli.drift.spec import ControlSpec, DriftSpec, RelufySpec
 from ticketcli.resolve import data_location
 
 TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)

@@ -50,8 +50,8 @@ def setup(model: str, probe: int, batch: int, steps: int, text: str):
     from ticketcli import runs
     from ticketcli.drift import run as drift
     from ticketcli.drift.activations import ACTIVATIONS, LOSSES
+    from ticketcli.drift.options import build_drift_spec
     from ticketcli.drift.sites import drift_forward
-    from ticketcli.drift.spec import build_drift_spec
     from ticketcli.drift.text import load_corpus
     from ticketcli.models_gpt import gpt_numbers, with_vocab
     from ticketcli.resolve import data_location

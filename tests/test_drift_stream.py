@@ -18,9 +18,10 @@ import torch.nn.functional as F
 
 from ticketcli.drift import run as drift
 from ticketcli.drift.activations import ACTIVATIONS
-from ticketcli.drift.control import ActivationControl, ControlSpec
+from ticketcli.drift.control import ActivationControl
+from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.sites import drift_forward, measure_traced
-from ticketcli.drift.spec import DriftSpec, build_drift_spec
+from ticketcli.drift.spec import ControlSpec, DriftSpec
 from ticketcli.init import init_weights
 from ticketcli.models import MaskedNet, build_model, parse_model
 from ticketcli.sites import Trace

@@ -34,6 +34,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.contract",
         "ticketcli.budget",
         "ticketcli.drift.sums",
+        "ticketcli.drift.spec",  # torch-free: drift's specs and defaults, read by the command line for --help
     ],
     # core: networks, weights, data, masks, training, the ticket file; they take specs, never flags
     [

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ticketcli.drift.spec import EXACT_ZEROS
 from ticketcli.registry import Registry
 from ticketcli.train import Loss
 
@@ -15,17 +16,19 @@ from ticketcli.train import Loss
 @dataclass(frozen=True)
 class Activation:
     fn: Callable[[torch.Tensor, float], torch.Tensor]  # (pre-activation h, clip c) -> activation a
-    exact_zeros: bool  # True: sparsity counts a == 0; False (smooth): |a| < the zero threshold
+    exact_zeros: bool  # True (spec.EXACT_ZEROS): sparsity counts a == 0; False (smooth): |a| < the zero threshold
 
 
 ACTIVATIONS: Registry[Activation] = Registry("activation")
-ACTIVATIONS.register("relu")(Activation(lambda h, c: torch.relu(h), True))
-ACTIVATIONS.register("gelu")(Activation(lambda h, c: F.gelu(h), False))
-ACTIVATIONS.register("silu")(Activation(lambda h, c: F.silu(h), False))
-ACTIVATIONS.register("relu2")(Activation(lambda h, c: torch.relu(h).square(), True))
-ACTIVATIONS.register("relu2-clip")(Activation(lambda h, c: torch.relu(h).square().clamp(max=c), True))  # min(relu², c)
-ACTIVATIONS.register("gelu2")(Activation(lambda h, c: F.gelu(h).square(), False))
-
+for _name, _fn in (
+    ("relu", lambda h, c: torch.relu(h)),
+    ("gelu", lambda h, c: F.gelu(h)),
+    ("silu", lambda h, c: F.silu(h)),
+    ("relu2", lambda h, c: torch.relu(h).square()),
+    ("relu2-clip", lambda h, c: torch.relu(h).square().clamp(max=c)),  # min(relu², c)
+    ("gelu2", lambda h, c: F.gelu(h).square()),
+):
+    ACTIVATIONS.register(_name)(Activation(_fn, _name in EXACT_ZEROS))
 
 def _mse(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean squared error against one-hot targets, averaged over examples and classes."""

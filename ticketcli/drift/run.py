@@ -27,7 +27,7 @@ from ticketcli.drift import control as control_
 from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.drift.inputs import Inputs, TextInputs
 from ticketcli.drift.sites import PerSite, drift_forward, measure_traced
-from ticketcli.drift.spec import DriftSpec, require_drift_model
+from ticketcli.drift.spec import ControlSpec, DriftSpec, require_drift_model
 from ticketcli.drift.text import Corpus, block_count, load_corpus
 from ticketcli.methods import Progress
 from ticketcli.models import MaskedNet
@@ -190,7 +190,7 @@ def run_drift(
     weights: str | None = None,
     progress: Progress | None = None,
     policy: ModelPolicy = ModelPolicy(),
-    control: control_.ControlSpec | None = None,
+    control: ControlSpec | None = None,
     run_one: Callable[..., dict] | None = None,
 ) -> dict:
     """Run spec for every seed (or once on a ticket's rebuilt network, training only its kept weights).

@@ -1,28 +1,45 @@
-"""`ticket drift`'s settings: the activations and losses it offers, the frozen DriftSpec and its validation from
-the command's flags (None = default)."""
+"""`ticket drift`'s specs, each default written once as a dataclass field, without importing torch: DriftSpec (with
+TextSpec, a character-level model's corpus), ControlSpec (activation-sparsity control), RelufySpec (ReLUfication)
+and Features (the feature flags together, the trade-off's workers among them), and the choices its flags take.
+
+drift.options builds these from the command's flags and falls back to these fields' defaults; the command's help
+texts read them too (`default`), so a default changed here changes everywhere. The command line imports this
+module for --help, so it imports nothing that imports torch (tests/test_startup.py).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ticketcli.data import DATASETS
-from ticketcli.drift.activations import ACTIVATIONS, LOSSES
-from ticketcli.drift.text import TextSpec
 from ticketcli.errors import UsageError
-from ticketcli.models import parse_model
-from ticketcli.spec_syntax import TEXT_ARCHS
-from ticketcli.specs import PAPER_HIDDEN, DataSpec, InitSpec, ModelSpec, check_setting
-from ticketcli.train import WeightOptim
+from ticketcli.specs import DataSpec, InitSpec, ModelSpec, WeightOptim, field_default
 
 INPUTS = ("data", "gaussian", "uniform")  # the dataset's images, N(0, 1) or U[0, 1] features with random labels
+CONTROL_MODES = ("topk", "percentile")  # --act-sparsity
+# activations with exact zeros: sparsity counts a == 0 (the others, smooth: |a| < zero_threshold); they are also
+# what ReLUfication swaps in (drift.activations registers each activation's function)
+EXACT_ZEROS = ("relu", "relu2", "relu2-clip")
+RELUFY_TARGETS = EXACT_ZEROS
+DRIFT_ARCHS = ("mlp", "lenet300", "resnet20", "resnet18", "vit", "gpt-nano")  # models with activation sites
+DEFAULT_TEXT_MODEL = "gpt-nano:l2-d64-h4-c64"  # --text without --model
+
+
+@dataclass(frozen=True)
+class TextSpec:
+    path: str | None = None  # --text FILE; None: the fortunes files, found in search_dirs
+    search_dirs: tuple[str, ...] = ()  # data_search_dirs(): --data-dir, $TICKET_DATA, the cache, system dirs
+    val_fraction: float = 0.1  # share of blocks held out for validation (at least one block)
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "val_fraction": self.val_fraction}
 
 
 @dataclass(frozen=True)
 class DriftSpec:
     model: ModelSpec
     data: DataSpec  # the dataset: sizes the default model; the inputs when inputs == "data"
-    inputs: str = "data"  # data | gaussian | uniform
+    inputs: str = "data"  # INPUTS
     loss: str = "cross-entropy"  # LOSSES name
     activation: str = "relu"  # ACTIVATIONS name, between hidden layers
     clip: float = 50.0  # c of relu2-clip
@@ -38,7 +55,7 @@ class DriftSpec:
     text: TextSpec | None = None  # a character-level model's corpus (then data is unused)
 
     def to_dict(self) -> dict[str, Any]:
-        exact = ACTIVATIONS.get(self.activation).exact_zeros
+        exact = self.activation in EXACT_ZEROS
         text = {} if self.text is None else {"text": self.text.to_dict()}  # only then: other records stay as they were
         return {
             "model": self.model.to_string(),
@@ -59,92 +76,52 @@ class DriftSpec:
         }
 
 
-# drift's numeric settings and their defaults; their ranges are specs.RANGES's
-DRIFT_DEFAULTS = {
-    "lr": 1e-3,
-    "momentum": 0.0,
-    "clip": 50.0,
-    "batch_size": 512,
-    "steps": 500,
-    "log_every": 10,
-    "probe_size": 1024,
-    "zero_threshold": 1e-2,
-}
+@dataclass(frozen=True)
+class ControlSpec:
+    mode: str  # topk: keep the largest activations per example; percentile: centre on a running per-unit quantile
+    target: float = 0.7  # activation sparsity to reach at every site, in (0, 1) (--act-target)
+    freeze_after: int | None = None  # percentile: stop updating the statistics after this many training steps
+    # percentile: q <- ema * q + (1 - ema) * q_batch (the first batch sets q); a short memory, because training
+    # keeps pushing the pre-activations up past a stale q (0.9 undershot a 0.8 target by 9 points)
+    ema: float = 0.5
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if self.mode == "percentile":
+            d["statistic"] = f"EMA ({self.ema:g}) of each batch's per-unit {self.target:g}-quantile of h"
+        else:
+            d.update(statistic=None, ema=None)
+        return d
 
 
-def build_drift_spec(s: dict[str, Any], location: dict[str, Any]) -> DriftSpec:
-    """Validate the command's settings (None = default) and freeze them; location is data_location()'s dict."""
-    info = DATASETS.get(s.get("dataset") or "fashion-mnist")
-    if s.get("model") is not None:
-        model = parse_model(str(s["model"])).with_data(info.shape, info.classes)
-    elif s.get("text") is not None:
-        model = parse_model(DEFAULT_TEXT_MODEL)
-    else:
-        model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes))
-    require_drift_model(model.arch)
-    inputs = s.get("inputs") or "data"
-    if inputs not in INPUTS:
-        raise UsageError(f"unknown --inputs {inputs!r}; choose one of: {', '.join(INPUTS)}")
-    text = _text_spec(s, model, inputs, location)
-    loss, act = s.get("loss") or "cross-entropy", s.get("activation") or "relu"
-    LOSSES.get(loss)
-    ACTIVATIONS.get(act)
-    optimizer = s.get("optimizer") or "adam"
-    if optimizer not in ("adam", "sgd"):
-        raise UsageError(f"unknown --optimizer {optimizer!r}; choose adam or sgd")
-    num = {k: check_setting(k, _default(s, k, v)) for k, v in DRIFT_DEFAULTS.items()}
-    optim = WeightOptim(name=optimizer, lr=num["lr"], momentum=num["momentum"])
-    seeds = parse_seeds(_default(s, "seeds", "0"))
-    return DriftSpec(
-        model=model,
-        data=DataSpec(name=info.name, **location),
-        inputs=inputs,
-        loss=loss,
-        activation=act,
-        clip=num["clip"],
-        optim=optim,
-        batch_size=num["batch_size"],
-        steps=num["steps"],
-        log_every=min(num["log_every"], num["steps"]),
-        probe_size=num["probe_size"],
-        zero_threshold=num["zero_threshold"],
-        seeds=seeds,
-        device=str(s.get("device") or "auto"),
-        text=text,
-    )
+@dataclass(frozen=True)
+class RelufySpec:
+    source: str  # ACTIVATIONS name the network trains with first (--from)
+    target: str  # the ReLU variant swapped in at every activation site (--to)
+    epochs: int = 1  # fine-tuning passes over the extraction split after the swap
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def _text_spec(s: dict[str, Any], model: ModelSpec, inputs: str, location: dict[str, Any]) -> TextSpec | None:
-    """A character-level model trains on text (--text, or the fortunes files), and only it does."""
-    if model.arch not in TEXT_ARCHS:
-        if s.get("text") is not None:
-            raise UsageError(
-                f"--text trains a character-level model, not {model.arch}", hint=f"use --model {DEFAULT_TEXT_MODEL}"
-            )
-        return None
-    clash = [f for f, k in (("--dataset", "dataset"), ("--inputs", "inputs")) if s.get(k) not in (None, "data")]
-    if clash:
-        raise UsageError(f"{', '.join(clash)} cannot be combined with {model.arch}, which trains on --text")
-    return TextSpec(path=None if s.get("text") is None else str(s["text"]), search_dirs=tuple(location["search_dirs"]))
+@dataclass(frozen=True)
+class Features:
+    control: ControlSpec | None  # one controlled run; with tradeoff the mode and freezing, target per run
+    relufy: RelufySpec | None
+    targets: tuple[float, ...] | None  # the trade-off sweep's targets, increasing
+    models: tuple[str | None, ...] = (None,)  # trade-off: the models overlaid (None: drift's default model)
+    workers: int = 1  # trade-off: 1 runs in-process, more in a local spawn pool
 
 
-def _default(s: dict, key: str, value: Any) -> Any:
-    return value if s.get(key) is None else s[key]
-
-
-def parse_seeds(text: str) -> tuple[int, ...]:
-    """'0,1,2' -> (0, 1, 2): distinct non-negative integers."""
-    try:
-        seeds = tuple(check_setting("seeds", int(t), "--seeds entries") for t in str(text).split(",") if t.strip())
-    except ValueError:
-        raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise UsageError(f"--seeds must be distinct comma-separated integers, got {text!r}")
-    return seeds
-
-
-DRIFT_ARCHS = ("mlp", "lenet300", "resnet20", "resnet18", "vit", "gpt-nano")  # models with activation sites
-DEFAULT_TEXT_MODEL = "gpt-nano:l2-d64-h4-c64"  # --text without --model
+def default(cls: type, path: str) -> Any:
+    """The default of a field of one of these specs, following dots into nested specs ("optim.lr")."""
+    name, _, rest = path.partition(".")
+    if name not in {f.name for f in fields(cls)}:
+        raise KeyError(f"{cls.__name__} has no field {name!r}")
+    value = field_default(cls, name)
+    for part in rest.split(".") if rest else ():
+        value = getattr(value, part)
+    return value
 
 
 def require_drift_model(arch: str) -> None:

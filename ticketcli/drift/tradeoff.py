@@ -14,14 +14,9 @@ from typing import Any
 
 import torch
 
-from ticketcli.drift.control import ControlSpec, check_target
 from ticketcli.drift.run import run_drift
-from ticketcli.drift.spec import DriftSpec
-from ticketcli.errors import UsageError
+from ticketcli.drift.spec import ControlSpec, DriftSpec
 from ticketcli.pool import run_pool
-
-MAX_TARGETS = 100
-MAX_WORKERS = 256
 
 
 @dataclass(frozen=True)
@@ -29,27 +24,6 @@ class TradeoffTask:
     index: int  # position in the plan: records come back in this order whatever finishes first
     spec: DriftSpec  # the model and every training setting
     control: ControlSpec  # the target of this run
-
-
-def parse_targets(text: str) -> tuple[float, ...]:
-    """'0.5,0.6,0.7' -> (0.5, 0.6, 0.7): at least two distinct targets in (0, 1), in increasing order."""
-    try:
-        values = [float(t) for t in str(text).split(",") if t.strip()]
-    except ValueError:
-        raise UsageError(f"--tradeoff must be comma-separated numbers in (0, 1), got {text!r}") from None
-    targets = tuple(sorted(check_target(v, "--tradeoff targets") for v in values))
-    if len(targets) < 2 or len(set(targets)) != len(targets) or len(targets) > MAX_TARGETS:
-        raise UsageError(f"--tradeoff needs 2 to {MAX_TARGETS} distinct targets, got {text!r}")
-    return targets
-
-
-def check_workers(workers: int | None) -> int:
-    """--workers: 1 (in-process) up to MAX_WORKERS spawned processes."""
-    if workers is None:
-        return 1  # in-process: Features.workers' default
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-        raise UsageError(f"--workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
-    return workers
 
 
 def plan(specs: list[DriftSpec], targets: tuple[float, ...], mode: str, freeze_after: int | None) -> list[TradeoffTask]:
