@@ -30,6 +30,7 @@ for _name, _fn in (
 ):
     ACTIVATIONS.register(_name)(Activation(_fn, _name in EXACT_ZEROS))
 
+
 def _mse(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean squared error against one-hot targets, averaged over examples and classes."""
     return F.mse_loss(logits, F.one_hot(y, logits.shape[1]).to(logits.dtype))

@@ -166,6 +166,8 @@ def build_features(
     return Features(
         control=control, relufy=None, targets=targets, models=split_models(model), workers=check_workers(workers)
     )
+
+
 def build_control_spec(mode: str | None, target: float | None, freeze_after: int | None) -> ControlSpec | None:
     """Validate --act-sparsity, --act-target and --freeze-stats-after (None: not given); None without a mode."""
     if mode is None:
@@ -235,5 +237,3 @@ def check_workers(workers: int | None) -> int:
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
     return workers
-
-
