@@ -19,7 +19,7 @@ from ticketcli.cli import app
 from ticketcli.data import DATASETS
 from ticketcli.drift.spec import ControlSpec, DriftSpec, Features, RelufySpec, TextSpec
 from ticketcli.specs import EXTRACT_DEFAULTS, DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
-from ticketcli.weak import WeakSpec
+from ticketcli.weak_spec import WeakSpec
 
 DESCRIBED = "described"  # the option's value is None and its help describes what happens (e.g. "no plot")
 
@@ -210,12 +210,13 @@ def test_the_table_sees_every_shown_default():
     assert len(with_default) >= 70
 
 
-# ---------------------------------------------------------------- each drift default is written once
-# The fields whose defaults `ticket drift` (with --act-sparsity, --relufy, --tradeoff) uses, each with the names a
-# setting for it goes by. Each literal stands in its dataclass field and nowhere else: not as a fallback for a
-# setting of its name (`s.get("activation") or "relu"`, `0.7 if target is None else target`, `if workers is None:
-# return 1`), not as a constant or dict entry named like a default (`ACT_TARGET_DEFAULT = 0.7`, `DRIFT_DEFAULTS`),
-# not in a hand-written help text ("Default: 512.").
+# ---------------------------------------------------------------- each drift and train-weak default is written once
+# The fields whose defaults `ticket drift` (with --act-sparsity, --relufy, --tradeoff) and `ticket train-weak` use,
+# each with the names a setting for it goes by. Each literal stands in its dataclass field and nowhere else: not as
+# a fallback for a setting of its name (`s.get("activation") or "relu"`, `0.7 if target is None else target`, `if
+# workers is None: return 1`), not as a module constant or dict entry named like a default or like its setting
+# (`ACT_TARGET_DEFAULT = 0.7`, `DRIFT_DEFAULTS = {...}`, `WEAK_EPOCHS = 40`), not in a hand-written help text
+# ("Default: 512.").
 DRIFT_FIELDS: list[tuple[type, str, tuple[str, ...]]] = [
     *((DriftSpec, f, (f,)) for f in ("inputs", "loss", "activation", "clip", "batch_size", "steps", "log_every")),
     *((DriftSpec, f, (f,)) for f in ("probe_size", "zero_threshold", "seeds", "device")),
@@ -229,9 +230,24 @@ DRIFT_FIELDS: list[tuple[type, str, tuple[str, ...]]] = [
     (Features, "workers", ("workers",)),
     (TextSpec, "val_fraction", ("val_fraction",)),
 ]
+WEAK_FIELDS: list[tuple[type, str, tuple[str, ...]]] = [
+    (WeakSpec, "epochs", ("epochs",)),
+    (WeakSpec, "batch_size", ("batch_size",)),
+    (WeakSpec, "optim.lr", ("lr",)),
+    (WeakSpec, "precision", ("precision",)),
+]
 PACKAGE = Path(__file__).resolve().parent.parent / "ticketcli"
-DRIFT_MODULES = [*sorted((PACKAGE / "drift").glob("*.py")), *sorted((PACKAGE / "cli").glob("drift*.py"))]
-DRIFT_MODULES.append(PACKAGE / "catalog.py")  # where torch-free copies of defaults used to be kept
+CATALOG = PACKAGE / "catalog.py"  # where torch-free copies of defaults used to be kept
+SCANNED = {
+    "drift": (
+        DRIFT_FIELDS,
+        [*sorted((PACKAGE / "drift").glob("*.py")), *sorted((PACKAGE / "cli").glob("drift*.py")), CATALOG],
+    ),
+    "train-weak": (
+        WEAK_FIELDS,
+        [PACKAGE / "weak.py", PACKAGE / "weak_spec.py", PACKAGE / "cli/train_weak.py", CATALOG],
+    ),
+}
 
 
 def _literal(node: ast.AST) -> Any:
@@ -259,7 +275,9 @@ def default_copies(source: str, defaults: list[tuple[Any, tuple[str, ...]]]) -> 
 
     shown = {show(d) for d, _ in defaults}
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    module_level = {id(stmt) for stmt in tree.body}  # constants; a class body's fields are the defaults themselves
+    for node in ast.walk(tree):
         if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
             if any(fallback(left, node.values[-1]) for left in node.values[:-1]):
                 found.append((node.lineno, f"fallback `{ast.unparse(node)}`"))
@@ -271,19 +289,23 @@ def default_copies(source: str, defaults: list[tuple[Any, tuple[str, ...]]]) -> 
             for stmt in node.body:
                 if isinstance(stmt, ast.Return) and stmt.value is not None and fallback(tested[0], stmt.value):
                     found.append((stmt.lineno, f"fallback `return {ast.unparse(stmt.value)}`"))
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and id(node) in module_level:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = " ".join(ast.unparse(t) for t in targets)
-            if "DEFAULT" in names.upper():
-                values = node.value.values if isinstance(node.value, ast.Dict) else [node.value]
-                for v in values:
-                    if any(_same(_literal(v), d) for d, _ in defaults):
-                        found.append((node.lineno, f"constant {names}"))
+            values = node.value.values if isinstance(node.value, ast.Dict) else [node.value]
+            for v in values:
+                if any(_same(_literal(v), d) and _named(names, setting) for d, setting in defaults):
+                    found.append((node.lineno, f"constant {names}"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             for m in re.finditer(r"Default: (.+?)\.(?:\s|$)", node.value):
                 if m.group(1) in shown:
                     found.append((node.lineno, f"help text {m.group(0).strip()!r}"))
     return sorted(found)
+
+
+def _named(constant: str, setting: tuple[str, ...]) -> bool:
+    """A constant's name says it holds a default, or the default of this setting."""
+    return any(n in constant.lower() for n in ("default", *setting))
 
 
 def _none_test(test: ast.AST) -> tuple[ast.AST, bool] | None:
@@ -300,19 +322,21 @@ def show(value: Any) -> str:
     return render(value)
 
 
-def test_drift_defaults_are_written_once():
-    defaults = [(field_default(cls, path), names) for cls, path, names in DRIFT_FIELDS]
+@pytest.mark.parametrize("command", sorted(SCANNED))
+def test_defaults_are_written_once(command):
+    table, modules = SCANNED[command]
+    defaults = [(field_default(cls, path), names) for cls, path, names in table]
     copies = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: {what}"
-        for path in DRIFT_MODULES
+        for path in modules
         for line, what in default_copies(path.read_text(encoding="utf-8"), defaults)
     ]
     assert copies == [], "write each default once, as its spec field, and read it from there:\n" + "\n".join(copies)
 
 
 def test_the_default_scan_finds_each_kind_of_copy():
-    """The scan above can fail: each way a default used to be written twice is found (lines 2 to 10), and the same
-    values used for something else are not (lines 11 to 15)."""
+    """The scan above can fail: each way a default used to be written twice is found (lines 2 to 11), and the same
+    values used for something else are not (lines 12 to 16)."""
     source = """
 loss = s.get("loss") or "cross-entropy"
 target = 0.7 if target is None else target
@@ -321,6 +345,7 @@ def workers(workers):
         return 1
 ACT_TARGET_DEFAULT = 0.7
 DRIFT_DEFAULTS = {"clip": 50.0, "batch_size": 512}
+WEAK_BATCH_SIZE = 512
 help = f"Minibatch size. Default: 512."
 m = momentum if momentum is not None else 0.0
 CHUNK = 512
@@ -331,4 +356,4 @@ n = s.get("steps") or 512
 """
     defaults = [(512, ("batch_size",)), (50.0, ("clip",)), ("cross-entropy", ("loss",)), (0.7, ("target",))]
     defaults += [(1, ("workers",)), (0.0, ("momentum",)), (500, ("steps",))]
-    assert [line for line, _ in default_copies(source, defaults)] == [2, 3, 6, 7, 8, 8, 9, 10]
+    assert [line for line, _ in default_copies(source, defaults)] == [2, 3, 6, 7, 8, 8, 9, 10, 11]

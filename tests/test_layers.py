@@ -28,6 +28,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.seeding",
         "ticketcli.spec_syntax",
         "ticketcli.specs",
+        "ticketcli.weak_spec",
         "ticketcli.world",
         "ticketcli.threads",
         "ticketcli.catalog",

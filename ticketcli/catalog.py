@@ -65,9 +65,6 @@ DRIFT_ACTIVATIONS = ("gelu", "gelu2", "relu", "relu2", "relu2-clip", "silu")
 DRIFT_LOSSES = ("cross-entropy", "mse")
 
 # Defaults that help texts show but whose home modules import torch (each named in the comment; tests check them)
-WEAK_EPOCHS = 40  # weak.WeakSpec.epochs (the paper's weak-ticket protocol, Appendix B)
-WEAK_BATCH_SIZE = 512  # weak.WeakSpec.batch_size
-WEAK_LR = 1e-3  # weak.WeakSpec.optim.lr
 SWEEP_LAYERWISE = 8  # sweep.PAPER_LAYERWISE
 SWEEP_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # sweep.PAPER_DENSITIES
 
