@@ -30,9 +30,10 @@ from ticketcli.cli.options import (
 )
 from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.specs import field_default
 from ticketcli.weak_spec import WeakSpec, build_weak_spec
 from ticketcli.world import check_rendezvous_timeout
+
+WEAK = WeakSpec()  # the help texts show its fields' defaults
 
 
 def train_weak(
@@ -40,22 +41,19 @@ def train_weak(
     epochs: Annotated[
         Optional[int],
         typer.Option(
-            help=with_default("Weight-training epochs (Appendix B).", field_default(WeakSpec, "epochs")),
+            help=with_default("Weight-training epochs (Appendix B).", WEAK.epochs),
             rich_help_panel=Panel.TRAINING,
         ),
     ] = None,
     lr: Annotated[
         Optional[float],
         typer.Option(
-            help=with_default("Adam learning rate for the weights.", field_default(WeakSpec, "optim").lr),
-            rich_help_panel=Panel.TRAINING,
+            help=with_default("Adam learning rate for the weights.", WEAK.optim.lr), rich_help_panel=Panel.TRAINING
         ),
     ] = None,
     batch_size: Annotated[
         Optional[int],
-        typer.Option(
-            help=with_default("Minibatch size.", field_default(WeakSpec, "batch_size")), rich_help_panel=Panel.TRAINING
-        ),
+        typer.Option(help=with_default("Minibatch size.", WEAK.batch_size), rich_help_panel=Panel.TRAINING),
     ] = None,
     dense_baseline: Annotated[
         bool,
