@@ -14,7 +14,8 @@ import time
 
 import torch
 
-from ticketcli.drift import build_drift_spec, run_drift
+from ticketcli.drift.options import build_drift_spec
+from ticketcli.drift.run import run_drift
 from ticketcli.resolve import data_location
 
 

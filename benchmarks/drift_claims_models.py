@@ -25,8 +25,8 @@ import sys
 
 import torch
 
-from ticketcli.drift import run_drift
-from ticketcli.drift_spec import build_drift_spec
+from ticketcli.drift.options import build_drift_spec
+from ticketcli.drift.run import run_drift
 from ticketcli.resolve import data_location
 
 ACTS = ("relu", "gelu", "silu", "relu2", "gelu2")

@@ -47,18 +47,21 @@ def write_text(folder: Path, n: int = 40000) -> str:
 
 def setup(model: str, probe: int, batch: int, steps: int, text: str):
     """(spec, net, inputs, trainer, forward, loss) the way drift.drift_one sets them up for seed 0."""
-    from ticketcli import drift, runs
-    from ticketcli.drift_sites import drift_forward
+    from ticketcli import runs
+    from ticketcli.drift import run as drift
+    from ticketcli.drift.activations import ACTIVATIONS, LOSSES
+    from ticketcli.drift.options import build_drift_spec
+    from ticketcli.drift.sites import drift_forward
+    from ticketcli.drift.text import load_corpus
     from ticketcli.models_gpt import gpt_numbers, with_vocab
     from ticketcli.resolve import data_location
     from ticketcli.specs import ModelPolicy
-    from ticketcli.text import load_corpus
     from ticketcli.train import WeightTrainer
 
     is_text = model.startswith("gpt-nano")
     s = {"model": model, "probe_size": probe, "batch_size": batch, "steps": steps, "log_every": 1}
     s.update({"text": text} if is_text else {"inputs": "gaussian"})
-    spec = drift.build_drift_spec(s, data_location(None, False))
+    spec = build_drift_spec(s, data_location(None, False))
     corpus = None
     if is_text:
         assert spec.text is not None
@@ -67,18 +70,20 @@ def setup(model: str, probe: int, batch: int, steps: int, text: str):
         gpt_numbers(spec.model)
     net, _ = runs.build_net(spec.model, replace(spec.init, seed=0), None, runs.policy_budget(ModelPolicy()))
     inputs = drift._inputs(spec, corpus, spec.model, spec.data, 0, torch.device("cpu"))
-    act = drift.ACTIVATIONS.get(spec.activation)
+    act = ACTIVATIONS.get(spec.activation)
     forward = drift_forward(net, lambda h: act.fn(h, spec.clip))
-    return spec, net, inputs, WeightTrainer(net, None, spec.optim), forward, drift.LOSSES.get(spec.loss)
+    return spec, net, inputs, WeightTrainer(net, None, spec.optim), forward, LOSSES.get(spec.loss)
 
 
 def time_one(model: str, probe: int, repeats: int, text: str, clock=time.perf_counter) -> dict:
     """Median ms of a training step on a probe-sized batch and of a measurement on the probe."""
-    from ticketcli import batchnorm, drift
-    from ticketcli.drift_sites import measure_traced
+    from ticketcli import batchnorm
+    from ticketcli.drift import run as drift
+    from ticketcli.drift.activations import ACTIVATIONS
+    from ticketcli.drift.sites import measure_traced
 
     spec, net, inputs, trainer, forward, loss = setup(model, probe, probe, 1, text)
-    act = drift.ACTIVATIONS.get(spec.activation)
+    act = ACTIVATIONS.get(spec.activation)
     x, y = inputs.probe
     # trees before streaming measured the whole probe in one pass (no chunk argument)
     chunk = {"chunk": drift.probe_chunk(net, None, spec.batch_size)} if hasattr(drift, "probe_chunk") else {}
@@ -113,7 +118,8 @@ def time_one(model: str, probe: int, repeats: int, text: str, clock=time.perf_co
 def child(kind: str, model: str, probe: int, batch: int, steps: int, text: str) -> None:
     """One run in this (child) process; prints its peak RSS in MiB. drift: run_drift with a measurement after every
     step; train: the same number of plain training steps at --batch; train-probe: at the probe size."""
-    from ticketcli import batchnorm, drift
+    from ticketcli import batchnorm
+    from ticketcli.drift import run as drift
 
     if kind == "drift":
         spec = setup(model, probe, batch, steps, text)[0]

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from ticketcli import batchnorm, runs, runs_record
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
-from ticketcli.drift import measure
+from ticketcli.drift.sites import measure
 from ticketcli.errors import UsageError
 from ticketcli.init import init_weights
 from ticketcli.methods import METHODS

@@ -1,14 +1,16 @@
 """The catalog (what the command line knows before importing torch) is exactly what the registries hold: every
-registered method, model, dataset and init scheme has its one line there, and nothing else does; drift's choices
-and the help defaults it mirrors equal their home modules' values."""
+registered method, model, dataset and init scheme has its one line there, and nothing else does; drift's
+registries' names and the help defaults it mirrors equal their home modules' values."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
-from ticketcli import catalog, drift_control, drift_spec, relufy, sweep, weak
+from ticketcli import catalog, sweep
 from ticketcli.data import DATASETS
-from ticketcli.drift_options import Features
+from ticketcli.drift import activations as drift_activations
+from ticketcli.drift import spec as drift_spec
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
 from ticketcli.models import MODELS
@@ -44,22 +46,25 @@ def test_dataset_split_sizes_are_the_registry_defaults():
 
 
 def test_drift_choices_are_drift_registries():
-    assert catalog.DRIFT_ACTIVATIONS == tuple(drift_spec.ACTIVATIONS.names())
-    assert catalog.DRIFT_LOSSES == tuple(drift_spec.LOSSES.names())
-    assert catalog.DRIFT_INPUTS == drift_spec.INPUTS
-    assert catalog.ACT_CONTROL_MODES == drift_control.MODES
-    assert catalog.RELUFY_TARGETS == relufy.TARGETS
+    assert catalog.DRIFT_ACTIVATIONS == tuple(drift_activations.ACTIVATIONS.names())
+    assert catalog.DRIFT_LOSSES == tuple(drift_activations.LOSSES.names())
+
+
+def test_exact_zero_activations_are_the_ones_that_give_exact_zeros():
+    """drift.spec.EXACT_ZEROS (torch-free: the zero rule, ReLUfication's targets) is what the functions do: exactly 0
+    for every negative pre-activation, and never exactly 0 there for the smooth ones."""
+    h = -torch.linspace(0.01, 3.0, 200)
+    exact = {n for n in drift_activations.ACTIVATIONS.names() if bool((ACT(n)(h, 50.0) == 0).all())}
+    smooth = {n for n in drift_activations.ACTIVATIONS.names() if bool((ACT(n)(h, 50.0) != 0).all())}
+    assert exact == set(drift_spec.EXACT_ZEROS) and smooth == set(catalog.DRIFT_ACTIVATIONS) - exact
+    assert all(drift_activations.ACTIVATIONS.get(n).exact_zeros == (n in exact) for n in catalog.DRIFT_ACTIVATIONS)
+    assert set(drift_spec.RELUFY_TARGETS) <= exact
+
+
+def ACT(name: str):
+    return drift_activations.ACTIVATIONS.get(name).fn
 
 
 def test_mirrored_help_defaults_equal_their_home_values():
-    spec = weak.WeakSpec()
-    assert catalog.ACT_TARGET_DEFAULT == drift_control.DEFAULT_TARGET
-    assert catalog.RELUFY_EPOCHS_DEFAULT == relufy.RelufySpec.epochs
-    assert catalog.TRADEOFF_WORKERS_DEFAULT == Features.workers
-    assert (catalog.WEAK_EPOCHS, catalog.WEAK_BATCH_SIZE, catalog.WEAK_LR) == (
-        spec.epochs,
-        spec.batch_size,
-        spec.optim.lr,
-    )
     assert catalog.SWEEP_LAYERWISE == sweep.PAPER_LAYERWISE
     assert catalog.SWEEP_DENSITIES == sweep.PAPER_DENSITIES

@@ -4,22 +4,22 @@ dataclass field the option stands for. The table below says which field that is,
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import MISSING, fields
+from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
 
-from ticketcli import drift_control, sweep, world
+from ticketcli import sweep, world
 from ticketcli.budget import MEMORY_SHARE
 from ticketcli.cli import app
 from ticketcli.data import DATASETS
-from ticketcli.drift import DriftSpec
-from ticketcli.drift_options import Features
-from ticketcli.relufy import RelufySpec
+from ticketcli.drift.spec import ControlSpec, DriftSpec, Features, RelufySpec, TextSpec
 from ticketcli.specs import EXTRACT_DEFAULTS, DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
-from ticketcli.weak import WeakSpec
+from ticketcli.weak_spec import WeakSpec
 
 DESCRIBED = "described"  # the option's value is None and its help describes what happens (e.g. "no plot")
 
@@ -95,7 +95,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "dataset": (DataSpec, "name"),
         "model": DESCRIBED,
         "act_sparsity": DESCRIBED,  # no control
-        "act_target": ("const", drift_control.DEFAULT_TARGET),
+        "act_target": (ControlSpec, "target"),
         "freeze_stats_after": DESCRIBED,  # never
         "relufy_epochs": (RelufySpec, "epochs"),
         "workers": (Features, "workers"),
@@ -208,3 +208,152 @@ def test_the_table_sees_every_shown_default():
     with_default = [(c, p.name) for c, p in CASES if shown(p.help) is not None]
     assert ("extract", "sparsity") in with_default and ("train-weak", "epochs") in with_default
     assert len(with_default) >= 70
+
+
+# ---------------------------------------------------------------- each drift and train-weak default is written once
+# The fields whose defaults `ticket drift` (with --act-sparsity, --relufy, --tradeoff) and `ticket train-weak` use,
+# each with the names a setting for it goes by. Each literal stands in its dataclass field and nowhere else: not as
+# a fallback for a setting of its name (`s.get("activation") or "relu"`, `0.7 if target is None else target`, `if
+# workers is None: return 1`), not as a module constant or dict entry named like a default or like its setting
+# (`ACT_TARGET_DEFAULT = 0.7`, `DRIFT_DEFAULTS = {...}`, `WEAK_EPOCHS = 40`), not in a hand-written help text
+# ("Default: 512.").
+DRIFT_FIELDS: list[tuple[type, str, tuple[str, ...]]] = [
+    *((DriftSpec, f, (f,)) for f in ("inputs", "loss", "activation", "clip", "batch_size", "steps", "log_every")),
+    *((DriftSpec, f, (f,)) for f in ("probe_size", "zero_threshold", "seeds", "device")),
+    (DriftSpec, "optim.name", ("optimizer", "optim")),
+    (DriftSpec, "optim.lr", ("lr",)),
+    (DriftSpec, "optim.momentum", ("momentum",)),
+    (DataSpec, "name", ("dataset",)),
+    (ControlSpec, "target", ("target",)),
+    (ControlSpec, "ema", ("ema",)),
+    (RelufySpec, "epochs", ("epochs",)),
+    (Features, "workers", ("workers",)),
+    (TextSpec, "val_fraction", ("val_fraction",)),
+]
+WEAK_FIELDS: list[tuple[type, str, tuple[str, ...]]] = [
+    (WeakSpec, "epochs", ("epochs",)),
+    (WeakSpec, "batch_size", ("batch_size",)),
+    (WeakSpec, "optim.lr", ("lr",)),
+    (WeakSpec, "precision", ("precision",)),
+]
+PACKAGE = Path(__file__).resolve().parent.parent / "ticketcli"
+CATALOG = PACKAGE / "catalog.py"  # where torch-free copies of defaults used to be kept
+SCANNED = {
+    "drift": (
+        DRIFT_FIELDS,
+        [*sorted((PACKAGE / "drift").glob("*.py")), *sorted((PACKAGE / "cli").glob("drift*.py")), CATALOG],
+    ),
+    "train-weak": (
+        WEAK_FIELDS,
+        [PACKAGE / "weak.py", PACKAGE / "weak_spec.py", PACKAGE / "cli/train_weak.py", CATALOG],
+    ),
+}
+
+
+def _literal(node: ast.AST) -> Any:
+    """The value of a literal (a constant, or a tuple of constants), else a marker that equals nothing."""
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return _literal
+
+
+def _same(value: Any, default: Any) -> bool:
+    """value is default (1 and 1.0 alike; True is not 1)."""
+    return not isinstance(value, bool) and not isinstance(default, bool) and value == default
+
+
+def default_copies(source: str, defaults: list[tuple[Any, tuple[str, ...]]]) -> list[tuple[int, str]]:
+    """(line, what) for every place in `source` that writes one of `defaults` (value, names of its setting) as a
+    default a second time."""
+
+    def fallback(setting: ast.AST, value: ast.AST) -> bool:
+        """`value` stands in for `setting` when that is not given: a copy if it is the default of a setting named
+        in the code of `setting`."""
+        code, v = ast.unparse(setting), _literal(value)
+        return any(_same(v, d) and any(n in code for n in names) for d, names in defaults)
+
+    shown = {show(d) for d, _ in defaults}
+    found: list[tuple[int, str]] = []
+    tree = ast.parse(source)
+    module_level = {id(stmt) for stmt in tree.body}  # constants; a class body's fields are the defaults themselves
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            if any(fallback(left, node.values[-1]) for left in node.values[:-1]):
+                found.append((node.lineno, f"fallback `{ast.unparse(node)}`"))
+        elif isinstance(node, ast.IfExp) and (tested := _none_test(node.test)) is not None:
+            setting, is_none = tested
+            if fallback(setting, node.body if is_none else node.orelse):
+                found.append((node.lineno, f"fallback `{ast.unparse(node)}`"))
+        elif isinstance(node, ast.If) and (tested := _none_test(node.test)) is not None and tested[1]:
+            for stmt in node.body:
+                if isinstance(stmt, ast.Return) and stmt.value is not None and fallback(tested[0], stmt.value):
+                    found.append((stmt.lineno, f"fallback `return {ast.unparse(stmt.value)}`"))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and id(node) in module_level:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = " ".join(ast.unparse(t) for t in targets)
+            values = node.value.values if isinstance(node.value, ast.Dict) else [node.value]
+            for v in values:
+                if any(_same(_literal(v), d) and _named(names, setting) for d, setting in defaults):
+                    found.append((node.lineno, f"constant {names}"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for m in re.finditer(r"Default: (.+?)\.(?:\s|$)", node.value):
+                if m.group(1) in shown:
+                    found.append((node.lineno, f"help text {m.group(0).strip()!r}"))
+    return sorted(found)
+
+
+def _named(constant: str, setting: tuple[str, ...]) -> bool:
+    """A constant's name says it holds a default, or the default of this setting."""
+    return any(n in constant.lower() for n in ("default", *setting))
+
+
+def _none_test(test: ast.AST) -> tuple[ast.AST, bool] | None:
+    """(x, True) for `x is None`, (x, False) for `x is not None`, else None."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)):
+        if isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+            return test.left, isinstance(test.ops[0], ast.Is)
+    return None
+
+
+def show(value: Any) -> str:
+    from ticketcli.cli.options import show as render
+
+    return render(value)
+
+
+@pytest.mark.parametrize("command", sorted(SCANNED))
+def test_defaults_are_written_once(command):
+    table, modules = SCANNED[command]
+    defaults = [(field_default(cls, path), names) for cls, path, names in table]
+    copies = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {what}"
+        for path in modules
+        for line, what in default_copies(path.read_text(encoding="utf-8"), defaults)
+    ]
+    assert copies == [], "write each default once, as its spec field, and read it from there:\n" + "\n".join(copies)
+
+
+def test_the_default_scan_finds_each_kind_of_copy():
+    """The scan above can fail: each way a default used to be written twice is found (lines 2 to 11), and the same
+    values used for something else are not (lines 12 to 16)."""
+    source = """
+loss = s.get("loss") or "cross-entropy"
+target = 0.7 if target is None else target
+def workers(workers):
+    if workers is None:
+        return 1
+ACT_TARGET_DEFAULT = 0.7
+DRIFT_DEFAULTS = {"clip": 50.0, "batch_size": 512}
+WEAK_BATCH_SIZE = 512
+help = f"Minibatch size. Default: 512."
+m = momentum if momentum is not None else 0.0
+CHUNK = 512
+names = ("relu", "gelu", "cross-entropy")
+classes = int(model.classes or 0)
+total = 1 if ticket is not None else len(seeds)
+n = s.get("steps") or 512
+"""
+    defaults = [(512, ("batch_size",)), (50.0, ("clip",)), ("cross-entropy", ("loss",)), (0.7, ("target",))]
+    defaults += [(1, ("workers",)), (0.0, ("momentum",)), (500, ("steps",))]
+    assert [line for line, _ in default_copies(source, defaults)] == [2, 3, 6, 7, 8, 8, 9, 10, 11]

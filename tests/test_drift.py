@@ -15,17 +15,12 @@ from helpers import make_net
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.drift import (
-    ACTIVATIONS,
-    LOSSES,
-    DriftSpec,
-    Inputs,
-    drift_one,
-    logged_steps,
-    measure,
-    mlp_forward,
-    summarise,
-)
+from ticketcli.drift.activations import ACTIVATIONS, LOSSES
+from ticketcli.drift.inputs import Inputs
+from ticketcli.drift.run import drift_one, logged_steps, summarise
+from ticketcli.drift.sites import measure
+from ticketcli.drift.spec import DriftSpec
+from ticketcli.models import mlp_forward
 from ticketcli.specs import DataSpec, ModelSpec
 from ticketcli.train import WeightOptim, WeightTrainer
 

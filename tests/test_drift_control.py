@@ -12,11 +12,13 @@ from helpers import make_net
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.drift import DriftSpec, Inputs, drift_one, run_drift
-from ticketcli.drift_control import ActivationControl, ControlSpec, keep_count, topk_keep
-from ticketcli.drift_tradeoff import find_cliff, plan, run_tradeoff
+from ticketcli.drift.control import ActivationControl, keep_count, topk_keep
+from ticketcli.drift.inputs import Inputs
+from ticketcli.drift.relufy import relufy_one
+from ticketcli.drift.run import drift_one, run_drift
+from ticketcli.drift.spec import ControlSpec, DriftSpec, RelufySpec
+from ticketcli.drift.tradeoff import find_cliff, plan, run_tradeoff
 from ticketcli.models import parse_model
-from ticketcli.relufy import RelufySpec, relufy_one
 from ticketcli.specs import DataSpec
 
 DIGITS = DataSpec(name="digits", n_extract=600, n_val=300)

@@ -16,14 +16,14 @@ import torch.nn.functional as F
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.drift import ACTIVATIONS
-from ticketcli.drift_sites import drift_forward, measure_traced
+from ticketcli.drift.activations import ACTIVATIONS
+from ticketcli.drift.sites import drift_forward, measure_traced
+from ticketcli.drift.text import FORTUNES, TextSpec, load_corpus, split_blocks
 from ticketcli.errors import UsageError
 from ticketcli.init import init_weights
 from ticketcli.models import MaskedNet, build_model, parse_model
 from ticketcli.sites import Trace, find_sites
 from ticketcli.specs import InitSpec
-from ticketcli.text import FORTUNES, TextSpec, load_corpus, split_blocks
 
 runner = CliRunner()
 DIGITS = ((1, 8, 8), 10)

@@ -16,10 +16,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ticketcli import drift
-from ticketcli.drift import ACTIVATIONS, DriftSpec
-from ticketcli.drift_control import ActivationControl, ControlSpec
-from ticketcli.drift_sites import drift_forward, measure_traced
+from ticketcli.drift import run as drift
+from ticketcli.drift.activations import ACTIVATIONS
+from ticketcli.drift.control import ActivationControl
+from ticketcli.drift.options import build_drift_spec
+from ticketcli.drift.sites import drift_forward, measure_traced
+from ticketcli.drift.spec import ControlSpec, DriftSpec
 from ticketcli.init import init_weights
 from ticketcli.models import MaskedNet, build_model, parse_model
 from ticketcli.sites import Trace
@@ -252,7 +254,7 @@ def test_progress_is_told_every_step_and_measurements_at_logged_ones():
     from ticketcli.resolve import data_location
 
     settings = {"dataset": "digits", "model": "mlp:64-16-10", "steps": 5, "log_every": 2, "batch_size": 32}
-    spec = drift.build_drift_spec({**settings, "probe_size": 40, "seeds": "0,1"}, data_location(None, False))
+    spec = build_drift_spec({**settings, "probe_size": 40, "seeds": "0,1"}, data_location(None, False))
     seen: list[dict] = []
     drift.run_drift(spec, progress=seen.append)
     assert [s["epoch"] for s in seen] == list(range(0, 6)) + list(range(5, 11))  # the second seed goes on from 5

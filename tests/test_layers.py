@@ -28,12 +28,14 @@ LAYERS: list[list[str]] = [
         "ticketcli.seeding",
         "ticketcli.spec_syntax",
         "ticketcli.specs",
+        "ticketcli.weak_spec",
         "ticketcli.world",
         "ticketcli.threads",
         "ticketcli.catalog",
         "ticketcli.contract",
         "ticketcli.budget",
-        "ticketcli.sums",
+        "ticketcli.drift.sums",
+        "ticketcli.drift.spec",  # torch-free: drift's specs and defaults, read by the command line for --help
     ],
     # core: networks, weights, data, masks, training, the ticket file; they take specs, never flags
     [
@@ -48,7 +50,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.cifar",
         "ticketcli.data",
         "ticketcli.data_memory",
-        "ticketcli.text",
+        "ticketcli.drift.text",
         "ticketcli.masking",
         "ticketcli.distributed",
         "ticketcli.pool",
@@ -71,17 +73,11 @@ LAYERS: list[list[str]] = [
         "ticketcli.sweep_summary",
         "ticketcli.sweep",
         "ticketcli.sweep_outputs",
-        "ticketcli.drift_spec",
-        "ticketcli.drift_sites",
-        "ticketcli.drift_inputs",
-        "ticketcli.drift_control",
-        "ticketcli.drift",
-        "ticketcli.relufy",
-        "ticketcli.drift_tradeoff",
+        "ticketcli.drift",  # the drift package: its modules below the views and options (drift/__init__.py)
         "ticketcli.export",
     ],
-    ["ticketcli.report", "ticketcli.drift_views"],  # presentation: tables, JSON, plots
-    ["ticketcli.resolve", "ticketcli.drift_options"],  # flags, config files and defaults -> validated specs
+    ["ticketcli.report", "ticketcli.drift.views"],  # presentation: tables, JSON, plots
+    ["ticketcli.resolve", "ticketcli.drift.options"],  # flags, config files and defaults -> validated specs
     # the Python API (`import ticketcli as tc`): the package's public names, over the same specs and workflows
     ["ticketcli.api_masks", "ticketcli.api_data", "ticketcli.api", "ticketcli"],
     ["ticketcli.exits", "ticketcli.cli", "ticketcli.entry", "ticketcli.__main__"],  # the command line

@@ -12,8 +12,9 @@ import pytest
 from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
-from ticketcli import drift_views, sweep_summary
+from ticketcli import sweep_summary
 from ticketcli.cli import app
+from ticketcli.drift import views as drift_views
 from ticketcli.report import plots
 
 runner = CliRunner()

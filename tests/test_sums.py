@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from ticketcli.sums import all_but, compare, count, masked_sum64, peak_abs, square_sum64, sum64
+from ticketcli.drift.sums import all_but, compare, count, masked_sum64, peak_abs, square_sum64, sum64
 
 
 def tensors(dtype: torch.dtype) -> list[torch.Tensor]:

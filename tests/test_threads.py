@@ -12,9 +12,10 @@ import torch
 from typer.testing import CliRunner
 
 import ticketcli as tc
-from ticketcli import drift, export, runs
+from ticketcli import export, runs
 from ticketcli import threads as torch_threads
 from ticketcli.cli import app
+from ticketcli.drift import run as drift_run
 from ticketcli.errors import UsageError
 
 runner = CliRunner()
@@ -113,7 +114,7 @@ def test_every_computing_command_takes_threads(command, ticket, tmp_path, monkey
     # networks run through functional calls)
     monkeypatch.setattr(torch.nn.Module, "__call__", spy(torch.nn.Module.__call__))
     monkeypatch.setattr(export, "masked_state", spy(export.masked_state))
-    monkeypatch.setattr(drift, "run_drift", spy(drift.run_drift))
+    monkeypatch.setattr(drift_run, "run_drift", spy(drift_run.run_drift))
     before, n = torch.get_num_threads(), other_count()
     args = [a.format(t=ticket, d=tmp_path) for a in command]
     r = runner.invoke(app, [*args, "--threads", str(n), "--quiet", "--json"])

@@ -60,20 +60,11 @@ INITS: dict[str, str] = {
     "signed-kaiming-constant": "+-gain/sqrt(k*fan_in) with a random sign (the hidden-networks signed constant).",
 }
 
-# `ticket drift`'s choices (drift_spec.ACTIVATIONS, LOSSES, INPUTS; drift_control.MODES; relufy.TARGETS)
+# `ticket drift`'s registries (drift.activations: ACTIVATIONS, LOSSES); its other choices are in drift.spec
 DRIFT_ACTIVATIONS = ("gelu", "gelu2", "relu", "relu2", "relu2-clip", "silu")
 DRIFT_LOSSES = ("cross-entropy", "mse")
-DRIFT_INPUTS = ("data", "gaussian", "uniform")
-ACT_CONTROL_MODES = ("topk", "percentile")
-RELUFY_TARGETS = ("relu", "relu2", "relu2-clip")
 
 # Defaults that help texts show but whose home modules import torch (each named in the comment; tests check them)
-ACT_TARGET_DEFAULT = 0.7  # drift_control.DEFAULT_TARGET
-RELUFY_EPOCHS_DEFAULT = 1  # relufy.RelufySpec.epochs
-TRADEOFF_WORKERS_DEFAULT = 1  # drift_options.Features.workers
-WEAK_EPOCHS = 40  # weak.WeakSpec.epochs (the paper's weak-ticket protocol, Appendix B)
-WEAK_BATCH_SIZE = 512  # weak.WeakSpec.batch_size
-WEAK_LR = 1e-3  # weak.WeakSpec.optim.lr
 SWEEP_LAYERWISE = 8  # sweep.PAPER_LAYERWISE
 SWEEP_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # sweep.PAPER_DENSITIES
 

@@ -194,6 +194,23 @@ class MethodSpec:
 
 
 @dataclass(frozen=True)
+class WeightOptim:
+    """Optimiser for weight training; the paper's protocol (docs/method.md): Adam, lr 1e-3, batch 512."""
+
+    name: str = "adam"  # adam | sgd
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    momentum: float = 0.0  # sgd only
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+
+@dataclass(frozen=True)
 class RunSpec:
     model: ModelSpec
     init: InitSpec

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +21,7 @@ from ticketcli import distributed
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.errors import RunFailed, UsageError
 from ticketcli.models import MaskedNet
+from ticketcli.specs import WeightOptim
 
 EVAL_CHUNK = 2048  # fixed, so that extraction and `ticket evaluate` run bit-identical arithmetic
 
@@ -68,31 +68,16 @@ def precision_context(device: torch.device, precision: str) -> Callable[[], Abst
     raise ValueError(f"unknown precision {precision!r}")
 
 
-@dataclass(frozen=True)
-class WeightOptim:
-    """Optimiser for weight training; the paper's protocol (docs/method.md): Adam, lr 1e-3, batch 512."""
-
-    name: str = "adam"  # adam | sgd
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    momentum: float = 0.0  # sgd only
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["betas"] = list(self.betas)
-        return d
-
-    def build(self, params: list[torch.Tensor]) -> torch.optim.Optimizer:
-        if self.name == "adam":
-            fused = params[0].device.type in ("cpu", "cuda")
-            return torch.optim.Adam(
-                params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay, fused=fused
-            )
-        if self.name == "sgd":
-            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
-        raise ValueError(f"unknown optimiser {self.name!r}")
+def build_optimizer(optim: WeightOptim, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """The torch optimiser `optim` describes, over `params`."""
+    if optim.name == "adam":
+        fused = params[0].device.type in ("cpu", "cuda")
+        return torch.optim.Adam(
+            params, lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay, fused=fused
+        )
+    if optim.name == "sgd":
+        return torch.optim.SGD(params, lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay)
+    raise ValueError(f"unknown optimiser {optim.name!r}")
 
 
 class WeightTrainer:
@@ -115,7 +100,7 @@ class WeightTrainer:
         self.masks: dict[str, torch.Tensor] | None = None
         if masks is not None:
             self.set_masks(masks)
-        self.opt = optim.build(list(self.params.values()))
+        self.opt = build_optimizer(optim, list(self.params.values()))
         self.autocast = precision_context(net.device, precision)
         # under torchrun, DDP all-reduces the weights' gradients (train-weak); the identity otherwise
         self.replica = distributed.replicate(list(self.params.values()), self._forward)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -24,38 +24,12 @@ from ticketcli.masking import mask_stats
 from ticketcli.runs import OpenTicket, open_ticket
 from ticketcli.runs_record import counted_layers
 from ticketcli.seeding import file_sha256, generator
-from ticketcli.specs import DataSpec, ModelPolicy, check_precision, check_setting
-from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
+from ticketcli.specs import DataSpec, ModelPolicy
+from ticketcli.train import WeightTrainer, evaluate, train_weights
 from ticketcli.version import __version__
+from ticketcli.weak_spec import WeakSpec
 
 WEIGHTS_FORMAT = "ticketcli-trained-weights"
-
-
-@dataclass(frozen=True)
-class WeakSpec:
-    """Weight-training settings; defaults are the paper's weak-ticket protocol (Appendix B)."""
-
-    epochs: int = 40
-    batch_size: int = 512
-    optim: WeightOptim = field(default_factory=WeightOptim)  # Adam, lr 1e-3, betas (0.9, 0.999), eps 1e-8
-    precision: str = "fp32"  # or bf16 autocast of the training forward pass
-
-    def to_dict(self) -> dict:
-        d = {"epochs": self.epochs, "batch_size": self.batch_size, "optimizer": self.optim.to_dict()}
-        return d | ({"precision": self.precision} if self.precision != "fp32" else {})
-
-
-def build_weak_spec(
-    *, epochs: int | None = None, batch_size: int | None = None, lr: float | None = None, precision: str | None = None
-) -> WeakSpec:
-    """A validated WeakSpec from flag values; None keeps the paper's default."""
-    d = WeakSpec()
-    return WeakSpec(
-        epochs=d.epochs if epochs is None else check_setting("epochs", epochs),
-        batch_size=d.batch_size if batch_size is None else check_setting("batch_size", batch_size),
-        optim=d.optim if lr is None else replace(d.optim, lr=check_setting("lr", lr)),
-        precision=d.precision if precision is None else check_precision(precision),
-    )
 
 
 def _measure(o: OpenTicket, masks: dict[str, torch.Tensor] | None, chunks: ChunkProgress | None = None) -> dict:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from hostile import assert_clean, child, cli
 
-from ticketcli import drift as drift_core
 from ticketcli import export as export_core
 from ticketcli import report, runs, runs_inspect, sweep, weak
 from ticketcli import ticket as ticket_io
+from ticketcli.drift import run as drift_core
 
 INTERNAL = "rerun with TICKET_DEBUG=1 for the traceback"
 HOSTILE_TEXT = "[bold red]x[/oops] :smile: \x1b[2J\x1b]0;pwned\x07 \r\b\x9b31m \u202eevil"  # markup, emoji, controls

@@ -21,6 +21,7 @@ from ticketcli.cli.drift_features import (
     Tradeoff,
     Workers,
     run_features,
+    spec_help,
 )
 from ticketcli.cli.options import (
     DataDir,
@@ -35,10 +36,13 @@ from ticketcli.cli.options import (
     Threads,
     TrustModelCode,
     choices,
+    with_default,
 )
 from ticketcli.contract import document, drift_command
+from ticketcli.drift.spec import DEFAULT_TEXT_MODEL, INPUTS, default
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.specs import DataSpec
 
 # Built at run time from drift's registries as the catalog lists them (without torch), so mypy cannot read them:
 # to mypy each is the str its value is.
@@ -49,7 +53,7 @@ if TYPE_CHECKING:
 else:
     ActivationName = choices(catalog.DRIFT_ACTIVATIONS)
     LossName = choices(catalog.DRIFT_LOSSES)
-    InputsName = choices(catalog.DRIFT_INPUTS)
+    InputsName = choices(INPUTS)
 OptimizerName = Literal["adam", "sgd"]
 
 
@@ -60,7 +64,7 @@ def drift(
             help="Model spec: an MLP, e.g. mlp:784-256-256-10 (+res for skips between equal-width hidden layers, "
             "+norm=batch|layer|rms before each hidden activation, +bias for biases), lenet300, resnet20, resnet18, "
             "vit:p4-d64-l4-h4, or the character-level gpt-nano:l2-d64-h4-c64 (trains on --text). Default: the "
-            "paper's MLP (three hidden layers of 256) sized to the dataset; with --text, gpt-nano:l2-d64-h4-c64. "
+            f"paper's MLP (three hidden layers of 256) sized to the dataset; with --text, {DEFAULT_TEXT_MODEL}. "
             "With --ticket only the ticket's own model factory, confirming that it may be imported.",
             rich_help_panel=Panel.MODEL,
         ),
@@ -68,71 +72,85 @@ def drift(
     activation: Annotated[
         Optional[ActivationName],
         typer.Option(
-            help="Activation at every activation site (an MLP's hidden layers, a ResNet's ReLUs, the MLP blocks of "
-            "a ViT or GPT-nano); relu2-clip is min(relu(x)^2, --clip). Default: relu.",
+            help=spec_help(
+                "Activation at every activation site (an MLP's hidden layers, a ResNet's ReLUs, the MLP blocks of "
+                "a ViT or GPT-nano); relu2-clip is min(relu(x)^2, --clip).",
+                "activation",
+            ),
             rich_help_panel=Panel.TRAINING,
         ),
     ] = None,
     clip: Annotated[
-        Optional[float], typer.Option(help="c of relu2-clip. Default: 50.", rich_help_panel=Panel.TRAINING)
+        Optional[float], typer.Option(help=spec_help("c of relu2-clip.", "clip"), rich_help_panel=Panel.TRAINING)
     ] = None,
     inputs: Annotated[
         Optional[InputsName],
         typer.Option(
-            help="data: the dataset's images; gaussian: N(0,1) features; uniform: U[0,1] features (random inputs get "
-            "random labels, fresh every step). Default: data.",
+            help=spec_help(
+                "data: the dataset's images; gaussian: N(0,1) features; uniform: U[0,1] features (random inputs get "
+                "random labels, fresh every step).",
+                "inputs",
+            ),
             rich_help_panel=Panel.DATA,
         ),
     ] = None,
     loss: Annotated[
         Optional[LossName],
         typer.Option(
-            help="cross-entropy, or mse against one-hot targets. Default: cross-entropy.",
+            help=spec_help("cross-entropy, or mse against one-hot targets.", "loss"),
             rich_help_panel=Panel.TRAINING,
         ),
     ] = None,
     optimizer: Annotated[
-        Optional[OptimizerName], typer.Option(help="Weight optimiser. Default: adam.", rich_help_panel=Panel.TRAINING)
+        Optional[OptimizerName],
+        typer.Option(help=spec_help("Weight optimiser.", "optim.name"), rich_help_panel=Panel.TRAINING),
     ] = None,
     lr: Annotated[
-        Optional[float], typer.Option(help="Learning rate. Default: 0.001.", rich_help_panel=Panel.TRAINING)
+        Optional[float], typer.Option(help=spec_help("Learning rate.", "optim.lr"), rich_help_panel=Panel.TRAINING)
     ] = None,
     momentum: Annotated[
-        Optional[float], typer.Option(help="SGD momentum. Default: 0.", rich_help_panel=Panel.TRAINING)
+        Optional[float], typer.Option(help=spec_help("SGD momentum.", "optim.momentum"), rich_help_panel=Panel.TRAINING)
     ] = None,
     batch_size: Annotated[
-        Optional[int], typer.Option(help="Minibatch size. Default: 512.", rich_help_panel=Panel.TRAINING)
+        Optional[int], typer.Option(help=spec_help("Minibatch size.", "batch_size"), rich_help_panel=Panel.TRAINING)
     ] = None,
     steps: Annotated[
-        Optional[int], typer.Option(help="Optimiser steps. Default: 500.", rich_help_panel=Panel.TRAINING)
+        Optional[int], typer.Option(help=spec_help("Optimiser steps.", "steps"), rich_help_panel=Panel.TRAINING)
     ] = None,
     log_every: Annotated[
         Optional[int],
         typer.Option(
-            help="Measure every this many steps (and at step 0 and the last step). Default: 10.",
+            help=spec_help("Measure every this many steps (and at step 0 and the last step).", "log_every"),
             rich_help_panel=Panel.MEASURE,
         ),
     ] = None,
     seeds: Annotated[
         Optional[str],
         typer.Option(
-            help="Comma-separated seeds of the weights, split and batches; several give mean +- std. Default: 0.",
+            help=spec_help(
+                "Comma-separated seeds of the weights, split and batches; several give mean +- std.", "seeds"
+            ),
             rich_help_panel=Panel.MODEL,
         ),
     ] = None,
     probe_size: Annotated[
         Optional[int],
         typer.Option(
-            help="Size of the fixed batch every statistic is measured on (validation split, or random inputs). "
-            "Default: 1024.",
+            help=spec_help(
+                "Size of the fixed batch every statistic is measured on (validation split, or random inputs).",
+                "probe_size",
+            ),
             rich_help_panel=Panel.MEASURE,
         ),
     ] = None,
     zero_threshold: Annotated[
         Optional[float],
         typer.Option(
-            help="Smooth activations (gelu, silu, gelu2): |a| below this counts as zero in sparsity and dead units; "
-            "relu-type activations count exact zeros. Default: 0.01.",
+            help=spec_help(
+                "Smooth activations (gelu, silu, gelu2): |a| below this counts as zero in sparsity and dead units; "
+                "relu-type activations count exact zeros.",
+                "zero_threshold",
+            ),
             rich_help_panel=Panel.MEASURE,
         ),
     ] = None,
@@ -153,7 +171,9 @@ def drift(
     dataset: Annotated[
         Optional[DatasetName],
         typer.Option(
-            help="Dataset (sizes the default model; the inputs with --inputs data). Default: fashion-mnist.",
+            help=with_default(
+                "Dataset (sizes the default model; the inputs with --inputs data).", default(DataSpec, "name")
+            ),
             rich_help_panel=Panel.DATA,
         ),
     ] = None,
@@ -197,8 +217,9 @@ def drift(
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
     # torch: imported when the command runs, not for --help
-    from ticketcli import drift as drift_core
-    from ticketcli import drift_options
+    from ticketcli.drift import options as drift_options
+    from ticketcli.drift import run as drift_run
+    from ticketcli.drift.options import build_drift_spec
     from ticketcli.resolve import build_model_policy, data_location
     from ticketcli.threads import check_threads, using
 
@@ -268,10 +289,10 @@ def drift(
             show = result.pop("_show")
             report.print_json(document(drift_command(result), result)) if json_out else show(result)
             return
-        spec = drift_core.build_drift_spec(settings, location)
+        spec = build_drift_spec(settings, location)
         total = spec.steps * (1 if ticket is not None else len(spec.seeds))
         with report.drift_progress(total, quiet=quiet) as progress, using(n_threads) as used:
-            result = drift_core.run_drift(
+            result = drift_run.run_drift(
                 spec,
                 ticket=ticket,
                 weights=None if weights is None else str(weights),

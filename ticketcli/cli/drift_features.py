@@ -1,5 +1,5 @@
 """`ticket drift`'s activation-sparsity control, ReLUfication and trade-off sweep: their options (shared with the
-command's signature in cli/drift.py) and the run that serves them once drift_options has validated them."""
+command's signature in cli/drift.py) and the run that serves them once drift.options has validated them."""
 
 from __future__ import annotations
 
@@ -8,17 +8,22 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from ticketcli import catalog, report
-from ticketcli.cli.options import Panel, choices
+from ticketcli import report
+from ticketcli.cli.options import Panel, choices, with_default
+from ticketcli.drift.spec import CONTROL_MODES, RELUFY_TARGETS, ControlSpec, DriftSpec, Features, RelufySpec, default
 
 if TYPE_CHECKING:
-    from ticketcli import drift_options
-
     ActControlName = str
     RelufyTarget = str
 else:
-    ActControlName = choices(catalog.ACT_CONTROL_MODES)
-    RelufyTarget = choices(catalog.RELUFY_TARGETS)
+    ActControlName = choices(CONTROL_MODES)
+    RelufyTarget = choices(RELUFY_TARGETS)
+
+
+def spec_help(text: str, path: str, spec: type = DriftSpec) -> str:
+    """Help text ending in 'Default: X.', X the default of the drift.spec field at `path` ("optim.lr")."""
+    return with_default(text, default(spec, path))
+
 
 ActControl = Annotated[
     Optional[ActControlName],
@@ -32,7 +37,7 @@ ActControl = Annotated[
 ActTarget = Annotated[
     Optional[float],
     typer.Option(
-        help=f"Target activation sparsity for --act-sparsity, in (0, 1). Default: {catalog.ACT_TARGET_DEFAULT}.",
+        help=spec_help("Target activation sparsity for --act-sparsity, in (0, 1).", "target", ControlSpec),
         rich_help_panel=Panel.ACT_CONTROL,
     ),
 ]
@@ -60,7 +65,7 @@ RelufyTo = Annotated[
 RelufyEpochs = Annotated[
     Optional[int],
     typer.Option(
-        help=f"--relufy: fine-tuning epochs over the extraction split. Default: {catalog.RELUFY_EPOCHS_DEFAULT}.",
+        help=spec_help("--relufy: fine-tuning epochs over the extraction split.", "epochs", RelufySpec),
         rich_help_panel=Panel.RELUFY,
     ),
 ]
@@ -77,16 +82,19 @@ Tradeoff = Annotated[
 Workers = Annotated[
     Optional[int],
     typer.Option(
-        help="--tradeoff: runs in parallel in this many processes (--threads torch threads each, by default one, so "
-        "that the results do not depend on it); workers x threads must not exceed the CPU cores. "
-        f"Default: {catalog.TRADEOFF_WORKERS_DEFAULT}.",
+        help=spec_help(
+            "--tradeoff: runs in parallel in this many processes (--threads torch threads each, by default one, so "
+            "that the results do not depend on it); workers x threads must not exceed the CPU cores.",
+            "workers",
+            Features,
+        ),
         rich_help_panel=Panel.TRADEOFF,
     ),
 ]
 
 
 def run_features(
-    features: drift_options.Features,
+    features: Features,
     settings: dict[str, Any],
     location: dict[str, Any],
     position: Any,
@@ -98,10 +106,11 @@ def run_features(
     """Run the validated feature with `threads` torch threads (None: torch's own; --tradeoff: per worker, default
     1); the result carries `_figure` (result -> PNG bytes) and `_show` (the tables)."""
     # torch: imported when the command runs, not for --help
-    from ticketcli import drift as drift_core
-    from ticketcli import drift_views
-    from ticketcli import relufy as relufy_core
     from ticketcli.data import DATASETS
+    from ticketcli.drift import relufy as relufy_core
+    from ticketcli.drift import run as drift_run
+    from ticketcli.drift import views as drift_views
+    from ticketcli.drift.options import build_drift_spec
     from ticketcli.threads import per_worker, using
 
     if features.targets is not None:
@@ -109,7 +118,7 @@ def run_features(
         return _tradeoff(features, settings, location, position, quiet=quiet, threads=each)
     if features.relufy is not None:
         settings = {**settings, "activation": features.relufy.source}
-    spec = drift_core.build_drift_spec(settings, location)
+    spec = build_drift_spec(settings, location)
     per_run = spec.steps
     if features.relufy is not None:
         n = spec.data.n_extract or DATASETS.get(spec.data.name).n_extract  # the bar's total; the run counts
@@ -119,9 +128,7 @@ def run_features(
         if features.relufy is not None:
             result = relufy_core.run_relufy(spec, features.relufy, progress=position.track(progress), **on_ticket)
         else:
-            result = drift_core.run_drift(
-                spec, control=features.control, progress=position.track(progress), **on_ticket
-            )
+            result = drift_run.run_drift(spec, control=features.control, progress=position.track(progress), **on_ticket)
             result["schema"] = "ticket.drift-control/1"
     result["threads"] = used
     extra = drift_views.relufy_table if features.relufy is not None else drift_views.control_table
@@ -134,13 +141,14 @@ def run_features(
 
 
 def _tradeoff(
-    features: drift_options.Features, settings: dict, location: dict, position: Any, *, quiet: bool, threads: int
+    features: Features, settings: dict, location: dict, position: Any, *, quiet: bool, threads: int
 ) -> dict[str, Any]:
-    from ticketcli import drift as drift_core
-    from ticketcli import drift_tradeoff, drift_views
+    from ticketcli.drift import tradeoff as drift_tradeoff
+    from ticketcli.drift import views as drift_views
+    from ticketcli.drift.options import build_drift_spec
 
     assert features.control is not None and features.targets is not None
-    specs = [drift_core.build_drift_spec({**settings, "model": m}, location) for m in features.models]
+    specs = [build_drift_spec({**settings, "model": m}, location) for m in features.models]
     tasks = drift_tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)
     done = 0
     with report.epoch_progress(len(tasks), quiet=quiet, label="tradeoff") as progress:

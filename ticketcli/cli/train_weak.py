@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ticketcli import catalog, report
+from ticketcli import report
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_precision, warn_unverified
 from ticketcli.cli.options import (
@@ -30,7 +30,10 @@ from ticketcli.cli.options import (
 )
 from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.weak_spec import WeakSpec, build_weak_spec
 from ticketcli.world import check_rendezvous_timeout
+
+WEAK = WeakSpec()  # the help texts show its fields' defaults
 
 
 def train_weak(
@@ -38,19 +41,19 @@ def train_weak(
     epochs: Annotated[
         Optional[int],
         typer.Option(
-            help=with_default("Weight-training epochs (Appendix B).", catalog.WEAK_EPOCHS),
+            help=with_default("Weight-training epochs (Appendix B).", WEAK.epochs),
             rich_help_panel=Panel.TRAINING,
         ),
     ] = None,
     lr: Annotated[
         Optional[float],
         typer.Option(
-            help=with_default("Adam learning rate for the weights.", catalog.WEAK_LR), rich_help_panel=Panel.TRAINING
+            help=with_default("Adam learning rate for the weights.", WEAK.optim.lr), rich_help_panel=Panel.TRAINING
         ),
     ] = None,
     batch_size: Annotated[
         Optional[int],
-        typer.Option(help=with_default("Minibatch size.", catalog.WEAK_BATCH_SIZE), rich_help_panel=Panel.TRAINING),
+        typer.Option(help=with_default("Minibatch size.", WEAK.batch_size), rich_help_panel=Panel.TRAINING),
     ] = None,
     dense_baseline: Annotated[
         bool,
@@ -99,7 +102,7 @@ def train_weak(
 
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
-        spec = weak.build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)
+        spec = build_weak_spec(epochs=epochs, batch_size=batch_size, lr=lr, precision=precision)
         n_threads = check_threads(threads)
         rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
         policy, data = reader_inputs(

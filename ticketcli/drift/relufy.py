@@ -10,55 +10,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ticketcli import drift
+from ticketcli.drift.inputs import Inputs
+from ticketcli.drift.run import drift_one, run_drift
+from ticketcli.drift.spec import DriftSpec, RelufySpec
 from ticketcli.errors import UsageError
 from ticketcli.methods import Progress
 from ticketcli.models import MaskedNet
 from ticketcli.specs import ModelPolicy
-
-TARGETS = ("relu", "relu2", "relu2-clip")  # what ReLUfication swaps in: activations with exact zeros
-MAX_EPOCHS = 1000
-
-
-@dataclass(frozen=True)
-class RelufySpec:
-    source: str  # ACTIVATIONS name the network trains with first (--from)
-    target: str  # the ReLU variant swapped in at every activation site (--to)
-    epochs: int = 1  # fine-tuning passes over the extraction split after the swap
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def build_relufy_spec(
-    on: bool, source: str | None, target: str | None, epochs: int | None, *, inputs: str | None
-) -> RelufySpec | None:
-    """Validate --relufy, --from, --to and --relufy-epochs (None: not given); None without --relufy."""
-    if not on:
-        given = [f for f, v in (("--from", source), ("--to", target), ("--relufy-epochs", epochs)) if v is not None]
-        if given:
-            raise UsageError(f"{', '.join(given)} only goes with --relufy")
-        return None
-    if source is None or target is None:
-        raise UsageError("--relufy needs --from (the smooth activation) and --to (relu, relu2 or relu2-clip)")
-    drift.ACTIVATIONS.get(source)
-    if target not in TARGETS:
-        raise UsageError(f"--to must be a ReLU variant ({', '.join(TARGETS)}), got {target!r}")
-    if source == target:
-        raise UsageError(f"--from and --to are both {source}; ReLUfication swaps one activation for another")
-    if inputs not in (None, "data"):
-        raise UsageError("--relufy fine-tunes for epochs of the dataset; it does not go with --inputs " + inputs)
-    epochs = RelufySpec.epochs if epochs is None else epochs
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= MAX_EPOCHS:
-        raise UsageError(f"--relufy-epochs must be a whole number from 1 to {MAX_EPOCHS}, got {epochs!r}")
-    return RelufySpec(source=source, target=target, epochs=epochs)
 
 
 def fine_tune_steps(n_examples: int, batch_size: int, epochs: int) -> int:
@@ -98,8 +63,8 @@ def _join(first: dict, second: dict) -> dict:
 def relufy_one(
     net: MaskedNet,
     masks: dict[str, torch.Tensor] | None,
-    spec: drift.DriftSpec,
-    inputs: drift.Inputs,
+    spec: DriftSpec,
+    inputs: Inputs,
     *,
     relu: RelufySpec,
     on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
@@ -124,14 +89,14 @@ def relufy_one(
     def step_at(offset: int) -> Callable[[int], None] | None:
         return None if on_step is None else (lambda step: on_step(offset + step))
 
-    smooth = drift.drift_one(
+    smooth = drift_one(
         net, masks, replace(spec, activation=relu.source), inputs, on_log=watch(1, 0), on_step=step_at(0)
     )
     net.load_weights({**net.weights, **weights[0]})  # the trained weights become the network's (W * M: zeros stay)
     n = int(inputs.y.numel())
     steps = fine_tune_steps(n, spec.batch_size, relu.epochs)
     tuned_spec = replace(spec, activation=relu.target, steps=steps, log_every=min(spec.log_every, steps))
-    tuned = drift.drift_one(net, masks, tuned_spec, inputs, on_log=watch(2, spec.steps), on_step=step_at(spec.steps))
+    tuned = drift_one(net, masks, tuned_spec, inputs, on_log=watch(2, spec.steps), on_step=step_at(spec.steps))
     before, swapped, after = point(smooth, -1), point(tuned, 0), point(tuned, -1)
     return {
         **_join(smooth, tuned),
@@ -148,7 +113,7 @@ def relufy_one(
 
 
 def run_relufy(
-    spec: drift.DriftSpec,
+    spec: DriftSpec,
     relu: RelufySpec,
     *,
     ticket: str | Path | None = None,
@@ -157,7 +122,7 @@ def run_relufy(
     policy: ModelPolicy = ModelPolicy(),
 ) -> dict:
     """ReLUfy for every seed (or a ticket's kept weights); drift's result plus "relufy": the mean over runs."""
-    result = drift.run_drift(
+    result = run_drift(
         spec, ticket=ticket, weights=weights, progress=progress, policy=policy, run_one=partial(relufy_one, relu=relu)
     )
     records = [r["relufy"] for r in result["runs"]]

@@ -14,46 +14,19 @@ from typing import Any
 
 import torch
 
-from ticketcli import drift
-from ticketcli.drift_control import ControlSpec, check_target
-from ticketcli.errors import UsageError
+from ticketcli.drift.run import run_drift
+from ticketcli.drift.spec import ControlSpec, DriftSpec
 from ticketcli.pool import run_pool
-
-MAX_TARGETS = 100
-MAX_WORKERS = 256
 
 
 @dataclass(frozen=True)
 class TradeoffTask:
     index: int  # position in the plan: records come back in this order whatever finishes first
-    spec: drift.DriftSpec  # the model and every training setting
+    spec: DriftSpec  # the model and every training setting
     control: ControlSpec  # the target of this run
 
 
-def parse_targets(text: str) -> tuple[float, ...]:
-    """'0.5,0.6,0.7' -> (0.5, 0.6, 0.7): at least two distinct targets in (0, 1), in increasing order."""
-    try:
-        values = [float(t) for t in str(text).split(",") if t.strip()]
-    except ValueError:
-        raise UsageError(f"--tradeoff must be comma-separated numbers in (0, 1), got {text!r}") from None
-    targets = tuple(sorted(check_target(v, "--tradeoff targets") for v in values))
-    if len(targets) < 2 or len(set(targets)) != len(targets) or len(targets) > MAX_TARGETS:
-        raise UsageError(f"--tradeoff needs 2 to {MAX_TARGETS} distinct targets, got {text!r}")
-    return targets
-
-
-def check_workers(workers: int | None) -> int:
-    """--workers: 1 (in-process) up to MAX_WORKERS spawned processes."""
-    if workers is None:
-        return 1  # in-process: Features.workers' default
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-        raise UsageError(f"--workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
-    return workers
-
-
-def plan(
-    specs: list[drift.DriftSpec], targets: tuple[float, ...], mode: str, freeze_after: int | None
-) -> list[TradeoffTask]:
+def plan(specs: list[DriftSpec], targets: tuple[float, ...], mode: str, freeze_after: int | None) -> list[TradeoffTask]:
     """One task per (model, target), models in the given order, targets increasing."""
     tasks: list[TradeoffTask] = []
     for spec in specs:
@@ -67,7 +40,7 @@ def run_task(task: TradeoffTask, threads: int) -> dict[str, Any]:
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        r = drift.run_drift(task.spec, control=task.control)
+        r = run_drift(task.spec, control=task.control)
     finally:
         torch.set_num_threads(previous)
     ctl, sm = r["act_control"], r["summary"]

@@ -1,6 +1,6 @@
 """Weight drift and activation sparsity (arXiv 2605.17659): train a model's weights from the seeded init (densely, or
 only a ticket's surviving weights) with a chosen activation at every activation site (an MLP's hidden layers, a
-ResNet's ReLUs, the MLP blocks of a ViT or GPT-nano; drift_sites.py) and log per layer, every few steps, the weight
+ResNet's ReLUs, the MLP blocks of a ViT or GPT-nano; drift/sites.py) and log per layer, every few steps, the weight
 mean, negative pre-activation share, activation sparsity, gradient statistics and activation spikes. It measures; it
 asserts nothing about the outcome.
 
@@ -22,47 +22,18 @@ from typing import Any
 import torch
 
 from ticketcli import batchnorm, runs
-from ticketcli import drift_control as control_
 from ticketcli import ticket as ticket_io
-from ticketcli.drift_inputs import Inputs, TextInputs
-from ticketcli.drift_sites import PerSite, drift_forward, measure, measure_traced
-from ticketcli.drift_spec import (
-    ACTIVATIONS,
-    DRIFT_DEFAULTS,
-    INPUTS,
-    LOSSES,
-    Activation,
-    DriftSpec,
-    build_drift_spec,
-    parse_seeds,
-    require_drift_model,
-)
+from ticketcli.drift import control as control_
+from ticketcli.drift.activations import ACTIVATIONS, LOSSES
+from ticketcli.drift.inputs import Inputs, TextInputs
+from ticketcli.drift.sites import PerSite, drift_forward, measure_traced
+from ticketcli.drift.spec import ControlSpec, DriftSpec, require_drift_model
+from ticketcli.drift.text import Corpus, block_count, load_corpus
 from ticketcli.methods import Progress
-from ticketcli.models import MaskedNet, mlp_forward
+from ticketcli.models import MaskedNet
 from ticketcli.models_gpt import gpt_numbers, perplexity, with_vocab
 from ticketcli.specs import DataSpec, InitSpec, ModelPolicy, ModelSpec
-from ticketcli.text import Corpus, block_count, load_corpus
 from ticketcli.train import WeightTrainer
-
-__all__ = [  # the names tests and the command import from here; their homes are drift_spec/_sites/_inputs
-    "ACTIVATIONS",
-    "DRIFT_DEFAULTS",
-    "INPUTS",
-    "LOSSES",
-    "Activation",
-    "DriftSpec",
-    "Inputs",
-    "TextInputs",
-    "build_drift_spec",
-    "drift_one",
-    "logged_steps",
-    "measure",
-    "mlp_forward",
-    "parse_seeds",
-    "run_drift",
-    "summarise",
-]
-
 
 CHUNK = 512  # examples per forward and backward pass of a measurement at most (drift's default batch size)
 
@@ -219,7 +190,7 @@ def run_drift(
     weights: str | None = None,
     progress: Progress | None = None,
     policy: ModelPolicy = ModelPolicy(),
-    control: control_.ControlSpec | None = None,
+    control: ControlSpec | None = None,
     run_one: Callable[..., dict] | None = None,
 ) -> dict:
     """Run spec for every seed (or once on a ticket's rebuilt network, training only its kept weights).

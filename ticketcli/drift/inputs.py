@@ -7,11 +7,11 @@ import torch
 
 from ticketcli import runs
 from ticketcli.data import DATASETS, load_splits
-from ticketcli.drift_spec import DriftSpec
+from ticketcli.drift.spec import DriftSpec
+from ticketcli.drift.text import Corpus, split_blocks
 from ticketcli.errors import UsageError
 from ticketcli.seeding import generator
 from ticketcli.specs import DataSpec, ModelSpec
-from ticketcli.text import Corpus, split_blocks
 
 
 class _Epochs:

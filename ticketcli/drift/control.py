@@ -9,64 +9,15 @@ tensor is (B, units...): top-k and the percentiles treat everything after the ba
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
-from ticketcli.errors import UsageError
-
-MODES = ("topk", "percentile")
-DEFAULT_TARGET = 0.7  # --act-target when not given
-EMA = 0.5  # percentile centering: q <- EMA * q + (1 - EMA) * q_batch (the first batch sets q); a short memory,
-# because training keeps pushing the pre-activations up past a stale q (0.9 undershot a 0.8 target by 9 points)
+from ticketcli.drift.spec import ControlSpec
 
 Act = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class ControlSpec:
-    mode: str  # topk: keep the largest activations per example; percentile: centre on a running per-unit quantile
-    target: float  # activation sparsity to reach at every site, in (0, 1)
-    freeze_after: int | None = None  # percentile: stop updating the statistics after this many training steps
-    ema: float = EMA  # percentile: weight of the old running quantile at each update
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if self.mode == "percentile":
-            d["statistic"] = f"EMA ({self.ema:g}) of each batch's per-unit {self.target:g}-quantile of h"
-        else:
-            d.update(statistic=None, ema=None)
-        return d
-
-
-def build_control_spec(mode: str | None, target: float | None, freeze_after: int | None) -> ControlSpec | None:
-    """Validate --act-sparsity, --act-target and --freeze-stats-after (None: not given); None without a mode."""
-    if mode is None:
-        given = [f for f, v in (("--act-target", target), ("--freeze-stats-after", freeze_after)) if v is not None]
-        if given:
-            raise UsageError(f"{', '.join(given)} only goes with --act-sparsity topk|percentile")
-        return None
-    if mode not in MODES:
-        raise UsageError(f"unknown --act-sparsity {mode!r}; choose one of: {', '.join(MODES)}")
-    target = DEFAULT_TARGET if target is None else check_target(target, "--act-target")
-    if freeze_after is not None:
-        if mode != "percentile":
-            raise UsageError("--freeze-stats-after freezes percentile statistics; top-k keeps none")
-        if isinstance(freeze_after, bool) or not isinstance(freeze_after, int) or freeze_after < 1:
-            raise UsageError(f"--freeze-stats-after must be a whole number of steps >= 1, got {freeze_after!r}")
-    return ControlSpec(mode=mode, target=target, freeze_after=freeze_after)
-
-
-def check_target(value: float, what: str) -> float:
-    """A target activation sparsity strictly between 0 and 1."""
-    v = float(value)
-    if not (math.isfinite(v) and 0.0 < v < 1.0):
-        raise UsageError(f"{what} must lie strictly between 0 and 1, got {value!r}")
-    return v
 
 
 def keep_count(units: int, target: float) -> int:
@@ -117,7 +68,7 @@ class ActivationControl:
             self.updating = False
 
     def per_site(self, name: str, act: Act) -> Act:
-        """The controlled activation at the site fed by layer `name` (drift_sites.PerSite)."""
+        """The controlled activation at the site fed by layer `name` (sites.PerSite)."""
 
         def controlled(h: torch.Tensor) -> torch.Tensor:
             seen, out = self.apply(name, h, act, self.updating)

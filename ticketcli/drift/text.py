@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ticketcli.bounded import read_regular_file
+from ticketcli.drift.spec import TextSpec
 from ticketcli.errors import UsageError
 from ticketcli.seeding import generator
 
@@ -24,16 +25,6 @@ MAX_TEXT_BYTES = 8 << 20  # ids are int32: at most 32 MiB of them
 MAX_VOCAB = 4096  # distinct characters
 FORTUNES = ("literature", "science", "computers", "wisdom")
 FORTUNES_SYSTEM_DIR = "/usr/share/games/fortunes"  # Debian's fortunes and fortunes-min
-
-
-@dataclass(frozen=True)
-class TextSpec:
-    path: str | None = None  # --text FILE; None: the fortunes files, found in search_dirs
-    search_dirs: tuple[str, ...] = ()  # data_search_dirs(): --data-dir, $TICKET_DATA, the cache, system dirs
-    val_fraction: float = 0.1  # share of blocks held out for validation (at least one block)
-
-    def to_dict(self) -> dict:
-        return {"path": self.path, "val_fraction": self.val_fraction}
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ticketcli.drift.sums import all_but, compare, count, masked_sum64, peak_abs, square_sum64, sum64
 from ticketcli.models import MLP, MaskedNet, mlp_forward
 from ticketcli.sites import ActFn, Trace, find_sites
-from ticketcli.sums import all_but, compare, count, masked_sum64, peak_abs, square_sum64, sum64
 from ticketcli.train import Loss
 
 

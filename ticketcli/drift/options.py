@@ -1,0 +1,239 @@
+"""`ticket drift`'s one builder: the command's flags (None: not given) validated and frozen into a DriftSpec and,
+for the control flags (activation-sparsity control, ReLUfication, the trade-off sweep), Features: each flag's own
+range, names checked against the torch-free catalog, and the combinations that make no sense refused with one
+line. Every default comes from the fields of the specs in drift.spec."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ticketcli import catalog
+from ticketcli.data import DATASETS
+from ticketcli.drift.spec import (
+    CONTROL_MODES,
+    DEFAULT_TEXT_MODEL,
+    INPUTS,
+    RELUFY_TARGETS,
+    ControlSpec,
+    DriftSpec,
+    Features,
+    RelufySpec,
+    TextSpec,
+    default,
+    require_drift_model,
+)
+from ticketcli.errors import UsageError
+from ticketcli.models import parse_model
+from ticketcli.spec_syntax import TEXT_ARCHS
+from ticketcli.specs import PAPER_HIDDEN, DataSpec, ModelSpec, WeightOptim, check_setting
+
+MAX_TARGETS = 100  # --tradeoff
+MAX_WORKERS = 256  # --workers
+MAX_RELUFY_EPOCHS = 1000  # --relufy-epochs
+OPTIMIZERS = ("adam", "sgd")  # --optimizer
+# drift's numeric settings, each the field of DriftSpec (or of its WeightOptim) of the same name; their ranges are
+# specs.RANGES's
+NUMERIC = ("optim.lr", "optim.momentum", "clip", "batch_size", "steps", "log_every", "probe_size", "zero_threshold")
+
+
+def build_drift_spec(s: dict[str, Any], location: dict[str, Any]) -> DriftSpec:
+    """Validate the command's settings (None = default) and freeze them; location is data_location()'s dict."""
+    info = DATASETS.get(s.get("dataset") or default(DataSpec, "name"))
+    if s.get("model") is not None:
+        model = parse_model(str(s["model"])).with_data(info.shape, info.classes)
+    elif s.get("text") is not None:
+        model = parse_model(DEFAULT_TEXT_MODEL)
+    else:
+        model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes))
+    require_drift_model(model.arch)
+    inputs = s.get("inputs") or default(DriftSpec, "inputs")
+    if inputs not in INPUTS:
+        raise UsageError(f"unknown --inputs {inputs!r}; choose one of: {', '.join(INPUTS)}")
+    text = _text_spec(s, model, inputs, location)
+    loss = _choose("loss", s.get("loss") or default(DriftSpec, "loss"), catalog.DRIFT_LOSSES)
+    act = _choose("activation", s.get("activation") or default(DriftSpec, "activation"), catalog.DRIFT_ACTIVATIONS)
+    optimizer = s.get("optimizer") or default(DriftSpec, "optim.name")
+    if optimizer not in OPTIMIZERS:
+        raise UsageError(f"unknown --optimizer {optimizer!r}; choose adam or sgd")
+    num = {}
+    for path in NUMERIC:
+        key = path.removeprefix("optim.")
+        num[key] = check_setting(key, default(DriftSpec, path) if s.get(key) is None else s[key])
+    return DriftSpec(
+        model=model,
+        data=DataSpec(name=info.name, **location),
+        inputs=inputs,
+        loss=loss,
+        activation=act,
+        clip=num["clip"],
+        optim=WeightOptim(name=optimizer, lr=num["lr"], momentum=num["momentum"]),
+        batch_size=num["batch_size"],
+        steps=num["steps"],
+        log_every=min(num["log_every"], num["steps"]),
+        probe_size=num["probe_size"],
+        zero_threshold=num["zero_threshold"],
+        seeds=default(DriftSpec, "seeds") if s.get("seeds") is None else parse_seeds(s["seeds"]),
+        device=str(s.get("device") or default(DriftSpec, "device")),
+        text=text,
+    )
+
+
+def _choose(kind: str, name: str, names: tuple[str, ...]) -> str:
+    """`name` if drift's registry of `kind` holds it (the catalog's copy of its names), as the registry says it."""
+    if name not in names:
+        raise UsageError(f"unknown {kind} {name!r}; choose one of: {', '.join(names)}")
+    return name
+
+
+def _text_spec(s: dict[str, Any], model: ModelSpec, inputs: str, location: dict[str, Any]) -> TextSpec | None:
+    """A character-level model trains on text (--text, or the fortunes files), and only it does."""
+    if model.arch not in TEXT_ARCHS:
+        if s.get("text") is not None:
+            raise UsageError(
+                f"--text trains a character-level model, not {model.arch}", hint=f"use --model {DEFAULT_TEXT_MODEL}"
+            )
+        return None
+    clash = [f for f, k in (("--dataset", "dataset"), ("--inputs", "inputs")) if s.get(k) not in (None, "data")]
+    if clash:
+        raise UsageError(f"{', '.join(clash)} cannot be combined with {model.arch}, which trains on --text")
+    return TextSpec(path=None if s.get("text") is None else str(s["text"]), search_dirs=tuple(location["search_dirs"]))
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """'0,1,2' -> (0, 1, 2): distinct non-negative integers."""
+    try:
+        seeds = tuple(check_setting("seeds", int(t), "--seeds entries") for t in str(text).split(",") if t.strip())
+    except ValueError:
+        raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UsageError(f"--seeds must be distinct comma-separated integers, got {text!r}")
+    return seeds
+
+
+def split_models(model: str | None) -> tuple[str | None, ...]:
+    """--model as a comma list (model specs never contain commas): distinct entries, in the given order."""
+    if model is None:
+        return (None,)
+    items = tuple(m.strip() for m in model.split(","))
+    if any(not m for m in items) or len(set(items)) != len(items):
+        raise UsageError(f"--model must list distinct model specs separated by commas, got {model!r}")
+    return items
+
+
+def build_features(
+    *,
+    act_sparsity: str | None,
+    act_target: float | None,
+    freeze_stats_after: int | None,
+    relufy: bool,
+    relufy_from: str | None,
+    relufy_to: str | None,
+    relufy_epochs: int | None,
+    tradeoff: str | None,
+    workers: int | None,
+    model: str | None,
+    ticket: bool,
+    activation: str | None,
+    inputs: str | None,
+) -> Features | None:
+    """Validate the flags (None/False: not given); None when none of them is given (plain drift)."""
+    given = (act_sparsity, act_target, freeze_stats_after, relufy_from, relufy_to, relufy_epochs, tradeoff, workers)
+    if not relufy and all(v is None for v in given):
+        if model is not None and "," in model:
+            raise UsageError("several --model specs (a comma list) only go with --tradeoff")
+        return None
+    if tradeoff is None:
+        if workers is not None:
+            raise UsageError("--workers only goes with --tradeoff")
+        if model is not None and "," in model:
+            raise UsageError("several --model specs (a comma list) only go with --tradeoff")
+    if relufy and (act_sparsity is not None or tradeoff is not None):
+        raise UsageError(f"--relufy does not go with {'--tradeoff' if tradeoff is not None else '--act-sparsity'}")
+    if relufy and activation is not None:
+        raise UsageError("--relufy trains with --from, then swaps in --to; drop --activation")
+    rel = build_relufy_spec(relufy, relufy_from, relufy_to, relufy_epochs, inputs=inputs)
+    if tradeoff is None:
+        return Features(
+            control=build_control_spec(act_sparsity, act_target, freeze_stats_after), relufy=rel, targets=None
+        )
+    if act_target is not None:
+        raise UsageError("--act-target is one run's target; --tradeoff lists the targets")
+    if ticket:
+        raise UsageError("--tradeoff trains from the seeded init of each --model; it does not go with --ticket")
+    targets = parse_targets(tradeoff)
+    control = build_control_spec(act_sparsity or "topk", targets[0], freeze_stats_after)
+    return Features(
+        control=control, relufy=None, targets=targets, models=split_models(model), workers=check_workers(workers)
+    )
+
+
+def build_control_spec(mode: str | None, target: float | None, freeze_after: int | None) -> ControlSpec | None:
+    """Validate --act-sparsity, --act-target and --freeze-stats-after (None: not given); None without a mode."""
+    if mode is None:
+        given = [f for f, v in (("--act-target", target), ("--freeze-stats-after", freeze_after)) if v is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} only goes with --act-sparsity topk|percentile")
+        return None
+    if mode not in CONTROL_MODES:
+        raise UsageError(f"unknown --act-sparsity {mode!r}; choose one of: {', '.join(CONTROL_MODES)}")
+    target = default(ControlSpec, "target") if target is None else check_target(target, "--act-target")
+    if freeze_after is not None:
+        if mode != "percentile":
+            raise UsageError("--freeze-stats-after freezes percentile statistics; top-k keeps none")
+        if isinstance(freeze_after, bool) or not isinstance(freeze_after, int) or freeze_after < 1:
+            raise UsageError(f"--freeze-stats-after must be a whole number of steps >= 1, got {freeze_after!r}")
+    return ControlSpec(mode=mode, target=target, freeze_after=freeze_after)
+
+
+def check_target(value: float, what: str) -> float:
+    """A target activation sparsity strictly between 0 and 1."""
+    v = float(value)
+    if not (math.isfinite(v) and 0.0 < v < 1.0):
+        raise UsageError(f"{what} must lie strictly between 0 and 1, got {value!r}")
+    return v
+
+
+def build_relufy_spec(
+    on: bool, source: str | None, target: str | None, epochs: int | None, *, inputs: str | None
+) -> RelufySpec | None:
+    """Validate --relufy, --from, --to and --relufy-epochs (None: not given); None without --relufy."""
+    if not on:
+        given = [f for f, v in (("--from", source), ("--to", target), ("--relufy-epochs", epochs)) if v is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} only goes with --relufy")
+        return None
+    if source is None or target is None:
+        raise UsageError("--relufy needs --from (the smooth activation) and --to (relu, relu2 or relu2-clip)")
+    _choose("activation", source, catalog.DRIFT_ACTIVATIONS)
+    if target not in RELUFY_TARGETS:
+        raise UsageError(f"--to must be a ReLU variant ({', '.join(RELUFY_TARGETS)}), got {target!r}")
+    if source == target:
+        raise UsageError(f"--from and --to are both {source}; ReLUfication swaps one activation for another")
+    if inputs not in (None, "data"):
+        raise UsageError("--relufy fine-tunes for epochs of the dataset; it does not go with --inputs " + inputs)
+    epochs = default(RelufySpec, "epochs") if epochs is None else epochs
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= MAX_RELUFY_EPOCHS:
+        raise UsageError(f"--relufy-epochs must be a whole number from 1 to {MAX_RELUFY_EPOCHS}, got {epochs!r}")
+    return RelufySpec(source=source, target=target, epochs=epochs)
+
+
+def parse_targets(text: str) -> tuple[float, ...]:
+    """'0.5,0.6,0.7' -> (0.5, 0.6, 0.7): at least two distinct targets in (0, 1), in increasing order."""
+    try:
+        values = [float(t) for t in str(text).split(",") if t.strip()]
+    except ValueError:
+        raise UsageError(f"--tradeoff must be comma-separated numbers in (0, 1), got {text!r}") from None
+    targets = tuple(sorted(check_target(v, "--tradeoff targets") for v in values))
+    if len(targets) < 2 or len(set(targets)) != len(targets) or len(targets) > MAX_TARGETS:
+        raise UsageError(f"--tradeoff needs 2 to {MAX_TARGETS} distinct targets, got {text!r}")
+    return targets
+
+
+def check_workers(workers: int | None) -> int:
+    """--workers: 1 (in-process) up to MAX_WORKERS spawned processes."""
+    if workers is None:
+        return default(Features, "workers")
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise UsageError(f"--workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
+    return workers
