@@ -53,7 +53,7 @@ def setup(model: str, probe: int, batch: int, steps: int, text: str):
     from ticketcli.drift.options import build_drift_spec
     from ticketcli.drift.sites import drift_forward
     from ticketcli.drift.text import load_corpus
-    from ticketcli.models_gpt import gpt_numbers, with_vocab
+    from ticketcli.models.gpt import gpt_numbers, with_vocab
     from ticketcli.resolve import data_location
     from ticketcli.specs import ModelPolicy
     from ticketcli.train import WeightTrainer

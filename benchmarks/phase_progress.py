@@ -20,7 +20,9 @@ import torch
 
 from ticketcli import train
 from ticketcli.init import init_weights
-from ticketcli.models import MaskedNet, build_model, parse_model
+from ticketcli.models.build import build_model
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import parse_model
 from ticketcli.report import console
 from ticketcli.specs import InitSpec
 

@@ -32,8 +32,9 @@ import torch  # noqa: E402
 from ticketcli.init import init_weights  # noqa: E402
 from ticketcli.methods.score_training import ScoreTrainer, seeded_scores  # noqa: E402
 from ticketcli.methods.scores import Augmented, EdgePopup  # noqa: E402
-from ticketcli.models import MLP, MaskedNet  # noqa: E402
-from ticketcli.models_conv import ConvNet  # noqa: E402
+from ticketcli.models.conv import ConvNet  # noqa: E402
+from ticketcli.models.masked import MaskedNet  # noqa: E402
+from ticketcli.models.mlp import MLP  # noqa: E402
 from ticketcli.seeding import generator  # noqa: E402
 from ticketcli.selection.exact import DEFAULT_KTH, KTH_ALGORITHMS  # noqa: E402
 from ticketcli.selection.warm import SELECT_ALGORITHMS, TopKSelector  # noqa: E402

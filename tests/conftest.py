@@ -11,7 +11,7 @@ import torch
 from helpers import make_net
 
 from ticketcli.data import load_splits
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.specs import DataSpec
 
 # A CI runner may start the suite with SIGINT ignored (any background job of a non-interactive shell is), and an

@@ -8,7 +8,9 @@ import torch
 from ticketcli.init import init_weights
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented
-from ticketcli.models import MaskedNet, build_model, parse_model
+from ticketcli.models.build import build_model
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import parse_model
 from ticketcli.seeding import generator
 from ticketcli.specs import InitSpec, MethodSpec
 from ticketcli.train import WeightOptim, WeightTrainer

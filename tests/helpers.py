@@ -10,7 +10,9 @@ import pytest
 from ticketcli.data import find_idx_dir
 from ticketcli.init import init_weights
 from ticketcli.methods import METHODS
-from ticketcli.models import MaskedNet, build_model, parse_model
+from ticketcli.models.build import build_model
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import parse_model
 from ticketcli.resolve import method_reads, read_by
 from ticketcli.specs import METHOD_OPTIONS, InitSpec, MethodSpec, option_flag
 

@@ -27,7 +27,9 @@ from ticketcli.drift.sites import measure
 from ticketcli.errors import UsageError
 from ticketcli.init import init_weights
 from ticketcli.methods import METHODS
-from ticketcli.models import MODELS, MaskedNet, build_model, parse_model
+from ticketcli.models.build import build_model
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 
 TRUSTED = ModelPolicy(trust_model_code=True)  # these tests' own factories: the user opted in

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from ticketcli import budget, train
 from ticketcli.budget import Budget
 from ticketcli.errors import UsageError
-from ticketcli.models import MODELS, MaskedNet, build_model, parse_model, planned_shapes
+from ticketcli.models.build import build_model, planned_shapes
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.spec_syntax import MAX_BLOCKS
 from ticketcli.specs import check_setting
 

@@ -13,7 +13,7 @@ from ticketcli.drift import activations as drift_activations
 from ticketcli.drift import spec as drift_spec
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
-from ticketcli.models import MODELS
+from ticketcli.models.registry import MODELS
 
 REGISTRIES = {"methods": METHODS, "models": MODELS, "datasets": DATASETS, "inits": INIT_SCHEMES}
 

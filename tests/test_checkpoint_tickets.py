@@ -18,7 +18,8 @@ from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import recorded_locations, ticket_relative
 from ticketcli.cli import app
 from ticketcli.init import init_weights
-from ticketcli.models import build_model, parse_model
+from ticketcli.models.build import build_model
+from ticketcli.models.registry import parse_model
 from ticketcli.seeding import file_sha256
 from ticketcli.specs import InitSpec
 

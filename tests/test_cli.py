@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.init import init_weights
-from ticketcli.models import build_model, parse_model
+from ticketcli.models.build import build_model
+from ticketcli.models.registry import parse_model
 from ticketcli.specs import InitSpec
 
 runner = CliRunner()

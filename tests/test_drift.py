@@ -20,7 +20,7 @@ from ticketcli.drift.inputs import Inputs
 from ticketcli.drift.run import drift_one, logged_steps, summarise
 from ticketcli.drift.sites import measure
 from ticketcli.drift.spec import DriftSpec
-from ticketcli.models import mlp_forward
+from ticketcli.models.mlp import mlp_forward
 from ticketcli.specs import DataSpec, ModelSpec
 from ticketcli.train import WeightOptim, WeightTrainer
 

@@ -18,7 +18,7 @@ from ticketcli.drift.relufy import relufy_one
 from ticketcli.drift.run import drift_one, run_drift
 from ticketcli.drift.spec import ControlSpec, DriftSpec, RelufySpec
 from ticketcli.drift.tradeoff import find_cliff, plan, run_tradeoff
-from ticketcli.models import parse_model
+from ticketcli.models.registry import parse_model
 from ticketcli.specs import DataSpec
 
 DIGITS = DataSpec(name="digits", n_extract=600, n_val=300)

@@ -21,8 +21,10 @@ from ticketcli.drift.sites import drift_forward, measure_traced
 from ticketcli.drift.text import FORTUNES, TextSpec, load_corpus, split_blocks
 from ticketcli.errors import UsageError
 from ticketcli.init import init_weights
-from ticketcli.models import MaskedNet, build_model, parse_model
-from ticketcli.sites import Trace, find_sites
+from ticketcli.models.build import build_model
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import parse_model
+from ticketcli.models.sites import Trace, find_sites
 from ticketcli.specs import InitSpec
 
 runner = CliRunner()

@@ -23,8 +23,10 @@ from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.sites import drift_forward, measure_traced
 from ticketcli.drift.spec import ControlSpec, DriftSpec
 from ticketcli.init import init_weights
-from ticketcli.models import MaskedNet, build_model, parse_model
-from ticketcli.sites import Trace
+from ticketcli.models.build import build_model
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import parse_model
+from ticketcli.models.sites import Trace
 from ticketcli.specs import DataSpec, InitSpec
 
 GPT = "gpt-nano:l2-d16-h2-c8-v12"

@@ -19,7 +19,7 @@ from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.export import FORMATS, export_ticket
-from ticketcli.models import parse_model
+from ticketcli.models.registry import parse_model
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, RunSpec
 
 runner = CliRunner()

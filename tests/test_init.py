@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from ticketcli.init import INIT_SCHEMES, init_weights
-from ticketcli.models import build_model, parse_model
+from ticketcli.models.build import build_model
+from ticketcli.models.registry import parse_model
 from ticketcli.seeding import derive_seed, fingerprint, generator
 from ticketcli.specs import MODULE_INIT, InitSpec
 

@@ -24,7 +24,6 @@ LAYERS: list[list[str]] = [
         "ticketcli.ranges",
         "ticketcli.bounded",
         "ticketcli.atomic",
-        "ticketcli.sites",
         "ticketcli.seeding",
         "ticketcli.spec_syntax",
         "ticketcli.specs",
@@ -40,12 +39,7 @@ LAYERS: list[list[str]] = [
     # core: networks, weights, data, masks, training, the ticket file; they take specs, never flags
     [
         "ticketcli.batchnorm",
-        "ticketcli.models_resnet",
-        "ticketcli.models_vit",
-        "ticketcli.models_gpt",
-        "ticketcli.models_conv",
-        "ticketcli.models_user",
-        "ticketcli.models",
+        "ticketcli.models",  # the models package: the networks, MaskedNet, MODELS (models/__init__.py)
         "ticketcli.init",
         "ticketcli.cifar",
         "ticketcli.data",

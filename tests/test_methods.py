@@ -11,7 +11,7 @@ from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS, ExtractResult
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.resolve import check_method_options
 from ticketcli.selection.exact import keep_count
 from ticketcli.train import evaluate

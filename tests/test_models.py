@@ -18,7 +18,9 @@ from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import RELU_GAIN, init_weights
-from ticketcli.models import MODELS, MaskedNet, build_model, parse_model
+from ticketcli.models.build import build_model
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.seeding import fingerprint
 from ticketcli.spec_syntax import TEXT_ARCHS
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec

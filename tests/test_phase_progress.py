@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from ticketcli import batchnorm, runs, train
 from ticketcli.cli import app
 from ticketcli.export import export_ticket
-from ticketcli.models import parse_model
+from ticketcli.models.registry import parse_model
 from ticketcli.report import console
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, RunSpec
 

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from ticketcli.cli import app
 from ticketcli.methods import METHODS
-from ticketcli.models import MODELS
+from ticketcli.models.registry import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

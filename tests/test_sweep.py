@@ -16,7 +16,7 @@ from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
-from ticketcli.models import parse_model
+from ticketcli.models.registry import parse_model
 from ticketcli.resolve import build_extract_spec, merge_settings
 
 runner = CliRunner()

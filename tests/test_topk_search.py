@@ -101,7 +101,9 @@ def test_band_search_finds_the_kth_largest_or_declines(a, b, t, w, frozen, data)
 def test_selection_holding_the_sorted_frozen_values_gives_the_masks_of_the_originals(n, aux, seed, ties, data):
     """Selection hands the selector its sorted copy of fixed auxiliary |T| back instead of keeping an unsorted one:
     over drifting steps (ties included) the masks equal a fresh full selection on the original parts."""
-    from ticketcli.models import MaskedNet, build_model, parse_model
+    from ticketcli.models.build import build_model
+    from ticketcli.models.masked import MaskedNet
+    from ticketcli.models.registry import parse_model
     from ticketcli.selection.groups import Group
     from ticketcli.selection.scored import Selection
 

@@ -16,7 +16,9 @@ from ticketcli import runs
 from ticketcli import ticket as ticket_io
 from ticketcli.errors import RunFailed
 from ticketcli.init import init_weights
-from ticketcli.models import MaskedNet, build_model, parse_model
+from ticketcli.models.build import build_model
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import parse_model
 from ticketcli.resolve import data_location
 from ticketcli.seeding import file_sha256
 from ticketcli.specs import DataSpec, InitSpec

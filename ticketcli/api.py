@@ -23,7 +23,7 @@ from ticketcli.contract import document
 from ticketcli.data import DATASETS, Splits
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
-from ticketcli.models import MODELS, parse_model
+from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.resolve import build_extract_spec, build_model_policy, data_location, merge_settings
 from ticketcli.specs import EXTRACT_DEFAULTS, DataSpec, ModelPolicy, ModelSpec
 from ticketcli.threads import check_threads, using

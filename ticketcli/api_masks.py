@@ -15,7 +15,7 @@ from torch.nn.utils import prune
 from ticketcli.bounded import read_regular_file
 from ticketcli.checkpoint import first_sentence, read_torch_file
 from ticketcli.errors import UsageError
-from ticketcli.models import masked_names
+from ticketcli.models.masked import masked_names
 
 STATE_BYTES_PER_PARAM = 16  # a prune export holds W (float32, or float64) and its mask: a bigger file is not one
 STATE_SLACK = 1 << 20  # names, headers and the module's buffers

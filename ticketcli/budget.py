@@ -2,7 +2,7 @@
 meta device): its parameters, buffers, depth and the activations of one forward and backward pass; and the budget
 a run must fit (--max-params, --max-memory), refused with one line before anything is built or loaded.
 
-The arithmetic follows the builders (models.py, models_conv.py, models_resnet.py, models_vit.py, models_gpt.py) and
+The arithmetic follows the builders (models/mlp.py, conv.py, resnet.py, vit.py, gpt.py) and
 tests/test_budget.py checks it against every registered model: parameter and buffer counts exactly, activations
 against the tensors autograd really saves. A user's factory (pkg.module:function) cannot be estimated from its
 spec; it is counted once built (runs.build_net)."""
@@ -120,7 +120,7 @@ def _convnet(layers: tuple[str, ...], head: tuple[int, ...], shape: tuple[int, i
     c.act(ch * h * w)
     for item in layers:
         if item == "M":
-            if h < 2 or w < 2:  # as models_conv.ConvNet refuses it
+            if h < 2 or w < 2:  # as models.conv.ConvNet refuses it
                 raise UsageError(
                     f"a {shape[1]}x{shape[2]} input is too small for {len(layers)} layers "
                     f"with {layers.count('M')} 2x2 max-pools"
@@ -218,7 +218,7 @@ def _wrn(depth: int, k: int, shape: tuple[int, int, int], classes: int, bias: bo
 
 
 def _blocks(c: _Cost, dim: int, heads: int, ratio: int, depth: int, tokens: int, bias: bool, causal: bool) -> None:
-    """`depth` transformer blocks over `tokens` tokens (models_vit.Block), at once."""
+    """`depth` transformer blocks over `tokens` tokens (models.vit.Block), at once."""
     one = _Cost()
     one.act(dim * tokens)  # norm1
     one.linear(dim, 3 * dim, bias, tokens)  # qkv
@@ -244,7 +244,7 @@ def _vit(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> Estimate
     patch, dim, depth, heads, ratio = (int(v) if v is not None else 4 for v in m.groups())
     bias = spec.bias
     ch, h, w = shape
-    if spec.input is not None and (h % patch or w % patch):  # as models_vit.build_vit refuses it
+    if spec.input is not None and (h % patch or w % patch):  # as models.vit.build_vit refuses it
         raise UsageError(
             f"model {spec.to_string()}: {patch}x{patch} patches do not tile {h}x{w} inputs (shape {shape})",
             hint="choose a patch size that divides the image's height and width",
@@ -283,7 +283,7 @@ def _gpt(layers: tuple[str, ...], bias: bool) -> Estimate:
     return c.done()
 
 
-CONV_HEAD = (256, 256)  # conv2/4/6's fully connected head (models_conv.py)
+CONV_HEAD = (256, 256)  # conv2/4/6's fully connected head (models/conv.py)
 RESNETS = {"resnet20": ((16, 32, 64), (3, 3, 3)), "resnet18": ((64, 128, 256, 512), (2, 2, 2, 2))}
 
 

@@ -30,7 +30,7 @@ from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.data import DATASETS, load_splits
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.specs import DataSpec, ModelPolicy
 
 FORMATS = ("masked", "prune", "csr", "masks")

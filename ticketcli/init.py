@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ticketcli.models import fan_in, layer_of, masked_names
+from ticketcli.models.masked import fan_in, layer_of, masked_names
 from ticketcli.registry import Registry
 from ticketcli.specs import MODULE_INIT, InitSpec
 

@@ -20,8 +20,9 @@ from ticketcli.data import DATASETS, DatasetInfo
 from ticketcli.errors import UsageError
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
-from ticketcli.models import MODELS, layer_of, parse_model
-from ticketcli.models_user import import_factory, takes_num_classes
+from ticketcli.models.masked import layer_of
+from ticketcli.models.registry import MODELS, parse_model
+from ticketcli.models.user import import_factory, takes_num_classes
 from ticketcli.ranges import show
 from ticketcli.specs import (
     EXTRACT_DEFAULTS,

@@ -26,7 +26,9 @@ from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES, init_weights
 from ticketcli.methods import Progress
 from ticketcli.methods.base import Details
-from ticketcli.models import MaskedNet, build_model, check_param_count, frozen_copy, parse_model, planned_shapes
+from ticketcli.models.build import build_model, check_param_count, frozen_copy, planned_shapes
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import parse_model
 from ticketcli.runs_checks import check_input_shape, resolve_device
 from ticketcli.runs_inspect import inspect_ticket as inspect_ticket  # numpy only; re-exported for callers of runs
 from ticketcli.seeding import file_sha256, fingerprint, generator

@@ -17,7 +17,8 @@ from ticketcli.checkpoint import read_torch_file, recorded_locations
 from ticketcli.data import DATASETS, Splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.methods import METHODS, Method
-from ticketcli.models import MaskedNet, check_param_count, planned_shapes
+from ticketcli.models.build import check_param_count, planned_shapes
+from ticketcli.models.masked import MaskedNet
 from ticketcli.seeding import file_sha256
 from ticketcli.specs import ModelSpec
 

@@ -16,7 +16,7 @@ from ticketcli.errors import UsageError
 from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS
 from ticketcli.methods.base import Details, ExtractResult
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.runs_inspect import recorded_aux_share
 from ticketcli.seeding import fingerprint
 from ticketcli.specs import ModelSpec, RunSpec

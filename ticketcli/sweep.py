@@ -27,7 +27,8 @@ from ticketcli.atomic import check_destination, write_owned
 from ticketcli.budget import Budget
 from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
 from ticketcli.methods import METHODS
-from ticketcli.models import MaskedNet, build_model, layer_of, planned_shapes
+from ticketcli.models.build import build_model, planned_shapes
+from ticketcli.models.masked import MaskedNet, layer_of
 from ticketcli.pool import run_pool
 from ticketcli.safetensors_file import MAX_HEADER_BYTES
 from ticketcli.seeding import file_sha256, generator

@@ -20,7 +20,7 @@ from torch import nn
 from ticketcli import distributed
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.errors import RunFailed, UsageError
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.specs import WeightOptim
 
 EVAL_CHUNK = 2048  # fixed, so that extraction and `ticket evaluate` run bit-identical arithmetic

@@ -18,7 +18,7 @@ from torch import nn
 
 from ticketcli.data import Splits, load_splits
 from ticketcli.methods.saliency import minibatches
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import build_net, run_budget
 from ticketcli.seeding import generator

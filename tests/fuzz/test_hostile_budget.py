@@ -21,7 +21,8 @@ import ticketcli as tc
 from ticketcli import budget, runs
 from ticketcli.budget import Budget
 from ticketcli.errors import TicketCliError, UsageError
-from ticketcli.models import MODELS, build_model, parse_model, planned_shapes
+from ticketcli.models.build import build_model, planned_shapes
+from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.resolve import build_extract_spec, merge_settings
 
 QUICK = ["--dataset", "digits", "--n-extract", "64", "--n-val", "32", "--epochs", "1", "--quiet"]

@@ -24,7 +24,8 @@ from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.cli import app
 from ticketcli.methods import METHODS
-from ticketcli.models import build_model, parse_model
+from ticketcli.models.build import build_model
+from ticketcli.models.registry import parse_model
 from ticketcli.resolve import method_reads
 
 MODEL = "mlp:64-13-10"

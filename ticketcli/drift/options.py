@@ -24,7 +24,7 @@ from ticketcli.drift.spec import (
     require_drift_model,
 )
 from ticketcli.errors import UsageError
-from ticketcli.models import parse_model
+from ticketcli.models.registry import parse_model
 from ticketcli.spec_syntax import TEXT_ARCHS
 from ticketcli.specs import PAPER_HIDDEN, DataSpec, ModelSpec, WeightOptim, check_setting
 

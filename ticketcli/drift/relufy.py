@@ -22,7 +22,7 @@ from ticketcli.drift.run import drift_one, run_drift
 from ticketcli.drift.spec import DriftSpec, RelufySpec
 from ticketcli.errors import UsageError
 from ticketcli.methods import Progress
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.specs import ModelPolicy
 
 

@@ -30,8 +30,8 @@ from ticketcli.drift.sites import PerSite, drift_forward, measure_traced
 from ticketcli.drift.spec import ControlSpec, DriftSpec, require_drift_model
 from ticketcli.drift.text import Corpus, block_count, load_corpus
 from ticketcli.methods import Progress
-from ticketcli.models import MaskedNet
-from ticketcli.models_gpt import gpt_numbers, perplexity, with_vocab
+from ticketcli.models.gpt import gpt_numbers, perplexity, with_vocab
+from ticketcli.models.masked import MaskedNet
 from ticketcli.specs import DataSpec, InitSpec, ModelPolicy, ModelSpec
 from ticketcli.train import WeightTrainer
 

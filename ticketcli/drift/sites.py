@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.drift.sums import all_but, compare, count, masked_sum64, peak_abs, square_sum64, sum64
-from ticketcli.models import MLP, MaskedNet, mlp_forward
-from ticketcli.sites import ActFn, Trace, find_sites
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.mlp import MLP, mlp_forward
+from ticketcli.models.sites import ActFn, Trace, find_sites
 from ticketcli.train import Loss
 
 

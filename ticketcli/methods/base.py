@@ -11,7 +11,7 @@ import torch
 
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Scope
 from ticketcli.specs import MethodSpec
 

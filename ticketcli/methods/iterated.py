@@ -13,7 +13,7 @@ from ticketcli.methods.base import Details, ExtractResult, Masks, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.methods.scores import ScoreMethod, score_params
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.specs import MethodSpec
 
 

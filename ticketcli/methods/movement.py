@@ -17,7 +17,7 @@ from ticketcli.data import Splits
 from ticketcli.methods.base import WEIGHT_TRAINING, ExtractResult, Masks, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.sparse import _SparseTraining, epoch_reporter, weight_optim
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, scope_groups, select
 from ticketcli.specs import MethodSpec
 from ticketcli.train import WeightTrainer, train_weights

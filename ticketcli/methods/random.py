@@ -8,7 +8,7 @@ from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.methods.base import ExtractResult, Method, Progress
 from ticketcli.methods.registry import METHODS
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import scope_groups, select
 from ticketcli.specs import MethodSpec
 

@@ -19,7 +19,7 @@ from ticketcli.data import Splits
 from ticketcli.errors import RunFailed
 from ticketcli.masking import MaskedWeights
 from ticketcli.methods.base import Progress
-from ticketcli.models import MaskedNet, fan_in, layer_of
+from ticketcli.models.masked import MaskedNet, fan_in, layer_of
 from ticketcli.selection.scored import Selection
 from ticketcli.specs import MethodSpec
 from ticketcli.train import precision_context

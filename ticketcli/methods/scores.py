@@ -17,7 +17,7 @@ from ticketcli.data import Splits
 from ticketcli.methods.base import SCORE_TRAINING, Details, ExtractResult, Method, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, resume, seeded_scores, train_scores
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Scope, scope_groups
 from ticketcli.selection.scored import Selection
 from ticketcli.specs import MethodSpec

@@ -18,7 +18,7 @@ from ticketcli.data import Splits
 from ticketcli.errors import UsageError
 from ticketcli.methods.base import WEIGHT_TRAINING, ExtractResult, Masks, Method, Progress
 from ticketcli.methods.registry import METHODS
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, power_schedule, restricted, scope_groups, select, select_group
 from ticketcli.specs import MethodSpec
 from ticketcli.train import WeightOptim, WeightTrainer, train_weights

@@ -17,7 +17,7 @@ from typing import Literal, NamedTuple
 import torch
 
 from ticketcli.errors import UsageError
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.exact import joint_topk_masks, keep_count
 from ticketcli.selection.warm import TopKSelector
 from ticketcli.specs import MethodSpec

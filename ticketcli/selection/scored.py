@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from ticketcli.models import MaskedNet
+from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.exact import keep_count
 from ticketcli.selection.groups import Group, joint_masks, select_group
 from ticketcli.selection.warm import TopKSelector

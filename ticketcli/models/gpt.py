@@ -4,7 +4,7 @@ character set: `ticket drift --text` fills in v<vocab> when the spec leaves it o
 
 Layout (nanoGPT's, without dropout, biases only with "+bias"): token embedding plus a fixed 1-D sin-cos position
 embedding, pre-LayerNorm blocks x + attn(LN(x)), x + MLP(LN(x)) with causal self-attention (the ViT's blocks,
-models_vit.py, with a causal mask), a final LayerNorm and a Linear head to next-character logits. Every parameter
+vit.py, with a causal mask), a final LayerNorm and a Linear head to next-character logits. Every parameter
 is a Linear layer's, so every parameter is masked and drawn from the seed: the token embedding is a
 Linear(vocab, width) used as a lookup table (its column t is token t's embedding, i.e. the Linear applied to a
 one-hot vector), and LayerNorm is non-affine as in the ViT. Each block's MLP activation is an activation site
@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.models_vit import Block
-from ticketcli.sites import Trace, traced_linear
+from ticketcli.models.sites import Trace, traced_linear
+from ticketcli.models.vit import Block
 from ticketcli.spec_syntax import GPT_BODY
 from ticketcli.specs import ModelSpec
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ticketcli.sites import ActSite, Trace, traced_conv, traced_linear
+from ticketcli.models.sites import ActSite, Trace, traced_conv, traced_linear
 from ticketcli.specs import ModelSpec
 
 

@@ -13,7 +13,7 @@ affine would stay at its 1/0 init, i.e. the identity), and the sin-cos position 
 no frozen random tensor exists outside the masks and the seed.
 
 Each block's MLP activation is an activation site fed by `mlp.fc1` (sites.py). The blocks also serve GPT-nano
-(models_gpt.py), with causal attention.
+(gpt.py), with causal attention.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.sites import ActSite, Trace, traced_conv, traced_linear
+from ticketcli.models.sites import ActSite, Trace, traced_conv, traced_linear
 from ticketcli.spec_syntax import VIT_BODY
 from ticketcli.specs import ModelSpec
 
