@@ -70,9 +70,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.runs_checks",
         "ticketcli.runs_record",
         "ticketcli.weak",
-        "ticketcli.sweep_summary",
-        "ticketcli.sweep",
-        "ticketcli.sweep_outputs",
+        "ticketcli.sweep",  # the sweep-k package: plan, execute, records, outputs, summary, run (sweep/__init__.py)
         "ticketcli.drift",  # the drift package: its modules below the views and options (drift/__init__.py)
         "ticketcli.export",
     ],
