@@ -258,8 +258,8 @@ def ticket_digests(path: Path) -> tuple[str, str | None] | None:
     if not path.is_file():
         return None
     sys.path.insert(0, str(ROOT))
-    from ticketcli import ticket as ticket_io
     from ticketcli.sweep.records import legacy_masks_sha256
+    from ticketcli.ticketfile import ticket as ticket_io
 
     loaded = ticket_io.load(path)
     return legacy_masks_sha256(loaded.masks), loaded.masks_sha256

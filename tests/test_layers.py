@@ -56,9 +56,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.pool",
         "ticketcli.train",
         "ticketcli.interrupts",
-        "ticketcli.ticket_meta",
-        "ticketcli.safetensors_file",
-        "ticketcli.ticket",
+        "ticketcli.ticketfile",  # the ticket file: metadata, the safetensors container, the Ticket
         "ticketcli.checkpoint",
     ],
     ["ticketcli.selection"],  # scores -> masks: which entries compete, the exact top-k and its warm search

@@ -12,7 +12,6 @@ import pytest
 from typer.testing import CliRunner
 
 import ticketcli
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
@@ -22,6 +21,7 @@ from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep import records as sweep_records
 from ticketcli.sweep import run as sweep_run
 from ticketcli.sweep import summary as sweep_summary
+from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
 TINY = dict(

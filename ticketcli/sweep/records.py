@@ -15,15 +15,15 @@ from typing import Any
 import torch
 
 from ticketcli import runs
-from ticketcli import ticket as ticket_io
 from ticketcli.atomic import write_owned
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.models import planned_shapes
-from ticketcli.safetensors_file import MAX_HEADER_BYTES
 from ticketcli.seeding import file_sha256
 from ticketcli.specs import RunSpec
 from ticketcli.sweep.outputs import Note, read_json
 from ticketcli.sweep.plan import SweepTask
+from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.safetensors_file import MAX_HEADER_BYTES
 
 # Record fields that legitimately differ between two runs of the same task; everything else must be identical.
 VOLATILE = ("wall_time_s", "ticket", "ticket_sha256")

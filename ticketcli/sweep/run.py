@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ticketcli import ticket as ticket_io
 from ticketcli.atomic import check_destination
 from ticketcli.errors import UsageError
 from ticketcli.sweep.execute import cost, run_local, run_ray
@@ -17,6 +16,7 @@ from ticketcli.sweep.outputs import load_note
 from ticketcli.sweep.plan import SweepTask
 from ticketcli.sweep.records import finished, paths, store, ticket_bound
 from ticketcli.sweep.summary import PAPER_BAND, summarize
+from ticketcli.ticketfile import ticket as ticket_io
 
 OnResult = Callable[[dict, bool], None]  # (record, resumed) after each finished task
 
