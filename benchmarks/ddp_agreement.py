@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import describe
+from ticketcli.ticketfile import ticket as ticket_io
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
 

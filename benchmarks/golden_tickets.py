@@ -253,16 +253,16 @@ def ticket_method(path: Path) -> dict | None:
 
 
 def ticket_digests(path: Path) -> tuple[str, str | None] | None:
-    """A sweep ticket's masks digest as /1 records held it (sweep.legacy_masks_sha256) and as the ticket records it
-    (what /2 records hold, as inspect reports it); None when there is no such file."""
+    """A sweep ticket's masks digest as /1 records held it (sweep.records.legacy_masks_sha256) and as the ticket
+    records it (what /2 records hold, as inspect reports it); None when there is no such file."""
     if not path.is_file():
         return None
     sys.path.insert(0, str(ROOT))
-    from ticketcli import sweep
-    from ticketcli import ticket as ticket_io
+    from ticketcli.sweep.records import legacy_masks_sha256
+    from ticketcli.ticketfile import ticket as ticket_io
 
     loaded = ticket_io.load(path)
-    return sweep.legacy_masks_sha256(loaded.masks), loaded.masks_sha256
+    return legacy_masks_sha256(loaded.masks), loaded.masks_sha256
 
 
 def pair_records(old, new, fix) -> None:

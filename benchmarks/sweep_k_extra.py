@@ -13,9 +13,13 @@ import argparse
 import json
 from pathlib import Path
 
-from ticketcli import report, sweep, sweep_summary
+from ticketcli import report
 from ticketcli.contract import flat_record
 from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.sweep import plan as sweep_plan
+from ticketcli.sweep import records as sweep_records
+from ticketcli.sweep import run as sweep_run
+from ticketcli.sweep import summary as sweep_summary
 
 
 def main() -> None:
@@ -42,26 +46,26 @@ def main() -> None:
             None,
         )
     )
-    plan = sweep.build_plan(
+    plan = sweep_plan.build_plan(
         base,
         seeds=st["seeds"],
         densities=tuple(st["densities"]),
         layerwise=st["layerwise"],
-        double_scoring=sweep.double_scoring_methods(),
+        double_scoring=sweep_plan.double_scoring_methods(),
     )
     groups = set(a.groups.split(","))
     todo = [t for t in plan if t.group in groups]
     check = {}
     if a.check:
         stored = next(r for r in old["records"] if r["id"] == a.check)
-        again = sweep.run_sweep([t for t in plan if t.id == a.check], threads=st["threads"])["records"][0]
-        keep = lambda r: {k: v for k, v in r.items() if k not in sweep.VOLATILE}  # noqa: E731
+        again = sweep_run.run_sweep([t for t in plan if t.id == a.check], threads=st["threads"])["records"][0]
+        keep = lambda r: {k: v for k, v in r.items() if k not in sweep_records.VOLATILE}  # noqa: E731
         check = {"id": a.check, "identical": keep(stored) == keep(again)}
         print(json.dumps(check))
-    new = sweep.run_sweep(todo, workers=a.workers, threads=st["threads"], out_dir=a.dir / "runs")
+    new = sweep_run.run_sweep(todo, workers=a.workers, threads=st["threads"], out_dir=a.dir / "runs")
     records = [r for r in old["records"] if r["group"] not in groups] + new["records"]
     result = {
-        "settings": {**st, "double_scoring": sweep.double_scoring_methods(), "added_groups": sorted(groups)},
+        "settings": {**st, "double_scoring": sweep_plan.double_scoring_methods(), "added_groups": sorted(groups)},
         "records": records,
         "resumed": new["resumed"],
         "reproduction_check": check,

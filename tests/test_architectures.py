@@ -21,7 +21,6 @@ from torch import nn
 from typer.testing import CliRunner
 
 from ticketcli import batchnorm, runs, runs_record
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.drift.sites import measure
 from ticketcli.errors import UsageError
@@ -31,6 +30,7 @@ from ticketcli.models.build import build_model
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.ticketfile import ticket as ticket_io
 
 TRUSTED = ModelPolicy(trust_model_code=True)  # these tests' own factories: the user opted in
 

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from helpers import for_method, make_net, quick_method
 from typer.testing import CliRunner
 
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.data import load_splits
 from ticketcli.methods import METHODS, movement, saliency, sparse
@@ -21,6 +20,7 @@ from ticketcli.resolve import build_extract_spec, check_method_options, merge_se
 from ticketcli.runs import build_net, extract_ticket
 from ticketcli.selection.exact import keep_count, topk_mask
 from ticketcli.specs import DataSpec, option_flag
+from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate
 
 BASELINES = [

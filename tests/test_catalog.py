@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ticketcli import catalog, sweep
+from ticketcli import catalog
 from ticketcli.data import DATASETS
 from ticketcli.drift import activations as drift_activations
 from ticketcli.drift import spec as drift_spec
 from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import MODELS
+from ticketcli.sweep import plan as sweep_plan
 
 REGISTRIES = {"methods": METHODS, "models": MODELS, "datasets": DATASETS, "inits": INIT_SCHEMES}
 
@@ -66,5 +67,5 @@ def ACT(name: str):
 
 
 def test_mirrored_help_defaults_equal_their_home_values():
-    assert catalog.SWEEP_LAYERWISE == sweep.PAPER_LAYERWISE
-    assert catalog.SWEEP_DENSITIES == sweep.PAPER_DENSITIES
+    assert catalog.SWEEP_LAYERWISE == sweep_plan.PAPER_LAYERWISE
+    assert catalog.SWEEP_DENSITIES == sweep_plan.PAPER_DENSITIES

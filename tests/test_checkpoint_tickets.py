@@ -14,7 +14,6 @@ import pytest
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import recorded_locations, ticket_relative
 from ticketcli.cli import app
 from ticketcli.init import init_weights
@@ -22,6 +21,7 @@ from ticketcli.models.build import build_model
 from ticketcli.models.registry import parse_model
 from ticketcli.seeding import file_sha256
 from ticketcli.specs import InitSpec
+from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
 MODEL = "mlp:64-16-10"

@@ -11,12 +11,12 @@ from helpers import flags_for
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.init import init_weights
 from ticketcli.models.build import build_model
 from ticketcli.models.registry import parse_model
 from ticketcli.specs import InitSpec
+from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
 QUICK = [

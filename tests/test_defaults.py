@@ -5,6 +5,7 @@ dataclass field the option stands for. The table below says which field that is,
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 import typer
 
-from ticketcli import sweep, world
+from ticketcli import world
 from ticketcli.budget import MEMORY_SHARE
 from ticketcli.cli import app
 from ticketcli.data import DATASETS
@@ -65,9 +66,9 @@ SOURCES: dict[str, dict[str, Any]] = {
     },
     "sweep-k": {
         **SETTINGS,
-        "layerwise": ("sweep", "PAPER_LAYERWISE"),
-        "band": ("sweep", "PAPER_BAND"),
-        "densities": ("sweep", "PAPER_DENSITIES"),
+        "layerwise": ("sweep.plan", "PAPER_LAYERWISE"),
+        "band": ("sweep.summary", "PAPER_BAND"),
+        "densities": ("sweep.plan", "PAPER_DENSITIES"),
         "seeds": ("own", None),  # sweep-k's own options: the help shows the option's value
         "workers": ("own", None),
         "threads": DESCRIBED,
@@ -120,7 +121,8 @@ def field_default(cls: type, path: str) -> Any:
 
 
 def source(command: str, option: str) -> Any:
-    """Where the option's default lives: (dataclass, field), ("sweep", constant), ("own", None), DESCRIBED or None."""
+    """Where the option's default lives: (dataclass, field), ("sweep.<module>", constant), ("own", None), DESCRIBED
+    or None."""
     table = SOURCES[command]
     if option in table:
         return table[option]
@@ -131,8 +133,8 @@ def source(command: str, option: str) -> Any:
 
 def expected(src: Any, param: Any) -> Any:
     kind, name = src
-    if kind == "sweep":
-        return getattr(sweep, name)
+    if kind in ("sweep.plan", "sweep.summary"):
+        return getattr(importlib.import_module(f"ticketcli.{kind}"), name)
     if kind == "own":
         return param.default
     if kind == "const":

@@ -19,10 +19,10 @@ import torch
 from typer.testing import CliRunner
 
 from ticketcli import distributed
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import UsageError
 from ticketcli.runs import resolve_device
+from ticketcli.ticketfile import ticket as ticket_io
 
 HERE = Path(__file__).parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]

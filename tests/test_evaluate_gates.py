@@ -11,9 +11,9 @@ import pytest
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.runs_record import evaluation_gate
+from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
 QUICK = ["--dataset", "digits", "--model", "mlp:64-16-10", "--epochs", "1", "--n-extract", "300", "--n-val", "100"]

@@ -16,11 +16,11 @@ from test_models import user_module, write_user_module  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
 from ticketcli import runs
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.export import FORMATS, export_ticket
 from ticketcli.models.registry import parse_model
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, RunSpec
+from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.runs import open_ticket
 from ticketcli.specs import FACTORY_SEED, DataSpec, ModelPolicy
+from ticketcli.ticketfile import ticket as ticket_io
 
 FACTORY = """
 import torch

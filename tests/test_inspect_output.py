@@ -12,9 +12,9 @@ from helpers import flags_for
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.report.tables import method_text, readable
+from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
 QUICK = ["--dataset", "digits", "--model", "mlp:64-16-10", "--n-extract", "200", "--n-val", "100", "--epochs", "1"]

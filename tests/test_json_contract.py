@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from ticketcli.cli import app
 from ticketcli.contract import SCHEMAS, SPARSITY_KEYS, document, flat_record, schema_of
-from ticketcli.sweep_summary import summarize
+from ticketcli.sweep.summary import summarize
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
 

@@ -50,9 +50,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.pool",
         "ticketcli.train",
         "ticketcli.interrupts",
-        "ticketcli.ticket_meta",
-        "ticketcli.safetensors_file",
-        "ticketcli.ticket",
+        "ticketcli.ticketfile",  # the ticket file: metadata, the safetensors container, the Ticket
         "ticketcli.checkpoint",
     ],
     ["ticketcli.selection"],  # scores -> masks: which entries compete, the exact top-k and its warm search
@@ -64,9 +62,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.runs_checks",
         "ticketcli.runs_record",
         "ticketcli.weak",
-        "ticketcli.sweep_summary",
-        "ticketcli.sweep",
-        "ticketcli.sweep_outputs",
+        "ticketcli.sweep",  # the sweep-k package: plan, execute, records, outputs, summary, run (sweep/__init__.py)
         "ticketcli.drift",  # the drift package: its modules below the views and options (drift/__init__.py)
         "ticketcli.export",
     ],

@@ -12,9 +12,9 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from ticketcli import machine
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import TicketFileError
+from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.version import __version__
 
 MKL = (

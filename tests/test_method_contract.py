@@ -18,7 +18,7 @@ from ticketcli.runs import evaluate_ticket, extract_ticket
 from ticketcli.selection.exact import keep_count, topk_mask
 from ticketcli.selection.groups import param_densities
 from ticketcli.specs import DataSpec, MethodSpec
-from ticketcli.ticket import load
+from ticketcli.ticketfile.ticket import load
 
 CONTRACT = list(Method.__annotations__)  # the class attributes every method sets
 BOOLEANS = ("resumable", "data_parallel", "uses_epochs", "seeded")

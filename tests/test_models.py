@@ -14,7 +14,6 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from ticketcli import runs
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import RELU_GAIN, init_weights
@@ -24,6 +23,7 @@ from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.seeding import fingerprint
 from ticketcli.spec_syntax import TEXT_ARCHS
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.ticketfile import ticket as ticket_io
 
 # One tiny example per registered model, sized by the digits data (1x8x8, 10 classes) where left open.
 EXAMPLES = {

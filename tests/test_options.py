@@ -15,13 +15,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import evaluate_ticket, extract_ticket, inspect_ticket
 from ticketcli.specs import EXTRACT_DEFAULTS, METHOD_OPTIONS, DataSpec, option_flag
+from ticketcli.ticketfile import ticket as ticket_io
 
 # A valid value other than the default for every method option (test_values_cover_every_option keeps it whole).
 # Large where the effect must show after a few steps (eps, weight_decay, betas).

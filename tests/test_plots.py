@@ -12,10 +12,10 @@ import pytest
 from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
-from ticketcli import sweep_summary
 from ticketcli.cli import app
 from ticketcli.drift import views as drift_views
 from ticketcli.report import plots
+from ticketcli.sweep import summary as sweep_summary
 
 runner = CliRunner()
 MODEL = "mlp:64-16-10"

@@ -11,13 +11,17 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from ticketcli import sweep, sweep_summary
-from ticketcli import ticket as ticket_io
+import ticketcli
 from ticketcli.cli import app
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import parse_model
 from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.sweep import plan as sweep_plan
+from ticketcli.sweep import records as sweep_records
+from ticketcli.sweep import run as sweep_run
+from ticketcli.sweep import summary as sweep_summary
+from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
 TINY = dict(
@@ -51,14 +55,14 @@ TINY_FLAGS = [
 
 def tiny_plan(seeds=(0,), densities=(0.1, 0.3), layerwise=1, **settings):
     base = build_extract_spec(merge_settings({**TINY, **settings}, None))
-    return sweep.build_plan(
-        base, seeds=seeds, densities=densities, layerwise=layerwise, double_scoring=sweep.double_scoring_methods()
+    return sweep_plan.build_plan(
+        base, seeds=seeds, densities=densities, layerwise=layerwise, double_scoring=sweep_plan.double_scoring_methods()
     )
 
 
 def stable(records):
     """Records without the fields allowed to differ between runs (timing, where the ticket file lives)."""
-    return [{k: v for k, v in r.items() if k not in sweep.VOLATILE} for r in records]
+    return [{k: v for k, v in r.items() if k not in sweep_records.VOLATILE} for r in records]
 
 
 def rec(i, seed, val, achieved, group="edge-popup", test=None, fixed=False):
@@ -134,16 +138,16 @@ def test_summary_by_hand():
 
 
 def test_layerwise_tuples_reproducible_from_the_seed():
-    pool = sweep.PAPER_DENSITIES
-    a = sweep.layerwise_tuples(0, pool, 4, 8)
-    assert a == sweep.layerwise_tuples(0, pool, 4, 8)
-    assert a != sweep.layerwise_tuples(1, pool, 4, 8)
+    pool = sweep_plan.PAPER_DENSITIES
+    a = sweep_plan.layerwise_tuples(0, pool, 4, 8)
+    assert a == sweep_plan.layerwise_tuples(0, pool, 4, 8)
+    assert a != sweep_plan.layerwise_tuples(1, pool, 4, 8)
     assert len(a) == 8 and all(len(t) == 4 and set(t) <= set(pool) for t in a)
     assert len(set(a)) > 1
     plan = tiny_plan(seeds=(3,), densities=pool, layerwise=5)
-    n_layers = sweep.model_layers(parse_model(TINY["model"]))
+    n_layers = sweep_plan.model_layers(parse_model(TINY["model"]))
     drawn = [t.spec.method.layer_densities for t in plan if t.spec.method.layer_densities is not None]
-    assert drawn == sweep.layerwise_tuples(3, pool, n_layers, 5)
+    assert drawn == sweep_plan.layerwise_tuples(3, pool, n_layers, 5)
 
 
 def test_plan_shares_init_per_seed_and_covers_every_double_scoring_method():
@@ -151,8 +155,8 @@ def test_plan_shares_init_per_seed_and_covers_every_double_scoring_method():
     assert len({t.id for t in plan}) == len(plan)
     for t in plan:
         assert t.spec.init.seed == t.seed and t.spec.data.split_seed == t.seed
-    ds = [m for m in sweep.DOUBLE_SCORING if m in METHODS.names()]
-    assert "augmented" in ds and sweep.double_scoring_methods() == ds
+    ds = [m for m in sweep_plan.DOUBLE_SCORING if m in METHODS.names()]
+    assert "augmented" in ds and sweep_plan.double_scoring_methods() == ds
     groups = {t.group for t in plan if t.seed == 0}
     assert groups == {"edge-popup", "random", *ds}  # fixed (k=0.1) is the sweep's own k=0.1 run
     fixed = [t for t in plan if t.fixed]
@@ -169,8 +173,8 @@ def test_plan_shares_init_per_seed_and_covers_every_double_scoring_method():
 
 def test_two_workers_give_exactly_the_records_of_one_worker():
     plan = tiny_plan()
-    one = sweep.run_sweep(plan, workers=1, threads=1)["records"]
-    two = sweep.run_sweep(plan, workers=2, threads=1)["records"]
+    one = sweep_run.run_sweep(plan, workers=1, threads=1)["records"]
+    two = sweep_run.run_sweep(plan, workers=2, threads=1)["records"]
     assert [r["id"] for r in one] == [t.id for t in plan]
     assert stable(one) == stable(two)
     assert all(r["threads"] == 1 for r in two)
@@ -186,15 +190,15 @@ def test_two_workers_give_exactly_the_records_of_one_worker():
 
 def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_path):
     plan = tiny_plan()
-    first = sweep.run_sweep(plan, out_dir=tmp_path)
+    first = sweep_run.run_sweep(plan, out_dir=tmp_path)
     assert first["resumed"] == [] and all((tmp_path / f"{t.id}.safetensors").is_file() for t in plan)
     (tmp_path / f"{plan[0].id}.safetensors").unlink()
     (tmp_path / f"{plan[1].id}.safetensors").write_bytes(b"not a ticket")
     with pytest.raises(UsageError, match="not replaced without --force"):  # changed since: no longer the sweep's
-        sweep.run_sweep(plan, out_dir=tmp_path)
+        sweep_run.run_sweep(plan, out_dir=tmp_path)
     assert (tmp_path / f"{plan[1].id}.safetensors").read_bytes() == b"not a ticket"
     seen, warned = [], []
-    second = sweep.run_sweep(
+    second = sweep_run.run_sweep(
         plan,
         out_dir=tmp_path,
         on_result=lambda r, resumed: seen.append((r["id"], resumed)),
@@ -206,34 +210,34 @@ def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_p
     assert sorted(i for i, resumed in seen if not resumed) == sorted([plan[0].id, plan[1].id])
     assert stable(second["records"]) == stable(first["records"])
     assert (tmp_path / f"{plan[0].id}.safetensors").is_file()
-    assert sweep.finished(tmp_path, plan[1])[0] is not None
+    assert sweep_records.finished(tmp_path, plan[1])[0] is not None
     changed = tiny_plan(epochs=2)  # other settings: nothing stored matches, and the sweep may replace its own files
-    assert all(sweep.finished(tmp_path, t) == (None, None) for t in changed)
-    assert sweep.run_sweep(changed[:1], out_dir=tmp_path)["resumed"] == []
+    assert all(sweep_records.finished(tmp_path, t) == (None, None) for t in changed)
+    assert sweep_run.run_sweep(changed[:1], out_dir=tmp_path)["resumed"] == []
 
 
 def test_a_record_of_an_older_sweep_resumes_with_its_tickets_digest_and_method(tmp_path):
     """A record on disk keeps the method's name; records written before they took their ticket's own masks digest
-    (sweep.legacy_masks_sha256) still resume, and the document reports the ticket's digest and method record, as
+    (sweep_records.legacy_masks_sha256) still resume, and the document reports the ticket's digest and method record, as
     inspect reads them from the ticket; a digest that is neither is a damaged record, recomputed."""
     plan = tiny_plan(densities=(0.3,), layerwise=0)[:1]
-    first = sweep.run_sweep(plan, out_dir=tmp_path)["records"][0]
+    first = sweep_run.run_sweep(plan, out_dir=tmp_path)["records"][0]
     loaded = ticket_io.load(tmp_path / f"{plan[0].id}.safetensors")
     assert first["masks_sha256"] == loaded.masks_sha256 and first["method"] == loaded.method
-    _, record_path = sweep.paths(tmp_path, plan[0])
+    _, record_path = sweep_records.paths(tmp_path, plan[0])
     doc = json.loads(record_path.read_text())
     assert doc["record"]["method"] == "edge-popup" and doc["record"]["masks_sha256"] == loaded.masks_sha256
-    doc["record"]["masks_sha256"] = old = sweep.legacy_masks_sha256(loaded.masks)
+    doc["record"]["masks_sha256"] = old = sweep_records.legacy_masks_sha256(loaded.masks)
     assert old != loaded.masks_sha256
     record_path.write_text(json.dumps(doc))
-    again = sweep.run_sweep(plan, out_dir=tmp_path)
+    again = sweep_run.run_sweep(plan, out_dir=tmp_path)
     assert again["resumed"] == [plan[0].id]
     assert (
         again["records"][0]["masks_sha256"] == loaded.masks_sha256 and again["records"][0]["method"] == first["method"]
     )
     doc["record"]["masks_sha256"] = "0" * 64
     record_path.write_text(json.dumps(doc))
-    assert "masks differ from its record's" in str(sweep.finished(tmp_path, plan[0])[1])
+    assert "masks differ from its record's" in str(sweep_records.finished(tmp_path, plan[0])[1])
 
 
 def test_ray_local_mode_equals_local(tmp_path):
@@ -242,19 +246,19 @@ def test_ray_local_mode_equals_local(tmp_path):
     import ray
 
     plan = tiny_plan(densities=(0.1,), layerwise=0)
-    local = sweep.run_sweep(plan)["records"]
+    local = sweep_run.run_sweep(plan)["records"]
     ray.init(
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
-        runtime_env={"py_modules": [os.path.dirname(sweep.__file__)]},
+        runtime_env={"py_modules": [os.path.dirname(ticketcli.__file__)]},
     )
     try:
-        remote = sweep.run_sweep(plan, executor="ray", out_dir=tmp_path)
+        remote = sweep_run.run_sweep(plan, executor="ray", out_dir=tmp_path)
     finally:
         ray.shutdown()
     assert stable(remote["records"]) == stable(local)
-    assert all(sweep.finished(tmp_path, t)[0] is not None for t in plan)
+    assert all(sweep_records.finished(tmp_path, t)[0] is not None for t in plan)
 
 
 # ---- the command ----
@@ -277,7 +281,7 @@ def test_cli_json_table_and_png(tmp_path):
     r = runner.invoke(app, [*args, "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert len(doc["records"]) == 2 * (3 + 1 + 1 + len(sweep.double_scoring_methods()))
+    assert len(doc["records"]) == 2 * (3 + 1 + 1 + len(sweep_plan.double_scoring_methods()))
     assert doc["summary"]["oracle_constrained"]["band"] == [0.85, 0.95]
     assert doc["settings"]["threads"] == 1 and doc["plot"] == str(png)
     raw = png.read_bytes()

@@ -14,12 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ticketcli import sweep_outputs, sweep_summary
 from ticketcli.atomic import write_owned
 from ticketcli.cli import app
 from ticketcli.report.console import pct
 from ticketcli.report.plots import sweep_figure
 from ticketcli.report.tables import NO_SPREAD, sweep_table
+from ticketcli.sweep import outputs as sweep_outputs
+from ticketcli.sweep import summary as sweep_summary
 
 runner = CliRunner()
 TINY = ["--dataset", "digits", "--model", "mlp:64-16-10", "--epochs", "1", "--batch-size", "128"]

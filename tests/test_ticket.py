@@ -17,9 +17,9 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from safetensors.torch import save_file
 
-from ticketcli import ticket as ticket_io
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.ticket import Ticket, pack_bits, unpack_bits
+from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.ticket import Ticket, pack_bits, unpack_bits
 
 SHA = "0123456789abcdef" * 4
 SHAPES = {"layers.0.weight": (3, 5), "layers.1.weight": (7,)}

@@ -236,8 +236,8 @@ def test_global_and_layer_densities_exclude_each_other(digits):
 def test_cli_records_variants_and_reports_aux_share(tmp_path, isolated_env):
     from typer.testing import CliRunner
 
-    from ticketcli import ticket as ticket_io
     from ticketcli.cli import app
+    from ticketcli.ticketfile import ticket as ticket_io
 
     out = tmp_path / "t.safetensors"
     r = CliRunner().invoke(

@@ -13,7 +13,6 @@ from safetensors.torch import load_file, save_file
 from test_cli import QUICK, invoke, one_line_error
 
 from ticketcli import runs
-from ticketcli import ticket as ticket_io
 from ticketcli.errors import RunFailed
 from ticketcli.init import init_weights
 from ticketcli.models.build import build_model
@@ -22,6 +21,7 @@ from ticketcli.models.registry import parse_model
 from ticketcli.resolve import data_location
 from ticketcli.seeding import file_sha256
 from ticketcli.specs import DataSpec, InitSpec
+from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import evaluate
 from ticketcli.weak import WeakSpec, check_sparsity, train_run, train_weak
 

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from ticketcli import api_data, export, report, runs
-from ticketcli import ticket as ticket_io
 from ticketcli.api_masks import apply_masks, masked
 from ticketcli.checkpoint import saved_at
 from ticketcli.contract import document
@@ -27,6 +26,7 @@ from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.resolve import build_extract_spec, build_model_policy, data_location, merge_settings
 from ticketcli.specs import EXTRACT_DEFAULTS, DataSpec, ModelPolicy, ModelSpec
 from ticketcli.threads import check_threads, using
+from ticketcli.ticketfile import ticket as ticket_io
 
 Progress = Callable[[dict], None]  # called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"}
 UNSAVED = Path("<unsaved ticket>")  # how messages name a ticket that extract() returned and nobody saved yet

@@ -65,8 +65,21 @@ DRIFT_ACTIVATIONS = ("gelu", "gelu2", "relu", "relu2", "relu2-clip", "silu")
 DRIFT_LOSSES = ("cross-entropy", "mse")
 
 # Defaults that help texts show but whose home modules import torch (each named in the comment; tests check them)
-SWEEP_LAYERWISE = 8  # sweep.PAPER_LAYERWISE
-SWEEP_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # sweep.PAPER_DENSITIES
+SWEEP_LAYERWISE = 8  # sweep.plan.PAPER_LAYERWISE
+SWEEP_DENSITIES = (
+    0.01,
+    0.02,
+    0.05,
+    0.075,
+    0.10,
+    0.15,
+    0.20,
+    0.30,
+    0.40,
+    0.50,
+    0.65,
+    0.80,
+)  # sweep.plan.PAPER_DENSITIES
 
 # grasp's two readings and its data for g and Hg (specs.GRASP_DIRECTIONS, specs.GRASP_DATA)
 GRASP_DIRECTIONS = ("paper", "original")

@@ -173,7 +173,7 @@ def _record(r: Doc) -> Doc:
 
 def flat_record(record: Doc) -> Doc:
     """A sweep-k document's record back in sweep's own flat shape (test_accuracy, achieved_sparsity, ...), so that a
-    saved document can be summarized again (sweep_summary.summarize) or compared with a fresh run's record."""
+    saved document can be summarized again (sweep/summary.py's summarize) or compared with a fresh run's record."""
     flat = {k: v for k, v in record.items() if k not in ("metrics", "sparsity")}
     test, val, sp = record["metrics"].get("test", {}), record["metrics"].get("val", {}), record["sparsity"]
     pairs = [("test_accuracy", test, "accuracy"), ("val_accuracy", val, "accuracy"), ("test_loss", test, "loss")]

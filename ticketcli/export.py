@@ -25,13 +25,13 @@ import torch
 from safetensors.torch import save as st_save
 
 from ticketcli import runs
-from ticketcli import ticket as ticket_io
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.data import DATASETS, load_splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.models.masked import MaskedNet
 from ticketcli.specs import DataSpec, ModelPolicy
+from ticketcli.ticketfile import ticket as ticket_io
 
 FORMATS = ("masked", "prune", "csr", "masks")
 

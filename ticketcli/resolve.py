@@ -13,7 +13,6 @@ from typing import Any
 
 from ticketcli import budget
 from ticketcli import data as data_io
-from ticketcli import ticket as ticket_io
 from ticketcli.bounded import check_user_path, read_regular_file
 from ticketcli.budget import Budget, default_max_memory
 from ticketcli.data import DATASETS, DatasetInfo
@@ -44,6 +43,7 @@ from ticketcli.specs import (
     check_setting,
     option_flag,
 )
+from ticketcli.ticketfile import ticket as ticket_io
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from ticketcli import distributed, runs_checks, runs_record
-from ticketcli import ticket as ticket_io
 from ticketcli.atomic import check_destination
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.budget import Budget
@@ -33,6 +32,7 @@ from ticketcli.runs_checks import check_input_shape, resolve_device
 from ticketcli.runs_inspect import inspect_ticket as inspect_ticket  # numpy only; re-exported for callers of runs
 from ticketcli.seeding import file_sha256, fingerprint, generator
 from ticketcli.specs import DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import evaluate
 
 

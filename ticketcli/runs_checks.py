@@ -11,7 +11,6 @@ from pathlib import Path
 import torch
 
 from ticketcli import batchnorm, budget, distributed
-from ticketcli import ticket as ticket_io
 from ticketcli.budget import Budget
 from ticketcli.checkpoint import read_torch_file, recorded_locations
 from ticketcli.data import DATASETS, Splits
@@ -21,6 +20,7 @@ from ticketcli.models.build import check_param_count, planned_shapes
 from ticketcli.models.masked import MaskedNet
 from ticketcli.seeding import file_sha256
 from ticketcli.specs import ModelSpec
+from ticketcli.ticketfile import ticket as ticket_io
 
 
 def load_checkpoint(path: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -171,7 +171,9 @@ def recorded_checkpoint(tk: ticket_io.Ticket, path: Path, max_params: int) -> st
     """The checkpoint the ticket recorded, looked for next to the ticket first, then where the path points from
     here (checkpoint.recorded_locations). It is followed only to a plain file of a checkpoint's size: a ticket
     must not make a reader hash /proc/self/pagemap (size 0, endless) or any file of hundreds of GB."""
-    stored = tk.checkpoint.get("path") if tk.checkpoint else None  # a string when present (ticket_meta checks it)
+    stored = (
+        tk.checkpoint.get("path") if tk.checkpoint else None
+    )  # a string when present (ticketfile/meta.py checks it)
     if not isinstance(stored, str) or not stored:
         raise UsageError(f"{path} was extracted from checkpoint weights; pass them with --weights FILE")
     places = recorded_locations(stored, path)

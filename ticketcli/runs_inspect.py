@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ticketcli import ticket as ticket_io
+from ticketcli.ticketfile import ticket as ticket_io
 
 
 def inspect_ticket(path: str | Path) -> dict:

@@ -9,7 +9,6 @@ from typing import Any
 import torch
 
 from ticketcli import batchnorm, distributed, machine
-from ticketcli import ticket as ticket_io
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
@@ -20,6 +19,7 @@ from ticketcli.models.masked import MaskedNet
 from ticketcli.runs_inspect import recorded_aux_share
 from ticketcli.seeding import fingerprint
 from ticketcli.specs import ModelSpec, RunSpec
+from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import evaluate
 from ticketcli.version import __version__
 

@@ -27,11 +27,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ticketcli import runs
-from ticketcli import ticket as ticket_io
 from ticketcli.cli import app
 from ticketcli.errors import TicketFileError
 from ticketcli.resolve import build_extract_spec, merge_settings
-from ticketcli.safetensors_file import DTYPE_BYTES
+from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.safetensors_file import DTYPE_BYTES
 
 # 13 hidden units and biases: masks of 832, 13, 130 and 10 bits, so three of them have padding bits
 SEED_MODEL = "mlp:64-13-10+bias"

@@ -22,7 +22,7 @@ from harness import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ticketcli import ticket as ticket_io
+from ticketcli.ticketfile import ticket as ticket_io
 
 CASES = settings(
     max_examples=60,

@@ -20,13 +20,13 @@ import torch
 from hostile import assert_clean, cli, snapshot
 from typer.testing import CliRunner
 
-from ticketcli import ticket as ticket_io
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.cli import app
 from ticketcli.methods import METHODS
 from ticketcli.models.build import build_model
 from ticketcli.models.registry import parse_model
 from ticketcli.resolve import method_reads
+from ticketcli.ticketfile import ticket as ticket_io
 
 MODEL = "mlp:64-13-10"
 BASE = ["--dataset", "digits", "--model", MODEL, "--n-extract", "100", "--n-val", "50", "--device", "cpu", "--quiet"]

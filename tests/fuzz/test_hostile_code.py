@@ -22,8 +22,8 @@ from harness import run_ok
 from hostile import assert_clean, child, cli, snapshot
 
 from ticketcli import runs
-from ticketcli import ticket as ticket_io
 from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.ticketfile import ticket as ticket_io
 
 MARKER_SOURCE = """
 import pathlib

@@ -13,9 +13,10 @@ import pytest
 from hostile import assert_clean, child, cli
 
 from ticketcli import export as export_core
-from ticketcli import report, runs, runs_inspect, sweep, weak
-from ticketcli import ticket as ticket_io
+from ticketcli import report, runs, runs_inspect, weak
 from ticketcli.drift import run as drift_core
+from ticketcli.sweep import run as sweep_run
+from ticketcli.ticketfile import ticket as ticket_io
 
 INTERNAL = "rerun with TICKET_DEBUG=1 for the traceback"
 HOSTILE_TEXT = "[bold red]x[/oops] :smile: \x1b[2J\x1b]0;pwned\x07 \r\b\x9b31m \u202eevil"  # markup, emoji, controls
@@ -74,7 +75,7 @@ CORE = {
     "extract": (runs, "extract_ticket"),
     "train-weak": (weak, "train_weak"),
     "drift": (drift_core, "run_drift"),
-    "sweep-k": (sweep, "sweep_k"),
+    "sweep-k": (sweep_run, "sweep_k"),
 }
 
 

@@ -18,10 +18,11 @@ import pytest
 from hostile import QUICK_SWEEP as SWEEP
 from hostile import REPO, assert_clean, cli, snapshot
 
-from ticketcli import atomic, runs, sweep_outputs
+from ticketcli import atomic, runs
 from ticketcli.atomic import Owned, write_owned
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.errors import UsageError
+from ticketcli.sweep import outputs as sweep_outputs
 
 EXTRACT = [
     "extract",

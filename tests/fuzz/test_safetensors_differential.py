@@ -1,5 +1,5 @@
 """Differential test of the safetensors reader: every crafted file of this suite (harness.py's broken tickets, and
-container-level cases below) goes through ticket's reader (safetensors_file.read_header, and ticket.load) and
+container-level cases below) goes through ticket's reader (ticketfile.safetensors_file.read_header, and ticket.load) and
 through the safetensors library. ticket never accepts what safetensors rejects; where ticket is stricter, the
 difference is deliberate and listed in DELIBERATE."""
 
@@ -15,9 +15,9 @@ from harness import families, malformed, write_seed_ticket
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ticketcli import ticket as ticket_io
 from ticketcli.errors import TicketFileError
-from ticketcli.safetensors_file import read_header
+from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.safetensors_file import read_header
 
 safetensors_torch = pytest.importorskip("safetensors.torch")  # torch has every dtype (numpy has no bfloat16)
 

@@ -34,7 +34,7 @@ def warn_not_reproduced(path: Path) -> None:
     """Say that a CPU ticket did not reproduce exactly here, naming what differs between the machine and torch build
     it records and this one (README: Determinism)."""
     from ticketcli import machine
-    from ticketcli import ticket as ticket_io
+    from ticketcli.ticketfile import ticket as ticket_io
 
     differ = machine.differences(ticket_io.scan(path).ticket.created_by, machine.record())
     why = (
@@ -75,8 +75,8 @@ def evaluate(
     quiet: Quiet = False,
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
-    from ticketcli import ticket as ticket_io  # numpy: not needed for --help
     from ticketcli.threads import check_threads, using
+    from ticketcli.ticketfile import ticket as ticket_io  # numpy: not needed for --help
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         if min_accuracy is not None and not 0 <= min_accuracy <= 1:

@@ -35,11 +35,11 @@ from ticketcli.contract import document
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.specs import check_setting
-from ticketcli.sweep_summary import PAPER_BAND
+from ticketcli.sweep.summary import PAPER_BAND
 
 Executor = Literal["local", "ray"]
-# sweep-k's own options (the others are extract's): their defaults, each written once here or in sweep.py (read
-# through the catalog, which imports no torch)
+# sweep-k's own options (the others are extract's): their defaults, each written once here, in sweep/plan.py (read
+# through the catalog, which imports no torch) or in sweep/summary.py (torch-free)
 SEEDS = "0,1,2"
 LAYERWISE = catalog.SWEEP_LAYERWISE
 BAND = show(PAPER_BAND).replace(",", "-")  # 0.85-0.95
@@ -188,8 +188,10 @@ def sweep_k(
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
     # torch: imported when the command runs, not for --help
-    from ticketcli import sweep, sweep_outputs
     from ticketcli.resolve import build_extract_spec, load_config, merge_settings
+    from ticketcli.sweep import outputs as sweep_outputs
+    from ticketcli.sweep.plan import build_plan, double_scoring_methods
+    from ticketcli.sweep.run import sweep_k as run_sweep_k
 
     flags = dict(
         method="edge-popup",
@@ -236,8 +238,8 @@ def sweep_k(
             check_destination(plot, overwrite=force, owned=plot_owned)  # before the work, not after
             if note is not None:
                 note.check(force)  # the note the plot goes in
-        tasks = sweep.build_plan(
-            base, seeds=seed_list, densities=pool, layerwise=layerwise, double_scoring=sweep.double_scoring_methods()
+        tasks = build_plan(
+            base, seeds=seed_list, densities=pool, layerwise=layerwise, double_scoring=double_scoring_methods()
         )
         # a ticket (a bit per weight, a bounded header) and a small record per configuration, before the work
         if out_dir is not None:
@@ -252,7 +254,7 @@ def sweep_k(
                 if progress is not None:
                     progress(record, resumed)
 
-            result = sweep.sweep_k(
+            result = run_sweep_k(
                 tasks,
                 band=band_range,
                 workers=workers,
@@ -273,7 +275,7 @@ def sweep_k(
             "model": base.model.to_string(),
             "dataset": base.data.name,
             "epochs": base.method.epochs,
-            "double_scoring": sweep.double_scoring_methods(),
+            "double_scoring": double_scoring_methods(),
             "workers": workers,
             "threads": threads,
             "executor": executor,
@@ -293,9 +295,9 @@ def sweep_options(
 ) -> tuple[list[int], tuple[float, float], tuple[float, ...], int]:
     """Validate sweep-k's own options: seeds, band, density pool, worker and thread counts; returns the seeds, the
     band, the pool and each run's torch threads (POOL_THREADS unless given)."""
-    from ticketcli import sweep
     from ticketcli import threads as torch_threads
     from ticketcli.resolve import parse_floats
+    from ticketcli.sweep.plan import PAPER_DENSITIES
 
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
@@ -312,9 +314,7 @@ def sweep_options(
     if not 0 <= lo <= hi <= 1:  # NaN fails every comparison
         raise UsageError(f"--band must be LO-HI with 0 <= LO <= HI <= 1, got {band!r}")
     # parse_floats returns None only for None, and densities is a str here
-    pool = (
-        sweep.PAPER_DENSITIES if densities is None else cast(tuple[float, ...], parse_floats(densities, "--densities"))
-    )
+    pool = PAPER_DENSITIES if densities is None else cast(tuple[float, ...], parse_floats(densities, "--densities"))
     if not all(0 < d <= 1 for d in pool):
         raise UsageError(f"--densities must lie in (0, 1], got {densities!r}")
     layerwise, workers = (check_setting(k, v) for k, v in (("layerwise", layerwise), ("workers", workers)))

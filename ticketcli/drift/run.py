@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from ticketcli import batchnorm, runs
-from ticketcli import ticket as ticket_io
 from ticketcli.drift import control as control_
 from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.drift.inputs import Inputs, TextInputs
@@ -33,6 +32,7 @@ from ticketcli.methods import Progress
 from ticketcli.models.gpt import gpt_numbers, perplexity, with_vocab
 from ticketcli.models.masked import MaskedNet
 from ticketcli.specs import DataSpec, InitSpec, ModelPolicy, ModelSpec
+from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import WeightTrainer
 
 CHUNK = 512  # examples per forward and backward pass of a measurement at most (drift's default batch size)

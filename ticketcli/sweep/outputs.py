@@ -17,7 +17,7 @@ from ticketcli.atomic import Owned, check_destination, write_atomic
 from ticketcli.bounded import read_regular_file
 from ticketcli.errors import UsageError
 from ticketcli.seeding import file_sha256
-from ticketcli.ticket_meta import strict_json
+from ticketcli.ticketfile.meta import strict_json
 
 OUTPUTS = "sweep-outputs.json"  # in --out-dir
 FORMAT = "ticket-sweep-outputs/2"  # version 1 (path -> sha256 alone) is not trusted: it could be forged

@@ -1,7 +1,7 @@
 """The Ticket (masks + provenance) and its safetensors format v1: pack, save (atomic), load and validate.
 
-Reading never trusts a declared size: the header is parsed and checked first (safetensors_file checks the
-container, ticket_meta the metadata), then each mask's bytes are read by offset, a chunk at a time."""
+Reading never trusts a declared size: the header is parsed and checked first (safetensors_file.py checks the
+container, meta.py the metadata), then each mask's bytes are read by offset, a chunk at a time."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import numpy as np
 from ticketcli.atomic import write_atomic
 from ticketcli.budget import declared_params
 from ticketcli.errors import TicketFileError
-from ticketcli.safetensors_file import CHUNK_BYTES, chunks, popcount, read_header
 from ticketcli.specs import MAX_PARAMS
-from ticketcli.ticket_meta import HEX64, check_fields, json_field
+from ticketcli.ticketfile.meta import HEX64, check_fields, json_field
+from ticketcli.ticketfile.safetensors_file import CHUNK_BYTES, chunks, popcount, read_header
 
 if TYPE_CHECKING:
     import torch
@@ -208,7 +208,7 @@ def _check_bits(bits: int, model: dict[str, Any], path: Path, max_params: int) -
             hint="raise the limit with --max-params N if you mean it",
         )
     params = declared_params(model["spec"])
-    if params is None and isinstance(model.get("parameters"), dict):  # a factory's (ticket_meta checked them)
+    if params is None and isinstance(model.get("parameters"), dict):  # a factory's (meta.py checked them)
         params = sum(math.prod(s) for s in model["parameters"].values())
     if params is not None and bits > params:
         raise TicketFileError(

@@ -14,7 +14,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ticketcli.errors import TicketFileError
-from ticketcli.ticket_meta import MAX_DIMS, MAX_INT_DIGITS, DuplicateKey, TooManyDigits, json_error
+from ticketcli.ticketfile.meta import MAX_DIMS, MAX_INT_DIGITS, DuplicateKey, TooManyDigits, json_error
 
 MAX_HEADER_BYTES = 1 << 24  # a ticket's JSON header is a few KiB (safetensors itself allows 100 MB)
 DTYPE_BYTES = {

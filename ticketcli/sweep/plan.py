@@ -1,0 +1,133 @@
+"""sweep-k's plan: every run of a sweep (one task per seed and configuration) in a fixed order.
+
+Per seed: edge-popup at each keep density of the pool, at `layerwise` random per-layer tuples drawn from the seed's
+own stream, the fixed target-density baseline, the random mask, and each double-scoring method the registry has.
+Every task runs on the seed's shared initialisation and split.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+import torch
+
+from ticketcli import runs
+from ticketcli.budget import Budget
+from ticketcli.methods import METHODS
+from ticketcli.models.build import build_model, planned_shapes
+from ticketcli.models.masked import MaskedNet, layer_of
+from ticketcli.seeding import generator
+from ticketcli.specs import ModelSpec, RunSpec
+
+PAPER_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # Appendix B
+PAPER_LAYERWISE = 8  # random layerwise tuples per seed (Appendix B)
+DOUBLE_SCORING = ("augmented", "iterated")  # run whichever of these the METHODS registry has
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    id: str  # file stem in --out-dir, unique in the sweep
+    seed: int
+    group: str  # "edge-popup" (the sweep), "fixed", "random" or a double-scoring method name
+    config: str  # human label: "k=0.1", "layerwise 3", "fixed", ...
+    spec: RunSpec
+    fixed: bool = False  # this edge-popup run is also the fixed target-density baseline
+
+
+def double_scoring_methods() -> list[str]:
+    return [m for m in DOUBLE_SCORING if m in METHODS.names()]
+
+
+def model_layers(model: ModelSpec, limits: Budget = Budget()) -> int:
+    """Layers of the model, worked out on the meta device for a built-in one (after its budget check)."""
+    if model.arch != "user":
+        return len({layer_of(n) for n in planned_shapes(model, limits)})
+    return len(MaskedNet(build_model(model), model).layers())
+
+
+def layerwise_tuples(seed: int, pool: tuple[float, ...], n_layers: int, count: int) -> list[tuple[float, ...]]:
+    """`count` keep-density tuples, one pool value per layer, drawn uniformly from the seed's own stream."""
+    if count == 0:
+        return []
+    idx = torch.randint(len(pool), (count, n_layers), generator=generator(seed, "sweep-layerwise"))
+    return [tuple(pool[i] for i in row.tolist()) for row in idx]
+
+
+def _for_seed(spec: RunSpec, seed: int, **method) -> RunSpec:
+    return replace(
+        spec,
+        init=replace(spec.init, seed=seed),
+        data=replace(spec.data, split_seed=seed),
+        method=replace(spec.method, **method),
+    )
+
+
+def build_plan(
+    base: RunSpec, *, seeds: Iterable[int], densities: tuple[float, ...], layerwise: int, double_scoring: Iterable[str]
+) -> list[SweepTask]:
+    """Every run of the sweep, in a fixed order; base.method carries the requested sparsity and training settings."""
+    s = base.method.sparsity
+    target = 1.0 - s
+    n_layers = model_layers(base.model, runs.run_budget(base))
+    double_scoring = list(double_scoring)
+    tasks = []
+    for seed in seeds:
+        p = f"seed{seed}-"
+        ep = dict(name="edge-popup", layer_densities=None, aug_density=None)
+        has_fixed = False
+        for d in densities:
+            fixed = math.isclose(d, target, rel_tol=0, abs_tol=1e-12)
+            has_fixed |= fixed
+            tasks.append(
+                SweepTask(
+                    f"{p}edge-popup-k{d:g}",
+                    seed,
+                    "edge-popup",
+                    f"k={d:g}",
+                    _for_seed(base, seed, **ep, sparsity=round(1.0 - d, 12)),
+                    fixed=fixed,
+                )
+            )
+        for i, tup in enumerate(layerwise_tuples(seed, densities, n_layers, layerwise)):
+            tasks.append(
+                SweepTask(
+                    f"{p}edge-popup-lw{i}",
+                    seed,
+                    "edge-popup",
+                    f"layerwise {i}",
+                    _for_seed(base, seed, **{**ep, "layer_densities": tup}, sparsity=s),
+                )
+            )
+        if not has_fixed:
+            tasks.append(
+                SweepTask(
+                    f"{p}fixed",
+                    seed,
+                    "fixed",
+                    f"fixed k={target:g}",
+                    _for_seed(base, seed, **ep, sparsity=s),
+                    fixed=True,
+                )
+            )
+        tasks.append(
+            SweepTask(
+                f"{p}random",
+                seed,
+                "random",
+                "random",
+                _for_seed(base, seed, name="random", layer_densities=None, aug_density=None, sparsity=s),
+            )
+        )
+        for name in double_scoring:
+            tasks.append(
+                SweepTask(
+                    f"{p}{name}",
+                    seed,
+                    name,
+                    name,
+                    _for_seed(base, seed, name=name, layer_densities=None, aug_density=None, sparsity=s),
+                )
+            )
+    return tasks

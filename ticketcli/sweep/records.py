@@ -1,0 +1,170 @@
+"""sweep-k's records in --out-dir: one ticket and one JSON record per finished run, written ticket first, and read
+back (like a ticket: bounded, strict, every field checked) when a sweep resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import stat
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ticketcli import runs
+from ticketcli.atomic import write_owned
+from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.models.build import planned_shapes
+from ticketcli.seeding import file_sha256
+from ticketcli.specs import RunSpec
+from ticketcli.sweep.outputs import Note, read_json
+from ticketcli.sweep.plan import SweepTask
+from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.safetensors_file import MAX_HEADER_BYTES
+
+# Record fields that legitimately differ between two runs of the same task; everything else must be identical.
+VOLATILE = ("wall_time_s", "ticket", "ticket_sha256")
+
+
+RECORD_LIMIT = 1 << 20  # a record is a few hundred bytes
+RECORD_DEPTH = 6  # {"spec": {"model": {...: [...]}}} nests 4 deep
+HEX64 = frozenset("0123456789abcdef")
+# every field of a record, with its type; fields that name the task must also equal the task's own
+_NUMBER = (int, float)
+RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "seed": (int,),
+    "group": (str,),
+    "config": (str,),
+    "fixed": (bool,),
+    "method": (str,),
+    "requested_sparsity": _NUMBER,
+    "layer_densities": (list, type(None)),
+    "test_accuracy": _NUMBER,
+    "val_accuracy": _NUMBER,
+    "test_loss": _NUMBER,
+    "achieved_sparsity": _NUMBER,
+    "masks_sha256": (str,),
+    "device": (str,),
+    "threads": (int,),
+    "wall_time_s": _NUMBER,
+    "ticket": (str,),
+    "ticket_sha256": (str,),
+}
+
+
+def spec_identity(spec: RunSpec) -> dict:
+    """What decides a run's result (not where the data files live): a resumed record must match it exactly."""
+    data = {k: v for k, v in asdict(spec.data).items() if k not in ("search_dirs", "download", "download_dir")}
+    return {
+        "model": spec.model.to_dict(),
+        "init": spec.init.to_dict(),
+        "data": data,
+        "method": spec.method.to_dict(),
+        "device": spec.device,
+    }
+
+
+def legacy_masks_sha256(masks: dict[str, torch.Tensor]) -> str:
+    """The digest records held before they took their ticket's own (ticket.masks_sha256, which inspect reports):
+    still accepted when a sweep resumes from an older --out-dir."""
+    h = hashlib.sha256()
+    for name, m in masks.items():
+        h.update(name.encode() + b"\0" + ticket_io.pack_bits(m).numpy().tobytes())
+    return h.hexdigest()
+
+
+def paths(out_dir: Path, task: SweepTask) -> tuple[Path, Path]:
+    """The run's ticket and record in --out-dir."""
+    return out_dir / f"{task.id}.safetensors", out_dir / f"{task.id}.json"
+
+
+def ticket_bound(spec: RunSpec) -> int:
+    """The largest file a ticket of spec's model can be: a bit per weight and a bounded header (a built-in model's
+    size from the meta device; the ticket format's own bound for a user's model)."""
+    if spec.model.arch == "user":
+        return ticket_io.MAX_FILE_BYTES
+    shapes = planned_shapes(spec.model, runs.run_budget(spec))
+    return 8 + MAX_HEADER_BYTES + sum((math.prod(s) + 7) // 8 for s in shapes.values())
+
+
+def store(
+    out_dir: Path, task: SweepTask, record: dict, payload: bytes, note: Note | None = None, overwrite: bool = False
+) -> dict:
+    """Write the ticket, then its record (the record last: a record on disk means the ticket is complete); each
+    replaces an existing file only with `overwrite` or when `note` shows the sweep wrote it, and goes in the note."""
+    ticket, record_path = paths(out_dir, task)
+    note = note if note is not None else Note(out_dir)
+    note.add(write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket)), payload)
+    record = {**record, "ticket": str(ticket), "ticket_sha256": hashlib.sha256(payload).hexdigest()}
+    # on disk the method is its name (RECORD_FIELDS); the full record is the ticket's, read back by finished()
+    kept = {**record, "method": record["method"]["name"]}
+    doc = (json.dumps({"spec": spec_identity(task.spec), "record": kept}, indent=2, sort_keys=True) + "\n").encode()
+    note.add(write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path)), doc)
+    return record
+
+
+def _typed(record: Any, task: SweepTask) -> str | None:
+    """Why a stored record is not a well-formed record of this task (None when it is)."""
+    if not isinstance(record, dict) or record.keys() != RECORD_FIELDS.keys():
+        return "its fields are not a sweep-k record's"
+    for key, types in RECORD_FIELDS.items():
+        v = record[key]
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            return f"{key} is not a {types[0].__name__}"
+        if isinstance(v, float) and not math.isfinite(v) and key != "test_loss":
+            return f"{key} is not finite"
+    if any(not 0 <= record[k] <= 1 for k in ("test_accuracy", "val_accuracy", "achieved_sparsity")):
+        return "an accuracy or sparsity lies outside [0, 1]"
+    ld = record["layer_densities"]
+    if ld is not None and not all(type(x) in _NUMBER and 0 < x <= 1 for x in ld):
+        return "layer_densities is not a list of densities"
+    if any(len(record[k]) != 64 or not set(record[k]) <= HEX64 for k in ("masks_sha256", "ticket_sha256")):
+        return "a digest is not 64 hex digits"
+    task_fields = {"id": task.id, "seed": task.seed, "group": task.group, "config": task.config, "fixed": task.fixed}
+    if any(record[k] != v for k, v in task_fields.items()) or record["method"] != task.spec.method.name:
+        return "it describes another run"
+    return None
+
+
+def finished(out_dir: Path, task: SweepTask, bound: int = ticket_io.MAX_FILE_BYTES) -> tuple[dict | None, str | None]:
+    """(the stored record, None) when the run is complete and intact (same spec, ticket present, hashes match);
+    (None, None) when there is none or it is of other settings; (None, why) when the record or its ticket is not
+    what the sweep writes (a FIFO, a device, too large, bad JSON, wrong types, a ticket that does not match):
+    the caller warns and recomputes the run. Both files are read like tickets, within bounds (`bound`: the size
+    of a ticket of this model)."""
+    ticket, record_path = paths(out_dir, task)
+    if not os.path.lexists(record_path):
+        return None, None
+    try:
+        doc = read_json(record_path, RECORD_LIMIT, "sweep-k record", RECORD_DEPTH)
+    except UsageError as e:
+        return None, str(e)
+    if not isinstance(doc, dict) or doc.keys() != {"spec", "record"}:
+        return None, f"sweep-k record {record_path} is not a record sweep-k wrote"
+    if doc["spec"] != json.loads(json.dumps(spec_identity(task.spec))):
+        return None, None  # a run of other settings: recomputed, as the settings changed
+    record = doc["record"]
+    why = _typed(record, task)
+    if why is not None:
+        return None, f"sweep-k record {record_path} is not valid ({why})"
+    try:
+        st = os.stat(ticket)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > bound:
+            return None, f"{ticket} is not a ticket of this run (not a regular file, or larger than {bound} bytes)"
+        loaded = ticket_io.load(ticket)
+        if file_sha256(str(ticket)) != record["ticket_sha256"]:
+            return None, f"{ticket} differs from the ticket its record names (sha256)"
+        digest = ticket_io.masks_sha256(loaded.packed())
+        if record["masks_sha256"] not in (digest, legacy_masks_sha256(loaded.masks)):
+            return None, f"{ticket}'s masks differ from its record's"
+    except FileNotFoundError:
+        return None, f"{ticket}, the ticket of {record_path}, is missing"
+    except (OSError, ValueError) as e:
+        return None, f"cannot read {ticket}: {getattr(e, 'strerror', None) or e}"
+    except TicketFileError as e:
+        return None, str(e)
+    return {**record, "ticket": str(ticket), "method": loaded.method, "masks_sha256": digest}, None

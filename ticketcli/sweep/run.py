@@ -1,0 +1,93 @@
+"""A whole sweep-k: take the runs already finished in --out-dir, check every file the others will write before any
+work starts, run the others (execute.py) longest first, keep each as it finishes (records.py), and summarise them
+(summary.py: the paper's Section 6.3 stability table, docs/method.md)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ticketcli.atomic import check_destination
+from ticketcli.errors import UsageError
+from ticketcli.sweep.execute import cost, run_local, run_ray
+from ticketcli.sweep.outputs import load_note
+from ticketcli.sweep.plan import SweepTask
+from ticketcli.sweep.records import finished, paths, store, ticket_bound
+from ticketcli.sweep.summary import PAPER_BAND, summarize
+from ticketcli.ticketfile import ticket as ticket_io
+
+OnResult = Callable[[dict, bool], None]  # (record, resumed) after each finished task
+
+
+def run_sweep(
+    tasks: list[SweepTask],
+    *,
+    workers: int = 1,
+    threads: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    out_dir: str | Path | None = None,
+    on_result: OnResult | None = None,
+    overwrite: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> dict:
+    """Run (or resume) every task; returns {"records": in plan order, "resumed": ids taken from out_dir}.
+
+    A file in out_dir the sweep will write is replaced only when the sweep wrote it (its note) or with
+    `overwrite` (--force), checked before any run starts; a stored record or ticket that is not what the sweep
+    writes is reported through `warn` and its run recomputed."""
+    out = None if out_dir is None else Path(out_dir)
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot create --out-dir {out}: {e.strerror or e}") from None
+    note = load_note(out)
+    bound = ticket_bound(tasks[0].spec) if out is not None and tasks else ticket_io.MAX_FILE_BYTES
+    records: dict[str, dict] = {}
+    resumed = []
+    todo = []
+    problems: dict[str, str] = {}
+    for t in tasks:
+        rec, why = (None, None) if out is None else finished(out, t, bound)
+        if rec is None:
+            todo.append(t)
+            if why is not None:
+                problems[t.id] = why
+        else:
+            records[t.id] = rec
+            resumed.append(t.id)
+    if out is not None and note is not None and todo:  # before the work: every file it will write may be written
+        note.check(overwrite)
+        for t in todo:
+            for p in paths(out, t):
+                if os.path.lexists(p) and not overwrite and note.owned(p) is None:
+                    raise UsageError(
+                        f"{problems.get(t.id, f'{p} is not a file this sweep wrote')}; "
+                        f"it is not replaced without --force",
+                        hint="pass --force to replace it and recompute that run, or use another --out-dir",
+                    )
+                check_destination(p, overwrite=overwrite, owned=note.owned(p))
+        for t in todo:
+            if t.id in problems and warn is not None:
+                warn(f"{problems[t.id]}; that run is recomputed")
+    for t in tasks:
+        if on_result and t.id in records:
+            on_result(records[t.id], True)
+    todo.sort(key=lambda t: -cost(t))  # longest first, so a multi-round run is not the pool's last straggler
+    results = run_ray(todo, threads, ray_address) if executor == "ray" and todo else run_local(todo, workers, threads)
+    for task, (record, payload) in results:
+        if out is not None:
+            record = store(out, task, record, payload, note, overwrite)
+        records[task.id] = record
+        if on_result:
+            on_result(record, False)
+    return {"records": [records[t.id] for t in tasks], "resumed": resumed}
+
+
+def sweep_k(tasks: list[SweepTask], *, band: tuple[float, float] = PAPER_BAND, **run: Any) -> dict:
+    """Run the planned tasks (see run_sweep for the executor options) and summarise them."""
+    result = run_sweep(tasks, **run)
+    return {**result, "summary": summarize(result["records"], band=band)}
