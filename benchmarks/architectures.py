@@ -29,10 +29,12 @@ from pathlib import Path
 
 import torch
 
-from ticketcli import runs
 from ticketcli.data import load_splits
 from ticketcli.methods import METHODS
 from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.runs import build as runs_build
+from ticketcli.runs import extract as runs_extract
+from ticketcli.runs import inputs as runs_inputs
 from ticketcli.seeding import generator
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
 
@@ -81,12 +83,12 @@ def spec_for(model: str, method: str, sparsity: float, seed: int, args) -> objec
 
 
 def extract(model: str, method: str, sparsity: float, seed: int, args) -> dict:
-    """One extraction (as runs.extract_ticket, minus the file), both BatchNorm evaluations, and the epoch times."""
+    """One extraction (as extract_ticket, minus the file), both BatchNorm evaluations, and the epoch times."""
     spec = spec_for(model, method, sparsity, seed, args)
-    device = runs.resolve_device(spec.device)
-    net, weights = runs.build_net(spec.model, spec.init, None)
+    device = runs_inputs.resolve_device(spec.device)
+    net, weights = runs_build.build_net(spec.model, spec.init, None)
     splits = load_splits(spec.data)
-    runs.check_input_shape(spec.model, splits, net)
+    runs_inputs.check_input_shape(spec.model, splits, net)
     net.to(device)
     splits = splits.to(device)
     net.bn_statistics = "trajectory"  # same forward values; the running averages follow training as edge-popup's
@@ -132,8 +134,8 @@ def timed_epochs(model: str, seed: int, args) -> dict[str, dict[str, float]]:
     from ticketcli.methods.scores import Augmented, EdgePopup
 
     spec = spec_for(model, "edge-popup", args.sparsity, seed, args)
-    device = runs.resolve_device(spec.device)
-    net, _ = runs.build_net(spec.model, spec.init, None)
+    device = runs_inputs.resolve_device(spec.device)
+    net, _ = runs_build.build_net(spec.model, spec.init, None)
     splits = load_splits(spec.data).to(device)
     net.to(device)
     one = replace(spec.method, epochs=1)
@@ -177,7 +179,7 @@ def check_ticket(record: dict, args) -> bool:
     """A real extract_ticket at the same settings stores exactly the recalibrated accuracy reported here."""
     spec = spec_for(record["model"], record["method"], record["requested"], record["seed"], args)
     with tempfile.TemporaryDirectory() as d:
-        r = runs.extract_ticket(spec, out=Path(d) / "t.safetensors")
+        r = runs_extract.extract_ticket(spec, out=Path(d) / "t.safetensors")
     return r["metrics"]["test"]["accuracy"] == record["test"]
 
 
@@ -271,7 +273,7 @@ def main() -> None:
             checks[key] = check_ticket(next(r for r in records if r["model"] == key), args)
             print(f"  extract_ticket stores the same accuracy: {checks[key]}", flush=True)
 
-    device = str(runs.resolve_device(args.device))
+    device = str(runs_inputs.resolve_device(args.device))
     print(
         f"\nFashionMNIST, seeds {args.seeds}, {args.epochs} score epochs (Adam 1e-2, batch 512, 5000/5000 split, "
         f"full test set), device {device}, {torch.get_num_threads()} threads, total "

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ticketcli.resolve import build_extract_spec, merge_settings
-from ticketcli.runs import extract_ticket
+from ticketcli.runs.extract import extract_ticket
 
 
 def main() -> None:

@@ -64,7 +64,8 @@ def emulate(out: Path, method: str, seed: int, epochs: int) -> None:
     from the 1-process run is the gradient's summation order, not data parallelism."""
     code = f"""
 import torch, torch.nn.functional as F
-from ticketcli import distributed, runs
+from ticketcli import distributed
+from ticketcli.runs import extract as runs_extract
 from ticketcli.resolve import build_extract_spec, merge_settings
 
 def step(forward, x, y):
@@ -76,7 +77,7 @@ torch.set_num_threads(1)
 distributed.cross_entropy_step = step
 spec = build_extract_spec(merge_settings(dict(method={method!r}, seed={seed}, epochs={epochs}, sparsity=0.9,
                                               device="cpu"), None))
-runs.extract_ticket(spec, out={str(out)!r}, overwrite=True)
+runs_extract.extract_ticket(spec, out={str(out)!r}, overwrite=True)
 """
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 

@@ -47,7 +47,6 @@ def write_text(folder: Path, n: int = 40000) -> str:
 
 def setup(model: str, probe: int, batch: int, steps: int, text: str):
     """(spec, net, inputs, trainer, forward, loss) the way drift.drift_one sets them up for seed 0."""
-    from ticketcli import runs
     from ticketcli.drift import run as drift
     from ticketcli.drift.activations import ACTIVATIONS, LOSSES
     from ticketcli.drift.options import build_drift_spec
@@ -55,6 +54,7 @@ def setup(model: str, probe: int, batch: int, steps: int, text: str):
     from ticketcli.drift.text import load_corpus
     from ticketcli.models.gpt import gpt_numbers, with_vocab
     from ticketcli.resolve import data_location
+    from ticketcli.runs import build as runs_build
     from ticketcli.specs import ModelPolicy
     from ticketcli.train import WeightTrainer
 
@@ -68,7 +68,7 @@ def setup(model: str, probe: int, batch: int, steps: int, text: str):
         corpus = load_corpus(spec.text)
         spec = replace(spec, model=with_vocab(spec.model, len(corpus.vocab)))
         gpt_numbers(spec.model)
-    net, _ = runs.build_net(spec.model, replace(spec.init, seed=0), None, runs.policy_budget(ModelPolicy()))
+    net, _ = runs_build.build_net(spec.model, replace(spec.init, seed=0), None, runs_build.policy_budget(ModelPolicy()))
     inputs = drift._inputs(spec, corpus, spec.model, spec.data, 0, torch.device("cpu"))
     act = ACTIVATIONS.get(spec.activation)
     forward = drift_forward(net, lambda h: act.fn(h, spec.clip))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ticketcli.export import FORMATS, export_ticket
 from ticketcli.resolve import build_extract_spec, merge_settings, read_by
-from ticketcli.runs import extract_ticket
+from ticketcli.runs.extract import extract_ticket
 
 SUFFIX = {"masked": ".safetensors", "prune": ".pt", "csr": ".safetensors", "masks": ".safetensors"}
 

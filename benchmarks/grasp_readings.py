@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ticketcli.resolve import build_extract_spec, merge_settings
-from ticketcli.runs import extract_ticket
+from ticketcli.runs.extract import extract_ticket
 
 
 def mean_std(xs: list[float]) -> str:

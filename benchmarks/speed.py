@@ -26,7 +26,7 @@ from ticketcli.data import Splits, load_splits
 from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.resolve import build_extract_spec, data_location, merge_settings
-from ticketcli.runs import build_net
+from ticketcli.runs.build import build_net
 from ticketcli.seeding import generator
 from ticketcli.selection.groups import scope_groups
 from ticketcli.selection.scored import Selection

@@ -30,7 +30,7 @@ from ticketcli import distributed  # noqa: E402
 from ticketcli.methods.score_training import ScoreTrainer, seeded_scores  # noqa: E402
 from ticketcli.methods.scores import Augmented, EdgePopup  # noqa: E402
 from ticketcli.resolve import build_extract_spec, merge_settings  # noqa: E402
-from ticketcli.runs import build_net  # noqa: E402
+from ticketcli.runs.build import build_net  # noqa: E402
 from ticketcli.seeding import generator  # noqa: E402
 from ticketcli.specs import MethodSpec  # noqa: E402
 

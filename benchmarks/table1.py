@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from ticketcli.resolve import build_extract_spec, merge_settings, read_by
-from ticketcli.runs import extract_ticket
+from ticketcli.runs.extract import extract_ticket
 
 # Table 1 of the paper: (test accuracy %, achieved sparsity %) at requested 90% and 95%.
 PAPER = {

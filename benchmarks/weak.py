@@ -17,7 +17,7 @@ from pathlib import Path
 from table1 import mean_std  # benchmarks/ is on sys.path when run as a script
 
 from ticketcli.resolve import build_extract_spec, data_location, merge_settings
-from ticketcli.runs import extract_ticket
+from ticketcli.runs.extract import extract_ticket
 from ticketcli.specs import DataSpec
 from ticketcli.weak import WeakSpec, train_weak
 

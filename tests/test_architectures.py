@@ -20,7 +20,7 @@ from test_models import DIGITS, EXAMPLES, IMAGE_MODELS, one_line
 from torch import nn
 from typer.testing import CliRunner
 
-from ticketcli import batchnorm, runs, runs_record
+from ticketcli import batchnorm
 from ticketcli.cli import app
 from ticketcli.drift.sites import measure
 from ticketcli.errors import UsageError
@@ -29,6 +29,10 @@ from ticketcli.methods import METHODS
 from ticketcli.models.build import build_model
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
+from ticketcli.runs import build as runs_build
+from ticketcli.runs import evaluate as runs_evaluate
+from ticketcli.runs import extract as runs_extract
+from ticketcli.runs import record as runs_record
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
@@ -249,7 +253,7 @@ def extract(tmp_path: Path, model: str, method: str = "edge-popup", n_extract: i
         device="cpu",
     )
     out = tmp_path / f"{name}.safetensors"
-    runs.extract_ticket(spec, out=out)
+    runs_extract.extract_ticket(spec, out=out)
     return out
 
 
@@ -258,7 +262,7 @@ def test_batchnorm_ticket_reevaluates_exactly_in_a_fresh_process(tmp_path, model
     out = extract(tmp_path, model)
     tk = ticket_io.load(out)
     assert tk.model["batchnorm"] == batchnorm.RECORD
-    env = {**__import__("os").environ, "PYTHONPATH": str(Path(runs.__file__).parents[1])}
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(runs_build.__file__).parents[2])}
     p = subprocess.run(
         [sys.executable, "-m", "ticketcli", "evaluate", str(out), "--json"],
         capture_output=True,
@@ -277,7 +281,7 @@ def test_variants_extract_and_reevaluate(tmp_path, model):
     out = extract(tmp_path, model, method="augmented")
     tk = ticket_io.load(out)
     assert ("batchnorm" in tk.model) == ("norm=batch" in model)
-    r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
+    r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert r["reproduced"] and tk.model["spec"] == spec_of(model).to_string()
 
 
@@ -301,13 +305,13 @@ def test_every_method_runs_on_a_batchnorm_network(tmp_path, name):
         device="cpu",
     )
     out = tmp_path / "t.safetensors"
-    runs.extract_ticket(spec, out=out)
-    assert runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)["reproduced"]
+    runs_extract.extract_ticket(spec, out=out)
+    assert runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)["reproduced"]
 
 
 def test_grasp_differentiates_twice_through_the_vit(tmp_path):
     out = extract(tmp_path, "vit:p4-d16-l1-h2", method="grasp")
-    assert runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)["reproduced"]
+    assert runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)["reproduced"]
 
 
 def test_a_batch_of_one_example_is_refused(tmp_path):
@@ -360,9 +364,9 @@ def test_user_factory_with_batchnorm(tmp_path, norm_module):
     tk = ticket_io.load(out)
     assert list(tk.masks) == ["0.weight", "0.bias", "4.weight", "4.bias", "7.weight", "7.bias"]  # not BN's
     assert tk.model["batchnorm"] == batchnorm.RECORD
-    o = runs.open_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
+    o = runs_build.open_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert torch.equal(o.weights["1.weight"], torch.ones(6)) and torch.equal(o.weights["5.bias"], torch.zeros(16))
-    r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
+    r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert r["reproduced"]
     o.net.calibrate(o.masks)
     assert float(o.net.module[1].running_mean.abs().max()) > 0  # recalibrated, not the factory's zeros
@@ -381,14 +385,14 @@ def test_user_factory_with_layernorm(tmp_path, norm_module):
 
 def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm_module, monkeypatch):
     """A BatchNorm ticket written before the convention: eval-mode BatchNorm on the factory's statistics."""
-    real_build, real_record = runs.build_net, runs_record.model_record
+    real_build, real_record = runs_build.build_net, runs_record.model_record
 
     def legacy_build(*a):
         net, weights = real_build(*a)
         net.bn_statistics = "frozen"
         return net, weights
 
-    monkeypatch.setattr(runs, "build_net", legacy_build)
+    monkeypatch.setattr(runs_build, "build_net", legacy_build)
     monkeypatch.setattr(
         runs_record, "model_record", lambda m, n: {k: v for k, v in real_record(m, n).items() if k != "batchnorm"}
     )
@@ -399,9 +403,9 @@ def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm
     )
     monkeypatch.undo()
     assert "batchnorm" not in ticket_io.load(out).model
-    r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
+    r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert r["reproduced"]
-    o = runs.open_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
+    o = runs_build.open_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert o.net.bn_statistics == "frozen"
 
 

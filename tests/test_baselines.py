@@ -17,7 +17,8 @@ from ticketcli.methods.movement import cubic_density
 from ticketcli.methods.saliency import grasp_scores, hessian_vector_product, loss_gradient, snip_scores, synflow_scores
 from ticketcli.methods.sparse import prune_and_regrow
 from ticketcli.resolve import build_extract_spec, check_method_options, merge_settings
-from ticketcli.runs import build_net, extract_ticket
+from ticketcli.runs.build import build_net
+from ticketcli.runs.extract import extract_ticket
 from ticketcli.selection.exact import keep_count, topk_mask
 from ticketcli.specs import DataSpec, option_flag
 from ticketcli.ticketfile import ticket as ticket_io

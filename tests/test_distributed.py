@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from ticketcli import distributed
 from ticketcli.cli import app
 from ticketcli.errors import UsageError
-from ticketcli.runs import resolve_device
+from ticketcli.runs.inputs import resolve_device
 from ticketcli.ticketfile import ticket as ticket_io
 
 HERE = Path(__file__).parent
@@ -139,8 +139,8 @@ def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monke
     difference from the plain 1-process run is floating-point summation order, not data parallelism."""
     import torch.nn.functional as F
 
-    from ticketcli import runs
     from ticketcli.resolve import build_extract_spec, merge_settings
+    from ticketcli.runs import extract as runs_extract
 
     def two_shards(forward, x, y):
         parts = [(forward(xs), ys) for xs, ys in zip(x.tensor_split(2), y.tensor_split(2))]
@@ -155,7 +155,9 @@ def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monke
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        runs.extract_ticket(build_extract_spec(merge_settings(flags, None)), out=extracted["dir"] / "emulated.st")
+        runs_extract.extract_ticket(
+            build_extract_spec(merge_settings(flags, None)), out=extracted["dir"] / "emulated.st"
+        )
     finally:
         torch.set_num_threads(threads)
     emulated, two = ticket_io.load(extracted["dir"] / "emulated.st"), extracted["two"]

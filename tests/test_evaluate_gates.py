@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.runs_record import evaluation_gate
+from ticketcli.runs.evaluate import evaluation_gate
 from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()

@@ -15,10 +15,11 @@ from safetensors.torch import load_file
 from test_models import user_module, write_user_module  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
-from ticketcli import runs
 from ticketcli.cli import app
 from ticketcli.export import FORMATS, export_ticket
 from ticketcli.models.registry import parse_model
+from ticketcli.runs import build as runs_build
+from ticketcli.runs import extract as runs_extract
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
@@ -112,7 +113,7 @@ def make_ticket(tmp_path: Path, model: str) -> Path:
         device="cpu",
     )
     out = tmp_path / "ticket.safetensors"
-    runs.extract_ticket(spec, out=out)
+    runs_extract.extract_ticket(spec, out=out)
     return out
 
 
@@ -125,7 +126,7 @@ def test_every_format_reproduces_the_ticket_logits_in_plain_torch(tmp_path, mode
         build = PLAIN_MLP if model.startswith("mlp") else PLAIN_VGG
     ticket = make_ticket(tmp_path, model)
     tk = ticket_io.load(ticket)
-    net = runs.open_ticket(ticket, data=DataSpec(), device="cpu", policy=ModelPolicy(trust_model_code=True)).net
+    net = runs_build.open_ticket(ticket, data=DataSpec(), device="cpu", policy=ModelPolicy(trust_model_code=True)).net
     net.calibrate(tk.masks)  # BatchNorm (the user model's): the statistics evaluate and export use
     x = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -209,7 +210,7 @@ def test_readme_csr_recipe_restores_masked_weights_and_biases(tmp_path, model):
     assert runner.invoke(app, ["export", str(ticket), "--format", "csr", "--out", str(out)]).exit_code == 0
     scope = {"load_file": load_file, "torch": torch, "math": math, "path": str(out)}
     exec(CSR_RECIPE, scope)
-    net, _ = runs.rebuild(tk, ticket, None)
+    net, _ = runs_build.rebuild(tk, ticket, None)
     expected = {n: t * tk.masks[n].to(t.dtype) if n in tk.masks else t for n, t in net.module.state_dict().items()}
     assert sorted(scope["state"]) == sorted(expected)
     for n, t in expected.items():
@@ -241,7 +242,7 @@ def test_batchnorm_export_reads_and_rebuilds_the_ticket_once(tmp_path, request, 
     it already read, not from a second read and rebuild (the statistics are those evaluate computes)."""
     ticket = make_ticket(tmp_path, f"{request.getfixturevalue('user_module')}:build_net")
     calls = {"load": 0, "rebuild": 0}
-    load, rebuild = ticket_io.load, runs.rebuild
+    load, rebuild = ticket_io.load, runs_build.rebuild
 
     def counted(name, fn):
         def wrapper(*args, **kwargs):
@@ -251,11 +252,11 @@ def test_batchnorm_export_reads_and_rebuilds_the_ticket_once(tmp_path, request, 
         return wrapper
 
     monkeypatch.setattr(ticket_io, "load", counted("load", load))
-    monkeypatch.setattr(runs, "rebuild", counted("rebuild", rebuild))
+    monkeypatch.setattr(runs_build, "rebuild", counted("rebuild", rebuild))
     policy = ModelPolicy(trust_model_code=True)
     export_ticket(ticket, fmt="masked", out=tmp_path / "m.safetensors", policy=policy)
     assert calls == {"load": 1, "rebuild": 1}
-    opened = runs.open_ticket(ticket, data=DataSpec(), device="cpu", policy=policy)
+    opened = runs_build.open_ticket(ticket, data=DataSpec(), device="cpu", policy=policy)
     assert opened.net.batchnorms
     opened.net.calibrate(opened.masks)
     exported = load_file(str(tmp_path / "m.safetensors"))

@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.runs import open_ticket
+from ticketcli.runs.build import open_ticket
 from ticketcli.specs import FACTORY_SEED, DataSpec, ModelPolicy
 from ticketcli.ticketfile import ticket as ticket_io
 

@@ -57,10 +57,8 @@ LAYERS: list[list[str]] = [
     ["ticketcli.methods"],  # one module per method family, behind one registry
     # workflows: what a command does, from specs to results
     [
-        "ticketcli.runs_inspect",
-        "ticketcli.runs",
-        "ticketcli.runs_checks",
-        "ticketcli.runs_record",
+        "ticketcli.runs.inspect",  # numpy only: `ticket inspect` never imports torch
+        "ticketcli.runs",  # extract and evaluate: build, extract, evaluate, record, checks, inputs (runs/__init__.py)
         "ticketcli.weak",
         "ticketcli.sweep",  # the sweep-k package: plan, execute, records, outputs, summary, run (sweep/__init__.py)
         "ticketcli.drift",  # the drift package: its modules below the views and options (drift/__init__.py)

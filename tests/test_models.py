@@ -13,13 +13,15 @@ import torch
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from ticketcli import runs
 from ticketcli.cli import app
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import RELU_GAIN, init_weights
 from ticketcli.models.build import build_model
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
+from ticketcli.runs import build as runs_build
+from ticketcli.runs import evaluate as runs_evaluate
+from ticketcli.runs import extract as runs_extract
 from ticketcli.seeding import fingerprint
 from ticketcli.spec_syntax import TEXT_ARCHS
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
@@ -94,9 +96,9 @@ def test_extract_evaluate_round_trip(name, tmp_path):
         device="cpu",
     )
     out = tmp_path / "t.safetensors"
-    s = runs.extract_ticket(spec, out=out)
+    s = runs_extract.extract_ticket(spec, out=out)
     assert s["model"] == example(name).to_string()
-    r = runs.evaluate_ticket(out, data=DataSpec(), device="cpu")
+    r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu")
     assert r["reproduced"] and r["test"]["correct"] == s["metrics"]["test"]["correct"]
 
 
@@ -243,8 +245,8 @@ def test_user_factory_masks_only_linear_and_conv(tmp_path, user_module):
         "fc.weight": [10, 64],
     }
     with pytest.raises(UsageError, match="would import and run"):  # a ticket alone never imports the factory
-        runs.rebuild(tk, out, None)
-    net, weights = runs.rebuild(tk, out, None, TRUSTED)
+        runs_build.rebuild(tk, out, None)
+    net, weights = runs_build.rebuild(tk, out, None, TRUSTED)
     assert float(weights["scale"]) == 2.0 and torch.equal(weights["bn.weight"], torch.ones(4))  # frozen as built
     r = runner.invoke(app, ["evaluate", str(out), "--json", "--model", f"{user_module}:build_net"])
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
@@ -297,7 +299,7 @@ def test_user_model_checkpoint_needs_every_parameter(tmp_path, user_module):
     )
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
-    net, weights = runs.rebuild(tk, out, str(ckpt), TRUSTED)
+    net, weights = runs_build.rebuild(tk, out, str(ckpt), TRUSTED)
     assert float(weights["scale"]) == 2.25  # the frozen, unmasked parameter came from the file
     assert torch.allclose(net.module.bn.running_mean, torch.full((4,), 0.25))  # and so did the buffer
     r = runner.invoke(app, ["evaluate", str(out), "--weights", str(ckpt), "--json", "--trust-model-code"])
@@ -345,7 +347,7 @@ def test_conv_checkpoint_round_trip_and_sha_check(tmp_path):
     assert runner.invoke(app, [*export, "--weights", str(ckpt)]).exit_code == 0
     assert torch.equal(
         torch.load(tmp_path / "net.pt", weights_only=True)["features.0.weight"],
-        runs.rebuild(tk, out, str(ckpt))[0].weights["features.0.weight"] * tk.masks["features.0.weight"],
+        runs_build.rebuild(tk, out, str(ckpt))[0].weights["features.0.weight"] * tk.masks["features.0.weight"],
     )
     bad = tmp_path / "bad.pt"
     torch.save({"features.0.weight": torch.zeros(64, 3, 3, 3)}, bad)
@@ -367,4 +369,4 @@ def test_factory_ticket_without_parameters_record_is_refused(tmp_path, user_modu
     tk.model.pop("parameters")
     ticket_io.save(tk, out, overwrite=True)
     with pytest.raises(TicketFileError, match="parameters"):
-        runs.rebuild(ticket_io.load(out), out, None, TRUSTED)
+        runs_build.rebuild(ticket_io.load(out), out, None, TRUSTED)

@@ -19,7 +19,9 @@ from ticketcli.cli import app
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.resolve import build_extract_spec, merge_settings
-from ticketcli.runs import evaluate_ticket, extract_ticket, inspect_ticket
+from ticketcli.runs.evaluate import evaluate_ticket
+from ticketcli.runs.extract import extract_ticket
+from ticketcli.runs.inspect import inspect_ticket
 from ticketcli.specs import EXTRACT_DEFAULTS, METHOD_OPTIONS, DataSpec, option_flag
 from ticketcli.ticketfile import ticket as ticket_io
 

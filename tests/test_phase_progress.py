@@ -20,11 +20,13 @@ from rich.progress import Progress
 from safetensors import safe_open
 from typer.testing import CliRunner
 
-from ticketcli import batchnorm, runs, train
+from ticketcli import batchnorm, train
 from ticketcli.cli import app
 from ticketcli.export import export_ticket
 from ticketcli.models.registry import parse_model
 from ticketcli.report import console
+from ticketcli.runs import evaluate as runs_evaluate
+from ticketcli.runs import extract as runs_extract
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, RunSpec
 
 BN = "mlp:64-16-10+norm=batch"
@@ -98,14 +100,14 @@ def bn_ticket(tmp_path_factory: pytest.TempPathFactory) -> Path:
         device="cpu",
     )
     out = tmp_path_factory.mktemp("bn") / "ticket.safetensors"
-    runs.extract_ticket(spec, out=out)
+    runs_extract.extract_ticket(spec, out=out)
     return out
 
 
 def test_evaluate_ticket_counts_each_phase_and_measures_the_same(bn_ticket):
     chunks = Recorder()
-    told = runs.evaluate_ticket(bn_ticket, data=DataSpec(), device="cpu", chunks=chunks)
-    assert told == runs.evaluate_ticket(bn_ticket, data=DataSpec(), device="cpu")
+    told = runs_evaluate.evaluate_ticket(bn_ticket, data=DataSpec(), device="cpu", chunks=chunks)
+    assert told == runs_evaluate.evaluate_ticket(bn_ticket, data=DataSpec(), device="cpu")
     n_test, n_val = told["test"]["n"], told["val"]["n"]
     expected = counted("recalibration", 3) + counted("test", math.ceil(n_test / train.EVAL_CHUNK))
     assert chunks.events == expected + counted("validation", math.ceil(n_val / train.EVAL_CHUNK))

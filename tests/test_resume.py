@@ -16,7 +16,7 @@ from ticketcli.errors import RunFailed, UsageError
 from ticketcli.methods import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
 from ticketcli.resolve import build_extract_spec, merge_settings
-from ticketcli.runs import extract_ticket
+from ticketcli.runs.extract import extract_ticket
 from ticketcli.selection.groups import scope_groups
 from ticketcli.selection.scored import Selection
 

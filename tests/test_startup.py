@@ -115,7 +115,7 @@ def test_import_ticketcli_alone_is_torch_free():
 
 def test_inspect_without_torch_counts_what_the_torch_loader_unpacks(files):
     """inspect counts bits in the packed bytes (numpy); the oracle unpacks every mask into a torch tensor."""
-    from ticketcli import runs_inspect
+    from ticketcli.runs import inspect as runs_inspect
     from ticketcli.ticketfile import ticket as ticket_io
 
     result, tk = runs_inspect.inspect_ticket(files["ticket"]), ticket_io.load(files["ticket"])

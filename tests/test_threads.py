@@ -12,11 +12,12 @@ import torch
 from typer.testing import CliRunner
 
 import ticketcli as tc
-from ticketcli import export, runs
+from ticketcli import export
 from ticketcli import threads as torch_threads
 from ticketcli.cli import app
 from ticketcli.drift import run as drift_run
 from ticketcli.errors import UsageError
+from ticketcli.runs import extract as runs_extract
 
 runner = CliRunner()
 TINY = ["--dataset", "digits", "--model", "mlp:64-16-10", "--n-extract", "200", "--n-val", "100"]
@@ -31,15 +32,15 @@ def other_count() -> int:
 
 @pytest.fixture()
 def seen(monkeypatch) -> list[int]:
-    """The torch thread count inside every extraction run (runs.run_extraction, which extract and the API call)."""
+    """The torch thread count inside every extraction run (run_extraction, which extract and the API call)."""
     counts: list[int] = []
-    original = runs.run_extraction
+    original = runs_extract.run_extraction
 
     def spy(*args, **kwargs):
         counts.append(torch.get_num_threads())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(runs, "run_extraction", spy)
+    monkeypatch.setattr(runs_extract, "run_extraction", spy)
     return counts
 
 

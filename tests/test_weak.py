@@ -12,13 +12,13 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from test_cli import QUICK, invoke, one_line_error
 
-from ticketcli import runs
 from ticketcli.errors import RunFailed
 from ticketcli.init import init_weights
 from ticketcli.models.build import build_model
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
 from ticketcli.resolve import data_location
+from ticketcli.runs import build as runs_build
 from ticketcli.seeding import file_sha256
 from ticketcli.specs import DataSpec, InitSpec
 from ticketcli.ticketfile import ticket as ticket_io
@@ -40,7 +40,7 @@ def ticket(tmp_path_factory) -> Path:
 
 
 def test_masked_weights_never_train_and_kept_ones_do(ticket):
-    o = runs.open_ticket(ticket, data=DATA, device="cpu")
+    o = runs_build.open_ticket(ticket, data=DATA, device="cpu")
     run, trainer = train_run(o, o.masks, SPEC, label="masked")
     for n, w in trainer.weights().items():
         m = o.masks[n]
@@ -93,7 +93,7 @@ def test_output_file_loads_into_the_model_and_reproduces_final_accuracy(ticket, 
     masks = ticket_io.load(ticket).masks
     for n, w in state.items():
         assert torch.all(w[~masks[n]] == 0) and not torch.signbit(w[~masks[n]]).any()  # +0.0, not -0.0
-    o = runs.open_ticket(ticket, data=DATA, device="cpu")
+    o = runs_build.open_ticket(ticket, data=DATA, device="cpu")
     test = evaluate(MaskedNet(module), None, o.splits.x_test, o.splits.y_test)
     assert test == doc["metrics"]["test"]
     with safe_open(str(out), "pt") as f:
@@ -107,7 +107,7 @@ def test_dense_baseline_starts_from_the_same_init(ticket):
     result = train_weak(ticket, data=DATA, spec=SPEC, device="cpu", dense_baseline=True)
     net = MaskedNet(build_model(parse_model(MODEL)))
     net.load_weights(init_weights(net.module, InitSpec(seed=0)))
-    o = runs.open_ticket(ticket, data=DATA, device="cpu")
+    o = runs_build.open_ticket(ticket, data=DATA, device="cpu")
     assert result["dense"]["initial"]["test"] == evaluate(net, None, o.splits.x_test, o.splits.y_test)
     assert result["dense"]["initial"] != result["masked"]["initial"]
 

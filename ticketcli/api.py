@@ -1,7 +1,7 @@
 """The Python API (`import ticketcli as tc`): load, extract, build and evaluate tickets in a notebook or a training
 script. It is the command line without the flags: the same spec building (resolve.py), the same core calls
-(runs.run_extraction, runs.evaluate_loaded, runs.rebuild), the same errors, raised instead of turned into exit
-codes."""
+(runs.extract.run_extraction, runs.evaluate.evaluate_loaded, runs.build.rebuild), the same errors, raised instead
+of turned into exit codes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ticketcli import api_data, export, report, runs
+from ticketcli import api_data, export, report
 from ticketcli.api_masks import apply_masks, masked
 from ticketcli.checkpoint import saved_at
 from ticketcli.contract import document
@@ -24,6 +24,10 @@ from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.resolve import build_extract_spec, build_model_policy, data_location, merge_settings
+from ticketcli.runs import build as runs_build
+from ticketcli.runs import evaluate as runs_evaluate
+from ticketcli.runs import extract as runs_extract
+from ticketcli.runs import inputs as runs_inputs
 from ticketcli.specs import EXTRACT_DEFAULTS, DataSpec, ModelPolicy, ModelSpec
 from ticketcli.threads import check_threads, using
 from ticketcli.ticketfile import ticket as ticket_io
@@ -125,7 +129,7 @@ class Ticket:
         while building (None: torch's own)."""
         _module_arg(module)
         with using(check_threads(threads, "threads")):
-            net, _ = runs.rebuild(
+            net, _ = runs_build.rebuild(
                 self._record, self._label, _path(weights, "weights"), self._policy(trust_model_code), module
             )
             masks = {n: self._record.masks[n] for n in net.names}
@@ -136,7 +140,7 @@ class Ticket:
                 else:
                     net.calibration = splits.x_extract
                     net.calibrate(masks)
-        net.to(runs.resolve_device(device))
+        net.to(runs_inputs.resolve_device(device))
         return apply_masks(net.module, masks)
 
     def evaluate(
@@ -158,7 +162,7 @@ class Ticket:
         torch's own), reported as `threads`."""
         _module_arg(module)
         with using(check_threads(threads, "threads")) as used:
-            result = runs.evaluate_loaded(
+            result = runs_evaluate.evaluate_loaded(
                 self._record,
                 self._label,
                 data=_data_spec(data_dir),
@@ -276,7 +280,7 @@ def extract(
         _progress(progress, spec.method.name, spec.method.epochs) as callback,
         using(check_threads(settings["threads"], "threads")),
     ):
-        run = runs.run_extraction(
+        run = runs_extract.run_extraction(
             spec, progress=callback, splits=splits, module=model if isinstance(model, nn.Module) else None
         )
     return Ticket(run.ticket)

@@ -5,7 +5,7 @@ a run must fit (--max-params, --max-memory), refused with one line before anythi
 The arithmetic follows the builders (models/mlp.py, conv.py, resnet.py, vit.py, gpt.py) and
 tests/test_budget.py checks it against every registered model: parameter and buffer counts exactly, activations
 against the tensors autograd really saves. A user's factory (pkg.module:function) cannot be estimated from its
-spec; it is counted once built (runs.build_net)."""
+spec; it is counted once built (runs/build.py)."""
 
 from __future__ import annotations
 

@@ -24,12 +24,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import save as st_save
 
-from ticketcli import runs
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.data import DATASETS, load_splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.models.masked import MaskedNet
+from ticketcli.runs import build as runs_build
+from ticketcli.runs import inputs as runs_inputs
 from ticketcli.specs import DataSpec, ModelPolicy
 from ticketcli.ticketfile import ticket as ticket_io
 
@@ -102,7 +103,7 @@ def recalibrate(
     chunks: ChunkProgress | None = None,
 ) -> None:
     """BatchNorm's running statistics for these masks, recomputed on the ticket's own extraction split (found
-    through `data`'s search path) exactly as `evaluate` does (runs.open_ticket), so eval mode reproduces it;
+    through `data`'s search path) exactly as `evaluate` does (runs_build.open_ticket), so eval mode reproduces it;
     `chunks` is told the recalibration's chunks as they finish."""
     d = tk.data
     if d["dataset"] not in DATASETS:
@@ -110,8 +111,8 @@ def recalibrate(
     splits = load_splits(
         replace(data, name=d["dataset"], n_extract=d["n_extract"], n_val=d["n_val"], split_seed=d["split_seed"])
     )
-    assert net.spec is not None  # runs.rebuild records the ticket's parsed model spec
-    runs.check_input_shape(net.spec, splits, net)
+    assert net.spec is not None  # runs_build.rebuild records the ticket's parsed model spec
+    runs_inputs.check_input_shape(net.spec, splits, net)
     net.calibration = splits.x_extract
     net.calibrate(masks, chunks)
 
@@ -147,7 +148,7 @@ def export_ticket(
     tk = ticket_io.load(
         path, max_params=policy.max_params
     )  # read once: the network, the masks and the calibration split all come from tk
-    net, _ = runs.rebuild(tk, path, weights, policy)
+    net, _ = runs_build.rebuild(tk, path, weights, policy)
     masks = {n: tk.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
         recalibrate(net, masks, tk, path, data or DataSpec(), chunks)

@@ -21,8 +21,8 @@ from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.errors import RunFailed
 from ticketcli.masking import mask_stats
-from ticketcli.runs import OpenTicket, open_ticket
-from ticketcli.runs_record import counted_layers
+from ticketcli.runs.build import OpenTicket, open_ticket
+from ticketcli.runs.record import counted_layers
 from ticketcli.seeding import file_sha256, generator
 from ticketcli.specs import DataSpec, ModelPolicy
 from ticketcli.train import WeightTrainer, evaluate, train_weights

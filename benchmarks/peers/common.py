@@ -20,7 +20,7 @@ from ticketcli.data import Splits, load_splits
 from ticketcli.methods.saliency import minibatches
 from ticketcli.models.masked import MaskedNet
 from ticketcli.resolve import build_extract_spec, merge_settings
-from ticketcli.runs import build_net, run_budget
+from ticketcli.runs.build import build_net, run_budget
 from ticketcli.seeding import generator
 from ticketcli.specs import RunSpec
 from ticketcli.train import evaluate
@@ -68,7 +68,7 @@ def ticket_run(settings: dict) -> Run:
 
 
 def method_generator(run: Run) -> torch.Generator:
-    """The generator `ticket extract` gives the method (runs.run_extraction)."""
+    """The generator `ticket extract` gives the method (runs_extract.run_extraction)."""
     return generator(run.spec.init.seed, "method")
 
 

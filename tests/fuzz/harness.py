@@ -26,10 +26,10 @@ from pathlib import Path
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ticketcli import runs
 from ticketcli.cli import app
 from ticketcli.errors import TicketFileError
 from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.runs import extract as runs_extract
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.safetensors_file import DTYPE_BYTES
 
@@ -53,7 +53,7 @@ def write_seed_ticket(path: Path) -> bytes:
             None,
         )
     )
-    runs.extract_ticket(spec, out=path, overwrite=True)
+    runs_extract.extract_ticket(spec, out=path, overwrite=True)
     return path.read_bytes()
 
 

@@ -18,12 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ticketcli as tc
-from ticketcli import budget, runs
+from ticketcli import budget
 from ticketcli.budget import Budget
 from ticketcli.errors import TicketCliError, UsageError
 from ticketcli.models.build import build_model, planned_shapes
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.runs import extract as runs_extract
 
 QUICK = ["--dataset", "digits", "--n-extract", "64", "--n-val", "32", "--epochs", "1", "--quiet"]
 SMALL_VIT = "vit:p4-d8-l1-h2@1x8x8-10"  # 976 parameters
@@ -54,7 +55,7 @@ def vit_ticket(tmp_path_factory) -> bytes:
             {"method": "random", "dataset": "digits", "model": SMALL_VIT, "n_extract": 64, "n_val": 32}, None
         )
     )
-    runs.extract_ticket(spec, out=path, overwrite=True)
+    runs_extract.extract_ticket(spec, out=path, overwrite=True)
     return path.read_bytes()
 
 

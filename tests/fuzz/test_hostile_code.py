@@ -21,8 +21,8 @@ import pytest
 from harness import run_ok
 from hostile import assert_clean, child, cli, snapshot
 
-from ticketcli import runs
 from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.runs import extract as runs_extract
 from ticketcli.ticketfile import ticket as ticket_io
 
 MARKER_SOURCE = """
@@ -82,7 +82,7 @@ def lab(tmp_path_factory):
             None,
         )
     )
-    runs.extract_ticket(spec, out=d / "factory.safetensors")
+    runs_extract.extract_ticket(spec, out=d / "factory.safetensors")
     yield d, mod
     sys.path.remove(str(d))
 

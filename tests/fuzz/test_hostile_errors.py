@@ -13,8 +13,11 @@ import pytest
 from hostile import assert_clean, child, cli
 
 from ticketcli import export as export_core
-from ticketcli import report, runs, runs_inspect, weak
+from ticketcli import report, weak
 from ticketcli.drift import run as drift_core
+from ticketcli.runs import evaluate as runs_evaluate
+from ticketcli.runs import extract as runs_extract
+from ticketcli.runs import inspect as runs_inspect
 from ticketcli.sweep import run as sweep_run
 from ticketcli.ticketfile import ticket as ticket_io
 
@@ -70,9 +73,9 @@ def command_args(command: str, ticket: Path, tmp: Path) -> list[str]:
 
 CORE = {
     "inspect": (runs_inspect, "inspect_ticket"),
-    "evaluate": (runs, "evaluate_ticket"),
+    "evaluate": (runs_evaluate, "evaluate_ticket"),
     "export": (export_core, "export_ticket"),
-    "extract": (runs, "extract_ticket"),
+    "extract": (runs_extract, "extract_ticket"),
     "train-weak": (weak, "train_weak"),
     "drift": (drift_core, "run_drift"),
     "sweep-k": (sweep_run, "sweep_k"),

@@ -18,10 +18,11 @@ import pytest
 from hostile import QUICK_SWEEP as SWEEP
 from hostile import REPO, assert_clean, cli, snapshot
 
-from ticketcli import atomic, runs
+from ticketcli import atomic
 from ticketcli.atomic import Owned, write_owned
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.errors import UsageError
+from ticketcli.runs import extract as runs_extract
 from ticketcli.sweep import outputs as sweep_outputs
 
 EXTRACT = [
@@ -51,7 +52,7 @@ def no_work(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("the work started before the destination was checked")
 
-    monkeypatch.setattr(runs, "run_extraction", started)
+    monkeypatch.setattr(runs_extract, "run_extraction", started)
 
 
 # ---- OUT.ckpt ----

@@ -16,7 +16,7 @@ from harness import edit_json, write_seed_ticket
 from hostile import QUICK_SWEEP as SWEEP
 from hostile import assert_clean, child, cli
 
-from ticketcli import runs_checks
+from ticketcli.runs import checks as runs_checks
 
 VICTIM = "seed0-random"  # the cheapest run to recompute
 

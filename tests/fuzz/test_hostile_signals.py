@@ -12,7 +12,9 @@ import pytest
 from hostile import REPO, assert_clean, child, cli, snapshot
 
 from ticketcli import export as export_core
-from ticketcli import report, runs, runs_inspect
+from ticketcli import report
+from ticketcli.runs import evaluate as runs_evaluate
+from ticketcli.runs import inspect as runs_inspect
 
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
 
@@ -50,7 +52,7 @@ def test_inspect_evaluate_export_stop_with_one_line(command, sig, ticket, tmp_pa
     out = tmp_path / "x.safetensors"
     where = {
         "inspect": (runs_inspect, "inspect_ticket"),
-        "evaluate": (runs, "evaluate_ticket"),
+        "evaluate": (runs_evaluate, "evaluate_ticket"),
         "export": (export_core, "export_ticket"),
     }[command]
     monkeypatch.setattr(*where, signal_then(sig, getattr(*where)))
@@ -141,7 +143,8 @@ def test_a_signal_during_start_up_is_one_line(sig, tmp_path):
 # while the first one's error line is being written (the clean-up), and a third during the interpreter's shutdown.
 TWO_SIGNALS = """
 import atexit, os, signal, sys, time
-from ticketcli import report, runs_inspect
+from ticketcli import report
+from ticketcli.runs import inspect as runs_inspect
 first, second = signal.Signals[sys.argv[1]], signal.Signals[sys.argv[2]]
 
 def send(sig):

@@ -64,9 +64,9 @@ def model_size(model: object) -> int:
 
 def warn_precision(precision: str, device: str) -> None:
     """bf16 autocast on the CPU works but is usually slower: say so once."""
-    from ticketcli import runs  # torch: imported when a command computes, not at start-up
+    from ticketcli.runs import inputs as runs_inputs  # torch: imported when a command computes, not at start-up
 
-    if precision == "bf16" and runs.resolve_device(device).type == "cpu":
+    if precision == "bf16" and runs_inputs.resolve_device(device).type == "cpu":
         report.warn("--precision bf16 on the CPU: autocast is usually slower than fp32 there; it is meant for GPUs")
 
 

@@ -85,7 +85,7 @@ def evaluate(
             raise UsageError(f"--max-drop must lie in [0, 1] (a fraction), got {max_drop}")
         n_threads = check_threads(threads)
         ticket_io.check_header(ticket)  # a bad file is refused before torch is imported (seconds)
-        from ticketcli import runs, runs_record  # torch: imported once there is work to do
+        from ticketcli.runs import evaluate as runs_evaluate  # torch: imported once there is work to do
 
         policy, data = reader_inputs(
             trust_model_code=trust_model_code,
@@ -96,7 +96,7 @@ def evaluate(
             download=download,
         )
         with using(n_threads) as result_threads, report.working("evaluate", quiet=quiet, lines=True) as chunks:
-            result = runs.evaluate_ticket(
+            result = runs_evaluate.evaluate_ticket(
                 ticket,
                 data=data,
                 device=device or "auto",
@@ -108,7 +108,9 @@ def evaluate(
         warn_unverified(result)
         failures: list[str] = []
         if min_accuracy is not None or max_drop is not None:
-            result["gate"], failures = runs_record.evaluation_gate(result, min_accuracy=min_accuracy, max_drop=max_drop)
+            result["gate"], failures = runs_evaluate.evaluation_gate(
+                result, min_accuracy=min_accuracy, max_drop=max_drop
+            )
         report.print_json(document("evaluate", result)) if json_out else report.evaluate_table(result)
         if not result["reproduced"] and result["device"] == "cpu" and result["stored"]["device"] == "cpu":
             warn_not_reproduced(ticket)

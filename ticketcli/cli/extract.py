@@ -338,12 +338,14 @@ def extract(
 ) -> None:
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
     # torch comes in with these: imported here, when the command runs, so that --help and errors stay fast
-    from ticketcli import distributed, runs
+    from ticketcli import distributed
     from ticketcli import threads as torch_threads
     from ticketcli.checkpoint import checkpoint_path
     from ticketcli.checkpoint import describe as describe_checkpoint
     from ticketcli.methods import METHODS
     from ticketcli.resolve import build_extract_spec, merge_settings
+    from ticketcli.runs import extract as runs_extract
+    from ticketcli.runs import inputs as runs_inputs
 
     flags = dict(
         method=method,
@@ -409,7 +411,7 @@ def extract(
         # a ticket holds a bit per weight; a checkpoint scores and Adam's two moments in float32 (and auxiliaries)
         warn_low_space({out: n // 8 + (64 << 10), **({ckpt: 16 * n + (64 << 10)} if checkpoint_every else {})})
         with (
-            distributed.joined(lambda: runs.resolve_device(spec.device), rendezvous_s=rendezvous_s) as world,
+            distributed.joined(lambda: runs_inputs.resolve_device(spec.device), rendezvous_s=rendezvous_s) as world,
             report.epoch_progress(
                 spec.method.epochs,
                 quiet=quiet or not world.main or not METHODS.get(spec.method.name).uses_epochs,
@@ -422,7 +424,7 @@ def extract(
             torch_threads.using(torch_threads.check_threads(settings["threads"])) as used,
         ):
             warn_precision(spec.method.precision, spec.device)
-            summary = runs.extract_ticket(
+            summary = runs_extract.extract_ticket(
                 spec,
                 out=out,
                 overwrite=force,

@@ -20,7 +20,7 @@ def inspect(
     quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
 ) -> None:
     """Print a ticket's metadata, per-layer density and file size (needs no data)."""
-    from ticketcli import runs_inspect  # numpy and safetensors' header, never torch (not needed for --help)
+    from ticketcli.runs import inspect as runs_inspect  # numpy and safetensors' header, never torch (nor --help)
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         result = runs_inspect.inspect_ticket(ticket)  # numpy only: no torch

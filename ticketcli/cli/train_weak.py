@@ -97,7 +97,8 @@ def train_weak(
     quiet: Quiet = False,
 ) -> None:
     """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
-    from ticketcli import distributed, runs, weak  # torch: imported when the command runs, not for --help
+    from ticketcli import distributed, weak  # torch: imported when the command runs, not for --help
+    from ticketcli.runs import inputs as runs_inputs
     from ticketcli.threads import check_threads, using
 
     outputs = tuple(p for p in (out, plot) if p is not None)
@@ -116,7 +117,9 @@ def train_weak(
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
         with (
-            distributed.joined(lambda: runs.resolve_device(device or "auto"), rendezvous_s=rendezvous_s) as world,
+            distributed.joined(
+                lambda: runs_inputs.resolve_device(device or "auto"), rendezvous_s=rendezvous_s
+            ) as world,
             report.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
             using(n_threads) as used,
         ):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from ticketcli import runs
 from ticketcli.data import DATASETS, load_splits
 from ticketcli.drift.spec import DriftSpec
 from ticketcli.drift.text import Corpus, split_blocks
 from ticketcli.errors import UsageError
+from ticketcli.runs import inputs as runs_inputs
 from ticketcli.seeding import generator
 from ticketcli.specs import DataSpec, ModelSpec
 
@@ -41,7 +41,7 @@ class Inputs:
         self.classes = model.widths[-1] if model.arch == "mlp" else int(model.classes or 0)
         if spec.inputs == "data":
             splits = load_splits(data)
-            runs.check_input_shape(model, splits)
+            runs_inputs.check_input_shape(model, splits)
             info = DATASETS.get(data.name)
             if self.classes < info.classes:
                 raise UsageError(

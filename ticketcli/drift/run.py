@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ticketcli import batchnorm, runs
+from ticketcli import batchnorm
 from ticketcli.drift import control as control_
 from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.drift.inputs import Inputs, TextInputs
@@ -31,6 +31,8 @@ from ticketcli.drift.text import Corpus, block_count, load_corpus
 from ticketcli.methods import Progress
 from ticketcli.models.gpt import gpt_numbers, perplexity, with_vocab
 from ticketcli.models.masked import MaskedNet
+from ticketcli.runs import build as runs_build
+from ticketcli.runs import inputs as runs_inputs
 from ticketcli.specs import DataSpec, InitSpec, ModelPolicy, ModelSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import WeightTrainer
@@ -198,7 +200,7 @@ def run_drift(
     policy: whether a ticket's factory may be imported (drift takes built-in models only, so it never is) and the
     size limit. control: activation-sparsity control (a fresh one per run). run_one: drift_one's stand-in
     (relufy.relufy_one)."""
-    device = runs.resolve_device(spec.device)
+    device = runs_inputs.resolve_device(spec.device)
     policy = replace(policy, train_batch=spec.batch_size)  # what the budget weighs (budget.py)
     jobs: list[tuple[int, MaskedNet, dict[str, torch.Tensor] | None, ModelSpec, DataSpec]] = []
     integrity, corpus = None, None
@@ -206,9 +208,9 @@ def run_drift(
         path = Path(ticket)
         tk = ticket_io.load(path, max_params=policy.max_params)
         ticket_io.require_intact(tk, path)
-        model = runs.ticket_model(tk, path, policy)  # refuses an untrusted factory before anything else
+        model = runs_build.ticket_model(tk, path, policy)  # refuses an untrusted factory before anything else
         require_drift_model(model.arch)
-        net, _ = runs.rebuild(tk, path, weights, policy)
+        net, _ = runs_build.rebuild(tk, path, weights, policy)
         integrity = tk.integrity
         data = replace(
             spec.data,
@@ -231,7 +233,9 @@ def run_drift(
             block_count(corpus, gpt_numbers(spec.model)["c"])
             spec = replace(spec, model=with_vocab(spec.model, len(corpus.vocab)))
         for seed in spec.seeds:
-            net, _ = runs.build_net(spec.model, replace(spec.init, seed=seed), None, runs.policy_budget(policy))
+            net, _ = runs_build.build_net(
+                spec.model, replace(spec.init, seed=seed), None, runs_build.policy_budget(policy)
+            )
             jobs.append((seed, net, None, spec.model, replace(spec.data, split_seed=seed)))
 
     t0, done, results = time.perf_counter(), 0, []

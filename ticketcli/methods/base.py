@@ -27,7 +27,7 @@ Trained = Literal["scores", "weights"]
 
 
 class Details(TypedDict, total=False):
-    """What a run found beyond its masks; runs.py records these in the ticket and its summary."""
+    """What a run found beyond its masks; runs/record.py records these in the ticket and its summary."""
 
     aux: dict[str, dict[str, int]]  # double-scoring: per parameter, kept augmented entries and how many are auxiliary
     aug_density: float  # augmented: the keep density in the augmented space

@@ -1,5 +1,5 @@
 """A user's own model, named "pkg.module:function": imported only when the caller allows it (a ticket alone never
-does, runs.ticket_model), built under a fixed global seed, and refused with one line when it is not a factory.
+does, runs/build.py), built under a fixed global seed, and refused with one line when it is not a factory.
 
 The opt-in (--trust-model-code, or --model naming the factory) trusts the user's own code, nothing else: a factory
 from the standard library (every module Python lists in sys.stdlib_module_names, builtins and __main__ included),
@@ -70,7 +70,7 @@ def _refuse_foreign(path: str, module_name: str) -> None:
 def import_factory(path: str) -> Callable[..., nn.Module]:
     """The function named by "pkg.module:function" (imported with the current directory on sys.path).
 
-    Callers decide whether importing is allowed: a ticket alone never is (runs.ticket_model). Even then only the
+    Callers decide whether importing is allowed: a ticket alone never is (runs/build.py). Even then only the
     user's own code is: a standard-library, torch or ticket function is refused, by name before importing and
     by the module that defined the function after."""
     module_name, _, attr = path.partition(":")

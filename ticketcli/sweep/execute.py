@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from ticketcli import runs
 from ticketcli.errors import RunFailed, TicketCliError, UsageError
 from ticketcli.pool import run_pool
+from ticketcli.runs import extract as runs_extract
 from ticketcli.sweep.plan import SweepTask
 
 
@@ -23,7 +23,7 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
     try:
         with tempfile.TemporaryDirectory(prefix="ticket-sweep-") as tmp:
             path = Path(tmp) / f"{task.id}.safetensors"
-            summary = runs.extract_ticket(task.spec, out=path)
+            summary = runs_extract.extract_ticket(task.spec, out=path)
             payload = path.read_bytes()
     finally:
         torch.set_num_threads(previous)

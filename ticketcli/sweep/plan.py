@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ticketcli import runs
 from ticketcli.budget import Budget
 from ticketcli.methods import METHODS
 from ticketcli.models.build import build_model, planned_shapes
 from ticketcli.models.masked import MaskedNet, layer_of
+from ticketcli.runs import build as runs_build
 from ticketcli.seeding import generator
 from ticketcli.specs import ModelSpec, RunSpec
 
@@ -70,7 +70,7 @@ def build_plan(
     """Every run of the sweep, in a fixed order; base.method carries the requested sparsity and training settings."""
     s = base.method.sparsity
     target = 1.0 - s
-    n_layers = model_layers(base.model, runs.run_budget(base))
+    n_layers = model_layers(base.model, runs_build.run_budget(base))
     double_scoring = list(double_scoring)
     tasks = []
     for seed in seeds:

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from ticketcli import runs
 from ticketcli.atomic import write_owned
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.models.build import planned_shapes
+from ticketcli.runs import build as runs_build
 from ticketcli.seeding import file_sha256
 from ticketcli.specs import RunSpec
 from ticketcli.sweep.outputs import Note, read_json
@@ -87,7 +87,7 @@ def ticket_bound(spec: RunSpec) -> int:
     size from the meta device; the ticket format's own bound for a user's model)."""
     if spec.model.arch == "user":
         return ticket_io.MAX_FILE_BYTES
-    shapes = planned_shapes(spec.model, runs.run_budget(spec))
+    shapes = planned_shapes(spec.model, runs_build.run_budget(spec))
     return 8 + MAX_HEADER_BYTES + sum((math.prod(s) + 7) // 8 for s in shapes.values())
 
 

@@ -116,7 +116,7 @@ def check_fields(f: dict[str, dict], checkpoint: dict | None, path: Path) -> Non
     model = f["model"]
     need(isinstance(model.get("spec"), str), "'model' lacks a 'spec' string")
     need(len(model["spec"]) <= MAX_SPEC_CHARS, f"'model.spec' is longer than {MAX_SPEC_CHARS} characters")
-    if "parameters" in model:  # a factory's every parameter (runs.check_user_model compares them)
+    if "parameters" in model:  # a factory's every parameter (runs/checks.py compares them)
         need(
             isinstance(model["parameters"], dict) and all(_shape(s, minimum=0) for s in model["parameters"].values()),
             "'model.parameters' must map names to lists of non-negative integers",

@@ -1,8 +1,7 @@
 """`ticket inspect`'s result: a ticket's metadata and per-mask density, read with numpy alone (no torch, no data).
 
-Apart from runs.py, which imports torch to build and train networks: inspecting a ticket only validates the file
-and counts bits, and should take a fraction of a second.
-"""
+Apart from the rest of this package, which imports torch to build and train networks: inspecting a ticket only
+validates the file and counts bits, and should take a fraction of a second."""
 
 from __future__ import annotations
 

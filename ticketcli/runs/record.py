@@ -1,5 +1,5 @@
-"""What runs record and return: an extraction's ticket (its model, method, sparsity and metrics fields), the run's
-identity for --resume, and the summaries that `extract` and `evaluate` print."""
+"""What an extraction records: its ticket (the model, method, sparsity and metrics fields), the run's identity for
+--resume, and the summary that `extract` prints."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ import torch
 from ticketcli import batchnorm, distributed, machine
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.data import Splits
-from ticketcli.errors import UsageError
 from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS
 from ticketcli.methods.base import Details, ExtractResult
 from ticketcli.models.masked import MaskedNet
-from ticketcli.runs_inspect import recorded_aux_share
+from ticketcli.runs.inspect import recorded_aux_share
 from ticketcli.seeding import fingerprint
 from ticketcli.specs import ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
@@ -207,67 +206,3 @@ def counted_layers(masks: dict[str, torch.Tensor], stored: Any) -> dict:
         entry = {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
         layers[name] = entry | recorded_aux_share(stored, name)
     return layers
-
-
-def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, test: dict, val: dict) -> dict:
-    """What `ticket evaluate` prints: the re-measured accuracies next to those the ticket stored."""
-    stored = tk.metrics
-    reproduced = (
-        stored.get("test", {}).get("correct") == test["correct"]
-        and stored.get("val", {}).get("correct") == val["correct"]
-    )
-    return {
-        "ticket": str(path),
-        "method": tk.method,
-        "model": tk.model["spec"],
-        "seed": tk.init["seed"],
-        "device": str(device),
-        "test": test,
-        "val": val,
-        "stored": {
-            "test_accuracy": stored.get("test", {}).get("accuracy"),
-            "val_accuracy": stored.get("val", {}).get("accuracy"),
-            "device": stored.get("device"),
-        },
-        "reproduced": reproduced,
-        "sparsity": {
-            "requested": tk.sparsity.get("requested"),
-            "achieved": tk.sparsity.get("achieved"),
-            "per_layer": counted_layers(tk.masks, tk.sparsity.get("per_layer")),
-        },
-        "integrity": tk.integrity,
-    }
-
-
-GATE_TOL = 1e-9  # accuracies are ratios of counts: a drop of exactly --max-drop must pass despite float rounding
-
-
-def evaluation_gate(
-    result: dict, *, min_accuracy: float | None, max_drop: float | None
-) -> tuple[dict[str, Any], list[str]]:
-    """`evaluate`'s gates on the re-measured test accuracy: at least min_accuracy, and at most max_drop below the
-    test accuracy the ticket stored (drop = stored - measured; a gain never fails). Returns the `gate` record for
-    the result and one clause per failed gate; the caller decides the exit code."""
-    measured = result["test"]["accuracy"]
-    gate: dict[str, Any] = {}
-    failures = []
-    if min_accuracy is not None:
-        gate["min_accuracy"] = min_accuracy
-        if measured < min_accuracy:
-            failures.append(f"test accuracy {measured:.4f} is below --min-accuracy {min_accuracy}")
-    if max_drop is not None:
-        stored = result["stored"]["test_accuracy"]
-        if not isinstance(stored, (int, float)):
-            raise UsageError(
-                f"{result['ticket']} stores no test accuracy, so --max-drop has nothing to compare with",
-                hint="gate on the accuracy itself with --min-accuracy",
-            )
-        drop = round(stored - measured, 12)
-        gate.update(max_drop=max_drop, stored_accuracy=stored, drop=drop)
-        if drop > max_drop + GATE_TOL:
-            failures.append(
-                f"test accuracy {measured:.4f} is {drop:.4f} below the stored {stored:.4f}, "
-                f"more than --max-drop {max_drop}"
-            )
-    gate["passed"] = not failures
-    return gate, failures
