@@ -32,6 +32,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.threads",
         "ticketcli.catalog",
         "ticketcli.contract",
+        "ticketcli.result",  # the base of the commands' typed results
         "ticketcli.budget",
         "ticketcli.drift.sums",
         "ticketcli.drift.spec",  # torch-free: drift's specs and defaults, read by the command line for --help
