@@ -121,40 +121,6 @@ def _inspect(r: Doc) -> Doc:
     return doc
 
 
-def _curve_point(p: Doc) -> Doc:
-    train = {k: p[k] for k in ("accuracy", "loss") if k in p}
-    val = {k.removeprefix("val_"): p[k] for k in ("val_accuracy", "val_loss") if k in p}
-    rest = {k: v for k, v in p.items() if k not in ("accuracy", "loss", "val_accuracy", "val_loss")}
-    return {**rest, "metrics": {"train": train, "val": val}}
-
-
-def _weak_run(run: Doc) -> Doc:
-    rest = {
-        k: v for k, v in run.items() if k not in ("initial", "final", "curve", "best_val_epoch", "best_val_accuracy")
-    }
-    return {
-        **rest,
-        "metrics": run["final"],
-        "initial": {"metrics": run["initial"]},
-        "best": {"epoch": run["best_val_epoch"], "metrics": {"val": {"accuracy": run["best_val_accuracy"]}}},
-        "curve": [_curve_point(p) for p in run["curve"]],
-    }
-
-
-def _train_weak(r: Doc) -> Doc:
-    doc = {k: v for k, v in r.items() if k not in ("masked", "dense", "sparsity")}
-    sp = r["sparsity"]
-    checks = ("nonzero_after", "masked_nonzero_after", "unchanged")
-    doc["sparsity"] = {k: v for k, v in _sparsity(sp).items() if k not in checks}
-    doc["weights_check"] = {k: sp[k] for k in checks if k in sp}
-    doc["layers"] = layer_list(sp.get("per_layer"))
-    doc["masked"] = _weak_run(r["masked"])
-    doc["metrics"] = doc["masked"]["metrics"]  # the trained ticket's accuracy, where every other command has it
-    if "dense" in r:
-        doc["dense"] = _weak_run(r["dense"])
-    return doc
-
-
 def _record(r: Doc) -> Doc:
     """A sweep-k record (or an oracle's pick) with extract's metrics and sparsity shapes."""
     moved = ("test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity", "requested_sparsity")
@@ -245,7 +211,6 @@ CONVERTERS: dict[str, Callable[[Doc], Doc]] = {
     "extract": _extract,
     "evaluate": _evaluate,
     "inspect": _inspect,
-    "train-weak": _train_weak,
     "sweep-k": _sweep_k,
     "export": _export,
     "drift": named_layers,

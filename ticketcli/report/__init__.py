@@ -1,5 +1,6 @@
 """Reporting, split by concern: console (stdout/stderr, --json, --quiet, errors, warnings, progress bars), tables
-(each command's human-readable result) and plots (PNG figures). Callers use the names below as `report.<name>`."""
+(each command's human-readable result; sweep-k's, train-weak's and drift's in study_tables) and plots (PNG figures).
+Callers use the names below as `report.<name>`."""
 
 from ticketcli.report.console import (
     drift_progress,
@@ -18,14 +19,12 @@ from ticketcli.report.console import (
     write_stderr,
 )
 from ticketcli.report.plots import drift_plot, sweep_plot, weak_plot
+from ticketcli.report.study_tables import drift_tables, sweep_table, weak_table
 from ticketcli.report.tables import (
-    drift_tables,
     evaluate_table,
     export_table,
     extract_table,
     inspect_table,
-    sweep_table,
-    weak_table,
 )
 
 __all__ = [

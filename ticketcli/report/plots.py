@@ -11,6 +11,8 @@ from ticketcli.report.console import method_name, pct
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from ticketcli.weak import WeakResult
+
 
 def pyplot() -> ModuleType:
     """matplotlib's pyplot on the Agg backend (no display needed; the backend must be set before pyplot loads)."""
@@ -132,35 +134,33 @@ def _seeds(seeds: list) -> str:
     return f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
 
 
-def weak_plot(r: dict) -> bytes:
+def weak_plot(r: WeakResult) -> bytes:
     """weak_figure as PNG bytes."""
     return png_bytes(weak_figure(r), dpi=100)
 
 
-def weak_figure(r: dict) -> Figure:
+def weak_figure(r: WeakResult) -> Figure:
     """Validation accuracy and training loss per epoch, masked vs dense (epoch 0 = before training)."""
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 4))
-    for k, style in (("masked", "-o"), ("dense", "--s")):
-        if k not in r:
+    for k, style, run in (("masked", "-o", r.masked), ("dense", "--s", r.dense)):
+        if run is None:
             continue
-        run = r[k]
-        epochs = [0] + [p["epoch"] for p in run["curve"]]
-        acc = [run["initial"]["val"]["accuracy"]] + [p["val_accuracy"] for p in run["curve"]]
+        epochs = [0] + [p.epoch for p in run.curve]
+        acc = [run.initial.val.accuracy] + [p.val_accuracy for p in run.curve]
         acc_ax.plot(epochs, [100 * a for a in acc], style, markersize=3, label=k)
-        loss_ax.plot(epochs[1:], [p["loss"] for p in run["curve"]], style, markersize=3, label=k)
+        loss_ax.plot(epochs[1:], [p.loss for p in run.curve], style, markersize=3, label=k)
     acc_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title="validation accuracy")
     loss_ax.set(xlabel="epoch", ylabel="training loss", title="training loss")
     for ax in (acc_ax, loss_ax):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # an epoch is whole: no 0.5 or 2.5 ticks
         ax.grid(alpha=0.3)
         ax.legend()
-    data = r.get("data", {}).get("dataset")
-    ticket = f"{method_name(r['method'])} ticket (seed {r['seed']}, sparsity {pct(r['sparsity']['achieved'])})"
-    trained = f"{r['epochs']} epochs" if "epochs" in r else None
-    fig.suptitle(f"train-weak: {run_title(data, r.get('model'), ticket, trained)}")
+    data = r.data.get("dataset")
+    ticket = f"{method_name(r.method)} ticket (seed {r.seed}, sparsity {pct(r.sparsity.achieved)})"
+    fig.suptitle(f"train-weak: {run_title(data, r.model, ticket, f'{r.spec.epochs} epochs')}")
     fig.tight_layout()
     return fig
 
