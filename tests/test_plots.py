@@ -4,18 +4,19 @@ numbers, and as two otherwise. The commands run for real; the Figures they save 
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from matplotlib.figure import Figure
+from test_sweep_output import full_record
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
 from ticketcli.drift import views as drift_views
 from ticketcli.report import plots
-from ticketcli.sweep import summary as sweep_summary
+from ticketcli.sweep.result import SweepResult, SweepSettings
 
 runner = CliRunner()
 MODEL = "mlp:64-16-10"
@@ -123,8 +124,10 @@ def _record(i: int, seed: int, group: str, method: str, fixed: bool = False) -> 
 def test_sweep_names_dataset_model_methods_and_seeds():
     records = [_record(i, s, "edge-popup", "edge-popup", fixed=i == 0) for s in (0, 1) for i in range(3)]
     records += [_record(9, s, "augmented", "augmented") for s in (0, 1)]
-    result = {"records": records, "summary": sweep_summary.summarize(records)}
-    result["settings"] = {"dataset": "digits", "model": MODEL, "epochs": 2}
-    fig = plots.sweep_figure(copy.deepcopy(result))
+    result = SweepResult.of([full_record(r) for r in records], [])
+    settings = SweepSettings(
+        0.9, (0, 1), (0.1,), 0, (0.85, 0.95), MODEL, "digits", 2, ("augmented",), 1, 1, "local", None
+    )
+    fig = plots.sweep_figure(dataclasses.replace(result, settings=settings))
     for needle in ("sweep-k", "digits", MODEL, "edge-popup sweep vs augmented", "2 epochs", "2 seeds"):
         assert needle in title(fig), title(fig)

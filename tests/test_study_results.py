@@ -13,9 +13,13 @@ from hypothesis import strategies as st
 from test_cli import QUICK, invoke
 
 from ticketcli.contract import SCHEMAS, schema_of
-from ticketcli.report.study_tables import weak_table
-from ticketcli.resolve import data_location
+from ticketcli.report.plots import sweep_figure
+from ticketcli.report.study_tables import sweep_table, weak_table
+from ticketcli.resolve import build_extract_spec, data_location, merge_settings
 from ticketcli.specs import DataSpec
+from ticketcli.sweep import plan as sweep_plan
+from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSettings, SweepSummary
+from ticketcli.sweep.run import sweep_k
 from ticketcli.weak import CurvePoint, Measured, Split, WeakResult, WeakRun, WeakSpec, train_weak
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
@@ -111,3 +115,70 @@ def test_any_weak_result_reads_as_its_document(weak, masked, dense, threads, pro
         "metrics": {"val": {"accuracy": masked.best_val_accuracy}},
     }
     assert ("dense" in doc) == (dense is not None) and ("threads" in doc) == (threads is not None)
+
+
+# --- sweep-k ----------------------------------------------------------------------------------------------------
+
+TINY = {"dataset": "digits", "model": "mlp:64-16-10", "epochs": 1, "batch_size": 128, "n_extract": 300, "n_val": 100}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> SweepResult:
+    base = build_extract_spec(merge_settings({**TINY, "method": "edge-popup", "device": "cpu"}, None))
+    plan = sweep_plan.build_plan(base, seeds=(0, 1), densities=(0.1,), layerwise=0, double_scoring=("augmented",))
+    return sweep_k(plan, out_dir=tmp_path_factory.mktemp("sweep"))
+
+
+def settings_of(result: SweepResult) -> SweepSettings:
+    return SweepSettings(
+        0.9, result.summary.seeds, (0.1,), 0, (0.85, 0.95), "m", "d", 1, ("augmented",), 1, 1, "local", None
+    )
+
+
+def test_sweep_document_validates_and_is_the_mapping(sweep):
+    full = dataclasses.replace(sweep, settings=settings_of(sweep), plot="p.png", threads=1)
+    assert dict(sweep) == sweep.to_document() and "settings" not in sweep.to_document()  # the command adds them
+    doc = full.to_document()
+    assert doc["schema"] == SCHEMAS["sweep-k"] and errors("sweep-k", doc) == [] and dict(full) == doc
+    assert list(doc) == ["schema", "records", "resumed", "summary", "settings", "plot", "threads"]
+    assert [x["id"] for x in doc["records"]] == [x.id for x in sweep.records]
+    for record, x in zip(sweep.records, doc["records"]):
+        assert x["metrics"]["test"] == {"accuracy": record.test_accuracy, "loss": record.test_loss}
+        assert x["sparsity"] == {"achieved": record.achieved_sparsity, "requested": record.requested_sparsity}
+
+
+def test_a_sweep_record_reads_back_from_its_document_and_flat_shape(sweep):
+    for record in sweep.records:
+        assert SweepRecord.from_document(record.to_dict()) == record
+        assert SweepRecord.of(record.flat()) == record
+    again = SweepSummary.of_records(sweep.records)
+    assert again == sweep.summary and again.to_dict() == sweep.to_document()["summary"]
+
+
+def test_sweep_table_and_plot_render_from_the_object(sweep, capsys):
+    full = dataclasses.replace(sweep, settings=settings_of(sweep))
+    sweep_table(full)
+    out = capsys.readouterr().out
+    assert "edge-popup sweep" in out and "augmented" in out and f"{len(sweep.records)} runs" in out
+    assert len(sweep_figure(full).axes) == 2
+    sweep_table(sweep)  # without the command's settings (a result of the Python API)
+    assert f"{len(sweep.records)} runs" in capsys.readouterr().out
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    accuracies=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=6),
+    band=st.tuples(st.floats(0, 0.5), st.floats(0.5, 1)),
+)
+def test_any_sweep_result_reads_as_its_document(sweep, accuracies, band):
+    """Records with any accuracies and sparsities, summarised: the mapping is the document, and it validates."""
+    base = sweep.records[0]
+    records = [
+        dataclasses.replace(base, id=f"r{i}", seed=i % 2, test_accuracy=t, val_accuracy=v, achieved_sparsity=a)
+        for i, (t, v, a) in enumerate(accuracies)
+    ]
+    r = SweepResult(records=tuple(records), resumed=(), summary=SweepSummary.of_records(records, band))
+    r = dataclasses.replace(r, settings=settings_of(r))
+    doc = r.to_document()
+    assert dict(r) == doc and errors("sweep-k", doc) == []
+    assert doc["summary"]["edge_popup"]["configs"] == len(records)

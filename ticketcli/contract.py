@@ -121,55 +121,6 @@ def _inspect(r: Doc) -> Doc:
     return doc
 
 
-def _record(r: Doc) -> Doc:
-    """A sweep-k record (or an oracle's pick) with extract's metrics and sparsity shapes."""
-    moved = ("test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity", "requested_sparsity")
-    doc = {k: v for k, v in r.items() if k not in moved}
-    metrics: Doc = {}
-    if "val_accuracy" in r:
-        metrics["val"] = {"accuracy": r["val_accuracy"]}
-    if "test_accuracy" in r:
-        metrics["test"] = {"accuracy": r["test_accuracy"]} | ({"loss": r["test_loss"]} if "test_loss" in r else {})
-    doc["metrics"] = metrics
-    doc["sparsity"] = {"achieved": r["achieved_sparsity"]} | (
-        {"requested": r["requested_sparsity"]} if "requested_sparsity" in r else {}
-    )
-    return doc
-
-
-def flat_record(record: Doc) -> Doc:
-    """A sweep-k document's record back in sweep's own flat shape (test_accuracy, achieved_sparsity, ...), so that a
-    saved document can be summarized again (sweep/summary.py's summarize) or compared with a fresh run's record."""
-    flat = {k: v for k, v in record.items() if k not in ("metrics", "sparsity")}
-    test, val, sp = record["metrics"].get("test", {}), record["metrics"].get("val", {}), record["sparsity"]
-    pairs = [("test_accuracy", test, "accuracy"), ("val_accuracy", val, "accuracy"), ("test_loss", test, "loss")]
-    pairs += [("achieved_sparsity", sp, "achieved"), ("requested_sparsity", sp, "requested")]
-    flat.update({key: part[name] for key, part, name in pairs if name in part})
-    return flat
-
-
-def _group(g: Doc) -> Doc:
-    """A summary group's statistics: test accuracy and achieved sparsity at their contract paths."""
-    doc = {k: v for k, v in g.items() if k not in ("test", "achieved_sparsity", "per_seed")}
-    doc["metrics"] = {"test": {"accuracy": g["test"]}}
-    doc["sparsity"] = {"achieved": g["achieved_sparsity"]}
-    if "per_seed" in g:
-        doc["per_seed"] = {s: None if v is None else _record(v) for s, v in g["per_seed"].items()}
-    return doc
-
-
-def _sweep_k(r: Doc) -> Doc:
-    doc = dict(r)
-    doc["records"] = [_record(x) for x in r["records"]]
-    s = r.get("summary")
-    if s is not None:
-        groups = ("edge_popup", "oracle_constrained", "oracle_unconstrained", "fixed_edge_popup")
-        summary = {k: (_group(v) if k in groups else v) for k, v in s.items()}
-        summary["methods"] = {m: _group(v) for m, v in s.get("methods", {}).items()}
-        doc["summary"] = summary
-    return doc
-
-
 def _export(r: Doc) -> Doc:
     doc = {k: v for k, v in r.items() if k not in ("kept", "total", "layers")}
     doc["sparsity"] = {"achieved": 1.0 - r["kept"] / r["total"], "kept": r["kept"], "total": r["total"]}
@@ -211,7 +162,6 @@ CONVERTERS: dict[str, Callable[[Doc], Doc]] = {
     "extract": _extract,
     "evaluate": _evaluate,
     "inspect": _inspect,
-    "sweep-k": _sweep_k,
     "export": _export,
     "drift": named_layers,
     "drift-control": named_layers,

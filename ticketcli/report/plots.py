@@ -3,6 +3,7 @@ model, method), and `*_plot(result)` returns it as PNG bytes for the caller to w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from ticketcli.report.console import method_name, pct
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from ticketcli.sweep.result import SweepResult
     from ticketcli.weak import WeakResult
 
 
@@ -43,34 +45,32 @@ def run_title(*parts: object) -> str:
     return ", ".join(str(p) for p in parts if p not in (None, ""))
 
 
-def sweep_plot(result: dict) -> bytes:
+def sweep_plot(result: SweepResult) -> bytes:
     """sweep_figure as PNG bytes."""
     return png_bytes(sweep_figure(result), dpi=110)
 
 
-def sweep_figure(result: dict) -> Figure:
+def sweep_figure(result: SweepResult) -> Figure:
     """Figure 2: (left) test accuracy per configuration/method, one point per seed; (right) accuracy vs achieved
     sparsity with the constrained oracle's band shaded. A legend names only markers that are drawn."""
     plt = pyplot()
 
-    records, sm = result["records"], result["summary"]
-    labels = list(dict.fromkeys(r["config"] for r in records if r["group"] == "edge-popup"))
+    records, sm = result.records, result.summary
+    labels = list(dict.fromkeys(r.config for r in records if r.group == "edge-popup"))
     labels += list(
-        dict.fromkeys(
-            ("fixed" if r["fixed"] else r["group"]) for r in records if r["group"] != "edge-popup" or r["fixed"]
-        )
+        dict.fromkeys(("fixed" if r.fixed else r.group) for r in records if r.group != "edge-popup" or r.fixed)
     )
     pos = {lab: i for i, lab in enumerate(labels)}
-    seeds = sm["seeds"]
+    seeds = sm.seeds
     colors = plt.get_cmap("tab10")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
     for i, s in enumerate(seeds):  # one labelled scatter per seed: its legend entry is its own points
         xs, ys = [], []
-        for r in (r for r in records if r["seed"] == s):
-            keys = [r["config"]] if r["group"] == "edge-popup" else []
-            keys += ["fixed"] if r["fixed"] else ([] if r["group"] == "edge-popup" else [r["group"]])
+        for r in (r for r in records if r.seed == s):
+            keys = [r.config] if r.group == "edge-popup" else []
+            keys += ["fixed"] if r.fixed else ([] if r.group == "edge-popup" else [r.group])
             xs += [pos[k] for k in keys]
-            ys += [100 * r["test_accuracy"]] * len(keys)
+            ys += [100 * r.test_accuracy] * len(keys)
         if xs:
             ax1.scatter(xs, ys, color=colors(i % 10), s=18, label=f"seed {s}")
     ax1.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
@@ -78,39 +78,40 @@ def sweep_figure(result: dict) -> Figure:
     ax1.set_title("accuracy per configuration / method")
     ax1.legend(fontsize=8)
 
-    lo, hi = sm["oracle_constrained"]["band"]
+    lo, hi = sm.oracle_constrained.band or (0.0, 1.0)
     ax2.axvspan(100 * lo, 100 * hi, color="0.9", label=f"band {100 * lo:g}–{100 * hi:g}%")
     markers = {"edge-popup": ("o", "0.5"), "random": ("x", "k")}
-    groups = list(dict.fromkeys(r["group"] for r in records))
+    groups = list(dict.fromkeys(r.group for r in records))
     for i, g in enumerate(groups):
-        rs = [r for r in records if r["group"] == g]
+        rs = [r for r in records if r.group == g]
         m, c = markers.get(g, ("D", colors((2 + 2 * i) % 10)))  # clear of the oracles' red and blue
         ax2.scatter(
-            [100 * r["achieved_sparsity"] for r in rs],
-            [100 * r["test_accuracy"] for r in rs],
+            [100 * r.achieved_sparsity for r in rs],
+            [100 * r.test_accuracy for r in rs],
             marker=m,
             color=c,
             s=22,
             label="edge-popup sweep" if g == "edge-popup" else g,
         )
-    for key, m, lab in (("oracle_constrained", "*", "oracle in band"), ("oracle_unconstrained", "P", "oracle")):
-        chosen = [v for v in sm[key]["per_seed"].values() if v is not None]
+    oracles = ((sm.oracle_constrained, "*", "oracle in band", "r"), (sm.oracle_unconstrained, "P", "oracle", "b"))
+    for oracle, m, lab, color in oracles:
+        chosen = [v for v in oracle.per_seed.values() if v is not None]
         if not chosen:  # no run in the band for any seed: no marker, so no legend entry either
             continue
         ax2.scatter(
-            [100 * v["achieved_sparsity"] for v in chosen],
-            [100 * v["test_accuracy"] for v in chosen],
+            [100 * v.achieved_sparsity for v in chosen],
+            [100 * v.test_accuracy for v in chosen],
             marker=m,
             s=120,
             facecolors="none",
-            edgecolors="r" if key == "oracle_constrained" else "b",
+            edgecolors=color,
             label=lab,
         )
-    fixed = [r for r in records if r["fixed"]]
+    fixed = [r for r in records if r.fixed]
     if fixed:
         ax2.scatter(
-            [100 * r["achieved_sparsity"] for r in fixed],
-            [100 * r["test_accuracy"] for r in fixed],
+            [100 * r.achieved_sparsity for r in fixed],
+            [100 * r.test_accuracy for r in fixed],
             marker="s",
             s=50,
             facecolors="none",
@@ -121,16 +122,16 @@ def sweep_figure(result: dict) -> Figure:
     ax2.set_ylabel("test accuracy (%)")
     ax2.set_title("accuracy vs achieved sparsity")
     ax2.legend(fontsize=8)
-    others = [m for m in dict.fromkeys(method_name(r.get("method", r["group"])) for r in records) if m != "edge-popup"]
+    others = [m for m in dict.fromkeys(method_name(r.method) for r in records) if m != "edge-popup"]
     methods = "edge-popup sweep" + (f" vs {', '.join(others)}" if others else "")
-    st = result.get("settings", {})  # the command's settings: model, dataset, epochs
-    epochs = f"{st['epochs']} epochs" if "epochs" in st else None
-    fig.suptitle(f"sweep-k: {run_title(st.get('dataset'), st.get('model'), methods, epochs, _seeds(seeds))}")
+    st = result.settings  # the command's settings: model, dataset, epochs
+    where = (None, None, None) if st is None else (st.dataset, st.model, f"{st.epochs} epochs")
+    fig.suptitle(f"sweep-k: {run_title(where[0], where[1], methods, where[2], _seeds(seeds))}")
     fig.tight_layout()
     return fig
 
 
-def _seeds(seeds: list) -> str:
+def _seeds(seeds: Sequence[int]) -> str:
     return f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
 
 

@@ -11,54 +11,52 @@ from rich.table import Table
 from ticketcli.report.console import method_name, pct, stdout
 
 if TYPE_CHECKING:  # the results' types only: reading them imports no torch
+    from ticketcli.sweep.result import GroupSummary, OracleSummary, SweepResult
     from ticketcli.weak import WeakResult, WeakRun
 
 
 NO_SPREAD = "—"  # the std of fewer than two runs (one seed): there is no spread, and 0.00 would claim one
 
 
-def sweep_table(result: dict) -> None:
+def sweep_table(result: SweepResult) -> None:
     """The stability table: one row per quantity of Section 6.3."""
-    sm, st = result["summary"], result["settings"]
-    lo, hi = sm["oracle_constrained"]["band"]
-    t = Table(
-        title=f"sweep-k: requested sparsity {pct(st['sparsity'])}, seeds {st['seeds']}, "
-        f"{st['model']} on {st['dataset']}, {st['epochs']} epochs"
-    )
+    sm, st = result.summary, result.settings
+    lo, hi = sm.oracle_constrained.band or (0.0, 1.0)  # the constrained oracle always has its band
+    where = "" if st is None else f": requested sparsity {pct(st.sparsity)}, seeds {list(st.seeds)}, "
+    where += "" if st is None else f"{st.model} on {st.dataset}, {st.epochs} epochs"
+    t = Table(title=f"sweep-k{where}")
     t.add_column("method / selection")
     t.add_column("test accuracy", justify="right")
     t.add_column("std (points)", justify="right")
     t.add_column("achieved sparsity", justify="right")
-    ep = sm["edge_popup"]
+    ep = sm.edge_popup
     t.add_row(
-        f"edge-popup sweep ({ep['configs']} runs)",
-        f"{pct(ep['test']['min'])} – {pct(ep['test']['max'])}",
-        NO_SPREAD if ep["test"]["std"] is None else f"{100 * ep['test']['std']:.2f}",
-        f"{pct(ep['achieved_sparsity']['min'])} – {pct(ep['achieved_sparsity']['max'])}",
+        f"edge-popup sweep ({ep.configs} runs)",
+        f"{pct(ep.test.min)} – {pct(ep.test.max)}",
+        NO_SPREAD if ep.test.std is None else f"{100 * ep.test.std:.2f}",
+        f"{pct(ep.achieved_sparsity.min)} – {pct(ep.achieved_sparsity.max)}",
     )
-    rows = [
-        (f"oracle, val-selected in {100 * lo:g}–{100 * hi:g}%", sm["oracle_constrained"]),
-        ("oracle, val-selected, unconstrained", sm["oracle_unconstrained"]),
-        ("fixed edge-popup", sm["fixed_edge_popup"]),
-        *((name, g) for name, g in sm["methods"].items()),
+    rows: list[tuple[str, GroupSummary | OracleSummary]] = [
+        (f"oracle, val-selected in {100 * lo:g}–{100 * hi:g}%", sm.oracle_constrained),
+        ("oracle, val-selected, unconstrained", sm.oracle_unconstrained),
+        ("fixed edge-popup", sm.fixed_edge_popup),
+        *((name, g) for name, g in sm.methods.items()),
     ]
     for label, g in rows:
         t.add_row(
             label,
-            pct(g["test"]["mean"]),
-            NO_SPREAD if g["test"]["std"] is None else f"{100 * g['test']['std']:.2f}",
-            "-" if g["achieved_sparsity"]["mean"] is None else pct(g["achieved_sparsity"]["mean"]),
+            pct(g.test.mean),
+            NO_SPREAD if g.test.std is None else f"{100 * g.test.std:.2f}",
+            "-" if g.achieved_sparsity.mean is None else pct(g.achieved_sparsity.mean),
         )
     out = stdout()
     out.print(t)
-    missing = sm["oracle_constrained"]["seeds_without_candidate"]
+    missing = sm.oracle_constrained.seeds_without_candidate
     if missing:
         out.print(f"no edge-popup run fell in the band for seed(s) {', '.join(missing)}")
-    out.print(
-        f"{len(result['records'])} runs ({len(result['resumed'])} resumed from {st['out_dir']})"
-        if st["out_dir"]
-        else f"{len(result['records'])} runs"
-    )
+    runs = len(result.records)
+    out_dir = None if st is None else st.out_dir
+    out.print(f"{runs} runs ({len(result.resumed)} resumed from {out_dir})" if out_dir else f"{runs} runs")
 
 
 def weak_table(r: WeakResult) -> None:
