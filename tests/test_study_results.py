@@ -13,8 +13,23 @@ from hypothesis import strategies as st
 from test_cli import QUICK, invoke
 
 from ticketcli.contract import SCHEMAS, schema_of
-from ticketcli.report.plots import sweep_figure
-from ticketcli.report.study_tables import sweep_table, weak_table
+from ticketcli.drift import views as drift_views
+from ticketcli.drift.relufy import run_relufy
+from ticketcli.drift.result import (
+    DriftControlResult,
+    DriftRelufyResult,
+    DriftResult,
+    DriftSummary,
+    TradeoffResult,
+    named_layers,
+)
+from ticketcli.drift.run import run_drift, summarise
+from ticketcli.drift.spec import ControlSpec, DriftSpec, RelufySpec
+from ticketcli.drift.tradeoff import plan as tradeoff_plan
+from ticketcli.drift.tradeoff import run_tradeoff
+from ticketcli.models.registry import parse_model
+from ticketcli.report.plots import drift_figure, sweep_figure
+from ticketcli.report.study_tables import drift_tables, sweep_table, weak_table
 from ticketcli.resolve import build_extract_spec, data_location, merge_settings
 from ticketcli.specs import DataSpec
 from ticketcli.sweep import plan as sweep_plan
@@ -182,3 +197,92 @@ def test_any_sweep_result_reads_as_its_document(sweep, accuracies, band):
     doc = r.to_document()
     assert dict(r) == doc and errors("sweep-k", doc) == []
     assert doc["summary"]["edge_popup"]["configs"] == len(records)
+
+
+# --- drift ------------------------------------------------------------------------------------------------------
+
+DIGITS = DataSpec(name="digits", n_extract=300, n_val=100)
+
+
+def drift_spec(**kw) -> DriftSpec:
+    base = dict(steps=4, log_every=2, batch_size=64, probe_size=100, seeds=(0, 1), device="cpu")
+    return DriftSpec(model=parse_model("mlp:64-16-16-10"), data=DIGITS, **{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def drifts() -> dict[str, DriftResult | TradeoffResult]:
+    """Command -> a real result of that drift document."""
+    return {
+        "drift": run_drift(drift_spec()),
+        "drift-control": run_drift(drift_spec(), control=ControlSpec("percentile", 0.6)),
+        "drift-relufy": run_relufy(drift_spec(activation="silu", seeds=(0,)), RelufySpec("silu", "relu", 1)),
+        "drift-tradeoff": run_tradeoff(tradeoff_plan([drift_spec(seeds=(0,))], (0.5, 0.9), "topk", None)),
+    }
+
+
+KINDS = {
+    "drift": DriftResult,
+    "drift-control": DriftControlResult,
+    "drift-relufy": DriftRelufyResult,
+    "drift-tradeoff": TradeoffResult,
+}
+
+
+@pytest.mark.parametrize("command", list(KINDS))
+def test_drift_documents_validate_and_are_the_mapping(drifts, command):
+    r = drifts[command]
+    assert type(r) is KINDS[command]
+    for x in (r, dataclasses.replace(r, threads=2, plot="d.png")):
+        doc = x.to_document()
+        assert doc["schema"] == SCHEMAS[command] and errors(command, doc) == [], command
+        assert dict(x) == doc
+        assert not any(callable(v) for v in doc.values())  # nothing but data in the document
+
+
+@pytest.mark.parametrize("command", ["drift", "drift-control", "drift-relufy"])
+def test_drift_layers_are_named_lists_in_the_same_order(drifts, command):
+    r = drifts[command]
+    doc = r.to_document()
+    assert [la["name"] for la in doc["summary"]["layers"]] == list(r.summary.layers)
+    for run, raw in zip(doc["runs"], r.runs):
+        assert [la["name"] for la in run["layers"]] == list(raw["layers"])
+    assert DriftSummary.of(summarise(list(r.runs))) == r.summary  # the summary is the mean over the runs
+
+
+def test_drift_tables_and_plots_render_from_the_object(drifts, capsys):
+    """views.show and views.figure pick the tables and plot by the result's class."""
+    seen = {}
+    for command, r in drifts.items():
+        drift_views.show(r)
+        seen[command] = capsys.readouterr().out
+        assert drift_views.figure(r)[:8] == b"\x89PNG\r\n\x1a\n", command
+    r = drifts["drift"]
+    assert "seeds 0,1" in seen["drift"] and f"probe batch of {r.probe_n}" in seen["drift"]
+    assert "activation-sparsity control" in seen["drift-control"] and "ReLUfication" not in seen["drift-control"]
+    assert "ReLUfication silu -> relu" in seen["drift-relufy"] and "activation-sparsity" not in seen["drift-relufy"]
+    assert "trade-off mlp:64-16-16-10" in seen["drift-tradeoff"] and "weight drift" not in seen["drift-tradeoff"]
+    assert len(drift_figure(r).axes) in (2, 3)
+    drift_tables(r)
+    assert capsys.readouterr().out == seen["drift"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(max_size=3),
+        lambda kids: (
+            st.lists(kids, max_size=3) | st.dictionaries(st.sampled_from(["a", "layers", "sites"]), kids, max_size=3)
+        ),
+        max_leaves=12,
+    )
+)
+def test_named_layers_leaves_its_input_alone_and_only_renames_keyed_layers(node):
+    import copy
+
+    before = copy.deepcopy(node)
+    out = named_layers(node)
+    assert node == before
+    if isinstance(node, dict):
+        for k in ("layers", "sites"):
+            if isinstance(node.get(k), dict):
+                assert [x["name"] for x in out[k]] == list(node[k])

@@ -128,49 +128,9 @@ def _export(r: Doc) -> Doc:
     return doc
 
 
-def named_layers(node: Any) -> Any:
-    """drift documents: every `layers` (or activation `sites`) object keyed by name becomes a list of objects with
-    a `name`, in the same order (a bare number there is that layer's activation sparsity)."""
-    if isinstance(node, list):
-        return [named_layers(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {}
-    for k, v in node.items():
-        if k in ("layers", "sites") and isinstance(v, dict):
-            out[k] = [
-                {"name": n, **named_layers(x)} if isinstance(x, dict) else {"name": n, "sparsity": x}
-                for n, x in v.items()
-            ]
-        else:
-            out[k] = named_layers(v)
-    return out
-
-
-def _tradeoff(r: Doc) -> Doc:
-    doc = named_layers(r)
-    for m in doc.get("models", {}).values():
-        m["curve"] = [
-            {k: v for k, v in p.items() if k != "achieved_sparsity"}
-            | {"sparsity": {"achieved": p["achieved_sparsity"], "requested": p["target"]}}
-            for p in m["curve"]
-        ]
-    return doc
-
-
 CONVERTERS: dict[str, Callable[[Doc], Doc]] = {
     "extract": _extract,
     "evaluate": _evaluate,
     "inspect": _inspect,
     "export": _export,
-    "drift": named_layers,
-    "drift-control": named_layers,
-    "drift-relufy": named_layers,
-    "drift-tradeoff": _tradeoff,
 }
-
-
-def drift_command(result: Doc) -> str:
-    """Which drift document a drift result is: plain, or one of its features (the schema its core set, if any)."""
-    name = str(result.get("schema", "ticket.drift/")).split("/")[0].removeprefix("ticket.")
-    return name if name in SCHEMAS else "drift"

@@ -248,7 +248,7 @@ def sweep_k(
         with report.sweep_progress(len(tasks), quiet=quiet) as progress:
             done = position.track(None)
 
-            def on_result(record: dict, resumed: bool) -> None:
+            def on_result(record: dict[str, object], resumed: bool) -> None:
                 done(
                     {"epoch": (position.last or {}).get("epoch", 0) + 1, "epochs": len(tasks), "unit": "configuration"}
                 )

@@ -11,6 +11,7 @@ from rich.table import Table
 from ticketcli.report.console import method_name, pct, stdout
 
 if TYPE_CHECKING:  # the results' types only: reading them imports no torch
+    from ticketcli.drift.result import DriftResult, MeanStd
     from ticketcli.sweep.result import GroupSummary, OracleSummary, SweepResult
     from ticketcli.weak import WeakResult, WeakRun
 
@@ -128,41 +129,43 @@ def _num(metric: str, v: float | None) -> str:
     return f"{v:.3g}" if metric in ("spike_ratio", "weight_drift_std") else f"{v:+.3g}"
 
 
-def _cell(metric: str, s: dict, i: int, seeds: int) -> str:
-    mean = s["mean"][i]
+def _cell(metric: str, s: MeanStd, i: int, seeds: int) -> str:
+    mean = s.mean[i]
     if seeds == 1 or mean is None:
         return _num(metric, mean)
-    std = s["std"][i]
+    std = s.std[i]
+    if std is None:
+        return _num(metric, mean)
     spread = f"{100 * std:.1f}%" if metric in SHARES else f"{std:.2g}"
     return f"{_num(metric, mean)} ± {spread}"
 
 
-def drift_tables(r: dict) -> None:
+def drift_tables(r: DriftResult) -> None:
     """One table per logged step (first, every k-th, last): a row per statistic, a column per layer, mean ± std
     across seeds; then the drift from the first to the last step."""
     out = stdout()
-    sm, n_seeds = r["summary"], len(r["seeds"])
-    what = f"ticket {r['ticket']} (kept weights only)" if r["masked"] else f"seeds {','.join(map(str, r['seeds']))}"
-    clip = f" (c = {r['clip']:g})" if r["activation"] == "relu2-clip" else ""
-    corpus = r.get("corpus")  # a character-level model's text: the probe is validation characters
+    sm, n_seeds, st = r.summary, len(r.seeds), r.settings
+    what = f"ticket {r.ticket} (kept weights only)" if r.masked else f"seeds {','.join(map(str, r.seeds))}"
+    clip = f" (c = {r.spec.clip:g})" if r.spec.activation == "relu2-clip" else ""
+    corpus = r.corpus  # a character-level model's text: the probe is validation characters
     source = (
-        f"({r['dataset']})"
+        f"({st['dataset']})"
         if corpus is None
         else f"(text, {corpus['characters']} characters, {corpus['vocab']} distinct)"
     )
     out.print(
-        f"drift: {r['model']}, {r['activation']}{clip}, {r['loss']}, inputs {r['inputs']} "
-        f"{source}, {r['optimizer']['name']} lr {r['optimizer']['lr']:g}, batch {r['batch_size']}, "
-        f"{r['steps']} steps, {what}. Statistics on a fixed probe batch of {r['probe_n']}; an activation "
-        f"counts as zero when {r['zero_rule']}; g = per-example dℓ/dh; a positive mean gradient pushes the "
+        f"drift: {st['model']}, {r.spec.activation}{clip}, {r.spec.loss}, inputs {r.spec.inputs} "
+        f"{source}, {r.spec.optim.name} lr {r.spec.optim.lr:g}, batch {r.spec.batch_size}, "
+        f"{r.spec.steps} steps, {what}. Statistics on a fixed probe batch of {r.probe_n}; an activation "
+        f"counts as zero when {st['zero_rule']}; g = per-example dℓ/dh; a positive mean gradient pushes the "
         f"weight mean down."
     )
-    layers = list(sm["layers"])
-    for i in compact_indices(len(sm["steps"])):
+    layers = list(sm.layers)
+    for i in compact_indices(len(sm.steps)):
         t = Table(
-            title=f"step {sm['steps'][i]}: loss {_cell('loss', sm['loss'], i, n_seeds)}, "
-            f"accuracy {_cell('accuracy', sm['accuracy'], i, n_seeds)}"
-            + (f", perplexity {_cell('loss', sm['perplexity'], i, n_seeds)}" if "perplexity" in sm else "")
+            title=f"step {sm.steps[i]}: loss {_cell('loss', sm.loss, i, n_seeds)}, "
+            f"accuracy {_cell('accuracy', sm.accuracy, i, n_seeds)}"
+            + (f", perplexity {_cell('loss', sm.perplexity, i, n_seeds)}" if sm.perplexity is not None else "")
         )
         t.add_column("statistic")
         for layer in layers:
@@ -171,7 +174,7 @@ def drift_tables(r: dict) -> None:
             t.add_row(
                 header,
                 *(
-                    _cell(metric, sm["layers"][la][metric], i, n_seeds) if metric in sm["layers"][la] else ""
+                    _cell(metric, sm.layers[la].series[metric], i, n_seeds) if metric in sm.layers[la].series else ""
                     for la in layers
                 ),
             )
@@ -179,15 +182,15 @@ def drift_tables(r: dict) -> None:
     t = Table(title="weight drift from step 0 to the last step")
     for header in ("layer", "W mean first", "W mean last", "drift/σ₀", "seeds with negative drift"):
         t.add_column(header, justify="left" if header == "layer" else "right")
-    for layer, stats in sm["layers"].items():
-        wm = stats["weight_mean"]
+    for layer, stats in sm.layers.items():
+        wm = stats.series["weight_mean"]
         t.add_row(
             layer,
             _cell("weight_mean", wm, 0, n_seeds),
             _cell("weight_mean", wm, -1, n_seeds),
-            _cell("weight_drift_std", stats["weight_drift_std"], -1, n_seeds),
-            f"{round(stats['negative_drift_share'] * n_seeds)} of {n_seeds}",
+            _cell("weight_drift_std", stats.series["weight_drift_std"], -1, n_seeds),
+            f"{round(stats.negative_drift_share * n_seeds)} of {n_seeds}",
         )
     out.print(t)
-    if "plot" in r:
-        out.print(f"plot written to {r['plot']}")
+    if r.plot is not None:
+        out.print(f"plot written to {r.plot}")
