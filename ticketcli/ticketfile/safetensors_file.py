@@ -9,7 +9,7 @@ import math
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -55,7 +55,7 @@ def _no_float(text: str) -> float:
     raise NotInHeader("a non-integer number")
 
 
-def _unique(pairs: list[tuple[str, object]]) -> dict:
+def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
@@ -90,7 +90,7 @@ def header_json(raw: bytes) -> object:
     return value
 
 
-def read_header(f: BinaryIO, size: int, path: Path) -> tuple[dict, int]:
+def read_header(f: BinaryIO, size: int, path: Path) -> tuple[dict[str, Any], int]:
     """Parse and check the safetensors header ourselves, with size limits, before any tensor byte is read:
     every tensor's declared dtype, shape and byte range must agree and tile the body exactly, so nothing is ever
     allocated for a declared size the file does not hold. Returns the header and the body's file offset."""
@@ -121,7 +121,7 @@ def read_header(f: BinaryIO, size: int, path: Path) -> tuple[dict, int]:
     return header, 8 + n
 
 
-def check_layout(header: dict, body: int, path: Path) -> None:
+def check_layout(header: dict[str, Any], body: int, path: Path) -> None:
     """Each tensor entry: a known dtype, a shape of non-negative ints, and a byte range inside the body whose
     length is exactly prod(shape) * itemsize (Python ints: no overflow); the ranges tile the body."""
     ranges = []

@@ -77,7 +77,7 @@ class Ticket:
     masks_sha256: str | None = None  # as read from a file (saving always records the masks' own digest)
     integrity: str = "ok"  # as read: INTEGRITY's "ok", "modified" or "not recorded"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.shapes:
             self.shapes = {n: list(m.shape) for n, m in self.masks.items()}
 
