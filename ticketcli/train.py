@@ -20,9 +20,12 @@ from torch import nn
 
 from ticketcli import distributed
 from ticketcli.batchnorm import ChunkProgress
+from ticketcli.data import Splits
 from ticketcli.errors import RunFailed, UsageError
 from ticketcli.models.masked import MaskedNet
+from ticketcli.specs import MethodSpec
 from ticketcli.specs import WeightOptim as WeightOptim  # re-exported: WeightTrainer's optimiser spec
+from ticketcli.weak_spec import WeakSpec
 
 EVAL_CHUNK = 2048  # fixed, so that extraction and `ticket evaluate` run bit-identical arithmetic
 
@@ -200,3 +203,27 @@ def train_weights(
         if on_epoch is not None:
             on_epoch(record)
     return history
+
+
+def train_on_extract(
+    trainer: WeightTrainer,
+    data: Splits,
+    spec: MethodSpec | WeakSpec,
+    generator: torch.Generator,
+    *,
+    epochs: int | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
+    on_step: StepHook | None = None,
+) -> list[dict[str, Any]]:
+    """train_weights on the extraction split, spec.batch_size examples a step, for `epochs` (default spec.epochs):
+    the loop of every weight-training method and of train-weak."""
+    return train_weights(
+        trainer,
+        data.x_extract,
+        data.y_extract,
+        epochs=spec.epochs if epochs is None else epochs,
+        batch_size=spec.batch_size,
+        generator=generator,
+        on_epoch=on_epoch,
+        on_step=on_step,
+    )

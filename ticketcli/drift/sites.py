@@ -52,6 +52,15 @@ def from_mlp(forward: Callable[..., torch.Tensor], act: ActFn | list[ActFn]) -> 
     return run
 
 
+def mlp_sites(
+    params: dict[str, torch.Tensor], act: ActFn, forward: Callable[..., torch.Tensor] | None = None
+) -> SiteForward:
+    """An MLP's traced site forward for measure_traced: `forward(x, params, act=, trace=list)` is its pass (default:
+    mlp_forward over the layers in `params`, without norms or skips) and `act` its activation."""
+    n_layers = sum(1 for n in params if n.endswith(".weight"))
+    return from_mlp(forward or partial(mlp_forward, n_layers=n_layers), act)
+
+
 def drift_forward(net: MaskedNet, act: ActFn, per_site: PerSite | None = None) -> SiteForward:
     """The pass drift trains and measures: `act` at every activation site of net's model, or per_site(name, act)
     at the site fed by layer `name` (a hook for site-wise control: centering, top-k). An MLP takes the activations
@@ -312,33 +321,3 @@ def measure_traced(
         del logits, loss
     layers = {name: acc.results(eff[f"{name}.weight"], grads[name]) for name, acc in trace.stats.items()}
     return {"loss": loss_sum, "accuracy": correct / y.shape[0], "layers": layers}
-
-
-def measure(
-    params: dict[str, torch.Tensor],
-    masks: dict[str, torch.Tensor] | None,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    act: ActFn,
-    exact_zeros: bool,
-    zero_threshold: float,
-    loss_fn: Loss,
-    forward: Callable[..., torch.Tensor] | None = None,
-    chunk: int | None = None,
-) -> dict[str, Any]:
-    """measure_traced for an MLP: `forward(x, params, act=, trace=list)` is its pass (default: mlp_forward
-    without norms or skips) and `act` its activation."""
-    n_layers = sum(1 for n in params if n.endswith(".weight"))
-    forward = forward or partial(mlp_forward, n_layers=n_layers)
-    return measure_traced(
-        params,
-        masks,
-        x,
-        y,
-        forward=from_mlp(forward, act),
-        exact_zeros=exact_zeros,
-        zero_threshold=zero_threshold,
-        loss_fn=loss_fn,
-        chunk=chunk,
-    )

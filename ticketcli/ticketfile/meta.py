@@ -31,7 +31,7 @@ class TooManyDigits(ValueError):
     pass
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """json object hook: a key given twice is an error, not "the last one wins" (readers would disagree)."""
     out = dict(pairs)
     if len(out) != len(pairs):  # the slow search only for the error message
@@ -51,7 +51,7 @@ def _bounded_int(text: str) -> int:
 
 def strict_json(text: str | bytes) -> Any:
     """json.loads without duplicated keys or integers of more than MAX_INT_DIGITS digits (raises ValueError)."""
-    return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_bounded_int)
+    return json.loads(text, object_pairs_hook=unique_keys, parse_int=_bounded_int)
 
 
 def json_error(e: BaseException) -> str:

@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ticketcli.errors import TicketFileError
-from ticketcli.ticketfile.meta import MAX_DIMS, MAX_INT_DIGITS, DuplicateKey, TooManyDigits, json_error
+from ticketcli.ticketfile.meta import MAX_DIMS, MAX_INT_DIGITS, DuplicateKey, TooManyDigits, json_error, unique_keys
 
 MAX_HEADER_BYTES = 1 << 24  # a ticket's JSON header is a few KiB (safetensors itself allows 100 MB)
 DTYPE_BYTES = {
@@ -55,17 +55,6 @@ def _no_float(text: str) -> float:
     raise NotInHeader("a non-integer number")
 
 
-def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                raise DuplicateKey(k)
-            seen.add(k)
-    return out
-
-
 def header_json(raw: bytes) -> object:
     """Parse a safetensors header as the safetensors library does, or stricter: UTF-8 only (no byte-order mark,
     no UTF-16), integers only as non-negative whole numbers, no lone surrogates; and, beyond the library, no
@@ -73,7 +62,7 @@ def header_json(raw: bytes) -> object:
     text = raw.decode("utf-8")  # UnicodeDecodeError (a ValueError) for anything else; json.loads would guess
     if text.startswith("\ufeff"):
         raise NotInHeader("a byte-order mark")
-    value = json.loads(text, object_pairs_hook=_unique, parse_int=_header_int, parse_float=_no_float)
+    value = json.loads(text, object_pairs_hook=unique_keys, parse_int=_header_int, parse_float=_no_float)
     stack = [value]
     while stack:  # a \ud800 escape decodes to a lone surrogate, which is no UTF-8 text (safetensors refuses it)
         v = stack.pop()
