@@ -33,6 +33,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.catalog",
         "ticketcli.contract",
         "ticketcli.result",  # the base of the commands' typed results
+        "ticketcli.cost",  # what a built-in model costs, from its spec alone
         "ticketcli.budget",
         "ticketcli.drift.sums",
         "ticketcli.drift.spec",  # torch-free: drift's specs and defaults, read by the command line for --help

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ticketcli.report.console import method_name, pct
 
@@ -64,6 +64,7 @@ def sweep_figure(result: SweepResult) -> Figure:
     pos = {lab: i for i, lab in enumerate(labels)}
     seeds = sm.seeds
     colors = plt.get_cmap("tab10")
+    fig: Figure  # pyplot is loaded at run time (pyplot()), so its results are typed Any
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
     for i, s in enumerate(seeds):  # one labelled scatter per seed: its legend entry is its own points
         xs, ys = [], []
@@ -129,7 +130,7 @@ def sweep_figure(result: SweepResult) -> Figure:
     where = (None, None, None) if st is None else (st.dataset, st.model, f"{st.epochs} epochs")
     fig.suptitle(f"sweep-k: {run_title(where[0], where[1], methods, where[2], _seeds(seeds))}")
     fig.tight_layout()
-    return cast("Figure", fig)  # pyplot is imported lazily, untyped
+    return fig
 
 
 def _seeds(seeds: Sequence[int]) -> str:
@@ -146,6 +147,7 @@ def weak_figure(r: WeakResult) -> Figure:
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
+    fig: Figure  # pyplot is loaded at run time (pyplot()), so its results are typed Any
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for k, style, run in (("masked", "-o", r.masked), ("dense", "--s", r.dense)):
         if run is None:
@@ -164,7 +166,7 @@ def weak_figure(r: WeakResult) -> Figure:
     ticket = f"{method_name(r.method)} ticket (seed {r.seed}, sparsity {pct(r.sparsity.achieved)})"
     fig.suptitle(f"train-weak: {run_title(data, r.model, ticket, f'{r.spec.epochs} epochs')}")
     fig.tight_layout()
-    return cast("Figure", fig)  # pyplot is imported lazily, untyped
+    return fig
 
 
 def drift_plot(r: DriftResult) -> bytes:
@@ -222,6 +224,7 @@ def drift_figure(r: DriftResult) -> Figure:
             panels[0],
             ("sparsity", f"activation sparsity ({zero_rule})\n= share of negative pre-activations (ReLU)"),
         )
+    fig: Figure  # pyplot is loaded at run time (pyplot()), so its results are typed Any
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2))
     for ax, (metric, title) in zip(axes, panels):
         for layer, stats in sm.layers.items():
@@ -243,4 +246,4 @@ def drift_figure(r: DriftResult) -> Figure:
     title = run_title(drift_data(r.settings), r.settings["model"], drift_method(r.settings, r.masked), seeds)
     fig.suptitle(f"drift: {title}")
     fig.tight_layout()
-    return cast("Figure", fig)  # pyplot is imported lazily, untyped
+    return fig
