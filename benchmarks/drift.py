@@ -56,8 +56,8 @@ def main() -> None:
             t0 = time.perf_counter()
             r = run_drift(spec)
             wall = time.perf_counter() - t0
-            results.append(r)
-            sm = r["summary"]
+            results.append(r.to_document())
+            sm = r.summary.to_dict() | {"layers": {n: la.to_dict() for n, la in r.summary.layers.items()}}
             print(
                 f"\n### {r['model']}, {act}, {r['loss']}, inputs {inputs}, Adam lr 1e-3, batch 512, "
                 f"{a.steps} steps, seeds {a.seeds} (mean ± std; zero rule {r['zero_rule']}; {wall:.0f} s)\n"

@@ -27,6 +27,7 @@ import torch
 from ticketcli.drift import tradeoff as drift_tradeoff
 from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.relufy import run_relufy
+from ticketcli.drift.result import TradeoffResult
 from ticketcli.drift.run import run_drift
 from ticketcli.drift.spec import ControlSpec, DriftSpec, RelufySpec
 from ticketcli.resolve import data_location
@@ -84,9 +85,11 @@ def claims(quick: bool) -> list[dict]:
     tasks = drift_tradeoff.plan([spec_for(quick, plain), spec_for(quick, res)], TARGETS, "topk", None)
     sweep = drift_tradeoff.run_tradeoff(tasks)
     TRADEOFF.clear()
-    TRADEOFF.update(sweep)
-    chance = sweep["chance"]
-    curve = {m: {p["target"]: p for p in v["curve"]} for m, v in sweep["models"].items()}
+    TRADEOFF.update(sweep.to_document())
+    TRADEOFF_RESULT[:] = [sweep]
+    chance = sweep.chance
+    assert chance is not None
+    curve = {m: {p["target"]: p for p in v.curve} for m, v in sweep.models.items()}
 
     # 4: plain vs residual at 80% and 90%: (a) the plain MLP's collapse, (b) what the residual one keeps
     p8, p9, r8, r9 = curve[plain][0.8], curve[plain][0.9], curve[res][0.8], curve[res][0.9]
@@ -114,7 +117,7 @@ def claims(quick: bool) -> list[dict]:
 
     # 5: the cliff, per model
     for m in (plain, res):
-        c = sweep["models"][m]["cliff"]
+        c = sweep.models[m].cliff
         accs = ", ".join(f"{pct(t)}:{pct(curve[m][t]['accuracy'])}" for t in TARGETS)
         rows.append(
             {
@@ -190,7 +193,8 @@ def claims(quick: bool) -> list[dict]:
     return rows
 
 
-TRADEOFF: dict[str, Any] = {}  # the last claims() call's trade-off sweep (for --plot and --json)
+TRADEOFF: dict[str, Any] = {}  # the last claims() call's trade-off sweep document (for --json)
+TRADEOFF_RESULT: list[TradeoffResult] = []  # and its result (for --plot)
 
 
 def main() -> None:
@@ -211,7 +215,7 @@ def main() -> None:
         from ticketcli.drift.views import tradeoff_plot
 
         with open(a.plot, "wb") as f:
-            f.write(tradeoff_plot(TRADEOFF))
+            f.write(tradeoff_plot(TRADEOFF_RESULT[0]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "tradeoff": TRADEOFF}, f, indent=2)

@@ -26,6 +26,7 @@ import sys
 import torch
 
 from ticketcli.drift.options import build_drift_spec
+from ticketcli.drift.result import DriftResult
 from ticketcli.drift.run import run_drift
 from ticketcli.resolve import data_location
 
@@ -39,7 +40,7 @@ SETTINGS = {  # quick / full
 }
 
 
-def drift(quick: bool, **settings) -> dict:
+def drift(quick: bool, **settings) -> DriftResult:
     """One `ticket drift` run (CPU, no progress) with these settings."""
     s = {"dataset": "digits", "device": "cpu", "seeds": "0" if quick else "0,1", **settings}
     spec = build_drift_spec(s, data_location(None, False))
@@ -68,7 +69,7 @@ def claim1_and_2(quick: bool, models: tuple[str, ...] = MODELS) -> list[dict]:
                 for loss in losses:
                     r = drift(quick, model=model, activation=act, loss=loss, inputs=inputs, steps=steps,
                               log_every=steps, batch_size=64, probe_size=128)  # fmt: skip
-                    layers = r["summary"]["layers"]
+                    layers = {n: {k: v.to_dict() for k, v in la.series.items()} for n, la in r.summary.layers.items()}
                     fed = [la for la in layers if fed_by_activation(model, la)]
                     drifts.setdefault((model, inputs), []).append(
                         statistics.mean(layers[la]["weight_drift_std"]["mean"][-1] for la in fed)

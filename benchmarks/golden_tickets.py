@@ -217,9 +217,17 @@ def upgrade(name: str, before: dict, now: dict, command: str) -> str:
     if not isinstance(doc, dict) or "schema" in doc:
         return ""
     sys.path.insert(0, str(ROOT))  # this tree's contract, as the runs use this tree's code
-    from ticketcli.contract import document, drift_command
+    from ticketcli.contract import SCHEMAS, document
 
-    before["json"] = in_order_of(document(drift_command(doc) if command == "drift" else command, doc), now.get("json"))
+    if command in ("train-weak", "sweep-k"):  # typed results now: their documents no longer come from a raw dict
+        return " (recorded before the --json contract: not upgraded; record a new baseline)"
+    if command == "drift":  # a plain drift run's core result: its layers keyed by name become named lists
+        from ticketcli.drift.result import named_layers
+
+        upgraded = {"schema": SCHEMAS["drift"], **{k: v for k, v in named_layers(doc).items() if k != "schema"}}
+    else:
+        upgraded = document(command, doc)
+    before["json"] = in_order_of(upgraded, now.get("json"))
     if before["json"].get("layers") == [] and now.get("json", {}).get("layers"):
         before["json"]["layers"] = now["json"]["layers"]
         return " (recorded before the --json contract, upgraded; layers[] is new)"

@@ -10,14 +10,15 @@ writes the combined result (records + summary) and its plot.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 from ticketcli import report
-from ticketcli.contract import flat_record
 from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep import records as sweep_records
+from ticketcli.sweep import result as sweep_result
 from ticketcli.sweep import run as sweep_run
 from ticketcli.sweep import summary as sweep_summary
 
@@ -31,7 +32,8 @@ def main() -> None:
     ap.add_argument("--check", default=None, help="a task id to re-run and compare with its stored record")
     a = ap.parse_args()
     old = json.loads((a.dir / "stability.json").read_text())  # sweep-k's --json document (docs/json.md)
-    old["records"] = [flat_record(r) for r in old["records"]]  # back in sweep's flat shape, beside the new ones
+    # back in sweep's flat shape, beside the new ones
+    old["records"] = [sweep_result.SweepRecord.from_document(r).flat() for r in old["records"]]
     st = old["settings"]
     base = build_extract_spec(
         merge_settings(
@@ -72,8 +74,16 @@ def main() -> None:
         "summary": sweep_summary.summarize(records, band=tuple(st["band"])),
     }
     (a.dir / "stability_combined.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    (a.dir / "stability_combined.png").write_bytes(report.sweep_plot(result))
-    report.sweep_table(result)
+    typed = sweep_result.SweepResult.of(records, new["resumed"], band=tuple(st["band"]))
+    names = [f.name for f in dataclasses.fields(sweep_result.SweepSettings)]
+    typed = dataclasses.replace(
+        typed,
+        settings=sweep_result.SweepSettings(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in result["settings"].items() if k in names}
+        ),
+    )
+    (a.dir / "stability_combined.png").write_bytes(report.sweep_plot(typed))
+    report.sweep_table(typed)
 
 
 if __name__ == "__main__":

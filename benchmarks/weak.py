@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 from table1 import mean_std  # benchmarks/ is on sys.path when run as a script
@@ -46,10 +47,11 @@ def main() -> None:
                 path = Path(d) / f"{method}-{seed}.safetensors"
                 extract_ticket(ex, out=path)
                 r = train_weak(path, data=data, spec=spec, dense_baseline=i == 0)
-                rows.setdefault(method, []).append({**r["masked"], "sparsity": r["sparsity"]["achieved"]})
-                if "dense" in r:
-                    rows.setdefault("dense", []).append({**r["dense"], "sparsity": 0.0})
-                for name in (method, "dense") if "dense" in r else (method,):
+                # each run as plain data (asdict: initial, final, gain, best_val_epoch, curve, ...)
+                rows.setdefault(method, []).append({**asdict(r.masked), "sparsity": r.sparsity.achieved})
+                if r.dense is not None:
+                    rows.setdefault("dense", []).append({**asdict(r.dense), "sparsity": 0.0})
+                for name in (method, "dense") if r.dense is not None else (method,):
                     x = rows[name][-1]
                     print(
                         f"  {name} seed={seed}: {100 * x['initial']['test']['accuracy']:.2f}% -> "

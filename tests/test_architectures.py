@@ -574,10 +574,10 @@ def test_train_weak_on_a_batchnorm_ticket(tmp_path):
     out = extract(tmp_path, "mlp:64-16-16-10+res+norm=batch")
     r = train_weak(out, data=DataSpec(), spec=WeakSpec(epochs=2, batch_size=32), device="cpu", dense_baseline=True)
     tk = ticket_io.load(out)
-    assert r["masked"]["initial"]["test"]["correct"] == tk.metrics["test"]["correct"]  # rewound = the ticket
-    assert r["sparsity"]["masked_nonzero_after"] == 0
-    assert r["masked"]["final"]["test"]["correct"] != r["masked"]["initial"]["test"]["correct"]
-    assert r["dense"]["initial"]["test"]["correct"] != r["masked"]["initial"]["test"]["correct"]
+    assert r.masked.initial.test.correct == tk.metrics["test"]["correct"]  # rewound = the ticket
+    assert r.weights_check.masked_nonzero_after == 0
+    assert r.masked.final.test.correct != r.masked.initial.test.correct
+    assert r.dense is not None and r.dense.initial.test.correct != r.masked.initial.test.correct
 
 
 def test_drift_refuses_a_one_example_probe_for_batchnorm():

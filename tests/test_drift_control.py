@@ -45,14 +45,13 @@ def test_topk_keep_keeps_exactly_the_k_largest_per_row():
 @pytest.mark.parametrize("mode", ["topk", "percentile"])
 def test_control_reaches_its_target(mode):
     r = run_drift(small_spec(), control=ControlSpec(mode, 0.8))
-    c = r["act_control"]
+    c = r.act_control
+    assert c is not None and r["schema"] == "ticket.drift-control/2"
     assert set(c["sites"]) == {"layers.0", "layers.1"}
     for s in [*c["sites"].values(), c["overall"]]:
         assert s["sparsity"] == pytest.approx(0.8, abs=0.05)  # measured on the probe batch, not a training batch
     # the series' own sparsity (drift's measurement) is the controlled one too
-    assert r["summary"]["layers"]["layers.0"]["sparsity"]["mean"][-1] == pytest.approx(
-        c["sites"]["layers.0"]["sparsity"]
-    )
+    assert r.summary.layers["layers.0"].series["sparsity"].mean[-1] == pytest.approx(c["sites"]["layers.0"]["sparsity"])
     if mode == "percentile":  # what the activation sees is centred: its negative share is the sparsity (ReLU)
         assert c["overall"]["neg_act_input_share"] == pytest.approx(c["overall"]["sparsity"])
         assert c["sites"]["layers.0"]["centering_mean"] is not None
@@ -61,8 +60,9 @@ def test_control_reaches_its_target(mode):
 def test_uncontrolled_run_is_far_from_the_target():
     # the test above can fail: without control the same run sits far from 80% sparsity
     r = run_drift(small_spec())
-    assert "act_control" not in r
-    assert r["summary"]["layers"]["layers.0"]["sparsity"]["mean"][-1] < 0.7
+    assert r.act_control is None and "act_control" not in r and r["schema"] == "ticket.drift/1"
+    sparsity = r.summary.layers["layers.0"].series["sparsity"].mean[-1]
+    assert sparsity is not None and sparsity < 0.7
 
 
 def test_accumulation_stop_freezes_the_statistics():
@@ -126,9 +126,9 @@ def test_tradeoff_results_do_not_depend_on_workers():
     specs = [small_spec(steps=8, log_every=8), small_spec("mlp:64-32-32-32-10+res", steps=8, log_every=8)]
     tasks = plan(specs, (0.5, 0.9), "percentile", 4)
     one, two = run_tradeoff(tasks, workers=1), run_tradeoff(tasks, workers=2)
-    assert one["models"] == two["models"]
-    assert list(one["models"]) == ["mlp:64-32-32-10", "mlp:64-32-32-32-10+res"]
-    assert [p["target"] for p in one["models"]["mlp:64-32-32-10"]["curve"]] == [0.5, 0.9]
+    assert one.models == two.models
+    assert list(one.models) == ["mlp:64-32-32-10", "mlp:64-32-32-32-10+res"]
+    assert [p["target"] for p in one.models["mlp:64-32-32-10"].curve] == [0.5, 0.9]
 
 
 # --- command line ---------------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from helpers import flags_for
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.contract import SCHEMAS, SPARSITY_KEYS, document, flat_record, schema_of
-from ticketcli.sweep.summary import summarize
+from ticketcli.contract import SCHEMAS, SPARSITY_KEYS, document, schema_of
+from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSummary
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
 
@@ -215,11 +215,11 @@ def test_a_sweep_record_is_its_tickets_extract_document(docs):
 
 def test_a_saved_sweep_document_summarizes_again_to_itself(docs):
     doc = docs["sweep-k"][1]
-    flat = [flat_record(r) for r in doc["records"]]
+    records = tuple(SweepRecord.from_document(r) for r in doc["records"])
     band = tuple(doc["settings"]["band"])
-    again = document("sweep-k", {**{k: v for k, v in doc.items() if k not in ("schema", "summary")}, "records": flat})
+    again = SweepResult(records=records, resumed=(), summary=SweepSummary.of_records(records, band)).to_document()
     assert again["records"] == doc["records"]
-    assert document("sweep-k", {"records": flat, "summary": summarize(flat, band=band)})["summary"] == doc["summary"]
+    assert again["summary"] == doc["summary"]
 
 
 def test_drift_layers_are_named_lists_in_every_run_and_the_summary(docs):
@@ -251,9 +251,9 @@ def test_every_computing_command_reports_the_threads_it_ran_with(docs):
 
 
 def test_document_leaves_the_result_alone_and_knows_its_commands(docs):
-    result = {"records": [], "resumed": [], "settings": {}}
+    result = {"kind": "methods", "items": []}
     before = copy.deepcopy(result)
-    assert document("sweep-k", result)["schema"] == "ticket.sweep-k/2" and result == before
+    assert document("list", result)["schema"] == "ticket.list/1" and result == before
     with pytest.raises(KeyError):
         document("no-such-command", {})
 
@@ -290,7 +290,8 @@ def test_the_old_shapes_are_rejected(docs):
     old_eval = moved(ev, lambda d: d.update(test=d["metrics"]["test"], val=d["metrics"].pop("val")))
     assert errors("evaluate", old_eval)
     sweep = docs["sweep-k"][1]
-    assert errors("sweep-k", moved(sweep, lambda d: d["records"].__setitem__(0, flat_record(d["records"][0]))))
+    flat = SweepRecord.from_document(sweep["records"][0]).flat()
+    assert errors("sweep-k", moved(sweep, lambda d: d["records"].__setitem__(0, flat)))
     weak = docs["train-weak"][1]
     assert errors("train-weak", moved(weak, lambda d: d["sparsity"].update(d.pop("weights_check"))))
 

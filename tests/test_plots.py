@@ -4,18 +4,20 @@ numbers, and as two otherwise. The commands run for real; the Figures they save 
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from matplotlib.figure import Figure
+from test_sweep_output import full_record
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
 from ticketcli.drift import views as drift_views
+from ticketcli.drift.result import DriftResult
 from ticketcli.report import plots
-from ticketcli.sweep import summary as sweep_summary
+from ticketcli.sweep.result import SweepResult, SweepSettings
 
 runner = CliRunner()
 MODEL = "mlp:64-16-10"
@@ -71,34 +73,48 @@ def test_train_weak_names_the_run_and_counts_whole_epochs(ticket, tmp_path, save
         assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
 
 
-def keyed(doc: dict) -> dict:
-    """A drift --json document's summary.layers (a list with names) keyed by name again, as the plots take it."""
-    layers = {entry["name"]: {k: v for k, v in entry.items() if k != "name"} for entry in doc["summary"]["layers"]}
-    return {**doc, "summary": {**doc["summary"], "layers": layers}}
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list[DriftResult]:
+    """The drift results the command drew, in order."""
+    results: list[DriftResult] = []
+    original = plots.drift_figure
+
+    def capture(r: DriftResult) -> Figure:
+        results.append(r)
+        return original(r)
+
+    monkeypatch.setattr(plots, "drift_figure", capture)
+    return results
 
 
-def test_drift_relu_draws_one_panel_saying_the_two_shares_are_equal(tmp_path, saved):
+def test_drift_relu_draws_one_panel_saying_the_two_shares_are_equal(tmp_path, saved, drawn):
     doc = invoke(*DRIFT, "--activation", "relu", "--plot", str(tmp_path / "d.png"))
     (fig,) = saved
     assert len(fig.axes) == 2, title(fig)
     assert "= share of negative pre-activations (ReLU)" in fig.axes[1].get_title()
     for needle in ("drift", "digits", MODEL, "adam lr 0.001", "cross-entropy", "relu", "seed 0"):
         assert needle in title(fig), title(fig)
-    assert plots.relu_panels_coincide(keyed(doc))
+    (result,) = drawn
+    assert plots.relu_panels_coincide(result) and result.to_document()["summary"] == doc["summary"]
     # the oracle of the claim: the JSON's two series are the same numbers for every hidden layer
     hidden = [s for s in doc["summary"]["layers"] if "sparsity" in s]
     assert hidden and all(s["sparsity"]["mean"] == s["neg_preact_share"]["mean"] for s in hidden)
 
 
-def test_drift_keeps_both_panels_when_the_shares_differ(tmp_path, saved):
-    doc = invoke(*DRIFT, "--activation", "gelu", "--plot", str(tmp_path / "d.png"))
+def test_drift_keeps_both_panels_when_the_shares_differ(tmp_path, saved, drawn):
+    invoke(*DRIFT, "--activation", "gelu", "--plot", str(tmp_path / "d.png"))
     (fig,) = saved
     assert len(fig.axes) == 3 and "gelu" in title(fig)
-    assert not plots.relu_panels_coincide(keyed(doc))
+    assert not plots.relu_panels_coincide(drawn[0])
     # ReLU with a pre-activation exactly 0 (a unit the mask emptied): sparse but not negative, so two panels
-    relu = keyed(invoke(*DRIFT, "--activation", "relu"))
-    layer = next(s for s in relu["summary"]["layers"].values() if "sparsity" in s)
-    layer["sparsity"]["mean"][-1] += 0.25
+    invoke(*DRIFT, "--activation", "relu", "--plot", str(tmp_path / "r.png"))
+    relu = drawn[1]
+    name, layer = next((n, s) for n, s in relu.summary.layers.items() if "sparsity" in s.series)
+    sp = layer.series["sparsity"]
+    assert sp.mean[-1] is not None
+    bumped = dataclasses.replace(sp, mean=(*sp.mean[:-1], sp.mean[-1] + 0.25))
+    layers = {**relu.summary.layers, name: dataclasses.replace(layer, series={**layer.series, "sparsity": bumped})}
+    relu = dataclasses.replace(relu, summary=dataclasses.replace(relu.summary, layers=layers))
     assert not plots.relu_panels_coincide(relu)
     assert len(plots.drift_figure(relu).axes) == 3
 
@@ -123,8 +139,10 @@ def _record(i: int, seed: int, group: str, method: str, fixed: bool = False) -> 
 def test_sweep_names_dataset_model_methods_and_seeds():
     records = [_record(i, s, "edge-popup", "edge-popup", fixed=i == 0) for s in (0, 1) for i in range(3)]
     records += [_record(9, s, "augmented", "augmented") for s in (0, 1)]
-    result = {"records": records, "summary": sweep_summary.summarize(records)}
-    result["settings"] = {"dataset": "digits", "model": MODEL, "epochs": 2}
-    fig = plots.sweep_figure(copy.deepcopy(result))
+    result = SweepResult.of([full_record(r) for r in records], [])
+    settings = SweepSettings(
+        0.9, (0, 1), (0.1,), 0, (0.85, 0.95), MODEL, "digits", 2, ("augmented",), 1, 1, "local", None
+    )
+    fig = plots.sweep_figure(dataclasses.replace(result, settings=settings))
     for needle in ("sweep-k", "digits", MODEL, "edge-popup sweep vs augmented", "2 epochs", "2 seeds"):
         assert needle in title(fig), title(fig)

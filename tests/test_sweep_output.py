@@ -5,6 +5,7 @@ legends name only markers that are drawn."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -18,9 +19,10 @@ from ticketcli.atomic import write_owned
 from ticketcli.cli import app
 from ticketcli.report.console import pct
 from ticketcli.report.plots import sweep_figure
-from ticketcli.report.tables import NO_SPREAD, sweep_table
+from ticketcli.report.study_tables import NO_SPREAD, sweep_table
 from ticketcli.sweep import outputs as sweep_outputs
 from ticketcli.sweep import summary as sweep_summary
+from ticketcli.sweep.result import SweepResult, SweepSettings
 
 runner = CliRunner()
 TINY = ["--dataset", "digits", "--model", "mlp:64-16-10", "--epochs", "1", "--batch-size", "128"]
@@ -40,11 +42,19 @@ def rec(i, seed, val, achieved, group="edge-popup", fixed=False):
     }
 
 
+def full_record(r: dict) -> dict:
+    """A hand-made record with the fields the summary does not read filled in (sweep's flat shape)."""
+    rest = {"method": {"name": r["group"]}, "requested_sparsity": 0.9, "layer_densities": None, "test_loss": 1.0}
+    rest |= {"masks_sha256": "0" * 64, "device": "cpu", "threads": 1, "wall_time_s": 0.0}
+    return {**rest, "ticket": None, "ticket_sha256": None, **r}
+
+
 def result_of(records, band=(0.85, 0.95)):
-    """The dict sweep-k's table and plot read, for hand-made records."""
-    summary = sweep_summary.summarize(records, band=band)
-    settings = {"sparsity": 0.9, "seeds": summary["seeds"], "model": "m", "dataset": "d", "epochs": 1, "out_dir": None}
-    return {"records": records, "resumed": [], "summary": summary, "settings": settings}
+    """The result sweep-k's table and plot read, for hand-made records."""
+    result = SweepResult.of([full_record(r) for r in records], [], band)
+    seeds = result.summary.seeds
+    settings = SweepSettings(0.9, seeds, (0.1,), 0, band, "m", "d", 1, ("augmented",), 1, 1, "local", None)
+    return dataclasses.replace(result, settings=settings)
 
 
 # ---- resuming over its own plot ----
@@ -136,19 +146,20 @@ def test_single_seed_std_is_null_in_json_and_a_dash_in_the_table(capsys):
         rec(3, 0, 0.8, 0.91, group="augmented"),
     ]
     result = result_of(records)
-    sm = result["summary"]
+    sm = result["summary"]  # the document's summary, as --json prints it
     for g in (sm["fixed_edge_popup"], sm["methods"]["random"], sm["methods"]["augmented"], sm["oracle_constrained"]):
+        g = {"test": g["metrics"]["test"]["accuracy"], "achieved_sparsity": g["sparsity"]["achieved"]}
         assert g["test"]["n"] == 1 and g["test"]["std"] is None and g["achieved_sparsity"]["std"] is None
-    assert json.loads(json.dumps(sm))["methods"]["augmented"]["test"]["std"] is None
-    assert sm["edge_popup"]["test"]["std"] is not None  # two sweep runs of one seed do have a spread
+    assert json.loads(json.dumps(sm))["methods"]["augmented"]["metrics"]["test"]["accuracy"]["std"] is None
+    assert result.summary.edge_popup.test.std is not None  # two sweep runs of one seed do have a spread
     sweep_table(result)
     rows = [line for line in capsys.readouterr().out.splitlines() if "augmented" in line or "fixed edge" in line]
     assert rows and all(NO_SPREAD in line and "0.00 " not in line for line in rows)
 
 
 def test_two_seeds_have_a_std():
-    sm = result_of([rec(0, 0, 0.6, 0.9, group="random"), rec(1, 1, 0.8, 0.9, group="random")])["summary"]
-    assert sm["methods"]["random"]["test"]["std"] == pytest.approx(0.1414213562)
+    sm = result_of([rec(0, 0, 0.6, 0.9, group="random"), rec(1, 1, 0.8, 0.9, group="random")]).summary
+    assert sm.methods["random"].test.std == pytest.approx(0.1414213562)
 
 
 # ---- legends name only what is drawn ----

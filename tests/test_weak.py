@@ -53,14 +53,14 @@ def test_masked_weights_never_train_and_kept_ones_do(ticket):
         assert not (moved & ~got_grad).any() and moved[got_grad].float().mean() > 0.99
         assert moved.float().mean() > 0.5
     assert torch.equal(o.net.weights["layers.0.weight"], o.weights["layers.0.weight"])  # rewound on return
-    assert [p["epoch"] for p in run["curve"]] == [1, 2, 3]
-    assert run["best_val_accuracy"] == max(p["val_accuracy"] for p in run["curve"])
+    assert [p.epoch for p in run.curve] == [1, 2, 3]
+    assert run.best_val_accuracy == max(p.val_accuracy for p in run.curve)
 
 
 def test_check_sparsity_catches_a_nonzero_masked_weight(ticket):
     masks = ticket_io.load(ticket).masks
     w = {n: torch.where(m, 1.0, 0.0) for n, m in masks.items()}
-    assert check_sparsity(w, masks)["nonzero_after"] == sum(int(m.sum()) for m in masks.values())
+    assert check_sparsity(w, masks).nonzero_after == sum(int(m.sum()) for m in masks.values())
     name = next(iter(masks))
     w[name].view(-1)[int((~masks[name]).view(-1).nonzero()[0])] = 1e-30
     with pytest.raises(RunFailed):
@@ -108,8 +108,9 @@ def test_dense_baseline_starts_from_the_same_init(ticket):
     net = MaskedNet(build_model(parse_model(MODEL)))
     net.load_weights(init_weights(net.module, InitSpec(seed=0)))
     o = runs_build.open_ticket(ticket, data=DATA, device="cpu")
-    assert result["dense"]["initial"]["test"] == evaluate(net, None, o.splits.x_test, o.splits.y_test)
-    assert result["dense"]["initial"] != result["masked"]["initial"]
+    assert result.dense is not None
+    assert result.dense.initial.test.to_dict() == evaluate(net, None, o.splits.x_test, o.splits.y_test)
+    assert result.dense.initial != result.masked.initial
 
 
 def test_all_ones_mask_trains_exactly_like_the_dense_baseline(ticket, tmp_path):
@@ -118,9 +119,10 @@ def test_all_ones_mask_trains_exactly_like_the_dense_baseline(ticket, tmp_path):
     full = tmp_path / "full.safetensors"
     ticket_io.save(dataclasses.replace(tk, masks={n: torch.ones_like(m) for n, m in tk.masks.items()}), full)
     result = train_weak(full, data=DATA, spec=SPEC, device="cpu", dense_baseline=True)
-    assert result["masked"]["curve"] == result["dense"]["curve"]
-    assert result["masked"]["final"] == result["dense"]["final"]
-    assert result["sparsity"]["achieved"] == 0.0
+    assert result.dense is not None
+    assert result.masked.curve == result.dense.curve
+    assert result.masked.final == result.dense.final
+    assert result.sparsity.achieved == 0.0 and result["sparsity"]["achieved"] == 0.0
 
 
 def test_plot_is_a_valid_png(ticket, tmp_path):

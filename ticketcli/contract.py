@@ -121,89 +121,6 @@ def _inspect(r: Doc) -> Doc:
     return doc
 
 
-def _curve_point(p: Doc) -> Doc:
-    train = {k: p[k] for k in ("accuracy", "loss") if k in p}
-    val = {k.removeprefix("val_"): p[k] for k in ("val_accuracy", "val_loss") if k in p}
-    rest = {k: v for k, v in p.items() if k not in ("accuracy", "loss", "val_accuracy", "val_loss")}
-    return {**rest, "metrics": {"train": train, "val": val}}
-
-
-def _weak_run(run: Doc) -> Doc:
-    rest = {
-        k: v for k, v in run.items() if k not in ("initial", "final", "curve", "best_val_epoch", "best_val_accuracy")
-    }
-    return {
-        **rest,
-        "metrics": run["final"],
-        "initial": {"metrics": run["initial"]},
-        "best": {"epoch": run["best_val_epoch"], "metrics": {"val": {"accuracy": run["best_val_accuracy"]}}},
-        "curve": [_curve_point(p) for p in run["curve"]],
-    }
-
-
-def _train_weak(r: Doc) -> Doc:
-    doc = {k: v for k, v in r.items() if k not in ("masked", "dense", "sparsity")}
-    sp = r["sparsity"]
-    checks = ("nonzero_after", "masked_nonzero_after", "unchanged")
-    doc["sparsity"] = {k: v for k, v in _sparsity(sp).items() if k not in checks}
-    doc["weights_check"] = {k: sp[k] for k in checks if k in sp}
-    doc["layers"] = layer_list(sp.get("per_layer"))
-    doc["masked"] = _weak_run(r["masked"])
-    doc["metrics"] = doc["masked"]["metrics"]  # the trained ticket's accuracy, where every other command has it
-    if "dense" in r:
-        doc["dense"] = _weak_run(r["dense"])
-    return doc
-
-
-def _record(r: Doc) -> Doc:
-    """A sweep-k record (or an oracle's pick) with extract's metrics and sparsity shapes."""
-    moved = ("test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity", "requested_sparsity")
-    doc = {k: v for k, v in r.items() if k not in moved}
-    metrics: Doc = {}
-    if "val_accuracy" in r:
-        metrics["val"] = {"accuracy": r["val_accuracy"]}
-    if "test_accuracy" in r:
-        metrics["test"] = {"accuracy": r["test_accuracy"]} | ({"loss": r["test_loss"]} if "test_loss" in r else {})
-    doc["metrics"] = metrics
-    doc["sparsity"] = {"achieved": r["achieved_sparsity"]} | (
-        {"requested": r["requested_sparsity"]} if "requested_sparsity" in r else {}
-    )
-    return doc
-
-
-def flat_record(record: Doc) -> Doc:
-    """A sweep-k document's record back in sweep's own flat shape (test_accuracy, achieved_sparsity, ...), so that a
-    saved document can be summarized again (sweep/summary.py's summarize) or compared with a fresh run's record."""
-    flat = {k: v for k, v in record.items() if k not in ("metrics", "sparsity")}
-    test, val, sp = record["metrics"].get("test", {}), record["metrics"].get("val", {}), record["sparsity"]
-    pairs = [("test_accuracy", test, "accuracy"), ("val_accuracy", val, "accuracy"), ("test_loss", test, "loss")]
-    pairs += [("achieved_sparsity", sp, "achieved"), ("requested_sparsity", sp, "requested")]
-    flat.update({key: part[name] for key, part, name in pairs if name in part})
-    return flat
-
-
-def _group(g: Doc) -> Doc:
-    """A summary group's statistics: test accuracy and achieved sparsity at their contract paths."""
-    doc = {k: v for k, v in g.items() if k not in ("test", "achieved_sparsity", "per_seed")}
-    doc["metrics"] = {"test": {"accuracy": g["test"]}}
-    doc["sparsity"] = {"achieved": g["achieved_sparsity"]}
-    if "per_seed" in g:
-        doc["per_seed"] = {s: None if v is None else _record(v) for s, v in g["per_seed"].items()}
-    return doc
-
-
-def _sweep_k(r: Doc) -> Doc:
-    doc = dict(r)
-    doc["records"] = [_record(x) for x in r["records"]]
-    s = r.get("summary")
-    if s is not None:
-        groups = ("edge_popup", "oracle_constrained", "oracle_unconstrained", "fixed_edge_popup")
-        summary = {k: (_group(v) if k in groups else v) for k, v in s.items()}
-        summary["methods"] = {m: _group(v) for m, v in s.get("methods", {}).items()}
-        doc["summary"] = summary
-    return doc
-
-
 def _export(r: Doc) -> Doc:
     doc = {k: v for k, v in r.items() if k not in ("kept", "total", "layers")}
     doc["sparsity"] = {"achieved": 1.0 - r["kept"] / r["total"], "kept": r["kept"], "total": r["total"]}
@@ -211,51 +128,9 @@ def _export(r: Doc) -> Doc:
     return doc
 
 
-def named_layers(node: Any) -> Any:
-    """drift documents: every `layers` (or activation `sites`) object keyed by name becomes a list of objects with
-    a `name`, in the same order (a bare number there is that layer's activation sparsity)."""
-    if isinstance(node, list):
-        return [named_layers(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {}
-    for k, v in node.items():
-        if k in ("layers", "sites") and isinstance(v, dict):
-            out[k] = [
-                {"name": n, **named_layers(x)} if isinstance(x, dict) else {"name": n, "sparsity": x}
-                for n, x in v.items()
-            ]
-        else:
-            out[k] = named_layers(v)
-    return out
-
-
-def _tradeoff(r: Doc) -> Doc:
-    doc = named_layers(r)
-    for m in doc.get("models", {}).values():
-        m["curve"] = [
-            {k: v for k, v in p.items() if k != "achieved_sparsity"}
-            | {"sparsity": {"achieved": p["achieved_sparsity"], "requested": p["target"]}}
-            for p in m["curve"]
-        ]
-    return doc
-
-
 CONVERTERS: dict[str, Callable[[Doc], Doc]] = {
     "extract": _extract,
     "evaluate": _evaluate,
     "inspect": _inspect,
-    "train-weak": _train_weak,
-    "sweep-k": _sweep_k,
     "export": _export,
-    "drift": named_layers,
-    "drift-control": named_layers,
-    "drift-relufy": named_layers,
-    "drift-tradeoff": _tradeoff,
 }
-
-
-def drift_command(result: Doc) -> str:
-    """Which drift document a drift result is: plain, or one of its features (the schema its core set, if any)."""
-    name = str(result.get("schema", "ticket.drift/")).split("/")[0].removeprefix("ticket.")
-    return name if name in SCHEMAS else "drift"

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save as st_save
@@ -19,8 +20,10 @@ from safetensors.torch import save as st_save
 from ticketcli import distributed, machine
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.batchnorm import ChunkProgress
+from ticketcli.contract import layer_list
 from ticketcli.errors import RunFailed
 from ticketcli.masking import mask_stats
+from ticketcli.result import Result
 from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.record import counted_layers
 from ticketcli.seeding import file_sha256, generator
@@ -30,15 +33,177 @@ from ticketcli.version import __version__
 from ticketcli.weak_spec import WeakSpec
 
 WEIGHTS_FORMAT = "ticketcli-trained-weights"
+Json = dict[str, Any]  # a part of the --json document
 
 
-def _measure(o: OpenTicket, masks: dict[str, torch.Tensor] | None, chunks: ChunkProgress | None = None) -> dict:
+@dataclass(frozen=True)
+class Split:
+    """One split's measurement (train.evaluate): accuracy and mean loss, from `correct` of `n` examples."""
+
+    accuracy: float
+    loss: float
+    correct: int
+    n: int
+
+    @classmethod
+    def of(cls, m: dict[str, Any]) -> Split:
+        return cls(accuracy=m["accuracy"], loss=m["loss"], correct=m["correct"], n=m["n"])
+
+    def to_dict(self) -> Json:
+        return {"accuracy": self.accuracy, "loss": self.loss, "correct": self.correct, "n": self.n}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Test and validation measurements of one set of weights."""
+
+    test: Split
+    val: Split
+
+    def to_dict(self) -> Json:
+        return {"test": self.test.to_dict(), "val": self.val.to_dict()}
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One epoch: its training loss and accuracy (over the epoch's batches) and the validation measured after it."""
+
+    epoch: int
+    loss: float
+    accuracy: float
+    val_accuracy: float
+    val_loss: float
+
+    def to_dict(self) -> Json:
+        return {
+            "epoch": self.epoch,
+            "metrics": {
+                "train": {"accuracy": self.accuracy, "loss": self.loss},
+                "val": {"accuracy": self.val_accuracy, "loss": self.val_loss},
+            },
+        }
+
+
+@dataclass(frozen=True)
+class WeakRun:
+    """One training run (masked or dense): before, after, the best validation epoch and the curve."""
+
+    initial: Measured
+    final: Measured
+    gain: float  # test accuracy after minus before, from the exact counts
+    best_val_epoch: int  # the first epoch with the highest validation accuracy
+    best_val_accuracy: float
+    curve: tuple[CurvePoint, ...]
+    wall_time_s: float
+
+    def to_dict(self) -> Json:
+        return {
+            "gain": self.gain,
+            "wall_time_s": self.wall_time_s,
+            "metrics": self.final.to_dict(),
+            "initial": {"metrics": self.initial.to_dict()},
+            "best": {"epoch": self.best_val_epoch, "metrics": {"val": {"accuracy": self.best_val_accuracy}}},
+            "curve": [p.to_dict() for p in self.curve],
+        }
+
+
+@dataclass(frozen=True)
+class WeightsCheck:
+    """The trained weights against the mask: nonzero entries in all and outside the mask (always 0: else a bug)."""
+
+    nonzero_after: int
+    masked_nonzero_after: int
+    unchanged: bool
+
+    def to_dict(self) -> Json:
+        return {
+            "nonzero_after": self.nonzero_after,
+            "masked_nonzero_after": self.masked_nonzero_after,
+            "unchanged": self.unchanged,
+        }
+
+
+@dataclass(frozen=True)
+class WeakSparsity:
+    """The ticket's sparsity counted from its masks: requested (as recorded), kept of total, achieved, per layer."""
+
+    requested: float | None
+    kept: int
+    total: int
+    achieved: float
+    per_layer: dict[str, dict[str, float]]  # name -> kept, total, achieved (and a recorded aux_share)
+
+    def to_dict(self) -> Json:
+        return {"requested": self.requested, "kept": self.kept, "total": self.total, "achieved": self.achieved}
+
+
+@dataclass(frozen=True)
+class WrittenWeights:
+    path: str
+    file_bytes: int
+
+
+@dataclass(frozen=True)
+class WeakResult(Result):
+    """What `ticket train-weak` reports: the ticket, the training settings, the masked run (and the dense baseline's)
+    and the check that the trained weights kept the mask; `to_document()` is its --json document."""
+
+    COMMAND = "train-weak"
+    ticket: str
+    ticket_sha256: str
+    method: dict[str, Any]  # the ticket's method record
+    model: str
+    seed: int
+    device: str
+    data: dict[str, Any]  # the ticket's data record (dataset, n_extract, n_val, split_seed) and n_test
+    spec: WeakSpec
+    sparsity: WeakSparsity
+    weights_check: WeightsCheck
+    masked: WeakRun
+    integrity: str
+    dense: WeakRun | None = None
+    processes: int | None = None  # under torchrun
+    out: WrittenWeights | None = None
+    threads: int | None = None  # torch threads, as the command line ran it
+    plot: str | None = None
+
+    def body(self) -> Json:
+        doc: Json = {
+            "ticket": self.ticket,
+            "ticket_sha256": self.ticket_sha256,
+            "method": self.method,
+            "model": self.model,
+            "seed": self.seed,
+            "device": self.device,
+            "data": self.data,
+            **self.spec.to_dict(),
+            "integrity": self.integrity,
+        }
+        if self.processes is not None:
+            doc["processes"] = self.processes
+        if self.out is not None:
+            doc["out"] = {"path": self.out.path, "file_bytes": self.out.file_bytes}
+        if self.threads is not None:
+            doc["threads"] = self.threads
+        if self.plot is not None:
+            doc["plot"] = self.plot
+        doc["sparsity"] = self.sparsity.to_dict()
+        doc["weights_check"] = self.weights_check.to_dict()
+        doc["layers"] = layer_list(self.sparsity.per_layer)
+        doc["masked"] = self.masked.to_dict()
+        doc["metrics"] = doc["masked"]["metrics"]  # the trained ticket's accuracy, where every other command has it
+        if self.dense is not None:
+            doc["dense"] = self.dense.to_dict()
+        return doc
+
+
+def _measure(o: OpenTicket, masks: dict[str, torch.Tensor] | None, chunks: ChunkProgress | None = None) -> Measured:
     """Test and validation metrics of whatever weights o.net holds now (`chunks`: told their chunks)."""
     s = o.splits
-    return {
-        "test": evaluate(o.net, masks, s.x_test, s.y_test, chunks=chunks, phase="test"),
-        "val": evaluate(o.net, masks, s.x_val, s.y_val, chunks=chunks, phase="validation"),
-    }
+    return Measured(
+        test=Split.of(evaluate(o.net, masks, s.x_test, s.y_test, chunks=chunks, phase="test")),
+        val=Split.of(evaluate(o.net, masks, s.x_val, s.y_val, chunks=chunks, phase="validation")),
+    )
 
 
 def train_run(
@@ -47,9 +212,9 @@ def train_run(
     spec: WeakSpec,
     *,
     label: str,
-    progress: Callable[[dict], None] | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
     chunks: ChunkProgress | None = None,
-) -> tuple[dict, WeightTrainer]:
+) -> tuple[WeakRun, WeightTrainer]:
     """Train from the ticket's init under `masks` (None: dense); returns the run's report and its trainer.
 
     o.net holds the initial weights again when this returns. chunks: told the chunks of the measurements before
@@ -58,13 +223,13 @@ def train_run(
     net.load_weights(o.weights)  # rewind
     initial = _measure(o, masks, chunks)
     trainer = WeightTrainer(net, masks, spec.optim, weights=o.weights, precision=spec.precision)
-    curve: list[dict] = []
+    curve: list[CurvePoint] = []
 
-    def on_epoch(record: dict) -> None:
+    def on_epoch(record: dict[str, Any]) -> None:
         net.load_weights(trainer.weights())
         val = evaluate(net, masks, s.x_val, s.y_val)
         point = {**record, "val_accuracy": val["accuracy"], "val_loss": val["loss"]}
-        curve.append(point)
+        curve.append(CurvePoint(**point))
         if progress is not None:
             progress({**point, "run": label})
 
@@ -76,17 +241,17 @@ def train_run(
     net.load_weights(trainer.weights())
     final = _measure(o, masks, chunks)
     net.load_weights(o.weights)
-    best = max(curve, key=lambda p: p["val_accuracy"])  # first epoch with the highest validation accuracy
-    gain = (final["test"]["correct"] - initial["test"]["correct"]) / final["test"]["n"]  # exact, not a float difference
-    run = {
-        "initial": initial,
-        "final": final,
-        "gain": gain,
-        "best_val_epoch": best["epoch"],
-        "best_val_accuracy": best["val_accuracy"],
-        "curve": curve,
-        "wall_time_s": wall,
-    }
+    best = max(curve, key=lambda p: p.val_accuracy)  # first epoch with the highest validation accuracy
+    gain = (final.test.correct - initial.test.correct) / final.test.n  # exact, not a float difference
+    run = WeakRun(
+        initial=initial,
+        final=final,
+        gain=gain,
+        best_val_epoch=best.epoch,
+        best_val_accuracy=best.val_accuracy,
+        curve=tuple(curve),
+        wall_time_s=wall,
+    )
     return run, trainer
 
 
@@ -95,22 +260,14 @@ def state_dict(trainer: WeightTrainer, masks: dict[str, torch.Tensor]) -> dict[s
     return {n: torch.where(masks[n], w, torch.zeros_like(w)).cpu().contiguous() for n, w in trainer.weights().items()}
 
 
-def check_sparsity(weights: dict[str, torch.Tensor], masks: dict[str, torch.Tensor]) -> dict:
+def check_sparsity(weights: dict[str, torch.Tensor], masks: dict[str, torch.Tensor]) -> WeightsCheck:
     """The trained weights must be zero wherever the mask is: count nonzeros inside and outside the mask."""
     masks = {n: m.cpu() for n, m in masks.items()}
-    stats = mask_stats(masks)
     outside = sum(int(((w != 0) & ~masks[n]).sum()) for n, w in weights.items())
     nonzero = sum(int((w != 0).sum()) for w in weights.values())
     if outside:
         raise RunFailed(f"{outside} masked weights became nonzero during training (a bug in masked training)")
-    return {
-        "kept": stats["kept"],
-        "total": stats["total"],
-        "achieved": 1.0 - stats["density"],
-        "nonzero_after": nonzero,
-        "masked_nonzero_after": outside,
-        "unchanged": True,
-    }
+    return WeightsCheck(nonzero_after=nonzero, masked_nonzero_after=outside, unchanged=True)
 
 
 def train_weak(
@@ -123,10 +280,10 @@ def train_weak(
     dense_baseline: bool = False,
     out: str | Path | None = None,
     overwrite: bool = False,
-    progress: Callable[[dict], None] | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
     policy: ModelPolicy = ModelPolicy(),
     chunks: ChunkProgress | None = None,
-) -> dict:
+) -> WeakResult:
     """Train a ticket's surviving weights with its mask fixed (and optionally the dense net); write them to `out`.
     chunks: told the chunks of each run's measurements before and after its epochs."""
     path = Path(path)
@@ -138,26 +295,23 @@ def train_weak(
     masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress, chunks=chunks)
     trained = state_dict(trainer, o.masks)
     per_layer = counted_layers(o.masks, tk.sparsity.get("per_layer"))
-    sparsity = {"requested": tk.sparsity.get("requested"), **check_sparsity(trained, o.masks), "per_layer": per_layer}
+    weights_check = check_sparsity(trained, o.masks)
+    stats = mask_stats({n: m.cpu() for n, m in o.masks.items()})
+    sparsity = WeakSparsity(
+        requested=tk.sparsity.get("requested"),
+        kept=stats["kept"],
+        total=stats["total"],
+        achieved=1.0 - stats["density"],
+        per_layer=per_layer,
+    )
     ticket_sha = file_sha256(str(path))
-    result = {
-        "ticket": str(path),
-        "ticket_sha256": ticket_sha,
-        "method": tk.method,
-        "model": tk.model["spec"],
-        "seed": tk.init["seed"],
-        "device": str(o.device),
-        "data": {k: tk.data[k] for k in ("dataset", "n_extract", "n_val", "split_seed") if k in tk.data}
-        | {"n_test": int(o.splits.y_test.numel())},
-        **spec.to_dict(),
-        "sparsity": sparsity,
-        "masked": masked,
-        "integrity": tk.integrity,
-    }
+    recorded = ("dataset", "n_extract", "n_val", "split_seed")
+    data_record: dict[str, Any] = {k: tk.data[k] for k in recorded if k in tk.data}
+    data_record["n_test"] = int(o.splits.y_test.numel())
+    dense = None
     if dense_baseline:
-        result["dense"], _ = train_run(o, None, spec, label="dense", progress=progress, chunks=chunks)
-    if distributed.world().active:
-        result["processes"] = distributed.world().size
+        dense, _ = train_run(o, None, spec, label="dense", progress=progress, chunks=chunks)
+    written = None
     if out is not None and distributed.world().main:  # under torchrun only rank 0 writes
         meta = {
             "format": WEIGHTS_FORMAT,
@@ -169,10 +323,26 @@ def train_weak(
             "epochs": str(spec.epochs),
             "batch_size": str(spec.batch_size),
             "optimizer": json.dumps(spec.optim.to_dict()),
-            "data": json.dumps(result["data"]),
-            "final": json.dumps({k: v["accuracy"] for k, v in masked["final"].items()}),
+            "data": json.dumps(data_record),
+            "final": json.dumps({"test": masked.final.test.accuracy, "val": masked.final.val.accuracy}),
             "created_by": json.dumps({"ticketcli": __version__, **machine.record()}),
         }
         size = write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite)
-        result["out"] = {"path": str(out), "file_bytes": size}
-    return result
+        written = WrittenWeights(path=str(out), file_bytes=size)
+    return WeakResult(
+        ticket=str(path),
+        ticket_sha256=ticket_sha,
+        method=tk.method,
+        model=tk.model["spec"],
+        seed=tk.init["seed"],
+        device=str(o.device),
+        data=data_record,
+        spec=spec,
+        sparsity=sparsity,
+        weights_check=weights_check,
+        masked=masked,
+        integrity=tk.integrity,
+        dense=dense,
+        processes=distributed.world().size if distributed.world().active else None,
+        out=written,
+    )

@@ -5,6 +5,7 @@ defaults from here (tests/test_defaults.py fails on one written a second time)."
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ticketcli.specs import WeightOptim, check_precision, check_setting
 
@@ -18,7 +19,7 @@ class WeakSpec:
     optim: WeightOptim = field(default_factory=WeightOptim)  # Adam, lr 1e-3, betas (0.9, 0.999), eps 1e-8
     precision: str = "fp32"  # or bf16 autocast of the training forward pass
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = {"epochs": self.epochs, "batch_size": self.batch_size, "optimizer": self.optim.to_dict()}
         return d | ({"precision": self.precision} if self.precision != "fp32" else {})
 

@@ -3,6 +3,7 @@ sparsity."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
@@ -38,7 +39,6 @@ from ticketcli.cli.options import (
     choices,
     with_default,
 )
-from ticketcli.contract import document, drift_command
 from ticketcli.drift.spec import DEFAULT_TEXT_MODEL, INPUTS, default
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
@@ -219,6 +219,7 @@ def drift(
     # torch: imported when the command runs, not for --help
     from ticketcli.drift import options as drift_options
     from ticketcli.drift import run as drift_run
+    from ticketcli.drift import views as drift_views
     from ticketcli.drift.options import build_drift_spec
     from ticketcli.resolve import build_model_policy, data_location
     from ticketcli.threads import check_threads, using
@@ -279,15 +280,12 @@ def drift(
         location = data_location(None if data_dir is None else str(data_dir), download)
         if features is not None:
             on_ticket = dict(ticket=ticket, weights=None if weights is None else str(weights), policy=policy)
-            result = run_features(features, settings, location, position, quiet=quiet, threads=n_threads, **on_ticket)
-            warn_unverified(result)
+            feature = run_features(features, settings, location, position, quiet=quiet, threads=n_threads, **on_ticket)
+            warn_unverified(feature)
             if plot is not None:
-                write_atomic(plot, result.pop("_figure")(result), overwrite=force)
-                result["plot"] = str(plot)
-            else:
-                result.pop("_figure")
-            show = result.pop("_show")
-            report.print_json(document(drift_command(result), result)) if json_out else show(result)
+                write_atomic(plot, drift_views.figure(feature), overwrite=force)
+                feature = replace(feature, plot=str(plot))
+            report.print_json(feature.to_document()) if json_out else drift_views.show(feature)
             return
         spec = build_drift_spec(settings, location)
         total = spec.steps * (1 if ticket is not None else len(spec.seeds))
@@ -299,9 +297,9 @@ def drift(
                 progress=position.track(progress),
                 policy=policy,
             )
-        result["threads"] = used
+        result = replace(result, threads=used)
         warn_unverified(result)
         if plot is not None:
-            write_atomic(plot, report.drift_plot(result), overwrite=force)
-            result["plot"] = str(plot)
-    report.print_json(document(drift_command(result), result)) if json_out else report.drift_tables(result)
+            write_atomic(plot, drift_views.figure(result), overwrite=force)
+            result = replace(result, plot=str(plot))
+    report.print_json(result.to_document()) if json_out else drift_views.show(result)

@@ -4,6 +4,7 @@ command's signature in cli/drift.py) and the run that serves them once drift.opt
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
@@ -13,6 +14,8 @@ from ticketcli.cli.options import Panel, choices, with_default
 from ticketcli.drift.spec import CONTROL_MODES, RELUFY_TARGETS, ControlSpec, DriftSpec, Features, RelufySpec, default
 
 if TYPE_CHECKING:
+    from ticketcli.drift.result import DriftResult, TradeoffResult
+
     ActControlName = str
     RelufyTarget = str
 else:
@@ -102,14 +105,13 @@ def run_features(
     quiet: bool,
     threads: int | None = None,
     **on_ticket: Any,
-) -> dict[str, Any]:
+) -> DriftResult | TradeoffResult:
     """Run the validated feature with `threads` torch threads (None: torch's own; --tradeoff: per worker, default
-    1); the result carries `_figure` (result -> PNG bytes) and `_show` (the tables)."""
+    1); its result's class says which document, tables and plot it has (drift.views.show, .figure)."""
     # torch: imported when the command runs, not for --help
     from ticketcli.data import DATASETS
     from ticketcli.drift import relufy as relufy_core
     from ticketcli.drift import run as drift_run
-    from ticketcli.drift import views as drift_views
     from ticketcli.drift.options import build_drift_spec
     from ticketcli.threads import per_worker, using
 
@@ -125,26 +127,18 @@ def run_features(
         per_run += relufy_core.fine_tune_steps(n, spec.batch_size, features.relufy.epochs)
     total = per_run * (1 if on_ticket.get("ticket") is not None else len(spec.seeds))
     with report.drift_progress(total, quiet=quiet) as progress, using(threads) as used:
+        result: DriftResult
         if features.relufy is not None:
             result = relufy_core.run_relufy(spec, features.relufy, progress=position.track(progress), **on_ticket)
         else:
             result = drift_run.run_drift(spec, control=features.control, progress=position.track(progress), **on_ticket)
-            result["schema"] = "ticket.drift-control/1"
-    result["threads"] = used
-    extra = drift_views.relufy_table if features.relufy is not None else drift_views.control_table
-
-    def show(r: dict) -> None:
-        report.drift_tables(r)
-        extra(r)
-
-    return {**result, "_figure": report.drift_plot, "_show": show}
+    return replace(result, threads=used)
 
 
 def _tradeoff(
-    features: Features, settings: dict, location: dict, position: Any, *, quiet: bool, threads: int
-) -> dict[str, Any]:
+    features: Features, settings: dict[str, Any], location: dict[str, Any], position: Any, *, quiet: bool, threads: int
+) -> TradeoffResult:
     from ticketcli.drift import tradeoff as drift_tradeoff
-    from ticketcli.drift import views as drift_views
     from ticketcli.drift.options import build_drift_spec
 
     assert features.control is not None and features.targets is not None
@@ -152,9 +146,9 @@ def _tradeoff(
     tasks = drift_tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)
     done = 0
     with report.epoch_progress(len(tasks), quiet=quiet, label="tradeoff") as progress:
-        track: Callable[[dict], None] = position.track(progress)
+        track: Callable[[dict[str, Any]], None] = position.track(progress)
 
-        def on_result(r: dict) -> None:
+        def on_result(r: dict[str, Any]) -> None:
             nonlocal done
             done += 1
             track(
@@ -167,5 +161,4 @@ def _tradeoff(
                 }
             )
 
-        result = drift_tradeoff.run_tradeoff(tasks, workers=features.workers, threads=threads, on_result=on_result)
-    return {**result, "_figure": drift_views.tradeoff_plot, "_show": drift_views.tradeoff_table}
+        return drift_tradeoff.run_tradeoff(tasks, workers=features.workers, threads=threads, on_result=on_result)

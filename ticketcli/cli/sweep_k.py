@@ -4,6 +4,7 @@ hyperparameter-stability table), over several seeds, locally or on Ray."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Literal, Optional, cast
 
@@ -31,7 +32,6 @@ from ticketcli.cli.options import (
     split_sizes,
     with_default,
 )
-from ticketcli.contract import document
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.specs import check_setting
@@ -191,6 +191,7 @@ def sweep_k(
     from ticketcli.resolve import build_extract_spec, load_config, merge_settings
     from ticketcli.sweep import outputs as sweep_outputs
     from ticketcli.sweep.plan import build_plan, double_scoring_methods
+    from ticketcli.sweep.result import SweepSettings
     from ticketcli.sweep.run import sweep_k as run_sweep_k
 
     flags = dict(
@@ -247,7 +248,7 @@ def sweep_k(
         with report.sweep_progress(len(tasks), quiet=quiet) as progress:
             done = position.track(None)
 
-            def on_result(record: dict, resumed: bool) -> None:
+            def on_result(record: dict[str, object], resumed: bool) -> None:
                 done(
                     {"epoch": (position.last or {}).get("epoch", 0) + 1, "epochs": len(tasks), "unit": "configuration"}
                 )
@@ -266,28 +267,31 @@ def sweep_k(
                 overwrite=force,
                 warn=report.warn,
             )
-        result["settings"] = {
-            "sparsity": base.method.sparsity,
-            "seeds": seed_list,
-            "densities": list(pool),
-            "layerwise": layerwise,
-            "band": list(band_range),
-            "model": base.model.to_string(),
-            "dataset": base.data.name,
-            "epochs": base.method.epochs,
-            "double_scoring": double_scoring_methods(),
-            "workers": workers,
-            "threads": threads,
-            "executor": executor,
-            "out_dir": None if out_dir is None else str(out_dir),
-        }
+        result = replace(
+            result,
+            settings=SweepSettings(
+                sparsity=base.method.sparsity,
+                seeds=tuple(seed_list),
+                densities=tuple(pool),
+                layerwise=layerwise,
+                band=band_range,
+                model=base.model.to_string(),
+                dataset=base.data.name,
+                epochs=base.method.epochs,
+                double_scoring=tuple(double_scoring_methods()),
+                workers=workers,
+                threads=threads,
+                executor=executor,
+                out_dir=None if out_dir is None else str(out_dir),
+            ),
+        )
         if plot is not None:
             png = report.sweep_plot(result)
             written = write_owned(plot, png, overwrite=force, owned=plot_owned)
             sweep_outputs.remember(out_dir, written, png)
-            result["plot"] = str(plot)
-        result["threads"] = threads
-    report.print_json(document("sweep-k", result)) if json_out else report.sweep_table(result)
+            result = replace(result, plot=str(plot))
+        result = replace(result, threads=threads)
+    report.print_json(result.to_document()) if json_out else report.sweep_table(result)
 
 
 def sweep_options(

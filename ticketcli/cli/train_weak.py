@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -28,7 +29,6 @@ from ticketcli.cli.options import (
     TrustModelCode,
     with_default,
 )
-from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.weak_spec import WeakSpec, build_weak_spec
 from ticketcli.world import check_rendezvous_timeout
@@ -137,11 +137,11 @@ def train_weak(
                 policy=policy,
                 chunks=report.phases_of(progress),
             )
-            result["threads"] = used
+            result = replace(result, threads=used)
         if not world.main:
             return
         warn_unverified(result)
         if plot is not None:
             write_atomic(plot, report.weak_plot(result), overwrite=force)
-            result["plot"] = str(plot)
-        report.print_json(document("train-weak", result)) if json_out else report.weak_table(result)
+            result = replace(result, plot=str(plot))
+        report.print_json(result.to_document()) if json_out else report.weak_table(result)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ticketcli.drift.inputs import Inputs
+from ticketcli.drift.result import DriftRelufyResult
 from ticketcli.drift.run import drift_one, run_drift
 from ticketcli.drift.spec import DriftSpec, RelufySpec
 from ticketcli.errors import UsageError
@@ -120,23 +121,21 @@ def run_relufy(
     weights: str | None = None,
     progress: Progress | None = None,
     policy: ModelPolicy = ModelPolicy(),
-) -> dict[str, Any]:
-    """ReLUfy for every seed (or a ticket's kept weights); drift's result plus "relufy": the mean over runs."""
+) -> DriftRelufyResult:
+    """ReLUfy for every seed (or a ticket's kept weights); drift's result plus `relufy`: the mean over runs."""
     result = run_drift(
         spec, ticket=ticket, weights=weights, progress=progress, policy=policy, run_one=partial(relufy_one, relu=relu)
     )
-    records = [r["relufy"] for r in result["runs"]]
+    records = [r["relufy"] for r in result.runs]
 
     def mean(stage: str, key: str) -> float:
-        values: list[float] = [r[stage][key] for r in records]
-        return sum(values) / len(values)
+        return float(sum(r[stage][key] for r in records) / len(records))
 
-    result["schema"] = "ticket.drift-relufy/1"
-    result["relufy"] = {
+    relufy = {
         **relu.to_dict(),
         "fine_tune_steps": records[0]["fine_tune_steps"],
         "weights_kept": all(r["weights_kept"] for r in records),
         **{s: {k: mean(s, k) for k in ("loss", "accuracy", "sparsity")} for s in ("before", "swapped", "after")},
         "accuracy_change": sum(r["accuracy_change"] for r in records) / len(records),
     }
-    return result
+    return DriftRelufyResult(**{f.name: getattr(result, f.name) for f in fields(result)} | {"relufy": relufy})

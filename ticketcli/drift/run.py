@@ -25,6 +25,7 @@ from ticketcli import batchnorm
 from ticketcli.drift import control as control_
 from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.drift.inputs import Inputs, TextInputs
+from ticketcli.drift.result import DriftControlResult, DriftResult, DriftSummary
 from ticketcli.drift.sites import PerSite, drift_forward, measure_traced
 from ticketcli.drift.spec import ControlSpec, DriftSpec, require_drift_model
 from ticketcli.drift.text import Corpus, block_count, load_corpus
@@ -62,11 +63,11 @@ def drift_one(
     spec: DriftSpec,
     inputs: Inputs | TextInputs,
     *,
-    on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
+    on_log: Callable[[int, dict[str, Any], dict[str, torch.Tensor]], None] | None = None,
     per_site: PerSite | None = None,
     control: control_.ActivationControl | None = None,
     on_step: Callable[[int], None] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
     on_log(step, statistics, effective weights) runs at every logged step, on_step(step) after every other step.
     control: activation-sparsity control at every activation site (in place of per_site), in training and in the
@@ -110,7 +111,7 @@ def drift_one(
 
     # +norm=batch: training steps and probe measurements alike normalise with their own batch's statistics
     hint = "choose a --batch-size and --probe-size of 2 or more (and, with --inputs data, no final batch of 1)"
-    check = partial(batchnorm.check_batch, hint=hint) if net.batchnorms else (lambda n: None)
+    check: Callable[[int], None] = partial(batchnorm.check_batch, hint=hint) if net.batchnorms else (lambda n: None)
     check(inputs.probe[1].numel())
     with batchnorm.statistics(net.batchnorms, net.bn_statistics, "batch"):
         log(0)
@@ -129,7 +130,7 @@ def drift_one(
     return series
 
 
-def _mean_std(values: list) -> tuple[float | None, float | None]:
+def _mean_std(values: list[Any]) -> tuple[float | None, float | None]:
     v = [x for x in values if x is not None]
     if not v:
         return None, None
@@ -138,15 +139,15 @@ def _mean_std(values: list) -> tuple[float | None, float | None]:
     return mean, std
 
 
-def _layer_series(run: dict, layer: str, key: str) -> list:
-    return run["layers"][layer][key]
+def _layer_series(run: dict[str, Any], layer: str, key: str) -> list[Any]:
+    return list(run["layers"][layer][key])
 
 
-def summarise(runs_: list[dict]) -> dict:
+def summarise(runs_: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean and (sample) std across seeds of every series, step by step, and per layer the share of seeds whose
     weight mean ended below where it started."""
 
-    def across(get: Callable[[dict], list]) -> dict:
+    def across(get: Callable[[dict[str, Any]], list[Any]]) -> dict[str, Any]:
         cols = list(zip(*(get(r) for r in runs_)))
         pairs = [_mean_std(list(c)) for c in cols]
         return {"mean": [p[0] for p in pairs], "std": [p[1] for p in pairs]}
@@ -179,7 +180,7 @@ def _inputs(
     return TextInputs(spec, corpus, gpt_numbers(model)["c"], seed, device)
 
 
-def _corpus_record(corpus: Corpus, inputs: Inputs | TextInputs) -> dict:
+def _corpus_record(corpus: Corpus, inputs: Inputs | TextInputs) -> dict[str, Any]:
     """The text a character-level run trained on (the last seed's split sizes: every seed's are the same)."""
     blocks = {"train_blocks": inputs.n_train, "val_blocks": inputs.n_val} if isinstance(inputs, TextInputs) else {}
     return {"sources": list(corpus.sources), "characters": corpus.ids.numel(), "vocab": len(corpus.vocab), **blocks}
@@ -193,9 +194,10 @@ def run_drift(
     progress: Progress | None = None,
     policy: ModelPolicy = ModelPolicy(),
     control: ControlSpec | None = None,
-    run_one: Callable[..., dict] | None = None,
-) -> dict:
-    """Run spec for every seed (or once on a ticket's rebuilt network, training only its kept weights).
+    run_one: Callable[..., dict[str, Any]] | None = None,
+) -> DriftResult:
+    """Run spec for every seed (or once on a ticket's rebuilt network, training only its kept weights); a
+    DriftControlResult under `control`.
 
     policy: whether a ticket's factory may be imported (drift takes built-in models only, so it never is) and the
     size limit. control: activation-sparsity control (a fresh one per run). run_one: drift_one's stand-in
@@ -244,7 +246,7 @@ def run_drift(
         net.to(device)
         masks = None if masks is None else {n: m.to(device) for n, m in masks.items()}
 
-        def on_log(step: int, m: dict, _w: dict, base: int = done) -> None:
+        def on_log(step: int, m: dict[str, Any], _w: dict[str, Any], base: int = done) -> None:
             if progress is not None:
                 hidden = [s["sparsity"] for s in m["layers"].values() if "sparsity" in s]
                 progress(
@@ -265,20 +267,17 @@ def run_drift(
         series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl, on_step=on_step)
         results.append({"seed": seed, "probe_n": int(inputs.probe[1].numel()), **series})
         done += series["steps"][-1]
-    text = {} if corpus is None else {"corpus": _corpus_record(corpus, inputs)}
-    return {
-        **spec.to_dict(),
-        **text,
-        "seeds": [r["seed"] for r in results],
-        "probe_n": results[0]["probe_n"],
-        "ticket": None if ticket is None else str(ticket),
-        "masked": ticket is not None,
-        "device": str(device),
-        "wall_time_s": time.perf_counter() - t0,
-        "runs": results,
-        "summary": summarise(results),
-        "integrity": integrity,
-        **(
-            {} if control is None else {"act_control": control_.aggregate(control, [r["act_control"] for r in results])}
-        ),
-    }
+    kind = DriftResult if control is None else DriftControlResult
+    return kind(
+        spec=spec,
+        seeds=tuple(r["seed"] for r in results),
+        probe_n=results[0]["probe_n"],
+        ticket=None if ticket is None else str(ticket),
+        device=str(device),
+        wall_time_s=time.perf_counter() - t0,
+        runs=tuple(results),
+        summary=DriftSummary.of(summarise(results)),
+        integrity=integrity,
+        corpus=None if corpus is None else _corpus_record(corpus, inputs),
+        act_control=None if control is None else control_.aggregate(control, [r["act_control"] for r in results]),
+    )

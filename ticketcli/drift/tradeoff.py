@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ticketcli.drift.result import TradeoffModel, TradeoffResult
 from ticketcli.drift.run import run_drift
 from ticketcli.drift.spec import ControlSpec, DriftSpec
 from ticketcli.pool import run_pool
@@ -43,28 +44,29 @@ def run_task(task: TradeoffTask, threads: int) -> dict[str, Any]:
         r = run_drift(task.spec, control=task.control)
     finally:
         torch.set_num_threads(previous)
-    ctl, sm = r["act_control"], r["summary"]
+    ctl, sm = r.act_control, r.summary
+    assert ctl is not None  # a controlled run
     return {
-        "model": r["model"],
+        "model": r.spec.model.to_string(),
         "target": task.control.target,
-        "accuracy": sm["accuracy"]["mean"][-1],
-        "accuracy_std": sm["accuracy"]["std"][-1],
-        "loss": sm["loss"]["mean"][-1],
+        "accuracy": sm.accuracy.mean[-1],
+        "accuracy_std": sm.accuracy.std[-1],
+        "loss": sm.loss.mean[-1],
         "achieved_sparsity": ctl["overall"]["sparsity"],
         "neg_preact_share": ctl["overall"]["neg_preact_share"],
         "layers": {s: v["sparsity"] for s, v in ctl["sites"].items()},
-        "seeds": r["seeds"],
+        "seeds": list(r.seeds),
         "threads": threads,
     }
 
 
-def _local(tasks: list[TradeoffTask], workers: int, threads: int) -> Iterator[tuple[TradeoffTask, dict]]:
+def _local(tasks: list[TradeoffTask], workers: int, threads: int) -> Iterator[tuple[TradeoffTask, dict[str, Any]]]:
     return run_pool(
         run_task, tasks, workers=workers, threads=threads, describe=lambda t: f"target {t.control.target:g}"
     )
 
 
-def find_cliff(curve: list[dict]) -> dict[str, Any] | None:
+def find_cliff(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The largest accuracy drop between neighbouring targets of one model's curve (sorted by target); None when
     accuracy never drops."""
     pts = sorted(curve, key=lambda p: p["target"])
@@ -89,30 +91,27 @@ def run_tradeoff(
     *,
     workers: int = 1,
     threads: int = 1,
-    on_result: Callable[[dict], None] | None = None,
-) -> dict[str, Any]:
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+) -> TradeoffResult:
     """Every task (in parallel with workers > 1), then per model its curve and cliff."""
-    records: dict[int, dict] = {}
+    records: dict[int, dict[str, Any]] = {}
     for task, record in _local(tasks, workers, threads):
         records[task.index] = record
         if on_result is not None:
             on_result(record)
     ordered = [records[t.index] for t in tasks]
-    models: dict[str, dict[str, Any]] = {}
+    curves: dict[str, list[dict[str, Any]]] = {}
     for r in ordered:
-        models.setdefault(r["model"], {"curve": []})["curve"].append(r)
-    for m in models.values():
-        m["cliff"] = find_cliff(m["curve"])
+        curves.setdefault(r["model"], []).append(r)
     first = tasks[0]
-    return {
-        "schema": "ticket.drift-tradeoff/1",
-        **{k: v for k, v in first.spec.to_dict().items() if k != "model"},
-        "models": models,
-        "targets": sorted({t.control.target for t in tasks}),
-        "mode": first.control.mode,
-        "control": {k: v for k, v in first.control.to_dict().items() if k in ("mode", "freeze_after", "ema")},
-        "seeds": list(first.spec.seeds),
-        "workers": workers,
-        "threads": threads,
-        "chance": 1.0 / first.spec.model.widths[-1] if first.spec.model.widths else None,
-    }
+    return TradeoffResult(
+        spec=first.spec,
+        models={name: TradeoffModel(curve=tuple(c), cliff=find_cliff(c)) for name, c in curves.items()},
+        targets=tuple(sorted({t.control.target for t in tasks})),
+        mode=first.control.mode,
+        control={k: v for k, v in first.control.to_dict().items() if k in ("mode", "freeze_after", "ema")},
+        seeds=first.spec.seeds,
+        workers=workers,
+        threads=threads,
+        chance=1.0 / first.spec.model.widths[-1] if first.spec.model.widths else None,
+    )

@@ -1,7 +1,7 @@
 """Reporting, split by concern: console (stdout and stderr, --json, errors, warnings, literal text), progress (each
 command's progress display, --quiet) over plain (plain progress lines off a terminal), tables (each command's
-human-readable result) and plots (PNG figures). Callers use the names below as `report.<name>`; each is imported
-here from the module that defines it."""
+human-readable result; sweep-k's, train-weak's and drift's in study_tables) and plots (PNG figures). Callers use the
+names below as `report.<name>`; each is imported here from the module that defines it."""
 
 from ticketcli.report.console import (
     error,
@@ -22,14 +22,12 @@ from ticketcli.report.progress import (
     sweep_progress,
     working,
 )
+from ticketcli.report.study_tables import drift_tables, sweep_table, weak_table
 from ticketcli.report.tables import (
-    drift_tables,
     evaluate_table,
     export_table,
     extract_table,
     inspect_table,
-    sweep_table,
-    weak_table,
 )
 
 __all__ = [

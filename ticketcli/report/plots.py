@@ -3,7 +3,7 @@ model, method), and `*_plot(result)` returns it as PNG bytes for the caller to w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +11,10 @@ from ticketcli.report.console import method_name, pct
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from ticketcli.drift.result import DriftResult
+    from ticketcli.sweep.result import SweepResult
+    from ticketcli.weak import WeakResult
 
 
 def pyplot() -> ModuleType:
@@ -42,35 +46,33 @@ def run_title(*parts: object) -> str:
     return ", ".join(str(p) for p in parts if p not in (None, ""))
 
 
-def sweep_plot(result: Mapping[str, Any]) -> bytes:
+def sweep_plot(result: SweepResult) -> bytes:
     """sweep_figure as PNG bytes."""
     return png_bytes(sweep_figure(result), dpi=110)
 
 
-def sweep_figure(result: Mapping[str, Any]) -> Figure:
+def sweep_figure(result: SweepResult) -> Figure:
     """Figure 2: (left) test accuracy per configuration/method, one point per seed; (right) accuracy vs achieved
     sparsity with the constrained oracle's band shaded. A legend names only markers that are drawn."""
     plt = pyplot()
 
-    records, sm = result["records"], result["summary"]
-    labels = list(dict.fromkeys(r["config"] for r in records if r["group"] == "edge-popup"))
+    records, sm = result.records, result.summary
+    labels = list(dict.fromkeys(r.config for r in records if r.group == "edge-popup"))
     labels += list(
-        dict.fromkeys(
-            ("fixed" if r["fixed"] else r["group"]) for r in records if r["group"] != "edge-popup" or r["fixed"]
-        )
+        dict.fromkeys(("fixed" if r.fixed else r.group) for r in records if r.group != "edge-popup" or r.fixed)
     )
     pos = {lab: i for i, lab in enumerate(labels)}
-    seeds = sm["seeds"]
+    seeds = sm.seeds
     colors = plt.get_cmap("tab10")
     fig: Figure  # pyplot is loaded at run time (pyplot()), so its results are typed Any
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
     for i, s in enumerate(seeds):  # one labelled scatter per seed: its legend entry is its own points
         xs, ys = [], []
-        for r in (r for r in records if r["seed"] == s):
-            keys = [r["config"]] if r["group"] == "edge-popup" else []
-            keys += ["fixed"] if r["fixed"] else ([] if r["group"] == "edge-popup" else [r["group"]])
+        for r in (r for r in records if r.seed == s):
+            keys = [r.config] if r.group == "edge-popup" else []
+            keys += ["fixed"] if r.fixed else ([] if r.group == "edge-popup" else [r.group])
             xs += [pos[k] for k in keys]
-            ys += [100 * r["test_accuracy"]] * len(keys)
+            ys += [100 * r.test_accuracy] * len(keys)
         if xs:
             ax1.scatter(xs, ys, color=colors(i % 10), s=18, label=f"seed {s}")
     ax1.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
@@ -78,39 +80,40 @@ def sweep_figure(result: Mapping[str, Any]) -> Figure:
     ax1.set_title("accuracy per configuration / method")
     ax1.legend(fontsize=8)
 
-    lo, hi = sm["oracle_constrained"]["band"]
+    lo, hi = sm.oracle_constrained.band or (0.0, 1.0)
     ax2.axvspan(100 * lo, 100 * hi, color="0.9", label=f"band {100 * lo:g}–{100 * hi:g}%")
     markers = {"edge-popup": ("o", "0.5"), "random": ("x", "k")}
-    groups = list(dict.fromkeys(r["group"] for r in records))
+    groups = list(dict.fromkeys(r.group for r in records))
     for i, g in enumerate(groups):
-        rs = [r for r in records if r["group"] == g]
+        rs = [r for r in records if r.group == g]
         m, c = markers.get(g, ("D", colors((2 + 2 * i) % 10)))  # clear of the oracles' red and blue
         ax2.scatter(
-            [100 * r["achieved_sparsity"] for r in rs],
-            [100 * r["test_accuracy"] for r in rs],
+            [100 * r.achieved_sparsity for r in rs],
+            [100 * r.test_accuracy for r in rs],
             marker=m,
             color=c,
             s=22,
             label="edge-popup sweep" if g == "edge-popup" else g,
         )
-    for key, m, lab in (("oracle_constrained", "*", "oracle in band"), ("oracle_unconstrained", "P", "oracle")):
-        chosen = [v for v in sm[key]["per_seed"].values() if v is not None]
+    oracles = ((sm.oracle_constrained, "*", "oracle in band", "r"), (sm.oracle_unconstrained, "P", "oracle", "b"))
+    for oracle, m, lab, color in oracles:
+        chosen = [v for v in oracle.per_seed.values() if v is not None]
         if not chosen:  # no run in the band for any seed: no marker, so no legend entry either
             continue
         ax2.scatter(
-            [100 * v["achieved_sparsity"] for v in chosen],
-            [100 * v["test_accuracy"] for v in chosen],
+            [100 * v.achieved_sparsity for v in chosen],
+            [100 * v.test_accuracy for v in chosen],
             marker=m,
             s=120,
             facecolors="none",
-            edgecolors="r" if key == "oracle_constrained" else "b",
+            edgecolors=color,
             label=lab,
         )
-    fixed = [r for r in records if r["fixed"]]
+    fixed = [r for r in records if r.fixed]
     if fixed:
         ax2.scatter(
-            [100 * r["achieved_sparsity"] for r in fixed],
-            [100 * r["test_accuracy"] for r in fixed],
+            [100 * r.achieved_sparsity for r in fixed],
+            [100 * r.test_accuracy for r in fixed],
             marker="s",
             s=50,
             facecolors="none",
@@ -121,115 +124,116 @@ def sweep_figure(result: Mapping[str, Any]) -> Figure:
     ax2.set_ylabel("test accuracy (%)")
     ax2.set_title("accuracy vs achieved sparsity")
     ax2.legend(fontsize=8)
-    others = [m for m in dict.fromkeys(method_name(r.get("method", r["group"])) for r in records) if m != "edge-popup"]
+    others = [m for m in dict.fromkeys(method_name(r.method) for r in records) if m != "edge-popup"]
     methods = "edge-popup sweep" + (f" vs {', '.join(others)}" if others else "")
-    st = result.get("settings", {})  # the command's settings: model, dataset, epochs
-    epochs = f"{st['epochs']} epochs" if "epochs" in st else None
-    fig.suptitle(f"sweep-k: {run_title(st.get('dataset'), st.get('model'), methods, epochs, _seeds(seeds))}")
+    st = result.settings  # the command's settings: model, dataset, epochs
+    where = (None, None, None) if st is None else (st.dataset, st.model, f"{st.epochs} epochs")
+    fig.suptitle(f"sweep-k: {run_title(where[0], where[1], methods, where[2], _seeds(seeds))}")
     fig.tight_layout()
     return fig
 
 
-def _seeds(seeds: list[int]) -> str:
+def _seeds(seeds: Sequence[int]) -> str:
     return f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
 
 
-def weak_plot(r: Mapping[str, Any]) -> bytes:
+def weak_plot(r: WeakResult) -> bytes:
     """weak_figure as PNG bytes."""
     return png_bytes(weak_figure(r), dpi=100)
 
 
-def weak_figure(r: Mapping[str, Any]) -> Figure:
+def weak_figure(r: WeakResult) -> Figure:
     """Validation accuracy and training loss per epoch, masked vs dense (epoch 0 = before training)."""
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     fig: Figure  # pyplot is loaded at run time (pyplot()), so its results are typed Any
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 4))
-    for k, style in (("masked", "-o"), ("dense", "--s")):
-        if k not in r:
+    for k, style, run in (("masked", "-o", r.masked), ("dense", "--s", r.dense)):
+        if run is None:
             continue
-        run = r[k]
-        epochs = [0] + [p["epoch"] for p in run["curve"]]
-        acc = [run["initial"]["val"]["accuracy"]] + [p["val_accuracy"] for p in run["curve"]]
+        epochs = [0] + [p.epoch for p in run.curve]
+        acc = [run.initial.val.accuracy] + [p.val_accuracy for p in run.curve]
         acc_ax.plot(epochs, [100 * a for a in acc], style, markersize=3, label=k)
-        loss_ax.plot(epochs[1:], [p["loss"] for p in run["curve"]], style, markersize=3, label=k)
+        loss_ax.plot(epochs[1:], [p.loss for p in run.curve], style, markersize=3, label=k)
     acc_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title="validation accuracy")
     loss_ax.set(xlabel="epoch", ylabel="training loss", title="training loss")
     for ax in (acc_ax, loss_ax):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # an epoch is whole: no 0.5 or 2.5 ticks
         ax.grid(alpha=0.3)
         ax.legend()
-    data = r.get("data", {}).get("dataset")
-    ticket = f"{method_name(r['method'])} ticket (seed {r['seed']}, sparsity {pct(r['sparsity']['achieved'])})"
-    trained = f"{r['epochs']} epochs" if "epochs" in r else None
-    fig.suptitle(f"train-weak: {run_title(data, r.get('model'), ticket, trained)}")
+    data = r.data.get("dataset")
+    ticket = f"{method_name(r.method)} ticket (seed {r.seed}, sparsity {pct(r.sparsity.achieved)})"
+    fig.suptitle(f"train-weak: {run_title(data, r.model, ticket, f'{r.spec.epochs} epochs')}")
     fig.tight_layout()
     return fig
 
 
-def drift_plot(r: Mapping[str, Any]) -> bytes:
+def drift_plot(r: DriftResult) -> bytes:
     """drift_figure as PNG bytes."""
     return png_bytes(drift_figure(r), dpi=100)
 
 
-def relu_panels_coincide(r: Mapping[str, Any]) -> bool:
+def relu_panels_coincide(r: DriftResult) -> bool:
     """Whether activation sparsity equals the negative pre-activation share in every layer at every step: so for
     ReLU under the exact-zero rule (relu(h) == 0 exactly when h <= 0), unless a pre-activation is exactly 0 (a unit
     whose weights the mask removed), which counts as sparse but not as negative."""
-    if r.get("activation") != "relu" or r.get("zero_threshold", 0.0) != 0.0:
+    if r.spec.activation != "relu" or r.settings["zero_threshold"] != 0.0:
         return False
-    for stats in r["summary"]["layers"].values():
-        if "sparsity" not in stats:
+    for stats in r.summary.layers.values():
+        if "sparsity" not in stats.series:
             continue
-        pairs = zip(stats["sparsity"]["mean"], stats["neg_preact_share"]["mean"], strict=True)
-        if any((a is None) != (b is None) or (a is not None and abs(a - b) > 1e-12) for a, b in pairs):
+        pairs = zip(stats.series["sparsity"].mean, stats.series["neg_preact_share"].mean, strict=True)
+        if any(
+            (a is None) != (b is None) or (a is not None and b is not None and abs(a - b) > 1e-12) for a, b in pairs
+        ):
             return False
     return True
 
 
-def drift_data(r: Mapping[str, Any]) -> str:
-    """What a drift run trained on: the dataset, the text corpus, or random inputs."""
-    if r.get("inputs", "data") != "data":
-        return f"{r['inputs']} inputs"
-    return "text corpus" if r.get("dataset") == "text" else str(r.get("dataset", ""))
+def drift_data(settings: Mapping[str, Any]) -> str:
+    """What a drift run trained on (its settings: inputs, dataset): the dataset, the text corpus, or random inputs."""
+    if settings.get("inputs", "data") != "data":
+        return f"{settings['inputs']} inputs"
+    return "text corpus" if settings.get("dataset") == "text" else str(settings.get("dataset", ""))
 
 
-def drift_method(r: Mapping[str, Any]) -> str:
-    """How a drift run trained: optimiser, learning rate, loss and activation (the ticket's kept weights only)."""
-    opt = r.get("optimizer") or {}
+def drift_method(settings: Mapping[str, Any], masked: bool = False) -> str:
+    """How a drift run trained (its settings): optimiser, learning rate, loss and activation (`masked`: the ticket's
+    kept weights only)."""
+    opt = settings.get("optimizer") or {}
     how = f"{opt.get('name', '?')} lr {opt.get('lr', '?'):g}" if opt else None
-    what = "ticket's kept weights" if r.get("masked") else "weight training"
-    return run_title(what, how, r.get("loss"), r.get("activation"))
+    what = "ticket's kept weights" if masked else "weight training"
+    return run_title(what, how, settings.get("loss"), settings.get("activation"))
 
 
-def drift_figure(r: Mapping[str, Any]) -> Figure:
+def drift_figure(r: DriftResult) -> Figure:
     """Weight mean per layer; negative pre-activation share and activation sparsity per hidden layer, in one panel
     for ReLU, where the two are the same numbers (relu_panels_coincide)."""
     plt = pyplot()
 
-    sm = r["summary"]
-    steps = sm["steps"]
+    sm, zero_rule = r.summary, r.settings["zero_rule"]
+    steps = list(sm.steps)
     panels: tuple[tuple[str, str], ...] = (
         ("weight_mean", "weight mean"),
         ("neg_preact_share", "share of negative pre-activations"),
-        ("sparsity", f"activation sparsity ({r['zero_rule']})"),
+        ("sparsity", f"activation sparsity ({zero_rule})"),
     )
     if relu_panels_coincide(r):
         panels = (
             panels[0],
-            ("sparsity", f"activation sparsity ({r['zero_rule']})\n= share of negative pre-activations (ReLU)"),
+            ("sparsity", f"activation sparsity ({zero_rule})\n= share of negative pre-activations (ReLU)"),
         )
     fig: Figure  # pyplot is loaded at run time (pyplot()), so its results are typed Any
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2))
     for ax, (metric, title) in zip(axes, panels):
-        for layer, stats in sm["layers"].items():
-            if metric not in stats:
+        for layer, stats in sm.layers.items():
+            if metric not in stats.series:
                 continue
-            mean = [float("nan") if v is None else v for v in stats[metric]["mean"]]
-            std = [0.0 if v is None else v for v in stats[metric]["std"]]
+            mean = [float("nan") if v is None else v for v in stats.series[metric].mean]
+            std = [0.0 if v is None else v for v in stats.series[metric].std]
             ax.plot(steps, mean, label=layer)
-            if len(r["seeds"]) > 1:
+            if len(r.seeds) > 1:
                 ax.fill_between(
                     steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.2
                 )
@@ -238,7 +242,8 @@ def drift_figure(r: Mapping[str, Any]) -> Figure:
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.legend(fontsize=8)
-    seeds = f"{len(r['seeds'])} seeds (mean ± std)" if len(r["seeds"]) > 1 else f"seed {r['seeds'][0]}"
-    fig.suptitle(f"drift: {run_title(drift_data(r), r['model'], drift_method(r), seeds)}")
+    seeds = f"{len(r.seeds)} seeds (mean ± std)" if len(r.seeds) > 1 else f"seed {r.seeds[0]}"
+    title = run_title(drift_data(r.settings), r.settings["model"], drift_method(r.settings, r.masked), seeds)
+    fig.suptitle(f"drift: {title}")
     fig.tight_layout()
     return fig

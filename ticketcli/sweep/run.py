@@ -15,10 +15,11 @@ from ticketcli.sweep.execute import cost, run_local, run_ray
 from ticketcli.sweep.outputs import load_note
 from ticketcli.sweep.plan import SweepTask
 from ticketcli.sweep.records import finished, paths, store, ticket_bound
-from ticketcli.sweep.summary import PAPER_BAND, summarize
+from ticketcli.sweep.result import SweepResult
+from ticketcli.sweep.summary import PAPER_BAND
 from ticketcli.ticketfile import ticket as ticket_io
 
-OnResult = Callable[[dict, bool], None]  # (record, resumed) after each finished task
+OnResult = Callable[[dict[str, Any], bool], None]  # (record, resumed) after each finished task
 
 
 def run_sweep(
@@ -32,7 +33,7 @@ def run_sweep(
     on_result: OnResult | None = None,
     overwrite: bool = False,
     warn: Callable[[str], None] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Run (or resume) every task; returns {"records": in plan order, "resumed": ids taken from out_dir}.
 
     A file in out_dir the sweep will write is replaced only when the sweep wrote it (its note) or with
@@ -46,7 +47,7 @@ def run_sweep(
             raise UsageError(f"cannot create --out-dir {out}: {e.strerror or e}") from None
     note = load_note(out)
     bound = ticket_bound(tasks[0].spec) if out is not None and tasks else ticket_io.MAX_FILE_BYTES
-    records: dict[str, dict] = {}
+    records: dict[str, dict[str, Any]] = {}
     resumed = []
     todo = []
     problems: dict[str, str] = {}
@@ -87,7 +88,7 @@ def run_sweep(
     return {"records": [records[t.id] for t in tasks], "resumed": resumed}
 
 
-def sweep_k(tasks: list[SweepTask], *, band: tuple[float, float] = PAPER_BAND, **run: Any) -> dict:
+def sweep_k(tasks: list[SweepTask], *, band: tuple[float, float] = PAPER_BAND, **run: Any) -> SweepResult:
     """Run the planned tasks (see run_sweep for the executor options) and summarise them."""
     result = run_sweep(tasks, **run)
-    return {**result, "summary": summarize(result["records"], band=band)}
+    return SweepResult.of(result["records"], result["resumed"], band)

@@ -4,13 +4,14 @@ the constrained and unconstrained oracles per seed, and mean +- std over seeds f
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 BAND_TOL = 1e-9  # in percentage points: 100 * 0.95 need not be exactly 95.0 in floating point
 PAPER_BAND = (0.85, 0.95)  # the constrained oracle's achieved-sparsity band (Section 6.3)
 SHOWN_DECIMALS = 2  # tables print achieved sparsity as a percentage with two decimals (report's pct)
 
 
-def _stats(values: list[float]) -> dict:
+def _stats(values: list[float]) -> dict[str, Any]:
     """Mean, sample standard deviation (None below two values: one seed has no spread to show), min and max."""
     return {
         "n": len(values),
@@ -32,7 +33,7 @@ def in_band(achieved: float, band: tuple[float, float]) -> bool:
     return 100 * band[0] - BAND_TOL <= shown_percent(achieved) <= 100 * band[1] + BAND_TOL
 
 
-def oracle(records: list[dict], band: tuple[float, float] | None = None) -> dict | None:
+def oracle(records: list[dict[str, Any]], band: tuple[float, float] | None = None) -> dict[str, Any] | None:
     """The edge-popup sweep record with the best validation accuracy (inside the achieved-sparsity band if given).
 
     Ties on validation accuracy go to the sparser mask (higher achieved sparsity), then to the earlier record in
@@ -49,7 +50,9 @@ def oracle(records: list[dict], band: tuple[float, float] | None = None) -> dict
     return best
 
 
-def _oracle_summary(records: list[dict], seeds: list[int], band: tuple[float, float] | None) -> dict:
+def _oracle_summary(
+    records: list[dict[str, Any]], seeds: list[int], band: tuple[float, float] | None
+) -> dict[str, Any]:
     per_seed = {}
     for seed in seeds:
         r = oracle([x for x in records if x["seed"] == seed], band)
@@ -68,19 +71,19 @@ def _oracle_summary(records: list[dict], seeds: list[int], band: tuple[float, fl
     }
 
 
-def _group_summary(rs: list[dict]) -> dict:
+def _group_summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "test": _stats([r["test_accuracy"] for r in rs]),
         "achieved_sparsity": _stats([r["achieved_sparsity"] for r in rs]),
     }
 
 
-def summarize(records: list[dict], *, band: tuple[float, float] = PAPER_BAND) -> dict:
+def summarize(records: list[dict[str, Any]], *, band: tuple[float, float] = PAPER_BAND) -> dict[str, Any]:
     """Section 6.3's quantities: edge-popup range and std over all sweep runs (all seeds), both oracles per seed
     (aggregated over seeds), and mean ± std over seeds for fixed edge-popup, random and each double-scoring method."""
     seeds = sorted({r["seed"] for r in records})
     sweep = [r for r in records if r["group"] == "edge-popup"]
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         if r["group"] not in ("edge-popup", "fixed"):
             groups.setdefault(r["group"], []).append(r)

@@ -1,0 +1,339 @@
+"""sweep-k's typed result: each run's record, the stability summary (summary.py) and the command's settings, as
+frozen dataclasses whose `to_document()` is the `--json` document (docs/json.md). Torch-free: the standard library,
+the result base and summary.py.
+
+A record has two shapes: the flat one sweep works with and keeps on disk (`test_accuracy`, `achieved_sparsity`, ...;
+records.py reads and writes it, summary.py summarises it) and the document's (`metrics.test.accuracy`,
+`sparsity.achieved`, as in extract's document). `SweepRecord.of` reads the flat shape, `flat()` gives it back, and
+`from_document` reads a saved document's record, so that a saved sweep can be summarised again."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ticketcli.result import Result
+from ticketcli.sweep.summary import PAPER_BAND, summarize
+
+Json = dict[str, Any]  # a part of the --json document
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """One finished run of the sweep (a ticket in --out-dir when there is one)."""
+
+    id: str
+    seed: int
+    group: str  # edge-popup (the sweep), a double-scoring method, random
+    config: str
+    fixed: bool  # the fixed edge-popup run (k = 1 - sparsity)
+    method: dict[str, Any]  # the ticket's method record, as extract and inspect report it
+    requested_sparsity: float
+    layer_densities: tuple[float, ...] | None
+    test_accuracy: float
+    val_accuracy: float
+    test_loss: float
+    achieved_sparsity: float
+    masks_sha256: str  # the ticket's digest, as extract and inspect report it
+    device: str
+    threads: int
+    wall_time_s: float
+    ticket: str | None  # None without --out-dir
+    ticket_sha256: str | None
+
+    @classmethod
+    def of(cls, flat: Mapping[str, Any]) -> SweepRecord:
+        """From sweep's flat record (a fresh run's, or one read back by records.finished)."""
+        ld = flat["layer_densities"]
+        return cls(
+            id=flat["id"],
+            seed=flat["seed"],
+            group=flat["group"],
+            config=flat["config"],
+            fixed=flat["fixed"],
+            method=flat["method"],
+            requested_sparsity=flat["requested_sparsity"],
+            layer_densities=None if ld is None else tuple(ld),
+            test_accuracy=flat["test_accuracy"],
+            val_accuracy=flat["val_accuracy"],
+            test_loss=flat["test_loss"],
+            achieved_sparsity=flat["achieved_sparsity"],
+            masks_sha256=flat["masks_sha256"],
+            device=flat["device"],
+            threads=flat["threads"],
+            wall_time_s=flat["wall_time_s"],
+            ticket=flat["ticket"],
+            ticket_sha256=flat["ticket_sha256"],
+        )
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any]) -> SweepRecord:
+        """From a record of a sweep-k --json document."""
+        rest = {k: v for k, v in doc.items() if k not in ("metrics", "sparsity")}
+        test, val, sp = doc["metrics"]["test"], doc["metrics"]["val"], doc["sparsity"]
+        return cls.of(
+            {
+                **rest,
+                "test_accuracy": test["accuracy"],
+                "val_accuracy": val["accuracy"],
+                "test_loss": test["loss"],
+                "achieved_sparsity": sp["achieved"],
+                "requested_sparsity": sp["requested"],
+            }
+        )
+
+    def flat(self) -> Json:
+        """Sweep's own flat shape (what summary.summarize reads)."""
+        return {
+            "id": self.id,
+            "seed": self.seed,
+            "group": self.group,
+            "config": self.config,
+            "fixed": self.fixed,
+            "method": self.method,
+            "requested_sparsity": self.requested_sparsity,
+            "layer_densities": None if self.layer_densities is None else list(self.layer_densities),
+            "test_accuracy": self.test_accuracy,
+            "val_accuracy": self.val_accuracy,
+            "test_loss": self.test_loss,
+            "achieved_sparsity": self.achieved_sparsity,
+            "masks_sha256": self.masks_sha256,
+            "device": self.device,
+            "threads": self.threads,
+            "wall_time_s": self.wall_time_s,
+            "ticket": self.ticket,
+            "ticket_sha256": self.ticket_sha256,
+        }
+
+    def to_dict(self) -> Json:
+        """The record in the document: extract's metrics and sparsity shapes."""
+        return {
+            "id": self.id,
+            "seed": self.seed,
+            "group": self.group,
+            "config": self.config,
+            "fixed": self.fixed,
+            "method": self.method,
+            "layer_densities": None if self.layer_densities is None else list(self.layer_densities),
+            "masks_sha256": self.masks_sha256,
+            "device": self.device,
+            "threads": self.threads,
+            "wall_time_s": self.wall_time_s,
+            "ticket": self.ticket,
+            "ticket_sha256": self.ticket_sha256,
+            "metrics": {
+                "val": {"accuracy": self.val_accuracy},
+                "test": {"accuracy": self.test_accuracy, "loss": self.test_loss},
+            },
+            "sparsity": {"achieved": self.achieved_sparsity, "requested": self.requested_sparsity},
+        }
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Count, mean, sample standard deviation (None below two values), min and max of some runs' values."""
+
+    n: int
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> Stats:
+        return cls(n=s["n"], mean=s["mean"], std=s["std"], min=s["min"], max=s["max"])
+
+    def to_dict(self) -> Json:
+        return {"n": self.n, "mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """Test accuracy and achieved sparsity over a group's runs (`configs`: the edge-popup sweep's run count)."""
+
+    test: Stats
+    achieved_sparsity: Stats
+    configs: int | None = None
+
+    @classmethod
+    def of(cls, g: Mapping[str, Any]) -> GroupSummary:
+        return cls(
+            test=Stats.of(g["test"]), achieved_sparsity=Stats.of(g["achieved_sparsity"]), configs=g.get("configs")
+        )
+
+    def to_dict(self) -> Json:
+        doc: Json = {} if self.configs is None else {"configs": self.configs}
+        doc["metrics"] = {"test": {"accuracy": self.test.to_dict()}}
+        doc["sparsity"] = {"achieved": self.achieved_sparsity.to_dict()}
+        return doc
+
+
+@dataclass(frozen=True)
+class OraclePick:
+    """The run an oracle chose for one seed (best validation accuracy)."""
+
+    id: str
+    config: str
+    val_accuracy: float
+    test_accuracy: float
+    achieved_sparsity: float
+
+    @classmethod
+    def of(cls, p: Mapping[str, Any]) -> OraclePick:
+        return cls(
+            id=p["id"],
+            config=p["config"],
+            val_accuracy=p["val_accuracy"],
+            test_accuracy=p["test_accuracy"],
+            achieved_sparsity=p["achieved_sparsity"],
+        )
+
+    def to_dict(self) -> Json:
+        return {
+            "id": self.id,
+            "config": self.config,
+            "metrics": {"val": {"accuracy": self.val_accuracy}, "test": {"accuracy": self.test_accuracy}},
+            "sparsity": {"achieved": self.achieved_sparsity},
+        }
+
+
+@dataclass(frozen=True)
+class OracleSummary:
+    """An oracle (in the achieved-sparsity band, or unconstrained: band None): its pick per seed and their stats."""
+
+    band: tuple[float, float] | None
+    per_seed: dict[str, OraclePick | None]  # seed (as a string) -> its pick, None when no run qualified
+    test: Stats
+    achieved_sparsity: Stats
+    seeds_without_candidate: tuple[str, ...]
+
+    @classmethod
+    def of(cls, o: Mapping[str, Any]) -> OracleSummary:
+        band = o["band"]
+        return cls(
+            band=None if band is None else (band[0], band[1]),
+            per_seed={s: None if p is None else OraclePick.of(p) for s, p in o["per_seed"].items()},
+            test=Stats.of(o["test"]),
+            achieved_sparsity=Stats.of(o["achieved_sparsity"]),
+            seeds_without_candidate=tuple(o["seeds_without_candidate"]),
+        )
+
+    def to_dict(self) -> Json:
+        return {
+            "band": None if self.band is None else list(self.band),
+            "seeds_without_candidate": list(self.seeds_without_candidate),
+            "metrics": {"test": {"accuracy": self.test.to_dict()}},
+            "sparsity": {"achieved": self.achieved_sparsity.to_dict()},
+            "per_seed": {s: None if p is None else p.to_dict() for s, p in self.per_seed.items()},
+        }
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """Section 6.3's quantities (summary.summarize): the edge-popup sweep's range, both oracles, fixed edge-popup and
+    each other method's mean and std over seeds."""
+
+    seeds: tuple[int, ...]
+    edge_popup: GroupSummary
+    oracle_constrained: OracleSummary
+    oracle_unconstrained: OracleSummary
+    fixed_edge_popup: GroupSummary
+    methods: dict[str, GroupSummary]
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> SweepSummary:
+        return cls(
+            seeds=tuple(s["seeds"]),
+            edge_popup=GroupSummary.of(s["edge_popup"]),
+            oracle_constrained=OracleSummary.of(s["oracle_constrained"]),
+            oracle_unconstrained=OracleSummary.of(s["oracle_unconstrained"]),
+            fixed_edge_popup=GroupSummary.of(s["fixed_edge_popup"]),
+            methods={m: GroupSummary.of(g) for m, g in s["methods"].items()},
+        )
+
+    @classmethod
+    def of_records(cls, records: Sequence[SweepRecord], band: tuple[float, float] = PAPER_BAND) -> SweepSummary:
+        return cls.of(summarize([r.flat() for r in records], band=band))
+
+    def to_dict(self) -> Json:
+        return {
+            "seeds": list(self.seeds),
+            "edge_popup": self.edge_popup.to_dict(),
+            "oracle_constrained": self.oracle_constrained.to_dict(),
+            "oracle_unconstrained": self.oracle_unconstrained.to_dict(),
+            "fixed_edge_popup": self.fixed_edge_popup.to_dict(),
+            "methods": {m: g.to_dict() for m, g in self.methods.items()},
+        }
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """What the command ran: the requested sparsity, the seeds, the density pool, the band and the execution."""
+
+    sparsity: float
+    seeds: tuple[int, ...]
+    densities: tuple[float, ...]
+    layerwise: int
+    band: tuple[float, float]
+    model: str
+    dataset: str
+    epochs: int
+    double_scoring: tuple[str, ...]
+    workers: int
+    threads: int
+    executor: str
+    out_dir: str | None
+
+    def to_dict(self) -> Json:
+        return {
+            "sparsity": self.sparsity,
+            "seeds": list(self.seeds),
+            "densities": list(self.densities),
+            "layerwise": self.layerwise,
+            "band": list(self.band),
+            "model": self.model,
+            "dataset": self.dataset,
+            "epochs": self.epochs,
+            "double_scoring": list(self.double_scoring),
+            "workers": self.workers,
+            "threads": self.threads,
+            "executor": self.executor,
+            "out_dir": self.out_dir,
+        }
+
+
+@dataclass(frozen=True)
+class SweepResult(Result):
+    """What `ticket sweep-k` reports: every run's record in plan order, the ids resumed from --out-dir, the summary,
+    and (from the command line) its settings, plot and thread count; `to_document()` is its --json document."""
+
+    COMMAND = "sweep-k"
+    records: tuple[SweepRecord, ...]
+    resumed: tuple[str, ...]
+    summary: SweepSummary
+    settings: SweepSettings | None = None
+    plot: str | None = None
+    threads: int | None = None
+
+    @classmethod
+    def of(
+        cls, flat_records: Sequence[Mapping[str, Any]], resumed: Sequence[str], band: tuple[float, float] = PAPER_BAND
+    ) -> SweepResult:
+        """From sweep's flat records (run.run_sweep), summarised with `band`."""
+        records = tuple(SweepRecord.of(r) for r in flat_records)
+        return cls(records=records, resumed=tuple(resumed), summary=SweepSummary.of_records(records, band))
+
+    def body(self) -> Json:
+        doc: Json = {
+            "records": [r.to_dict() for r in self.records],
+            "resumed": list(self.resumed),
+            "summary": self.summary.to_dict(),
+        }
+        if self.settings is not None:
+            doc["settings"] = self.settings.to_dict()
+        if self.plot is not None:
+            doc["plot"] = self.plot
+        if self.threads is not None:
+            doc["threads"] = self.threads
+        return doc
