@@ -42,14 +42,17 @@ def schema_of(command: str) -> Doc:
     """The JSON Schema (draft 2020-12) that `command`'s document validates against."""
     name = SCHEMAS[command].split("/")[0].removeprefix("ticket.")
     text = resources.files("ticketcli").joinpath("schemas").joinpath(f"{name}.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    schema: Doc = json.loads(text)
+    return schema
 
 
 def document(command: str, result: Doc) -> Doc:
     """The `--json` document of `command` for its core result (the result itself is left untouched)."""
     if command not in SCHEMAS:
         raise KeyError(f"no JSON contract for command {command!r}")
-    body = CONVERTERS.get(command, dict)(result)
+    if command not in CONVERTERS:  # a typed result (result.Result) makes its own document
+        raise KeyError(f"{command!r} has a typed result: its to_document() is the document")
+    body = CONVERTERS[command](result)
     return {"schema": SCHEMAS[command], **{k: v for k, v in body.items() if k != "schema"}}
 
 
@@ -75,7 +78,7 @@ def _sparsity(sparsity: Doc) -> Doc:
     return {k: v for k, v in sparsity.items() if k != "per_layer"}
 
 
-def _run_metrics(doc: Doc, metrics: Doc) -> None:
+def run_metrics_fields(doc: Doc, metrics: Doc) -> None:
     """A ticket's `metrics` field into `doc`: the splits at metrics.<split>, the trained network's splits at
     trained.metrics, and the facts of the run (RUN_FACTS) beside them at the top, never in place of a key the
     document already has; anything else a file's field holds is not part of the contract (inspect reads it from an
@@ -89,36 +92,6 @@ def _run_metrics(doc: Doc, metrics: Doc) -> None:
         if k in facts:
             doc.setdefault(k, facts[k])
     doc["metrics"] = splits
-
-
-def _extract(r: Doc) -> Doc:
-    doc = {k: v for k, v in r.items() if k not in ("metrics", "sparsity")}
-    _run_metrics(doc, r["metrics"])
-    doc["sparsity"] = _sparsity(r["sparsity"])
-    doc["layers"] = layer_list(r["sparsity"].get("per_layer"))
-    return doc
-
-
-def _evaluate(r: Doc) -> Doc:
-    doc = {k: v for k, v in r.items() if k not in ("test", "val", "stored", "sparsity")}
-    doc["metrics"] = {s: r[s] for s in SPLITS if s in r}
-    stored = r["stored"]
-    doc["stored"] = {
-        "device": stored.get("device"),
-        "metrics": {s: {"accuracy": stored.get(f"{s}_accuracy")} for s in ("test", "val")},
-    }
-    doc["sparsity"] = _sparsity(r["sparsity"])
-    doc["layers"] = layer_list(r["sparsity"].get("per_layer"))
-    return doc
-
-
-def _inspect(r: Doc) -> Doc:
-    doc = {k: v for k, v in r.items() if k not in ("metrics", "sparsity", "masks", "density")}
-    _run_metrics(doc, r["metrics"])
-    known = {k: v for k, v in r["sparsity"].items() if k in SPARSITY_KEYS}
-    doc["sparsity"] = {**known, "density": r["density"]}
-    doc["layers"] = layer_list(r["masks"])  # counted from the packed masks by inspect, not taken from the file
-    return doc
 
 
 def _curve_point(p: Doc) -> Doc:
@@ -204,13 +177,6 @@ def _sweep_k(r: Doc) -> Doc:
     return doc
 
 
-def _export(r: Doc) -> Doc:
-    doc = {k: v for k, v in r.items() if k not in ("kept", "total", "layers")}
-    doc["sparsity"] = {"achieved": 1.0 - r["kept"] / r["total"], "kept": r["kept"], "total": r["total"]}
-    doc["layers"] = [{"name": n, **v} for n, v in (r.get("layers") or {}).items()]
-    return doc
-
-
 def named_layers(node: Any) -> Any:
     """drift documents: every `layers` (or activation `sites`) object keyed by name becomes a list of objects with
     a `name`, in the same order (a bare number there is that layer's activation sparsity)."""
@@ -242,12 +208,8 @@ def _tradeoff(r: Doc) -> Doc:
 
 
 CONVERTERS: dict[str, Callable[[Doc], Doc]] = {
-    "extract": _extract,
-    "evaluate": _evaluate,
-    "inspect": _inspect,
     "train-weak": _train_weak,
     "sweep-k": _sweep_k,
-    "export": _export,
     "drift": named_layers,
     "drift-control": named_layers,
     "drift-relufy": named_layers,
