@@ -95,6 +95,7 @@ def test_every_result_validates_reads_as_its_document_and_renders(runs, tmp_path
         assert doc["schema"] == SCHEMAS[result.COMMAND], case
         assert valid(result.COMMAND, strict_json(doc)) == [], case
         assert dict(result) == doc and len(result) == len(doc) and list(result) == list(doc), case
+        assert result == doc and doc == result and result != {**doc, "schema": "other"}, case  # as the dict it was
         assert result.get("schema") == doc["schema"] and result.to_document() == doc  # the same every time
         with pytest.raises(FrozenInstanceError):
             result.ticket = "elsewhere"  # type: ignore[misc]

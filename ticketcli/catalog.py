@@ -110,7 +110,7 @@ class ListItem:
     description: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
 class ListResult(Result):
     """What `ticket list <kind>` reports: every name of one kind (a name in KINDS), sorted, with its description."""
 

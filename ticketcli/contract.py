@@ -1,10 +1,12 @@
-"""The `--json` contract: every command's result dict becomes one versioned document here, and only here.
+"""The `--json` contract: what every command's result becomes, one versioned document.
 
-Core code returns whatever shape suits its tables; `document(command, result)` turns it into what `--json`
-prints, so that the same thing sits at the same path everywhere (docs/json.md): `schema` names the document and its
-version, accuracies sit at `metrics.<split>.accuracy` (and `.loss`), sparsity at `sparsity.achieved` /
-`sparsity.requested`, and per-layer data in a list `layers[]` of objects with a `name`. The JSON Schema of each
-document ships in `ticketcli/schemas/` (`schema_of`). Pure dict work: no torch, no package imports."""
+A typed result (result.Result: extract, evaluate, inspect, export, list) makes its own document (`to_document()`);
+for the other commands core code returns whatever shape suits its tables and `document(command, result)` turns it
+into what `--json` prints. Either way the same thing sits at the same path everywhere (docs/json.md): `schema`
+names the document and its version, accuracies sit at `metrics.<split>.accuracy` (and `.loss`), sparsity at
+`sparsity.achieved` / `sparsity.requested`, and per-layer data in a list `layers[]` of objects with a `name`. The
+JSON Schema of each document ships in `ticketcli/schemas/` (`schema_of`). Pure dict work: no torch, no package
+imports."""
 
 from __future__ import annotations
 

@@ -150,7 +150,7 @@ class CsrLayer:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
 class ExportResult(Result):
     """What `ticket export` reports: the file written and its size beside the dense float32 checkpoint (per layer
     for csr)."""

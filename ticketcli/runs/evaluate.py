@@ -87,7 +87,7 @@ class Gate:
         return doc
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
 class EvaluateResult(Result):
     """What `ticket evaluate` reports: the re-measured accuracies next to those the ticket stored."""
 

@@ -41,7 +41,7 @@ class MaskCount:
         return item
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
 class InspectResult(Result):
     """What `ticket inspect` reports: a ticket file's metadata as it records it (validated by the ticket reader,
     otherwise as the file holds it) and its masks as counted from their packed bytes."""

@@ -271,7 +271,7 @@ class RunMetrics:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
 class ExtractionResult(Result):
     """What `ticket extract` reports: where the ticket went, what it holds, how well it does. `method`,
     `checkpoint` and `masks_sha256` are the ticket's own fields, as `ticket inspect` reports them from the file."""
