@@ -18,12 +18,14 @@ from __future__ import annotations
 import copy
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from safetensors.torch import save as st_save
+from torch import nn
 
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.batchnorm import ChunkProgress
@@ -55,11 +57,12 @@ def prune_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> dict[str, tor
     """The state dict torch.nn.utils.prune.custom_from_mask leaves on a copy of the module."""
     from torch.nn.utils import prune
 
+    custom_from_mask = cast(Callable[[nn.Module, str, torch.Tensor], nn.Module], prune.custom_from_mask)  # untyped
     module = copy.deepcopy(net.module).cpu()
     owners = dict(module.named_modules())
     for n in net.names:
         owner, _, attr = n.rpartition(".")
-        prune.custom_from_mask(owners[owner], attr, masks[n].cpu())
+        custom_from_mask(owners[owner], attr, masks[n].cpu())
     return {n: t.detach().contiguous() for n, t in module.state_dict().items()}
 
 
