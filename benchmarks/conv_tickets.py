@@ -60,8 +60,8 @@ def main() -> None:
                         f"    epoch {p['epoch']}: loss {p['loss']:.3f} train acc {p['accuracy']:.3f}", flush=True
                     ),
                 )
-                r["total_s"] = time.perf_counter() - t0
-                r["epoch_s"] = r["metrics"]["wall_time_s"] / args.epochs
+                r = {**r.to_document(), "total_s": time.perf_counter() - t0}  # the --json document
+                r["epoch_s"] = r["wall_time_s"] / args.epochs
                 records.append(r)
                 print(
                     f"  {r['model']} {method}: test {100 * r['metrics']['test']['accuracy']:.2f}% at "
@@ -71,15 +71,16 @@ def main() -> None:
 
     print(
         f"\nFashionMNIST, seed {args.seed}, requested sparsity {args.sparsity:.0%}, {args.epochs} epochs, "
-        f"init {args.init} k={args.init_k}, device {records[0]['metrics']['device']}"
+        f"init {args.init} k={args.init_k}, device {records[0]['device']}"
     )
     print("| model | method | test acc % | val acc % | achieved sparsity % | s/epoch | eval+setup s |")
     print("|---|---|---|---|---|---|---|")
     for r in records:
         m = r["metrics"]
         print(
-            f"| {r['model']} | {r['method']} | {100 * m['test']['accuracy']:.2f} | {100 * m['val']['accuracy']:.2f} "
-            f"| {100 * r['sparsity']['achieved']:.2f} | {r['epoch_s']:.1f} | {r['total_s'] - m['wall_time_s']:.1f} |"
+            f"| {r['model']} | {r['method']['name']} | {100 * m['test']['accuracy']:.2f} "
+            f"| {100 * m['val']['accuracy']:.2f} "
+            f"| {100 * r['sparsity']['achieved']:.2f} | {r['epoch_s']:.1f} | {r['total_s'] - r['wall_time_s']:.1f} |"
         )
     if args.json:
         args.json.write_text(json.dumps(records, indent=2))

@@ -209,24 +209,22 @@ def in_order_of(old, new):
 
 
 def upgrade(name: str, before: dict, now: dict, command: str) -> str:
-    """A recording made before the --json contract (no "schema" key) holds each command's core result: turn it into
-    the document that result prints now (contract.document), so that the comparison still covers every value.
+    """A recording made before the --json contract (no "schema" key) holds each command's core result: turn a plain
+    drift run's into the document it prints now, so that the comparison still covers every value; the other commands
+    return typed results now, whose documents no longer come from a raw dict (record a new baseline for those).
     layers[] of evaluate and train-weak is new in the contract (counted from the masks, which the ticket comparison
     covers): when the old recording could not hold it, it is left out of the comparison, and the note says so."""
     doc = before.get("json")
     if not isinstance(doc, dict) or "schema" in doc:
         return ""
     sys.path.insert(0, str(ROOT))  # this tree's contract, as the runs use this tree's code
-    from ticketcli.contract import SCHEMAS, document
+    from ticketcli.contract import SCHEMAS
 
-    if command in ("train-weak", "sweep-k"):  # typed results now: their documents no longer come from a raw dict
+    if command != "drift":  # typed results now: their documents no longer come from a raw dict
         return " (recorded before the --json contract: not upgraded; record a new baseline)"
-    if command == "drift":  # a plain drift run's core result: its layers keyed by name become named lists
-        from ticketcli.drift.result import named_layers
+    from ticketcli.drift.result import named_layers  # a plain drift run's layers keyed by name become named lists
 
-        upgraded = {"schema": SCHEMAS["drift"], **{k: v for k, v in named_layers(doc).items() if k != "schema"}}
-    else:
-        upgraded = document(command, doc)
+    upgraded = {"schema": SCHEMAS["drift"], **{k: v for k, v in named_layers(doc).items() if k != "schema"}}
     before["json"] = in_order_of(upgraded, now.get("json"))
     if before["json"].get("layers") == [] and now.get("json", {}).get("layers"):
         before["json"]["layers"] = now["json"]["layers"]

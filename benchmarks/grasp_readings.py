@@ -49,12 +49,12 @@ def main() -> None:
                         r = extract_ticket(
                             build_extract_spec(merge_settings(settings, None)), out=Path(d) / "t", overwrite=True
                         )
-                        acc = 100 * r["metrics"]["test"]["accuracy"]
+                        acc = 100 * r.metrics.test.accuracy
                         cells.setdefault((direction, data, s), []).append(acc)
-                        records.append({**settings, "test": acc, "achieved": r["sparsity"]["achieved"]})
+                        records.append({**settings, "test": acc, "achieved": r.sparsity.achieved})
                         print(
                             f"  {direction:8s} {data:8s} s={s} seed={seed}: test {acc:.2f}% at "
-                            f"{100 * r['sparsity']['achieved']:.2f}% ({r['metrics']['wall_time_s']:.1f} s)",
+                            f"{100 * r.sparsity.achieved:.2f}% ({r.metrics.wall_time_s:.1f} s)",
                             flush=True,
                         )
                         if args.json:

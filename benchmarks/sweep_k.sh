@@ -12,10 +12,13 @@ python -m ticketcli sweep-k --dataset fashion-mnist --sparsity 0.9 --seeds "${SE
   --out-dir "$OUT/runs" --plot "$OUT/stability.png" --json > "$OUT/stability.json"
 python - "$OUT/stability.json" <<'EOF'
 import json, sys
-from ticketcli import report
-from ticketcli.contract import flat_record
-from ticketcli.sweep_summary import summarize
-doc = json.load(open(sys.argv[1]))  # the --json document; the table reads sweep's own flat records and summary
-records = [flat_record(r) for r in doc["records"]]
-report.sweep_table({**doc, "records": records, "summary": summarize(records, band=tuple(doc["settings"]["band"]))})
+from dataclasses import replace
+from ticketcli.report.study_tables import sweep_table
+from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSettings
+doc = json.load(open(sys.argv[1]))  # the --json document, back as the typed result its table reads
+st = doc["settings"]
+flat = [SweepRecord.from_document(r).flat() for r in doc["records"]]
+result = SweepResult.of(flat, doc["resumed"], tuple(st["band"]))
+settings = SweepSettings(**{**st, **{k: tuple(st[k]) for k in ("seeds", "densities", "band", "double_scoring")}})
+sweep_table(replace(result, settings=settings))
 EOF

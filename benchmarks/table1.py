@@ -47,9 +47,8 @@ def run_one(settings: dict, out: Path) -> dict:
     """One `ticket extract` with these settings (flag names with underscores) on top of the defaults."""
     spec = build_extract_spec(merge_settings(settings, None))
     t0 = time.perf_counter()
-    r = extract_ticket(spec, out=out)
-    r["total_s"] = time.perf_counter() - t0
-    return r
+    r = extract_ticket(spec, out=out).to_document()  # the --json document: what --json would write
+    return {**r, "total_s": time.perf_counter() - t0}
 
 
 def main() -> None:
@@ -74,11 +73,11 @@ def main() -> None:
                         Path(d) / f"{method}-{s}-{seed}.safetensors",
                     )
                     records.append({**r, "requested": s})
-                    trained = r["metrics"].get("trained")
+                    trained = r.get("trained")
                     print(
                         f"  {method} s={s} seed={seed}: test {100 * r['metrics']['test']['accuracy']:.2f}% "
-                        f"at {100 * r['sparsity']['achieved']:.2f}% ({r['metrics']['wall_time_s']:.1f} s)"
-                        + (f"; trained {100 * trained['test']['accuracy']:.2f}%" if trained else ""),
+                        f"at {100 * r['sparsity']['achieved']:.2f}% ({r['wall_time_s']:.1f} s)"
+                        + (f"; trained {100 * trained['metrics']['test']['accuracy']:.2f}%" if trained else ""),
                         flush=True,
                     )
                     if args.json:
@@ -90,14 +89,14 @@ def main() -> None:
     )
     for method in args.methods.split(","):
         for s in map(float, args.sparsities.split(",")):
-            rs = [r for r in records if r["method"] == method and r["requested"] == s]
+            rs = [r for r in records if r["method"]["name"] == method and r["requested"] == s]
             if not rs:
                 continue
             acc = [100 * r["metrics"]["test"]["accuracy"] for r in rs]
             ach = [100 * r["sparsity"]["achieved"] for r in rs]
             aux = [100 * r["sparsity"]["aux_share"] for r in rs if "aux_share" in r["sparsity"]]
-            trained = [100 * r["metrics"]["trained"]["test"]["accuracy"] for r in rs if "trained" in r["metrics"]]
-            wall = statistics.mean(r["metrics"]["wall_time_s"] for r in rs)
+            trained = [100 * r["trained"]["metrics"]["test"]["accuracy"] for r in rs if "trained" in r]
+            wall = statistics.mean(r["wall_time_s"] for r in rs)
             p_acc, p_ach = PAPER.get((method, s), (None, None))
             print(
                 f"{method:<11} {s:>5} {len(rs):>2} {mean_std(acc):>18} {mean_std(ach):>11} "

@@ -95,11 +95,11 @@ def test_ticket_is_evaluated_on_the_rewound_init(name, tmp_path):
     assert tk.method["name"] == name and set(tk.method) >= METHODS.get(name).options  # hyper-parameters are recorded
     assert ("weight_lr" in tk.method) == ("weights" in METHODS.get(name).trains)  # only those that shaped it
     if name in TRAINS_WEIGHTS:  # the trained network is reported, and it is not the ticket
-        trained = summary["metrics"]["trained"]
-        assert trained["test"]["n"] == summary["metrics"]["test"]["n"]
-        assert trained["test"]["loss"] != summary["metrics"]["test"]["loss"]
+        trained = summary.metrics.trained
+        assert trained is not None and trained.test.n == summary.metrics.test.n
+        assert trained.test.loss != summary.metrics.test.loss
     else:
-        assert "trained" not in summary["metrics"]
+        assert summary.metrics.trained is None and "trained" not in summary
 
 
 def two_layer_net():

@@ -12,7 +12,8 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.runs.evaluate import evaluation_gate
+from ticketcli.runs.evaluate import EvaluateResult, StoredMetrics, evaluation_gate
+from ticketcli.runs.parts import SplitMetrics
 from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
@@ -90,6 +91,26 @@ def test_max_drop_outside_unit_interval_is_exit_2(made, value):
     assert "--max-drop must lie in [0, 1]" in one_line(evaluate(made, "--max-drop", value), 2)
 
 
+def evaluated(measured: float, stored: float) -> EvaluateResult:
+    """An evaluation of a ticket "t" that measured `measured` test accuracy and stores `stored`."""
+    split = SplitMetrics(accuracy=measured, loss=0.0, correct=0, n=1)
+    return EvaluateResult(
+        ticket="t",
+        method={"name": "augmented"},
+        model="mlp:64-16-10",
+        seed=0,
+        device="cpu",
+        test=split,
+        val=split,
+        stored=StoredMetrics(test_accuracy=stored, val_accuracy=None, device="cpu"),
+        reproduced=False,
+        requested_sparsity=0.5,
+        achieved_sparsity=0.5,
+        layers=(),
+        integrity="ok",
+    )
+
+
 @pytest.mark.parametrize("n", [7, 300, 1797])
 def test_a_drop_of_exactly_max_drop_passes_and_one_more_example_fails(n):
     """Accuracies are counts over n: a drop of exactly k/n passes --max-drop k/n despite float rounding, a drop of
@@ -97,8 +118,8 @@ def test_a_drop_of_exactly_max_drop_passes_and_one_more_example_fails(n):
     for correct in range(0, n + 1, max(1, n // 13)):
         for k in range(0, correct + 1, max(1, correct // 5 or 1)):
             stored, measured = correct / n, (correct - k) / n
-            result = {"ticket": "t", "test": {"accuracy": measured}, "stored": {"test_accuracy": stored}}
-            assert evaluation_gate(result, min_accuracy=None, max_drop=k / n)[0]["passed"], (n, correct, k)
+            result = evaluated(measured, stored)
+            assert evaluation_gate(result, min_accuracy=None, max_drop=k / n)[0].passed, (n, correct, k)
             if k >= 1:
                 gate, failures = evaluation_gate(result, min_accuracy=None, max_drop=(k - 1) / n)
-                assert not gate["passed"] and len(failures) == 1, (n, correct, k)
+                assert not gate.passed and len(failures) == 1, (n, correct, k)

@@ -16,7 +16,7 @@ from helpers import flags_for
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.contract import SCHEMAS, SPARSITY_KEYS, document, schema_of
+from ticketcli.contract import SCHEMAS, SPARSITY_KEYS, schema_of
 from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSummary
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
@@ -250,12 +250,23 @@ def test_every_computing_command_reports_the_threads_it_ran_with(docs):
     assert errors("extract", bad)  # the schema holds threads to a count of at least one
 
 
-def test_document_leaves_the_result_alone_and_knows_its_commands(docs):
-    result = {"kind": "methods", "items": []}
-    before = copy.deepcopy(result)
-    assert document("list", result)["schema"] == "ticket.list/1" and result == before
-    with pytest.raises(KeyError):
-        document("no-such-command", {})
+def test_every_document_has_one_typed_result():
+    """Each command's --json document is made by exactly one Result subclass (result.Result), none by a dict."""
+    import ticketcli.catalog
+    import ticketcli.drift.result
+    import ticketcli.export
+    import ticketcli.runs.evaluate
+    import ticketcli.runs.inspect
+    import ticketcli.runs.record
+    import ticketcli.sweep.result
+    import ticketcli.weak  # noqa: F401  (the modules that define the result classes)
+    from ticketcli.result import Result
+
+    def subclasses(cls: type) -> list[type]:
+        return [c for s in cls.__subclasses__() for c in (s, *subclasses(s))]
+
+    typed = [c.COMMAND for c in subclasses(Result) if "COMMAND" in vars(c)]
+    assert sorted(typed) == sorted(SCHEMAS), "a command without a typed result, or two for one"
 
 
 # --- a schema catches a moved key -----------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def test_extract_evaluate_round_trip(name, tmp_path):
     s = runs_extract.extract_ticket(spec, out=out)
     assert s["model"] == example(name).to_string()
     r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu")
-    assert r["reproduced"] and r["test"]["correct"] == s["metrics"]["test"]["correct"]
+    assert r.reproduced and r.test.correct == s.metrics.test.correct
 
 
 @pytest.mark.parametrize(

@@ -164,9 +164,9 @@ def outcome(tmp_path_factory, method: str, **settings) -> tuple:
     if key not in _runs:
         out = tmp_path_factory.mktemp("run") / "t.safetensors"
         losses: list = []
-        summary = extract_ticket(spec_of(method, **settings), out=out, progress=lambda r: losses.append(r["loss"]))
+        extract_ticket(spec_of(method, **settings), out=out, progress=lambda r: losses.append(r["loss"]))
         tk = ticket_io.load(out)
-        metrics = {k: v for k, v in summary["metrics"].items() if k not in ("wall_time_s", "precision")}
+        metrics = {k: v for k, v in tk.metrics.items() if k not in ("wall_time_s", "precision")}
         _runs[key] = ({n: m.tolist() for n, m in tk.masks.items()}, metrics, losses, tk)
     return _runs[key]
 
@@ -263,4 +263,4 @@ def test_an_older_ticket_that_recorded_every_setting_still_loads_and_evaluates(t
     assert tk.method["epochs"] == 100 and tk.method["lr"] == 0.01  # what the old writer recorded
     assert inspect_ticket(out)["method"]["aux_width"] == 1 and inspect_ticket(out)["integrity"] == "ok"
     result = evaluate_ticket(out, data=DataSpec(), device="cpu")
-    assert result["reproduced"] and result["test"] == summary["metrics"]["test"]
+    assert result.reproduced and result.test == summary.metrics.test

@@ -109,7 +109,7 @@ def test_evaluate_ticket_counts_each_phase_and_measures_the_same(bn_ticket):
     chunks = Recorder()
     told = runs_evaluate.evaluate_ticket(bn_ticket, data=DataSpec(), device="cpu", chunks=chunks)
     assert told == runs_evaluate.evaluate_ticket(bn_ticket, data=DataSpec(), device="cpu")
-    n_test, n_val = told["test"]["n"], told["val"]["n"]
+    n_test, n_val = told.test.n, told.val.n
     expected = counted("recalibration", 3) + counted("test", math.ceil(n_test / train.EVAL_CHUNK))
     assert chunks.events == expected + counted("validation", math.ceil(n_val / train.EVAL_CHUNK))
 

@@ -119,9 +119,8 @@ def test_inspect_without_torch_counts_what_the_torch_loader_unpacks(files):
     from ticketcli.ticketfile import ticket as ticket_io
 
     result, tk = runs_inspect.inspect_ticket(files["ticket"]), ticket_io.load(files["ticket"])
-    assert list(result["masks"]) == list(tk.masks)
-    for name, mask in tk.masks.items():
-        row = result["masks"][name]
-        assert (row["kept"], row["total"], row["shape"]) == (int(mask.sum()), mask.numel(), list(mask.shape))
-    assert result["density"] == sum(int(m.sum()) for m in tk.masks.values()) / sum(m.numel() for m in tk.masks.values())
-    assert result["integrity"] == tk.integrity == "ok"
+    assert [row.name for row in result.masks] == list(tk.masks)
+    for row, mask in zip(result.masks, tk.masks.values()):
+        assert (row.kept, row.total, row.shape) == (int(mask.sum()), mask.numel(), tuple(mask.shape))
+    assert result.density == sum(int(m.sum()) for m in tk.masks.values()) / sum(m.numel() for m in tk.masks.values())
+    assert result.integrity == tk.integrity == "ok"

@@ -18,7 +18,6 @@ from torch import nn
 from ticketcli import api_data, export, report
 from ticketcli.api_masks import apply_masks, masked
 from ticketcli.checkpoint import saved_at
-from ticketcli.contract import document
 from ticketcli.data import DATASETS, Splits
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
@@ -32,7 +31,9 @@ from ticketcli.specs import EXTRACT_DEFAULTS, DataSpec, ModelPolicy, ModelSpec
 from ticketcli.threads import check_threads, using
 from ticketcli.ticketfile import ticket as ticket_io
 
-Progress = Callable[[dict], None]  # called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"}
+Progress = Callable[
+    [dict[str, Any]], None
+]  # called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"}
 UNSAVED = Path("<unsaved ticket>")  # how messages name a ticket that extract() returned and nobody saved yet
 # extract() takes these as its own arguments (model, data) or not at all (where the ticket goes: Ticket.save)
 NOT_OPTIONS = frozenset({"model", "dataset", "method", "sparsity", "epochs", "seed", "device", "threads"})
@@ -153,9 +154,11 @@ class Ticket:
         trust_model_code: bool = False,
         data_dir: str | Path | None = None,
         threads: int | None = None,
-    ) -> dict[str, Any]:
-        """What `ticket evaluate --json` prints: test and validation accuracy re-measured (identical to the CLI's
-        on the CPU), next to those stored, whether they reproduced, sparsity and integrity.
+    ) -> runs_evaluate.EvaluateResult:
+        """What `ticket evaluate` reports, as an EvaluateResult: test and validation accuracy re-measured (identical
+        to the CLI's on the CPU), next to those stored, whether they reproduced, sparsity and integrity. Read its
+        attributes (`result.test.accuracy`), or the `--json` document: `result.to_document()`, or `result[...]`
+        directly (`result["metrics"]["test"]["accuracy"]`).
 
         data: None for the ticket's own dataset and split; your tensors/Dataset/DataLoaders (split as extract
         splits them) for a ticket of in-memory data. threads: torch CPU threads for the measurement (None:
@@ -173,7 +176,7 @@ class Ticket:
                 module=module,
             )
             result = runs_evaluate.evaluate_loaded(opened, self._label)
-        return evaluation_document({**result, "threads": used})
+        return replace(result, threads=used)
 
     @property
     def _label(self) -> Path:
@@ -194,12 +197,6 @@ class Ticket:
         if g.pools is None:  # ready splits: taken as they are
             return api_data.splits_for(g, None, None, d["split_seed"])
         return api_data.splits_for(g, d["n_extract"], d["n_val"], d["split_seed"])
-
-
-def evaluation_document(result: dict[str, Any]) -> dict[str, Any]:
-    """The document `ticket evaluate --json` prints for an evaluation result (schema ticket.evaluate/2): made by
-    the same contract.document the CLI prints through (the CLI adds its gates before)."""
-    return document("evaluate", result)
 
 
 def _path(p: str | Path | None, what: str = "path") -> str | None:

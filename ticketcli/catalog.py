@@ -9,7 +9,10 @@ dataset or scheme registered without its line here fails a test that says which.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+from ticketcli.result import Result
 
 
 class DatasetEntry(NamedTuple):
@@ -97,3 +100,29 @@ def describe(kind: str) -> dict[str, str]:
         "inits": INITS,
     }[kind]
     return dict(sorted(table.items()))
+
+
+@dataclass(frozen=True)
+class ListItem:
+    """One entry of `ticket list`: a name the option takes and its one-line description."""
+
+    name: str
+    description: str
+
+
+@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
+class ListResult(Result):
+    """What `ticket list <kind>` reports: every name of one kind (a name in KINDS), sorted, with its description."""
+
+    COMMAND: ClassVar[str] = "list"
+
+    kind: str
+    entries: tuple[ListItem, ...]  # the document's `items` (a Mapping's items() keeps its meaning here)
+
+    def body(self) -> dict[str, Any]:
+        return {"kind": self.kind, "items": [{"name": e.name, "description": e.description} for e in self.entries]}
+
+
+def listing(kind: str) -> ListResult:
+    """`ticket list`'s result for one kind of registry entry (a name in KINDS)."""
+    return ListResult(kind, tuple(ListItem(name, text) for name, text in describe(kind).items()))

@@ -1,15 +1,13 @@
-"""The `--json` contract: every command's result dict becomes one versioned document here, and only here.
-
-Core code returns whatever shape suits its tables; `document(command, result)` turns it into what `--json`
-prints, so that the same thing sits at the same path everywhere (docs/json.md): `schema` names the document and its
-version, accuracies sit at `metrics.<split>.accuracy` (and `.loss`), sparsity at `sparsity.achieved` /
-`sparsity.requested`, and per-layer data in a list `layers[]` of objects with a `name`. The JSON Schema of each
-document ships in `ticketcli/schemas/` (`schema_of`). Pure dict work: no torch, no package imports."""
+"""The `--json` contract: the schema names and versions, the JSON Schemas, and the few shapes the commands' typed
+results share. Every command returns a typed result (result.Result) whose `to_document()` is what `--json` prints;
+the same thing sits at the same path everywhere (docs/json.md): `schema` names the document and its version, accuracies sit at `metrics.<split>.accuracy` (and `.loss`), sparsity at
+`sparsity.achieved` / `sparsity.requested`, and per-layer data in a list `layers[]` of objects with a `name`. The
+JSON Schema of each document ships in `ticketcli/schemas/` (`schema_of`). Pure dict work: no torch, no package
+imports."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -42,15 +40,8 @@ def schema_of(command: str) -> Doc:
     """The JSON Schema (draft 2020-12) that `command`'s document validates against."""
     name = SCHEMAS[command].split("/")[0].removeprefix("ticket.")
     text = resources.files("ticketcli").joinpath("schemas").joinpath(f"{name}.json").read_text(encoding="utf-8")
-    return json.loads(text)
-
-
-def document(command: str, result: Doc) -> Doc:
-    """The `--json` document of `command` for its core result (the result itself is left untouched)."""
-    if command not in SCHEMAS:
-        raise KeyError(f"no JSON contract for command {command!r}")
-    body = CONVERTERS.get(command, dict)(result)
-    return {"schema": SCHEMAS[command], **{k: v for k, v in body.items() if k != "schema"}}
+    schema: Doc = json.loads(text)
+    return schema
 
 
 def split_metrics(metrics: Doc) -> tuple[Doc, Doc]:
@@ -71,11 +62,7 @@ def layer_list(per_layer: Doc | None) -> list[Doc]:
     return layers
 
 
-def _sparsity(sparsity: Doc) -> Doc:
-    return {k: v for k, v in sparsity.items() if k != "per_layer"}
-
-
-def _run_metrics(doc: Doc, metrics: Doc) -> None:
+def run_metrics_fields(doc: Doc, metrics: Doc) -> None:
     """A ticket's `metrics` field into `doc`: the splits at metrics.<split>, the trained network's splits at
     trained.metrics, and the facts of the run (RUN_FACTS) beside them at the top, never in place of a key the
     document already has; anything else a file's field holds is not part of the contract (inspect reads it from an
@@ -89,48 +76,3 @@ def _run_metrics(doc: Doc, metrics: Doc) -> None:
         if k in facts:
             doc.setdefault(k, facts[k])
     doc["metrics"] = splits
-
-
-def _extract(r: Doc) -> Doc:
-    doc = {k: v for k, v in r.items() if k not in ("metrics", "sparsity")}
-    _run_metrics(doc, r["metrics"])
-    doc["sparsity"] = _sparsity(r["sparsity"])
-    doc["layers"] = layer_list(r["sparsity"].get("per_layer"))
-    return doc
-
-
-def _evaluate(r: Doc) -> Doc:
-    doc = {k: v for k, v in r.items() if k not in ("test", "val", "stored", "sparsity")}
-    doc["metrics"] = {s: r[s] for s in SPLITS if s in r}
-    stored = r["stored"]
-    doc["stored"] = {
-        "device": stored.get("device"),
-        "metrics": {s: {"accuracy": stored.get(f"{s}_accuracy")} for s in ("test", "val")},
-    }
-    doc["sparsity"] = _sparsity(r["sparsity"])
-    doc["layers"] = layer_list(r["sparsity"].get("per_layer"))
-    return doc
-
-
-def _inspect(r: Doc) -> Doc:
-    doc = {k: v for k, v in r.items() if k not in ("metrics", "sparsity", "masks", "density")}
-    _run_metrics(doc, r["metrics"])
-    known = {k: v for k, v in r["sparsity"].items() if k in SPARSITY_KEYS}
-    doc["sparsity"] = {**known, "density": r["density"]}
-    doc["layers"] = layer_list(r["masks"])  # counted from the packed masks by inspect, not taken from the file
-    return doc
-
-
-def _export(r: Doc) -> Doc:
-    doc = {k: v for k, v in r.items() if k not in ("kept", "total", "layers")}
-    doc["sparsity"] = {"achieved": 1.0 - r["kept"] / r["total"], "kept": r["kept"], "total": r["total"]}
-    doc["layers"] = [{"name": n, **v} for n, v in (r.get("layers") or {}).items()]
-    return doc
-
-
-CONVERTERS: dict[str, Callable[[Doc], Doc]] = {
-    "extract": _extract,
-    "evaluate": _evaluate,
-    "inspect": _inspect,
-    "export": _export,
-}

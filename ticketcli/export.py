@@ -18,17 +18,21 @@ from __future__ import annotations
 import copy
 import io
 import json
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, ClassVar, cast
 
 import torch
 from safetensors.torch import save as st_save
+from torch import nn
 
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.data import DATASETS, load_splits
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.models.masked import MaskedNet
+from ticketcli.result import Result
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import inputs as runs_inputs
 from ticketcli.specs import DataSpec, ModelPolicy
@@ -53,18 +57,21 @@ def prune_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> dict[str, tor
     """The state dict torch.nn.utils.prune.custom_from_mask leaves on a copy of the module."""
     from torch.nn.utils import prune
 
+    custom_from_mask = cast(Callable[[nn.Module, str, torch.Tensor], nn.Module], prune.custom_from_mask)  # untyped
     module = copy.deepcopy(net.module).cpu()
     owners = dict(module.named_modules())
     for n in net.names:
         owner, _, attr = n.rpartition(".")
-        prune.custom_from_mask(owners[owner], attr, masks[n].cpu())
+        custom_from_mask(owners[owner], attr, masks[n].cpu())
     return {n: t.detach().contiguous() for n, t in module.state_dict().items()}
 
 
-def csr_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict]:
+def csr_state(
+    net: MaskedNet, masks: dict[str, torch.Tensor]
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, Any]]]:
     """CSR tensors per masked parameter plus a size report (bytes of values + indices vs dense float32)."""
     state = dense_state(net)
-    layers = {}
+    layers: dict[str, dict[str, Any]] = {}
     for n in net.names:
         w = state.pop(n)
         m = masks[n].to(torch.bool)
@@ -125,6 +132,74 @@ def encode(state: dict[str, torch.Tensor], out: Path, metadata: dict[str, str] |
     return buf.getvalue()
 
 
+@dataclass(frozen=True)
+class CsrLayer:
+    """One masked parameter of a csr export: its shape, stored entries, and bytes as CSR against dense float32."""
+
+    name: str
+    shape: tuple[int, ...]
+    nnz: int
+    dense_bytes: int
+    csr_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `layers[]` item."""
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "nnz": self.nnz,
+            "dense_bytes": self.dense_bytes,
+            "csr_bytes": self.csr_bytes,
+        }
+
+
+@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
+class ExportResult(Result):
+    """What `ticket export` reports: the file written and its size beside the dense float32 checkpoint (per layer
+    for csr)."""
+
+    COMMAND: ClassVar[str] = "export"
+
+    ticket: str
+    format: str  # one of FORMATS
+    out: str
+    file_bytes: int
+    dense_float32_bytes: int  # the model's full state dict as float32 safetensors
+    ratio: float  # file_bytes / dense_float32_bytes
+    ticket_bytes: int
+    kept: int  # masked entries kept, over every masked parameter
+    total: int
+    tensors: int  # in the written file
+    integrity: str
+    layers: tuple[CsrLayer, ...] = ()  # csr only
+    csr_payload_bytes: int | None = None  # csr only: the layers' csr_bytes together
+    threads: int | None = None  # torch's CPU threads, as the command ran
+
+    @property
+    def density(self) -> float:
+        return self.kept / self.total
+
+    def body(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "ticket": self.ticket,
+            "format": self.format,
+            "out": self.out,
+            "file_bytes": self.file_bytes,
+            "dense_float32_bytes": self.dense_float32_bytes,
+            "ratio": self.ratio,
+            "ticket_bytes": self.ticket_bytes,
+            "tensors": self.tensors,
+            "integrity": self.integrity,
+        }
+        if self.csr_payload_bytes is not None:
+            doc["csr_payload_bytes"] = self.csr_payload_bytes
+        if self.threads is not None:
+            doc["threads"] = self.threads
+        doc["sparsity"] = {"achieved": 1.0 - self.kept / self.total, "kept": self.kept, "total": self.total}
+        doc["layers"] = [layer.to_dict() for layer in self.layers]
+        return doc
+
+
 def export_ticket(
     path: str | Path,
     *,
@@ -135,8 +210,8 @@ def export_ticket(
     policy: ModelPolicy = ModelPolicy(),
     data: DataSpec | None = None,
     chunks: ChunkProgress | None = None,
-) -> dict:
-    """Rebuild the ticket's network (fingerprint-checked) and write it in `fmt`; returns a size report.
+) -> ExportResult:
+    """Rebuild the ticket's network (fingerprint-checked) and write it in `fmt`; returns its size report.
 
     A network with recalibrated BatchNorm (batchnorm.py) gets the running statistics `evaluate` uses, computed
     on the ticket's extraction split (found through `data`'s search path), so plain PyTorch in eval mode
@@ -167,20 +242,21 @@ def export_ticket(
     dense = len(st_save(dense_state(net)))
     kept = sum(int(m.sum()) for m in masks.values())
     total = sum(m.numel() for m in masks.values())
-    result = {
-        "ticket": str(path),
-        "format": fmt,
-        "out": str(out),
-        "file_bytes": size,
-        "dense_float32_bytes": dense,
-        "ratio": size / dense,
-        "ticket_bytes": path.stat().st_size,
-        "kept": kept,
-        "total": total,
-        "tensors": len(state),
-        "integrity": tk.integrity,
-    }
-    if layers is not None:
-        result["layers"] = layers
-        result["csr_payload_bytes"] = sum(v["csr_bytes"] for v in layers.values())
-    return result
+    return ExportResult(
+        ticket=str(path),
+        format=fmt,
+        out=str(out),
+        file_bytes=size,
+        dense_float32_bytes=dense,
+        ratio=size / dense,
+        ticket_bytes=path.stat().st_size,
+        kept=kept,
+        total=total,
+        tensors=len(state),
+        integrity=tk.integrity,
+        layers=tuple(
+            CsrLayer(n, tuple(v["shape"]), v["nnz"], v["dense_bytes"], v["csr_bytes"])
+            for n, v in (layers or {}).items()
+        ),
+        csr_payload_bytes=None if layers is None else sum(v["csr_bytes"] for v in layers.values()),
+    )

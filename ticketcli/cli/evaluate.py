@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,7 +26,6 @@ from ticketcli.cli.options import (
     TicketModel,
     TrustModelCode,
 )
-from ticketcli.contract import document
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
 
@@ -104,15 +104,14 @@ def evaluate(
                 policy=policy,
                 chunks=chunks,
             )
-        result["threads"] = result_threads
+        result = replace(result, threads=result_threads)
         warn_unverified(result)
         failures: list[str] = []
         if min_accuracy is not None or max_drop is not None:
-            result["gate"], failures = runs_evaluate.evaluation_gate(
-                result, min_accuracy=min_accuracy, max_drop=max_drop
-            )
-        report.print_json(document("evaluate", result)) if json_out else report.evaluate_table(result)
-        if not result["reproduced"] and result["device"] == "cpu" and result["stored"]["device"] == "cpu":
+            gate, failures = runs_evaluate.evaluation_gate(result, min_accuracy=min_accuracy, max_drop=max_drop)
+            result = replace(result, gate=gate)
+        report.print_json(result.to_document()) if json_out else report.evaluate_table(result)
+        if not result.reproduced and result.device == "cpu" and result.stored.device == "cpu":
             warn_not_reproduced(ticket)
         if failures:
             raise GateFailed("; ".join(failures))

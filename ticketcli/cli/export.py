@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -23,7 +24,6 @@ from ticketcli.cli.options import (
     TicketModel,
     TrustModelCode,
 )
-from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
 
 ExportFormat = Literal["masked", "prune", "csr", "masks"]
@@ -88,6 +88,6 @@ def export(
                 data=data,
                 chunks=chunks,
             )
-        result["threads"] = used
+        result = replace(result, threads=used)
         warn_unverified(result)
-        report.print_json(document("export", result)) if json_out else report.export_table(result)
+        report.print_json(result.to_document()) if json_out else report.export_table(result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -33,7 +34,6 @@ from ticketcli.cli.options import (
     split_sizes,
     with_default,
 )
-from ticketcli.contract import document
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.world import check_rendezvous_timeout
@@ -433,6 +433,6 @@ def extract(
                 resume=resume,
                 chunks=report.phases_of(progress) or chunks,  # the final recalibration and evaluation
             )
-            summary["threads"] = used
+            summary = replace(summary, threads=used)
     if world.main:
-        report.print_json(document("extract", summary)) if json_out else report.extract_table(summary)
+        report.print_json(summary.to_document()) if json_out else report.extract_table(summary)

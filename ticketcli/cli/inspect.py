@@ -10,7 +10,6 @@ import typer
 from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import Json, Quiet
-from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
 
 
@@ -24,4 +23,4 @@ def inspect(
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         result = runs_inspect.inspect_ticket(ticket)  # numpy only: no torch
-        report.print_json(document("inspect", result)) if json_out else report.inspect_table(result)
+        report.print_json(result.to_document()) if json_out else report.inspect_table(result)

@@ -2,79 +2,89 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 from rich.table import Table
 
 from ticketcli.report.console import method_name, pct, stdout
 
+if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's table must not import torch
+    from ticketcli.catalog import ListResult
+    from ticketcli.export import ExportResult
+    from ticketcli.runs.evaluate import EvaluateResult
+    from ticketcli.runs.inspect import InspectResult
+    from ticketcli.runs.parts import LayerCount
+    from ticketcli.runs.record import ExtractionResult
 
-def extract_table(s: dict) -> None:
+
+def extract_table(s: ExtractionResult) -> None:
     """`ticket extract`: accuracies, requested and achieved sparsity, then the per-layer table."""
     out = stdout()
-    m, sp = s["metrics"], s["sparsity"]
-    t = Table(title=f"{method_name(s['method'])} ticket  ->  {s['ticket']} ({s['file_bytes']} bytes)")
+    m, sp = s.metrics, s.sparsity
+    t = Table(title=f"{method_name(s.method)} ticket  ->  {s.ticket} ({s.file_bytes} bytes)")
     t.add_column("quantity")
     t.add_column("value", justify="right")
-    t.add_row("test accuracy", pct(m["test"]["accuracy"]))
-    t.add_row("validation accuracy", pct(m["val"]["accuracy"]))
-    if "trained" in m:
-        t.add_row("trained sparse network test accuracy (info)", pct(m["trained"]["test"]["accuracy"]))
-    t.add_row("requested sparsity", pct(sp["requested"]))
-    if "aug_density" in sp:
-        t.add_row("augmented keep density", f"{sp['aug_density']:.4f}")
-    t.add_row("achieved sparsity", pct(sp["achieved"]))
-    if "aux_share" in sp:
-        t.add_row("kept augmented entries on auxiliary coords", pct(sp["aux_share"]))
-    if sp.get("projected"):
+    t.add_row("test accuracy", pct(m.test.accuracy))
+    t.add_row("validation accuracy", pct(m.val.accuracy))
+    if m.trained is not None:
+        t.add_row("trained sparse network test accuracy (info)", pct(m.trained.test.accuracy))
+    t.add_row("requested sparsity", pct(sp.requested))
+    if sp.aug_density is not None:
+        t.add_row("augmented keep density", f"{sp.aug_density:.4f}")
+    t.add_row("achieved sparsity", pct(sp.achieved))
+    if sp.aux_share is not None:
+        t.add_row("kept augmented entries on auxiliary coords", pct(sp.aux_share))
+    if sp.projected:
         t.add_row("final mask", "projected onto the original scores")
-    for r in sp.get("rounds", []):
+    for r in sp.rounds or ():
         t.add_row(
             f"round {r['round']}", f"aug density {r['aug_density']:.4f} -> sparsity {pct(r['achieved_sparsity'])}"
         )
-    t.add_row("model / seed", f"{s['model']} / {s['seed']}")
-    t.add_row("data", f"{s['data']['dataset']} ({s['data']['n_extract']}/{s['data']['n_val']}/{s['data']['n_test']})")
-    t.add_row("wall time", f"{m['wall_time_s']:.1f} s on {m['device']}")
+    t.add_row("model / seed", f"{s.model} / {s.seed}")
+    d = s.data
+    t.add_row("data", f"{d['dataset']} ({d['n_extract']}/{d['n_val']}/{d['n_test']})")
+    t.add_row("wall time", f"{m.wall_time_s:.1f} s on {m.device}")
     out.print(t)
-    out.print(layer_table(sp))
+    out.print(layer_table(sp.layers))
 
 
-def layer_table(sp: dict) -> Table:
+def layer_table(layers: Sequence[LayerCount]) -> Table:
     """Kept / total and achieved sparsity per masked parameter (with the auxiliary share when there is one)."""
     t = Table(title="per layer")
     t.add_column("parameter")
     t.add_column("kept / total", justify="right")
     t.add_column("achieved sparsity", justify="right")
-    aux = any("aux_share" in v for v in sp["per_layer"].values())
+    aux = any(v.aux_share is not None for v in layers)
     if aux:
         t.add_column("aux share", justify="right")
-    for name, v in sp["per_layer"].items():
-        row = [name, f"{v['kept']} / {v['total']}", pct(v["achieved"])]
+    for v in layers:
+        row = [v.name, f"{v.kept} / {v.total}", pct(v.sparsity)]
         if aux:
-            row.append(pct(v.get("aux_share")))
+            row.append(pct(v.aux_share))
         t.add_row(*row)
     return t
 
 
-def evaluate_table(r: dict) -> None:
+def evaluate_table(r: EvaluateResult) -> None:
     """`ticket evaluate`: re-measured accuracy and loss beside the stored ones, and the gate when asked."""
-    t = Table(title=f"{r['ticket']}: {method_name(r['method'])} on {r['model']}, seed {r['seed']}")
+    t = Table(title=f"{r.ticket}: {method_name(r.method)} on {r.model}, seed {r.seed}")
     t.add_column("split")
     t.add_column("accuracy", justify="right")
     t.add_column("loss", justify="right")
     t.add_column("stored accuracy", justify="right")
-    t.add_row("test", pct(r["test"]["accuracy"]), f"{r['test']['loss']:.4f}", pct(r["stored"]["test_accuracy"]))
-    t.add_row("validation", pct(r["val"]["accuracy"]), f"{r['val']['loss']:.4f}", pct(r["stored"]["val_accuracy"]))
+    t.add_row("test", pct(r.test.accuracy), f"{r.test.loss:.4f}", pct(r.stored.test_accuracy))
+    t.add_row("validation", pct(r.val.accuracy), f"{r.val.loss:.4f}", pct(r.stored.val_accuracy))
     out = stdout()
     out.print(t)
-    verdict = "reproduces the stored accuracy exactly" if r["reproduced"] else "differs from the stored accuracy"
-    out.print(f"achieved sparsity {pct(r['sparsity']['achieved'])}; on {r['device']} the ticket {verdict}.")
-    if "gate" in r:
-        g = r["gate"]
-        asked = [f"test accuracy >= {g['min_accuracy']}"] if "min_accuracy" in g else []
-        if "max_drop" in g:
-            asked.append(
-                f"drop from the stored {pct(g['stored_accuracy'])} <= {g['max_drop']} (drop {100 * g['drop']:.2f} pts)"
-            )
-        out.print(f"gate: {'; '.join(asked)}: {'passed' if g['passed'] else 'FAILED'}")
+    verdict = "reproduces the stored accuracy exactly" if r.reproduced else "differs from the stored accuracy"
+    out.print(f"achieved sparsity {pct(r.achieved_sparsity)}; on {r.device} the ticket {verdict}.")
+    if r.gate is not None:
+        g = r.gate
+        asked = [f"test accuracy >= {g.min_accuracy}"] if g.min_accuracy is not None else []
+        if g.max_drop is not None and g.drop is not None:
+            asked.append(f"drop from the stored {pct(g.stored_accuracy)} <= {g.max_drop} (drop {100 * g.drop:.2f} pts)")
+        out.print(f"gate: {'; '.join(asked)}: {'passed' if g.passed else 'FAILED'}")
 
 
 MASK_ROWS = 500  # inspect's table shows at most this many masks (Rich takes a minute for 100k rows; --json has all)
@@ -102,7 +112,7 @@ def readable(value: object, nested: bool = False) -> str:
     return f"({text})" if nested else text
 
 
-def method_text(method: dict) -> str:
+def method_text(method: Mapping[str, Any]) -> str:
     """A ticket's method record on one line: `name=augmented, sparsity=0.9, betas=0.9,0.999, score_params=(trainable
     1, total 2)`; how the scores started is left out, and options that are not set."""
     parts = []
@@ -113,44 +123,44 @@ def method_text(method: dict) -> str:
     return ", ".join(parts)
 
 
-def inspect_table(r: dict) -> None:
+def inspect_table(r: InspectResult) -> None:
     """`ticket inspect`: the metadata, then one row per mask (at most MASK_ROWS)."""
-    t = Table(title=f"{r['ticket']} ({r['file_bytes']} bytes; packed masks {r['packed_mask_bytes']} bytes)")
+    t = Table(title=f"{r.ticket} ({r.file_bytes} bytes; packed masks {r.packed_mask_bytes} bytes)")
     t.add_column("field")
     t.add_column("value")
-    t.add_row("model", r["model"]["spec"])
-    init = r["init"]
+    t.add_row("model", r.model["spec"])
+    init = r.init
     if "k" in init:
         t.add_row("init", f"{readable(init['scheme'])} (k={readable(init['k'])}, seed {readable(init['seed'])})")
     else:  # --init module: the factory's own weights, drawn under its fixed seed; no k shaped them
         factory = readable(init.get("factory_seed"))
         t.add_row("init", f"{readable(init['scheme'])} (factory seed {factory}, seed {readable(init['seed'])})")
-    t.add_row("weights sha256", r["weights_sha256"])
-    if r["checkpoint"]:
-        digest = r["checkpoint"].get("sha256")
+    t.add_row("weights sha256", r.weights_sha256)
+    if r.checkpoint:
+        digest = r.checkpoint.get("sha256")
         short = digest[:16] + "..." if isinstance(digest, str) and digest else "not recorded"
-        t.add_row("checkpoint", f"{readable(r['checkpoint'].get('path'))} (sha256 {short})")
-    method = method_text(r["method"])
-    if r["method"].get("name") == "grasp" and "grasp_direction" not in r["method"]:
+        t.add_row("checkpoint", f"{readable(r.checkpoint.get('path'))} (sha256 {short})")
+    method = method_text(r.method)
+    if r.method.get("name") == "grasp" and "grasp_direction" not in r.method:
         method += " (written before grasp had two readings: paper reading, separate data)"
     t.add_row("method", method)
-    d = r["data"]
+    d = r.data
     t.add_row(
         "data",
         f"{readable(d['dataset'])}: {readable(d['n_extract'])} extraction / {readable(d['n_val'])} validation / "
         f"{readable(d.get('n_test', '?'))} test, split seed {readable(d['split_seed'])}",
     )
-    sp = r["sparsity"]
-    t.add_row("sparsity", f"requested {pct(sp.get('requested'))}, achieved {pct(1 - r['density'])}")
-    m = r["metrics"]
+    sp = r.sparsity
+    t.add_row("sparsity", f"requested {pct(sp.get('requested'))}, achieved {pct(1 - r.density)}")
+    m = r.metrics
     if "test" in m or "val" in m:  # each split is optional (a hand-made or foreign ticket may lack one)
         test, val = m.get("test") or {}, m.get("val") or {}
         t.add_row(
             "accuracy at extraction",
             f"test {pct(test.get('accuracy'))}, val {pct(val.get('accuracy'))} on {m.get('device', '-')}",
         )
-    t.add_row("created by", readable(r["created_by"]))
-    t.add_row("masks integrity", INTEGRITY_NOTES.get(str(r.get("integrity")), str(r.get("integrity"))))
+    t.add_row("created by", readable(r.created_by))
+    t.add_row("masks integrity", INTEGRITY_NOTES.get(str(r.integrity), str(r.integrity)))
     out = stdout()
     out.print(t)
     lt = Table(title="masks")
@@ -158,35 +168,43 @@ def inspect_table(r: dict) -> None:
     lt.add_column("shape")
     lt.add_column("kept / total", justify="right")
     lt.add_column("density", justify="right")
-    shown = list(r["masks"].items())[:MASK_ROWS]
-    for name, v in shown:
-        lt.add_row(name, "x".join(map(str, v["shape"])), f"{v['kept']} / {v['total']}", pct(v["density"]))
+    shown = r.masks[:MASK_ROWS]
+    for v in shown:
+        lt.add_row(v.name, "x".join(map(str, v.shape)), f"{v.kept} / {v.total}", pct(v.density))
     out.print(lt)
-    if len(r["masks"]) > len(shown):
-        out.print(f"... and {len(r['masks']) - len(shown)} more masks (--json lists every one)")
+    if len(r.masks) > len(shown):
+        out.print(f"... and {len(r.masks) - len(shown)} more masks (--json lists every one)")
 
 
-def export_table(r: dict) -> None:
+def export_table(r: ExportResult) -> None:
     """`ticket export`: the file written and its size beside the dense float32 checkpoint (per layer for csr)."""
-    t = Table(title=f"{r['format']} export  ->  {r['out']}")
+    t = Table(title=f"{r.format} export  ->  {r.out}")
     t.add_column("quantity")
     t.add_column("value", justify="right")
-    t.add_row("file size", f"{r['file_bytes']:,} bytes")
-    t.add_row("dense float32 checkpoint", f"{r['dense_float32_bytes']:,} bytes")
-    t.add_row("size / dense", f"{r['ratio']:.3f}")
-    t.add_row("ticket file", f"{r['ticket_bytes']:,} bytes")
-    t.add_row("kept / total masked entries", f"{r['kept']:,} / {r['total']:,} ({pct(r['kept'] / r['total'])})")
+    t.add_row("file size", f"{r.file_bytes:,} bytes")
+    t.add_row("dense float32 checkpoint", f"{r.dense_float32_bytes:,} bytes")
+    t.add_row("size / dense", f"{r.ratio:.3f}")
+    t.add_row("ticket file", f"{r.ticket_bytes:,} bytes")
+    t.add_row("kept / total masked entries", f"{r.kept:,} / {r.total:,} ({pct(r.density)})")
     out = stdout()
     out.print(t)
-    if "layers" in r:
+    if r.layers:
         lt = Table(title="csr per layer")
         lt.add_column("parameter")
         lt.add_column("shape")
         lt.add_column("nnz", justify="right")
         lt.add_column("csr bytes", justify="right")
         lt.add_column("dense bytes", justify="right")
-        for name, v in r["layers"].items():
-            lt.add_row(
-                name, "x".join(map(str, v["shape"])), f"{v['nnz']:,}", f"{v['csr_bytes']:,}", f"{v['dense_bytes']:,}"
-            )
+        for v in r.layers:
+            lt.add_row(v.name, "x".join(map(str, v.shape)), f"{v.nnz:,}", f"{v.csr_bytes:,}", f"{v.dense_bytes:,}")
         out.print(lt)
+
+
+def list_table(r: ListResult) -> None:
+    """`ticket list`: one row per name, with its description."""
+    table = Table(title=f"{r.kind} ({len(r.entries)})")
+    table.add_column("name", no_wrap=True)
+    table.add_column("description")
+    for item in r.entries:
+        table.add_row(item.name, item.description)
+    stdout().print(table)

@@ -3,14 +3,17 @@ re-measure test and validation accuracy; the summary it returns and the accuracy
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from ticketcli.batchnorm import ChunkProgress
 from ticketcli.errors import UsageError
+from ticketcli.result import Result
 from ticketcli.runs.build import OpenTicket, open_ticket
+from ticketcli.runs.parts import JsonObject, LayerCount, SplitMetrics, layer_counts
 from ticketcli.runs.record import counted_layers
 from ticketcli.specs import DataSpec, ModelPolicy
 from ticketcli.ticketfile import ticket as ticket_io
@@ -25,14 +28,14 @@ def evaluate_ticket(
     weights: str | None = None,
     policy: ModelPolicy = ModelPolicy(),
     chunks: ChunkProgress | None = None,
-) -> dict:
+) -> EvaluateResult:
     """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy; `chunks` is told
     the chunks of the BatchNorm recalibration and of both evaluations as they finish."""
     opened = open_ticket(path, data=data, device=device, weights=weights, policy=policy)
     return evaluate_loaded(opened, Path(path), chunks)
 
 
-def evaluate_loaded(o: OpenTicket, path: Path, chunks: ChunkProgress | None = None) -> dict:
+def evaluate_loaded(o: OpenTicket, path: Path, chunks: ChunkProgress | None = None) -> EvaluateResult:
     """evaluate_ticket for a ticket already opened (the Python API's Ticket.evaluate opens it with
     runs.build.open_loaded, on the caller's data or module); `path` names it in the summary."""
     test = evaluate(o.net, o.masks, o.splits.x_test, o.splits.y_test, chunks=chunks, phase="test")
@@ -40,65 +43,138 @@ def evaluate_loaded(o: OpenTicket, path: Path, chunks: ChunkProgress | None = No
     return evaluation_summary(path, o.ticket, o.device, test, val)
 
 
-def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, test: dict, val: dict) -> dict:
+@dataclass(frozen=True)
+class StoredMetrics:
+    """What the ticket stored at extraction, for comparison: read from the file, so whatever it holds there."""
+
+    test_accuracy: Any
+    val_accuracy: Any
+    device: Any
+
+
+@dataclass(frozen=True)
+class Gate:
+    """`evaluate`'s --min-accuracy / --max-drop gate on the re-measured test accuracy, and whether it passed."""
+
+    passed: bool
+    min_accuracy: float | None = None
+    max_drop: float | None = None
+    stored_accuracy: float | None = None  # with max_drop: the stored test accuracy it compared with
+    drop: float | None = None  # stored - measured, rounded to 12 places
+
+    def to_dict(self) -> JsonObject:
+        doc: JsonObject = {}
+        if self.min_accuracy is not None:
+            doc["min_accuracy"] = self.min_accuracy
+        if self.max_drop is not None:
+            doc.update(max_drop=self.max_drop, stored_accuracy=self.stored_accuracy, drop=self.drop)
+        doc["passed"] = self.passed
+        return doc
+
+
+@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
+class EvaluateResult(Result):
+    """What `ticket evaluate` reports: the re-measured accuracies next to those the ticket stored."""
+
+    COMMAND: ClassVar[str] = "evaluate"
+
+    ticket: str
+    method: JsonObject  # the ticket's method record
+    model: str  # the ticket's model spec string
+    seed: int
+    device: str  # where it was measured
+    test: SplitMetrics
+    val: SplitMetrics
+    stored: StoredMetrics
+    reproduced: bool  # both splits' correct counts equal the stored ones
+    requested_sparsity: Any  # as the ticket records it
+    achieved_sparsity: Any  # as the ticket records it
+    layers: tuple[LayerCount, ...]  # counted from the loaded masks
+    integrity: str
+    threads: int | None = None  # torch's CPU threads, as the measurement ran
+    gate: Gate | None = None  # the command's gate, when asked
+
+    def body(self) -> JsonObject:
+        doc: JsonObject = {
+            "ticket": self.ticket,
+            "method": self.method,
+            "model": self.model,
+            "seed": self.seed,
+            "device": self.device,
+            "reproduced": self.reproduced,
+            "integrity": self.integrity,
+        }
+        if self.threads is not None:
+            doc["threads"] = self.threads
+        if self.gate is not None:
+            doc["gate"] = self.gate.to_dict()
+        doc["metrics"] = {"test": self.test.to_dict(), "val": self.val.to_dict()}
+        s = self.stored
+        doc["stored"] = {
+            "device": s.device,
+            "metrics": {"test": {"accuracy": s.test_accuracy}, "val": {"accuracy": s.val_accuracy}},
+        }
+        doc["sparsity"] = {"requested": self.requested_sparsity, "achieved": self.achieved_sparsity}
+        doc["layers"] = [layer.to_dict() for layer in self.layers]
+        return doc
+
+
+def evaluation_summary(
+    path: Path, tk: ticket_io.Ticket, device: torch.device, test: dict[str, Any], val: dict[str, Any]
+) -> EvaluateResult:
     """What `ticket evaluate` prints: the re-measured accuracies next to those the ticket stored."""
     stored = tk.metrics
     reproduced = (
         stored.get("test", {}).get("correct") == test["correct"]
         and stored.get("val", {}).get("correct") == val["correct"]
     )
-    return {
-        "ticket": str(path),
-        "method": tk.method,
-        "model": tk.model["spec"],
-        "seed": tk.init["seed"],
-        "device": str(device),
-        "test": test,
-        "val": val,
-        "stored": {
-            "test_accuracy": stored.get("test", {}).get("accuracy"),
-            "val_accuracy": stored.get("val", {}).get("accuracy"),
-            "device": stored.get("device"),
-        },
-        "reproduced": reproduced,
-        "sparsity": {
-            "requested": tk.sparsity.get("requested"),
-            "achieved": tk.sparsity.get("achieved"),
-            "per_layer": counted_layers(tk.masks, tk.sparsity.get("per_layer")),
-        },
-        "integrity": tk.integrity,
-    }
+    return EvaluateResult(
+        ticket=str(path),
+        method=tk.method,
+        model=tk.model["spec"],
+        seed=tk.init["seed"],
+        device=str(device),
+        test=SplitMetrics.of(test),
+        val=SplitMetrics.of(val),
+        stored=StoredMetrics(
+            test_accuracy=stored.get("test", {}).get("accuracy"),
+            val_accuracy=stored.get("val", {}).get("accuracy"),
+            device=stored.get("device"),
+        ),
+        reproduced=reproduced,
+        requested_sparsity=tk.sparsity.get("requested"),
+        achieved_sparsity=tk.sparsity.get("achieved"),
+        layers=layer_counts(counted_layers(tk.masks, tk.sparsity.get("per_layer"))),
+        integrity=tk.integrity,
+    )
 
 
 GATE_TOL = 1e-9  # accuracies are ratios of counts: a drop of exactly --max-drop must pass despite float rounding
 
 
 def evaluation_gate(
-    result: dict, *, min_accuracy: float | None, max_drop: float | None
-) -> tuple[dict[str, Any], list[str]]:
+    result: EvaluateResult, *, min_accuracy: float | None, max_drop: float | None
+) -> tuple[Gate, list[str]]:
     """`evaluate`'s gates on the re-measured test accuracy: at least min_accuracy, and at most max_drop below the
-    test accuracy the ticket stored (drop = stored - measured; a gain never fails). Returns the `gate` record for
-    the result and one clause per failed gate; the caller decides the exit code."""
-    measured = result["test"]["accuracy"]
-    gate: dict[str, Any] = {}
+    test accuracy the ticket stored (drop = stored - measured; a gain never fails). Returns the `gate` for the
+    result and one clause per failed gate; the caller decides the exit code."""
+    measured = result.test.accuracy
     failures = []
-    if min_accuracy is not None:
-        gate["min_accuracy"] = min_accuracy
-        if measured < min_accuracy:
-            failures.append(f"test accuracy {measured:.4f} is below --min-accuracy {min_accuracy}")
+    if min_accuracy is not None and measured < min_accuracy:
+        failures.append(f"test accuracy {measured:.4f} is below --min-accuracy {min_accuracy}")
+    stored = drop = None
     if max_drop is not None:
-        stored = result["stored"]["test_accuracy"]
+        stored = result.stored.test_accuracy
         if not isinstance(stored, (int, float)):
             raise UsageError(
-                f"{result['ticket']} stores no test accuracy, so --max-drop has nothing to compare with",
+                f"{result.ticket} stores no test accuracy, so --max-drop has nothing to compare with",
                 hint="gate on the accuracy itself with --min-accuracy",
             )
         drop = round(stored - measured, 12)
-        gate.update(max_drop=max_drop, stored_accuracy=stored, drop=drop)
         if drop > max_drop + GATE_TOL:
             failures.append(
                 f"test accuracy {measured:.4f} is {drop:.4f} below the stored {stored:.4f}, "
                 f"more than --max-drop {max_drop}"
             )
-    gate["passed"] = not failures
+    gate = Gate(not failures, min_accuracy=min_accuracy, max_drop=max_drop, stored_accuracy=stored, drop=drop)
     return gate, failures

@@ -40,8 +40,8 @@ def extract_ticket(
     checkpoint_every: int | None = None,
     resume: bool = False,
     chunks: ChunkProgress | None = None,
-) -> dict:
-    """Run spec.method, rewind, evaluate, write the ticket; returns the summary that reports print.
+) -> runs_record.ExtractionResult:
+    """Run spec.method, rewind, evaluate, write the ticket; returns the result that reports print.
 
     checkpoint_every: save resumable state to `<out>.ckpt` every N epochs; resume: continue from it (when it
     exists). The checkpoint is removed once the ticket is written. chunks: told the chunks of the final BatchNorm

@@ -27,24 +27,24 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
             payload = path.read_bytes()
     finally:
         torch.set_num_threads(previous)
-    m, sp = summary["metrics"], summary["sparsity"]
+    m = summary.metrics
     record = {
         "id": task.id,
         "seed": task.seed,
         "group": task.group,
         "config": task.config,
         "fixed": task.fixed,
-        "method": summary["method"],  # the ticket's method record, as extract and inspect report it
+        "method": summary.method,  # the ticket's method record, as extract and inspect report it
         "requested_sparsity": task.spec.method.sparsity,
         "layer_densities": None if task.spec.method.layer_densities is None else list(task.spec.method.layer_densities),
-        "test_accuracy": m["test"]["accuracy"],
-        "val_accuracy": m["val"]["accuracy"],
-        "test_loss": m["test"]["loss"],
-        "achieved_sparsity": sp["achieved"],
-        "masks_sha256": summary["masks_sha256"],  # the ticket's digest, as extract and inspect report it
-        "device": m["device"],
+        "test_accuracy": m.test.accuracy,
+        "val_accuracy": m.val.accuracy,
+        "test_loss": m.test.loss,
+        "achieved_sparsity": summary.sparsity.achieved,
+        "masks_sha256": summary.masks_sha256,  # the ticket's digest, as extract and inspect report it
+        "device": m.device,
         "threads": threads,
-        "wall_time_s": m["wall_time_s"],
+        "wall_time_s": m.wall_time_s,
         "ticket": None,
         "ticket_sha256": None,
     }

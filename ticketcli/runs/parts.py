@@ -1,0 +1,61 @@
+"""The typed pieces the extract, evaluate and inspect results share: one split's measurement and one masked
+parameter's counts, each with the object it is in the `--json` document (docs/json.md's `split` and `layers[]`).
+Torch-free: `ticket inspect` imports it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+JsonObject = dict[str, Any]  # a JSON object as read from a ticket file or written to a document (keys by name)
+
+
+@dataclass(frozen=True)
+class SplitMetrics:
+    """One split measured by train.evaluate: accuracy (a fraction), mean loss, correct predictions out of n."""
+
+    accuracy: float
+    loss: float
+    correct: int
+    n: int
+
+    @classmethod
+    def of(cls, measured: Mapping[str, Any]) -> SplitMetrics:
+        """From train.evaluate's dict (this package's own measurement, never a file's)."""
+        return cls(accuracy=measured["accuracy"], loss=measured["loss"], correct=measured["correct"], n=measured["n"])
+
+    def to_dict(self) -> JsonObject:
+        return {"accuracy": self.accuracy, "loss": self.loss, "correct": self.correct, "n": self.n}
+
+
+@dataclass(frozen=True)
+class LayerCount:
+    """One masked parameter counted from a ticket's masks: kept of total entries, the achieved sparsity and, for
+    double-scoring, the share of kept augmented entries on auxiliary coordinates."""
+
+    name: str
+    kept: int
+    total: int
+    sparsity: float  # 1 - kept / total, as masking.mask_stats computed it
+    aux_share: float | None = None
+
+    @classmethod
+    def of(cls, name: str, entry: Mapping[str, Any]) -> LayerCount:
+        """From a per-layer entry {kept, total, achieved[, aux_share]} (runs.record's, counted by this package)."""
+        return cls(name, entry["kept"], entry["total"], entry["achieved"], entry.get("aux_share"))
+
+    def to_dict(self) -> JsonObject:
+        """The `layers[]` item (contract.layer_list's shape)."""
+        item: JsonObject = {"name": self.name, "kept": self.kept, "total": self.total}
+        if self.aux_share is not None:
+            item["aux_share"] = self.aux_share
+        if self.total:
+            item["density"] = self.kept / self.total
+            item["sparsity"] = self.sparsity
+        return item
+
+
+def layer_counts(per_layer: Mapping[str, Mapping[str, Any]]) -> tuple[LayerCount, ...]:
+    """{name: {kept, total, achieved[, aux_share]}} -> LayerCounts in the given order."""
+    return tuple(LayerCount.of(name, entry) for name, entry in per_layer.items())
