@@ -85,7 +85,7 @@ SWEEP_DENSITIES = (
 GRASP_DIRECTIONS = ("paper", "original")
 GRASP_DATA = ("separate", "shared")
 
-KINDS = ("methods", "models", "datasets", "inits")  # what `ticket list` lists
+KINDS = ("methods", "models", "datasets", "inits")  # the registries `ticket list` lists (and the settings)
 
 
 def describe(kind: str) -> dict[str, str]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ticketcli.specs import WeightOptim, check_precision, check_setting
+from ticketcli.settings.registry import check_setting
+from ticketcli.settings.run import RUN
+from ticketcli.specs import WeightOptim
 
 
 @dataclass(frozen=True)
@@ -32,5 +34,5 @@ def build_weak_spec(
         epochs=d.epochs if epochs is None else check_setting("epochs", epochs),
         batch_size=d.batch_size if batch_size is None else check_setting("batch_size", batch_size),
         optim=d.optim if lr is None else replace(d.optim, lr=check_setting("lr", lr)),
-        precision=d.precision if precision is None else check_precision(precision),
+        precision=d.precision if precision is None else RUN["precision"].check(precision),
     )

@@ -11,6 +11,7 @@ import typer
 from ticketcli import catalog, report
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
+from ticketcli.cli.declared import choices
 from ticketcli.cli.drift_features import (
     ActControl,
     ActTarget,
@@ -31,17 +32,15 @@ from ticketcli.cli.options import (
     Json,
     MaxMemory,
     MaxParams,
-    Panel,
     Quiet,
     Threads,
     TrustModelCode,
-    choices,
-    with_default,
 )
 from ticketcli.contract import document, drift_command
 from ticketcli.drift.spec import DEFAULT_TEXT_MODEL, INPUTS, default
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.settings.setting import Panel, with_default
 from ticketcli.specs import DataSpec
 
 # Built at run time from drift's registries as the catalog lists them (without torch), so mypy cannot read them:

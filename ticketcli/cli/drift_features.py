@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from ticketcli import report
-from ticketcli.cli.options import Panel, choices, with_default
+from ticketcli.cli.declared import choices
 from ticketcli.drift.spec import CONTROL_MODES, RELUFY_TARGETS, ControlSpec, DriftSpec, Features, RelufySpec, default
+from ticketcli.settings.setting import Panel, with_default
 
 if TYPE_CHECKING:
     ActControlName = str

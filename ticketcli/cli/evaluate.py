@@ -18,7 +18,6 @@ from ticketcli.cli.options import (
     Json,
     MaxMemory,
     MaxParams,
-    Panel,
     Quiet,
     Threads,
     TicketFile,
@@ -28,6 +27,7 @@ from ticketcli.cli.options import (
 from ticketcli.contract import document
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.settings.setting import Panel
 
 
 def warn_not_reproduced(path: Path) -> None:

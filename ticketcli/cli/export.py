@@ -16,7 +16,6 @@ from ticketcli.cli.options import (
     Json,
     MaxMemory,
     MaxParams,
-    Panel,
     Quiet,
     Threads,
     TicketFile,
@@ -25,6 +24,7 @@ from ticketcli.cli.options import (
 )
 from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.settings.setting import Panel
 
 ExportFormat = Literal["masked", "prune", "csr", "masks"]
 

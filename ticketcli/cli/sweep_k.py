@@ -5,36 +5,21 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Literal, Optional, cast
+from typing import Annotated, Any, Literal, Optional, cast
 
 import typer
 
 from ticketcli import catalog, report
 from ticketcli.atomic import check_destination, write_owned
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space
-from ticketcli.cli.options import (
-    BatchSize,
-    Bias,
-    DataDir,
-    Dataset,
-    Device,
-    Download,
-    Init,
-    Json,
-    Lr,
-    MaxMemory,
-    MaxParams,
-    Panel,
-    Quiet,
-    setting,
-    show,
-    split_sizes,
-    with_default,
-)
+from ticketcli.cli.declared import declared, given_settings
+from ticketcli.cli.options import Json, Quiet
 from ticketcli.contract import document
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.specs import check_setting
+from ticketcli.settings.registry import check_setting
+from ticketcli.settings.setting import Panel, show, with_default
+from ticketcli.settings.sweep import SWEEP
 from ticketcli.sweep.summary import PAPER_BAND
 
 Executor = Literal["local", "ray"]
@@ -47,13 +32,8 @@ WORKERS = 1
 EXECUTOR: Executor = "local"
 
 
+@declared(SWEEP)
 def sweep_k(
-    sparsity: Annotated[
-        Optional[float],
-        setting(
-            "sparsity", "Requested sparsity of fixed edge-popup, random and the double-scoring methods.", Panel.METHOD
-        ),
-    ] = None,
     seeds: Annotated[
         str,
         typer.Option(
@@ -148,32 +128,6 @@ def sweep_k(
             rich_help_panel=Panel.OUTPUT,
         ),
     ] = False,
-    model: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Model spec, e.g. mlp:784-256-256-256-10, conv6, resnet20, wrn:16-4, vit:p4-d64-l4-h4 (as for "
-            "extract). Default: the paper's MLP, sized to the dataset.",
-            rich_help_panel=Panel.MODEL,
-        ),
-    ] = None,
-    bias: Bias = None,
-    init: Init = None,
-    init_k: Annotated[Optional[float], setting("init_k", "fan_in scale k of the init.", Panel.MODEL)] = None,
-    dataset: Dataset = None,
-    data_dir: DataDir = None,
-    download: Download = False,
-    n_extract: Annotated[
-        Optional[int],
-        typer.Option(help=with_default("Extraction examples.", split_sizes("n_extract")), rich_help_panel=Panel.DATA),
-    ] = None,
-    n_val: Annotated[
-        Optional[int],
-        typer.Option(help=with_default("Validation examples.", split_sizes("n_val")), rich_help_panel=Panel.DATA),
-    ] = None,
-    epochs: Annotated[Optional[int], setting("epochs", "Score-training epochs per run.", Panel.TRAINING)] = None,
-    lr: Lr = None,
-    batch_size: BatchSize = None,
-    device: Device = None,
     config: Annotated[
         Optional[Path],
         typer.Option(
@@ -181,10 +135,9 @@ def sweep_k(
             rich_help_panel=Panel.METHOD,
         ),
     ] = None,
-    max_params: MaxParams = None,
-    max_memory: MaxMemory = None,
     json_out: Json = False,
     quiet: Quiet = False,
+    **given: Any,  # extract's run settings (settings/sweep.py, @declared): one flag each
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
     # torch: imported when the command runs, not for --help
@@ -193,25 +146,7 @@ def sweep_k(
     from ticketcli.sweep.plan import build_plan, double_scoring_methods
     from ticketcli.sweep.run import sweep_k as run_sweep_k
 
-    flags = dict(
-        method="edge-popup",
-        sparsity=sparsity,
-        model=model,
-        bias=bias,
-        init=init,
-        init_k=init_k,
-        dataset=dataset,
-        data_dir=None if data_dir is None else str(data_dir),
-        download=download or None,
-        n_extract=n_extract,
-        n_val=n_val,
-        epochs=epochs,
-        lr=lr,
-        batch_size=batch_size,
-        device=device,
-        max_params=max_params,
-        max_memory=max_memory,
-    )
+    flags = {**given_settings(SWEEP, given), "method": "edge-popup"}
     resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
     with (
         errors_to_exit_codes(),

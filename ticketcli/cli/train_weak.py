@@ -18,7 +18,6 @@ from ticketcli.cli.options import (
     Json,
     MaxMemory,
     MaxParams,
-    Panel,
     Precision,
     Quiet,
     RendezvousTimeout,
@@ -26,10 +25,10 @@ from ticketcli.cli.options import (
     TicketFile,
     TicketModel,
     TrustModelCode,
-    with_default,
 )
 from ticketcli.contract import document
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.settings.setting import Panel, with_default
 from ticketcli.weak_spec import WeakSpec, build_weak_spec
 from ticketcli.world import check_rendezvous_timeout
 

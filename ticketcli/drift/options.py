@@ -25,8 +25,9 @@ from ticketcli.drift.spec import (
 )
 from ticketcli.errors import UsageError
 from ticketcli.models.registry import parse_model
+from ticketcli.settings.registry import check_setting
 from ticketcli.spec_syntax import TEXT_ARCHS
-from ticketcli.specs import PAPER_HIDDEN, DataSpec, ModelSpec, WeightOptim, check_setting
+from ticketcli.specs import PAPER_HIDDEN, DataSpec, ModelSpec, WeightOptim
 
 MAX_TARGETS = 100  # --tradeoff
 MAX_WORKERS = 256  # --workers

@@ -16,7 +16,6 @@ from ticketcli.specs import MethodSpec
 @METHODS.register("random")
 class RandomMask(Method):
     name = "random"
-    options = frozenset({"layer_densities"})
     trains = frozenset()
     resumable = True  # one draw, no epochs: nothing to checkpoint, so resuming is just running again
     data_parallel = True  # the same draw on every rank

@@ -16,7 +16,7 @@ import torch
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
-from ticketcli.methods.base import WEIGHT_TRAINING, ExtractResult, Masks, Method, Progress
+from ticketcli.methods.base import ExtractResult, Masks, Method, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, power_schedule, restricted, scope_groups, select, select_group
@@ -65,7 +65,6 @@ class IMP(_SparseTraining):
     density d^(r/R) (geometric schedule). Pruned weights are exactly zero and never return."""
 
     name = "imp"
-    options = WEIGHT_TRAINING | {"layer_densities", "imp_rounds"}
 
     def extract(
         self,
@@ -198,7 +197,6 @@ class _DynamicSparse(_SparseTraining):
 @METHODS.register("set")
 class SET(_DynamicSparse):
     name = "set"
-    options = WEIGHT_TRAINING | {"layer_densities", "regrow_every", "regrow_fraction"}
 
     def grow_scores(
         self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
@@ -210,7 +208,6 @@ class SET(_DynamicSparse):
 @METHODS.register("rigl")
 class RigL(_DynamicSparse):
     name = "rigl"
-    options = WEIGHT_TRAINING | {"layer_densities", "regrow_every", "regrow_fraction"}
 
     def grow_scores(
         self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
