@@ -23,9 +23,11 @@ from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.ranges import FLOAT
 from ticketcli.resolve import check_keywords, check_method_options, checked, merge_settings, spec_fields
+from ticketcli.settings.drift import DRIFT, FEATURES
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.settings.sweep import SWEEP
+from ticketcli.settings.weak import WEAK
 from ticketcli.specs import MethodSpec
 
 runner = CliRunner()
@@ -136,7 +138,9 @@ def test_every_method_reads_what_the_declarations_say():
     assert readers <= set(METHODS.names()), "a setting names a method that does not exist"
 
 
-@pytest.mark.parametrize("command,table", [("extract", RUN), ("sweep-k", SWEEP)])
+@pytest.mark.parametrize(
+    "command,table", [("extract", RUN), ("sweep-k", SWEEP), ("train-weak", WEAK), ("drift", DRIFT), ("drift", FEATURES)]
+)
 def test_every_declared_setting_is_a_flag_of_its_command(command, table):
     params = {p.name: p for p in typer.main.get_command(app).commands[command].params}  # type: ignore[attr-defined]
     for s in table:

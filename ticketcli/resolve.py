@@ -26,6 +26,7 @@ from ticketcli.ranges import show
 from ticketcli.settings.registry import check_setting
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table, option_flag
+from ticketcli.settings.weak import WEAK
 from ticketcli.specs import (
     MAX_PARAMS,
     MODULE_INIT,
@@ -38,6 +39,7 @@ from ticketcli.specs import (
     RunSpec,
 )
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.weak_spec import WeakSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -155,6 +157,19 @@ def spec_fields(table: Table, cls: type, values: dict[str, Any]) -> dict[str, An
     """The keyword arguments of spec dataclass `cls` from the checked `values` of `table`'s settings that fill its
     fields (each setting declares its field)."""
     return {s.field[1]: values[s.name] for s in table if s.field is not None and s.field[0] is cls}
+
+
+def build_weak_spec(settings: dict[str, Any]) -> WeakSpec:
+    """train-weak's settings (settings/weak.py; None = not given) checked and frozen into a WeakSpec, the way
+    build_extract_spec freezes extract's."""
+    s = checked(WEAK, merge_settings(settings, None, WEAK))
+    default = WeakSpec()
+    return WeakSpec(
+        epochs=s["epochs"],
+        batch_size=s["batch_size"],
+        optim=replace(default.optim, lr=s["lr"]),
+        precision=s["precision"],
+    )
 
 
 def parse_floats(text: str | list | tuple | None, what: str) -> tuple[float, ...] | None:

@@ -36,6 +36,8 @@ def option(s: Setting) -> Any:
         kind = Optional[choices(s.kind)]
     else:
         kind = Optional[s.kind]
+    if s.flag_name is not None and not decls:
+        decls = (s.flag,)
     info = typer.Option(*decls, help=s.help_text(), rich_help_panel=s.panel, show_default=False)
     return Annotated[kind, info]
 

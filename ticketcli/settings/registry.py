@@ -5,29 +5,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from ticketcli.ranges import FLOAT, INT, Range
-from ticketcli.settings.run import BATCH, RUN, SEED, THREADS
-from ticketcli.settings.setting import option_flag
+from ticketcli.ranges import INT, Range
+from ticketcli.settings.drift import DRIFT
+from ticketcli.settings.run import RUN, THREADS
+from ticketcli.settings.setting import Table, option_flag
+from ticketcli.settings.weak import WEAK
 
-# drift's own settings (train-weak takes epochs, lr, batch_size from extract's): drift builds its specs in
-# drift/options.py and checks each value here
-DRIFT_RANGES: dict[str, Range] = {
-    "steps": INT(1, 10_000_000),
-    "log_every": INT(1, 10_000_000),
-    "probe_size": BATCH,
-    "momentum": FLOAT(0, 1, hi_open=True),
-    "clip": FLOAT(0, 1e6, lo_open=True),
-    "zero_threshold": FLOAT(0, 1e6, lo_open=True),
-    "seeds": SEED,
-}
-# sweep-k's own counts
+# sweep-k's own counts (its command-line-only options, cli/sweep_k.py)
 SWEEP_RANGES: dict[str, Range] = {"layerwise": INT(0, 10_000), "workers": INT(1, 4096), "threads": THREADS}
 
-RANGES: dict[str, Range] = {
-    **{s.name: s.range for s in RUN if s.range is not None},
-    **DRIFT_RANGES,
-    **SWEEP_RANGES,
-}
+
+def ranges(*tables: Table) -> dict[str, Range]:
+    """Name -> range over several commands' tables; a name two commands share must have one range."""
+    out: dict[str, Range] = {}
+    for table in tables:
+        for s in table:
+            if s.range is None:
+                continue
+            if out.setdefault(s.name, s.range) != s.range:
+                raise ValueError(f"setting {s.name!r} has two ranges: {out[s.name]} and {s.range}")
+    return out
+
+
+RANGES: dict[str, Range] = {**ranges(RUN, WEAK, DRIFT), **SWEEP_RANGES}
 
 
 def check_setting(key: str, value: Any, what: str | None = None) -> Any:

@@ -61,13 +61,15 @@ class Setting:
     panel: the --help panel (cli.options.Panel).
     kind: the type the flag parses (int, float, str, bool; a bool is a switch), or "choice" for `range.choices`.
     range: what a value may be, checked for flags, config keys and API keywords alike; None: not checked here.
-    field: (spec dataclass, field name) that holds the default and receives the value; None: `default` holds it.
+    field: (spec dataclass, field name) that holds the default and receives the value ("optim.lr": a field of a
+        nested spec); None: `default` holds it.
     default: the default of a setting no spec field holds (None: not given; the help's `shown` says what happens).
     shown: the help's "Default: ..." text where the default is not a plain value (e.g. "half of the memory"), or ""
         for no default sentence.
     methods: the methods that read it (a method's hyper-parameter); ALL_METHODS: every method does, or it is no
         method option.
     config: a config file key and an API keyword, beside the flag (False: a flag only).
+    flag_name: the flag, where it is not the name with dashes (drift's --from and --to).
     """
 
     name: str
@@ -80,15 +82,23 @@ class Setting:
     shown: str | None = None
     methods: tuple[str, ...] = ALL_METHODS
     config: bool = True
+    flag_name: str | None = None
 
     @property
     def flag(self) -> str:
-        return option_flag(self.name)
+        return self.flag_name or option_flag(self.name)
 
     @property
     def value(self) -> Any:
         """The default the code uses: the spec field's, else `default`."""
-        return self.default if self.field is None else field_default(*self.field)
+        if self.field is None:
+            return self.default
+        cls, path = self.field  # "optim.lr": a field of a nested spec's default
+        head, *rest = path.split(".")
+        value = field_default(cls, head)
+        for part in rest:
+            value = getattr(value, part)
+        return value
 
     @property
     def switch(self) -> bool:
