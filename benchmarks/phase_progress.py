@@ -23,7 +23,7 @@ from ticketcli.init import init_weights
 from ticketcli.models.build import build_model
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
-from ticketcli.report import console
+from ticketcli.report import plain as report_plain
 from ticketcli.specs import InitSpec
 
 
@@ -45,7 +45,7 @@ def main() -> None:
     net.calibration = torch.randn(a.calibration, *shape, generator=g)
     x, y = torch.randn(a.test, *shape, generator=g), torch.randint(0, 10, (a.test,), generator=g)
     masks = {n: torch.rand(net.weights[n].shape, generator=g) < 0.3 for n in net.names}
-    plain = console.PlainProgress("evaluate", None, unit="chunk")
+    plain = report_plain.PlainProgress("evaluate", None, unit="chunk")
     stderr = sys.stderr
     times: dict[str, list[float]] = {"none": [], "callback": []}
     results: dict[str, dict] = {}

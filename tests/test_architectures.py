@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from ticketcli import batchnorm
 from ticketcli.cli import app
-from ticketcli.drift.sites import measure
+from ticketcli.drift.sites import measure_traced, mlp_sites
 from ticketcli.errors import UsageError
 from ticketcli.init import init_weights
 from ticketcli.methods import METHODS
@@ -538,16 +538,15 @@ def test_drift_measures_the_activation_not_the_skip_sum():
     x, y = torch.randn(32, 8, generator=torch.Generator().manual_seed(0)), torch.arange(32) % 3
     mlp = net.module
     forward = partial(mlp.forward_with)
-    s = measure(
+    s = measure_traced(
         net.weights,
         None,
         x,
         y,
-        act=torch.relu,
+        forward=mlp_sites(net.weights, torch.relu, forward),
         exact_zeros=True,
         zero_threshold=0.0,
         loss_fn=torch.nn.functional.cross_entropy,
-        forward=forward,
     )
     a0 = torch.relu(x @ net.weights["layers.0.weight"].T)
     a1 = torch.relu(a0 @ net.weights["layers.1.weight"].T)  # layer 1's activation; its output is a0 + a1

@@ -1,5 +1,5 @@
-"""budget.py: a built-in model's cost from its spec alone, checked against the models themselves (registry-driven:
-a model registered without an estimate fails here), and the budget's refusals."""
+"""cost.py and budget.py: a built-in model's cost from its spec alone, checked against the models themselves
+(registry-driven: a model registered without an estimate fails here), and the budget's refusals."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ticketcli import budget, train
+from ticketcli import budget, cost, train
 from ticketcli.budget import Budget
 from ticketcli.errors import UsageError
 from ticketcli.models.build import build_model, planned_shapes
@@ -39,7 +39,7 @@ SPECS = [s for specs in EXAMPLES.values() for s in specs]
 
 def test_every_registered_model_has_an_estimate():
     assert sorted(EXAMPLES) == sorted(MODELS.names())
-    assert budget.EVAL_BATCH == train.EVAL_CHUNK
+    assert cost.EVAL_BATCH == train.EVAL_CHUNK
 
 
 def counts(spec_text: str) -> tuple[int, int]:
@@ -49,7 +49,7 @@ def counts(spec_text: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("text", SPECS)
 def test_parameters_and_buffers_are_exact(text):
-    est = budget.estimate(parse_model(text))
+    est = cost.estimate(parse_model(text))
     assert est is not None
     assert (est.params, est.buffer_bytes) == counts(text)
 
@@ -83,10 +83,10 @@ def saved_activation_bytes(text: str, batch: int) -> int:
 def test_activations_bound_what_autograd_saves(text):
     """The estimate is an upper bound of the saved activations, and not a wild one (within 4x)."""
     batch = 4
-    est = budget.estimate(parse_model(text))
+    est = cost.estimate(parse_model(text))
     assert est is not None
     measured = saved_activation_bytes(text, batch)
-    estimated = budget.FLOAT * batch * est.saved
+    estimated = cost.FLOAT * batch * est.saved
     assert measured <= estimated <= 4 * measured, (measured, estimated)
 
 
@@ -128,7 +128,7 @@ def test_random_small_specs_are_counted_exactly(text):
         planned_shapes(spec, Budget())
     except UsageError:
         return  # a geometry the model refuses (too many pools for the input): refused before any build
-    est = budget.estimate(spec)
+    est = cost.estimate(spec)
     assert est is not None
     assert (est.params, est.buffer_bytes) == counts(text)
 
@@ -136,7 +136,7 @@ def test_random_small_specs_are_counted_exactly(text):
 def test_the_estimate_takes_microseconds_whatever_the_depth():
     spec = parse_model(f"wrn:{6 * (MAX_BLOCKS // 3) + 4}-10@3x32x32-10")
     t0 = time.perf_counter()
-    est = budget.estimate(spec)
+    est = cost.estimate(spec)
     assert est is not None and est.depth == 3 * (MAX_BLOCKS // 3)
     assert time.perf_counter() - t0 < 1.0  # a generous bound: microseconds in fact (it never loops over blocks)
 
@@ -157,7 +157,7 @@ def test_depth_is_bounded_by_the_parser(text):
 
 def test_memory_refusal_names_the_figure_and_the_option():
     spec = parse_model("vit:p4-d8-l1-h2@1x40000x40000-10")
-    est = budget.estimate(spec)
+    est = cost.estimate(spec)
     assert est is not None and est.params < 1000  # a tiny model ...
     with pytest.raises(UsageError) as e:
         budget.check(spec, Budget(max_params=1000, max_memory=8 << 30))
@@ -167,7 +167,7 @@ def test_memory_refusal_names_the_figure_and_the_option():
 
 def test_attention_scores_are_counted():
     """gpt-nano with a long context: under 100 parameters, T^2 scores per head."""
-    est = budget.estimate(parse_model("gpt-nano:l1-d2-h1-c20000-v8"))
+    est = cost.estimate(parse_model("gpt-nano:l1-d2-h1-c20000-v8"))
     assert est is not None and est.params < 100 and est.saved >= 3 * 20000**2
     with pytest.raises(UsageError, match="at a training batch of 64") as e:
         limits = Budget(max_memory=1 << 30, train_batch=64, eval_batch=1)
@@ -181,9 +181,9 @@ def test_params_limit_comes_first():
 
 
 def test_training_needs_more_than_evaluating():
-    est = budget.estimate(parse_model("resnet18@3x32x32-10"))
+    est = cost.estimate(parse_model("resnet18@3x32x32-10"))
     assert est is not None
-    assert est.memory_bytes(train_batch=512) > est.memory_bytes() > est.params * budget.HELD_BYTES_PER_PARAM
+    assert est.memory_bytes(train_batch=512) > est.memory_bytes() > est.params * cost.HELD_BYTES_PER_PARAM
 
 
 def test_default_is_half_the_physical_memory():
@@ -194,7 +194,7 @@ def test_default_is_half_the_physical_memory():
 
 def test_a_factory_is_not_estimated():
     spec = parse_model("my_pkg.my_module:build_net")
-    assert budget.estimate(spec) is None and budget.check(spec, Budget(max_memory=1 << 20)) is None
+    assert cost.estimate(spec) is None and budget.check(spec, Budget(max_memory=1 << 20)) is None
 
 
 @pytest.mark.parametrize(
@@ -212,7 +212,7 @@ def test_bad_max_memory_is_one_line(value):
 
 
 def test_declared_params_reads_a_ticket_spec_without_torch_modules():
-    assert budget.declared_params("mlp:64-16-10") == 64 * 16 + 16 * 10
-    assert budget.declared_params("conv6@1x8x8-10") == counts("conv6@1x8x8-10")[0]
-    assert budget.declared_params("pkg.mod:fn") is None
-    assert budget.declared_params("no such model!") is None
+    assert cost.declared_params("mlp:64-16-10") == 64 * 16 + 16 * 10
+    assert cost.declared_params("conv6@1x8x8-10") == counts("conv6@1x8x8-10")[0]
+    assert cost.declared_params("pkg.mod:fn") is None
+    assert cost.declared_params("no such model!") is None

@@ -18,7 +18,7 @@ from ticketcli.cli import app
 from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.drift.inputs import Inputs
 from ticketcli.drift.run import drift_one, logged_steps, summarise
-from ticketcli.drift.sites import measure
+from ticketcli.drift.sites import measure_traced, mlp_sites
 from ticketcli.drift.spec import DriftSpec
 from ticketcli.models.mlp import mlp_forward
 from ticketcli.specs import DataSpec, ModelSpec
@@ -41,12 +41,12 @@ PARAMS = {"layers.0.weight": W0, "layers.1.weight": W1}
 
 def stats(activation="relu", threshold=1e-2, loss="mse", masks=None, params=PARAMS):
     act = ACTIVATIONS.get(activation)
-    return measure(
+    return measure_traced(
         params,
         masks,
         X,
         Y,
-        act=partial(act.fn, c=50.0),
+        forward=mlp_sites(params, partial(act.fn, c=50.0)),
         exact_zeros=act.exact_zeros,
         zero_threshold=threshold,
         loss_fn=LOSSES.get(loss),
@@ -299,8 +299,10 @@ def test_sgd_step_moves_weight_mean_by_minus_lr_times_mean_gradient(digits):
     trainer = WeightTrainer(net, None, WeightOptim(name="sgd", lr=0.05))
 
     def probe():
-        return measure(
-            trainer.effective(), None, x, y, act=act, exact_zeros=True, zero_threshold=0.01, loss_fn=F.cross_entropy
+        params = trainer.effective()
+        forward = mlp_sites(params, act)
+        return measure_traced(
+            params, None, x, y, forward=forward, exact_zeros=True, zero_threshold=0.01, loss_fn=F.cross_entropy
         )["layers"]
 
     before = probe()

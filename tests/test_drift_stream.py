@@ -272,13 +272,14 @@ class FakeClock:
 
 
 def test_plain_lines_at_every_logged_step_and_every_ten_seconds_between_with_an_eta(monkeypatch, capsys):
-    from ticketcli.report import console
+    from ticketcli.report import plain as report_plain
+    from ticketcli.report import progress as report_progress
 
-    monkeypatch.setattr(console, "plain_progress", lambda: True)
-    monkeypatch.setattr(console.PlainProgress, "beating", lambda self: nullcontext(self))  # no heartbeat thread
+    monkeypatch.setattr(report_progress, "plain_progress", lambda: True)
+    monkeypatch.setattr(report_plain.PlainProgress, "beating", lambda self: nullcontext(self))  # no heartbeat thread
     clock = FakeClock()
     measured = {"loss": 0.5, "accuracy": 0.25, "sparsity": 0.9, "unit": "step"}
-    with console.drift_progress(60, quiet=False, clock=clock) as progress:
+    with report_progress.drift_progress(60, quiet=False, clock=clock) as progress:
         assert progress is not None
         progress({**measured, "epoch": 0})
         for step in range(1, 61):  # 3 s a step, a measurement every 30 steps
@@ -298,7 +299,7 @@ def test_plain_lines_at_every_logged_step_and_every_ten_seconds_between_with_an_
 
 
 def test_quiet_drift_progress_says_nothing():
-    from ticketcli.report import console
+    from ticketcli.report import progress as report_progress
 
-    with console.drift_progress(10, quiet=True) as progress:
+    with report_progress.drift_progress(10, quiet=True) as progress:
         assert progress is None

@@ -34,6 +34,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.settings",  # every option declared once: its default (a spec field), range, help, readers
         "ticketcli.contract",
         "ticketcli.result",  # the base of the commands' typed results
+        "ticketcli.cost",  # what a built-in model costs, from its spec alone
         "ticketcli.budget",
         "ticketcli.drift.sums",
         "ticketcli.drift.spec",  # torch-free: drift's specs and defaults, read by the command line for --help

@@ -24,7 +24,8 @@ from ticketcli import batchnorm, train
 from ticketcli.cli import app
 from ticketcli.export import export_ticket
 from ticketcli.models.registry import parse_model
-from ticketcli.report import console
+from ticketcli.report import plain as report_plain
+from ticketcli.report import progress as report_progress
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, RunSpec
@@ -141,14 +142,14 @@ class FakeClock:
 def clock(monkeypatch) -> FakeClock:
     """Plain progress on, timed by a fake clock, with no heartbeat thread: each test calls heartbeat() itself."""
     fake = FakeClock()
-    monkeypatch.setattr(console, "plain_progress", lambda: True)
-    monkeypatch.setattr(console, "CLOCK", fake)
-    monkeypatch.setattr(console.PlainProgress, "beating", lambda self: nullcontext(self))
+    monkeypatch.setattr(report_progress, "plain_progress", lambda: True)
+    monkeypatch.setattr(report_plain, "CLOCK", fake)
+    monkeypatch.setattr(report_plain.PlainProgress, "beating", lambda self: nullcontext(self))
     return fake
 
 
 def test_export_lines_come_every_interval_with_an_eta_and_a_quick_phase_prints_none(clock, capsys):
-    with console.working("export", quiet=False, lines=True) as chunks:
+    with report_progress.working("export", quiet=False, lines=True) as chunks:
         assert chunks is not None
         clock.now += 4  # rebuilding the network, loading the data
         for phase, total, seconds in [("recalibration", 10, 3), ("test", 5, 4), ("validation", 1, 1)]:
@@ -166,7 +167,7 @@ def test_export_lines_come_every_interval_with_an_eta_and_a_quick_phase_prints_n
 
 
 def test_a_slow_phase_gets_a_heartbeat_with_its_eta(clock, capsys):
-    plain = console.PlainProgress("evaluate", None, unit="chunk")
+    plain = report_plain.PlainProgress("evaluate", None, unit="chunk")
     for t in range(5, 90, 5):  # the heartbeat thread's check every 5 s; chunks of 25 s from t = 12
         clock.now = t
         if t == 15:
@@ -193,9 +194,9 @@ def test_the_evaluation_after_the_epochs_shows_only_in_the_heartbeat(clock, caps
     """An extraction's log gets no line per phase (a fast evaluation adds nothing); a slow one gets the heartbeat,
     with the phase and its ETA instead of "finishing"."""
     stats = {"loss": 0.5, "accuracy": 0.25, "sparsity": 0.9}
-    with console.epoch_progress(2, quiet=False, label="augmented") as progress:
+    with report_progress.epoch_progress(2, quiet=False, label="augmented") as progress:
         assert progress is not None
-        chunks = console.phases_of(progress)
+        chunks = report_progress.phases_of(progress)
         assert chunks is not None
         for e in (1, 2):
             clock.now += 3
@@ -214,7 +215,7 @@ def test_the_evaluation_after_the_epochs_shows_only_in_the_heartbeat(clock, caps
 
 
 def test_heartbeat_after_the_epochs_names_the_phase_and_its_eta(clock, capsys):
-    plain = console.PlainProgress("augmented", 2)
+    plain = report_plain.PlainProgress("augmented", 2)
     for e in (1, 2):
         clock.now += 3
         plain.update(f"augmented epoch {e}/2", e, first=e == 1)
@@ -236,16 +237,16 @@ def test_heartbeat_after_the_epochs_names_the_phase_and_its_eta(clock, capsys):
 
 
 def test_quiet_and_other_ranks_get_no_callback(monkeypatch):
-    with console.working("evaluate", quiet=True, lines=True) as chunks:
+    with report_progress.working("evaluate", quiet=True, lines=True) as chunks:
         assert chunks is None
     monkeypatch.setattr("ticketcli.world.quiet_rank", lambda: True)
-    with console.working("evaluate", quiet=False, lines=True) as chunks:
+    with report_progress.working("evaluate", quiet=False, lines=True) as chunks:
         assert chunks is None
 
 
 def test_on_a_terminal_the_phases_share_one_bar_row_each_with_its_own_total():
     bar = Progress(console=Console(file=io.StringIO(), force_terminal=True), auto_refresh=False)
-    update = console._phase_tasks(bar, "evaluate")
+    update = report_progress._phase_tasks(bar, "evaluate")
     try:
         update("recalibration", 0, 3)
         update("recalibration", 3, 3)
@@ -274,8 +275,8 @@ class Ticking:
 
 @pytest.mark.parametrize("command", ["evaluate", "export"])
 def test_commands_print_phase_lines_on_stderr_and_pure_json_on_stdout(bn_ticket, tmp_path, command, monkeypatch):
-    monkeypatch.setattr(console, "CLOCK", Ticking())
-    monkeypatch.setattr(console.PlainProgress, "beating", lambda self: nullcontext(self))  # no heartbeat thread
+    monkeypatch.setattr(report_plain, "CLOCK", Ticking())
+    monkeypatch.setattr(report_plain.PlainProgress, "beating", lambda self: nullcontext(self))  # no heartbeat thread
 
     def args(out: str) -> list[str]:
         where = ["--format", "masked", "--out", str(tmp_path / out)] if command == "export" else []

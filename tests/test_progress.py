@@ -18,7 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.report import console
+from ticketcli.report import plain as report_plain
+from ticketcli.report import progress as report_progress
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = [
@@ -139,7 +140,7 @@ class FakeClock:
 
 def test_throttled_lines_first_last_and_one_per_interval(capsys):
     clock = FakeClock()
-    lines = console.PlainLines(every=10.0, clock=clock)
+    lines = report_plain.PlainLines(every=10.0, clock=clock)
     for i in range(1, 101):  # 100 items, one every 0.5 s: 50 s in all
         lines.emit(f"item {i}", throttled=True, last=i == 100)
         clock.now += 0.5
@@ -151,9 +152,9 @@ def test_throttled_lines_first_last_and_one_per_interval(capsys):
 def clock(monkeypatch) -> FakeClock:
     """Plain progress on, timed by a fake clock, with no heartbeat thread: each test calls heartbeat() itself."""
     fake = FakeClock()
-    monkeypatch.setattr(console, "plain_progress", lambda: True)
-    monkeypatch.setattr(console, "CLOCK", fake)
-    monkeypatch.setattr(console.PlainProgress, "beating", lambda self: nullcontext(self))
+    monkeypatch.setattr(report_progress, "plain_progress", lambda: True)
+    monkeypatch.setattr(report_plain, "CLOCK", fake)
+    monkeypatch.setattr(report_plain.PlainProgress, "beating", lambda self: nullcontext(self))
     return fake
 
 
@@ -161,7 +162,7 @@ STATS = {"loss": 0.5, "accuracy": 0.25, "sparsity": 0.9}
 
 
 def test_fast_epochs_get_the_first_last_and_one_line_per_interval(clock, capsys):
-    with console.epoch_progress(100, quiet=False, label="edge-popup") as progress:
+    with report_progress.epoch_progress(100, quiet=False, label="edge-popup") as progress:
         assert progress is not None
         for e in range(1, 101):  # 100 epochs of 0.5 s: 50 s in all
             clock.now += 0.5
@@ -174,7 +175,7 @@ def test_fast_epochs_get_the_first_last_and_one_line_per_interval(clock, capsys)
 
 
 def test_drift_steps_are_throttled_like_epochs(clock, capsys):
-    with console.epoch_progress(400, quiet=False, label="drift") as progress:
+    with report_progress.epoch_progress(400, quiet=False, label="drift") as progress:
         assert progress is not None
         for step in range(0, 401, 10):
             progress({**STATS, "epoch": step, "unit": "step"})
@@ -187,12 +188,12 @@ def test_drift_steps_are_throttled_like_epochs(clock, capsys):
 def test_a_slow_epoch_gets_a_heartbeat_every_interval_with_its_eta(clock, capsys):
     """Epochs of 25 s: while one runs, a heartbeat after every 10 s of silence says which epoch runs and when the
     loop should end (the running epoch counts as at most finished); the epoch lines stay throttled."""
-    plain = console.PlainProgress("augmented", 3)
+    plain = report_plain.PlainProgress("augmented", 3)
     for e in range(1, 4):
         for _ in range(5):  # 25 s in steps of 5 s, the heartbeat thread's check at each
             clock.now += 5
             plain.heartbeat()
-        plain.update(console.epoch_line("augmented", 3, {**STATS, "epoch": e}), e, first=e == 1)
+        plain.update(report_progress.epoch_line("augmented", 3, {**STATS, "epoch": e}), e, first=e == 1)
     running = "augmented epoch {}/3 running, elapsed {}, ETA {}"
     assert capsys.readouterr().err.splitlines() == [
         running.format(1, "10s", "after the first epoch"),
@@ -208,7 +209,7 @@ def test_a_slow_epoch_gets_a_heartbeat_every_interval_with_its_eta(clock, capsys
 
 
 def test_after_the_last_epoch_the_heartbeat_says_finishing(clock, capsys):
-    plain = console.PlainProgress("augmented", 2)
+    plain = report_plain.PlainProgress("augmented", 2)
     for e in (1, 2):
         clock.now += 3
         plain.update(f"augmented epoch {e}/2", e, first=e == 1)
@@ -224,7 +225,7 @@ def test_after_the_last_epoch_the_heartbeat_says_finishing(clock, capsys):
 
 
 def test_working_lines_for_a_step_without_a_loop(clock, capsys):
-    plain = console.PlainProgress("export", None)
+    plain = report_plain.PlainProgress("export", None)
     for _ in range(25):
         clock.now += 1
         plain.heartbeat()
@@ -236,7 +237,7 @@ def test_working_lines_for_a_step_without_a_loop(clock, capsys):
 
 def test_the_heartbeat_thread_calls_heartbeat_while_the_body_runs(monkeypatch, capsys):
     called = threading.Event()
-    plain = console.PlainProgress("export", None, every=0.01)
+    plain = report_plain.PlainProgress("export", None, every=0.01)
     original = plain.heartbeat
 
     def heartbeat() -> None:
@@ -251,7 +252,7 @@ def test_the_heartbeat_thread_calls_heartbeat_while_the_body_runs(monkeypatch, c
 
 
 def test_sweep_lines_count_configurations_and_show_ids_literally(clock, capsys):
-    with console.sweep_progress(3, quiet=False) as progress:
+    with report_progress.sweep_progress(3, quiet=False) as progress:
         assert progress is not None
         clock.now += 30
         progress({"id": "k=0.3\x1b[31m", "test_accuracy": 0.5}, False)
@@ -280,4 +281,4 @@ class _Stream(io.StringIO):
 def test_plain_when_stderr_is_no_terminal_or_a_dumb_one(monkeypatch, tty, term, plain):
     monkeypatch.setattr(sys, "stderr", _Stream(tty))
     monkeypatch.setenv("TERM", term)
-    assert console.plain_progress() is plain
+    assert report_plain.plain_progress() is plain

@@ -163,7 +163,7 @@ class Ticket:
         torch's own), reported as `threads`."""
         _module_arg(module)
         with using(check_threads(threads, "threads")) as used:
-            result = runs_evaluate.evaluate_loaded(
+            opened = runs_build.open_loaded(
                 self._record,
                 self._label,
                 data=_data_spec(data_dir),
@@ -173,6 +173,7 @@ class Ticket:
                 splits=None if data is None else self._splits(data),
                 module=module,
             )
+            result = runs_evaluate.evaluate_loaded(opened, self._label)
         return evaluation_document({**result, "threads": used})
 
     @property

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -88,7 +88,7 @@ def ticket_relative(weights: str | Path, ticket: str | Path) -> str:
         return Path(weights).as_posix()
 
 
-def saved_at(record: dict | None, ticket: str | Path) -> dict | None:
+def saved_at(record: dict[str, Any] | None, ticket: str | Path) -> dict[str, Any] | None:
     """A checkpoint record (absolute path, as an extraction makes it) as the ticket at `ticket` stores it: the path
     relative to that ticket's folder (ticket_relative). Records already relative (a loaded ticket) stay as they are."""
     if record is None or not os.path.isabs(record["path"]):
@@ -153,7 +153,7 @@ class Checkpointer:
                 hint="resume with the original options, or delete the checkpoint to start over",
             )
         self.owned = Owned.of(self.path, before)  # this run's own state: replaced and removed as if written here
-        return saved["state"]
+        return cast(dict[str, Any], saved["state"])  # checked to be a dict above (`ok`)
 
     @contextmanager
     def resuming(self) -> Iterator[None]:

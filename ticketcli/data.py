@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import io
 import math
 import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -60,7 +62,7 @@ class Splits:
     y_val: torch.Tensor
     x_test: torch.Tensor
     y_test: torch.Tensor
-    info: dict  # dataset name, sizes, split seed, source
+    info: dict[str, Any]  # dataset name, sizes, split seed, source
 
     def to(self, device: torch.device) -> Splits:
         t = {k: getattr(self, k).to(device) for k in ("x_extract", "y_extract", "x_val", "y_val", "x_test", "y_test")}
@@ -104,7 +106,7 @@ def read_idx(path: Path, item: tuple[int, ...], max_n: int) -> np.ndarray:
     return np.frombuffer(body, dtype=np.uint8).reshape(dims)  # writable: a bytearray, so torch can own it
 
 
-def _read_exactly(f, n: int, path: Path, dims: tuple[int, ...]) -> bytearray:
+def _read_exactly(f: io.BufferedIOBase, n: int, path: Path, dims: tuple[int, ...]) -> bytearray:
     body = bytearray(n)  # at most 47 MB: the header was checked against the official sizes
     view, got = memoryview(body), 0
     while got < n:
@@ -173,7 +175,12 @@ def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
 
 
 def _find_or_download(
-    spec: DataSpec, title: str, subdirs: tuple[str, ...], find: Callable, download: Callable, hint: str
+    spec: DataSpec,
+    title: str,
+    subdirs: tuple[str, ...],
+    find: Callable[[tuple[str, ...], tuple[str, ...]], Path | None],
+    download: Callable[[str], Path],
+    hint: str,
 ) -> Path:
     """The first search dir (with one of `subdirs`) holding the dataset, else a torchvision download if allowed."""
     d = find(spec.search_dirs, subdirs)

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -37,6 +38,9 @@ from ticketcli.world import RENDEZVOUS_TIMEOUT_S, note_joined, rendezvous_addres
 from ticketcli.world import World as World
 from ticketcli.world import from_environment as from_environment
 from ticketcli.world import quiet_rank as quiet_rank
+
+if TYPE_CHECKING:  # torch.distributed re-exports Store without naming it public; its home module does
+    from torch.distributed.distributed_c10d import Store
 
 _WORLD = World()
 
@@ -84,11 +88,16 @@ def joined(
         _WORLD = World()
 
 
-def _meet(w: World, addr: str, port: int, seconds: float) -> dist.Store:
+def _meet(w: World, addr: str, port: int, seconds: float) -> Store:
     """torch's env:// rendezvous, bounded by `seconds`, run in a helper thread: the main thread waits in short
     slices, so the signal handlers of interrupts.stop_on_signals run (torch's own wait would defer them until its
     timeout). A process that is not the store's host first waits for the store to listen, with plain sockets, so
     that torch's connection retries do not print their C++ logs."""
+    # imported from their home modules (torch.distributed re-exports them without naming them public); loaded by
+    # now, as torch.distributed imports them when it is available
+    from torch.distributed.distributed_c10d import Store
+    from torch.distributed.rendezvous import rendezvous
+
     deadline = time.monotonic() + seconds
     result: dict[str, object] = {}
 
@@ -98,7 +107,7 @@ def _meet(w: World, addr: str, port: int, seconds: float) -> dist.Store:
             if not hosts_store:
                 _wait_for_listener(addr, port, deadline)
             left = datetime.timedelta(seconds=max(1.0, deadline - time.monotonic()))
-            result["store"] = next(dist.rendezvous("env://", timeout=left))[0]
+            result["store"] = next(rendezvous("env://", timeout=left))[0]
         except BaseException as e:  # handed to the main thread, which raises it as one line
             result["error"] = e
 
@@ -108,7 +117,7 @@ def _meet(w: World, addr: str, port: int, seconds: float) -> dist.Store:
         helper.join(0.05)
     if "store" in result:
         store = result["store"]
-        assert isinstance(store, dist.Store)
+        assert isinstance(store, Store)
         return store
     e = result.get("error")
     where = f"the torchrun job at {addr}:{port} (WORLD_SIZE={w.size}, this is RANK={w.rank})"
@@ -154,7 +163,7 @@ class _Replica(nn.Module):
         self.params = nn.ParameterList(params)
         self.call = forward
 
-    def forward(self, *args):
+    def forward(self, *args: Any) -> torch.Tensor:
         return self.call(*args)
 
 

@@ -10,6 +10,7 @@ command's interrupts.stop_on_signals).
 import os
 import signal
 import sys
+from types import FrameType
 
 
 def _stopping() -> bool:
@@ -18,11 +19,11 @@ def _stopping() -> bool:
     return interrupts is not None and interrupts.received() is not None
 
 
-def _ignore(signum, frame):
+def _ignore(signum: int, frame: FrameType | None) -> None:
     """After the run ended by a signal: the exit code is decided, a later signal must not kill the process."""
 
 
-def _interrupted_at_start(signum, frame):
+def _interrupted_at_start(signum: int, frame: FrameType | None) -> None:
     """Write with os.write and leave with os._exit: a signal can land inside any import, mid-way through anything.
     A signal after the CLI caught one is ignored: the run is already ending, with the first one's code."""
     if _stopping():

@@ -15,7 +15,7 @@ import sys
 import traceback
 
 import typer
-from typer.core import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
+from typer import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
 
 from ticketcli import report
 from ticketcli.bounded import shown_path
@@ -24,6 +24,8 @@ from ticketcli.world import own_rank, quiet_rank  # not distributed.py: no torch
 
 EX_SOFTWARE = 70  # sysexits.h: an internal software error
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell shows for a process killed by SIGPIPE
+
+Streams = tuple[tuple[int, int] | None, ...]  # std_streams(): (device, inode) of fds 1 and 2, None if closed
 
 
 def report_error(e: TicketCliError) -> int:
@@ -37,7 +39,7 @@ def report_error(e: TicketCliError) -> int:
     return e.exit_code
 
 
-def exit_code(e: BaseException, *, debug: bool = False, streams: tuple | None = None) -> int:
+def exit_code(e: BaseException, *, debug: bool = False, streams: Streams | None = None) -> int:
     """The exit code for whatever ended the run, after printing its one line (none for a closed output).
     `streams`: std_streams() from before the run, to tell our own closed pipe from any other."""
     if closed_output(e, streams):
@@ -81,7 +83,7 @@ def internal_error(e: BaseException, *, debug: bool) -> int:
     return EX_SOFTWARE
 
 
-def std_streams() -> tuple:
+def std_streams() -> Streams:
     """What fds 1 and 2 are (device, inode): Rich points a broken stdout at /dev/null before it exits."""
     ids: list[tuple[int, int] | None] = []
     for fd in (1, 2):
@@ -93,7 +95,7 @@ def std_streams() -> tuple:
     return tuple(ids)
 
 
-def closed_output(e: BaseException, streams: tuple | None = None) -> bool:
+def closed_output(e: BaseException, streams: Streams | None = None) -> bool:
     """Did the run end because the reader of our stdout or stderr went away?
 
     A broken pipe (EPIPE) must be in the exception's chain (Rich and Typer turn it into SystemExit(1)), and it

@@ -20,14 +20,14 @@ INIT_SCHEMES: Registry[InitFn] = Registry("init scheme")
 
 
 @INIT_SCHEMES.register("scaled-kaiming-uniform")
-def scaled_kaiming_uniform(shape, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
+def scaled_kaiming_uniform(shape: torch.Size, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
     """The paper's init: U[-gain/sqrt(k*fan_in), +gain/sqrt(k*fan_in)] with ReLU gain (k = 1/2 by default)."""
     bound = RELU_GAIN / math.sqrt(k * fan)
     return torch.empty(shape).uniform_(-bound, bound, generator=g)
 
 
 @INIT_SCHEMES.register("signed-kaiming-constant")
-def signed_kaiming_constant(shape, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
+def signed_kaiming_constant(shape: torch.Size, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
     """allenai/hidden-networks' signed constant: +-gain/sqrt(k*fan_in) with a random sign."""
     std = RELU_GAIN / math.sqrt(k * fan)
     u = torch.empty(shape).uniform_(-1.0, 1.0, generator=g)
@@ -35,14 +35,14 @@ def signed_kaiming_constant(shape, fan: int, k: float, g: torch.Generator) -> to
 
 
 @INIT_SCHEMES.register("kaiming-normal")
-def kaiming_normal(shape, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
+def kaiming_normal(shape: torch.Size, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
     """N(0, (gain/sqrt(k*fan_in))^2); k = 1 gives torch's kaiming_normal_ (fan_in, relu)."""
     std = RELU_GAIN / math.sqrt(k * fan)
     return torch.empty(shape).normal_(0.0, std, generator=g)
 
 
 @INIT_SCHEMES.register(MODULE_INIT)
-def module_init(shape, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
+def module_init(shape: torch.Size, fan: int, k: float, g: torch.Generator) -> torch.Tensor:
     """A user factory's own weights, as it created them under its fixed seed: init_weights keeps them all."""
     raise RuntimeError("init_weights keeps a module-initialised parameter; it never draws one")
 

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from ticketcli.errors import Interrupted
 
@@ -44,11 +46,11 @@ class Position:
     """The last progress record a run reported (epoch, and round for iterated)."""
 
     def __init__(self, unit: str = "epoch"):
-        self.last: dict | None = None
+        self.last: dict[str, Any] | None = None
         self.unit = unit  # what the progress records count, for "before the first ... finished"
 
-    def track(self, progress: Callable[[dict], None] | None) -> Callable[[dict], None]:
-        def record(stats: dict) -> None:
+    def track(self, progress: Callable[[dict[str, Any]], None] | None) -> Callable[[dict[str, Any]], None]:
+        def record(stats: dict[str, Any]) -> None:
             self.last = stats
             if progress is not None:
                 progress(stats)
@@ -67,7 +69,7 @@ class Position:
         return where
 
 
-def _stamp(path: Path) -> tuple | None:
+def _stamp(path: Path) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -89,7 +91,7 @@ def stop_on_signals(
     if _DEPTH[0] == 0:
         _RECEIVED.clear()  # a new run (in-process callers such as tests run several)
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         if _RECEIVED:  # the run is already stopping
             return
         _RECEIVED.append(signum)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -26,16 +26,18 @@ class _MaskedWeight(torch.autograd.Function):
     whose backward made it), so dL/dS is formed in it in place instead of in a second weight-sized temporary.
     """
 
+    # ctx: autograd's per-call context object, typed Any as in torch.autograd.Function itself (attributes are set
+    # on it freely)
     @staticmethod
     def forward(
-        ctx, scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, signed: bool, owned: bool
+        ctx: Any, scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, signed: bool, owned: bool
     ) -> torch.Tensor:
         ctx.save_for_backward(scores, weight)
         ctx.signed, ctx.owned = signed, owned
         return _product(weight, mask)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None]:
         scores, weight = ctx.saved_tensors
         # the same values either way: mul_ and mul run the same kernel; otherwise `grad` may be shared with other
         # branches of the graph and a fresh tensor is needed
@@ -61,7 +63,7 @@ _NUMPY_FLOATS = (torch.float32, torch.float64)  # dtypes whose products numpy co
 def masked_weight(scores: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, signed: bool = False) -> torch.Tensor:
     """The effective weight W * H, differentiable in the raw scores S through |S| (or S itself when `signed`)
     and a straight-through top-k. `mask`: bool or 0/1 in any dtype."""
-    return _MaskedWeight.apply(scores, weight, mask, signed, False)
+    return cast(torch.Tensor, _MaskedWeight.apply(scores, weight, mask, signed, False))  # apply() is typed Any
 
 
 class MaskedWeights(Mapping[str, torch.Tensor]):
@@ -90,12 +92,15 @@ class MaskedWeights(Mapping[str, torch.Tensor]):
     ):
         self.scores, self.weights, self.masks, self.signed, self.owned = scores, weights, masks, signed, owned
         self.recompute = frozenset(scores if recompute is None else recompute)
-        self._made: dict[int, tuple[weakref.ref, str]] = {}  # id(W * H) -> (the tensor, weakly; its name)
+        self._made: dict[int, tuple[weakref.ref[torch.Tensor], str]] = {}  # id(W * H) -> (the tensor, weakly; its name)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self.scores:
             raise KeyError(name)
-        w = _MaskedWeight.apply(self.scores[name], self.weights[name], self.masks[name], self.signed, self.owned)
+        w = cast(
+            torch.Tensor,  # apply() is typed Any
+            _MaskedWeight.apply(self.scores[name], self.weights[name], self.masks[name], self.signed, self.owned),
+        )
         if name in self.recompute:
             self._made[id(w)] = (weakref.ref(w), name)
         return w
@@ -150,7 +155,7 @@ def _unpack(saved: torch.Tensor | _Recipe) -> torch.Tensor:
     return w if contiguous else w.as_strided(saved.shape, saved.stride, saved.offset)
 
 
-def mask_stats(masks: dict[str, torch.Tensor]) -> dict:
+def mask_stats(masks: dict[str, torch.Tensor]) -> dict[str, Any]:
     """Kept/total counts and achieved density globally and per parameter."""
     per: dict[str, dict[str, int | float]] = {n: {"kept": int(m.sum()), "total": m.numel()} for n, m in masks.items()}
     kept = sum(v["kept"] for v in per.values())

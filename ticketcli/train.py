@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,9 +20,12 @@ from torch import nn
 
 from ticketcli import distributed
 from ticketcli.batchnorm import ChunkProgress
+from ticketcli.data import Splits
 from ticketcli.errors import RunFailed, UsageError
 from ticketcli.models.masked import MaskedNet
-from ticketcli.specs import WeightOptim
+from ticketcli.specs import MethodSpec
+from ticketcli.specs import WeightOptim as WeightOptim  # re-exported: WeightTrainer's optimiser spec
+from ticketcli.weak_spec import WeakSpec
 
 EVAL_CHUNK = 2048  # fixed, so that extraction and `ticket evaluate` run bit-identical arithmetic
 
@@ -38,7 +42,7 @@ def evaluate(
     *,
     chunks: ChunkProgress | None = None,
     phase: str = "evaluation",
-) -> dict:
+) -> dict[str, Any]:
     """Mean cross-entropy, correct count and accuracy of W * M on (x, y) (BatchNorm on statistics recomputed for
     these masks and weights: MaskedNet.calibrate). `chunks` is told the recalibration's chunks, then this
     evaluation's as `phase` (the counts the loop has anyway: no extra synchronisation)."""
@@ -58,7 +62,7 @@ def evaluate(
     return {"accuracy": correct / n, "loss": loss_sum / n, "correct": correct, "n": n}
 
 
-def precision_context(device: torch.device, precision: str) -> Callable[[], AbstractContextManager]:
+def precision_context(device: torch.device, precision: str) -> Callable[[], AbstractContextManager[Any]]:
     """What the forward pass runs under: nothing (fp32), or bf16 autocast on the device. Evaluation never
     autocasts, so a ticket's stored accuracies are fp32 ones whatever precision extracted it."""
     if precision == "fp32":
@@ -136,7 +140,7 @@ class WeightTrainer:
         if not math.isfinite(lv):
             raise RunFailed("non-finite loss while training weights; try a smaller --lr")
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         self.opt.step()
         if self.masks is not None:
             with torch.no_grad():
@@ -172,10 +176,10 @@ def train_weights(
     epochs: int,
     batch_size: int,
     generator: torch.Generator,
-    on_epoch: Callable[[dict], None] | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
     on_step: StepHook | None = None,
     loss_fn: Loss = F.cross_entropy,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """`epochs` passes over (x, y) in seeded random order (last partial batch included).
 
     Returns one record per epoch: {"epoch", "loss", "accuracy"} (training loss/accuracy over the epoch);
@@ -199,3 +203,27 @@ def train_weights(
         if on_epoch is not None:
             on_epoch(record)
     return history
+
+
+def train_on_extract(
+    trainer: WeightTrainer,
+    data: Splits,
+    spec: MethodSpec | WeakSpec,
+    generator: torch.Generator,
+    *,
+    epochs: int | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
+    on_step: StepHook | None = None,
+) -> list[dict[str, Any]]:
+    """train_weights on the extraction split, spec.batch_size examples a step, for `epochs` (default spec.epochs):
+    the loop of every weight-training method and of train-weak."""
+    return train_weights(
+        trainer,
+        data.x_extract,
+        data.y_extract,
+        epochs=spec.epochs if epochs is None else epochs,
+        batch_size=spec.batch_size,
+        generator=generator,
+        on_epoch=on_epoch,
+        on_step=on_step,
+    )

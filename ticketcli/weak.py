@@ -25,7 +25,7 @@ from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.record import counted_layers
 from ticketcli.seeding import file_sha256, generator
 from ticketcli.specs import DataSpec, ModelPolicy
-from ticketcli.train import WeightTrainer, evaluate, train_weights
+from ticketcli.train import WeightTrainer, evaluate, train_on_extract
 from ticketcli.version import __version__
 from ticketcli.weak_spec import WeakSpec
 
@@ -70,15 +70,7 @@ def train_run(
 
     t0 = time.perf_counter()
     # one generator tag for both runs: the masked run and the dense baseline see the same batch order
-    train_weights(
-        trainer,
-        s.x_extract,
-        s.y_extract,
-        epochs=spec.epochs,
-        batch_size=spec.batch_size,
-        generator=generator(o.ticket.init["seed"], "train-weak"),
-        on_epoch=on_epoch,
-    )
+    train_on_extract(trainer, s, spec, generator(o.ticket.init["seed"], "train-weak"), on_epoch=on_epoch)
     wall = time.perf_counter() - t0
     distributed.check_identical(trainer.weights(), f"the {label} run's trained weights")  # under torchrun only
     net.load_weights(trainer.weights())

@@ -55,11 +55,11 @@ def warn_low_space(needs: dict[Path, int]) -> None:
 
 
 def model_size(model: object) -> int:
-    """Parameters of a built-in model, worked out from its spec alone (budget.estimate); 0 for a user's."""
-    from ticketcli import budget
+    """Parameters of a built-in model, worked out from its spec alone (cost.estimate); 0 for a user's."""
+    from ticketcli import cost
     from ticketcli.specs import ModelSpec
 
-    est = budget.estimate(model) if isinstance(model, ModelSpec) and model.arch != "user" else None
+    est = cost.estimate(model) if isinstance(model, ModelSpec) and model.arch != "user" else None
     return 0 if est is None else est.params
 
 

@@ -31,7 +31,7 @@ def fine_tune_steps(n_examples: int, batch_size: int, epochs: int) -> int:
     return epochs * math.ceil(n_examples / batch_size)
 
 
-def point(series: dict, i: int) -> dict[str, Any]:
+def point(series: dict[str, Any], i: int) -> dict[str, Any]:
     """One logged step of a series: probe loss, accuracy and post-activation sparsity per hidden layer and mean."""
     hidden = {la: s["sparsity"][i] for la, s in series["layers"].items() if "sparsity" in s}
     return {
@@ -43,7 +43,7 @@ def point(series: dict, i: int) -> dict[str, Any]:
     }
 
 
-def _join(first: dict, second: dict) -> dict:
+def _join(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     """Both phases as one series: steps of the second continue the first's, drift measured from the very start."""
     out: dict[str, Any] = {
         "steps": first["steps"] + [first["steps"][-1] + s for s in second["steps"]],
@@ -67,18 +67,18 @@ def relufy_one(
     inputs: Inputs,
     *,
     relu: RelufySpec,
-    on_log: Callable[[int, dict, dict[str, torch.Tensor]], None] | None = None,
+    on_log: Callable[[int, dict[str, Any], dict[str, torch.Tensor]], None] | None = None,
     control: object = None,
     on_step: Callable[[int], None] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """spec.steps with relu.source, then the swap to relu.target and relu.epochs epochs of fine-tuning (drift_one's
     stand-in for run_drift; control must be None). The record's "relufy" holds the three measured points."""
     if control is not None:
         raise UsageError("--relufy does not go with --act-sparsity")
     weights: list[dict[str, torch.Tensor]] = []  # effective weights at the last step of phase 1, first of phase 2
 
-    def watch(phase: int, offset: int) -> Callable[[int, dict, dict[str, torch.Tensor]], None]:
-        def log(step: int, m: dict, eff: dict[str, torch.Tensor]) -> None:
+    def watch(phase: int, offset: int) -> Callable[[int, dict[str, Any], dict[str, torch.Tensor]], None]:
+        def log(step: int, m: dict[str, Any], eff: dict[str, torch.Tensor]) -> None:
             if (phase == 1 and step == spec.steps) or (phase == 2 and step == 0):
                 weights.append({n: w.clone() for n, w in eff.items()})
             if on_log is not None:  # the swap step twice, like the series: before and after the swap
@@ -120,7 +120,7 @@ def run_relufy(
     weights: str | None = None,
     progress: Progress | None = None,
     policy: ModelPolicy = ModelPolicy(),
-) -> dict:
+) -> dict[str, Any]:
     """ReLUfy for every seed (or a ticket's kept weights); drift's result plus "relufy": the mean over runs."""
     result = run_drift(
         spec, ticket=ticket, weights=weights, progress=progress, policy=policy, run_one=partial(relufy_one, relu=relu)
@@ -128,7 +128,8 @@ def run_relufy(
     records = [r["relufy"] for r in result["runs"]]
 
     def mean(stage: str, key: str) -> float:
-        return sum(r[stage][key] for r in records) / len(records)
+        values: list[float] = [r[stage][key] for r in records]
+        return sum(values) / len(values)
 
     result["schema"] = "ticket.drift-relufy/1"
     result["relufy"] = {

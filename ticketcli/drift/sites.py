@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +22,7 @@ from torch import nn
 
 from ticketcli.drift.sums import all_but, compare, count, masked_sum64, peak_abs, square_sum64, sum64
 from ticketcli.models.masked import MaskedNet
-from ticketcli.models.mlp import MLP, mlp_forward
+from ticketcli.models.mlp import MLP, MlpTrace, mlp_forward
 from ticketcli.models.sites import ActFn, Trace, find_sites
 from ticketcli.train import Loss
 
@@ -37,11 +37,11 @@ SiteForward = Callable[..., torch.Tensor]  # (x, params, trace=None) -> logits (
 PerSite = Callable[[str, ActFn], ActFn]  # (name of the layer feeding the site, drift's activation) -> its function
 
 
-def from_mlp(forward: Callable, act: ActFn | list[ActFn]) -> SiteForward:
+def from_mlp(forward: Callable[..., torch.Tensor], act: ActFn | list[ActFn]) -> SiteForward:
     """An MLP pass `forward(x, params, act=, trace=list)` (mlp_forward's) as a traced site forward."""
 
     def run(x: torch.Tensor, params: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
-        steps: list | None = None if trace is None else []
+        steps: MlpTrace | None = None if trace is None else []
         logits = forward(x, params, act=act, trace=steps)
         for i, (a, z, h, out) in enumerate(steps or []):
             trace.layer(f"layers.{i}", a, z)  # type: ignore[union-attr]
@@ -50,6 +50,15 @@ def from_mlp(forward: Callable, act: ActFn | list[ActFn]) -> SiteForward:
         return logits
 
     return run
+
+
+def mlp_sites(
+    params: dict[str, torch.Tensor], act: ActFn, forward: Callable[..., torch.Tensor] | None = None
+) -> SiteForward:
+    """An MLP's traced site forward for measure_traced: `forward(x, params, act=, trace=list)` is its pass (default:
+    mlp_forward over the layers in `params`, without norms or skips) and `act` its activation."""
+    n_layers = sum(1 for n in params if n.endswith(".weight"))
+    return from_mlp(forward or partial(mlp_forward, n_layers=n_layers), act)
 
 
 def drift_forward(net: MaskedNet, act: ActFn, per_site: PerSite | None = None) -> SiteForward:
@@ -191,14 +200,14 @@ class StreamTrace(Trace):
         self.masks, self.zero = masks, zero
         self.stats: dict[str, _Layer] = {}
         self.b = 0  # the current chunk's examples
-        self.pending: dict[str, dict] = {}  # layer -> what its gradient hook needs
+        self.pending: dict[str, dict[str, Any]] = {}  # layer -> what its gradient hook needs
 
     def layer(self, name: str, a: torch.Tensor, z: torch.Tensor, conv: nn.Conv2d | None = None) -> None:
         keep = None if self.masks is None else self.masks[f"{name}.weight"].bool()
         acc = self.stats.setdefault(name, _Layer(conv, keep))
         acc.examples += self.b
         a = a.detach()
-        job: dict = {"a": a}
+        job: dict[str, Any] = {"a": a}
         if conv is None:
             a2 = a.flatten(0, -2) if a.dim() > 2 else a  # (samples, in)
             acc.p = a.shape[1] if a.dim() == 3 else 1
@@ -214,7 +223,8 @@ class StreamTrace(Trace):
                 box = F.conv2d(sum64(a, 1).unsqueeze(1), ones, None, conv.stride, padding)
                 job["a_rows"], job["a"] = box[:, 0], None  # (B, H', W')
         self.pending[name] = job
-        z.register_hook(partial(self._backward, name))
+        # torch leaves Tensor.register_hook unannotated
+        z.register_hook(partial(self._backward, name))  # type: ignore[no-untyped-call]
 
     def site(self, source: str, h: torch.Tensor, out: torch.Tensor) -> None:
         h, out = h.detach(), out.detach()
@@ -277,7 +287,7 @@ def measure_traced(
     zero_threshold: float,
     loss_fn: Loss,
     chunk: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """All statistics of the effective weights `params` (W * M) on the probe batch (x, y), by layer.
 
     Gradients are per-example: g = dℓ_i/dz = B · dL/dz for the batch-mean loss L and the layer output z (with a
@@ -311,33 +321,3 @@ def measure_traced(
         del logits, loss
     layers = {name: acc.results(eff[f"{name}.weight"], grads[name]) for name, acc in trace.stats.items()}
     return {"loss": loss_sum, "accuracy": correct / y.shape[0], "layers": layers}
-
-
-def measure(
-    params: dict[str, torch.Tensor],
-    masks: dict[str, torch.Tensor] | None,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    act: ActFn,
-    exact_zeros: bool,
-    zero_threshold: float,
-    loss_fn: Loss,
-    forward: Callable | None = None,
-    chunk: int | None = None,
-) -> dict:
-    """measure_traced for an MLP: `forward(x, params, act=, trace=list)` is its pass (default: mlp_forward
-    without norms or skips) and `act` its activation."""
-    n_layers = sum(1 for n in params if n.endswith(".weight"))
-    forward = forward or partial(mlp_forward, n_layers=n_layers)
-    return measure_traced(
-        params,
-        masks,
-        x,
-        y,
-        forward=from_mlp(forward, act),
-        exact_zeros=exact_zeros,
-        zero_threshold=zero_threshold,
-        loss_fn=loss_fn,
-        chunk=chunk,
-    )

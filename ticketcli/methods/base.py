@@ -12,7 +12,7 @@ import torch
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.models.masked import MaskedNet
-from ticketcli.selection.groups import Scope
+from ticketcli.selection.groups import Group, Scope, scope_groups
 from ticketcli.settings.run import RUN
 from ticketcli.specs import MethodSpec
 
@@ -20,6 +20,11 @@ from ticketcli.specs import MethodSpec
 Progress = Callable[[dict], None]
 Masks = dict[str, torch.Tensor]  # param name -> bool mask of the parameter's shape
 Trained = Literal["scores", "weights"]
+
+
+def dense_masks(net: MaskedNet) -> Masks:
+    """Every entry kept: where iterative pruning (IMP, SynFlow) starts."""
+    return {n: torch.ones_like(net.weights[n], dtype=torch.bool) for n in net.names}
 
 
 class Details(TypedDict, total=False):
@@ -91,3 +96,8 @@ class Method(ABC):
         """The masks for `net` (weights frozen) from `data`; random draws only from `generator`.
 
         `checkpoint` is given only to a resumable method, and only with --checkpoint-every or --resume."""
+
+    def groups(self, net: MaskedNet, spec: MethodSpec, density: float | None = None) -> list[Group]:
+        """The groups its top-k runs over: per layer or global by its default_scope (selection.groups.scope_groups);
+        `density`: its own keep density instead of the requested one and --layer-densities."""
+        return scope_groups(net, spec, self.default_scope, density)

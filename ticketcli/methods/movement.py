@@ -18,9 +18,9 @@ from ticketcli.methods.base import ExtractResult, Masks, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.sparse import _SparseTraining, epoch_reporter, weight_optim
 from ticketcli.models.masked import MaskedNet
-from ticketcli.selection.groups import Group, scope_groups, select
+from ticketcli.selection.groups import Group, select
 from ticketcli.specs import MethodSpec
-from ticketcli.train import WeightTrainer, train_weights
+from ticketcli.train import WeightTrainer, train_on_extract
 
 
 def cubic_density(step: int, total: int, final: float, warmup: float, cooldown: float) -> float:
@@ -72,12 +72,8 @@ class Movement(_SparseTraining):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = scope_groups(net, spec, self.default_scope)
-        scores = {
-            n: spec.movement_noise * torch.randn(w.shape, generator=generator)
-            for n, w in ((n, net.weights[n]) for n in net.names)
-        }
-        trainer = MovementTrainer(net, spec, groups, scores)
+        noise = {n: spec.movement_noise * torch.randn(net.weights[n].shape, generator=generator) for n in net.names}
+        trainer = MovementTrainer(net, spec, self.groups(net, spec), noise)
         total = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
 
         def schedule_at(step: int):
@@ -90,18 +86,10 @@ class Movement(_SparseTraining):
             densities.append(trainer.schedule(spec.density))
             trainer.schedule = schedule_at(step)
 
-        train_weights(
-            trainer,
-            data.x_extract,
-            data.y_extract,
-            epochs=spec.epochs,
-            batch_size=spec.batch_size,
-            generator=generator,
-            on_step=on_step,
-            on_epoch=epoch_reporter(progress, spec.epochs, trainer.hard_masks),
-        )
+        on_epoch = epoch_reporter(progress, spec.epochs, trainer.hard_masks)
+        train_on_extract(trainer, data, spec, generator, on_step=on_step, on_epoch=on_epoch)
         final_scores = {n: s.detach() for n, s in trainer.scores.items()}
-        final = select(final_scores, groups)
+        final = select(final_scores, trainer.groups)
         return ExtractResult(
             final,
             trained_weights={n: w * final[n] for n, w in trainer.weights().items()},

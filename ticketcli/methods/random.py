@@ -6,11 +6,18 @@ import torch
 
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
-from ticketcli.methods.base import ExtractResult, Method, Progress
+from ticketcli.methods.base import ExtractResult, Masks, Method, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.models.masked import MaskedNet
-from ticketcli.selection.groups import scope_groups, select
+from ticketcli.selection.groups import Group, select
 from ticketcli.specs import MethodSpec
+
+
+def random_masks(net: MaskedNet, groups: list[Group], generator: torch.Generator, device: torch.device) -> Masks:
+    """floor(density * n) entries of each group kept at random (also where SET and RigL start): the top-k of
+    uniform draws made on the CPU, so the same bits on any device."""
+    draws = {n: torch.rand(net.weights[n].shape, generator=generator) for n in net.names}
+    return {n: m.to(device) for n, m in select(draws, groups).items()}
 
 
 @METHODS.register("random")
@@ -35,6 +42,4 @@ class RandomMask(Method):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = scope_groups(net, spec, self.default_scope)
-        draws = {n: torch.rand(net.weights[n].shape, generator=generator) for n in net.names}  # CPU: same bits anywhere
-        return ExtractResult({n: m.to(device) for n, m in select(draws, groups).items()})
+        return ExtractResult(random_masks(net, self.groups(net, spec), generator, device))

@@ -15,10 +15,10 @@ import torch.nn.functional as F
 from ticketcli import batchnorm
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
-from ticketcli.methods.base import ExtractResult, Method, Progress
+from ticketcli.methods.base import ExtractResult, Method, Progress, dense_masks
 from ticketcli.methods.registry import METHODS
 from ticketcli.models.masked import MaskedNet
-from ticketcli.selection.groups import power_schedule, restricted, scope_groups, select
+from ticketcli.selection.groups import power_schedule, restricted, select
 from ticketcli.specs import MethodSpec
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
@@ -120,7 +120,7 @@ class Snip(_Saliency):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = scope_groups(net, spec, self.default_scope)
+        groups = self.groups(net, spec)
         return ExtractResult(select(snip_scores(net, minibatches(data, spec, generator)), groups))
 
 
@@ -144,9 +144,9 @@ class Grasp(_Saliency):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = scope_groups(net, spec, self.default_scope)
         g_batches = minibatches(data, spec, generator)  # two independent shuffles: two independent collections
         h_batches = g_batches if spec.grasp_data == "shared" else minibatches(data, spec, generator)
+        groups = self.groups(net, spec)
         scores = grasp_scores(net, g_batches, h_batches, spec.grasp_temperature, spec.grasp_direction)
         return ExtractResult(select(scores, groups))
 
@@ -169,8 +169,8 @@ class SynFlow(_Saliency):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = scope_groups(net, spec, self.default_scope)
-        masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in ((n, net.weights[n]) for n in net.names)}
+        masks = dense_masks(net)
+        groups = self.groups(net, spec)
         rounds = spec.synflow_rounds
         for r in range(1, rounds + 1):
             scores = synflow_scores(net, {n: m.double() for n, m in masks.items()}, data.x_extract[:1])

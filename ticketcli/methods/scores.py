@@ -53,8 +53,9 @@ class ScoreMethod(Method):
         """The selection at `density` (default: the augmented density, or the requested one and --layer-densities)."""
         if density is None and self.augmented:
             density = augmented_density(spec)
-        groups = scope_groups(net, spec, self.default_scope, density)
-        return Selection(net, groups, parts=self.parts(spec), signed=spec.signed_scores, active=active)
+        return Selection(
+            net, self.groups(net, spec, density), parts=self.parts(spec), signed=spec.signed_scores, active=active
+        )
 
     def extract(
         self,

@@ -16,12 +16,13 @@ import torch
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
-from ticketcli.methods.base import ExtractResult, Masks, Method, Progress
+from ticketcli.methods.base import ExtractResult, Masks, Method, Progress, dense_masks
+from ticketcli.methods.random import random_masks
 from ticketcli.methods.registry import METHODS
 from ticketcli.models.masked import MaskedNet
-from ticketcli.selection.groups import Group, power_schedule, restricted, scope_groups, select, select_group
+from ticketcli.selection.groups import Group, power_schedule, restricted, select, select_group
 from ticketcli.specs import MethodSpec
-from ticketcli.train import WeightOptim, WeightTrainer, train_weights
+from ticketcli.train import WeightOptim, WeightTrainer, train_on_extract
 
 
 def weight_optim(spec: MethodSpec) -> WeightOptim:
@@ -77,27 +78,20 @@ class IMP(_SparseTraining):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = scope_groups(net, spec, self.default_scope)
         rounds = spec.imp_rounds
         if spec.epochs % rounds:
             raise UsageError(
                 f"--epochs {spec.epochs} must be a multiple of --imp-rounds {rounds} "
                 "(each round trains epochs / rounds epochs; the paper: 100 = 5 x 20)"
             )
+        groups = self.groups(net, spec)
         per_round = spec.epochs // rounds
-        masks = {n: torch.ones_like(w, dtype=torch.bool) for n, w in ((n, net.weights[n]) for n in net.names)}
+        masks = dense_masks(net)
         round_masks: list[Masks] = []
         for r in range(1, rounds + 1):
             trainer = WeightTrainer(net, masks, weight_optim(spec))  # built from net.weights: the original init
-            train_weights(
-                trainer,
-                data.x_extract,
-                data.y_extract,
-                epochs=per_round,
-                batch_size=spec.batch_size,
-                generator=generator,
-                on_epoch=epoch_reporter(progress, spec.epochs, constant(masks), (r - 1) * per_round),
-            )
+            on_epoch = epoch_reporter(progress, spec.epochs, constant(masks), (r - 1) * per_round)
+            train_on_extract(trainer, data, spec, generator, epochs=per_round, on_epoch=on_epoch)
             trained = trainer.weights()
             magnitude = restricted({n: w.abs() for n, w in trained.items()}, masks)
             masks = select(magnitude, groups, power_schedule(r, rounds))
@@ -137,15 +131,29 @@ def masks_of(trainer: WeightTrainer) -> Masks:
     return trainer.masks
 
 
+def random_growth(
+    trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """SET's regrowth: uniform scores drawn on the CPU from the run's generator."""
+    return {n: torch.rand(p.shape, generator=generator).to(p.device) for n, p in trainer.params.items()}
+
+
+def gradient_growth(
+    trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """RigL's regrowth: |dL/d(W*M)| on the current minibatch, masked entries included (the dense gradient)."""
+    return {n: g.abs() for n, g in trainer.dense_gradient(x, y).items()}
+
+
+Growth = Callable[[WeightTrainer, torch.Tensor, torch.Tensor, torch.Generator], dict[str, torch.Tensor]]
+
+
 class _DynamicSparse(_SparseTraining):
     """A random mask at the target density; every --regrow-every steps prune-and-regrow; regrown weights start at 0.
 
     No update follows the very last step: its regrown weights would never be trained."""
 
-    def grow_scores(
-        self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
-    ) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+    grow_scores: Growth  # (trainer, x, y, generator) -> the scores regrowth picks the highest of
 
     def extract(
         self,
@@ -158,13 +166,9 @@ class _DynamicSparse(_SparseTraining):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = scope_groups(net, spec, self.default_scope)
-        start = select(
-            {n: torch.rand(w.shape, generator=generator) for n, w in ((n, net.weights[n]) for n in net.names)}, groups
-        )
-        trainer = WeightTrainer(net, {n: m.to(device) for n, m in start.items()}, weight_optim(spec))
-        n = data.y_extract.numel()
-        total_steps = spec.epochs * math.ceil(n / spec.batch_size)
+        total_steps = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
+        groups = self.groups(net, spec)
+        trainer = WeightTrainer(net, random_masks(net, groups, generator, device), weight_optim(spec))
         updates: list[dict[str, Masks]] = []  # masks before and after each update, and what grew
 
         def on_step(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -180,16 +184,8 @@ class _DynamicSparse(_SparseTraining):
                     trainer.params[k].masked_fill_(g, 0.0)  # a regrown weight starts at zero
             updates.append({"before": masks, "after": new, "grown": grown})
 
-        train_weights(
-            trainer,
-            data.x_extract,
-            data.y_extract,
-            epochs=spec.epochs,
-            batch_size=spec.batch_size,
-            generator=generator,
-            on_step=on_step,
-            on_epoch=epoch_reporter(progress, spec.epochs, lambda: masks_of(trainer)),
-        )
+        on_epoch = epoch_reporter(progress, spec.epochs, lambda: masks_of(trainer))
+        train_on_extract(trainer, data, spec, generator, on_step=on_step, on_epoch=on_epoch)
         final = {k: m.bool() for k, m in masks_of(trainer).items()}
         return ExtractResult(final, trained_weights=trainer.weights(), trace={"updates": updates})
 
@@ -197,20 +193,10 @@ class _DynamicSparse(_SparseTraining):
 @METHODS.register("set")
 class SET(_DynamicSparse):
     name = "set"
-
-    def grow_scores(
-        self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
-    ) -> dict[str, torch.Tensor]:
-        """Random regrowth: uniform scores drawn on the CPU from the run's generator."""
-        return {n: torch.rand(p.shape, generator=generator).to(p.device) for n, p in trainer.params.items()}
+    grow_scores = staticmethod(random_growth)
 
 
 @METHODS.register("rigl")
 class RigL(_DynamicSparse):
     name = "rigl"
-
-    def grow_scores(
-        self, trainer: WeightTrainer, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
-    ) -> dict[str, torch.Tensor]:
-        """|dL/d(W*M)| on the current minibatch, masked entries included (the dense gradient)."""
-        return {n: g.abs() for n, g in trainer.dense_gradient(x, y).items()}
+    grow_scores = staticmethod(gradient_growth)

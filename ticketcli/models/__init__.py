@@ -12,9 +12,9 @@ Its modules, by concern, bottom to top:
   first (`planned_shapes`, `check_param_count`).
 
 To add a model: write its family module with a builder, register the builder in registry.py (and describe it in
-catalog.py and budget.py; ARCHITECTURE.md, "Adding a model").
+catalog.py and cost.py; ARCHITECTURE.md, "Adding a model").
 
-What it may import: torch, the foundations (ticketcli.errors, specs, spec_syntax, registry, budget) and
+What it may import: torch, the foundations (ticketcli.errors, specs, spec_syntax, registry, cost, budget) and
 ticketcli.batchnorm; nothing above the building blocks (tests/test_layers.py). This file imports nothing:
 import the module that defines a name.
 """

@@ -68,7 +68,7 @@ class GPTNano(nn.Module):
         x = F.embedding(idx, self.tok_embed.weight.T) + self.pos_embed[: idx.shape[1]]  # (B, T, D)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x))
+        return cast(torch.Tensor, self.head(self.norm(x)))  # a Module call is typed Any
 
     def forward_with(self, idx: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
         """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""

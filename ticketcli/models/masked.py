@@ -4,6 +4,7 @@ weight by its mask; which parameters get masks (`masked_names`), the layer that 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -59,7 +60,7 @@ class MaskedNet:
         self.calibration: torch.Tensor | None = None  # inputs the running statistics are recomputed on
         self.calibration_batch = batchnorm.CALIBRATION_BATCH
         self._version = 0  # bumped whenever the weights change, so calibrate knows its statistics are stale
-        self._calibrated: tuple | None = None
+        self._calibrated: _CalibrationKey | None = None
 
     def to(self, device: torch.device) -> MaskedNet:
         self.module.to(device)
@@ -102,7 +103,7 @@ class MaskedNet:
             return self.module(x) if masks is None else self._run(x, self.masked(masks))
 
     def forward_with(
-        self, x: torch.Tensor, params: Mapping[str, torch.Tensor], *, batch_statistics: bool = True, **options
+        self, x: torch.Tensor, params: Mapping[str, torch.Tensor], *, batch_statistics: bool = True, **options: Any
     ) -> torch.Tensor:
         """Training: the module's forward with these tensors in place of its parameters, BatchNorm on the batch's
         statistics (`batch_statistics=False`: on the running ones, as SynFlow's data-free pass wants). `options`
@@ -114,9 +115,13 @@ class MaskedNet:
         with batchnorm.statistics(self.batchnorms, self.bn_statistics, "batch" if batch_statistics else "running"):
             return self._run(x, params, **options)
 
-    def _run(self, x: torch.Tensor, params: Mapping[str, torch.Tensor], **options) -> torch.Tensor:
+    def _run(self, x: torch.Tensor, params: Mapping[str, torch.Tensor], **options: Any) -> torch.Tensor:
         fast = getattr(self.module, "forward_with", None)  # our own models skip functional_call's overhead
-        return fast(x, params, **options) if fast is not None else functional_call(self.module, dict(params), (x,))
+        # both typed Any: a model's forward_with is found by name, functional_call returns what the module does
+        return cast(
+            torch.Tensor,
+            fast(x, params, **options) if fast is not None else functional_call(self.module, dict(params), (x,)),
+        )
 
     def calibrate(self, masks: dict[str, torch.Tensor] | None, chunks: batchnorm.ChunkProgress | None = None) -> None:
         """Recompute BatchNorm's running statistics for these masks (None: the dense weights) and the current
@@ -142,9 +147,16 @@ class MaskedNet:
     __call__ = forward
 
 
-def _same_state(a: tuple, b: tuple) -> bool:
+# calibrate's key: (weights version, calibration inputs, [(mask, its in-place version)] or None for no masks)
+_CalibrationKey = tuple[int, torch.Tensor | None, list[tuple[torch.Tensor, int]] | None]
+
+
+def _same_state(a: _CalibrationKey, b: _CalibrationKey) -> bool:
     """calibrate's keys: same weights version, the very same calibration inputs and mask tensors (held, so their
     ids cannot be reused) at the same in-place version."""
-    if a[0] != b[0] or a[1] is not b[1] or (a[2] is None) != (b[2] is None):
+    if a[0] != b[0] or a[1] is not b[1]:
         return False
-    return a[2] is None or (len(a[2]) == len(b[2]) and all(m is n and v == w for (m, v), (n, w) in zip(a[2], b[2])))
+    ma, mb = a[2], b[2]
+    if ma is None or mb is None:
+        return ma is None and mb is None
+    return len(ma) == len(mb) and all(m is n and v == w for (m, v), (n, w) in zip(ma, mb))

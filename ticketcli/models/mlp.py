@@ -4,6 +4,7 @@ MLP's forward pass from given parameters (`mlp_forward`), which drift varies the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +19,9 @@ NORMS: dict[str, Callable[[int], nn.Module]] = {
     "layer": lambda w: nn.LayerNorm(w, elementwise_affine=False),
     "rms": lambda w: nn.RMSNorm(w, eps=1e-5, elementwise_affine=False),
 }
+
+# mlp_forward's trace: per layer (input a, linear output z, activation input h, activation output)
+MlpTrace = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 class MLP(nn.Module):
@@ -40,7 +44,7 @@ class MLP(nn.Module):
         """The plain PyTorch forward pass (the oracle for forward_with)."""
         a = x.flatten(1)
         for i, layer in enumerate(self.layers):
-            z = layer(a)
+            z = cast(torch.Tensor, layer(a))  # a Module call is typed Any
             if i == len(self.layers) - 1:
                 return z
             out = torch.relu(z if self.norms is None else self.norms[i](z))
@@ -52,7 +56,7 @@ class MLP(nn.Module):
         x: torch.Tensor,
         params: dict[str, torch.Tensor],
         act: Callable[[torch.Tensor], torch.Tensor] = torch.relu,
-        trace: list | None = None,
+        trace: MlpTrace | None = None,
     ) -> torch.Tensor:
         """The forward pass with these tensors as parameters (cheaper than torch.func.functional_call); see
         mlp_forward for `act` and `trace`."""
@@ -64,7 +68,7 @@ def mlp_forward(
     params: dict[str, torch.Tensor],
     n_layers: int,
     act: Callable[[torch.Tensor], torch.Tensor] | Sequence[Callable[[torch.Tensor], torch.Tensor]] = torch.relu,
-    trace: list | None = None,
+    trace: MlpTrace | None = None,
     norms: nn.ModuleList | None = None,
     skips: frozenset[int] = frozenset(),
 ) -> torch.Tensor:

@@ -50,7 +50,8 @@ class BasicBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.bn2(self.conv2(self.act1(self.bn1(self.conv1(x)))))
-        return self.act2(out + (x if self.downsample is None else self.downsample(x)))
+        # a Module call is typed Any
+        return cast(torch.Tensor, self.act2(out + (x if self.downsample is None else self.downsample(x))))
 
     def forward_with(
         self, x: torch.Tensor, p: dict[str, torch.Tensor], prefix: str, trace: Trace | None = None
@@ -60,7 +61,7 @@ class BasicBlock(nn.Module):
         if self.downsample is not None:
             conv = cast(nn.Conv2d, self.downsample[0])
             x = self.downsample[1](traced_conv(conv, f"{prefix}.downsample.0", x, p, trace))
-        return self.act2(out + x, trace)
+        return cast(torch.Tensor, self.act2(out + x, trace))
 
 
 class ResNet(nn.Module):
@@ -97,7 +98,7 @@ class ResNet(nn.Module):
         x = self.act(self.bn1(self.conv1(x)))
         for i in range(self.stages):
             x = self.stage(i)(x)
-        return self.fc(x.mean((2, 3)))  # (B, C) after global average pooling
+        return cast(torch.Tensor, self.fc(x.mean((2, 3))))  # (B, C) after global average pooling
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
         """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""
@@ -123,7 +124,7 @@ class WideBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = torch.relu(self.bn1(x))
         out = self.conv2(torch.relu(self.bn2(self.conv1(a))))
-        return out + (x if self.shortcut is None else self.shortcut(a))
+        return cast(torch.Tensor, out + (x if self.shortcut is None else self.shortcut(a)))
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], prefix: str) -> torch.Tensor:
         a = torch.relu(self.bn1(x))
@@ -156,7 +157,7 @@ class WideResNet(nn.Module):
         x = self.conv1(x)
         for i in range(3):  # the stages are registered by name (layer1..layer3), as torchvision's are
             x = self.get_submodule(f"layer{i + 1}")(x)
-        return self.fc(torch.relu(self.bn(x)).mean((2, 3)))
+        return cast(torch.Tensor, self.fc(torch.relu(self.bn(x)).mean((2, 3))))
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
         x = _conv(self.conv1, "conv1", x, p)

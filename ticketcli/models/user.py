@@ -16,6 +16,7 @@ import inspect
 import sys
 from collections.abc import Callable
 from functools import partial
+from typing import cast
 
 import torch
 from torch import nn
@@ -97,7 +98,7 @@ def import_factory(path: str) -> Callable[..., nn.Module]:
     defined_in = getattr(inner, "__module__", None)
     if isinstance(defined_in, str):  # `from code import interact as build_net` in the user's module
         _refuse_foreign(path, defined_in)
-    return fn
+    return cast(Callable[..., nn.Module], fn)  # callable; build_user_model checks that it returns an nn.Module
 
 
 def takes_num_classes(fn: Callable[..., object]) -> bool:

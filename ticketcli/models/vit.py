@@ -50,6 +50,9 @@ def attention(x: torch.Tensor, qkv: torch.Tensor, heads: int, causal: bool = Fal
     causal: token i attends to tokens 0..i only."""
     b, n, three_d = qkv.shape
     d = three_d // 3
+    q: torch.Tensor  # iterating a Tensor is typed Any
+    k: torch.Tensor
+    v: torch.Tensor
     q, k, v = qkv.reshape(b, n, 3, heads, d // heads).permute(2, 0, 3, 1, 4)  # each (B, heads, N, hd)
     scores = (q @ k.transpose(-2, -1)) * (d // heads) ** -0.5  # (B, heads, N, N)
     if causal:
@@ -67,7 +70,8 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(attention(x, self.qkv(x), self.heads, self.causal))
+        # a Module call is typed Any
+        return cast(torch.Tensor, self.proj(attention(x, self.qkv(x), self.heads, self.causal)))
 
 
 class Mlp(nn.Module):
@@ -78,7 +82,7 @@ class Mlp(nn.Module):
         self.fc2 = nn.Linear(hidden, dim, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        return cast(torch.Tensor, self.fc2(self.act(self.fc1(x))))
 
 
 class Block(nn.Module):
@@ -93,7 +97,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        return cast(torch.Tensor, x + self.mlp(self.norm2(x)))
 
     def forward_with(
         self, x: torch.Tensor, p: dict[str, torch.Tensor], prefix: str, trace: Trace | None = None
@@ -137,7 +141,7 @@ class VisionTransformer(nn.Module):
         x = self.patch_embed.proj(x).flatten(2).transpose(1, 2) + self.pos_embed  # (B, N, D)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x).mean(1))
+        return cast(torch.Tensor, self.head(self.norm(x).mean(1)))
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
         """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""

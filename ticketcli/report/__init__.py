@@ -1,23 +1,27 @@
-"""Reporting, split by concern: console (stdout/stderr, --json, --quiet, errors, warnings, progress bars), tables
-(each command's human-readable result) and plots (PNG figures). Callers use the names below as `report.<name>`."""
+"""Reporting, split by concern: console (stdout and stderr, --json, errors, warnings, literal text), progress (each
+command's progress display, --quiet) over plain (plain progress lines off a terminal), tables (each command's
+human-readable result) and plots (PNG figures). Callers use the names below as `report.<name>`; each is imported
+here from the module that defines it."""
 
 from ticketcli.report.console import (
-    drift_progress,
-    epoch_progress,
     error,
     flush_results,
     internal_error,
     literal,
-    phases_of,
     print_json,
-    runs_progress,
-    sweep_progress,
     tolerate_encodings,
     warn,
-    working,
     write_stderr,
 )
 from ticketcli.report.plots import drift_plot, sweep_plot, weak_plot
+from ticketcli.report.progress import (
+    drift_progress,
+    epoch_progress,
+    phases_of,
+    runs_progress,
+    sweep_progress,
+    working,
+)
 from ticketcli.report.tables import (
     drift_tables,
     evaluate_table,

@@ -3,8 +3,9 @@ model, method), and `*_plot(result)` returns it as PNG bytes for the caller to w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ticketcli.report.console import method_name, pct
 
@@ -41,12 +42,12 @@ def run_title(*parts: object) -> str:
     return ", ".join(str(p) for p in parts if p not in (None, ""))
 
 
-def sweep_plot(result: dict) -> bytes:
+def sweep_plot(result: Mapping[str, Any]) -> bytes:
     """sweep_figure as PNG bytes."""
     return png_bytes(sweep_figure(result), dpi=110)
 
 
-def sweep_figure(result: dict) -> Figure:
+def sweep_figure(result: Mapping[str, Any]) -> Figure:
     """Figure 2: (left) test accuracy per configuration/method, one point per seed; (right) accuracy vs achieved
     sparsity with the constrained oracle's band shaded. A legend names only markers that are drawn."""
     plt = pyplot()
@@ -61,6 +62,7 @@ def sweep_figure(result: dict) -> Figure:
     pos = {lab: i for i, lab in enumerate(labels)}
     seeds = sm["seeds"]
     colors = plt.get_cmap("tab10")
+    fig: Figure  # pyplot is loaded at run time (pyplot()), so its results are typed Any
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
     for i, s in enumerate(seeds):  # one labelled scatter per seed: its legend entry is its own points
         xs, ys = [], []
@@ -128,20 +130,21 @@ def sweep_figure(result: dict) -> Figure:
     return fig
 
 
-def _seeds(seeds: list) -> str:
+def _seeds(seeds: list[int]) -> str:
     return f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds"
 
 
-def weak_plot(r: dict) -> bytes:
+def weak_plot(r: Mapping[str, Any]) -> bytes:
     """weak_figure as PNG bytes."""
     return png_bytes(weak_figure(r), dpi=100)
 
 
-def weak_figure(r: dict) -> Figure:
+def weak_figure(r: Mapping[str, Any]) -> Figure:
     """Validation accuracy and training loss per epoch, masked vs dense (epoch 0 = before training)."""
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
+    fig: Figure  # pyplot is loaded at run time (pyplot()), so its results are typed Any
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for k, style in (("masked", "-o"), ("dense", "--s")):
         if k not in r:
@@ -165,12 +168,12 @@ def weak_figure(r: dict) -> Figure:
     return fig
 
 
-def drift_plot(r: dict) -> bytes:
+def drift_plot(r: Mapping[str, Any]) -> bytes:
     """drift_figure as PNG bytes."""
     return png_bytes(drift_figure(r), dpi=100)
 
 
-def relu_panels_coincide(r: dict) -> bool:
+def relu_panels_coincide(r: Mapping[str, Any]) -> bool:
     """Whether activation sparsity equals the negative pre-activation share in every layer at every step: so for
     ReLU under the exact-zero rule (relu(h) == 0 exactly when h <= 0), unless a pre-activation is exactly 0 (a unit
     whose weights the mask removed), which counts as sparse but not as negative."""
@@ -185,14 +188,14 @@ def relu_panels_coincide(r: dict) -> bool:
     return True
 
 
-def drift_data(r: dict) -> str:
+def drift_data(r: Mapping[str, Any]) -> str:
     """What a drift run trained on: the dataset, the text corpus, or random inputs."""
     if r.get("inputs", "data") != "data":
         return f"{r['inputs']} inputs"
     return "text corpus" if r.get("dataset") == "text" else str(r.get("dataset", ""))
 
 
-def drift_method(r: dict) -> str:
+def drift_method(r: Mapping[str, Any]) -> str:
     """How a drift run trained: optimiser, learning rate, loss and activation (the ticket's kept weights only)."""
     opt = r.get("optimizer") or {}
     how = f"{opt.get('name', '?')} lr {opt.get('lr', '?'):g}" if opt else None
@@ -200,7 +203,7 @@ def drift_method(r: dict) -> str:
     return run_title(what, how, r.get("loss"), r.get("activation"))
 
 
-def drift_figure(r: dict) -> Figure:
+def drift_figure(r: Mapping[str, Any]) -> Figure:
     """Weight mean per layer; negative pre-activation share and activation sparsity per hidden layer, in one panel
     for ReLU, where the two are the same numbers (relu_panels_coincide)."""
     plt = pyplot()
@@ -217,6 +220,7 @@ def drift_figure(r: dict) -> Figure:
             panels[0],
             ("sparsity", f"activation sparsity ({r['zero_rule']})\n= share of negative pre-activations (ReLU)"),
         )
+    fig: Figure  # pyplot is loaded at run time (pyplot()), so its results are typed Any
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2))
     for ax, (metric, title) in zip(axes, panels):
         for layer, stats in sm["layers"].items():

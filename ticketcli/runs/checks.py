@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ticketcli import batchnorm, budget
+from ticketcli import batchnorm, cost
 from ticketcli.budget import Budget
 from ticketcli.checkpoint import recorded_locations
 from ticketcli.errors import TicketFileError, UsageError
@@ -66,7 +66,7 @@ def check_planned(tk: ticket_io.Ticket, model: ModelSpec, path: Path, limits: Bu
         check_param_count(model, sum(math.prod(s) for s in recorded.values()), limits.max_params)
         return
     try:
-        est = budget.estimate(model)
+        est = cost.estimate(model)
         assert est is not None  # a built-in model
         check_param_count(model, est.params, limits.max_params)
         bits = sum(math.prod(s) for s in tk.shapes.values())

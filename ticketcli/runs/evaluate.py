@@ -7,12 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from ticketcli.batchnorm import ChunkProgress
-from ticketcli.data import Splits
 from ticketcli.errors import UsageError
-from ticketcli.runs.build import open_loaded
+from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.record import counted_layers
 from ticketcli.specs import DataSpec, ModelPolicy
 from ticketcli.ticketfile import ticket as ticket_io
@@ -30,29 +28,16 @@ def evaluate_ticket(
 ) -> dict:
     """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy; `chunks` is told
     the chunks of the BatchNorm recalibration and of both evaluations as they finish."""
-    path = Path(path)
-    tk = ticket_io.load(path, max_params=policy.max_params)
-    return evaluate_loaded(tk, path, data=data, device=device, weights=weights, policy=policy, chunks=chunks)
+    opened = open_ticket(path, data=data, device=device, weights=weights, policy=policy)
+    return evaluate_loaded(opened, Path(path), chunks)
 
 
-def evaluate_loaded(
-    tk: ticket_io.Ticket,
-    path: Path,
-    *,
-    data: DataSpec,
-    device: str = "auto",
-    weights: str | None = None,
-    policy: ModelPolicy = ModelPolicy(),
-    splits: Splits | None = None,
-    module: nn.Module | None = None,
-    chunks: ChunkProgress | None = None,
-) -> dict:
-    """evaluate_ticket for a ticket already read (the Python API's Ticket.evaluate); see open_loaded."""
-    o = open_loaded(tk, path, data=data, device=device, weights=weights, policy=policy, splits=splits, module=module)
-    tk, net, masks, splits, dev = o.ticket, o.net, o.masks, o.splits, o.device
-    test = evaluate(net, masks, splits.x_test, splits.y_test, chunks=chunks, phase="test")
-    val = evaluate(net, masks, splits.x_val, splits.y_val, chunks=chunks, phase="validation")
-    return evaluation_summary(path, tk, dev, test, val)
+def evaluate_loaded(o: OpenTicket, path: Path, chunks: ChunkProgress | None = None) -> dict:
+    """evaluate_ticket for a ticket already opened (the Python API's Ticket.evaluate opens it with
+    runs.build.open_loaded, on the caller's data or module); `path` names it in the summary."""
+    test = evaluate(o.net, o.masks, o.splits.x_test, o.splits.y_test, chunks=chunks, phase="test")
+    val = evaluate(o.net, o.masks, o.splits.x_val, o.splits.y_val, chunks=chunks, phase="validation")
+    return evaluation_summary(path, o.ticket, o.device, test, val)
 
 
 def evaluation_summary(path: Path, tk: ticket_io.Ticket, device: torch.device, test: dict, val: dict) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ class TooManyDigits(ValueError):
     pass
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """json object hook: a key given twice is an error, not "the last one wins" (readers would disagree)."""
     out = dict(pairs)
     if len(out) != len(pairs):  # the slow search only for the error message
@@ -50,7 +51,7 @@ def _bounded_int(text: str) -> int:
 
 def strict_json(text: str | bytes) -> Any:
     """json.loads without duplicated keys or integers of more than MAX_INT_DIGITS digits (raises ValueError)."""
-    return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_bounded_int)
+    return json.loads(text, object_pairs_hook=unique_keys, parse_int=_bounded_int)
 
 
 def json_error(e: BaseException) -> str:
@@ -106,7 +107,7 @@ def _fraction(x: Any) -> bool:
     return x is None or (_is_number(x) and 0 <= x <= 1)
 
 
-def check_fields(f: dict[str, dict], checkpoint: dict | None, path: Path) -> None:
+def check_fields(f: dict[str, dict[str, Any]], checkpoint: dict[str, Any] | None, path: Path) -> None:
     """Every field a reader uses has its type and a sane range; a problem is one TicketFileError line."""
 
     def need(ok: bool, what: str) -> None:
@@ -171,7 +172,7 @@ def _shape(shape: Any, *, minimum: int) -> bool:
     )
 
 
-def _check_reported(sparsity: dict, metrics: dict, need) -> None:
+def _check_reported(sparsity: dict[str, Any], metrics: dict[str, Any], need: Callable[[bool, str], None]) -> None:
     """The numbers tables print as percentages or compare: shares in [0, 1], counts non-negative integers."""
     for key in ("requested", "achieved"):
         need(_fraction(sparsity.get(key)), f"'sparsity.{key}' must be a number in [0, 1]")

@@ -9,12 +9,12 @@ import math
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from ticketcli.errors import TicketFileError
-from ticketcli.ticketfile.meta import MAX_DIMS, MAX_INT_DIGITS, DuplicateKey, TooManyDigits, json_error
+from ticketcli.ticketfile.meta import MAX_DIMS, MAX_INT_DIGITS, DuplicateKey, TooManyDigits, json_error, unique_keys
 
 MAX_HEADER_BYTES = 1 << 24  # a ticket's JSON header is a few KiB (safetensors itself allows 100 MB)
 DTYPE_BYTES = {
@@ -55,17 +55,6 @@ def _no_float(text: str) -> float:
     raise NotInHeader("a non-integer number")
 
 
-def _unique(pairs: list[tuple[str, object]]) -> dict:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                raise DuplicateKey(k)
-            seen.add(k)
-    return out
-
-
 def header_json(raw: bytes) -> object:
     """Parse a safetensors header as the safetensors library does, or stricter: UTF-8 only (no byte-order mark,
     no UTF-16), integers only as non-negative whole numbers, no lone surrogates; and, beyond the library, no
@@ -73,7 +62,7 @@ def header_json(raw: bytes) -> object:
     text = raw.decode("utf-8")  # UnicodeDecodeError (a ValueError) for anything else; json.loads would guess
     if text.startswith("\ufeff"):
         raise NotInHeader("a byte-order mark")
-    value = json.loads(text, object_pairs_hook=_unique, parse_int=_header_int, parse_float=_no_float)
+    value = json.loads(text, object_pairs_hook=unique_keys, parse_int=_header_int, parse_float=_no_float)
     stack = [value]
     while stack:  # a \ud800 escape decodes to a lone surrogate, which is no UTF-8 text (safetensors refuses it)
         v = stack.pop()
@@ -90,7 +79,7 @@ def header_json(raw: bytes) -> object:
     return value
 
 
-def read_header(f: BinaryIO, size: int, path: Path) -> tuple[dict, int]:
+def read_header(f: BinaryIO, size: int, path: Path) -> tuple[dict[str, Any], int]:
     """Parse and check the safetensors header ourselves, with size limits, before any tensor byte is read:
     every tensor's declared dtype, shape and byte range must agree and tile the body exactly, so nothing is ever
     allocated for a declared size the file does not hold. Returns the header and the body's file offset."""
@@ -121,7 +110,7 @@ def read_header(f: BinaryIO, size: int, path: Path) -> tuple[dict, int]:
     return header, 8 + n
 
 
-def check_layout(header: dict, body: int, path: Path) -> None:
+def check_layout(header: dict[str, Any], body: int, path: Path) -> None:
     """Each tensor entry: a known dtype, a shape of non-negative ints, and a byte range inside the body whose
     length is exactly prod(shape) * itemsize (Python ints: no overflow); the ranges tile the body."""
     ranges = []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from ticketcli.atomic import write_atomic
-from ticketcli.budget import declared_params
+from ticketcli.cost import declared_params
 from ticketcli.errors import TicketFileError
 from ticketcli.specs import MAX_PARAMS
 from ticketcli.ticketfile.meta import HEX64, check_fields, json_field
@@ -77,7 +77,7 @@ class Ticket:
     masks_sha256: str | None = None  # as read from a file (saving always records the masks' own digest)
     integrity: str = "ok"  # as read: INTEGRITY's "ok", "modified" or "not recorded"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.shapes:
             self.shapes = {n: list(m.shape) for n, m in self.masks.items()}
 
@@ -200,7 +200,7 @@ def _layout(f: BinaryIO, size: int, path: Path, max_params: int | None = None) -
 
 def _check_bits(bits: int, model: dict[str, Any], path: Path, max_params: int) -> None:
     """The masks' declared bits against the model, from the header alone, before any mask byte is read: the
-    reader's --max-params, a built-in model's parameter count worked out from its spec (budget.py), a factory's
+    reader's --max-params, a built-in model's parameter count worked out from its spec (cost.py), a factory's
     recorded parameters. (Masks hold one bit per masked parameter.)"""
     if bits > max_params:
         raise TicketFileError(
