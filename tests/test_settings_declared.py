@@ -26,7 +26,7 @@ from ticketcli.resolve import check_keywords, check_method_options, checked, mer
 from ticketcli.settings.drift import DRIFT, FEATURES
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table
-from ticketcli.settings.sweep import SWEEP
+from ticketcli.settings.sweep import OWN, SWEEP
 from ticketcli.settings.weak import WEAK
 from ticketcli.specs import MethodSpec
 
@@ -139,7 +139,15 @@ def test_every_method_reads_what_the_declarations_say():
 
 
 @pytest.mark.parametrize(
-    "command,table", [("extract", RUN), ("sweep-k", SWEEP), ("train-weak", WEAK), ("drift", DRIFT), ("drift", FEATURES)]
+    "command,table",
+    [
+        ("extract", RUN),
+        ("sweep-k", SWEEP),
+        ("sweep-k", OWN),
+        ("train-weak", WEAK),
+        ("drift", DRIFT),
+        ("drift", FEATURES),
+    ],
 )
 def test_every_declared_setting_is_a_flag_of_its_command(command, table):
     params = {p.name: p for p in typer.main.get_command(app).commands[command].params}  # type: ignore[attr-defined]

@@ -81,6 +81,8 @@ SWEEP_DENSITIES = (
     0.80,
 )  # sweep.plan.PAPER_DENSITIES
 
+SWEEP_BAND = (0.85, 0.95)  # sweep.summary.PAPER_BAND
+
 # grasp's two readings and its data for g and Hg (specs.GRASP_DIRECTIONS, specs.GRASP_DATA)
 GRASP_DIRECTIONS = ("paper", "original")
 GRASP_DATA = ("separate", "shared")

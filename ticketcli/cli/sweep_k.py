@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Optional, cast
 
 import typer
 
-from ticketcli import catalog, report
+from ticketcli import report
 from ticketcli.atomic import check_destination, write_owned
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space
 from ticketcli.cli.declared import declared, given_settings
@@ -18,91 +18,14 @@ from ticketcli.contract import document
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.settings.registry import check_setting
-from ticketcli.settings.setting import Panel, show, with_default
-from ticketcli.settings.sweep import SWEEP
-from ticketcli.sweep.summary import PAPER_BAND
+from ticketcli.settings.setting import Panel
+from ticketcli.settings.sweep import OWN, SWEEP
 
 Executor = Literal["local", "ray"]
-# sweep-k's own options (the others are extract's): their defaults, each written once here, in sweep/plan.py (read
-# through the catalog, which imports no torch) or in sweep/summary.py (torch-free)
-SEEDS = "0,1,2"
-LAYERWISE = catalog.SWEEP_LAYERWISE
-BAND = show(PAPER_BAND).replace(",", "-")  # 0.85-0.95
-WORKERS = 1
-EXECUTOR: Executor = "local"
 
 
-@declared(SWEEP)
+@declared(SWEEP, OWN)
 def sweep_k(
-    seeds: Annotated[
-        str,
-        typer.Option(
-            show_default=False,
-            help=with_default("Comma-separated seeds; each seed's runs share one initialisation.", SEEDS),
-            rich_help_panel=Panel.METHOD,
-        ),
-    ] = SEEDS,
-    densities: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Comma-separated scalar keep densities for the edge-popup sweep, also the pool of the layerwise "
-            f"draws. Default: the paper's {show(catalog.SWEEP_DENSITIES)}.",
-            rich_help_panel=Panel.METHOD,
-        ),
-    ] = None,
-    layerwise: Annotated[
-        int,
-        typer.Option(
-            show_default=False,
-            help=with_default("Random layerwise keep-density tuples per seed, drawn from the density pool.", LAYERWISE),
-            rich_help_panel=Panel.METHOD,
-        ),
-    ] = LAYERWISE,
-    band: Annotated[
-        str,
-        typer.Option(
-            show_default=False,
-            help=with_default("Achieved-sparsity band LO-HI of the constrained validation oracle.", BAND),
-            rich_help_panel=Panel.METHOD,
-        ),
-    ] = BAND,
-    workers: Annotated[
-        int,
-        typer.Option(
-            show_default=False,
-            help=with_default(
-                "Local worker processes (spawned); workers x threads must not exceed the CPU cores.", WORKERS
-            ),
-            rich_help_panel=Panel.SCALE_OUT,
-        ),
-    ] = WORKERS,
-    threads: Annotated[
-        Optional[int],
-        typer.Option(
-            help="Torch threads per run (config key threads); workers x threads must not exceed the CPU cores. "
-            "Default: 1 per run, so that the results do not depend on --workers or the executor.",
-            rich_help_panel=Panel.SCALE_OUT,
-        ),
-    ] = None,
-    executor: Annotated[
-        Executor,
-        typer.Option(
-            show_default=False,
-            # \\[ prints [: Rich would take [ray] for markup and drop it
-            help=with_default(
-                "local (a process pool of --workers) or ray (needs pip install 'ticketcli\\[ray]').", EXECUTOR
-            ),
-            rich_help_panel=Panel.SCALE_OUT,
-        ),
-    ] = EXECUTOR,
-    ray_address: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Ray cluster address for --executor ray (e.g. auto or ray://host:10001). "
-            "Default: a new local Ray instance.",
-            rich_help_panel=Panel.SCALE_OUT,
-        ),
-    ] = None,
     out_dir: Annotated[
         Optional[Path],
         typer.Option(
@@ -137,7 +60,7 @@ def sweep_k(
     ] = None,
     json_out: Json = False,
     quiet: Quiet = False,
-    **given: Any,  # extract's run settings (settings/sweep.py, @declared): one flag each
+    **given: Any,  # extract's run settings and sweep-k's own (settings/sweep.py, @declared): one flag each
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
     # torch: imported when the command runs, not for --help
@@ -147,6 +70,7 @@ def sweep_k(
     from ticketcli.sweep.run import sweep_k as run_sweep_k
 
     flags = {**given_settings(SWEEP, given), "method": "edge-popup"}
+    seeds, densities, layerwise, band, workers, threads, executor, ray_address = given_settings(OWN, given).values()
     resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
     with (
         errors_to_exit_codes(),

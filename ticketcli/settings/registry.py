@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ticketcli.ranges import INT, Range
+from ticketcli.ranges import Range
 from ticketcli.settings.drift import DRIFT
-from ticketcli.settings.run import RUN, THREADS
+from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table, option_flag
+from ticketcli.settings.sweep import OWN
 from ticketcli.settings.weak import WEAK
-
-# sweep-k's own counts (its command-line-only options, cli/sweep_k.py)
-SWEEP_RANGES: dict[str, Range] = {"layerwise": INT(0, 10_000), "workers": INT(1, 4096), "threads": THREADS}
 
 
 def ranges(*tables: Table) -> dict[str, Range]:
@@ -27,7 +25,7 @@ def ranges(*tables: Table) -> dict[str, Range]:
     return out
 
 
-RANGES: dict[str, Range] = {**ranges(RUN, WEAK, DRIFT), **SWEEP_RANGES}
+RANGES: dict[str, Range] = ranges(RUN, WEAK, DRIFT, OWN)
 
 
 def check_setting(key: str, value: Any, what: str | None = None) -> Any:
