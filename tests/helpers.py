@@ -14,7 +14,9 @@ from ticketcli.models.build import build_model
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
 from ticketcli.resolve import method_reads, read_by
-from ticketcli.specs import METHOD_OPTIONS, InitSpec, MethodSpec, option_flag
+from ticketcli.settings.run import METHOD_OPTIONS
+from ticketcli.settings.setting import option_flag
+from ticketcli.specs import InitSpec, MethodSpec
 
 FASHION_DIRS = ("/usr/share/datasets",)
 

@@ -20,7 +20,8 @@ from ticketcli.resolve import build_extract_spec, check_method_options, merge_se
 from ticketcli.runs.build import build_net
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.selection.exact import keep_count, topk_mask
-from ticketcli.specs import DataSpec, option_flag
+from ticketcli.settings.setting import option_flag
+from ticketcli.specs import DataSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate
 

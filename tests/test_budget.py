@@ -17,8 +17,8 @@ from ticketcli.errors import UsageError
 from ticketcli.models.build import build_model, planned_shapes
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
+from ticketcli.settings.registry import check_setting
 from ticketcli.spec_syntax import MAX_BLOCKS
-from ticketcli.specs import check_setting
 
 # Several specs per registered model (variants: bias, residual, norms, odd geometries, causal attention).
 EXAMPLES = {

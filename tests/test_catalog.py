@@ -15,6 +15,7 @@ from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import MODELS
 from ticketcli.sweep import plan as sweep_plan
+from ticketcli.sweep import summary as sweep_summary
 
 REGISTRIES = {"methods": METHODS, "models": MODELS, "datasets": DATASETS, "inits": INIT_SCHEMES}
 
@@ -69,3 +70,4 @@ def ACT(name: str):
 def test_mirrored_help_defaults_equal_their_home_values():
     assert catalog.SWEEP_LAYERWISE == sweep_plan.PAPER_LAYERWISE
     assert catalog.SWEEP_DENSITIES == sweep_plan.PAPER_DENSITIES
+    assert catalog.SWEEP_BAND == sweep_summary.PAPER_BAND

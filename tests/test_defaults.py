@@ -19,7 +19,8 @@ from ticketcli.budget import MEMORY_SHARE
 from ticketcli.cli import app
 from ticketcli.data import DATASETS
 from ticketcli.drift.spec import ControlSpec, DriftSpec, Features, RelufySpec, TextSpec
-from ticketcli.specs import EXTRACT_DEFAULTS, DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.settings.run import EXTRACT_DEFAULTS
+from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.weak_spec import WeakSpec
 
 DESCRIBED = "described"  # the option's value is None and its help describes what happens (e.g. "no plot")
@@ -319,7 +320,7 @@ def _none_test(test: ast.AST) -> tuple[ast.AST, bool] | None:
 
 
 def show(value: Any) -> str:
-    from ticketcli.cli.options import show as render
+    from ticketcli.settings.setting import show as render
 
     return render(value)
 

@@ -193,7 +193,7 @@ def test_cli_tables():
         (["--tradeoff", "0.5,x"], "--tradeoff"),
         (["--tradeoff", "0.5"], "2 to"),
         (["--tradeoff", "0.5,0.5"], "distinct"),
-        (["--tradeoff", "0.5,1.2"], "between 0 and 1"),
+        (["--tradeoff", "0.5,1.2"], "must lie in (0, 1)"),
         (["--tradeoff", "0.5,0.6", "--act-target", "0.7"], "--act-target"),
         (["--tradeoff", "0.5,0.6", "--workers", "0"], "--workers"),
         (["--tradeoff", "0.5,0.6", "--relufy", "--from", "gelu", "--to", "relu"], "--tradeoff"),

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from ticketcli import catalog
 from ticketcli.cli import app
-from ticketcli.cli.options import Panel
+from ticketcli.settings.setting import Panel
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "200"}  # one option per line: assertions on text do not depend on wrapping

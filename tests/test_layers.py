@@ -31,6 +31,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.world",
         "ticketcli.threads",
         "ticketcli.catalog",
+        "ticketcli.settings",  # every option declared once: its default (a spec field), range, help, readers
         "ticketcli.contract",
         "ticketcli.result",  # the base of the commands' typed results
         "ticketcli.cost",  # what a built-in model costs, from its spec alone

@@ -9,7 +9,8 @@ from safetensors import safe_open
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.specs import EXTRACT_DEFAULTS, option_flag
+from ticketcli.settings.run import EXTRACT_DEFAULTS
+from ticketcli.settings.setting import option_flag
 
 runner = CliRunner()
 TINY = ["extract", "--method", "edge-popup", "--dataset", "digits", "--model", "mlp:64-16-10", "--epochs", "1"]

@@ -22,7 +22,9 @@ from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs.evaluate import evaluate_ticket
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.runs.inspect import inspect_ticket
-from ticketcli.specs import EXTRACT_DEFAULTS, METHOD_OPTIONS, DataSpec, option_flag
+from ticketcli.settings.run import EXTRACT_DEFAULTS, METHOD_OPTIONS
+from ticketcli.settings.setting import option_flag
+from ticketcli.specs import DataSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 # A valid value other than the default for every method option (test_values_cover_every_option keeps it whole).

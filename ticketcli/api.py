@@ -22,12 +22,13 @@ from ticketcli.data import DATASETS, Splits
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import MODELS, parse_model
-from ticketcli.resolve import build_extract_spec, build_model_policy, data_location, merge_settings
+from ticketcli.resolve import build_extract_spec, build_model_policy, check_keywords, data_location, merge_settings
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import inputs as runs_inputs
-from ticketcli.specs import EXTRACT_DEFAULTS, DataSpec, ModelPolicy, ModelSpec
+from ticketcli.settings.run import RUN
+from ticketcli.specs import DataSpec, ModelPolicy, ModelSpec
 from ticketcli.threads import check_threads, using
 from ticketcli.ticketfile import ticket as ticket_io
 
@@ -256,9 +257,7 @@ def extract(
     if not isinstance(model, (str, nn.Module)):
         raise UsageError(f"model must be a spec string or a torch.nn.Module, got {type(model).__name__}")
     config = _path(config, "config")
-    unknown = sorted(set(options) - (set(EXTRACT_DEFAULTS) - NOT_OPTIONS))
-    if unknown:
-        raise UsageError(f"unknown option {unknown[0]!r} for extract", hint=f"options: {', '.join(_option_names())}")
+    check_keywords(RUN, options, "extract", reserved=NOT_OPTIONS)
     flags = dict(options, method=method, sparsity=sparsity, epochs=epochs, seed=seed, device=device, threads=threads)
     given = None
     if isinstance(data, str):
@@ -305,7 +304,7 @@ def _progress(progress: bool | Progress, label: str, epochs: int) -> Iterator[Pr
 
 
 def _option_names() -> list[str]:
-    return sorted(set(EXTRACT_DEFAULTS) - NOT_OPTIONS)
+    return sorted(set(RUN.config_keys()) - NOT_OPTIONS)
 
 
 def list_methods() -> list[str]:
@@ -325,4 +324,5 @@ def list_datasets() -> list[str]:
 
 def extract_options() -> dict[str, Any]:
     """Every extract option by its Python name, with its default (None: decided by the dataset or method)."""
-    return {k: EXTRACT_DEFAULTS[k] for k in _option_names()}
+    defaults = RUN.defaults()
+    return {k: defaults[k] for k in _option_names()}

@@ -84,11 +84,13 @@ SWEEP_DENSITIES = (
     0.80,
 )  # sweep.plan.PAPER_DENSITIES
 
+SWEEP_BAND = (0.85, 0.95)  # sweep.summary.PAPER_BAND
+
 # grasp's two readings and its data for g and Hg (specs.GRASP_DIRECTIONS, specs.GRASP_DATA)
 GRASP_DIRECTIONS = ("paper", "original")
 GRASP_DATA = ("separate", "shared")
 
-KINDS = ("methods", "models", "datasets", "inits")  # what `ticket list` lists
+KINDS = ("methods", "models", "datasets", "inits")  # the registries `ticket list` lists (and the settings)
 
 
 def describe(kind: str) -> dict[str, str]:
@@ -104,15 +106,32 @@ def describe(kind: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ListItem:
-    """One entry of `ticket list`: a name the option takes and its one-line description."""
+    """One entry of `ticket list`: a name the option takes and its one-line description; a run setting (`ticket
+    list settings`, settings/setting.py's Setting.list_item) also has its flag, default and range as help shows
+    them, the methods that read it (none: every method, or it is no method option), its help panel, and whether it
+    is a config key and API keyword."""
 
     name: str
     description: str
+    flag: str | None = None
+    default: str = ""
+    range: str = ""
+    methods: tuple[str, ...] = ()
+    panel: str = ""
+    config: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.flag is not None:
+            d.update(flag=self.flag, default=self.default, range=self.range, methods=list(self.methods))
+            d.update(panel=self.panel, config=self.config)
+        return d
 
 
 @dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
 class ListResult(Result):
-    """What `ticket list <kind>` reports: every name of one kind (a name in KINDS), sorted, with its description."""
+    """What `ticket list <kind>` reports: every name of one kind (a name in KINDS), sorted, with its description; or
+    every run setting, in declaration order (kind "settings")."""
 
     COMMAND: ClassVar[str] = "list"
 
@@ -120,7 +139,7 @@ class ListResult(Result):
     entries: tuple[ListItem, ...]  # the document's `items` (a Mapping's items() keeps its meaning here)
 
     def body(self) -> dict[str, Any]:
-        return {"kind": self.kind, "items": [{"name": e.name, "description": e.description} for e in self.entries]}
+        return {"kind": self.kind, "items": [e.to_dict() for e in self.entries]}
 
 
 def listing(kind: str) -> ListResult:

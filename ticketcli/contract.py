@@ -1,9 +1,9 @@
 """The `--json` contract: the schema names and versions, the JSON Schemas, and the few shapes the commands' typed
-results share. Every command returns a typed result (result.Result) whose `to_document()` is what `--json` prints;
-the same thing sits at the same path everywhere (docs/json.md): `schema` names the document and its version, accuracies sit at `metrics.<split>.accuracy` (and `.loss`), sparsity at
-`sparsity.achieved` / `sparsity.requested`, and per-layer data in a list `layers[]` of objects with a `name`. The
-JSON Schema of each document ships in `ticketcli/schemas/` (`schema_of`). Pure dict work: no torch, no package
-imports."""
+results share. Every command returns a typed result (result.Result) whose `to_document()` is what `--json` prints,
+and the same thing sits at the same path everywhere (docs/json.md): `schema` names the document and its version,
+accuracies sit at `metrics.<split>.accuracy` (and `.loss`), sparsity at `sparsity.achieved` /
+`sparsity.requested`, and per-layer data in a list `layers[]` of objects with a `name`. The JSON Schema of each
+document ships in `ticketcli/schemas/` (`schema_of`). Pure dict work: no torch, no package imports."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What a run setting may be: a kind (integer, number, boolean, text, list of numbers) and an interval, checked the
-same way whether the value came from a flag or a config file. The table of every setting's range sits next to
-the defaults, in specs.RANGES."""
+same way whether the value came from a flag or a config file. Each setting declares its range once, in its
+`Setting` (ticketcli/settings/)."""
 
 from __future__ import annotations
 
@@ -35,17 +35,20 @@ def show(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Range:
-    kind: str  # "int", "float", "bool", "text", "numbers" (a list, or comma-separated text, of floats) or "size"
+    kind: str  # "int", "float", "bool", "text", "choice", "size", "numbers" (a list or comma-separated text of floats)
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False  # lo itself excluded
     hi_open: bool = False  # hi itself excluded
+    choices: tuple[str, ...] = ()  # "choice": the texts it may be
 
     def interval(self) -> str:
         return ("(" if self.lo_open else "[") + f"{_num(self.lo)}, {_num(self.hi)}" + (")" if self.hi_open else "]")
 
     def describe(self) -> str:
         """For help texts and the README, e.g. 'an integer in [1, 100000]'."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
         if self.kind in ("bool", "text"):
             return "true or false" if self.kind == "bool" else f"text of at most {MAX_TEXT} characters"
         if self.kind == "size":
@@ -93,6 +96,11 @@ class Range:
         if not isinstance(value, str) or len(value) > MAX_TEXT or "\0" in value:
             raise UsageError(f"{what} must be text (at most {MAX_TEXT} characters, no NUL), got {show(value)}")
         return value
+
+    def _choice(self, value: Any, what: str) -> str:
+        if value not in self.choices:
+            raise UsageError(f"{what} must be one of {', '.join(self.choices)}, got {show(value)}")
+        return str(value)
 
     def _size(self, value: Any, what: str) -> int:
         # an integer of bytes, or text: a number with an optional binary unit K, M, G or T (8G = 8 * 2^30 bytes)
@@ -152,6 +160,10 @@ def _size(n: float | None) -> str:
 
 def NUMBERS(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Range:
     return Range("numbers", lo, hi, lo_open, hi_open)
+
+
+def CHOICE(*choices: str) -> Range:
+    return Range("choice", choices=choices)
 
 
 BOOL, TEXT = Range("bool"), Range("text")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Collection
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,27 +23,23 @@ from ticketcli.models.masked import layer_of
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.models.user import import_factory, takes_num_classes
 from ticketcli.ranges import show
+from ticketcli.settings.registry import check_setting
+from ticketcli.settings.run import RUN
+from ticketcli.settings.setting import Table, option_flag
+from ticketcli.settings.weak import WEAK
 from ticketcli.specs import (
-    EXTRACT_DEFAULTS,
-    GRASP_DATA,
-    GRASP_DIRECTIONS,
     MAX_PARAMS,
-    METHOD_OPTIONS,
     MODULE_INIT,
     PAPER_HIDDEN,
-    RANGES,
     DataSpec,
     InitSpec,
     MethodSpec,
     ModelPolicy,
     ModelSpec,
     RunSpec,
-    check_choice,
-    check_precision,
-    check_setting,
-    option_flag,
 )
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.weak_spec import WeakSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -98,9 +94,9 @@ def data_location(data_dir: str | None, download: bool) -> dict[str, Any]:
     }
 
 
-def load_config(path: str | Path | None) -> dict[str, Any]:
-    """Read a flat TOML run config; keys are option names (dashes or underscores), values are checked against
-    RANGES. Only a regular file of at most 1 MiB is read (no FIFO, no device)."""
+def load_config(path: str | Path | None, table: Table = RUN) -> dict[str, Any]:
+    """Read a flat TOML run config; keys are the config keys of `table`'s settings (dashes or underscores), each
+    value checked against its setting's range. Only a regular file of at most 1 MiB is read (no FIFO, no device)."""
     if path is None:
         return {}
     p = Path(path)
@@ -114,15 +110,14 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise UsageError(f"config file {p} nests arrays or tables too deeply (a run config is flat)") from None
     out: dict[str, Any] = {}
+    keys = table.config_keys()
     for key, value in data.items():
         k = key.replace("-", "_")
-        if k not in EXTRACT_DEFAULTS:
-            raise UsageError(
-                f"unknown key {show(key)} in {p}", hint=f"valid keys: {', '.join(sorted(EXTRACT_DEFAULTS))}"
-            )
+        if k not in keys:
+            raise UsageError(f"unknown key {show(key)} in {p}", hint=f"valid keys: {', '.join(sorted(keys))}")
         if k in out:
             raise UsageError(f"{p} sets {k} twice (with dashes and with underscores)")
-        check_setting(k, value, f"{p}: {k}")
+        table[k].check(value, f"{p}: {k}")
         out[k] = value
     return out
 
@@ -134,13 +129,47 @@ class Settings(dict[str, Any]):
     given: frozenset[str] = frozenset()
 
 
-def merge_settings(flags: dict[str, Any], config_path: str | Path | None) -> Settings:
-    """Defaults <- config file <- explicitly given flags (None means 'not given')."""
-    config = load_config(config_path)
+def merge_settings(flags: dict[str, Any], config_path: str | Path | None, table: Table = RUN) -> Settings:
+    """Defaults <- config file <- explicitly given flags (None means 'not given'), for `table`'s settings."""
+    config = load_config(config_path, table)
     given = {k: v for k, v in flags.items() if v is not None}
-    merged = Settings({**EXTRACT_DEFAULTS, **config, **given})
+    merged = Settings({**table.defaults(), **config, **given})
     merged.given = frozenset(config) | frozenset(given)
     return merged
+
+
+def checked(table: Table, settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` with every value of one of `table`'s settings checked against its range and normalised (None: not
+    given, left for the builder's default rules)."""
+    return {k: v if v is None or k not in table else table[k].check(v) for k, v in settings.items()}
+
+
+def check_keywords(table: Table, options: Collection[str], command: str, reserved: Collection[str] = ()) -> None:
+    """The Python API's keyword arguments: each must be a config key of `table` (`reserved`: those the function
+    takes as named parameters)."""
+    valid = sorted(set(table.config_keys()) - set(reserved))
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]!r} for {command}", hint=f"options: {', '.join(valid)}")
+
+
+def spec_fields(table: Table, cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of spec dataclass `cls` from the checked `values` of `table`'s settings that fill its
+    fields (each setting declares its field)."""
+    return {s.field[1]: values[s.name] for s in table if s.field is not None and s.field[0] is cls}
+
+
+def build_weak_spec(settings: dict[str, Any]) -> WeakSpec:
+    """train-weak's settings (settings/weak.py; None = not given) checked and frozen into a WeakSpec, the way
+    build_extract_spec freezes extract's."""
+    s = checked(WEAK, merge_settings(settings, None, WEAK))
+    default = WeakSpec()
+    return WeakSpec(
+        epochs=s["epochs"],
+        batch_size=s["batch_size"],
+        optim=replace(default.optim, lr=s["lr"]),
+        precision=s["precision"],
+    )
 
 
 def parse_floats(text: str | list | tuple | None, what: str) -> tuple[float, ...] | None:
@@ -159,7 +188,7 @@ def parse_floats(text: str | list | tuple | None, what: str) -> tuple[float, ...
 def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = None) -> RunSpec:
     """Validate merged settings and freeze them into a RunSpec; `dataset`: the caller's in-memory data (the Python
     API) in place of the registered dataset settings["dataset"] names."""
-    s = {k: v if v is None or k not in RANGES else check_setting(k, v) for k, v in settings.items()}
+    s = checked(RUN, settings)
     METHODS.get(s["method"])
     INIT_SCHEMES.get(s["init"])
     info = DATASETS.get(s["dataset"]) if dataset is None else dataset
@@ -185,38 +214,7 @@ def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = N
     if len(s["betas"]) != 2:
         raise UsageError(f"--betas must be two numbers in [0, 1), got {show(settings['betas'])}")
 
-    method = MethodSpec(
-        name=s["method"],
-        sparsity=s["sparsity"],
-        layer_densities=s["layer_densities"],
-        aug_density=s["aug_density"],
-        aux_width=s["aux_width"],
-        frozen_aux=s["frozen_aux"],
-        signed_scores=s["signed_scores"],
-        project_final=s["project_final"],
-        global_topk=s["global_topk"],
-        iter_tolerance=s["iter_tolerance"],
-        max_rounds=s["max_rounds"],
-        epochs=s["epochs"],
-        lr=s["lr"],
-        batch_size=s["batch_size"],
-        betas=(s["betas"][0], s["betas"][1]),
-        eps=s["eps"],
-        weight_decay=s["weight_decay"],
-        weight_lr=s["weight_lr"],
-        saliency_batches=s["saliency_batches"],
-        grasp_temperature=s["grasp_temperature"],
-        grasp_direction=check_choice("grasp_direction", s["grasp_direction"], GRASP_DIRECTIONS),
-        grasp_data=check_choice("grasp_data", s["grasp_data"], GRASP_DATA),
-        synflow_rounds=s["synflow_rounds"],
-        imp_rounds=s["imp_rounds"],
-        regrow_every=s["regrow_every"],
-        regrow_fraction=s["regrow_fraction"],
-        movement_warmup=s["movement_warmup"],
-        movement_cooldown=s["movement_cooldown"],
-        movement_noise=s["movement_noise"],
-        precision=check_precision(s["precision"]),
-    )
+    method = MethodSpec(**spec_fields(RUN, MethodSpec, s))
     check_method_options(method, settings.given if isinstance(settings, Settings) else None)
     if method.movement_warmup + method.movement_cooldown >= 1:
         raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
@@ -231,7 +229,7 @@ def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = N
         split_seed=s["seed"],
         **data_location(s["data_dir"], s["download"]),
     )
-    init = InitSpec(scheme=s["init"], k=s["init_k"], seed=s["seed"])
+    init = InitSpec(**spec_fields(RUN, InitSpec, s))
     check_module_init(init, model, settings.given if isinstance(settings, Settings) else frozenset())
     return RunSpec(
         model=model,
@@ -255,9 +253,11 @@ SIBLINGS = {
 }
 
 
-def method_reads(name: str, field: str) -> bool:
-    """Whether method `name` reads MethodSpec field `field` (its declared `options`, or a field every method reads)."""
-    return field not in METHOD_OPTIONS or field in METHODS.get(name).options
+def method_reads(name: str, field: str, table: Table = RUN) -> bool:
+    """Whether method `name` reads setting `field`: the setting names it among its readers (or is no method option),
+    or the method's class lists it in its own `options` (a method registered outside the declarations)."""
+    declared = table[field].methods if field in table else ()
+    return not declared or name in declared or field in METHODS.get(name).options
 
 
 def read_by(name: str, settings: dict[str, Any]) -> dict[str, Any]:
@@ -266,20 +266,19 @@ def read_by(name: str, settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if method_reads(name, k)}
 
 
-def check_method_options(method: MethodSpec, given: Collection[str] | None = None) -> None:
+def check_method_options(method: MethodSpec, given: Collection[str] | None = None, table: Table = RUN) -> None:
     """Refuse an option that `method` would ignore: one of `given` (the settings a user set, by flag or config file),
     or without `given` one that differs from its default."""
-    defaults = {f.name: f.default for f in fields(MethodSpec)}
-    for field in METHOD_OPTIONS:
-        was_set = field in given if given is not None else getattr(method, field) != defaults[field]
-        if was_set and not method_reads(method.name, field):
-            raise unused_option(field, method.name)
+    for field in table.method_options():
+        was_set = field in given if given is not None else getattr(method, field, None) != table[field].value
+        if was_set and not method_reads(method.name, field, table):
+            raise unused_option(field, method.name, table)
 
 
-def unused_option(field: str, name: str) -> UsageError:
+def unused_option(field: str, name: str, table: Table = RUN) -> UsageError:
     """'--lr applies to augmented, edge-popup, ... only, not rigl', with the sibling option rigl reads as the hint."""
-    users = [n for n in METHODS.names() if method_reads(n, field)]
-    siblings = [option_flag(s) for s in SIBLINGS.get(field, ()) if method_reads(name, s)]
+    users = [n for n in METHODS.names() if method_reads(n, field, table)]
+    siblings = [option_flag(s) for s in SIBLINGS.get(field, ()) if method_reads(name, s, table)]
     hint = f"use {' or '.join(siblings)}" if siblings else f"drop {option_flag(field)}; {name} does not read it"
     return UsageError(f"{option_flag(field)} applies to {', '.join(users) or 'no method'} only, not {name}", hint=hint)
 

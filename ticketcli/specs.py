@@ -1,18 +1,16 @@
-"""Frozen run specifications, the defaults and value ranges of every run setting: the bottom layer, importing
-nothing of the package but its errors, value ranges and the spec-string syntax. Turning flags, config files and
-registry look-ups into specs is resolve.py's work."""
+"""Frozen run specifications, whose fields hold the defaults of every run setting: the bottom layer, importing
+nothing of the package but its errors and the spec-string syntax. The options that fill them are declared in
+ticketcli/settings/ (their ranges, help, readers); turning flags, config files and registry look-ups into specs is
+resolve.py's work."""
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
-from ticketcli import catalog
 from ticketcli import spec_syntax as syntax
 from ticketcli.errors import UsageError
-from ticketcli.ranges import BOOL, FLOAT, INT, NUMBERS, SIZE, TEXT, Range, show
 
 PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix B)
 MAX_PARAMS = 2 * 10**9  # default --max-params: a bigger model is refused before anything is allocated
@@ -210,6 +208,12 @@ class WeightOptim:
         return d
 
 
+def field_default(cls: type, name: str) -> Any:
+    """The default of dataclass field `name` of `cls` (calling its default_factory if it has one)."""
+    f = next(f for f in fields(cls) if f.name == name)
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
 @dataclass(frozen=True)
 class RunSpec:
     model: ModelSpec
@@ -222,153 +226,6 @@ class RunSpec:
     max_memory: int | None = None  # bytes a built-in model may need (budget.py); None: half the physical memory
 
 
-# Every key a config file may set (flags override the file, the file overrides the built-in default), and the spec
-# field that holds its default: defaults are written once, in the dataclasses above. MethodSpec's options keep their
-# field names; score_init is no setting and matched_to is filled in by match_sparsity.
-SETTING_FIELDS: dict[str, tuple[type, str]] = {
-    "method": (MethodSpec, "name"),
-    **{f.name: (MethodSpec, f.name) for f in fields(MethodSpec) if f.name not in ("name", "score_init", "matched_to")},
-    "seed": (InitSpec, "seed"),
-    "init": (InitSpec, "scheme"),
-    "init_k": (InitSpec, "k"),
-    "bias": (ModelSpec, "bias"),
-    "dataset": (DataSpec, "name"),
-    "n_extract": (DataSpec, "n_extract"),
-    "n_val": (DataSpec, "n_val"),
-    "download": (DataSpec, "download"),
-    "weights": (RunSpec, "weights"),
-    "device": (RunSpec, "device"),
-    "max_params": (RunSpec, "max_params"),
-    "max_memory": (RunSpec, "max_memory"),
-}
-# MethodSpec fields that every method reads (name, sparsity) or that are no setting. Each of the others is an option
-# that only some methods read: a method lists those it reads in Method.options; resolve.py refuses the rest when a
-# user sets them, and a ticket records only those its method read.
-UNIVERSAL_METHOD_FIELDS = ("name", "sparsity", "score_init", "matched_to")
-METHOD_OPTIONS = tuple(f.name for f in fields(MethodSpec) if f.name not in UNIVERSAL_METHOD_FIELDS)
-# Settings no spec field holds: they decide how the specs are built. model None is the paper's MLP sized to the
-# dataset; data_dir goes first in DataSpec.search_dirs; match_sparsity* replace the sparsity by a ticket's; threads
-# None keeps torch's own thread count (threads.py sets it around the run; a ticket never records it).
-UNSPECCED_DEFAULTS: dict[str, Any] = {
-    "model": None,
-    "data_dir": None,
-    "match_sparsity": None,
-    "match_sparsity_per_layer": False,
-    "threads": None,
-}
-
-
-def field_default(cls: type, name: str) -> Any:
-    """The default of dataclass field `name` of `cls` (calling its default_factory if it has one)."""
-    f = next(f for f in fields(cls) if f.name == name)
-    return f.default_factory() if f.default_factory is not MISSING else f.default
-
-
-EXTRACT_DEFAULTS: dict[str, Any] = {
-    **{key: field_default(cls, name) for key, (cls, name) in SETTING_FIELDS.items()},
-    **UNSPECCED_DEFAULTS,
-}
-
-SEED = INT(0, 2**63, hi_open=True)  # a seed seeds torch generators (64-bit) and is stored in tickets
-EPOCHS, BATCH = INT(1, 100_000), INT(1, 1 << 20)
-LR = FLOAT(
-    0, math.inf, lo_open=True, hi_open=True
-)  # any finite rate: a too large one diverges, which runs catch (exit 1)
-# What every setting may be, for flags and config files alike (flags are checked against the same table); the
-# README's "Config files and value ranges" lists it. train-weak and drift share the names they have in common.
-RANGES: dict[str, Range] = {
-    "method": TEXT,
-    "model": TEXT,
-    "init": TEXT,
-    "weights": TEXT,
-    "dataset": TEXT,
-    "data_dir": TEXT,
-    "match_sparsity": TEXT,
-    "device": TEXT,
-    "precision": TEXT,
-    "grasp_direction": TEXT,
-    "grasp_data": TEXT,
-    "bias": BOOL,
-    "download": BOOL,
-    "frozen_aux": BOOL,
-    "signed_scores": BOOL,
-    "project_final": BOOL,
-    "global_topk": BOOL,
-    "match_sparsity_per_layer": BOOL,
-    "sparsity": FLOAT(0, 1, lo_open=True, hi_open=True),
-    "layer_densities": NUMBERS(0, 1, lo_open=True),
-    "aug_density": FLOAT(0, 1, lo_open=True),
-    "aux_width": INT(1, 64),
-    "iter_tolerance": FLOAT(0, 1, lo_open=True, hi_open=True),
-    "max_rounds": INT(1, 1000),
-    "seed": SEED,
-    "max_params": INT(1, 10**12),  # --max-params: refuse bigger models before building them (default 2e9)
-    "max_memory": SIZE(1 << 20, 1 << 50),  # --max-memory: bytes, or 512M, 8G, 1.5T (default: half the RAM)
-    "init_k": FLOAT(1e-6, 1e6),  # fan_in scale: the init bound is gain / sqrt(k * fan_in)
-    "n_extract": INT(1, 10_000_000),
-    "n_val": INT(1, 10_000_000),
-    "epochs": EPOCHS,
-    "batch_size": BATCH,
-    "lr": LR,
-    "betas": NUMBERS(0, 1, hi_open=True),
-    "eps": FLOAT(0, 1, lo_open=True),
-    "weight_decay": FLOAT(0, 100),
-    "weight_lr": LR,
-    "saliency_batches": INT(1, 10_000),
-    "grasp_temperature": FLOAT(0, 1e6, lo_open=True),
-    "synflow_rounds": INT(1, 10_000),
-    "imp_rounds": INT(1, 1000),
-    "regrow_every": INT(1, 10_000_000),
-    "regrow_fraction": FLOAT(0, 1, hi_open=True),
-    "movement_warmup": FLOAT(0, 1, hi_open=True),
-    "movement_cooldown": FLOAT(0, 1, hi_open=True),
-    "movement_noise": FLOAT(0, 1),
-    # drift only (train-weak takes epochs, lr, batch_size from above)
-    "steps": INT(1, 10_000_000),
-    "log_every": INT(1, 10_000_000),
-    "probe_size": BATCH,
-    "momentum": FLOAT(0, 1, hi_open=True),
-    "clip": FLOAT(0, 1e6, lo_open=True),
-    "zero_threshold": FLOAT(0, 1e6, lo_open=True),
-    "seeds": SEED,
-    # sweep-k only
-    "layerwise": INT(0, 10_000),
-    "workers": INT(1, 4096),
-    # every command that computes: torch CPU threads (threads.py)
-    "threads": INT(1, 4096),
-}
-
-
-def check_setting(key: str, value: Any, what: str | None = None) -> Any:
-    """`value` checked against RANGES[key] and normalised; `what` names it in the error (default: its flag)."""
-    return RANGES[key].check(value, what or option_flag(key))
-
-
-PRECISIONS = ("fp32", "bf16")
-
-
-def check_precision(value: Any) -> str:
-    if value not in PRECISIONS:
-        raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {value!r}")
-    return str(value)
-
-
-# grasp_direction: keep the largest -θ⊙Hg (paper, Appendix B) | the largest θ⊙Hg (original, Wang et al.);
-# grasp_data: g and Hg on two independent collections of minibatches (separate) | on one (shared)
-GRASP_DIRECTIONS, GRASP_DATA = catalog.GRASP_DIRECTIONS, catalog.GRASP_DATA
-
-
-def check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
-    """`value` if it is one of `allowed` (a text setting with a fixed set of values), else a one-line UsageError."""
-    if value not in allowed:
-        raise UsageError(f"{option_flag(key)} must be one of {', '.join(allowed)}, got {show(value)}")
-    return str(value)
-
-
-def option_flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
-
-
 __all__ = [
     "ModelSpec",
     "InitSpec",
@@ -376,7 +233,4 @@ __all__ = [
     "MethodSpec",
     "RunSpec",
     "ModelPolicy",
-    "EXTRACT_DEFAULTS",
-    "RANGES",
-    "check_setting",
 ]

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ticketcli.errors import UsageError
-from ticketcli.specs import check_setting
+from ticketcli.settings.registry import check_setting
 
 POOL_THREADS = 1  # a pool worker's torch threads unless --threads is given: its result does not depend on --workers
 

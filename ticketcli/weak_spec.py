@@ -1,13 +1,13 @@
 """`ticket train-weak`'s spec without importing torch: WeakSpec, its defaults written once as its fields (the paper's
-weak-ticket protocol, Appendix B), and its one builder from the command's flags. The command's help texts read the
-defaults from here (tests/test_defaults.py fails on one written a second time)."""
+weak-ticket protocol, Appendix B). Its options are declared in settings/weak.py and resolve.build_weak_spec builds
+it from them (tests/test_defaults.py fails on a default written a second time)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from ticketcli.specs import WeightOptim, check_precision, check_setting
+from ticketcli.specs import WeightOptim
 
 
 @dataclass(frozen=True)
@@ -22,16 +22,3 @@ class WeakSpec:
     def to_dict(self) -> dict[str, Any]:
         d = {"epochs": self.epochs, "batch_size": self.batch_size, "optimizer": self.optim.to_dict()}
         return d | ({"precision": self.precision} if self.precision != "fp32" else {})
-
-
-def build_weak_spec(
-    *, epochs: int | None = None, batch_size: int | None = None, lr: float | None = None, precision: str | None = None
-) -> WeakSpec:
-    """A validated WeakSpec from flag values; None keeps the paper's default."""
-    d = WeakSpec()
-    return WeakSpec(
-        epochs=d.epochs if epochs is None else check_setting("epochs", epochs),
-        batch_size=d.batch_size if batch_size is None else check_setting("batch_size", batch_size),
-        optim=d.optim if lr is None else replace(d.optim, lr=check_setting("lr", lr)),
-        precision=d.precision if precision is None else check_precision(precision),
-    )

@@ -16,7 +16,9 @@ from hostile import assert_clean, cli, snapshot
 
 from ticketcli.errors import UsageError
 from ticketcli.resolve import build_extract_spec, merge_settings
-from ticketcli.specs import EXTRACT_DEFAULTS, RANGES, option_flag
+from ticketcli.settings.registry import RANGES
+from ticketcli.settings.run import EXTRACT_DEFAULTS
+from ticketcli.settings.setting import option_flag
 
 BASE = ("--dataset", "digits", "--method", "random", "--model", "mlp:64-8-10", "--quiet")
 
@@ -141,8 +143,10 @@ WRONG = {
     "text": 7,
     "numbers": [[0.5]],
     "size": True,
+    "choice": 7,
 }  # kind -> a wrong-typed value
 REASON = {
+    "choice": "must be one of",
     "bool": "must be true or false, got 'false'",
     "int": "must be an integer, got 3.5",
     "float": "must be a number, got '0.5'",

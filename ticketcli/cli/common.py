@@ -71,20 +71,15 @@ def warn_precision(precision: str, device: str) -> None:
         report.warn("--precision bf16 on the CPU: autocast is usually slower than fp32 there; it is meant for GPUs")
 
 
-def reader_inputs(
-    *,
-    trust_model_code: bool,
-    model: str | None,
-    max_params: int | None,
-    data_dir: Path | None,
-    download: bool,
-    max_memory: str | None = None,
-) -> tuple[ModelPolicy, DataSpec]:
-    """What a command that rebuilds a ticket needs from its flags: which model code it may import, and where the
-    ticket's dataset is found."""
+def reader_inputs(r: dict[str, Any]) -> tuple[ModelPolicy, DataSpec]:
+    """What a command that rebuilds a ticket needs from its reader settings (settings/reader.py, as
+    given_settings returns them): which model code it may import, and where the ticket's dataset is found."""
     from ticketcli.resolve import build_model_policy, data_location  # torch (the registries), as above
 
     policy = build_model_policy(
-        trust_model_code=trust_model_code, model=model, max_params=max_params, max_memory=max_memory
+        trust_model_code=bool(r["trust_model_code"]),
+        model=r["model"],
+        max_params=r["max_params"],
+        max_memory=r["max_memory"],
     )
-    return policy, DataSpec(**data_location(None if data_dir is None else str(data_dir), download))
+    return policy, DataSpec(**data_location(r["data_dir"], bool(r["download"])))

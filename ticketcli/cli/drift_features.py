@@ -1,99 +1,17 @@
-"""`ticket drift`'s activation-sparsity control, ReLUfication and trade-off sweep: their options (shared with the
-command's signature in cli/drift.py) and the run that serves them once drift.options has validated them."""
+"""`ticket drift`'s activation-sparsity control, ReLUfication and trade-off sweep: the run that serves them once
+drift.options has validated them (their options are declared in settings/drift.py's FEATURES)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Annotated, Any, Optional
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from ticketcli import report
-from ticketcli.cli.options import Panel, choices, with_default
-from ticketcli.drift.spec import CONTROL_MODES, RELUFY_TARGETS, ControlSpec, DriftSpec, Features, RelufySpec, default
+from ticketcli.drift.spec import Features
 
 if TYPE_CHECKING:
     from ticketcli.drift.result import DriftResult, TradeoffResult
-
-    ActControlName = str
-    RelufyTarget = str
-else:
-    ActControlName = choices(CONTROL_MODES)
-    RelufyTarget = choices(RELUFY_TARGETS)
-
-
-def spec_help(text: str, path: str, spec: type = DriftSpec) -> str:
-    """Help text ending in 'Default: X.', X the default of the drift.spec field at `path` ("optim.lr")."""
-    return with_default(text, default(spec, path))
-
-
-ActControl = Annotated[
-    Optional[ActControlName],
-    typer.Option(
-        help="Control activation sparsity while training, at every activation site: topk keeps each example's "
-        "largest activations per layer and zeroes the rest; percentile subtracts a running per-unit quantile "
-        "of the pre-activations so that the --act-target share falls below zero. Default: no control.",
-        rich_help_panel=Panel.ACT_CONTROL,
-    ),
-]
-ActTarget = Annotated[
-    Optional[float],
-    typer.Option(
-        help=spec_help("Target activation sparsity for --act-sparsity, in (0, 1).", "target", ControlSpec),
-        rich_help_panel=Panel.ACT_CONTROL,
-    ),
-]
-FreezeStatsAfter = Annotated[
-    Optional[int],
-    typer.Option(
-        help="Percentile centering: stop updating the statistics after this many training steps (accumulation "
-        "stop). Default: never.",
-        rich_help_panel=Panel.ACT_CONTROL,
-    ),
-]
-Relufy = Annotated[
-    bool,
-    typer.Option(
-        "--relufy",
-        help="ReLUfication: train --steps with --from, swap --to in at every activation keeping the weights, "
-        "fine-tune --relufy-epochs epochs; report accuracy and post-activation sparsity before and after.",
-        rich_help_panel=Panel.RELUFY,
-    ),
-]
-RelufyTo = Annotated[
-    Optional[RelufyTarget],
-    typer.Option("--to", help="--relufy: the ReLU variant swapped in.", rich_help_panel=Panel.RELUFY),
-]
-RelufyEpochs = Annotated[
-    Optional[int],
-    typer.Option(
-        help=spec_help("--relufy: fine-tuning epochs over the extraction split.", "epochs", RelufySpec),
-        rich_help_panel=Panel.RELUFY,
-    ),
-]
-Tradeoff = Annotated[
-    Optional[str],
-    typer.Option(
-        help="Trade-off sweep: comma-separated target activation sparsities, one controlled run each (with "
-        "--act-sparsity, default topk); accuracy vs achieved sparsity and the cliff (largest accuracy drop "
-        "between neighbouring targets). --model may list several models, comma-separated, to overlay them. "
-        "--plot draws the curves.",
-        rich_help_panel=Panel.TRADEOFF,
-    ),
-]
-Workers = Annotated[
-    Optional[int],
-    typer.Option(
-        help=spec_help(
-            "--tradeoff: runs in parallel in this many processes (--threads torch threads each, by default one, so "
-            "that the results do not depend on it); workers x threads must not exceed the CPU cores.",
-            "workers",
-            Features,
-        ),
-        rich_help_panel=Panel.TRADEOFF,
-    ),
-]
 
 
 def run_features(

@@ -5,29 +5,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
+from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import (
-    CheckpointWeights,
-    DataDir,
-    Device,
-    Download,
     Json,
-    MaxMemory,
-    MaxParams,
-    Panel,
     Quiet,
-    Threads,
     TicketFile,
-    TicketModel,
-    TrustModelCode,
 )
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.settings.reader import READER
+from ticketcli.settings.setting import Panel
 
 
 def warn_not_reproduced(path: Path) -> None:
@@ -45,6 +38,7 @@ def warn_not_reproduced(path: Path) -> None:
     report.warn(f"the ticket was extracted on the CPU but its accuracy did not reproduce exactly here{why}")
 
 
+@declared(READER)
 def evaluate(
     ticket: TicketFile,
     min_accuracy: Annotated[
@@ -62,19 +56,12 @@ def evaluate(
             rich_help_panel=Panel.OUTPUT,
         ),
     ] = None,
-    weights: CheckpointWeights = None,
-    trust_model_code: TrustModelCode = False,
-    model: TicketModel = None,
-    max_params: MaxParams = None,
-    max_memory: MaxMemory = None,
-    data_dir: DataDir = None,
-    download: Download = False,
-    device: Device = None,
-    threads: Threads = None,
     json_out: Json = False,
     quiet: Quiet = False,
+    **given: Any,  # the reader settings of settings/reader.py (@declared): one flag each
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
+    r = given_settings(READER, given)
     from ticketcli.threads import check_threads, using
     from ticketcli.ticketfile import ticket as ticket_io  # numpy: not needed for --help
 
@@ -83,24 +70,17 @@ def evaluate(
             raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
         if max_drop is not None and not 0 <= max_drop <= 1:
             raise UsageError(f"--max-drop must lie in [0, 1] (a fraction), got {max_drop}")
-        n_threads = check_threads(threads)
+        n_threads = check_threads(r["threads"])
         ticket_io.check_header(ticket)  # a bad file is refused before torch is imported (seconds)
         from ticketcli.runs import evaluate as runs_evaluate  # torch: imported once there is work to do
 
-        policy, data = reader_inputs(
-            trust_model_code=trust_model_code,
-            model=model,
-            max_params=max_params,
-            max_memory=max_memory,
-            data_dir=data_dir,
-            download=download,
-        )
+        policy, data = reader_inputs(r)
         with using(n_threads) as result_threads, report.working("evaluate", quiet=quiet, lines=True) as chunks:
             result = runs_evaluate.evaluate_ticket(
                 ticket,
                 data=data,
-                device=device or "auto",
-                weights=None if weights is None else str(weights),
+                device=r["device"] or "auto",
+                weights=r["weights"],
                 policy=policy,
                 chunks=chunks,
             )

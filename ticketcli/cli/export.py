@@ -4,31 +4,26 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
 from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
+from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import (
-    CheckpointWeights,
-    DataDir,
-    Download,
     Json,
-    MaxMemory,
-    MaxParams,
-    Panel,
     Quiet,
-    Threads,
     TicketFile,
-    TicketModel,
-    TrustModelCode,
 )
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.settings.reader import EXPORT_READER
+from ticketcli.settings.setting import Panel
 
 ExportFormat = Literal["masked", "prune", "csr", "masks"]
 
 
+@declared(EXPORT_READER)
 def export(
     ticket: TicketFile,
     format: Annotated[
@@ -48,41 +43,28 @@ def export(
             rich_help_panel=Panel.OUTPUT,
         ),
     ],
-    weights: CheckpointWeights = None,
-    trust_model_code: TrustModelCode = False,
-    model: TicketModel = None,
-    max_params: MaxParams = None,
-    max_memory: MaxMemory = None,
     force: Annotated[
         bool, typer.Option("--force", help="Overwrite --out if it exists.", rich_help_panel=Panel.OUTPUT)
     ] = False,
-    data_dir: DataDir = None,
-    download: Download = False,
-    threads: Threads = None,
     json_out: Json = False,
     quiet: Quiet = False,
+    **given: Any,  # the reader settings of settings/reader.py (@declared): one flag each
 ) -> None:
     """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks. BatchNorm
     statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need their data)."""
+    r = given_settings(EXPORT_READER, given)
     from ticketcli import export as export_core  # torch: imported when the command runs, not for --help
     from ticketcli.threads import check_threads, using
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
-        n_threads = check_threads(threads)
-        policy, data = reader_inputs(
-            trust_model_code=trust_model_code,
-            model=model,
-            max_params=max_params,
-            max_memory=max_memory,
-            data_dir=data_dir,
-            download=download,
-        )
+        n_threads = check_threads(r["threads"])
+        policy, data = reader_inputs(r)
         with using(n_threads) as used, report.working("export", quiet=quiet, lines=True) as chunks:
             result = export_core.export_ticket(
                 ticket,
                 fmt=format,
                 out=out,
-                weights=None if weights is None else str(weights),
+                weights=r["weights"],
                 overwrite=force,
                 policy=policy,
                 data=data,

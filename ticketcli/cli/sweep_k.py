@@ -6,123 +6,26 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Literal, Optional, cast
+from typing import Annotated, Any, Literal, Optional, cast
 
 import typer
 
-from ticketcli import catalog, report
+from ticketcli import report
 from ticketcli.atomic import check_destination, write_owned
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space
-from ticketcli.cli.options import (
-    BatchSize,
-    Bias,
-    DataDir,
-    Dataset,
-    Device,
-    Download,
-    Init,
-    Json,
-    Lr,
-    MaxMemory,
-    MaxParams,
-    Panel,
-    Quiet,
-    setting,
-    show,
-    split_sizes,
-    with_default,
-)
+from ticketcli.cli.declared import declared, given_settings
+from ticketcli.cli.options import Json, Quiet
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
-from ticketcli.specs import check_setting
-from ticketcli.sweep.summary import PAPER_BAND
+from ticketcli.settings.registry import check_setting
+from ticketcli.settings.setting import Panel
+from ticketcli.settings.sweep import OWN, SWEEP
 
 Executor = Literal["local", "ray"]
-# sweep-k's own options (the others are extract's): their defaults, each written once here, in sweep/plan.py (read
-# through the catalog, which imports no torch) or in sweep/summary.py (torch-free)
-SEEDS = "0,1,2"
-LAYERWISE = catalog.SWEEP_LAYERWISE
-BAND = show(PAPER_BAND).replace(",", "-")  # 0.85-0.95
-WORKERS = 1
-EXECUTOR: Executor = "local"
 
 
+@declared(SWEEP, OWN)
 def sweep_k(
-    sparsity: Annotated[
-        Optional[float],
-        setting(
-            "sparsity", "Requested sparsity of fixed edge-popup, random and the double-scoring methods.", Panel.METHOD
-        ),
-    ] = None,
-    seeds: Annotated[
-        str,
-        typer.Option(
-            show_default=False,
-            help=with_default("Comma-separated seeds; each seed's runs share one initialisation.", SEEDS),
-            rich_help_panel=Panel.METHOD,
-        ),
-    ] = SEEDS,
-    densities: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Comma-separated scalar keep densities for the edge-popup sweep, also the pool of the layerwise "
-            f"draws. Default: the paper's {show(catalog.SWEEP_DENSITIES)}.",
-            rich_help_panel=Panel.METHOD,
-        ),
-    ] = None,
-    layerwise: Annotated[
-        int,
-        typer.Option(
-            show_default=False,
-            help=with_default("Random layerwise keep-density tuples per seed, drawn from the density pool.", LAYERWISE),
-            rich_help_panel=Panel.METHOD,
-        ),
-    ] = LAYERWISE,
-    band: Annotated[
-        str,
-        typer.Option(
-            show_default=False,
-            help=with_default("Achieved-sparsity band LO-HI of the constrained validation oracle.", BAND),
-            rich_help_panel=Panel.METHOD,
-        ),
-    ] = BAND,
-    workers: Annotated[
-        int,
-        typer.Option(
-            show_default=False,
-            help=with_default(
-                "Local worker processes (spawned); workers x threads must not exceed the CPU cores.", WORKERS
-            ),
-            rich_help_panel=Panel.SCALE_OUT,
-        ),
-    ] = WORKERS,
-    threads: Annotated[
-        Optional[int],
-        typer.Option(
-            help="Torch threads per run (config key threads); workers x threads must not exceed the CPU cores. "
-            "Default: 1 per run, so that the results do not depend on --workers or the executor.",
-            rich_help_panel=Panel.SCALE_OUT,
-        ),
-    ] = None,
-    executor: Annotated[
-        Executor,
-        typer.Option(
-            show_default=False,
-            # \\[ prints [: Rich would take [ray] for markup and drop it
-            help=with_default(
-                "local (a process pool of --workers) or ray (needs pip install 'ticketcli\\[ray]').", EXECUTOR
-            ),
-            rich_help_panel=Panel.SCALE_OUT,
-        ),
-    ] = EXECUTOR,
-    ray_address: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Ray cluster address for --executor ray (e.g. auto or ray://host:10001). "
-            "Default: a new local Ray instance.",
-            rich_help_panel=Panel.SCALE_OUT,
-        ),
-    ] = None,
     out_dir: Annotated[
         Optional[Path],
         typer.Option(
@@ -148,32 +51,6 @@ def sweep_k(
             rich_help_panel=Panel.OUTPUT,
         ),
     ] = False,
-    model: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Model spec, e.g. mlp:784-256-256-256-10, conv6, resnet20, wrn:16-4, vit:p4-d64-l4-h4 (as for "
-            "extract). Default: the paper's MLP, sized to the dataset.",
-            rich_help_panel=Panel.MODEL,
-        ),
-    ] = None,
-    bias: Bias = None,
-    init: Init = None,
-    init_k: Annotated[Optional[float], setting("init_k", "fan_in scale k of the init.", Panel.MODEL)] = None,
-    dataset: Dataset = None,
-    data_dir: DataDir = None,
-    download: Download = False,
-    n_extract: Annotated[
-        Optional[int],
-        typer.Option(help=with_default("Extraction examples.", split_sizes("n_extract")), rich_help_panel=Panel.DATA),
-    ] = None,
-    n_val: Annotated[
-        Optional[int],
-        typer.Option(help=with_default("Validation examples.", split_sizes("n_val")), rich_help_panel=Panel.DATA),
-    ] = None,
-    epochs: Annotated[Optional[int], setting("epochs", "Score-training epochs per run.", Panel.TRAINING)] = None,
-    lr: Lr = None,
-    batch_size: BatchSize = None,
-    device: Device = None,
     config: Annotated[
         Optional[Path],
         typer.Option(
@@ -181,10 +58,9 @@ def sweep_k(
             rich_help_panel=Panel.METHOD,
         ),
     ] = None,
-    max_params: MaxParams = None,
-    max_memory: MaxMemory = None,
     json_out: Json = False,
     quiet: Quiet = False,
+    **given: Any,  # extract's run settings and sweep-k's own (settings/sweep.py, @declared): one flag each
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
     # torch: imported when the command runs, not for --help
@@ -194,25 +70,8 @@ def sweep_k(
     from ticketcli.sweep.result import SweepSettings
     from ticketcli.sweep.run import sweep_k as run_sweep_k
 
-    flags = dict(
-        method="edge-popup",
-        sparsity=sparsity,
-        model=model,
-        bias=bias,
-        init=init,
-        init_k=init_k,
-        dataset=dataset,
-        data_dir=None if data_dir is None else str(data_dir),
-        download=download or None,
-        n_extract=n_extract,
-        n_val=n_val,
-        epochs=epochs,
-        lr=lr,
-        batch_size=batch_size,
-        device=device,
-        max_params=max_params,
-        max_memory=max_memory,
-    )
+    flags = {**given_settings(SWEEP, given), "method": "edge-popup"}
+    seeds, densities, layerwise, band, workers, threads, executor, ray_address = given_settings(OWN, given).values()
     resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
     with (
         errors_to_exit_codes(),

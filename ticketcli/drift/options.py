@@ -5,7 +5,6 @@ line. Every default comes from the fields of the specs in drift.spec."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ticketcli import catalog
@@ -25,15 +24,15 @@ from ticketcli.drift.spec import (
 )
 from ticketcli.errors import UsageError
 from ticketcli.models.registry import parse_model
+from ticketcli.settings.drift import FEATURES
+from ticketcli.settings.registry import check_setting
 from ticketcli.spec_syntax import TEXT_ARCHS
-from ticketcli.specs import PAPER_HIDDEN, DataSpec, ModelSpec, WeightOptim, check_setting
+from ticketcli.specs import PAPER_HIDDEN, DataSpec, ModelSpec, WeightOptim
 
 MAX_TARGETS = 100  # --tradeoff
-MAX_WORKERS = 256  # --workers
-MAX_RELUFY_EPOCHS = 1000  # --relufy-epochs
 OPTIMIZERS = ("adam", "sgd")  # --optimizer
 # drift's numeric settings, each the field of DriftSpec (or of its WeightOptim) of the same name; their ranges are
-# specs.RANGES's
+# declared with them (settings/drift.py)
 NUMERIC = ("optim.lr", "optim.momentum", "clip", "batch_size", "steps", "log_every", "probe_size", "zero_threshold")
 
 
@@ -181,17 +180,13 @@ def build_control_spec(mode: str | None, target: float | None, freeze_after: int
     if freeze_after is not None:
         if mode != "percentile":
             raise UsageError("--freeze-stats-after freezes percentile statistics; top-k keeps none")
-        if isinstance(freeze_after, bool) or not isinstance(freeze_after, int) or freeze_after < 1:
-            raise UsageError(f"--freeze-stats-after must be a whole number of steps >= 1, got {freeze_after!r}")
+        freeze_after = FEATURES["freeze_stats_after"].check(freeze_after)
     return ControlSpec(mode=mode, target=target, freeze_after=freeze_after)
 
 
 def check_target(value: float, what: str) -> float:
-    """A target activation sparsity strictly between 0 and 1."""
-    v = float(value)
-    if not (math.isfinite(v) and 0.0 < v < 1.0):
-        raise UsageError(f"{what} must lie strictly between 0 and 1, got {value!r}")
-    return v
+    """A target activation sparsity strictly between 0 and 1 (--act-target's range)."""
+    return float(FEATURES["act_target"].check(value, what))
 
 
 def build_relufy_spec(
@@ -212,9 +207,7 @@ def build_relufy_spec(
         raise UsageError(f"--from and --to are both {source}; ReLUfication swaps one activation for another")
     if inputs not in (None, "data"):
         raise UsageError("--relufy fine-tunes for epochs of the dataset; it does not go with --inputs " + inputs)
-    epochs = default(RelufySpec, "epochs") if epochs is None else epochs
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= MAX_RELUFY_EPOCHS:
-        raise UsageError(f"--relufy-epochs must be a whole number from 1 to {MAX_RELUFY_EPOCHS}, got {epochs!r}")
+    epochs = default(RelufySpec, "epochs") if epochs is None else FEATURES["relufy_epochs"].check(epochs)
     return RelufySpec(source=source, target=target, epochs=epochs)
 
 
@@ -231,9 +224,7 @@ def parse_targets(text: str) -> tuple[float, ...]:
 
 
 def check_workers(workers: int | None) -> int:
-    """--workers: 1 (in-process) up to MAX_WORKERS spawned processes."""
+    """--workers: 1 (in-process) up to the declared maximum of spawned processes (settings/drift.py)."""
     if workers is None:
         return default(Features, "workers")
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-        raise UsageError(f"--workers must be a whole number from 1 to {MAX_WORKERS}, got {workers!r}")
-    return workers
+    return int(FEATURES["workers"].check(workers))

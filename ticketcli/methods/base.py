@@ -13,12 +13,8 @@ from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, Scope, scope_groups
+from ticketcli.settings.run import RUN
 from ticketcli.specs import MethodSpec
-
-# The training settings a method reads, if it trains (each method lists what it reads in `options`): score
-# training runs Adam on the scores at --lr; weight training runs Adam on the weights at --weight-lr.
-SCORE_TRAINING = frozenset({"epochs", "lr", "batch_size", "betas", "eps", "weight_decay", "precision"})
-WEIGHT_TRAINING = frozenset({"epochs", "batch_size", "weight_lr", "betas", "eps", "weight_decay"})
 
 # Called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"} (and "round", "rounds").
 Progress = Callable[[dict], None]
@@ -60,14 +56,16 @@ class Method(ABC):
     `@METHODS.register("<name>")`, and import the module in ticketcli/methods/__init__.py. Nothing else changes:
     --method's choices come from the registry, and the refusal of options it does not read, --resume and
     --checkpoint-every, torchrun and the progress bar follow these attributes (tests/test_method_contract.py checks
-    that every method declares them). Options come from MethodSpec: list in `options` every one it reads
-    besides name and sparsity (training settings included: SCORE_TRAINING, WEIGHT_TRAINING); the others are refused
-    when a user sets them and left out of its tickets. Only a brand-new hyper-parameter also needs a MethodSpec field
-    and its flag.
+    that every method declares them). The options it reads besides name and sparsity are not listed here: each
+    option's declaration (ticketcli/settings/run.py) names the methods that read it, and `options` is derived from
+    those at class creation; the others are refused when a user sets them and left out of its tickets. A new
+    method adds its name to the `methods=` of the settings it reads; a brand-new hyper-parameter is a MethodSpec
+    field plus one Setting.
     """
 
     name: ClassVar[str]  # the registry name, recorded in the ticket
-    options: ClassVar[frozenset[str]]  # the MethodSpec fields it reads besides name, sparsity (specs.METHOD_OPTIONS)
+    # the MethodSpec fields it reads besides name and sparsity: derived from the settings' declarations
+    options: ClassVar[frozenset[str]] = frozenset()
     trains: ClassVar[frozenset[Trained]]  # what it trains: scores, weights (then trained_weights is set), or nothing
     resumable: ClassVar[bool]  # honours extract(checkpoint=...): saves and resumes bit-identically
     data_parallel: ClassVar[bool]  # runs under torchrun (each rank gives the same masks)
@@ -77,6 +75,11 @@ class Method(ABC):
     # per parameter (selection.groups.scope_groups reads it)
     default_scope: ClassVar[Scope]
     score_init: ClassVar[dict[str, str] | None]  # how trained scores start (recorded in the ticket); else None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and "options" not in cls.__dict__:  # a method (not a family base) not overriding it
+            cls.options = RUN.read_by(cls.name)
 
     @abstractmethod
     def extract(

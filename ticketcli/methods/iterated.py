@@ -27,7 +27,6 @@ class Iterated(ScoreMethod):
 
     name = "iterated"
     augmented = True
-    options = ScoreMethod.options | {"aux_width", "frozen_aux", "iter_tolerance", "max_rounds"}
     ROUND_DENSITY_CAP = 0.5  # a round never keeps more than half of the augmented space
 
     def extract(

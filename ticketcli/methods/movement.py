@@ -14,7 +14,7 @@ import torch
 
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
-from ticketcli.methods.base import WEIGHT_TRAINING, ExtractResult, Masks, Progress
+from ticketcli.methods.base import ExtractResult, Masks, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.sparse import _SparseTraining, epoch_reporter, weight_optim
 from ticketcli.models.masked import MaskedNet
@@ -58,7 +58,6 @@ class MovementTrainer(WeightTrainer):
 class Movement(_SparseTraining):
     name = "movement"
     # weights at --weight-lr, scores at --lr (one Adam, two parameter groups)
-    options = WEIGHT_TRAINING | {"lr", "layer_densities", "movement_warmup", "movement_cooldown", "movement_noise"}
     trains = frozenset({"weights", "scores"})
     score_init = {"scheme": "zeros+gaussian", "note": "0 plus N(0, movement_noise^2) noise for tie-breaking"}
 

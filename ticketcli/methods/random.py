@@ -23,7 +23,6 @@ def random_masks(net: MaskedNet, groups: list[Group], generator: torch.Generator
 @METHODS.register("random")
 class RandomMask(Method):
     name = "random"
-    options = frozenset({"layer_densities"})
     trains = frozenset()
     resumable = True  # one draw, no epochs: nothing to checkpoint, so resuming is just running again
     data_parallel = True  # the same draw on every rank

@@ -108,7 +108,6 @@ class _Saliency(Method):
 @METHODS.register("snip")
 class Snip(_Saliency):
     name = "snip"
-    options = frozenset({"layer_densities", "batch_size", "saliency_batches"})
 
     def extract(
         self,
@@ -133,9 +132,6 @@ class Grasp(_Saliency):
     collections of minibatches (separate, the default) or from one (shared, as the original code)."""
 
     name = "grasp"
-    options = frozenset(
-        {"layer_densities", "batch_size", "saliency_batches", "grasp_temperature", "grasp_direction", "grasp_data"}
-    )
 
     def extract(
         self,
@@ -160,7 +156,6 @@ class SynFlow(_Saliency):
     """Iterative SynFlow: round r of R keeps density d^(r/R) (exponential schedule), rescoring on the survivors."""
 
     name = "synflow"
-    options = frozenset({"layer_densities", "synflow_rounds"})
     seeded = False  # data-free and deterministic: the seed only enters through the weights
 
     def extract(

@@ -14,7 +14,7 @@ import torch
 
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
-from ticketcli.methods.base import SCORE_TRAINING, Details, ExtractResult, Method, Progress
+from ticketcli.methods.base import Details, ExtractResult, Method, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.models.masked import MaskedNet
@@ -31,7 +31,6 @@ def augmented_density(spec: MethodSpec) -> float:
 class ScoreMethod(Method):
     """Score training with frozen weights; subclasses choose the score layout and how the final mask is read."""
 
-    options = SCORE_TRAINING | {"signed_scores", "global_topk"}
     trains = frozenset({"scores"})
     resumable = True  # saves scores, Adam and the generator every N epochs; resumes bit-identically
     data_parallel = True  # runs under torchrun (scores' gradients all-reduced, masks checked identical)
@@ -105,11 +104,9 @@ def project(
 @METHODS.register("edge-popup")
 class EdgePopup(ScoreMethod):
     name = "edge-popup"
-    options = ScoreMethod.options | {"layer_densities"}
 
 
 @METHODS.register("augmented")
 class Augmented(ScoreMethod):
     name = "augmented"
     augmented = True
-    options = ScoreMethod.options | {"aug_density", "aux_width", "frozen_aux", "project_final"}

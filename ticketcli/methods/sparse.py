@@ -16,7 +16,7 @@ import torch
 from ticketcli.checkpoint import Checkpointer
 from ticketcli.data import Splits
 from ticketcli.errors import UsageError
-from ticketcli.methods.base import WEIGHT_TRAINING, ExtractResult, Masks, Method, Progress, dense_masks
+from ticketcli.methods.base import ExtractResult, Masks, Method, Progress, dense_masks
 from ticketcli.methods.random import random_masks
 from ticketcli.methods.registry import METHODS
 from ticketcli.models.masked import MaskedNet
@@ -66,7 +66,6 @@ class IMP(_SparseTraining):
     density d^(r/R) (geometric schedule). Pruned weights are exactly zero and never return."""
 
     name = "imp"
-    options = WEIGHT_TRAINING | {"layer_densities", "imp_rounds"}
 
     def extract(
         self,
@@ -154,7 +153,6 @@ class _DynamicSparse(_SparseTraining):
 
     No update follows the very last step: its regrown weights would never be trained."""
 
-    options = WEIGHT_TRAINING | {"layer_densities", "regrow_every", "regrow_fraction"}
     grow_scores: Growth  # (trainer, x, y, generator) -> the scores regrowth picks the highest of
 
     def extract(

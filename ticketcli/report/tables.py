@@ -201,10 +201,17 @@ def export_table(r: ExportResult) -> None:
 
 
 def list_table(r: ListResult) -> None:
-    """`ticket list`: one row per name, with its description."""
-    table = Table(title=f"{r.kind} ({len(r.entries)})")
-    table.add_column("name", no_wrap=True)
-    table.add_column("description")
+    """`ticket list`: one row per name, with its description (settings: also the default, range and readers)."""
+    settings = r.kind == "settings"
+    title = f"{r.kind} ({len(r.entries)})" + (": flags, config keys and tc.extract keywords" if settings else "")
+    table = Table(title=title)
+    columns = ("name", "default", "range", "read by", "description") if settings else ("name", "description")
+    for column in columns:
+        table.add_column(column, no_wrap=column == "name", overflow="fold")
     for item in r.entries:
-        table.add_row(item.name, item.description)
+        if settings:
+            readers = ", ".join(item.methods) or "every method"
+            table.add_row(item.name, item.default, item.range, readers, item.description)
+        else:
+            table.add_row(item.name, item.description)
     stdout().print(table)

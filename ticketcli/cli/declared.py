@@ -1,0 +1,90 @@
+"""Typer parameters derived from the settings' declarations (ticketcli/settings/): `option(setting)` is the
+annotated type of one flag, and `@declared(table)` gives a command one keyword parameter per setting of the table,
+so that a command's signature lists only its own, command-line-only options and takes the rest as `**given`.
+
+The values come back as Typer parsed them; `given_settings` turns them into the settings dict resolve.py merges:
+None for what was not given (a switch that is off included), paths as text."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, TypeVar
+
+import typer
+
+from ticketcli.settings.setting import Setting, Table
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def choices(names: tuple[str, ...] | list[str]) -> Any:
+    """A Literal of a registry's names: Typer lists them in --help and refuses any other; the value is the str."""
+    return Literal.__getitem__(tuple(names))
+
+
+def option(s: Setting) -> Any:
+    """The annotated type of setting `s`'s flag: its type, help (with its default), panel."""
+    decls: tuple[str, ...] = ()
+    if s.kind == "negatable":
+        kind: Any = Optional[bool]
+        decls = (f"{s.flag}/--no-{s.flag.removeprefix('--')}",)
+    elif s.switch:
+        kind, decls = bool, (s.flag,)
+    elif isinstance(s.kind, tuple):
+        kind = Optional[choices(s.kind)]
+    else:
+        kind = Optional[s.kind]
+    if s.flag_name is not None and not decls:
+        decls = (s.flag,)
+    info = typer.Option(*decls, help=s.help_text(), rich_help_panel=s.panel, show_default=False)
+    return Annotated[kind, info]
+
+
+def parameter_default(s: Setting) -> Any:
+    """What Typer passes when the flag is not given: False for a switch, else None (a setting's default is applied
+    when the settings are merged, so that 'not given' stays visible) or a command-line-only option's own default."""
+    if s.switch:
+        return False
+    return None if s.config else s.value
+
+
+def declared(*tables: Table) -> Callable[[F], F]:
+    """Give the decorated command one keyword parameter per setting of `tables`, after its own parameters; it
+    receives them in `**given`."""
+
+    def wrap(fn: F) -> F:
+        own = inspect.signature(fn, eval_str=True)
+        mine = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        arguments = [p for p in mine if p.default is inspect.Parameter.empty]  # a command's arguments come first
+        options = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in mine if p not in arguments]
+        taken = {p.name for p in mine}
+        declared_params = []
+        for table in tables:
+            for s in table:
+                if s.name in taken:
+                    raise ValueError(f"{fn.__name__} declares {s.name!r} itself and in a table")
+                taken.add(s.name)
+                kind = inspect.Parameter.KEYWORD_ONLY
+                declared_params.append(
+                    inspect.Parameter(s.name, kind, annotation=option(s), default=parameter_default(s))
+                )
+        params = [*arguments, *declared_params, *options]  # in --help, the settings before the command's own options
+        fn.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]  # Typer reads it
+        return fn
+
+    return wrap
+
+
+def given_settings(table: Table, given: dict[str, Any]) -> dict[str, Any]:
+    """The values of `table`'s settings as resolve.merge_settings takes them: None = not given."""
+    out: dict[str, Any] = {}
+    for s in table:
+        value = given[s.name]
+        if s.switch and value is False:
+            value = None
+        elif isinstance(value, Path):
+            value = str(value)
+        out[s.name] = value
+    return out

@@ -1,0 +1,15 @@
+"""Every option of the run settings, declared once.
+
+A `Setting` (setting.py) says everything about one option: its name (the config key and API keyword; the flag is
+the name with dashes), the spec field that holds its default, its range, its help text and panel, and, for a
+method's hyper-parameter, which methods read it. Everything else is derived from the declarations: the Typer
+parameters of each command (cli/declared.py), the TOML keys a config file may set and the API's keyword arguments
+(resolve.py), the "Default: X" of every help text, the range checks, the refusal of an option the chosen method
+does not read, each Method's `options` (hence what a ticket records), and `ticket list settings`.
+
+Modules:
+- setting.py: the `Setting` declaration, a `Table` of them and what is derived from one.
+- run.py: the table of the settings that shape a ticket (`extract`, `sweep-k` and `tc.extract` share it).
+
+Torch-free and typer-free: it imports the spec dataclasses (for the defaults), the value ranges and the catalog's
+names, so that --help can read it without importing torch. To add an option, see CONTRIBUTING.md."""

@@ -1,0 +1,208 @@
+"""The `Setting` declaration and a `Table` of them: the one place an option's name, default, range, help, panel and
+readers are written, and the functions that derive the rest from it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ticketcli import catalog
+from ticketcli.catalog import ListItem
+from ticketcli.ranges import Range
+from ticketcli.specs import field_default
+
+
+class Panel:
+    """The help panels options are grouped in (Typer's rich_help_panel), the same names in every command."""
+
+    METHOD = "Method"
+    VARIANTS = "Variants"  # ablations and the settings of one method family
+    MODEL = "Model and init"
+    DATA = "Data"
+    TRAINING = "Training"
+    OUTPUT = "Output"
+    SCALE_OUT = "Scale-out"  # where and how wide it runs: device, precision, workers, checkpoints
+    MEASURE = "Measurement"  # drift's own panels from here on
+    ACT_CONTROL = "Activation control"
+    RELUFY = "ReLUfication"
+    TRADEOFF = "Trade-off sweep"
+
+
+ALL_METHODS: tuple[str, ...] = ()  # `Setting.methods` of a setting every method reads (the default)
+
+
+def show(value: object) -> str:
+    """A default as help prints it: 0.01, 1e-8, 200, 0.9,0.999, augmented."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(show(v) for v in value)
+    if isinstance(value, float):
+        text = repr(value).removesuffix(".0")  # 200.0 -> 200
+        return re.sub(r"e([+-])0*(\d)", r"e\1\2", text)  # 1e-08 -> 1e-8
+    return str(value)
+
+
+def with_default(text: str, default: object) -> str:
+    """Help text ending in 'Default: X.', X rendered from the value the code really uses."""
+    return f"{text} Default: {show(default)}."
+
+
+def option_flag(name: str) -> str:
+    """The flag a user types for setting `name`: --global-topk for global_topk."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One option of a command, declared once.
+
+    name: the config key and the API keyword (the flag is option_flag(name)).
+    help: what it does, without its default (help() appends it) or the methods that read it (help() prefixes them).
+    panel: the --help panel (cli.options.Panel).
+    kind: the type the flag parses (int, float, str, bool; a bool is a switch), or "choice" for `range.choices`.
+    range: what a value may be, checked for flags, config keys and API keywords alike; None: not checked here.
+    field: (spec dataclass, field name) that holds the default and receives the value ("optim.lr": a field of a
+        nested spec); None: `default` holds it.
+    default: the default of a setting no spec field holds (None: not given; the help's `shown` says what happens).
+    shown: the help's "Default: ..." text where the default is not a plain value (e.g. "half of the memory"), or ""
+        for no default sentence.
+    methods: the methods that read it (a method's hyper-parameter); ALL_METHODS: every method does, or it is no
+        method option.
+    config: a config file key and an API keyword, beside the flag (False: a flag only).
+    flag_name: the flag, where it is not the name with dashes (drift's --from and --to).
+    """
+
+    name: str
+    help: str
+    panel: str
+    kind: Any = str
+    range: Range | None = None
+    field: tuple[type, str] | None = None
+    default: Any = None
+    shown: str | None = None
+    methods: tuple[str, ...] = ALL_METHODS
+    config: bool = True
+    flag_name: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return self.flag_name or option_flag(self.name)
+
+    @property
+    def value(self) -> Any:
+        """The default the code uses: the spec field's, else `default`."""
+        if self.field is None:
+            return self.default
+        cls, path = self.field  # "optim.lr": a field of a nested spec's default
+        head, *rest = path.split(".")
+        value = field_default(cls, head)
+        for part in rest:
+            value = getattr(value, part)
+        return value
+
+    @property
+    def switch(self) -> bool:
+        """A flag without a value (--frozen-aux): given means true."""
+        return self.kind is bool
+
+    def default_text(self) -> str:
+        """The default as help and `ticket list settings` show it ("" where the flag is a switch, off by default)."""
+        if self.shown is not None:
+            return self.shown
+        return "" if self.switch and not self.value else ("" if self.value is None else show(self.value))
+
+    def range_text(self) -> str:
+        """What a value may be: a choice's names, else its range's description."""
+        if isinstance(self.kind, tuple):
+            return "one of " + ", ".join(self.kind)
+        return "" if self.range is None else self.range.describe()
+
+    def list_item(self) -> ListItem:
+        """Its row in `ticket list settings`."""
+        return ListItem(
+            name=self.name,
+            description=self.help,
+            flag=self.flag,
+            default=self.default_text(),
+            range=self.range_text(),
+            methods=tuple(sorted(self.methods)),
+            panel=self.panel,
+            config=self.config,
+        )
+
+    def help_text(self) -> str:
+        """The help --help shows: who reads it, what it does, its default."""
+        text = f"{readers_prefix(self.methods)}{self.help}"
+        if self.shown is not None:
+            return f"{text} Default: {self.shown}." if self.shown else text
+        if self.switch or self.value is None:
+            return text
+        return with_default(text, self.value)
+
+    def check(self, value: Any, what: str | None = None) -> Any:
+        """`value` checked against the range and normalised; `what` names it in the error (default: its flag)."""
+        return value if self.range is None else self.range.check(value, what or self.flag)
+
+    def but(self, **changes: Any) -> Setting:
+        """The same setting with another help or panel in one command (its name, default and range stay)."""
+        return replace(self, **changes)
+
+
+def readers_prefix(methods: tuple[str, ...]) -> str:
+    """'augmented, iterated: ' for a setting only some methods read; 'all but augmented, iterated: ' where most do."""
+    if not methods:
+        return ""
+    others = sorted(set(catalog.METHODS) - set(methods))
+    if len(others) < len(methods):
+        return f"all methods but {', '.join(others)}: "
+    return f"{', '.join(sorted(methods))}: "
+
+
+class Table:
+    """The settings of one command (or shared by several), in declaration order, looked up by name."""
+
+    def __init__(self, *settings: Setting) -> None:
+        self._by_name: dict[str, Setting] = {}
+        for s in settings:
+            if s.name in self._by_name:
+                raise ValueError(f"setting {s.name!r} declared twice")
+            self._by_name[s.name] = s
+
+    def __iter__(self) -> Iterator[Setting]:
+        return iter(self._by_name.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __getitem__(self, name: str) -> Setting:
+        return self._by_name[name]
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def names(self) -> list[str]:
+        return list(self._by_name)
+
+    def pick(self, *names: str, **changes: dict[str, Any]) -> Table:
+        """A table of some of these settings, e.g. another command's; changes[name] overrides fields (help)."""
+        return Table(*(self[n].but(**changes.get(n, {})) for n in names))
+
+    def plus(self, *others: Iterable[Setting]) -> Table:
+        return Table(*self, *(s for other in others for s in other))
+
+    def config_keys(self) -> list[str]:
+        """The keys a config file (and the API) may set."""
+        return [s.name for s in self if s.config]
+
+    def defaults(self) -> dict[str, Any]:
+        """Config key -> the default the code uses."""
+        return {s.name: s.value for s in self if s.config}
+
+    def method_options(self) -> tuple[str, ...]:
+        """The settings only some methods read (the others are refused for a method that does not read them)."""
+        return tuple(s.name for s in self if s.methods)
+
+    def read_by(self, method: str) -> frozenset[str]:
+        """The method options that `method` reads: its Method.options."""
+        return frozenset(s.name for s in self if method in s.methods)

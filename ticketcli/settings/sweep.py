@@ -1,0 +1,77 @@
+"""`ticket sweep-k`'s settings: extract's (settings/run.py), with the help that says what they do in a sweep (sweep-k
+runs fixed methods, so no help names the methods that read an option), and its own, command-line-only options
+(OWN: seeds, densities, layerwise draws, the oracle's band, workers, threads, executor)."""
+
+from __future__ import annotations
+
+from ticketcli import catalog
+from ticketcli.ranges import INT
+from ticketcli.settings.run import RUN
+from ticketcli.settings.setting import Panel, Setting, Table, show
+
+SHARED: tuple[str, ...] = ("sparsity", "model", "bias", "init", "init_k", "dataset", "data_dir", "download")
+SHARED += ("n_extract", "n_val", "epochs", "lr", "batch_size", "device", "max_params", "max_memory")
+HELP = {
+    "sparsity": "Requested sparsity of fixed edge-popup, random and the double-scoring methods.",
+    "model": "Model spec, e.g. mlp:784-256-256-256-10, conv6, resnet20, wrn:16-4, vit:p4-d64-l4-h4 (as for extract).",
+    "init_k": "fan_in scale k of the init.",
+    "n_extract": "Extraction examples.",
+    "n_val": "Validation examples.",
+    "epochs": "Score-training epochs per run.",
+}
+M, S = Panel.METHOD, Panel.SCALE_OUT
+SWEEP = RUN.pick(*SHARED, **{n: {"methods": (), **({"help": HELP[n]} if n in HELP else {})} for n in SHARED})
+
+# sweep-k's own options: the grid, the oracle's band, where it runs (command-line only; --threads is also read from
+# the config file, as extract's key)
+SEEDS = "0,1,2"
+OWN = Table(
+    Setting("seeds", "Comma-separated seeds; each seed's runs share one initialisation.", M, str, default=SEEDS),
+    Setting(
+        "densities",
+        "Comma-separated scalar keep densities for the edge-popup sweep, also the pool of the layerwise draws.",
+        M,
+        shown=f"the paper's {show(catalog.SWEEP_DENSITIES)}",
+    ),
+    Setting(
+        "layerwise",
+        "Random layerwise keep-density tuples per seed, drawn from the density pool.",
+        M,
+        int,
+        INT(0, 10_000),
+        default=catalog.SWEEP_LAYERWISE,
+    ),
+    Setting(
+        "band",
+        "Achieved-sparsity band LO-HI of the constrained validation oracle.",
+        M,
+        default="-".join(show(b) for b in catalog.SWEEP_BAND),
+    ),
+    Setting(
+        "workers",
+        "Local worker processes (spawned); workers x threads must not exceed the CPU cores.",
+        S,
+        int,
+        INT(1, 4096),
+        default=1,
+    ),
+    RUN["threads"].but(
+        help="Torch threads per run (config key threads); workers x threads must not exceed the CPU cores.",
+        shown="1 per run, so that the results do not depend on --workers or the executor",
+    ),
+    Setting(
+        "executor",
+        # \\[ prints [: Rich would take [ray] for markup and drop it
+        "local (a process pool of --workers) or ray (needs pip install 'ticketcli\\[ray]').",
+        S,
+        ("local", "ray"),
+        default="local",
+    ),
+    Setting(
+        "ray_address",
+        "Ray cluster address for --executor ray (e.g. auto or ray://host:10001).",
+        S,
+        shown="a new local Ray instance",
+    ),
+)
+OWN = Table(*(s.but(config=False) for s in OWN))
