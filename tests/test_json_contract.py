@@ -257,7 +257,7 @@ def test_every_document_has_one_typed_result():
     import ticketcli.export
     import ticketcli.runs.evaluate
     import ticketcli.runs.inspect
-    import ticketcli.runs.record
+    import ticketcli.runs.summary
     import ticketcli.sweep.result
     import ticketcli.weak  # noqa: F401  (the modules that define the result classes)
     from ticketcli.result import Result

@@ -70,7 +70,7 @@ LAYERS: list[list[str]] = [
     ["ticketcli.report", "ticketcli.drift.views"],  # presentation: tables, JSON, plots
     ["ticketcli.resolve", "ticketcli.drift.options"],  # flags, config files and defaults -> validated specs
     # the Python API (`import ticketcli as tc`): the package's public names, over the same specs and workflows
-    ["ticketcli.api_masks", "ticketcli.api_data", "ticketcli.api", "ticketcli"],
+    ["ticketcli.api", "ticketcli"],  # the api package: ticket, extract, data, masks, listing (api/__init__.py)
     ["ticketcli.exits", "ticketcli.cli", "ticketcli.entry", "ticketcli.__main__"],  # the command line
 ]
 

@@ -25,7 +25,7 @@ from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import inspect as runs_inspect
 from ticketcli.runs.parts import layer_counts
-from ticketcli.runs.record import ExtractionResult
+from ticketcli.runs.summary import ExtractionResult
 from ticketcli.specs import DataSpec
 from ticketcli.ticketfile import ticket as ticket_io
 

@@ -16,16 +16,16 @@ from ticketcli.version import __version__
 # public name -> the module that defines it; resolved on first use (PEP 562), so that `import ticketcli` (and the
 # command line's --help) does not pay for importing torch
 _PUBLIC = {
-    "Ticket": "ticketcli.api",
-    "load": "ticketcli.api",
-    "extract": "ticketcli.api",
-    "list_methods": "ticketcli.api",
-    "list_models": "ticketcli.api",
-    "list_datasets": "ticketcli.api",
-    "extract_options": "ticketcli.api",
-    "apply_masks": "ticketcli.api_masks",
-    "remove_masks": "ticketcli.api_masks",
-    "load_pruned": "ticketcli.api_masks",
+    "Ticket": "ticketcli.api.ticket",
+    "load": "ticketcli.api.ticket",
+    "extract": "ticketcli.api.extract",
+    "list_methods": "ticketcli.api.listing",
+    "list_models": "ticketcli.api.listing",
+    "list_datasets": "ticketcli.api.listing",
+    "extract_options": "ticketcli.api.listing",
+    "apply_masks": "ticketcli.api.masks",
+    "remove_masks": "ticketcli.api.masks",
+    "load_pruned": "ticketcli.api.masks",
     "TicketCliError": "ticketcli.errors",
     "UsageError": "ticketcli.errors",
     "TicketFileError": "ticketcli.errors",
@@ -50,8 +50,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ticketcli.api import Ticket, extract, extract_options, list_datasets, list_methods, list_models, load
-    from ticketcli.api_masks import apply_masks, load_pruned, remove_masks
+    from ticketcli.api.extract import extract
+    from ticketcli.api.listing import extract_options, list_datasets, list_methods, list_models
+    from ticketcli.api.masks import apply_masks, load_pruned, remove_masks
+    from ticketcli.api.ticket import Ticket, load
     from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
 
 

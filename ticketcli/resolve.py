@@ -172,7 +172,7 @@ def build_weak_spec(settings: dict[str, Any]) -> WeakSpec:
     )
 
 
-def parse_floats(text: str | list | tuple | None, what: str) -> tuple[float, ...] | None:
+def parse_floats(text: str | list[str | float] | tuple[str | float, ...] | None, what: str) -> tuple[float, ...] | None:
     if text is None:
         return None
     items = text if isinstance(text, (list, tuple)) else [t for t in str(text).split(",") if t.strip()]

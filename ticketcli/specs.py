@@ -202,7 +202,7 @@ class WeightOptim:
     weight_decay: float = 0.0
     momentum: float = 0.0  # sgd only
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["betas"] = list(self.betas)
         return d

@@ -104,7 +104,7 @@ class ActivationControl:
     ) -> dict[str, Any]:
         """Achieved activation sparsity against the target and the negative shares, per site and over all units,
         on the probe batch x with the weights params; zero(a) is drift's zero rule."""
-        record: dict = {}
+        record: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.record = record
         try:
             with torch.no_grad():
@@ -138,7 +138,7 @@ class ActivationControl:
         }
 
 
-def aggregate(spec: ControlSpec, per_run: list[dict]) -> dict[str, Any]:
+def aggregate(spec: ControlSpec, per_run: list[dict[str, Any]]) -> dict[str, Any]:
     """The control's spec and every run's summary, with the mean over runs (seeds) of each number."""
 
     def mean(values: list[float | None]) -> float | None:

@@ -5,7 +5,7 @@ line. Every default comes from the fields of the specs in drift.spec."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ticketcli import catalog
 from ticketcli.data import DATASETS
@@ -226,5 +226,5 @@ def parse_targets(text: str) -> tuple[float, ...]:
 def check_workers(workers: int | None) -> int:
     """--workers: 1 (in-process) up to the declared maximum of spawned processes (settings/drift.py)."""
     if workers is None:
-        return default(Features, "workers")
+        return cast(int, default(Features, "workers"))
     return int(FEATURES["workers"].check(workers))

@@ -31,7 +31,7 @@ class TextSpec:
     search_dirs: tuple[str, ...] = ()  # data_search_dirs(): --data-dir, $TICKET_DATA, the cache, system dirs
     val_fraction: float = 0.1  # share of blocks held out for validation (at least one block)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "val_fraction": self.val_fraction}
 
 

@@ -17,7 +17,7 @@ from ticketcli.settings.run import RUN
 from ticketcli.specs import MethodSpec
 
 # Called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"} (and "round", "rounds").
-Progress = Callable[[dict], None]
+Progress = Callable[[dict[str, Any]], None]
 Masks = dict[str, torch.Tensor]  # param name -> bool mask of the parameter's shape
 Trained = Literal["scores", "weights"]
 

@@ -9,6 +9,7 @@ to the target; the final mask is the top-k of the signed scores (no absolute val
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -43,7 +44,7 @@ class MovementTrainer(WeightTrainer):
         self.groups = groups
         self.scores = {n: s.to(net.device, copy=True).requires_grad_(True) for n, s in scores.items()}
         self.opt.add_param_group({"params": list(self.scores.values()), "lr": spec.lr})
-        self.schedule = lambda d: d  # group final density -> current keep density
+        self.schedule: Callable[[float], float] = lambda d: d  # group final density -> current keep density
 
     def hard_masks(self) -> Masks:
         return select({n: s.detach() for n, s in self.scores.items()}, self.groups, self.schedule)
@@ -76,7 +77,7 @@ class Movement(_SparseTraining):
         trainer = MovementTrainer(net, spec, self.groups(net, spec), noise)
         total = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
 
-        def schedule_at(step: int):
+        def schedule_at(step: int) -> Callable[[float], float]:
             return lambda d: cubic_density(step, total, d, spec.movement_warmup, spec.movement_cooldown)
 
         trainer.schedule = schedule_at(0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -161,7 +162,7 @@ class ScoreTrainer:
             self._release_aux()
         # under torchrun: this rank's shard of the global batch; loss and correct count are the global ones
         loss, value, correct = distributed.cross_entropy_step(lambda xb: self.forward(xb, hard), x, y)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         if self.aux_trains:
             for t in self.aux:
                 if t.grad is None:
@@ -198,7 +199,7 @@ class ScoreTrainer:
         # less), drawing them again when a threshold leaves its window
         self.selection.window_aux(lambda name: redraw(name)[name])
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Scores (every part, on the CPU; released auxiliary parts drawn again, the same bits) and Adam's state:
         with the generator, all a resumed run needs."""
         aux = self.redraw() if self.released and self.redraw is not None else {}
@@ -209,7 +210,7 @@ class ScoreTrainer:
             "optimizer": self.opt.state_dict(),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.released:
             raise RuntimeError("a trainer that released its auxiliary scores cannot load a state")
         with torch.no_grad():
@@ -248,11 +249,11 @@ def train_scores(
     spec: MethodSpec,
     generator: torch.Generator,
     progress: Progress | None,
-    extra: dict | None = None,
+    extra: dict[str, int] | None = None,
     *,
     checkpoint: Checkpointer | None = None,
     start_epoch: int = 0,
-    context: dict | None = None,
+    context: dict[str, Any] | None = None,
 ) -> None:
     """spec.epochs passes over the extraction split in seeded random order (last partial batch included).
 
@@ -311,7 +312,7 @@ def _diverged(trainer: ScoreTrainer, what: str, epoch: int) -> None:
     )
 
 
-def resume(state: dict | None, trainer: ScoreTrainer, generator: torch.Generator) -> int:
+def resume(state: dict[str, Any] | None, trainer: ScoreTrainer, generator: torch.Generator) -> int:
     """Put a checkpointed trainer and generator back; returns the epochs already done (0 without a state)."""
     if state is None:
         return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -36,12 +36,12 @@ def constant(masks: Masks) -> Callable[[], Masks]:
 
 def epoch_reporter(
     progress: Progress | None, epochs: int, masks: Callable[[], Masks], offset: int = 0
-) -> Callable[[dict], None] | None:
+) -> Callable[[dict[str, Any]], None] | None:
     """train_weights' on_epoch -> the extract progress callback (epoch numbers continue across IMP rounds)."""
     if progress is None:
         return None
 
-    def on_epoch(record: dict) -> None:
+    def on_epoch(record: dict[str, Any]) -> None:
         m = masks()
         kept = sum(int(t.sum()) for t in m.values())
         total = sum(t.numel() for t in m.values())

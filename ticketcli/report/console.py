@@ -209,7 +209,7 @@ def finite_json(obj: object) -> object:
     return obj
 
 
-def print_json(obj: dict) -> None:
+def print_json(obj: dict[str, Any]) -> None:
     """Exactly one strict JSON document on stdout (non-finite numbers as null, lone surrogates as U+FFFD, non-ASCII
     and controls escaped)."""
     results().write(json.dumps(finite_json(obj), indent=2, sort_keys=True, allow_nan=False) + "\n")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's t
     from ticketcli.runs.evaluate import EvaluateResult
     from ticketcli.runs.inspect import InspectResult
     from ticketcli.runs.parts import LayerCount
-    from ticketcli.runs.record import ExtractionResult
+    from ticketcli.runs.summary import ExtractionResult
 
 
 def extract_table(s: ExtractionResult) -> None:

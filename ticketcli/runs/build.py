@@ -31,7 +31,7 @@ def build_net(
     weights_path: str | None,
     limits: Budget = Budget(),
     module: nn.Module | None = None,
-) -> tuple[MaskedNet, dict]:
+) -> tuple[MaskedNet, dict[str, torch.Tensor]]:
     """The frozen network (on CPU) and its weights (drawn from init, or loaded from weights_path).
 
     A built-in model over the budget (its parameters and memory, worked out from the spec alone: budget.py) is
@@ -89,7 +89,7 @@ def rebuild(
     weights_path: str | None,
     policy: ModelPolicy = ModelPolicy(),
     module: nn.Module | None = None,
-) -> tuple[MaskedNet, dict]:
+) -> tuple[MaskedNet, dict[str, torch.Tensor]]:
     """The ticket's network from its spec and seed (or checkpoint), checked against shapes and fingerprint.
 
     Refused before anything runs or is allocated: masks that no longer match their recorded digest, a factory

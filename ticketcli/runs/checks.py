@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from ticketcli import batchnorm, cost
 from ticketcli.budget import Budget
@@ -17,7 +18,7 @@ from ticketcli.specs import ModelSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 
-def batchnorm_convention(record: dict, net: MaskedNet, path: Path) -> None:
+def batchnorm_convention(record: dict[str, Any], net: MaskedNet, path: Path) -> None:
     """Set up net's BatchNorm as the ticket was evaluated: recalibrated as recorded, or, for tickets written
     before the record existed, the module's own statistics ("frozen")."""
     stored = record.get("batchnorm")
@@ -35,7 +36,7 @@ def batchnorm_convention(record: dict, net: MaskedNet, path: Path) -> None:
         raise TicketFileError(f"{path}: {e}") from None
 
 
-def check_user_model(model: ModelSpec, record: dict, net: MaskedNet, path: Path) -> None:
+def check_user_model(model: ModelSpec, record: dict[str, Any], net: MaskedNet, path: Path) -> None:
     """Refuse a factory whose parameter names or shapes differ from those the ticket recorded."""
     if model.arch != "user":
         return

@@ -24,6 +24,7 @@ from ticketcli.methods.base import Details
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import inputs as runs_inputs
 from ticketcli.runs import record as runs_record
+from ticketcli.runs import summary as runs_summary
 from ticketcli.runs.build import run_budget
 from ticketcli.runs.inputs import check_input_shape, resolve_device
 from ticketcli.seeding import file_sha256, generator
@@ -40,7 +41,7 @@ def extract_ticket(
     checkpoint_every: int | None = None,
     resume: bool = False,
     chunks: ChunkProgress | None = None,
-) -> runs_record.ExtractionResult:
+) -> runs_summary.ExtractionResult:
     """Run spec.method, rewind, evaluate, write the ticket; returns the result that reports print.
 
     checkpoint_every: save resumable state to `<out>.ckpt` every N epochs; resume: continue from it (when it
@@ -79,7 +80,7 @@ def extract_ticket(
         size = ticket_io.save(run.ticket, out, overwrite=overwrite)
         if run.saver is not None:
             run.saver.remove()
-    return runs_record.extract_summary(spec, run.ticket, out, size, run.source, run.details)
+    return runs_summary.extract_summary(spec, run.ticket, out, size, run.source, run.details)
 
 
 @dataclass

@@ -1,12 +1,9 @@
-"""What an extraction records: its ticket (the model, method, sparsity and metrics fields), the run's identity for
---resume, and the summary that `extract` prints."""
+"""What an extraction records: its ticket (the model, method, sparsity and metrics fields) and the run's identity
+for --resume; the summary that `extract` prints is runs/summary.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -17,9 +14,8 @@ from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS
 from ticketcli.methods.base import Details, ExtractResult
 from ticketcli.models.masked import MaskedNet
-from ticketcli.result import Result
 from ticketcli.runs.inspect import recorded_aux_share
-from ticketcli.runs.parts import JsonObject, LayerCount, SplitMetrics, layer_counts
+from ticketcli.runs.parts import JsonObject
 from ticketcli.seeding import fingerprint
 from ticketcli.specs import ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
@@ -179,166 +175,6 @@ def method_record(spec: RunSpec, score_init: dict[str, str] | None, details: Det
         "score_init": score_init,
         **({"score_params": details["score_params"]} if "score_params" in details else {}),
     }
-
-
-@dataclass(frozen=True)
-class SparsityRecord:
-    """An extraction's sparsity (runs.record.sparsity_report): requested against achieved, the counts, each layer's,
-    and what double-scoring and its iterated variant add."""
-
-    requested: float
-    achieved: float
-    kept: int
-    total: int
-    layers: tuple[LayerCount, ...]
-    requested_layer_densities: tuple[float, ...] | None = None
-    aug_density: float | None = None
-    aux_share: float | None = None
-    projected: bool = False  # the final mask was projected onto the original scores
-    rounds: tuple[JsonObject, ...] | None = None  # iterated: per round, its augmented density and sparsity
-
-    @classmethod
-    def of(cls, report: Mapping[str, Any]) -> SparsityRecord:
-        """From sparsity_report's dict."""
-        densities = report.get("requested_layer_densities")
-        rounds = report.get("rounds")
-        return cls(
-            requested=report["requested"],
-            achieved=report["achieved"],
-            kept=report["kept"],
-            total=report["total"],
-            layers=layer_counts(report["per_layer"]),
-            requested_layer_densities=None if densities is None else tuple(densities),
-            aug_density=report.get("aug_density"),
-            aux_share=report.get("aux_share"),
-            projected=bool(report.get("projected")),
-            rounds=None if rounds is None else tuple(rounds),
-        )
-
-    def to_dict(self) -> JsonObject:
-        """The document's `sparsity` (the layers go to `layers[]`)."""
-        doc: JsonObject = {"requested": self.requested, "achieved": self.achieved}
-        doc.update(kept=self.kept, total=self.total)
-        if self.requested_layer_densities is not None:
-            doc["requested_layer_densities"] = list(self.requested_layer_densities)
-        if self.aug_density is not None:
-            doc["aug_density"] = self.aug_density
-        if self.aux_share is not None:
-            doc["aux_share"] = self.aux_share
-        if self.projected:
-            doc["projected"] = True
-        if self.rounds is not None:
-            doc["rounds"] = list(self.rounds)
-        return doc
-
-
-@dataclass(frozen=True)
-class TrainedMetrics:
-    """A weight-training baseline's own trained network under the final mask: for information, not the ticket."""
-
-    test: SplitMetrics
-    val: SplitMetrics
-    note: str
-
-
-@dataclass(frozen=True)
-class RunMetrics:
-    """An extraction's measurements (run_metrics): the rewound ticket's splits and the facts of the run."""
-
-    test: SplitMetrics
-    val: SplitMetrics
-    device: str
-    wall_time_s: float
-    processes: int | None = None  # under torchrun
-    precision: str | None = None  # of training, when not fp32
-    trained: TrainedMetrics | None = None
-
-    @classmethod
-    def of(cls, metrics: Mapping[str, Any]) -> RunMetrics:
-        """From run_metrics's dict."""
-        t = metrics.get("trained")
-        trained = None
-        if t is not None:
-            trained = TrainedMetrics(SplitMetrics.of(t["test"]), SplitMetrics.of(t["val"]), t["note"])
-        return cls(
-            test=SplitMetrics.of(metrics["test"]),
-            val=SplitMetrics.of(metrics["val"]),
-            device=metrics["device"],
-            wall_time_s=metrics["wall_time_s"],
-            processes=metrics.get("processes"),
-            precision=metrics.get("precision"),
-            trained=trained,
-        )
-
-
-@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
-class ExtractionResult(Result):
-    """What `ticket extract` reports: where the ticket went, what it holds, how well it does. `method`,
-    `checkpoint` and `masks_sha256` are the ticket's own fields, as `ticket inspect` reports them from the file."""
-
-    COMMAND: ClassVar[str] = "extract"
-
-    ticket: str  # the path written
-    file_bytes: int | None  # None on the ranks of a torchrun run that do not write
-    method: JsonObject  # the ticket's method record
-    seed: int
-    model: str  # the model spec string
-    data: JsonObject  # the ticket's data record and where the data came from (`source`)
-    sparsity: SparsityRecord
-    metrics: RunMetrics
-    score_params: dict[str, int] | None  # score methods: trainable and total score tensors per weight
-    checkpoint: JsonObject | None
-    masks_sha256: str
-    threads: int | None = None  # torch's CPU threads, as the command ran
-
-    def body(self) -> JsonObject:
-        doc: JsonObject = {
-            "ticket": self.ticket,
-            "file_bytes": self.file_bytes,
-            "method": self.method,
-            "seed": self.seed,
-            "model": self.model,
-            "data": self.data,
-        }
-        if self.score_params is not None:
-            doc["score_params"] = self.score_params
-        doc.update(checkpoint=self.checkpoint, masks_sha256=self.masks_sha256)
-        if self.threads is not None:
-            doc["threads"] = self.threads
-        m = self.metrics
-        if m.trained is not None:
-            t = m.trained
-            doc["trained"] = {"metrics": {"test": t.test.to_dict(), "val": t.val.to_dict()}, "note": t.note}
-        doc.update(device=m.device, wall_time_s=m.wall_time_s)
-        if m.processes is not None:
-            doc["processes"] = m.processes
-        if m.precision is not None:
-            doc["precision"] = m.precision
-        doc["metrics"] = {"test": m.test.to_dict(), "val": m.val.to_dict()}
-        doc["sparsity"] = self.sparsity.to_dict()
-        doc["layers"] = [layer.to_dict() for layer in self.sparsity.layers]
-        return doc
-
-
-def extract_summary(
-    spec: RunSpec, tk: ticket_io.Ticket, out: str | Path, size: int | None, source: str, details: Details
-) -> ExtractionResult:
-    """What `ticket extract` prints: where the ticket went, what it holds, how well it does. `method`, `checkpoint`
-    and `masks_sha256` are the ticket's own fields, as `ticket inspect` reports them from the written file (the
-    digest from ticket.masks_sha256, the function that records it)."""
-    return ExtractionResult(
-        ticket=str(out),
-        file_bytes=size,
-        method=tk.method,
-        seed=spec.init.seed,
-        model=spec.model.to_string(),
-        data={**tk.data, "source": source},
-        sparsity=SparsityRecord.of(tk.sparsity),
-        metrics=RunMetrics.of(tk.metrics),
-        score_params=details.get("score_params"),
-        checkpoint=tk.checkpoint,
-        masks_sha256=ticket_io.masks_sha256(tk.packed()),
-    )
 
 
 def counted_layers(masks: dict[str, torch.Tensor], stored: Any) -> dict[str, JsonObject]:

@@ -8,8 +8,13 @@ parameters of each command (cli/declared.py), the TOML keys a config file may se
 does not read, each Method's `options` (hence what a ticket records), and `ticket list settings`.
 
 Modules:
-- setting.py: the `Setting` declaration, a `Table` of them and what is derived from one.
-- run.py: the table of the settings that shape a ticket (`extract`, `sweep-k` and `tc.extract` share it).
+- setting.py: the `Setting` declaration, a `Table` of them and what is derived from one; the help panels.
+- run.py: RUN, the settings that shape a ticket (`extract` and `tc.extract`; `sweep-k` picks from it), with the
+  baselines' own hyper-parameters from baselines.py.
+- sweep.py: sweep-k's picks of RUN and its own options; weak.py: train-weak's; drift.py: drift's run and feature
+  flags; reader.py: the options of every command that rebuilds a ticket (evaluate, export, train-weak, drift).
+- registry.py: every setting's range by name across the commands (flags, config keys and API keywords of one
+  name share one range).
 
 Torch-free and typer-free: it imports the spec dataclasses (for the defaults), the value ranges and the catalog's
 names, so that --help can read it without importing torch. To add an option, see CONTRIBUTING.md."""

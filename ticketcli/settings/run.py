@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from ticketcli import catalog
 from ticketcli.ranges import BOOL, CHOICE, FLOAT, INT, NUMBERS, SIZE, TEXT
+from ticketcli.settings.baselines import BASELINES, SALIENCY, method_setting
 from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelSpec, RunSpec
 
@@ -19,8 +20,6 @@ from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelSpec, RunSpec
 SCORES = ("augmented", "edge-popup", "iterated")  # score training (Adam on the scores at --lr)
 AUGMENTED = ("augmented", "iterated")  # double-scoring: auxiliary scores
 WEIGHTS = ("imp", "movement", "rigl", "set")  # weight training (Adam on the weights at --weight-lr)
-SALIENCY = ("grasp", "snip")  # gradients summed over minibatches
-SPARSE = ("rigl", "set")  # prune and regrow
 PER_LAYER = ("edge-popup", "grasp", "imp", "movement", "random", "rigl", "set", "snip", "synflow")
 
 SEED = INT(0, 2**63, hi_open=True)  # a seed seeds torch generators (64-bit) and is stored in tickets
@@ -37,17 +36,12 @@ def split_sizes(field: Literal["n_extract", "n_val"]) -> str:
     return ", ".join(f"{size} ({', '.join(names)})" for size, names in sorted(groups.items(), reverse=True))
 
 
-def _method(name: str, help: str, panel: str, **kw: Any) -> Setting:
-    """A MethodSpec field of the same name."""
-    return Setting(name, help, panel, field=(MethodSpec, name), **kw)
-
-
 M, V, MODEL, DATA, T, S = Panel.METHOD, Panel.VARIANTS, Panel.MODEL, Panel.DATA, Panel.TRAINING, Panel.SCALE_OUT
 
 RUN = Table(
     # what is extracted
     Setting("method", "Mask extraction method.", M, tuple(sorted(catalog.METHODS)), TEXT, (MethodSpec, "name")),
-    _method(
+    method_setting(
         "sparsity",
         "Requested sparsity in (0, 1) = 1 - keep density. For augmented it sets the augmented-space keep "
         "density 1 - s; the achieved sparsity is measured and reported.",
@@ -55,14 +49,14 @@ RUN = Table(
         kind=float,
         range=FLOAT(0, 1, lo_open=True, hi_open=True),
     ),
-    _method(
+    method_setting(
         "layer_densities",
         "Comma-separated keep density per layer, e.g. 0.1,0.2,0.2,0.5.",
         M,
         range=NUMBERS(0, 1, lo_open=True),
         methods=PER_LAYER,
     ),
-    _method(
+    method_setting(
         "aug_density",
         "Augmented-space keep density; 0.5 is the canonical fixed-density double-scoring. "
         "Overrides --sparsity's augmented density.",
@@ -71,7 +65,7 @@ RUN = Table(
         range=FLOAT(0, 1, lo_open=True),
         methods=("augmented",),
     ),
-    _method(
+    method_setting(
         "aux_width",
         "Auxiliary score width as a multiple m of the original, i.e. scores of width n + m*n per layer (the "
         "paper's Aug-x1/x2/x4).",
@@ -81,7 +75,7 @@ RUN = Table(
         methods=AUGMENTED,
     ),
     # variants and ablations
-    _method(
+    method_setting(
         "frozen_aux",
         "Auxiliary scores keep their random init and are never updated. Under Algorithm 1 they get zero gradient "
         "anyway, so this only differs from the default with --weight-decay > 0.",
@@ -90,7 +84,7 @@ RUN = Table(
         range=BOOL,
         methods=AUGMENTED,
     ),
-    _method(
+    method_setting(
         "signed_scores",
         "Rank raw scores S instead of |S| (the paper's NoAbs ablation).",
         V,
@@ -98,7 +92,7 @@ RUN = Table(
         range=BOOL,
         methods=SCORES,
     ),
-    _method(
+    method_setting(
         "project_final",
         "Train as usual, then keep exactly the requested density of the original coordinates (top-k of the "
         "original scores) as the final mask.",
@@ -107,7 +101,7 @@ RUN = Table(
         range=BOOL,
         methods=("augmented",),
     ),
-    _method(
+    method_setting(
         "global_topk",
         "One top-k across all layers instead of one per layer.",
         V,
@@ -115,7 +109,7 @@ RUN = Table(
         range=BOOL,
         methods=SCORES,
     ),
-    _method(
+    method_setting(
         "iter_tolerance",
         "Stop once the achieved sparsity is within this of the requested one.",
         V,
@@ -123,7 +117,7 @@ RUN = Table(
         range=FLOAT(0, 1, lo_open=True, hi_open=True),
         methods=("iterated",),
     ),
-    _method(
+    method_setting(
         "max_rounds",
         "At most this many rounds, each a full score training of --epochs.",
         V,
@@ -218,7 +212,7 @@ RUN = Table(
         shown=split_sizes("n_val"),
     ),
     # training
-    _method(
+    method_setting(
         "epochs",
         "Training epochs: of the scores, or of the weights for imp (split over its rounds), set, rigl, movement.",
         T,
@@ -226,12 +220,12 @@ RUN = Table(
         range=EPOCHS,
         methods=SCORES + WEIGHTS,
     ),
-    _method("lr", "Adam learning rate for the scores.", T, kind=float, range=LR, methods=(*SCORES, "movement")),
-    _method("batch_size", "Minibatch size.", T, kind=int, range=BATCH, methods=SCORES + WEIGHTS + SALIENCY),
-    _method("betas", "Adam betas as 'b1,b2'.", T, range=NUMBERS(0, 1, hi_open=True), methods=SCORES + WEIGHTS),
-    _method("eps", "Adam epsilon.", T, kind=float, range=FLOAT(0, 1, lo_open=True), methods=SCORES + WEIGHTS),
-    _method("weight_decay", "Adam weight decay.", T, kind=float, range=FLOAT(0, 100), methods=SCORES + WEIGHTS),
-    _method(
+    method_setting("lr", "Adam learning rate for the scores.", T, kind=float, range=LR, methods=(*SCORES, "movement")),
+    method_setting("batch_size", "Minibatch size.", T, kind=int, range=BATCH, methods=SCORES + WEIGHTS + SALIENCY),
+    method_setting("betas", "Adam betas as 'b1,b2'.", T, range=NUMBERS(0, 1, hi_open=True), methods=SCORES + WEIGHTS),
+    method_setting("eps", "Adam epsilon.", T, kind=float, range=FLOAT(0, 1, lo_open=True), methods=SCORES + WEIGHTS),
+    method_setting("weight_decay", "Adam weight decay.", T, kind=float, range=FLOAT(0, 100), methods=SCORES + WEIGHTS),
+    method_setting(
         "weight_lr",
         "Adam learning rate for the weights (--lr is movement's score rate).",
         T,
@@ -239,99 +233,8 @@ RUN = Table(
         range=LR,
         methods=WEIGHTS,
     ),
-    # the baselines' own settings
-    _method(
-        "saliency_batches",
-        "snip: minibatches whose gradients are summed; grasp: minibatches in each of its collections (two with "
-        "--grasp-data separate, one with shared).",
-        V,
-        kind=int,
-        range=INT(1, 10_000),
-        methods=SALIENCY,
-    ),
-    _method(
-        "grasp_temperature",
-        "Logits are divided by this.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1e6, lo_open=True),
-        methods=("grasp",),
-    ),
-    _method(
-        "grasp_direction",
-        "Which end of the ranking it keeps. paper: the k largest -θ⊙Hg (the double-scoring paper's Appendix B, "
-        "signed score then top-k); original: the k largest θ⊙Hg, i.e. it removes the largest -θ⊙Hg (Wang et al. "
-        "2020, and the Synaptic-Flow code).",
-        V,
-        kind=catalog.GRASP_DIRECTIONS,
-        range=CHOICE(*catalog.GRASP_DIRECTIONS),
-        methods=("grasp",),
-    ),
-    _method(
-        "grasp_data",
-        "separate: g and Hg from two independent collections of --saliency-batches minibatches; shared: both from "
-        "one collection (the original GraSP code).",
-        V,
-        kind=catalog.GRASP_DATA,
-        range=CHOICE(*catalog.GRASP_DATA),
-        methods=("grasp",),
-    ),
-    _method(
-        "synflow_rounds",
-        "Pruning rounds; round r keeps density d^(r/R).",
-        V,
-        kind=int,
-        range=INT(1, 10_000),
-        methods=("synflow",),
-    ),
-    _method(
-        "imp_rounds",
-        "Prune-and-rewind rounds, each training --epochs / rounds epochs.",
-        V,
-        kind=int,
-        range=INT(1, 1000),
-        methods=("imp",),
-    ),
-    _method(
-        "regrow_every",
-        "Optimisation steps between prune-and-regrow updates.",
-        V,
-        kind=int,
-        range=INT(1, 10_000_000),
-        methods=SPARSE,
-    ),
-    _method(
-        "regrow_fraction",
-        "Fraction of active weights pruned by magnitude and regrown per update.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1, hi_open=True),
-        methods=SPARSE,
-    ),
-    _method(
-        "movement_warmup",
-        "Fraction of steps kept dense before the cubic schedule.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1, hi_open=True),
-        methods=("movement",),
-    ),
-    _method(
-        "movement_cooldown",
-        "Final fraction of steps at the target density.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1, hi_open=True),
-        methods=("movement",),
-    ),
-    _method(
-        "movement_noise",
-        "Std of the Gaussian noise on the zero score init.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1),
-        methods=("movement",),
-    ),
+    # the baselines' own settings (settings/baselines.py)
+    *BASELINES,
     # another ticket's sparsity
     Setting(
         "match_sparsity",
@@ -377,7 +280,7 @@ RUN = Table(
         TEXT,
         (RunSpec, "device"),
     ),
-    _method(
+    method_setting(
         "precision",
         "fp32, or bf16: autocast the training forward pass to bfloat16 (meant for ConvNets on a GPU; usually "
         "slower on the CPU). Accuracies are always measured in fp32.",

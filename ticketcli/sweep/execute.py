@@ -7,6 +7,7 @@ import logging
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -16,7 +17,7 @@ from ticketcli.runs import extract as runs_extract
 from ticketcli.sweep.plan import SweepTask
 
 
-def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
+def run_task(task: SweepTask, threads: int) -> tuple[dict[str, Any], bytes]:
     """One extraction with exactly `threads` torch threads; returns its record and the ticket file's bytes."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -51,13 +52,17 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict, bytes]:
     return record, payload
 
 
-def run_local(tasks: list[SweepTask], workers: int, threads: int) -> Iterator[tuple[SweepTask, tuple[dict, bytes]]]:
+def run_local(
+    tasks: list[SweepTask], workers: int, threads: int
+) -> Iterator[tuple[SweepTask, tuple[dict[str, Any], bytes]]]:
     return run_pool(
         run_task, tasks, workers=workers, threads=threads, describe=lambda t: f"{t.id} (out of memory or killed)"
     )
 
 
-def run_ray(tasks: list[SweepTask], threads: int, address: str | None):
+def run_ray(
+    tasks: list[SweepTask], threads: int, address: str | None
+) -> Iterator[tuple[SweepTask, tuple[dict[str, Any], bytes]]]:
     try:
         import ray
     except ImportError:

@@ -92,7 +92,7 @@ class Note:
         self.problem = None
 
 
-def _dumps(doc: dict) -> str:
+def _dumps(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, sort_keys=True)
 
 

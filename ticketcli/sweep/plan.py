@@ -55,12 +55,22 @@ def layerwise_tuples(seed: int, pool: tuple[float, ...], n_layers: int, count: i
     return [tuple(pool[i] for i in row.tolist()) for row in idx]
 
 
-def _for_seed(spec: RunSpec, seed: int, **method) -> RunSpec:
+def _for_seed(
+    spec: RunSpec,
+    seed: int,
+    *,
+    name: str,
+    layer_densities: tuple[float, ...] | None,
+    aug_density: float | None,
+    sparsity: float,
+) -> RunSpec:
     return replace(
         spec,
         init=replace(spec.init, seed=seed),
         data=replace(spec.data, split_seed=seed),
-        method=replace(spec.method, **method),
+        method=replace(
+            spec.method, name=name, layer_densities=layer_densities, aug_density=aug_density, sparsity=sparsity
+        ),
     )
 
 
@@ -75,7 +85,6 @@ def build_plan(
     tasks = []
     for seed in seeds:
         p = f"seed{seed}-"
-        ep = dict(name="edge-popup", layer_densities=None, aug_density=None)
         has_fixed = False
         for d in densities:
             fixed = math.isclose(d, target, rel_tol=0, abs_tol=1e-12)
@@ -86,7 +95,14 @@ def build_plan(
                     seed,
                     "edge-popup",
                     f"k={d:g}",
-                    _for_seed(base, seed, **ep, sparsity=round(1.0 - d, 12)),
+                    _for_seed(
+                        base,
+                        seed,
+                        name="edge-popup",
+                        layer_densities=None,
+                        aug_density=None,
+                        sparsity=round(1.0 - d, 12),
+                    ),
                     fixed=fixed,
                 )
             )
@@ -97,7 +113,7 @@ def build_plan(
                     seed,
                     "edge-popup",
                     f"layerwise {i}",
-                    _for_seed(base, seed, **{**ep, "layer_densities": tup}, sparsity=s),
+                    _for_seed(base, seed, name="edge-popup", layer_densities=tup, aug_density=None, sparsity=s),
                 )
             )
         if not has_fixed:
@@ -107,7 +123,7 @@ def build_plan(
                     seed,
                     "fixed",
                     f"fixed k={target:g}",
-                    _for_seed(base, seed, **ep, sparsity=s),
+                    _for_seed(base, seed, name="edge-popup", layer_densities=None, aug_density=None, sparsity=s),
                     fixed=True,
                 )
             )

@@ -56,7 +56,7 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-def spec_identity(spec: RunSpec) -> dict:
+def spec_identity(spec: RunSpec) -> dict[str, Any]:
     """What decides a run's result (not where the data files live): a resumed record must match it exactly."""
     data = {k: v for k, v in asdict(spec.data).items() if k not in ("search_dirs", "download", "download_dir")}
     return {
@@ -92,8 +92,13 @@ def ticket_bound(spec: RunSpec) -> int:
 
 
 def store(
-    out_dir: Path, task: SweepTask, record: dict, payload: bytes, note: Note | None = None, overwrite: bool = False
-) -> dict:
+    out_dir: Path,
+    task: SweepTask,
+    record: dict[str, Any],
+    payload: bytes,
+    note: Note | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
     """Write the ticket, then its record (the record last: a record on disk means the ticket is complete); each
     replaces an existing file only with `overwrite` or when `note` shows the sweep wrote it, and goes in the note."""
     ticket, record_path = paths(out_dir, task)
@@ -130,7 +135,9 @@ def _typed(record: Any, task: SweepTask) -> str | None:
     return None
 
 
-def finished(out_dir: Path, task: SweepTask, bound: int = ticket_io.MAX_FILE_BYTES) -> tuple[dict | None, str | None]:
+def finished(
+    out_dir: Path, task: SweepTask, bound: int = ticket_io.MAX_FILE_BYTES
+) -> tuple[dict[str, Any] | None, str | None]:
     """(the stored record, None) when the run is complete and intact (same spec, ticket present, hashes match);
     (None, None) when there is none or it is of other settings; (None, why) when the record or its ticket is not
     what the sweep writes (a FIFO, a device, too large, bad JSON, wrong types, a ticket that does not match):

@@ -14,7 +14,7 @@ from ticketcli.data import DatasetInfo, Pools, Splits, draw_splits
 from ticketcli.data_memory import HELD_OUT, IN_MEMORY, memory_pools, memory_splits
 from ticketcli.errors import UsageError
 
-Examples = Union[tuple[torch.Tensor, torch.Tensor], Dataset, DataLoader]  # one set of (x, y) examples
+Examples = Union[tuple[torch.Tensor, torch.Tensor], Dataset[Any], DataLoader[Any]]  # one set of (x, y) examples
 Data = Union[str, Examples, Mapping[str, Examples], tuple[Examples, ...]]  # what extract's `data` accepts
 SPLIT_KEYS = ("extract", "val", "test")
 

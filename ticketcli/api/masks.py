@@ -5,8 +5,9 @@ hooks and fine-tuning all see the masked network, and gradients reach W with mas
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -19,6 +20,11 @@ from ticketcli.models.masked import masked_names
 
 STATE_BYTES_PER_PARAM = 16  # a prune export holds W (float32, or float64) and its mask: a bigger file is not one
 STATE_SLACK = 1 << 20  # names, headers and the module's buffers
+
+# torch.nn.utils.prune is untyped: the three functions used here, behind typed casts
+_custom_from_mask = cast(Callable[[nn.Module, str, torch.Tensor], nn.Module], prune.custom_from_mask)
+_remove = cast(Callable[[nn.Module, str], nn.Module], prune.remove)
+_identity = cast(Callable[[nn.Module, str], nn.Module], prune.identity)
 
 
 def _few(names: list[str], n: int = 5) -> str:
@@ -93,7 +99,7 @@ def apply_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict:
         owner, _, attr = name.rpartition(".")
         param = getattr(owners[owner], attr)
         # the mask in W's dtype: W * M is then the very product the ticket's own evaluation computes
-        prune.custom_from_mask(owners[owner], attr, mask.to(param.device, torch.bool))
+        _custom_from_mask(owners[owner], attr, mask.to(param.device, torch.bool))
     return module
 
 
@@ -102,7 +108,7 @@ def remove_masks(module: nn.Module, *, bake: bool = True) -> nn.Module:
     check_module(module)
     for owner, attr in masked(module):
         original = getattr(owner, f"{attr}_orig").detach().clone()
-        prune.remove(owner, attr)
+        _remove(owner, attr)
         if not bake:
             with torch.no_grad():
                 getattr(owner, attr).copy_(original)
@@ -126,7 +132,7 @@ def load_pruned(module: nn.Module, state: Mapping[str, torch.Tensor] | str | Pat
         owner, _, attr = name.rpartition(".")
         if owner not in owners or not isinstance(getattr(owners[owner], attr, None), nn.Parameter):
             raise UsageError(f"the module has no parameter {name} for the export's {name}_orig")
-        prune.identity(owners[owner], attr)
+        _identity(owners[owner], attr)
     try:
         module.load_state_dict(dict(state))
     except RuntimeError as e:  # missing or unexpected keys, wrong shapes: torch's message says which

@@ -1,0 +1,105 @@
+"""`extract` in the Python API: a ticket extracted as `ticket extract` extracts one, from keyword options instead
+of flags (the same spec building, resolve.py, and the same run, runs.extract.run_extraction), returned unsaved."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ticketcli import report
+from ticketcli.api import data as api_data
+from ticketcli.api.args import optional_path
+from ticketcli.api.masks import masked
+from ticketcli.api.ticket import Ticket
+from ticketcli.errors import UsageError
+from ticketcli.methods import METHODS
+from ticketcli.models.registry import parse_model
+from ticketcli.resolve import build_extract_spec, check_keywords, merge_settings
+from ticketcli.runs import extract as runs_extract
+from ticketcli.settings.run import RUN
+from ticketcli.specs import ModelSpec
+from ticketcli.threads import check_threads, using
+
+Progress = Callable[
+    [dict[str, Any]], None
+]  # called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"}
+# extract() takes these as its own arguments (model, data) or not at all (where the ticket goes: Ticket.save)
+NOT_OPTIONS = frozenset({"model", "dataset", "method", "sparsity", "epochs", "seed", "device", "threads"})
+
+
+def extract(
+    model: str | nn.Module,
+    data: api_data.Data = "digits",
+    *,
+    method: str | None = None,
+    sparsity: float | None = None,
+    epochs: int | None = None,
+    seed: int | None = None,
+    progress: bool | Progress = True,
+    device: str = "auto",
+    threads: int | None = None,
+    config: str | Path | None = None,
+    **options: Any,
+) -> Ticket:
+    """Extract a ticket, as `ticket extract` does, and return it unsaved (Ticket.save writes it).
+
+    model: a spec string ("mlp:64-16-10", "resnet20", "pkg.module:factory") or your own nn.Module (its Linear
+    and Conv2d weights and biases are masked; their values are redrawn from the seed, as for a factory). data:
+    a dataset name ("digits", "fashion-mnist"), or your examples as (x, y) tensors, a Dataset or a DataLoader
+    (a seeded 20% held out for testing, then n_val/n_extract drawn), {"train": ..., "test": ...}, or the three
+    splits as {"extract": ..., "val": ..., "test": ...}. options: every other `ticket extract` option by its
+    Python name (lr=, weight_decay=, aug_density=, layer_densities=[...], data_dir=, ...), checked as the CLI
+    checks them (UsageError with the same message). progress: a bar on stderr, False, or a callable per epoch.
+    threads: torch CPU threads for the run (None: the config file's, else torch's own), restored afterwards."""
+    if not isinstance(model, (str, nn.Module)):
+        raise UsageError(f"model must be a spec string or a torch.nn.Module, got {type(model).__name__}")
+    config = optional_path(config, "config")
+    check_keywords(RUN, options, "extract", reserved=NOT_OPTIONS)
+    flags = dict(options, method=method, sparsity=sparsity, epochs=epochs, seed=seed, device=device, threads=threads)
+    given = None
+    if isinstance(data, str):
+        flags["dataset"] = data
+    if isinstance(model, str):
+        flags["model"] = model
+    settings = merge_settings(flags, config)
+    if not isinstance(data, str):
+        given = api_data.given(data, settings["seed"])
+    spec = build_extract_spec(settings, None if given is None else given.info)
+    if isinstance(model, nn.Module):
+        spec = replace(spec, model=module_spec(model))
+    splits = None
+    if given is not None:
+        splits = api_data.splits_for(given, settings["n_extract"], settings["n_val"], spec.data.split_seed)
+    with (
+        _progress(progress, spec.method.name, spec.method.epochs) as callback,
+        using(check_threads(settings["threads"], "threads")),
+    ):
+        run = runs_extract.run_extraction(
+            spec, progress=callback, splits=splits, module=model if isinstance(model, nn.Module) else None
+        )
+    return Ticket(run.ticket)
+
+
+def module_spec(module: nn.Module) -> ModelSpec:
+    """The model record of a caller's module: its class as a factory "pkg.module:Class" (which `ticket evaluate
+    --trust-model-code` can rebuild when that class is importable and takes no arguments)."""
+    if masked(module):
+        raise UsageError("the module carries masks; remove_masks(module) first")
+    cls = type(module)
+    return parse_model(f"{cls.__module__}:{cls.__name__}")
+
+
+@contextmanager
+def _progress(progress: bool | Progress, label: str, epochs: int) -> Iterator[Progress | None]:
+    if callable(progress):
+        with nullcontext(progress) as given:
+            yield given
+        return
+    quiet = not progress or not METHODS.get(label).uses_epochs
+    with report.epoch_progress(epochs, quiet=quiet, label=label) as bar:
+        yield bar
