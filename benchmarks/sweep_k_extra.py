@@ -14,7 +14,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ticketcli import report
+from ticketcli.report import plots as report_plots
+from ticketcli.report import study_tables as report_study_tables
 from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep import records as sweep_records
@@ -82,8 +83,8 @@ def main() -> None:
             **{k: tuple(v) if isinstance(v, list) else v for k, v in result["settings"].items() if k in names}
         ),
     )
-    (a.dir / "stability_combined.png").write_bytes(report.sweep_plot(typed))
-    report.sweep_table(typed)
+    (a.dir / "stability_combined.png").write_bytes(report_plots.sweep_plot(typed))
+    report_study_tables.sweep_table(typed)
 
 
 if __name__ == "__main__":

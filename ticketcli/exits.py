@@ -17,9 +17,9 @@ import traceback
 import typer
 from typer import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
 
-from ticketcli import report
 from ticketcli.bounded import shown_path
 from ticketcli.errors import Interrupted, TicketCliError, TicketFileError, UsageError
+from ticketcli.report import console
 from ticketcli.world import own_rank, quiet_rank  # not distributed.py: no torch at the edge
 
 EX_SOFTWARE = 70  # sysexits.h: an internal software error
@@ -33,9 +33,9 @@ def report_error(e: TicketCliError) -> int:
     no rank 0 is known to exist) and return its code."""
     rank = own_rank()
     if rank == 0:
-        report.error(str(e), e.hint)
+        console.error(str(e), e.hint)
     elif not quiet_rank() or not isinstance(e, (UsageError, TicketFileError, Interrupted)):
-        report.error(f"(rank {rank}) {e}", e.hint)  # rank 0 reports the shared kinds identically, if it exists
+        console.error(f"(rank {rank}) {e}", e.hint)  # rank 0 reports the shared kinds identically, if it exists
     return e.exit_code
 
 
@@ -52,7 +52,7 @@ def exit_code(e: BaseException, *, debug: bool = False, streams: Streams | None 
         return e.exit_code
     if isinstance(e, click.ClickException):  # unknown option, a value outside the choices, not a number
         ctx = getattr(e, "ctx", None)
-        report.error(
+        console.error(
             e.format_message().replace("Value error, ", ""),
             hint=f"see '{ctx.command_path} --help'" if ctx is not None else None,
         )
@@ -60,17 +60,17 @@ def exit_code(e: BaseException, *, debug: bool = False, streams: Streams | None 
     if isinstance(e, TicketCliError):
         return report_error(e)
     if isinstance(e, KeyboardInterrupt):  # where no handler of ours was set (e.g. not the main thread)
-        report.error("interrupted by SIGINT")
+        console.error("interrupted by SIGINT")
         return 128 + signal.SIGINT
     if isinstance(e, SystemExit):
         if e.code is None or isinstance(e.code, int):
             return e.code or 0
-        report.error(str(e.code))
+        console.error(str(e.code))
         return 1
     if isinstance(e, typer.Abort) and e.__context__ is not None:  # Typer's wrapper of a stray EOFError
         e = e.__context__
     if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:  # a path no check saw (they are all input)
-        report.error(f"a file name is too long: {shown_path(str(e.filename))}")
+        console.error(f"a file name is too long: {shown_path(str(e.filename))}")
         return 2
     return internal_error(e, debug=debug)
 
@@ -79,7 +79,7 @@ def internal_error(e: BaseException, *, debug: bool) -> int:
     """An exception nobody expected: a bug. One line (and the traceback before it with TICKET_DEBUG=1), exit 70."""
     if debug:
         traceback.print_exception(e, file=sys.stderr)
-    report.internal_error(e, traceback_shown=debug)
+    console.internal_error(e, traceback_shown=debug)
     return EX_SOFTWARE
 
 

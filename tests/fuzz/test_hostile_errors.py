@@ -13,8 +13,10 @@ import pytest
 from hostile import assert_clean, child, cli
 
 from ticketcli import export as export_core
-from ticketcli import report, weak
+from ticketcli import weak
 from ticketcli.drift import run as drift_core
+from ticketcli.report import console
+from ticketcli.report import tables as report_tables
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import inspect as runs_inspect
@@ -111,7 +113,7 @@ def test_every_kind_of_unexpected_exception_is_one_line(exc, shown, ticket, monk
 
 
 def test_a_bug_while_printing_the_table_is_an_internal_error_too(ticket, monkeypatch):
-    monkeypatch.setattr(report, "inspect_table", raise_(TypeError("unsupported format string")))
+    monkeypatch.setattr(report_tables, "inspect_table", raise_(TypeError("unsupported format string")))
     assert_clean(
         cli("inspect", str(ticket), env={"TICKET_DEBUG": ""}),
         70,
@@ -211,7 +213,7 @@ def test_a_path_with_markup_and_escapes_is_printed_literally(command, ticket, tm
 
 def test_literal_keeps_ordinary_text():
     text = "drift / σ₀ → 90.00% [1/3] tab\tend"
-    assert report.literal(text) == "drift / σ₀ → 90.00% [1/3] tab\\x09end"
+    assert console.literal(text) == "drift / σ₀ → 90.00% [1/3] tab\\x09end"
 
 
 # ---- strict JSON -------------------------------------------------------------------------------------------------
@@ -249,7 +251,7 @@ def test_the_table_of_a_ticket_with_non_finite_metrics_prints(ticket, tmp_path):
 
 
 def test_print_json_replaces_non_finite_numbers_everywhere(capsys):
-    report.print_json({"a": [1.0, math.nan, {"b": -math.inf}], "c": (math.inf,), "d": "NaN", "e": 2})
+    console.print_json({"a": [1.0, math.nan, {"b": -math.inf}], "c": (math.inf,), "d": "NaN", "e": 2})
     doc = json.loads(capsys.readouterr().out, parse_constant=_refuse)
     assert doc == {"a": [1.0, None, {"b": None}], "c": [None], "d": "NaN", "e": 2}
 

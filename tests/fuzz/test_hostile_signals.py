@@ -12,7 +12,7 @@ import pytest
 from hostile import REPO, assert_clean, child, cli, snapshot
 
 from ticketcli import export as export_core
-from ticketcli import report
+from ticketcli.report import tables as report_tables
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import inspect as runs_inspect
 
@@ -83,14 +83,14 @@ def test_a_signal_in_the_middle_of_writing_leaves_no_temp_and_no_partial_out(
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_a_signal_while_results_are_printed_is_one_line(sig, ticket, monkeypatch):
-    monkeypatch.setattr(report, "evaluate_table", signal_then(sig))
+    monkeypatch.setattr(report_tables, "evaluate_table", signal_then(sig))
     assert_clean(cli("evaluate", str(ticket), "--device", "cpu"), exit_of(sig), contains=f"interrupted by {sig.name}")
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_a_signal_outside_any_command_handler_is_one_line(sig, tmp_path, monkeypatch):
     """extract prints its table after its own handler is gone: the CLI's outermost guard catches the signal."""
-    monkeypatch.setattr(report, "extract_table", signal_then(sig))
+    monkeypatch.setattr(report_tables, "extract_table", signal_then(sig))
     out = tmp_path / "t.safetensors"
     run = cli(
         "extract",
@@ -143,7 +143,7 @@ def test_a_signal_during_start_up_is_one_line(sig, tmp_path):
 # while the first one's error line is being written (the clean-up), and a third during the interpreter's shutdown.
 TWO_SIGNALS = """
 import atexit, os, signal, sys, time
-from ticketcli import report
+from ticketcli.report import console
 from ticketcli.runs import inspect as runs_inspect
 first, second = signal.Signals[sys.argv[1]], signal.Signals[sys.argv[2]]
 
@@ -155,14 +155,14 @@ def inspect_ticket(*args, **kwargs):
     send(first)
     raise AssertionError("the first signal did not stop the command")
 
-real_error = report.error
+real_error = console.error
 
 def error(*args, **kwargs):
     send(second)
     real_error(*args, **kwargs)
 
 runs_inspect.inspect_ticket = inspect_ticket
-report.error = error
+console.error = error
 atexit.register(send, second)
 sys.argv = ["ticket", "inspect", sys.argv[3]]
 from ticketcli.entry import main

@@ -11,7 +11,6 @@ from typing import Any
 
 from torch import nn
 
-from ticketcli import report
 from ticketcli.api import data as api_data
 from ticketcli.api.args import optional_path
 from ticketcli.api.masks import masked
@@ -19,6 +18,7 @@ from ticketcli.api.ticket import Ticket
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import parse_model
+from ticketcli.report import progress as report_progress
 from ticketcli.resolve import build_extract_spec, check_keywords, merge_settings
 from ticketcli.runs import extract as runs_extract
 from ticketcli.settings.run import RUN
@@ -101,5 +101,5 @@ def _progress(progress: bool | Progress, label: str, epochs: int) -> Iterator[Pr
             yield given
         return
     quiet = not progress or not METHODS.get(label).uses_epochs
-    with report.epoch_progress(epochs, quiet=quiet, label=label) as bar:
+    with report_progress.epoch_progress(epochs, quiet=quiet, label=label) as bar:
         yield bar

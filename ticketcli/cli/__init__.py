@@ -14,12 +14,13 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 from typer.core import _click as click
 
 import ticketcli
-from ticketcli import exits, report, world
+from ticketcli import exits, world
 from ticketcli.bounded import check_user_path
 from ticketcli.cli import drift, evaluate, export, extract, inspect, listing, sweep_k, train_weak
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.report import console
 
 
 def without_flag_types(params: list[click.Parameter]) -> list[click.Parameter]:
@@ -74,12 +75,12 @@ class OneLineErrors(TyperGroup):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
         streams = exits.std_streams()
-        report.tolerate_encodings()  # PYTHONIOENCODING=ascii: escape what cannot be encoded, never fail on it
+        console.tolerate_encodings()  # PYTHONIOENCODING=ascii: escape what cannot be encoded, never fail on it
         try:
             # commands set their own handlers (naming the epoch, the files written); this one covers the rest
             with stop_on_signals(outputs=None, unit=None):
                 rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
-                report.flush_results()  # a full stdout is reported now, not lost at the interpreter's exit
+                console.flush_results()  # a full stdout is reported now, not lost at the interpreter's exit
             code = rv if isinstance(rv, int) else 0
         except BaseException as e:  # the last resort: whatever escaped becomes an exit code here and only here
             code = exits.exit_code(e, debug=os.environ.get("TICKET_DEBUG", "") not in ("", "0"), streams=streams)

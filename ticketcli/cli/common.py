@@ -9,8 +9,9 @@ from typing import Any
 
 import typer
 
-from ticketcli import exits, report
+from ticketcli import exits
 from ticketcli.errors import TicketCliError
+from ticketcli.report import console
 from ticketcli.specs import DataSpec, ModelPolicy
 
 
@@ -24,14 +25,14 @@ def errors_to_exit_codes() -> Iterator[None]:
     except TicketCliError as e:
         raise typer.Exit(exits.report_error(e)) from None
     except KeyboardInterrupt:
-        report.error("interrupted by SIGINT; no output was written")
+        console.error("interrupted by SIGINT; no output was written")
         raise typer.Exit(130) from None
 
 
 def warn_unverified(result: Mapping[str, Any]) -> None:
     """A ticket written before masks_sha256 existed still works; say once that its masks were not checked."""
     if result.get("integrity") == "not recorded":
-        report.warn(
+        console.warn(
             f"{result.get('ticket')} records no masks_sha256 (an older ticket): its masks could not be "
             "checked for changes since it was written"
         )
@@ -51,7 +52,7 @@ def warn_low_space(needs: dict[Path, int]) -> None:
             probe_writable(folder)  # a full or read-only file system is an error, not a warning
         message = space_shortfall(folder, need)
         if message is not None:
-            report.warn(message)
+            console.warn(message)
 
 
 def model_size(model: object) -> int:
@@ -68,7 +69,7 @@ def warn_precision(precision: str, device: str) -> None:
     from ticketcli.runs import inputs as runs_inputs  # torch: imported when a command computes, not at start-up
 
     if precision == "bf16" and runs_inputs.resolve_device(device).type == "cpu":
-        report.warn("--precision bf16 on the CPU: autocast is usually slower than fp32 there; it is meant for GPUs")
+        console.warn("--precision bf16 on the CPU: autocast is usually slower than fp32 there; it is meant for GPUs")
 
 
 def reader_inputs(r: dict[str, Any]) -> tuple[ModelPolicy, DataSpec]:

@@ -9,7 +9,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ticketcli import report
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
@@ -22,6 +21,8 @@ from ticketcli.cli.options import (
 )
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.report import console
+from ticketcli.report import progress as report_progress
 from ticketcli.settings.drift import DRIFT, FEATURES
 from ticketcli.settings.reader import DRIFT_READER
 from ticketcli.settings.setting import Panel
@@ -99,11 +100,11 @@ def drift(
             if plot is not None:
                 write_atomic(plot, drift_views.figure(feature), overwrite=force)
                 feature = replace(feature, plot=str(plot))
-            report.print_json(feature.to_document()) if json_out else drift_views.show(feature)
+            console.print_json(feature.to_document()) if json_out else drift_views.show(feature)
             return
         spec = build_drift_spec(settings, location)
         total = spec.steps * (1 if ticket is not None else len(spec.seeds))
-        with report.drift_progress(total, quiet=quiet) as progress, using(n_threads) as used:
+        with report_progress.drift_progress(total, quiet=quiet) as progress, using(n_threads) as used:
             result = drift_run.run_drift(
                 spec,
                 ticket=ticket,
@@ -116,4 +117,4 @@ def drift(
         if plot is not None:
             write_atomic(plot, drift_views.figure(result), overwrite=force)
             result = replace(result, plot=str(plot))
-    report.print_json(result.to_document()) if json_out else drift_views.show(result)
+    console.print_json(result.to_document()) if json_out else drift_views.show(result)

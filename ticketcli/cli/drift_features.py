@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ticketcli import report
 from ticketcli.drift.spec import Features
+from ticketcli.report import progress as report_progress
 
 if TYPE_CHECKING:
     from ticketcli.drift.result import DriftResult, TradeoffResult
@@ -44,7 +44,7 @@ def run_features(
         n = spec.data.n_extract or DATASETS.get(spec.data.name).n_extract  # the bar's total; the run counts
         per_run += relufy_core.fine_tune_steps(n, spec.batch_size, features.relufy.epochs)
     total = per_run * (1 if on_ticket.get("ticket") is not None else len(spec.seeds))
-    with report.drift_progress(total, quiet=quiet) as progress, using(threads) as used:
+    with report_progress.drift_progress(total, quiet=quiet) as progress, using(threads) as used:
         result: DriftResult
         if features.relufy is not None:
             result = relufy_core.run_relufy(spec, features.relufy, progress=position.track(progress), **on_ticket)
@@ -63,7 +63,7 @@ def _tradeoff(
     specs = [build_drift_spec({**settings, "model": m}, location) for m in features.models]
     tasks = drift_tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)
     done = 0
-    with report.epoch_progress(len(tasks), quiet=quiet, label="tradeoff") as progress:
+    with report_progress.epoch_progress(len(tasks), quiet=quiet, label="tradeoff") as progress:
         track: Callable[[dict[str, Any]], None] = position.track(progress)
 
         def on_result(r: dict[str, Any]) -> None:

@@ -9,7 +9,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import (
@@ -19,6 +18,9 @@ from ticketcli.cli.options import (
 )
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.report import console
+from ticketcli.report import progress as report_progress
+from ticketcli.report import tables as report_tables
 from ticketcli.settings.reader import READER
 from ticketcli.settings.setting import Panel
 
@@ -35,7 +37,7 @@ def warn_not_reproduced(path: Path) -> None:
         if differ
         else " although it records this torch build, CPU kind and BLAS"
     )
-    report.warn(f"the ticket was extracted on the CPU but its accuracy did not reproduce exactly here{why}")
+    console.warn(f"the ticket was extracted on the CPU but its accuracy did not reproduce exactly here{why}")
 
 
 @declared(READER)
@@ -75,7 +77,7 @@ def evaluate(
         from ticketcli.runs import evaluate as runs_evaluate  # torch: imported once there is work to do
 
         policy, data = reader_inputs(r)
-        with using(n_threads) as result_threads, report.working("evaluate", quiet=quiet, lines=True) as chunks:
+        with using(n_threads) as result_threads, report_progress.working("evaluate", quiet=quiet, lines=True) as chunks:
             result = runs_evaluate.evaluate_ticket(
                 ticket,
                 data=data,
@@ -90,7 +92,7 @@ def evaluate(
         if min_accuracy is not None or max_drop is not None:
             gate, failures = runs_evaluate.evaluation_gate(result, min_accuracy=min_accuracy, max_drop=max_drop)
             result = replace(result, gate=gate)
-        report.print_json(result.to_document()) if json_out else report.evaluate_table(result)
+        console.print_json(result.to_document()) if json_out else report_tables.evaluate_table(result)
         if not result.reproduced and result.device == "cpu" and result.stored.device == "cpu":
             warn_not_reproduced(ticket)
         if failures:

@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import (
@@ -17,6 +16,9 @@ from ticketcli.cli.options import (
     TicketFile,
 )
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.report import console
+from ticketcli.report import progress as report_progress
+from ticketcli.report import tables as report_tables
 from ticketcli.settings.reader import EXPORT_READER
 from ticketcli.settings.setting import Panel
 
@@ -59,7 +61,7 @@ def export(
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
         n_threads = check_threads(r["threads"])
         policy, data = reader_inputs(r)
-        with using(n_threads) as used, report.working("export", quiet=quiet, lines=True) as chunks:
+        with using(n_threads) as used, report_progress.working("export", quiet=quiet, lines=True) as chunks:
             result = export_core.export_ticket(
                 ticket,
                 fmt=format,
@@ -72,4 +74,4 @@ def export(
             )
         result = replace(result, threads=used)
         warn_unverified(result)
-        report.print_json(result.to_document()) if json_out else report.export_table(result)
+        console.print_json(result.to_document()) if json_out else report_tables.export_table(result)

@@ -8,12 +8,14 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space, warn_precision
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import Json, Quiet, RendezvousTimeout
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.report import console
+from ticketcli.report import progress as report_progress
+from ticketcli.report import tables as report_tables
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel
 from ticketcli.world import check_rendezvous_timeout
@@ -87,7 +89,7 @@ def extract(
         flags["global_topk"] = True
     ckpt = checkpoint_path(out)
     if global_old:
-        report.warn("--global is deprecated: use --global-topk (as the config key and the Python API call it)")
+        console.warn("--global is deprecated: use --global-topk (as the config key and the Python API call it)")
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
         settings = merge_settings(flags, config)
         spec = build_extract_spec(settings)
@@ -95,19 +97,19 @@ def extract(
         if checkpoint_every is not None and checkpoint_every < 1:
             raise UsageError(f"--checkpoint-every must be >= 1 epoch, got {checkpoint_every}")
         if resume and not ckpt.exists():
-            report.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
+            console.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
         n = model_size(spec.model)
         # a ticket holds a bit per weight; a checkpoint scores and Adam's two moments in float32 (and auxiliaries)
         warn_low_space({out: n // 8 + (64 << 10), **({ckpt: 16 * n + (64 << 10)} if checkpoint_every else {})})
         with (
             distributed.joined(lambda: runs_inputs.resolve_device(spec.device), rendezvous_s=rendezvous_s) as world,
-            report.epoch_progress(
+            report_progress.epoch_progress(
                 spec.method.epochs,
                 quiet=quiet or not world.main or not METHODS.get(spec.method.name).uses_epochs,
                 label=spec.method.name,
             ) as progress,
             # methods without epochs (snip, grasp, synflow, random): a heartbeat only
-            report.working(
+            report_progress.working(
                 spec.method.name, quiet=quiet or not world.main or METHODS.get(spec.method.name).uses_epochs
             ) as chunks,
             torch_threads.using(torch_threads.check_threads(settings["threads"])) as used,
@@ -120,8 +122,8 @@ def extract(
                 progress=position.track(progress),
                 checkpoint_every=checkpoint_every,
                 resume=resume,
-                chunks=report.phases_of(progress) or chunks,  # the final recalibration and evaluation
+                chunks=report_progress.phases_of(progress) or chunks,  # the final recalibration and evaluation
             )
             summary = replace(summary, threads=used)
     if world.main:
-        report.print_json(summary.to_document()) if json_out else report.extract_table(summary)
+        console.print_json(summary.to_document()) if json_out else report_tables.extract_table(summary)

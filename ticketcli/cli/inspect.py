@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 
-from ticketcli import report
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import Json, Quiet
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.report import console
+from ticketcli.report import tables as report_tables
 
 
 def inspect(
@@ -23,4 +24,4 @@ def inspect(
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         result = runs_inspect.inspect_ticket(ticket)  # numpy only: no torch
-        report.print_json(result.to_document()) if json_out else report.inspect_table(result)
+        console.print_json(result.to_document()) if json_out else report_tables.inspect_table(result)

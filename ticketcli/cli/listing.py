@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ticketcli import catalog, report
+from ticketcli import catalog
 from ticketcli.catalog import ListResult
 from ticketcli.cli.declared import choices
 from ticketcli.cli.options import Json, Quiet
+from ticketcli.report import console
 from ticketcli.report.tables import list_table
 from ticketcli.settings.run import RUN
 
@@ -30,4 +31,4 @@ def list_kind(
     """List the methods, models, datasets or init schemes ticketcli knows, with a one-line description each, or the
     run settings (extract's options, config keys and API keywords) with their defaults, ranges and readers."""
     result = ListResult(kind, tuple(s.list_item() for s in RUN)) if kind == "settings" else catalog.listing(kind)
-    report.print_json(result.to_document()) if json_out else list_table(result)
+    console.print_json(result.to_document()) if json_out else list_table(result)

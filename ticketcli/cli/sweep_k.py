@@ -10,13 +10,16 @@ from typing import Annotated, Any, Literal, Optional, cast
 
 import typer
 
-from ticketcli import report
 from ticketcli.atomic import check_destination, write_owned
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import Json, Quiet
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.report import console
+from ticketcli.report import plots as report_plots
+from ticketcli.report import progress as report_progress
+from ticketcli.report import study_tables as report_study_tables
 from ticketcli.settings.registry import check_setting
 from ticketcli.settings.setting import Panel
 from ticketcli.settings.sweep import OWN, SWEEP
@@ -104,7 +107,7 @@ def sweep_k(
         # a ticket (a bit per weight, a bounded header) and a small record per configuration, before the work
         if out_dir is not None:
             warn_low_space({out_dir / "run": len(tasks) * (model_size(base.model) // 8 + (64 << 10))})
-        with report.sweep_progress(len(tasks), quiet=quiet) as progress:
+        with report_progress.sweep_progress(len(tasks), quiet=quiet) as progress:
             done = position.track(None)
 
             def on_result(record: dict[str, object], resumed: bool) -> None:
@@ -124,7 +127,7 @@ def sweep_k(
                 out_dir=out_dir,
                 on_result=on_result,
                 overwrite=force,
-                warn=report.warn,
+                warn=console.warn,
             )
         result = replace(
             result,
@@ -145,12 +148,12 @@ def sweep_k(
             ),
         )
         if plot is not None:
-            png = report.sweep_plot(result)
+            png = report_plots.sweep_plot(result)
             written = write_owned(plot, png, overwrite=force, owned=plot_owned)
             sweep_outputs.remember(out_dir, written, png)
             result = replace(result, plot=str(plot))
         result = replace(result, threads=threads)
-    report.print_json(result.to_document()) if json_out else report.sweep_table(result)
+    console.print_json(result.to_document()) if json_out else report_study_tables.sweep_table(result)
 
 
 def sweep_options(

@@ -8,7 +8,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ticketcli import report
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_precision, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
@@ -19,6 +18,10 @@ from ticketcli.cli.options import (
     TicketFile,
 )
 from ticketcli.interrupts import stop_on_signals
+from ticketcli.report import console
+from ticketcli.report import plots as report_plots
+from ticketcli.report import progress as report_progress
+from ticketcli.report import study_tables as report_study_tables
 from ticketcli.settings.reader import READER
 from ticketcli.settings.setting import Panel
 from ticketcli.settings.weak import WEAK
@@ -79,7 +82,7 @@ def train_weak(
             distributed.joined(
                 lambda: runs_inputs.resolve_device(r["device"] or "auto"), rendezvous_s=rendezvous_s
             ) as world,
-            report.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
+            report_progress.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
             using(n_threads) as used,
         ):
             warn_precision(spec.precision, r["device"] or "auto")
@@ -94,13 +97,13 @@ def train_weak(
                 overwrite=force,
                 progress=position.track(progress),
                 policy=policy,
-                chunks=report.phases_of(progress),
+                chunks=report_progress.phases_of(progress),
             )
             result = replace(result, threads=used)
         if not world.main:
             return
         warn_unverified(result)
         if plot is not None:
-            write_atomic(plot, report.weak_plot(result), overwrite=force)
+            write_atomic(plot, report_plots.weak_plot(result), overwrite=force)
             result = replace(result, plot=str(plot))
-        report.print_json(result.to_document()) if json_out else report.weak_table(result)
+        console.print_json(result.to_document()) if json_out else report_study_tables.weak_table(result)

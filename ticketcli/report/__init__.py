@@ -1,58 +1,10 @@
-"""Reporting, split by concern: console (stdout and stderr, --json, errors, warnings, literal text), progress (each
-command's progress display, --quiet) over plain (plain progress lines off a terminal), tables (each command's
-human-readable result; sweep-k's, train-weak's and drift's in study_tables) and plots (PNG figures). Callers use the
-names below as `report.<name>`; each is imported here from the module that defines it."""
+"""Reporting, split by concern; importers name the module (`from ticketcli.report import console`), this file exports
+nothing.
 
-from ticketcli.report.console import (
-    error,
-    flush_results,
-    internal_error,
-    literal,
-    print_json,
-    tolerate_encodings,
-    warn,
-    write_stderr,
-)
-from ticketcli.report.plots import drift_plot, sweep_plot, weak_plot
-from ticketcli.report.progress import (
-    drift_progress,
-    epoch_progress,
-    phases_of,
-    runs_progress,
-    sweep_progress,
-    working,
-)
-from ticketcli.report.study_tables import drift_tables, sweep_table, weak_table
-from ticketcli.report.tables import (
-    evaluate_table,
-    export_table,
-    extract_table,
-    inspect_table,
-)
+- console: stdout and stderr, the --json document, one-line errors and warnings, literal text.
+- progress: each command's progress display and --quiet, over plain (progress as plain lines off a terminal).
+- tables: each command's human-readable result; study_tables: sweep-k's, train-weak's and drift's.
+- plots: PNG figures (matplotlib, imported when a figure is drawn).
 
-__all__ = [
-    "drift_plot",
-    "drift_progress",
-    "drift_tables",
-    "epoch_progress",
-    "error",
-    "flush_results",
-    "evaluate_table",
-    "export_table",
-    "extract_table",
-    "inspect_table",
-    "internal_error",
-    "literal",
-    "phases_of",
-    "print_json",
-    "runs_progress",
-    "sweep_plot",
-    "sweep_progress",
-    "sweep_table",
-    "tolerate_encodings",
-    "warn",
-    "weak_plot",
-    "weak_table",
-    "working",
-    "write_stderr",
-]
+What it may import: the foundations and, for type annotations only, the typed results it renders; the workflows
+import none of it but console's messages."""
