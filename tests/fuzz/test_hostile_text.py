@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ticketcli.drift.text import MAX_TEXT_BYTES, MAX_VOCAB
-from ticketcli.report import literal
+from ticketcli.report.console import literal
 
 GPT = "gpt-nano:l1-d16-h2-c8"
 
