@@ -172,3 +172,33 @@ def test_list_settings_lists_every_declaration():
 def test_a_setting_declared_twice_is_refused():
     with pytest.raises(ValueError, match="declared twice"):
         Table(PROBE, PROBE)
+
+
+# ---- a typo names the closest setting -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("typo,meant", [("epoch", "epochs"), ("sparsty", "sparsity"), ("global-top", "global_topk")])
+def test_a_mistyped_config_key_names_the_closest_one(tmp_path, typo, meant):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"{typo} = 1\n")
+    with pytest.raises(UsageError) as e:
+        merge_settings({}, cfg)
+    assert f"unknown key '{typo}'" in str(e.value)
+    assert e.value.hint is not None and e.value.hint.startswith(f"did you mean {meant}? valid keys: ")
+
+
+def test_a_config_key_far_from_every_name_only_lists_them(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("zzz = 1\n")
+    with pytest.raises(UsageError) as e:
+        merge_settings({}, cfg)
+    assert e.value.hint is not None and e.value.hint.startswith("valid keys: ")
+
+
+@pytest.mark.parametrize("typo,meant", [("epochss", "epochs"), ("sparsty", "sparsity"), ("aux_widht", "aux_width")])
+def test_a_mistyped_api_keyword_names_the_closest_one(typo, meant):
+    """Closest among the keyword arguments and the named parameters of tc.extract (epochs is one of those)."""
+    reserved = ("method", "sparsity", "epochs", "seed", "device", "threads", "model", "dataset")
+    with pytest.raises(UsageError) as e:
+        check_keywords(RUN, {typo}, "extract", reserved=reserved)
+    assert e.value.hint is not None and e.value.hint.startswith(f"did you mean {meant}? options: ")

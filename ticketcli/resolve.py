@@ -4,6 +4,7 @@ it takes specs and never reads flags or the environment."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from collections.abc import Collection
@@ -114,7 +115,7 @@ def load_config(path: str | Path | None, table: Table = RUN) -> dict[str, Any]:
     for key, value in data.items():
         k = key.replace("-", "_")
         if k not in keys:
-            raise UsageError(f"unknown key {show(key)} in {p}", hint=f"valid keys: {', '.join(sorted(keys))}")
+            raise UsageError(f"unknown key {show(key)} in {p}", hint=suggest(k, keys, "valid keys"))
         if k in out:
             raise UsageError(f"{p} sets {k} twice (with dashes and with underscores)")
         table[k].check(value, f"{p}: {k}")
@@ -138,6 +139,14 @@ def merge_settings(flags: dict[str, Any], config_path: str | Path | None, table:
     return merged
 
 
+def suggest(name: str, valid: Collection[str], what: str) -> str:
+    """The hint for a mistyped setting: the closest valid name first (a typo such as epochss or sparsty), then all
+    of them."""
+    close = difflib.get_close_matches(name.replace("-", "_"), list(valid), n=1, cutoff=0.6)
+    listed = f"{what}: {', '.join(sorted(valid))}"
+    return f"did you mean {close[0]}? {listed}" if close else listed
+
+
 def checked(table: Table, settings: dict[str, Any]) -> dict[str, Any]:
     """`settings` with every value of one of `table`'s settings checked against its range and normalised (None: not
     given, left for the builder's default rules)."""
@@ -150,7 +159,9 @@ def check_keywords(table: Table, options: Collection[str], command: str, reserve
     valid = sorted(set(table.config_keys()) - set(reserved))
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise UsageError(f"unknown option {unknown[0]!r} for {command}", hint=f"options: {', '.join(valid)}")
+        close = difflib.get_close_matches(unknown[0], [*valid, *reserved], n=1, cutoff=0.6)  # the named ones too
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise UsageError(f"unknown option {unknown[0]!r} for {command}", hint=hint + f"options: {', '.join(valid)}")
 
 
 def spec_fields(table: Table, cls: type, values: dict[str, Any]) -> dict[str, Any]:
