@@ -19,6 +19,10 @@ from ticketcli.sweep.summary import PAPER_BAND, summarize
 Json = dict[str, Any]  # a part of the --json document
 
 
+# the flat record's measurements, which the document moves to metrics.<split> and sparsity
+FLAT_MEASURES = ("requested_sparsity", "test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity")
+
+
 @dataclass(frozen=True)
 class SweepRecord:
     """One finished run of the sweep (a ticket in --out-dir when there is one)."""
@@ -107,27 +111,15 @@ class SweepRecord:
         }
 
     def to_dict(self) -> Json:
-        """The record in the document: extract's metrics and sparsity shapes."""
-        return {
-            "id": self.id,
-            "seed": self.seed,
-            "group": self.group,
-            "config": self.config,
-            "fixed": self.fixed,
-            "method": self.method,
-            "layer_densities": None if self.layer_densities is None else list(self.layer_densities),
-            "masks_sha256": self.masks_sha256,
-            "device": self.device,
-            "threads": self.threads,
-            "wall_time_s": self.wall_time_s,
-            "ticket": self.ticket,
-            "ticket_sha256": self.ticket_sha256,
-            "metrics": {
-                "val": {"accuracy": self.val_accuracy},
-                "test": {"accuracy": self.test_accuracy, "loss": self.test_loss},
-            },
-            "sparsity": {"achieved": self.achieved_sparsity, "requested": self.requested_sparsity},
+        """The record in the document: the flat record with extract's metrics and sparsity shapes in place of its
+        flat accuracy and sparsity keys."""
+        doc = {k: v for k, v in self.flat().items() if k not in FLAT_MEASURES}
+        doc["metrics"] = {
+            "val": {"accuracy": self.val_accuracy},
+            "test": {"accuracy": self.test_accuracy, "loss": self.test_loss},
         }
+        doc["sparsity"] = {"achieved": self.achieved_sparsity, "requested": self.requested_sparsity}
+        return doc
 
 
 @dataclass(frozen=True)
