@@ -1,4 +1,4 @@
-"""Issue 7's report: the paper's MLP (784-256-256-256-10) on FashionMNIST and on Gaussian random inputs, ReLU and
+"""The drift report: the paper's MLP (784-256-256-256-10) on FashionMNIST and on Gaussian random inputs, ReLU and
 GELU, seeds 0,1,2: first- and last-step weight mean per layer, negative pre-activation share, activation sparsity.
 
     PYTHONPATH=. python benchmarks/drift.py [--steps 500] [--log-every 50] [--out drift-bench.json]

@@ -1,4 +1,4 @@
-"""Issue 20, claims 4-7 of arXiv 2605.17659 (activation-sparsity control), in small honest CPU-sized versions:
+"""Claims 4-7 of arXiv 2605.17659 (activation-sparsity control), in small honest CPU-sized versions:
 
 4. plain MLPs collapse to chance beyond ~80% activation sparsity; residual MLPs keep accuracy (~32.7% at 90%);
 5. a sparsity-accuracy trade-off with a sharp cliff above ~70% activation sparsity;

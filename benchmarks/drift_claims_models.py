@@ -1,4 +1,4 @@
-"""Issue 20, claims 1, 2, 3 and 8 of the weight-drift notes (arXiv 2605.17659), each in a small, honest CPU-sized
+"""Claims 1, 2, 3 and 8 of the weight-drift notes (arXiv 2605.17659), each in a small, honest CPU-sized
 version with `ticket drift` (claims 4-7 are another script's; benchmarks/drift_claims.py combines them):
 
 1. negative weight drift for relu, gelu, silu, relu2, gelu2 with MSE and cross-entropy, on data and on random

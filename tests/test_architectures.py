@@ -1,5 +1,5 @@
 """ResNets and wide ResNets with BatchNorm, the ViT with LayerNorm, residual and normalised MLPs, user factories
-with norm layers (issue 19). Proves: layouts and plain-PyTorch parameter names (torchvision's for ResNet-18);
+with norm layers. Proves: layouts and plain-PyTorch parameter names (torchvision's for ResNet-18);
 the masked forward equals the plain module holding W * M, with running and with batch statistics; every
 registered model builds on the meta device; BatchNorm statistics are recalibrated deterministically, so a ticket
 re-evaluates exactly, in a fresh process too; tickets written before the convention still re-evaluate; and

@@ -1,4 +1,4 @@
-"""ticket drift on every model with activation sites (issue 20): the traced forward pass equals the plain model; the
+"""ticket drift on every model with activation sites: the traced forward pass equals the plain model; the
 weight-gradient split is exact for convolutions and token layers too; drift chooses the activation at every site;
 each model runs and reports sane statistics; ReLU on random inputs drifts the weights fed by ReLU outputs negative
 (a measured property, asserted loosely); the text loader (vocabulary, a disjoint seeded split) and its default

@@ -1,4 +1,4 @@
-"""Double-scoring variants (issue 4): iterated, auxiliary width, frozen auxiliary, signed scores, projected-final,
+"""Double-scoring variants: iterated, auxiliary width, frozen auxiliary, signed scores, projected-final,
 global top-k, and the auxiliary-share report."""
 
 from __future__ import annotations
