@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.table import Table
 
@@ -13,6 +14,8 @@ if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's t
     from ticketcli.catalog import ListResult
     from ticketcli.export import ExportResult
     from ticketcli.runs.evaluate import EvaluateResult
+    from ticketcli.runs.evaluate_folder import EvaluateFolderResult
+    from ticketcli.runs.folder import InspectFolderResult
     from ticketcli.runs.inspect import InspectResult
     from ticketcli.runs.parts import LayerCount
     from ticketcli.runs.summary import ExtractionResult
@@ -174,6 +177,91 @@ def inspect_table(r: InspectResult) -> None:
     out.print(lt)
     if len(r.masks) > len(shown):
         out.print(f"... and {len(r.masks) - len(shown)} more masks (--json lists every one)")
+
+
+def inspect_folder_table(r: InspectFolderResult) -> None:
+    """`ticket inspect DIR`: one row per ticket (what it is, what it stored, whether it is intact), then a count."""
+    folder, names = common_folder([row.ticket for row in r.tickets])
+    t = Table(title=f"{len(r.tickets)} tickets" + (f" in {folder}" if folder else ""))
+    for name, justify in FOLDER_COLUMNS:
+        t.add_column(name, justify=justify, overflow="fold")
+    for row, name in zip(r.tickets, names):
+        t.add_row(
+            name,
+            readable(row.method),
+            readable(row.model),
+            readable(row.seed),
+            pct(row.requested_sparsity),
+            pct(row.achieved_sparsity),
+            pct(row.test_accuracy),
+            readable(row.file_bytes),
+            row.integrity,
+        )
+    out = stdout()
+    out.print(t)
+    for row in r.tickets:  # the reader's one line for each file it refused, below the table: whole, never folded
+        if row.error is not None:
+            out.print(f"invalid: {row.error}")
+    bad = len(r.failed)
+    out.print(
+        f"{len(r.tickets) - bad} of {len(r.tickets)} tickets intact" + (f", {bad} failed validation" if bad else "")
+    )
+
+
+FOLDER_COLUMNS: tuple[tuple[str, Literal["left", "right"]], ...] = (
+    ("ticket", "left"),
+    ("method", "left"),
+    ("model", "left"),
+    ("seed", "right"),
+    ("sparsity asked", "right"),
+    ("achieved", "right"),
+    ("test acc", "right"),
+    ("bytes", "right"),
+    ("integrity", "left"),
+)
+
+
+def common_folder(tickets: Sequence[str]) -> tuple[str, list[str]]:
+    """The folder every ticket is in and their file names, or ("", the paths) when they are in several."""
+    parents = {str(PurePath(t).parent) for t in tickets}
+    if len(parents) != 1:
+        return "", list(tickets)
+    return parents.pop(), [PurePath(t).name for t in tickets]
+
+
+def evaluate_folder_table(r: EvaluateFolderResult) -> None:
+    """`ticket evaluate DIR`: one row per ticket (re-measured beside stored accuracy, the gate), then a summary."""
+    folder, names = common_folder([row.ticket for row in r.tickets])
+    t = Table(title=f"{len(r.tickets)} tickets" + (f" in {folder}" if folder else ""))
+    for name in ("ticket", "method", "test acc", "stored", "val acc", "reproduced", "gate"):
+        t.add_column(name, justify="left" if name in ("ticket", "method", "gate") else "right", overflow="fold")
+    for row, name in zip(r.tickets, names):
+        e = row.result
+        if e is None:
+            t.add_row(name, "-", "-", "-", "-", "-", f"ERROR: {row.error}")
+            continue
+        gate = "-" if e.gate is None else "passed" if e.gate.passed else "FAILED: " + "; ".join(row.failures)
+        reproduced = "yes" if e.reproduced else "no"
+        t.add_row(
+            name,
+            method_name(e.method),
+            pct(e.test.accuracy),
+            pct(e.stored.test_accuracy),
+            pct(e.val.accuracy),
+            reproduced,
+            gate,
+        )
+    out = stdout()
+    out.print(t)
+    s = r.summary()
+    line = (
+        f"{s['evaluated']} of {s['count']} tickets evaluated, {s['reproduced']} reproduce their stored accuracy exactly"
+    )
+    if r.gated:
+        line += f"; gate passed by {s['passed']}, failed by {s['failed']}"
+    if s["errors"]:
+        line += f"; {s['errors']} could not be evaluated"
+    out.print(line + ".")
 
 
 def export_table(r: ExportResult) -> None:
