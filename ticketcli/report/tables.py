@@ -238,9 +238,9 @@ def evaluate_folder_table(r: EvaluateFolderResult) -> None:
     for row, name in zip(r.tickets, names):
         e = row.result
         if e is None:
-            t.add_row(name, "-", "-", "-", "-", "-", f"ERROR: {row.error}")
+            t.add_row(name, "-", "-", "-", "-", "-", "ERROR")
             continue
-        gate = "-" if e.gate is None else "passed" if e.gate.passed else "FAILED: " + "; ".join(row.failures)
+        gate = "-" if e.gate is None else "passed" if e.gate.passed else "FAILED"
         reproduced = "yes" if e.reproduced else "no"
         t.add_row(
             name,
@@ -253,6 +253,11 @@ def evaluate_folder_table(r: EvaluateFolderResult) -> None:
         )
     out = stdout()
     out.print(t)
+    for row in r.tickets:  # why each failed, below the table: whole lines, never folded into a narrow column
+        if row.error is not None:
+            out.print(f"error: {row.error}")
+        elif row.failures:
+            out.print(f"FAILED {row.ticket}: {'; '.join(row.failures)}")
     s = r.summary()
     line = (
         f"{s['evaluated']} of {s['count']} tickets evaluated, {s['reproduced']} reproduce their stored accuracy exactly"

@@ -61,8 +61,8 @@ class EvaluateFolderResult(Result):
             "evaluated": len(done),
             "errors": len(self.tickets) - len(done),
             "reproduced": sum(1 for t in done if t.result is not None and t.result.reproduced),
-            "passed": sum(1 for t in self.tickets if t.passed),
-            "failed": sum(1 for t in self.tickets if not t.passed),
+            "passed": sum(1 for t in self.tickets if t.passed),  # evaluated, and gated: passed the gate
+            "failed": sum(1 for t in done if t.failures),  # evaluated, and failed the gate
         }
 
     def body(self) -> JsonObject:
