@@ -89,15 +89,17 @@ def test_csv_holds_the_json_rows_and_quotes_awkward_names(sweep, tmp_path):
     folder = tmp_path / "odd"
     folder.mkdir()
     src = tickets_in(sweep)[0]
-    awkward = 'a,"b"\nc.safetensors'  # a comma, quotes and a newline: only proper quoting keeps the row whole
+    awkward = 'a,"b" c.safetensors'  # a comma and quotes: only proper quoting keeps the row whole
     shutil.copy(src, folder / awkward)
     shutil.copy(src, folder / "plain.safetensors")
+    shutil.copy(src, folder / "x\x1b[2Jy.safetensors")  # an escape sequence in a name reaches no terminal raw
     r = invoke("inspect", folder, "--csv")
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     doc = json.loads(invoke("inspect", folder, "--json").stdout)
-    assert [row["ticket"] for row in rows] == [t["ticket"] for t in doc["tickets"]]
-    assert rows[0]["ticket"] == str(folder / awkward)
+    assert [row["ticket"] for row in rows[:2]] == [t["ticket"] for t in doc["tickets"][:2]]
+    assert rows[0]["ticket"] == str(folder / awkward) and len(rows) == 3
+    assert rows[2]["ticket"] == str(folder / "x\\x1b[2Jy.safetensors") and "\x1b" not in r.stdout
     for row, t in zip(rows, doc["tickets"]):
         assert float(row["achieved_sparsity"]) == t["sparsity"]["achieved"]  # full precision, not rounded
         assert float(row["test_accuracy"]) == t["metrics"]["test"]["accuracy"]

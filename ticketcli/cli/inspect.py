@@ -76,7 +76,7 @@ def inspect(
         if json_out:
             console.print_json(listing.to_document())
         elif csv_out:
-            console.results().write(runs_folder.csv_text(listing.tickets))
+            report_tables.inspect_folder_csv(listing)
         else:
             report_tables.inspect_folder_table(listing)
         failed = listing.failure_line()
@@ -89,10 +89,13 @@ def reproduce(ticket: Path, *, command: bool, toml: bool) -> None:
     from ticketcli.runs import reproduce as runs_reproduce
 
     how = runs_reproduce.reproduction(ticket)
-    out = console.results()
-    if command:
-        out.write(how.command() + "\n")
-    if toml:
-        out.write(("\n" if command else "") + how.toml())
+    text = (how.command() + "\n" if command else "") + ("\n" if command and toml else "") + (how.toml() if toml else "")
+    if console.literal(text.replace("\n", " ")) != text.replace("\n", " "):
+        raise UsageError(
+            f"{console.literal(ticket)}: its settings or name hold control or format characters, "
+            "which a command line shown here would have to escape",
+            hint="rename the file; a ticket made by ticket extract records none",
+        )
+    console.results().write(text)
     for note in how.notes:
         console.warn(note)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
 from rich.table import Table
 
-from ticketcli.report.console import method_name, pct, stdout
+from ticketcli.report.console import literal, method_name, pct, results, stdout
 
 if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's table must not import torch
     from ticketcli.catalog import ListResult
@@ -219,6 +221,35 @@ FOLDER_COLUMNS: tuple[tuple[str, Literal["left", "right"]], ...] = (
     ("bytes", "right"),
     ("integrity", "left"),
 )
+
+
+CSV_COLUMNS = (
+    "ticket",
+    "method",
+    "model",
+    "seed",
+    "requested_sparsity",
+    "achieved_sparsity",
+    "test_accuracy",
+    "val_accuracy",
+    "file_bytes",
+    "integrity",
+    "error",
+    "masks_sha256",
+)
+
+
+def inspect_folder_csv(r: InspectFolderResult) -> None:
+    """`ticket inspect DIR --csv`: a header line, then one line per ticket, quoted by the csv module wherever a value
+    needs it (commas, quotes); numbers at full precision, empty cells for what a refused file lacks, and text from
+    files and paths shown literally (control characters escaped, as in every output of ticket)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in r.tickets:
+        cells = [getattr(row, c) for c in CSV_COLUMNS]
+        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else literal(v) for v in cells])
+    results().write(buffer.getvalue())
 
 
 def common_folder(tickets: Sequence[str]) -> tuple[str, list[str]]:

@@ -6,9 +6,7 @@ at a time, and only its row is kept, so a folder of thousands of tickets never h
 
 from __future__ import annotations
 
-import csv
 import glob
-import io
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -176,32 +174,3 @@ class InspectFolderResult(Result):
 def inspect_folder(paths: Sequence[Path]) -> InspectFolderResult:
     """Every ticket that `paths` name (ticket_paths), validated one at a time."""
     return InspectFolderResult(tickets=tuple(inspect_row(p) for p in ticket_paths(paths)))
-
-
-CSV_COLUMNS = (
-    "ticket",
-    "method",
-    "model",
-    "seed",
-    "requested_sparsity",
-    "achieved_sparsity",
-    "test_accuracy",
-    "val_accuracy",
-    "file_bytes",
-    "integrity",
-    "error",
-    "masks_sha256",
-)
-
-
-def csv_text(rows: Sequence[TicketRow]) -> str:
-    """The rows as CSV (a header line, then one line per ticket; empty cells for what a failed ticket lacks;
-    numbers at full precision), quoted by the csv module wherever a value needs it."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for r in rows:
-        writer.writerow(
-            ["" if (v := getattr(r, c)) is None else repr(v) if isinstance(v, float) else v for c in CSV_COLUMNS]
-        )
-    return out.getvalue()
