@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
+from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from ticketcli.report.console import literal, method_name, pct, results, stdout
@@ -184,9 +185,17 @@ def inspect_table(r: InspectResult) -> None:
 def inspect_folder_table(r: InspectFolderResult) -> None:
     """`ticket inspect DIR`: one row per ticket (what it is, what it stored, whether it is intact), then a count."""
     folder, names = common_folder([row.ticket for row in r.tickets])
-    t = Table(title=f"{len(r.tickets)} tickets" + (f" in {folder}" if folder else ""))
-    for name, justify in FOLDER_COLUMNS:
-        t.add_column(name, justify=justify, overflow="fold")
+    where = f" in {folder}" if folder else ""
+    # no vertical rules: at 80 columns the names need the room, and a row stays one ticket
+    t = Table(
+        title=f"{len(r.tickets)} tickets{where}: sparsity asked and achieved, stored test accuracy",
+        box=SIMPLE_HEAD,
+        collapse_padding=True,
+        pad_edge=False,
+        show_edge=False,
+    )
+    for name, justify, width in FOLDER_COLUMNS:
+        t.add_column(name, justify=justify, overflow="fold", min_width=width)
     for row, name in zip(r.tickets, names):
         t.add_row(
             name,
@@ -210,16 +219,16 @@ def inspect_folder_table(r: InspectFolderResult) -> None:
     )
 
 
-FOLDER_COLUMNS: tuple[tuple[str, Literal["left", "right"]], ...] = (
-    ("ticket", "left"),
-    ("method", "left"),
-    ("model", "left"),
-    ("seed", "right"),
-    ("sparsity asked", "right"),
-    ("achieved", "right"),
-    ("test acc", "right"),
-    ("bytes", "right"),
-    ("integrity", "left"),
+FOLDER_COLUMNS: tuple[tuple[str, Literal["left", "right"], int], ...] = (  # header, justify, min width
+    ("ticket", "left", 8),
+    ("method", "left", 6),
+    ("model", "left", 6),
+    ("seed", "right", 4),
+    ("asked", "right", 6),  # requested sparsity
+    ("achieved", "right", 8),  # achieved sparsity, counted from the masks
+    ("test", "right", 6),  # stored test accuracy
+    ("bytes", "right", 5),
+    ("integrity", "left", 9),
 )
 
 
@@ -265,7 +274,8 @@ def evaluate_folder_table(r: EvaluateFolderResult) -> None:
     folder, names = common_folder([row.ticket for row in r.tickets])
     t = Table(title=f"{len(r.tickets)} tickets" + (f" in {folder}" if folder else ""))
     for name in ("ticket", "method", "test acc", "stored", "val acc", "reproduced", "gate"):
-        t.add_column(name, justify="left" if name in ("ticket", "method", "gate") else "right", overflow="fold")
+        left = name in ("ticket", "method", "gate")
+        t.add_column(name, justify="left" if left else "right", overflow="fold", min_width=max(len(name), 7))
     for row, name in zip(r.tickets, names):
         e = row.result
         if e is None:
