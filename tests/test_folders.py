@@ -112,18 +112,23 @@ def test_a_damaged_ticket_is_listed_with_its_reason_and_the_folder_exits_1(sweep
     files = tickets_in(folder)
     flip_first_mask_bit(files[0])
     (folder / "zz-garbage.safetensors").write_bytes(b"\x07" * 64)
+    os.mkfifo(folder / "pipe.safetensors")  # listed and refused unread: no hang
+    (folder / "sub.safetensors").mkdir()  # a folder is no ticket: skipped
     alone = invoke("inspect", folder / "zz-garbage.safetensors")
     assert alone.exit_code == 2
     reason = alone.stderr.strip().removeprefix("error: ")
     r = invoke("inspect", folder, "--json")
     assert r.exit_code == 1
     rows = {Path(t["ticket"]).name: t for t in json.loads(r.stdout)["tickets"]}
-    assert len(rows) == len(files) + 1  # every ticket is still listed
+    assert len(rows) == len(files) + 2  # every ticket is still listed
     assert rows[files[0].name]["integrity"] == "modified"
+    assert (
+        rows["pipe.safetensors"]["integrity"] == "invalid" and "not a regular file" in rows["pipe.safetensors"]["error"]
+    )
     assert rows["zz-garbage.safetensors"]["integrity"] == "invalid"
     assert rows["zz-garbage.safetensors"]["error"] == reason.split(" (hint:")[0]
     assert sum(t["integrity"] == "ok" for t in rows.values()) == len(files) - 1
-    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: 2 of")  # one line, naming the two
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: 3 of {len(files) + 2} tickets failed")
     assert files[0].name in r.stderr and "zz-garbage.safetensors" in r.stderr
     table = invoke("inspect", folder)
     assert table.exit_code == 1 and reason.split(" (hint:")[0] in table.stdout.replace("\n", "")

@@ -36,10 +36,12 @@ def single_file(paths: Sequence[Path]) -> bool:
 
 
 def _folder(folder: Path) -> Iterator[Path]:
-    """The ticket files directly in `folder`, by name (its other files, e.g. a sweep's JSON records, are skipped)."""
+    """The *.safetensors entries directly in `folder`, by name (its other files, e.g. a sweep's JSON records, and its
+    subfolders are skipped)."""
     try:
         with os.scandir(folder) as entries:
-            names = [e.name for e in entries if e.name.endswith(SUFFIX) and e.is_file()]
+            # a FIFO or device of that name is listed (and refused unread by the reader), a folder is not
+            names = [e.name for e in entries if e.name.endswith(SUFFIX) and not e.is_dir()]
     except OSError as e:
         raise UsageError(f"cannot read the folder {folder} ({e.strerror or e})") from None
     return (folder / n for n in sorted(names))
@@ -54,7 +56,8 @@ def ticket_paths(paths: Sequence[Path]) -> list[Path]:
         if p.is_dir():
             found.extend(_folder(p))
         elif not p.exists() and is_pattern(str(p)):
-            found.extend(Path(m) for m in sorted(glob.glob(str(p), recursive=True)) if m.endswith(SUFFIX))
+            matches = (Path(m) for m in sorted(glob.glob(str(p), recursive=True)) if m.endswith(SUFFIX))
+            found.extend(m for m in matches if not m.is_dir())
         else:
             found.append(p)
     unique = list(dict.fromkeys(found))
