@@ -289,3 +289,25 @@ def test_a_ticket_of_in_memory_data_gets_one_line_why_no_command_makes_it(tmp_pa
         r = invoke("inspect", flag, path)
         assert r.exit_code == 2 and r.stdout == "" and r.stderr.count("\n") == 1
         assert "no command reproduces this ticket" in r.stderr and "tc.extract" in r.stderr
+
+
+def test_the_command_carries_the_device_kind_the_process_count_and_every_setting_of_another_version(sweep, tmp_path):
+    """A ticket recording two torchrun processes on cuda:0, made by another ticketcli version (metadata edited: the
+    masks stay, so does their digest)."""
+    from ticketcli.ticketfile import ticket as ticket_io
+
+    src = next(p for p in tickets_in(sweep) if "augmented" in p.name)
+    tk = ticket_io.load(src)
+    tk.metrics = {**tk.metrics, "device": "cuda:0", "processes": 2}
+    tk.created_by = {**tk.created_by, "ticketcli": "0.0.1"}
+    path = tmp_path / "ddp.safetensors"
+    ticket_io.save(tk, path)
+    r = invoke("inspect", "--command", path)
+    assert r.exit_code == 0, r.output
+    words = shlex.split(r.stdout)
+    assert words[:7] == ["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "ticketcli", "extract"]
+    assert words[words.index("--device") + 1] == "cuda"
+    assert "--lr" in words and "--aux-width" in words and "--init-k" in words  # every setting, defaults included
+    assert "made by ticketcli 0.0.1" in r.stderr
+    toml = invoke("inspect", "--toml", path).stdout
+    assert "nproc-per-node 2" in toml and 'device = "cuda"' in toml
