@@ -256,6 +256,8 @@ def test_every_document_has_one_typed_result():
     import ticketcli.drift.result
     import ticketcli.export
     import ticketcli.runs.evaluate
+    import ticketcli.runs.evaluate_folder
+    import ticketcli.runs.folder
     import ticketcli.runs.inspect
     import ticketcli.runs.summary
     import ticketcli.sweep.result

@@ -132,7 +132,7 @@ def test_existing_output_without_force_is_untouched(tmp_path):
 
 BAD_READ = {
     "missing-ticket": (["evaluate", "{dir}/none.safetensors"], "no such file"),
-    "directory": (["inspect", "{dir}"], "not a regular file"),
+    "directory-without-tickets": (["inspect", "{dir}"], "no ticket files"),  # a folder is read as tickets
     "min-accuracy-above-one": (["evaluate", "{ticket}", "--min-accuracy", "80"], "--min-accuracy must lie in [0, 1]"),
     "min-accuracy-not-a-number": (["evaluate", "{ticket}", "--min-accuracy", "high"], "'--min-accuracy'"),
     "unknown-device": (["evaluate", "{ticket}", "--device", "tpu"], "device"),

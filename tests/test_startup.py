@@ -55,7 +55,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     assert r.exit_code == 0, r.output
     garbage = folder / "garbage.safetensors"
     garbage.write_bytes(b"\x07" * 64)
-    return {"ticket": str(ticket), "garbage": str(garbage), "missing": str(folder / "missing.safetensors")}
+    empty = folder / "empty"
+    empty.mkdir()
+    paths = {"ticket": str(ticket), "garbage": str(garbage), "missing": str(folder / "missing.safetensors")}
+    return {**paths, "folder": str(folder), "empty": str(empty)}
 
 
 # Every command module is imported by any of these (one app); -h of the largest ones renders their choices too.
@@ -67,6 +70,9 @@ WITHOUT_TORCH = {
     "inspect": (["inspect", "{ticket}"], 0),
     "inspect-json": (["inspect", "{ticket}", "--json"], 0),
     "inspect-garbage": (["inspect", "{garbage}"], 2),
+    "inspect-folder": (["inspect", "{folder}", "--csv"], 1),  # the garbage file in it fails validation: exit 1
+    "inspect-command": (["inspect", "{ticket}", "--command", "--toml"], 0),
+    "evaluate-no-tickets": (["evaluate", "{empty}"], 2),
     "evaluate-garbage": (["evaluate", "{garbage}"], 2),
     "evaluate-missing": (["evaluate", "{missing}"], 2),
     "evaluate-bad-flag": (["evaluate", "{ticket}", "--min-accuracy", "7"], 2),

@@ -25,6 +25,9 @@ SCHEMAS = {
     "drift-relufy": "ticket.drift-relufy/2",
     "drift-tradeoff": "ticket.drift-tradeoff/2",
     "list": "ticket.list/1",
+    # several tickets at once: `inspect DIR` and `evaluate DIR` (a folder, a glob or several files)
+    "inspect-folder": "ticket.inspect-folder/1",
+    "evaluate-folder": "ticket.evaluate-folder/1",
 }
 RUN_FACTS = ("device", "wall_time_s", "processes", "precision")  # what a ticket's metrics field holds beside splits
 # the shared sparsity shape's keys (the schemas' $defs.sparsity): what inspect takes from a file's sparsity field

@@ -11,11 +11,7 @@ import typer
 
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
-from ticketcli.cli.options import (
-    Json,
-    Quiet,
-    TicketFile,
-)
+from ticketcli.cli.options import Json, Quiet
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.report import console
@@ -40,9 +36,19 @@ def warn_not_reproduced(path: Path) -> None:
     console.warn(f"the ticket was extracted on the CPU but its accuracy did not reproduce exactly here{why}")
 
 
+TicketsArgument = Annotated[
+    list[Path],
+    typer.Argument(
+        help="A ticket file written by `ticket extract`; or a folder of tickets (its *.safetensors files, e.g. a "
+        "sweep-k --out-dir), a quoted glob pattern or several files: each is evaluated and gated.",
+        show_default=False,
+    ),
+]
+
+
 @declared(READER)
 def evaluate(
-    ticket: TicketFile,
+    tickets: TicketsArgument,
     min_accuracy: Annotated[
         Optional[float],
         typer.Option(
@@ -62,7 +68,8 @@ def evaluate(
     quiet: Quiet = False,
     **given: Any,  # the reader settings of settings/reader.py (@declared): one flag each
 ) -> None:
-    """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy."""
+    """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy. For a folder of
+    tickets: one row each and a summary; exit 1 when any ticket fails the gate or cannot be evaluated."""
     r = given_settings(READER, given)
     from ticketcli.threads import check_threads, using
     from ticketcli.ticketfile import ticket as ticket_io  # numpy: not needed for --help
@@ -73,6 +80,14 @@ def evaluate(
         if max_drop is not None and not 0 <= max_drop <= 1:
             raise UsageError(f"--max-drop must lie in [0, 1] (a fraction), got {max_drop}")
         n_threads = check_threads(r["threads"])
+        from ticketcli.runs import folder as runs_folder  # torch-free
+
+        if not runs_folder.single_file(tickets):
+            evaluate_many(
+                tickets, r, n_threads, min_accuracy=min_accuracy, max_drop=max_drop, json_out=json_out, quiet=quiet
+            )
+            return
+        ticket = tickets[0]
         ticket_io.check_header(ticket)  # a bad file is refused before torch is imported (seconds)
         from ticketcli.runs import evaluate as runs_evaluate  # torch: imported once there is work to do
 
@@ -97,3 +112,43 @@ def evaluate(
             warn_not_reproduced(ticket)
         if failures:
             raise GateFailed("; ".join(failures))
+
+
+def evaluate_many(
+    tickets: list[Path],
+    r: dict[str, Any],
+    n_threads: int | None,
+    *,
+    min_accuracy: float | None,
+    max_drop: float | None,
+    json_out: bool,
+    quiet: bool,
+) -> None:
+    """`ticket evaluate DIR`: every ticket evaluated and gated, one progress bar over them, a table (or one JSON
+    document) of them all; exit 1 when any failed the gate or could not be evaluated."""
+    from ticketcli.runs import folder as runs_folder
+    from ticketcli.threads import using
+
+    paths = runs_folder.ticket_paths(tickets)  # no ticket at all: one line, exit 2, before torch is imported
+    from ticketcli.runs import evaluate_folder as runs_folder_eval  # torch
+
+    policy, data = reader_inputs(r)
+    with (
+        using(n_threads) as result_threads,
+        report_progress.tickets_progress(len(paths), quiet=quiet, label="evaluate") as progress,
+    ):
+        result = runs_folder_eval.evaluate_folder(
+            paths,
+            data=data,
+            device=r["device"] or "auto",
+            weights=r["weights"],
+            policy=policy,
+            min_accuracy=min_accuracy,
+            max_drop=max_drop,
+            progress=progress,
+        )
+    result = runs_folder_eval.with_threads(result, result_threads)
+    console.print_json(result.to_document()) if json_out else report_tables.evaluate_folder_table(result)
+    failed = result.failure_line()
+    if failed is not None:
+        raise GateFailed(failed)

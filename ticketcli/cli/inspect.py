@@ -1,4 +1,5 @@
-"""`ticket inspect`: a ticket's metadata, per-layer density and file size, without data."""
+"""`ticket inspect`: a ticket's metadata, per-layer density and file size, without data; a folder of tickets (or a
+glob, or several files) as one row per ticket; the command or TOML that reproduces a ticket."""
 
 from __future__ import annotations
 
@@ -9,19 +10,92 @@ import typer
 
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import Json, Quiet
+from ticketcli.errors import GateFailed, UsageError
 from ticketcli.interrupts import stop_on_signals
 from ticketcli.report import console
 from ticketcli.report import tables as report_tables
+from ticketcli.settings.setting import Panel
 
 
 def inspect(
-    ticket: Annotated[Path, typer.Argument(help="A ticket file.")],
+    tickets: Annotated[
+        list[Path],
+        typer.Argument(
+            help="A ticket file; or a folder of tickets (its *.safetensors files, e.g. a sweep-k --out-dir), a "
+            "quoted glob pattern or several files: one row per ticket.",
+            show_default=False,
+        ),
+    ],
     json_out: Json = False,
+    csv_out: Annotated[
+        bool,
+        typer.Option(
+            "--csv",
+            help="Print the one-row-per-ticket listing as CSV on stdout (also for a single ticket).",
+            rich_help_panel=Panel.OUTPUT,
+        ),
+    ] = False,
+    command: Annotated[
+        bool,
+        typer.Option(
+            "--command",
+            help="Print the `ticket extract` command line that reproduces the ticket from its recorded settings.",
+            rich_help_panel=Panel.OUTPUT,
+        ),
+    ] = False,
+    toml: Annotated[
+        bool,
+        typer.Option(
+            "--toml",
+            help="Print the --config TOML file that reproduces the ticket (after the command with --command).",
+            rich_help_panel=Panel.OUTPUT,
+        ),
+    ] = False,
     quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
 ) -> None:
-    """Print a ticket's metadata, per-layer density and file size (needs no data)."""
-    from ticketcli.runs import inspect as runs_inspect  # numpy and safetensors' header, never torch (nor --help)
+    """Print a ticket's metadata, per-layer density and file size (needs no data); for a folder of tickets, one row
+    each. Exit 1 when any ticket of a folder fails validation (all are still listed), 2 when none is found."""
+    # numpy and safetensors' header, never torch (nor --help)
+    from ticketcli.runs import folder as runs_folder
+    from ticketcli.runs import inspect as runs_inspect
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
-        result = runs_inspect.inspect_ticket(ticket)  # numpy only: no torch
-        console.print_json(result.to_document()) if json_out else report_tables.inspect_table(result)
+        if sum((json_out, csv_out, command or toml)) > 1:
+            raise UsageError("choose one of --json, --csv and --command/--toml")
+        single = runs_folder.single_file(tickets)
+        if command or toml:
+            if not single:
+                raise UsageError("--command and --toml reproduce one ticket; give a single ticket file")
+            reproduce(tickets[0], command=command, toml=toml)
+            return
+        if single and not csv_out:
+            result = runs_inspect.inspect_ticket(tickets[0])  # numpy only: no torch
+            console.print_json(result.to_document()) if json_out else report_tables.inspect_table(result)
+            return
+        listing = runs_folder.inspect_folder(tickets)
+        if json_out:
+            console.print_json(listing.to_document())
+        elif csv_out:
+            report_tables.inspect_folder_csv(listing)
+        else:
+            report_tables.inspect_folder_table(listing)
+        failed = listing.failure_line()
+        if failed is not None:
+            raise GateFailed(failed)
+
+
+def reproduce(ticket: Path, *, command: bool, toml: bool) -> None:
+    """--command / --toml: what reproduces `ticket`, on stdout; what it cannot promise, on stderr."""
+    from ticketcli.runs import reproduce as runs_reproduce
+
+    how = runs_reproduce.reproduction(ticket)
+    text = (how.command() + "\n" if command else "") + ("\n" if command and toml else "") + (how.toml() if toml else "")
+    if console.literal(text.replace("\n", " ")) != text.replace("\n", " "):
+        raise UsageError(
+            f"{console.literal(ticket)}: its settings or name hold control or format characters, "
+            "which a command line shown here would have to escape",
+            hint="rename the file; a ticket made by ticket extract records none",
+        )
+    console.results().write(text)
+    for note in how.notes:
+        console.warn(note)

@@ -201,6 +201,34 @@ def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict[str, A
 
 
 @contextmanager
+def tickets_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[[str, str], None] | None]:
+    """One progress bar over a folder's tickets (`ticket evaluate DIR`): the callback takes the ticket just done and
+    what came of it; without a terminal, a plain line for the first and last ticket and at most one every
+    PLAIN_EVERY_S between, with a heartbeat while a ticket runs."""
+    if quiet:
+        yield None
+        return
+    if plain_progress():
+        plain, done = PlainProgress(label, total, unit="ticket"), 0
+
+        def line(ticket: str, what: str) -> None:
+            nonlocal done
+            done += 1
+            plain.update(f"{label} {done}/{total} last {literal(ticket)} ({literal(what)})", done, first=done == 1)
+
+        with plain.beating():
+            yield line
+        return
+    with _bar(label, "last {task.fields[last]}") as bar:
+        task = bar.add_task(label, total=total, last="-")
+
+        def update(ticket: str, what: str) -> None:
+            bar.update(task, advance=1, last=literal(f"{ticket} ({what})"))
+
+        yield update
+
+
+@contextmanager
 def runs_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict[str, Any]], None] | None]:
     """One progress bar per training run (stats["run"]: masked, dense), each over epochs, with loss and
     validation accuracy; without a terminal, plain lines as epoch_progress writes them, per run."""

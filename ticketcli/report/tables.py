@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, Literal
 
+from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
-from ticketcli.report.console import method_name, pct, stdout
+from ticketcli.report.console import literal, method_name, pct, results, stdout
 
 if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's table must not import torch
     from ticketcli.catalog import ListResult
     from ticketcli.export import ExportResult
     from ticketcli.runs.evaluate import EvaluateResult
+    from ticketcli.runs.evaluate_folder import EvaluateFolderResult
+    from ticketcli.runs.folder import InspectFolderResult
     from ticketcli.runs.inspect import InspectResult
     from ticketcli.runs.parts import LayerCount
     from ticketcli.runs.summary import ExtractionResult
@@ -174,6 +180,134 @@ def inspect_table(r: InspectResult) -> None:
     out.print(lt)
     if len(r.masks) > len(shown):
         out.print(f"... and {len(r.masks) - len(shown)} more masks (--json lists every one)")
+
+
+def inspect_folder_table(r: InspectFolderResult) -> None:
+    """`ticket inspect DIR`: one row per ticket (what it is, what it stored, whether it is intact), then a count."""
+    folder, names = common_folder([row.ticket for row in r.tickets])
+    where = f" in {folder}" if folder else ""
+    # no vertical rules: at 80 columns the names need the room, and a row stays one ticket
+    t = Table(
+        title=f"{len(r.tickets)} tickets{where}: sparsity asked and achieved, stored test accuracy",
+        box=SIMPLE_HEAD,
+        collapse_padding=True,
+        pad_edge=False,
+        show_edge=False,
+    )
+    for name, justify, width in FOLDER_COLUMNS:
+        t.add_column(name, justify=justify, overflow="fold", min_width=width)
+    for row, name in zip(r.tickets, names):
+        t.add_row(
+            name,
+            readable(row.method),
+            readable(row.model),
+            readable(row.seed),
+            pct(row.requested_sparsity),
+            pct(row.achieved_sparsity),
+            pct(row.test_accuracy),
+            readable(row.file_bytes),
+            row.integrity,
+        )
+    out = stdout()
+    out.print(t)
+    for row in r.tickets:  # the reader's one line for each file it refused, below the table: whole, never folded
+        if row.error is not None:
+            out.print(f"invalid: {row.error}")
+    bad = len(r.failed)
+    out.print(
+        f"{len(r.tickets) - bad} of {len(r.tickets)} tickets intact" + (f", {bad} failed validation" if bad else "")
+    )
+
+
+FOLDER_COLUMNS: tuple[tuple[str, Literal["left", "right"], int], ...] = (  # header, justify, min width
+    ("ticket", "left", 8),
+    ("method", "left", 6),
+    ("model", "left", 6),
+    ("seed", "right", 4),
+    ("asked", "right", 6),  # requested sparsity
+    ("achieved", "right", 8),  # achieved sparsity, counted from the masks
+    ("test", "right", 6),  # stored test accuracy
+    ("bytes", "right", 5),
+    ("integrity", "left", 9),
+)
+
+
+CSV_COLUMNS = (
+    "ticket",
+    "method",
+    "model",
+    "seed",
+    "requested_sparsity",
+    "achieved_sparsity",
+    "test_accuracy",
+    "val_accuracy",
+    "file_bytes",
+    "integrity",
+    "error",
+    "masks_sha256",
+)
+
+
+def inspect_folder_csv(r: InspectFolderResult) -> None:
+    """`ticket inspect DIR --csv`: a header line, then one line per ticket, quoted by the csv module wherever a value
+    needs it (commas, quotes); numbers at full precision, empty cells for what a refused file lacks, and text from
+    files and paths shown literally (control characters escaped, as in every output of ticket)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in r.tickets:
+        cells = [getattr(row, c) for c in CSV_COLUMNS]
+        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else literal(v) for v in cells])
+    results().write(buffer.getvalue())
+
+
+def common_folder(tickets: Sequence[str]) -> tuple[str, list[str]]:
+    """The folder every ticket is in and their file names, or ("", the paths) when they are in several."""
+    parents = {str(PurePath(t).parent) for t in tickets}
+    if len(parents) != 1:
+        return "", list(tickets)
+    return parents.pop(), [PurePath(t).name for t in tickets]
+
+
+def evaluate_folder_table(r: EvaluateFolderResult) -> None:
+    """`ticket evaluate DIR`: one row per ticket (re-measured beside stored accuracy, the gate), then a summary."""
+    folder, names = common_folder([row.ticket for row in r.tickets])
+    t = Table(title=f"{len(r.tickets)} tickets" + (f" in {folder}" if folder else ""))
+    for name in ("ticket", "method", "test acc", "stored", "val acc", "reproduced", "gate"):
+        left = name in ("ticket", "method", "gate")
+        t.add_column(name, justify="left" if left else "right", overflow="fold", min_width=max(len(name), 7))
+    for row, name in zip(r.tickets, names):
+        e = row.result
+        if e is None:
+            t.add_row(name, "-", "-", "-", "-", "-", "ERROR")
+            continue
+        gate = "-" if e.gate is None else "passed" if e.gate.passed else "FAILED"
+        reproduced = "yes" if e.reproduced else "no"
+        t.add_row(
+            name,
+            method_name(e.method),
+            pct(e.test.accuracy),
+            pct(e.stored.test_accuracy),
+            pct(e.val.accuracy),
+            reproduced,
+            gate,
+        )
+    out = stdout()
+    out.print(t)
+    for row in r.tickets:  # why each failed, below the table: whole lines, never folded into a narrow column
+        if row.error is not None:
+            out.print(f"error: {row.error}")
+        elif row.failures:
+            out.print(f"FAILED {row.ticket}: {'; '.join(row.failures)}")
+    s = r.summary()
+    line = (
+        f"{s['evaluated']} of {s['count']} tickets evaluated, {s['reproduced']} reproduce their stored accuracy exactly"
+    )
+    if r.gated:
+        line += f"; gate passed by {s['passed']}, failed by {s['failed']}"
+    if s["errors"]:
+        line += f"; {s['errors']} could not be evaluated"
+    out.print(line + ".")
 
 
 def export_table(r: ExportResult) -> None:

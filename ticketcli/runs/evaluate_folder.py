@@ -1,0 +1,144 @@
+"""`ticket evaluate DIR` (or a glob, or several files): re-evaluate every ticket, one at a time, gate each on the
+same --min-accuracy/--max-drop, and report them all: the typed result and the loop that makes it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import ClassVar
+
+from ticketcli.errors import Interrupted, TicketCliError
+from ticketcli.result import Result
+from ticketcli.runs import evaluate as runs_evaluate
+from ticketcli.runs.evaluate import EvaluateResult
+from ticketcli.runs.folder import failures_line, ticket_paths
+from ticketcli.runs.parts import JsonObject
+from ticketcli.specs import DataSpec, ModelPolicy
+from ticketcli.ticketfile import ticket as ticket_io
+
+
+@dataclass(frozen=True)
+class EvaluatedTicket:
+    """One ticket of the folder: its evaluate result and the gate clauses it failed, or the one line that says why
+    it could not be evaluated (a corrupt file, a dataset that is not there, a model factory not trusted)."""
+
+    ticket: str
+    result: EvaluateResult | None
+    error: str | None = None
+    failures: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.result is not None and not self.failures
+
+    def to_dict(self) -> JsonObject:
+        """What `ticket evaluate TICKET --json` prints for it, or {ticket, error}."""
+        if self.result is None:
+            return {"ticket": self.ticket, "error": self.error}
+        return self.result.to_document()
+
+
+@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping)
+class EvaluateFolderResult(Result):
+    """What `ticket evaluate DIR` reports: every ticket's evaluation, in order, and a summary over them."""
+
+    COMMAND: ClassVar[str] = "evaluate-folder"
+
+    tickets: tuple[EvaluatedTicket, ...]
+    min_accuracy: float | None = None
+    max_drop: float | None = None
+    threads: int | None = None
+
+    @property
+    def gated(self) -> bool:
+        return self.min_accuracy is not None or self.max_drop is not None
+
+    def summary(self) -> JsonObject:
+        done = [t for t in self.tickets if t.result is not None]
+        return {
+            "count": len(self.tickets),
+            "evaluated": len(done),
+            "errors": len(self.tickets) - len(done),
+            "reproduced": sum(1 for t in done if t.result is not None and t.result.reproduced),
+            "passed": sum(1 for t in self.tickets if t.passed),  # evaluated, and gated: passed the gate
+            "failed": sum(1 for t in done if t.failures),  # evaluated, and failed the gate
+        }
+
+    def body(self) -> JsonObject:
+        doc: JsonObject = {"tickets": [t.to_dict() for t in self.tickets], "summary": self.summary()}
+        if self.gated:
+            gate: JsonObject = {}
+            if self.min_accuracy is not None:
+                gate["min_accuracy"] = self.min_accuracy
+            if self.max_drop is not None:
+                gate["max_drop"] = self.max_drop
+            doc["gate"] = {**gate, "passed": all(t.passed for t in self.tickets)}
+        if self.threads is not None:
+            doc["threads"] = self.threads
+        return doc
+
+    def failure_line(self) -> str | None:
+        """The one line of a folder in which a ticket failed the gate or could not be evaluated (exit 1), or None."""
+        bad = [(t.ticket, "error" if t.result is None else "gate") for t in self.tickets if not t.passed]
+        return failures_line(bad, len(self.tickets), "failed") if bad else None
+
+
+def evaluate_folder(
+    paths: Sequence[Path],
+    *,
+    data: DataSpec,
+    device: str = "auto",
+    weights: str | None = None,
+    policy: ModelPolicy = ModelPolicy(),
+    min_accuracy: float | None = None,
+    max_drop: float | None = None,
+    progress: Callable[[str, str], None] | None = None,
+) -> EvaluateFolderResult:
+    """Evaluate every ticket `paths` name (runs.folder.ticket_paths), one at a time, each gated like `ticket
+    evaluate TICKET`; a ticket that cannot be evaluated is an error row and the loop goes on (an interrupt stops
+    it). `progress` is told each ticket and its outcome."""
+    rows = []
+    for path in ticket_paths(paths):
+        row = _one(path, data, device, weights, policy, min_accuracy, max_drop)
+        rows.append(row)
+        if progress is not None:
+            e = row.result
+            what = "error" if e is None else f"test {100 * e.test.accuracy:.2f}%" + (" FAILED" if row.failures else "")
+            progress(str(path), what)
+    return EvaluateFolderResult(tickets=tuple(rows), min_accuracy=min_accuracy, max_drop=max_drop)
+
+
+def _one(
+    path: Path,
+    data: DataSpec,
+    device: str,
+    weights: str | None,
+    policy: ModelPolicy,
+    min_accuracy: float | None,
+    max_drop: float | None,
+) -> EvaluatedTicket:
+    try:
+        ticket_io.check_header(path)
+        result = runs_evaluate.evaluate_ticket(path, data=data, device=device, weights=weights, policy=policy)
+        failures: list[str] = []
+        if min_accuracy is not None or max_drop is not None:
+            gate, failures = runs_evaluate.evaluation_gate(result, min_accuracy=min_accuracy, max_drop=max_drop)
+            result = replace(result, gate=gate)
+    except Interrupted:
+        raise
+    except TicketCliError as e:
+        return EvaluatedTicket(ticket=str(path), result=None, error=_line(e))
+    return EvaluatedTicket(ticket=str(path), result=result, failures=tuple(failures))
+
+
+def _line(e: TicketCliError) -> str:
+    return str(e) + (f" ({e.hint})" if e.hint else "")
+
+
+def with_threads(result: EvaluateFolderResult, threads: int | None) -> EvaluateFolderResult:
+    """The result with the torch thread count the evaluations ran with, on it and on each ticket's result."""
+    rows = tuple(
+        t if t.result is None else replace(t, result=replace(t.result, threads=threads)) for t in result.tickets
+    )
+    return replace(result, tickets=rows, threads=threads)
