@@ -198,7 +198,11 @@ def test_a_module_and_its_factory_accept_and_refuse_the_same_options(case, parit
     assert r.exit_code == 0, r.output
     cli_ticket = tc.load(out)
     assert t.metadata["init"] == cli_ticket.metadata["init"] and not t.metadata["model"].get("bias")
-    if options.get("init") != "module":  # drawn from the seed: the same network, the same ticket
+    if options.get("init") == "module":  # the module's own weights: only a module holding them rebuilds it
+        assert t.evaluate(module=net, device="cpu")["reproduced"]
+        with pytest.raises(tc.UsageError, match="keeps the weights of the module it was extracted from"):
+            t.build("cpu", module=importlib.import_module("parity_net").ParityNet())
+    else:  # drawn from the seed: the same network, the same ticket
         assert t.metadata["weights_sha256"] == cli_ticket.metadata["weights_sha256"]
         assert all(torch.equal(m, cli_ticket.masks[n]) for n, m in t.masks.items())
 

@@ -22,7 +22,7 @@ from ticketcli.models.registry import parse_model
 from ticketcli.runs import checks as runs_checks
 from ticketcli.runs.inputs import check_input_shape, load_checkpoint, resolve_device
 from ticketcli.seeding import fingerprint
-from ticketcli.specs import DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs import MODULE_INIT, DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 
@@ -122,6 +122,12 @@ def rebuild(
             f"({runs_checks.shape_difference(tk.shapes, net.shapes())})"
         )
     fp = fingerprint(weights)
+    if fp != tk.weights_sha256 and module is not None and init.scheme == MODULE_INIT:
+        raise UsageError(
+            f"{path} keeps the weights of the module it was extracted from (init {MODULE_INIT}), and this module "
+            f"holds others (fingerprint {fp[:12]}, ticket {tk.weights_sha256[:12]})",
+            hint="pass the module the ticket was extracted from, or one holding the same weights",
+        )
     if fp != tk.weights_sha256:
         raise TicketFileError(
             f"{path}: weights fingerprint mismatch (rebuilt {fp[:12]}, ticket {tk.weights_sha256[:12]}); "
