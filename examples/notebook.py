@@ -1,5 +1,5 @@
 """The Python API from a notebook or a training script: extract a ticket on scikit-learn's digits, evaluate it,
-put its masks on a module you wrote yourself, and fine-tune the surviving weights.
+make a module you wrote yourself the ticket's network, and fine-tune the surviving weights on the ticket's data.
 
     python examples/notebook.py            # about a minute on a laptop CPU
     python examples/notebook.py --epochs 2 # quicker (what the test runs)
@@ -12,15 +12,14 @@ import tempfile
 from pathlib import Path
 
 import torch
-from sklearn.datasets import load_digits
 from torch import nn
 
 import ticketcli as tc
 
 
 class MyNet(nn.Module):
-    """Your own network: what matters is its parameter names (layers.0.weight, layers.1.weight), the same as
-    those of the built-in mlp:64-32-10, so that the ticket's masks fit it."""
+    """Your own network: what matters is its parameter names and shapes (layers.0.weight, layers.1.weight), the
+    same as those of the built-in mlp:64-32-10, so that the ticket's weights and masks fit it."""
 
     def __init__(self):
         super().__init__()
@@ -50,18 +49,15 @@ def main(epochs: int) -> None:
         result = tc.load(path).evaluate(device="cpu")
     print(f"re-evaluated: test {result['metrics']['test']['accuracy']:.4f}, reproduced: {result['reproduced']}")
 
-    # 3. the masks on your own module, with the ticket's frozen weights (read off the built network)
-    weights = tc.remove_masks(ticket.build("cpu"), bake=False).state_dict()
-    mine = MyNet()
-    mine.load_state_dict(weights)
-    tc.apply_masks(mine, ticket.masks)
-    digits = load_digits()
-    x = torch.tensor(digits.data, dtype=torch.float32).reshape(-1, 1, 8, 8)
-    x = (x / 16 - 0.3053) / 0.3760  # normalised as the digits dataset of ticketcli is
-    y = torch.tensor(digits.target)
-    same = torch.equal(mine(x), ticket.build("cpu")(x))
+    # 3. your own module made the ticket's network (its weights and masks), on the ticket's own data splits
+    mine = ticket.apply(MyNet())
+    splits = ticket.splits()  # normalised and split exactly as evaluate() measures the ticket
+    x, y = splits.extract
+    x_test, _ = splits.test
+    same = torch.equal(mine(x_test), ticket.build("cpu")(x_test))
     print(
-        f"my module with the masks: accuracy on all digits {accuracy(mine, x, y):.4f}, same logits as build(): {same}"
+        f"my module with the masks: accuracy on the extraction split {accuracy(mine, x, y):.4f}, "
+        f"same logits as build(): {same}"
     )
 
     # 4. fine-tune the kept weights (a weak ticket): masked entries get zero gradient and stay zero
@@ -74,7 +70,7 @@ def main(epochs: int) -> None:
     kept = ticket.masks["layers.0.weight"]
     still_zero = bool((mine.layers[0].weight[~kept] == 0).all())
     tuned = accuracy(mine, x, y)
-    print(f"fine-tuned on all digits: training accuracy {tuned:.4f}, masked weights still zero: {still_zero}")
+    print(f"fine-tuned on the extraction split: training accuracy {tuned:.4f}, masked weights still zero: {still_zero}")
 
 
 if __name__ == "__main__":

@@ -161,7 +161,7 @@ def test_a_ticket_of_in_memory_data_is_refused_by_the_cli_without_a_traceback(tm
     x, y = digits_tensors()
     path = tc.extract("mlp:64-16-10", (x, y), **QUICK).save(tmp_path / "mem.safetensors")
     r = cli("evaluate", str(path))
-    assert r.returncode == 2 and "unknown dataset 'in-memory'" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "extracted from in-memory data" in r.stderr and "Traceback" not in r.stderr
     assert cli("inspect", str(path), "--json").returncode == 0
 
 

@@ -64,6 +64,21 @@ class Splits:
     y_test: torch.Tensor
     info: dict[str, Any]  # dataset name, sizes, split seed, source
 
+    @property
+    def extract(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) of the extraction split."""
+        return self.x_extract, self.y_extract
+
+    @property
+    def val(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) of the validation split."""
+        return self.x_val, self.y_val
+
+    @property
+    def test(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) of the test set."""
+        return self.x_test, self.y_test
+
     def to(self, device: torch.device) -> Splits:
         t = {k: getattr(self, k).to(device) for k in ("x_extract", "y_extract", "x_val", "y_val", "x_test", "y_test")}
         return Splits(**t, info=self.info)

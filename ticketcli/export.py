@@ -19,7 +19,7 @@ import copy
 import io
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -29,8 +29,7 @@ from torch import nn
 
 from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.batchnorm import ChunkProgress
-from ticketcli.data import DATASETS, load_splits
-from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.errors import UsageError
 from ticketcli.models.masked import MaskedNet
 from ticketcli.result import Result
 from ticketcli.runs import build as runs_build
@@ -112,12 +111,7 @@ def recalibrate(
     """BatchNorm's running statistics for these masks, recomputed on the ticket's own extraction split (found
     through `data`'s search path) exactly as `evaluate` does (runs_build.open_ticket), so eval mode reproduces it;
     `chunks` is told the recalibration's chunks as they finish."""
-    d = tk.data
-    if d["dataset"] not in DATASETS:
-        raise TicketFileError(f"{path}: unknown dataset {d['dataset'][:80]!r}")
-    splits = load_splits(
-        replace(data, name=d["dataset"], n_extract=d["n_extract"], n_val=d["n_val"], split_seed=d["split_seed"])
-    )
+    splits = runs_build.ticket_splits(tk, path, data)
     assert net.spec is not None  # runs_build.rebuild records the ticket's parsed model spec
     runs_inputs.check_input_shape(net.spec, splits, net)
     net.calibration = splits.x_extract

@@ -196,15 +196,24 @@ def parse_floats(text: str | list[str | float] | tuple[str | float, ...] | None,
     return values
 
 
-def build_extract_spec(settings: dict[str, Any], dataset: DatasetInfo | None = None) -> RunSpec:
+def build_extract_spec(
+    settings: dict[str, Any], dataset: DatasetInfo | None = None, module: str | None = None
+) -> RunSpec:
     """Validate merged settings and freeze them into a RunSpec; `dataset`: the caller's in-memory data (the Python
-    API) in place of the registered dataset settings["dataset"] names."""
+    API) in place of the registered dataset settings["dataset"] names; `module`: the factory name
+    ("pkg.module:Class") a caller's own nn.Module (the Python API) is recorded under, in place of settings["model"]:
+    every option is checked against it exactly as against --model naming that factory (--bias, --init module,
+    --init-k), so the API and the command line accept and refuse the same things. It is never imported."""
     s = checked(RUN, settings)
     METHODS.get(s["method"])
     INIT_SCHEMES.get(s["init"])
     info = DATASETS.get(s["dataset"]) if dataset is None else dataset
 
-    if s["model"] is None:
+    if module is not None:  # already built by the caller: nothing to size, nothing to import
+        model = parse_model(module, bias=bool(s["bias"]))
+        if model.arch != "user":
+            raise UsageError(f"the module's class {module[:80]} reads as a built-in model spec, not a factory")
+    elif s["model"] is None:
         model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes), bias=s["bias"])
     else:
         model = parse_model(str(s["model"]), bias=bool(s["bias"])).with_data(info.shape, info.classes)

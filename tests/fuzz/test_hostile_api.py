@@ -47,6 +47,13 @@ def mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
 
 
+def same_names() -> nn.Module:
+    """A module with the parameter names and shapes of the ticket's mlp:64-16-10, and random weights of its own."""
+    m = nn.Module()
+    m.layers = nn.ModuleList([nn.Linear(64, 16, bias=False), nn.Linear(16, 10, bias=False)])
+    return m
+
+
 CASES: dict[str, Callable[[Path], object]] = {
     "load: a FIFO": lambda d: tc.load(d / "fifo.safetensors"),
     "load: an int": lambda d: tc.load(123),  # type: ignore[arg-type]
@@ -83,6 +90,13 @@ CASES: dict[str, Callable[[Path], object]] = {
     "Ticket.build: a module that is a string": lambda d: tc.load(d / "t.safetensors").build(module="x"),  # type: ignore[arg-type]
     "Ticket.evaluate: data of an int": lambda d: tc.load(d / "t.safetensors").evaluate(data=5),  # type: ignore[arg-type]
     "Ticket.evaluate: weights of an int": lambda d: tc.load(d / "t.safetensors").evaluate(weights=5),  # type: ignore[arg-type]
+    "apply_masks: a ticket's masks on other weights": lambda d: tc.apply_masks(
+        same_names(), tc.load(d / "t.safetensors").masks
+    ),
+    "Ticket.apply: a module that is a string": lambda d: tc.load(d / "t.safetensors").apply("x"),  # type: ignore[arg-type]
+    "Ticket.apply: another architecture": lambda d: tc.load(d / "t.safetensors").apply(mlp()),
+    "Ticket.splits: data of an int": lambda d: tc.load(d / "t.safetensors").splits(data=5),  # type: ignore[arg-type]
+    "Ticket.splits: another dataset's name": lambda d: tc.load(d / "t.safetensors").splits(data="mnist"),
     "extract: a model of an int": lambda d: tc.extract(5, progress=False),  # type: ignore[arg-type]
     "extract: a config FIFO": lambda d: tc.extract("mlp:64-16-10", config=d / "fifo.pt", progress=False),
     "extract: a config of an int": lambda d: tc.extract("mlp:64-16-10", config=5, progress=False),  # type: ignore[arg-type]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +68,8 @@ def extract(
     settings = merge_settings(flags, config)
     if not isinstance(data, str):
         given = api_data.given(data, settings["seed"])
-    spec = build_extract_spec(settings, None if given is None else given.info)
-    if isinstance(model, nn.Module):
-        spec = replace(spec, model=module_spec(model))
+    own = module_spec(model).to_string() if isinstance(model, nn.Module) else None
+    spec = build_extract_spec(settings, None if given is None else given.info, own)
     splits = None
     if given is not None:
         splits = api_data.splits_for(given, settings["n_extract"], settings["n_val"], spec.data.split_seed)

@@ -1,7 +1,12 @@
 """Masks on any nn.Module in torch.nn.utils.prune's layout: the frozen W becomes `<name>_orig`, the mask a
 `<name>_mask` buffer, and a forward pre-hook sets `<name>` = W * M before every forward pass. So an ordinary
 forward pass, state_dict() (the layout `ticket export --format prune` writes), torch.save of the whole module,
-hooks and fine-tuning all see the masked network, and gradients reach W with masked entries exactly zero."""
+hooks and fine-tuning all see the masked network, and gradients reach W with masked entries exactly zero.
+
+Masks multiply the weights a module holds. A ticket's masks (`TicketMasks`, what `Ticket.masks` returns) carry the
+fingerprint of the weights they were selected on, and apply_masks refuses a module whose weights are not those,
+unless told to mask them anyway (check_weights=False); `Ticket.apply` puts the ticket's weights and masks on a
+module."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from ticketcli.bounded import read_regular_file
 from ticketcli.checkpoint import first_sentence, read_torch_file
 from ticketcli.errors import UsageError
 from ticketcli.models.masked import masked_names
+from ticketcli.seeding import fingerprint
 
 STATE_BYTES_PER_PARAM = 16  # a prune export holds W (float32, or float64) and its mask: a bigger file is not one
 STATE_SLACK = 1 << 20  # names, headers and the module's buffers
@@ -25,6 +31,43 @@ STATE_SLACK = 1 << 20  # names, headers and the module's buffers
 _custom_from_mask = cast(Callable[[nn.Module, str, torch.Tensor], nn.Module], prune.custom_from_mask)
 _remove = cast(Callable[[nn.Module, str], nn.Module], prune.remove)
 _identity = cast(Callable[[nn.Module, str], nn.Module], prune.identity)
+
+
+class TicketMasks(dict[str, torch.Tensor]):
+    """A ticket's masks (parameter name -> bool mask, an ordinary dict) that also know the weights they belong to:
+    `weights_sha256`, the ticket's weights fingerprint (seeding.fingerprint: float32 bytes of `weight_names`'
+    parameters in that order), which apply_masks checks a module against. A plain dict made from them (dict(...),
+    a comprehension) is only masks, and apply_masks cannot check it."""
+
+    def __init__(self, masks: Mapping[str, torch.Tensor], weights_sha256: str, weight_names: tuple[str, ...]):
+        super().__init__(masks)
+        self.weights_sha256 = weights_sha256
+        self.weight_names = weight_names
+
+
+WEIGHTS_HINT = (
+    "ticket.apply(module) puts the ticket's weights and masks on it; "
+    "apply_masks(module, masks, check_weights=False) masks the module's own weights"
+)
+
+
+def check_weights_of(module: nn.Module, masks: TicketMasks) -> None:
+    """Refuse (one UsageError line) a module whose weights are not those the ticket's masks were selected on: its
+    parameters' fingerprint, over the ticket's parameter names in the ticket's order, differs from the ticket's."""
+    params = dict(module.named_parameters())
+    missing = [n for n in masks.weight_names if n not in params]
+    if missing:
+        raise UsageError(
+            f"the module lacks the ticket's parameter {_few(missing)}, so its weights are not the ticket's",
+            hint=WEIGHTS_HINT,
+        )
+    fp = fingerprint({n: params[n] for n in masks.weight_names})
+    if fp != masks.weights_sha256:
+        raise UsageError(
+            f"the module's weights are not the ticket's (fingerprint {fp[:12]}, ticket {masks.weights_sha256[:12]}): "
+            "its masks would select from other weights than those they were chosen on",
+            hint=WEIGHTS_HINT,
+        )
 
 
 def _few(names: list[str], n: int = 5) -> str:
@@ -88,12 +131,22 @@ def _own(owner: nn.Module) -> list[str]:
     return [h._tensor_name for h in hooks if isinstance(h, prune.BasePruningMethod)]
 
 
-def apply_masks(module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict: bool = True) -> nn.Module:
+def apply_masks(
+    module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict: bool = True, check_weights: bool = True
+) -> nn.Module:
     """Put each mask on the parameter it names (torch.nn.utils.prune.custom_from_mask); returns `module`.
+
+    It multiplies the weights the module holds now and changes no weight: the result is a ticket's network only if
+    the module already holds the ticket's weights (`Ticket.apply(module)` copies them in and applies the masks).
+    With check_weights (the default) and a ticket's masks (`Ticket.masks`, a TicketMasks), a module whose weights
+    are not the ticket's (its weights fingerprint differs) is refused; check_weights=False masks its own weights
+    anyway. Plain dicts of masks carry no fingerprint and are applied as they are.
 
     Names are parameter names as in `module.named_parameters()` ("layers.0.weight"); masks are bool (or 0/1)
     tensors of the parameters' shapes. strict: every Linear/Conv2d parameter must get one."""
     check_masks(module, masks, strict=strict)
+    if check_weights and isinstance(masks, TicketMasks):
+        check_weights_of(module, masks)
     owners = dict(module.named_modules())
     for name, mask in masks.items():
         owner, _, attr = name.rpartition(".")

@@ -1,7 +1,7 @@
 """A ticket in the Python API: `Ticket` (its masks, provenance and metadata; save, build as a plain nn.Module,
-evaluate) and `load`, which reads and validates a ticket file. Building and evaluating are the command line's
-`runs.build.rebuild` and `runs.evaluate.evaluate_loaded`, with the same errors, raised instead of turned into exit
-codes."""
+apply to a module of the caller's, its data splits, evaluate) and `load`, which reads and validates a ticket
+file. Building and evaluating are the command line's `runs.build.rebuild` and `runs.evaluate.evaluate_loaded`,
+with the same errors, raised instead of turned into exit codes."""
 
 from __future__ import annotations
 
@@ -15,10 +15,13 @@ from torch import nn
 from ticketcli import export
 from ticketcli.api import data as api_data
 from ticketcli.api.args import check_module_arg, data_spec, optional_path, path_arg
-from ticketcli.api.masks import apply_masks
+from ticketcli.api.masks import TicketMasks, apply_masks, check_module, masked
 from ticketcli.checkpoint import saved_at
 from ticketcli.data import Splits
+from ticketcli.data_memory import IN_MEMORY
 from ticketcli.errors import UsageError
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import parse_model
 from ticketcli.resolve import build_model_policy
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
@@ -42,10 +45,14 @@ class Ticket:
         return f"Ticket({self.method}, {self.model}, seed {self.seed}, sparsity {self.sparsity:.4f}, {where})"
 
     @property
-    def masks(self) -> dict[str, torch.Tensor]:
+    def masks(self) -> TicketMasks:
         """Parameter name -> bool mask of its shape (True = kept), in the model's named_parameters() order (copies:
-        changing them does not change the ticket)."""
-        return {n: m.clone() for n, m in self._record.masks.items()}
+        changing them does not change the ticket). A dict that also carries the ticket's weights fingerprint, which
+        apply_masks checks a module's weights against."""
+        r = self._record
+        recorded = r.model.get("parameters")  # a factory's every parameter; a built-in model's are all masked
+        names = tuple(recorded) if isinstance(recorded, dict) else tuple(r.shapes)
+        return TicketMasks({n: m.clone() for n, m in r.masks.items()}, r.weights_sha256, names)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -120,20 +127,86 @@ class Ticket:
         through data_dir, or `data` for tickets of in-memory data), as evaluation does. threads: torch CPU threads
         while building (None: torch's own)."""
         check_module_arg(module)
+        net, masks = self._network(module, data, weights, trust_model_code, data_dir, threads)
+        net.to(runs_inputs.resolve_device(device))
+        return apply_masks(net.module, masks, check_weights=False)  # rebuild checked the fingerprint
+
+    def apply(
+        self,
+        module: nn.Module,
+        *,
+        data: api_data.Data | None = None,
+        weights: str | Path | None = None,
+        trust_model_code: bool = False,
+        data_dir: str | Path | None = None,
+        threads: int | None = None,
+    ) -> nn.Module:
+        """Make `module` (your instance of the ticket's architecture: the same parameter names and shapes, and
+        buffers) the ticket's network: the ticket's weights, rebuilt and fingerprint-checked as build() rebuilds
+        them (BatchNorm statistics recomputed for the masks), are copied into it, its masks applied with
+        apply_masks, and it is put in eval mode; returns `module`. Its forward pass then gives the logits of
+        build(). Its parameters keep their device, dtype and requires_grad. A module whose parameters differ from
+        the ticket's network is refused (UsageError naming them) and left unchanged.
+
+        data, weights, trust_model_code, data_dir, threads: as for build(). For a ticket of your own architecture
+        (a factory or a module), `module` also serves as that architecture (a copy is built; no code is imported)."""
+        check_module(module)
+        if masked(module):
+            raise UsageError("the module already carries masks; remove_masks(module) first")
+        net, masks = self._network(
+            module if self._of_factory() else None, data, weights, trust_model_code, data_dir, threads
+        )
+        theirs = {n: list(p.shape) for n, p in module.named_parameters()}
+        ours = {n: list(p.shape) for n, p in net.module.named_parameters()}
+        if theirs != ours:
+            raise UsageError(
+                f"the module is not the ticket's architecture {self.model[:80]}: {_difference(ours, theirs)}"
+            )
+        try:
+            module.load_state_dict(net.module.state_dict())
+        except RuntimeError as e:  # buffers (BatchNorm statistics) missing, unexpected or misshapen
+            raise UsageError(
+                f"the module does not hold the ticket's network: {' '.join(str(e).split())[:300]}"
+            ) from None
+        return apply_masks(module, masks, check_weights=False).eval()  # the weights were just copied in
+
+    def splits(self, data: api_data.Data | None = None, *, data_dir: str | Path | None = None) -> Splits:
+        """The ticket's extraction, validation and test splits exactly as its evaluation uses them (the same
+        dataset normalisation, sizes and split seed), on the CPU: `x, y = t.splits().test`, or the attributes
+        x_extract, y_extract, x_val, y_val, x_test, y_test, and `info` (dataset, sizes, split seed).
+
+        data: None for the ticket's own dataset (found through data_dir, $TICKET_DATA, the cache, system copies);
+        for a ticket of in-memory data, the same examples it was extracted from (split again as extract split
+        them)."""
+        splits = self._splits(self._data_for(data, "splits"))
+        if splits is None:
+            return runs_build.ticket_splits(self._record, self._label, data_spec(data_dir))
+        return splits
+
+    def _network(
+        self,
+        module: nn.Module | None,
+        data: api_data.Data | None,
+        weights: str | Path | None,
+        trust_model_code: bool,
+        data_dir: str | Path | None,
+        threads: int | None,
+    ) -> tuple[MaskedNet, dict[str, torch.Tensor]]:
+        """The ticket's network rebuilt on the CPU (weights fingerprint-checked, BatchNorm statistics recomputed for
+        the masks), and its masks; no mask applied yet."""
         with using(check_threads(threads, "threads")):
             net, _ = runs_build.rebuild(
                 self._record, self._label, optional_path(weights, "weights"), self._policy(trust_model_code), module
             )
             masks = {n: self._record.masks[n] for n in net.names}
             if net.batchnorms and net.bn_statistics == "recalibrate":
-                splits = None if data is None else self._splits(data)
+                splits = self._splits(self._data_for(data, "build"))
                 if splits is None:  # the ticket's own dataset
                     export.recalibrate(net, masks, self._record, self._label, data_spec(data_dir))
                 else:
                     net.calibration = splits.x_extract
                     net.calibrate(masks)
-        net.to(runs_inputs.resolve_device(device))
-        return apply_masks(net.module, masks)
+        return net, masks
 
     def evaluate(
         self,
@@ -155,6 +228,7 @@ class Ticket:
         splits them) for a ticket of in-memory data. threads: torch CPU threads for the measurement (None:
         torch's own), reported as `threads`."""
         check_module_arg(module)
+        given = self._data_for(data, "evaluate")
         with using(check_threads(threads, "threads")) as used:
             opened = runs_build.open_loaded(
                 self._record,
@@ -163,7 +237,7 @@ class Ticket:
                 device=device,
                 weights=optional_path(weights, "weights"),
                 policy=self._policy(trust_model_code),
-                splits=None if data is None else self._splits(data),
+                splits=None if given is None else self._splits(given),
                 module=module,
             )
             result = runs_evaluate.evaluate_loaded(opened, self._label)
@@ -176,9 +250,27 @@ class Ticket:
     def _policy(self, trust_model_code: bool) -> ModelPolicy:
         return build_model_policy(trust_model_code=trust_model_code)
 
-    def _splits(self, data: api_data.Data) -> Splits | None:
+    def _of_factory(self) -> bool:
+        """Whether the ticket's model is the caller's own architecture (a factory or a module), not a built-in."""
+        try:
+            return parse_model(self.model).arch == "user"
+        except UsageError:
+            return False  # a spec that does not parse: rebuild refuses it, naming the ticket
+
+    def _data_for(self, data: api_data.Data | None, call: str) -> api_data.Data | None:
+        """`data` as given; for a ticket of in-memory data, which the ticket does not hold, refused when missing."""
+        if data is None and self._record.data["dataset"] == IN_MEMORY:
+            raise UsageError(
+                f"this ticket was extracted from in-memory data, which a ticket does not hold: pass the same "
+                f"examples as {call}(data=...), e.g. t.{call}(data=(x, y))"
+            )
+        return data
+
+    def _splits(self, data: api_data.Data | None) -> Splits | None:
         """The caller's data split as it was at extraction (same sizes and seed), or checked against the ticket's
-        dataset when it is a name."""
+        dataset when it is a name (None: the ticket's own dataset)."""
+        if data is None:
+            return None
         d = self._record.data
         if isinstance(data, str):
             if data != d["dataset"]:
@@ -188,6 +280,16 @@ class Ticket:
         if g.pools is None:  # ready splits: taken as they are
             return api_data.splits_for(g, None, None, d["split_seed"])
         return api_data.splits_for(g, d["n_extract"], d["n_val"], d["split_seed"])
+
+
+def _difference(ours: dict[str, list[int]], theirs: dict[str, list[int]]) -> str:
+    """What differs between the ticket's parameters and a module's, for a one-line error."""
+    missing, extra = [n for n in ours if n not in theirs], [n for n in theirs if n not in ours]
+    wrong = [f"{n} {ours[n]} vs {theirs[n]}" for n in ours if n in theirs and ours[n] != theirs[n]]
+    parts = (("missing", missing), ("unexpected", extra), ("shapes (ticket vs module)", wrong))
+    return "; ".join(
+        f"{k}: {', '.join(v[:5])}" + (f" and {len(v) - 5} more" if len(v) > 5 else "") for k, v in parts if v
+    )
 
 
 def load(path: str | Path) -> Ticket:

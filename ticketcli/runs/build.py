@@ -13,6 +13,7 @@ from torch import nn
 
 from ticketcli.budget import Budget
 from ticketcli.data import DATASETS, Splits, load_splits
+from ticketcli.data_memory import IN_MEMORY
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.init import INIT_SCHEMES, init_weights
 from ticketcli.models.build import build_model, check_param_count, frozen_copy, planned_shapes
@@ -21,7 +22,7 @@ from ticketcli.models.registry import parse_model
 from ticketcli.runs import checks as runs_checks
 from ticketcli.runs.inputs import check_input_shape, load_checkpoint, resolve_device
 from ticketcli.seeding import fingerprint
-from ticketcli.specs import DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs import MODULE_INIT, DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 
@@ -121,6 +122,12 @@ def rebuild(
             f"({runs_checks.shape_difference(tk.shapes, net.shapes())})"
         )
     fp = fingerprint(weights)
+    if fp != tk.weights_sha256 and module is not None and init.scheme == MODULE_INIT:
+        raise UsageError(
+            f"{path} keeps the weights of the module it was extracted from (init {MODULE_INIT}), and this module "
+            f"holds others (fingerprint {fp[:12]}, ticket {tk.weights_sha256[:12]})",
+            hint="pass the module the ticket was extracted from, or one holding the same weights",
+        )
     if fp != tk.weights_sha256:
         raise TicketFileError(
             f"{path}: weights fingerprint mismatch (rebuilt {fp[:12]}, ticket {tk.weights_sha256[:12]}); "
@@ -169,22 +176,40 @@ def open_loaded(
 ) -> OpenTicket:
     """open_ticket for a ticket already read (`path` names it in messages); splits: the caller's data instead of
     the ticket's own dataset, module: the caller's nn.Module for a factory's ticket (rebuild)."""
-    if splits is None and tk.data["dataset"] not in DATASETS:  # before anything is built
-        raise TicketFileError(f"{path}: unknown dataset {tk.data['dataset'][:80]!r}")
+    if splits is None:  # before anything is built
+        check_own_dataset(tk, path)
     dev = resolve_device(device)
     net, init_weights_ = rebuild(tk, path, weights, policy, module)
     if splits is None:
-        spec = replace(
-            data,
-            name=tk.data["dataset"],
-            n_extract=tk.data["n_extract"],
-            n_val=tk.data["n_val"],
-            split_seed=tk.data["split_seed"],
-        )
-        splits = load_splits(spec)
+        splits = ticket_splits(tk, path, data)
     check_input_shape(parse_model(tk.model["spec"]), splits, net)
     net.to(dev)
     masks = {n: m.to(dev) for n, m in tk.masks.items()}
     splits = splits.to(dev)
     net.calibration = splits.x_extract  # as at extraction: BatchNorm statistics recomputed from this split
     return OpenTicket(tk, net, init_weights_, masks, splits, dev)
+
+
+def check_own_dataset(tk: ticket_io.Ticket, path: Path) -> None:
+    """Refuse, before anything is built, a ticket whose data cannot be found from the ticket alone: the caller's
+    in-memory examples (a ticket holds only their split sizes and seed; the examples must be passed again from
+    Python) or a dataset this version does not know."""
+    name = tk.data["dataset"]
+    if name == IN_MEMORY:
+        raise UsageError(
+            f"{path} was extracted from in-memory data, which a ticket does not hold: evaluate it from Python with "
+            f"tc.load(path).evaluate(data=...), passing the same examples"
+        )
+    if name not in DATASETS:
+        raise TicketFileError(f"{path}: unknown dataset {name[:80]!r}")
+
+
+def ticket_splits(tk: ticket_io.Ticket, path: Path, data: DataSpec) -> Splits:
+    """The ticket's own extraction, validation and test splits, as its extraction drew them: its registered
+    dataset (found through `data`'s search path) at the recorded sizes and split seed, normalised as the dataset
+    is (data.py)."""
+    check_own_dataset(tk, path)
+    d = tk.data
+    return load_splits(
+        replace(data, name=d["dataset"], n_extract=d["n_extract"], n_val=d["n_val"], split_seed=d["split_seed"])
+    )
