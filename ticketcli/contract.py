@@ -25,6 +25,7 @@ SCHEMAS = {
     "drift-relufy": "ticket.drift-relufy/2",
     "drift-tradeoff": "ticket.drift-tradeoff/2",
     "list": "ticket.list/1",
+    "compare": "ticket.compare/1",
 }
 RUN_FACTS = ("device", "wall_time_s", "processes", "precision")  # what a ticket's metrics field holds beside splits
 # the shared sparsity shape's keys (the schemas' $defs.sparsity): what inspect takes from a file's sparsity field
