@@ -46,6 +46,16 @@ def differences_text(diffs: tuple[Difference, ...]) -> str:
     return "; ".join(f"{d.field} {value(d.field, d.a)} vs {value(d.field, d.b)}" for d in diffs)
 
 
+def run_text(run: dict[str, Any]) -> str:
+    """Where and how a ticket was extracted, as it records it: `cpu, 2 processes, bf16`."""
+    parts = [str(run.get("device", "-"))]
+    if "processes" in run:
+        parts.append(f"{run['processes']} process{'es' if run['processes'] != 1 else ''}")
+    if "precision" in run:
+        parts.append(str(run["precision"]))
+    return ", ".join(parts)
+
+
 def init_text(p: PairComparison) -> str:
     if p.same_init:
         return "same init (weights fingerprint, model and init settings agree)"
@@ -96,6 +106,7 @@ def _two(r: CompareResult, p: PairComparison) -> None:
         )
     t.add_row("requested sparsity", pct(a.requested), pct(b.requested), points(p.change["sparsity"]["requested"]))
     t.add_row("achieved sparsity", pct(a.achieved), pct(b.achieved), points(p.change["sparsity"]["achieved"]))
+    t.add_row("run", run_text(a.run), run_text(b.run), "")
     t.add_row("masks integrity", a.integrity, b.integrity, "")
     out.print(t)
     out.print(f"init: {init_text(p)}")

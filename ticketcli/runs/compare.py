@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ticketcli.contract import SPLITS, split_metrics
+from ticketcli.contract import RUN_FACTS, SPLITS, split_metrics
 from ticketcli.errors import UsageError
 from ticketcli.result import Result
 from ticketcli.runs.parts import JsonObject
@@ -107,6 +107,7 @@ class ComparedTicket:
     masks_sha256: str | None
     integrity: str
     metrics: JsonObject  # the stored splits (accuracy, loss, correct, n)
+    run: JsonObject  # the facts of the run it records, where well-typed: device, wall_time_s, processes, precision
     requested: float | None  # requested sparsity, as stored
     kept: int  # counted from the masks
     total: int
@@ -132,6 +133,7 @@ class ComparedTicket:
             "masks_sha256": self.masks_sha256,
             "integrity": self.integrity,
             "metrics": self.metrics,
+            **self.run,
             "sparsity": {
                 "requested": self.requested,
                 "achieved": self.achieved,
@@ -256,7 +258,7 @@ def _same_layout(a: ticket_io.MaskFile, b: ticket_io.MaskFile) -> None:
 
 def _compared(f: ticket_io.MaskFile) -> ComparedTicket:
     tk, counts = f.scan.ticket, f.scan.counts
-    splits, _ = split_metrics(tk.metrics)
+    splits, facts = split_metrics(tk.metrics)
     metrics = {s: {k: v for k, v in splits[s].items() if k in SPLIT_KEYS} for s in SPLITS if s in splits}
     requested = tk.sparsity.get("requested")
     return ComparedTicket(
@@ -271,10 +273,20 @@ def _compared(f: ticket_io.MaskFile) -> ComparedTicket:
         masks_sha256=tk.masks_sha256,
         integrity=tk.integrity,
         metrics=metrics,
+        run={k: facts[k] for k in RUN_FACTS if k in facts and _fact_ok(k, facts[k])},
         requested=requested if isinstance(requested, (int, float)) and not isinstance(requested, bool) else None,
         kept=sum(k for k, _ in counts.values()),
         total=sum(t for _, t in counts.values()),
     )
+
+
+def _fact_ok(key: str, value: Any) -> bool:
+    """A recorded fact of the run of the type the document promises (the file is not trusted beyond its checks)."""
+    if key in ("device", "precision"):
+        return isinstance(value, str)
+    if key == "processes":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))  # wall_time_s
 
 
 def init_differences(a: ticket_io.Ticket, b: ticket_io.Ticket) -> tuple[Difference, ...]:
