@@ -195,6 +195,9 @@ def test_the_matrix_is_symmetric_with_ones_on_its_diagonal(seeds):
     r = invoke("compare", *map(str, paths), columns=80)
     assert r.exit_code == 0 and "Jaccard over all masked weights" in r.stdout and "same init" in r.stdout
     assert "…" not in r.stdout  # at 80 columns the tables fold long values, never cut them
+    narrow = invoke("compare", *map(str, [*paths, seeds[1]]), columns=40).stdout  # a 4x4 matrix would not fit:
+    assert "pairs" in narrow and "Jaccard over all masked weights" not in narrow  # one row per pair instead
+    assert narrow.count(" yes ") == 2 and narrow.count(" no ") == 4  # (0, 2) and (1, 3) share their init
 
 
 @pytest.mark.parametrize("n", [2, 3])

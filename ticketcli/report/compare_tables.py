@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from ticketcli.report.console import method_name, pct, stdout
-from ticketcli.report.tables import readable
+from ticketcli.report.tables import MASK_ROWS, readable
 
 if TYPE_CHECKING:  # for the annotations only: compare's tables must not import torch
     from ticketcli.runs.compare import CompareResult, Difference, Overlap, PairComparison
@@ -62,6 +62,7 @@ def init_text(p: PairComparison) -> str:
     return f"differs: {differences_text(p.init_differences)}"
 
 
+MATRIX_CELL = 9  # columns a matrix cell takes ("0.0672" and its borders)
 NAME_WIDTH = 32  # a parameter name up to this long keeps its line whole; the numbers' headers wrap instead
 
 
@@ -129,10 +130,12 @@ def _two(r: CompareResult, p: PairComparison) -> None:
         "B in A",
         first_width=min(longest, NAME_WIDTH),
     )
-    for la in p.layers:
+    for la in p.layers[:MASK_ROWS]:
         _overlap_row(lt, la.name, la.overlap)
     _overlap_row(lt, "all", p.overlap)
     out.print(lt)
+    if len(p.layers) > MASK_ROWS:
+        out.print(f"... and {len(p.layers) - MASK_ROWS} more masks (--json lists every one)")
 
 
 def _many(r: CompareResult) -> None:
@@ -151,12 +154,20 @@ def _many(r: CompareResult) -> None:
             tk.integrity,
         )
     out.print(t)
-    jaccard = [[share(x) for x in row] for row in r.jaccard_matrix()]
-    same = [["yes" if x else "no" for x in row] for row in r.same_init_matrix()]
-    for title, cells in (("Jaccard over all masked weights", jaccard), ("same init", same)):
-        m = Table(title=title)
-        _columns(m, "#", *map(str, range(len(cells))))
-        for i, row in enumerate(cells):
-            m.add_row(str(i), *row)
-        out.print(m)
+    n = len(r.tickets)
+    if n * MATRIX_CELL + 6 > out.width:  # a matrix this wide would fold its numbers: one row per pair instead
+        pt = Table(title="pairs")
+        _columns(pt, "A", "B", "Jaccard", "same init", right_from=2)
+        for p in r.pairs:
+            pt.add_row(str(p.a), str(p.b), share(p.overlap.jaccard), "yes" if p.same_init else "no")
+        out.print(pt)
+    else:
+        jaccard = [[share(x) for x in row] for row in r.jaccard_matrix()]
+        same = [["yes" if x else "no" for x in row] for row in r.same_init_matrix()]
+        for title, cells in (("Jaccard over all masked weights", jaccard), ("same init", same)):
+            m = Table(title=title)
+            _columns(m, "#", *map(str, range(n)))
+            for i, row in enumerate(cells):
+                m.add_row(str(i), *row)
+            out.print(m)
     out.print("`ticket compare A B` shows one pair per layer; --json holds every pair with its layers")
