@@ -283,3 +283,17 @@ def test_a_corrupt_mask_is_refused_and_a_modified_one_reported(seeds, tmp_path):
     padded = tmp_path / "padded.safetensors"
     padded.write_bytes(flip_body_byte(odd.read_bytes(), 1, 0x01))  # 9 entries: 7 padding bits in the second byte
     assert "padding bits are set" in one_line_error(invoke("compare", str(odd), str(padded)))
+
+
+def test_masks_rewritten_in_place_after_validation_are_refused(seeds, monkeypatch):
+    """Bytes read for the overlap that cannot be the validated masks (more kept by both than by either) end in one
+    TicketFileError line, never in a Jaccard above 1."""
+
+    def every_bit_set(self, name):
+        begin, end = self._spans[name]
+        yield b"\xff" * (end - begin)
+
+    monkeypatch.setattr(ticket_io.MaskFile, "pieces", every_bit_set)
+    with pytest.raises(ticket_io.TicketFileError, match="changed while being compared"):
+        compare_tickets([seeds[0], seeds[1]])
+    assert "changed while being compared" in one_line_error(invoke("compare", str(seeds[0]), str(seeds[1])))

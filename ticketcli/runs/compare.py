@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ticketcli.contract import RUN_FACTS, SPLITS, split_metrics
-from ticketcli.errors import UsageError
+from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.result import Result
 from ticketcli.runs.parts import JsonObject
 from ticketcli.ticketfile import ticket as ticket_io
@@ -321,6 +321,8 @@ def _pair(
     for name, shape in a.shapes.items():
         (kept_a, total), (kept_b, _) = fa.scan.counts[name], fb.scan.counts[name]
         both = _both(fa.pieces(name), fb.pieces(name))
+        if both > min(kept_a, kept_b):  # the bytes read now are not those validated: a file written in place
+            raise TicketFileError(f"{fa.path} or {fb.path} changed while being compared; compare them again")
         layers.append(LayerOverlap(name, tuple(shape), Overlap(total, kept_a, kept_b, both)))
     overlap = Overlap(*(sum(getattr(la.overlap, k) for la in layers) for k in ("total", "kept_a", "kept_b", "both")))
     change = {
