@@ -105,6 +105,7 @@ SOURCES: dict[str, dict[str, Any]] = {
     "evaluate": TICKET_READER,
     "export": TICKET_READER,
     "inspect": {},
+    "compare": {},
     "list": {},
 }
 CONFIG_COMMANDS = ("extract", "sweep-k")  # the commands that read --config TOML files

@@ -18,6 +18,7 @@ ARGS = {
     "extract": ["extract", *TINY, "--out", "{d}/t.safetensors"],
     "evaluate": ["evaluate", "{t}"],
     "inspect": ["inspect", "{t}"],
+    "compare": ["compare", "{t}", "{t}"],
     "export": ["export", "{t}", "--format", "masks", "--out", "{d}/masks.safetensors"],
     "train-weak": ["train-weak", "{t}", "--epochs", "1", "--batch-size", "64"],
     "drift": ["drift", "--ticket", "{t}", "--steps", "2", "--log-every", "1", "--batch-size", "64"],
@@ -51,7 +52,7 @@ def test_quiet_and_json_are_accepted_by_every_command(command, ticket, tmp_path)
     assert r.stderr == ""
 
 
-@pytest.mark.parametrize("command", ["evaluate", "inspect", "export"])
+@pytest.mark.parametrize("command", ["evaluate", "inspect", "compare", "export"])
 def test_quiet_alone_keeps_the_tables(command, ticket, tmp_path):
     args = [a.format(t=ticket, d=tmp_path) for a in ARGS[command]]
     r = runner.invoke(app, [*args, "--quiet"])

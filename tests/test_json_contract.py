@@ -51,6 +51,9 @@ def docs(tmp_path_factory) -> dict[str, tuple[str, dict]]:
         out[f"extract-{case}"] = ("extract", run("extract", *args, "--out", t, "--json"))
         out[f"evaluate-{case}"] = ("evaluate", run("evaluate", t, "--json", "--min-accuracy", "0"))
         out[f"inspect-{case}"] = ("inspect", run("inspect", t, "--json"))
+    ticket = {case: str(d / f"{case}.safetensors") for case in EXTRACTS}
+    out["compare"] = ("compare", run("compare", ticket["augmented"], ticket["random"], "--json"))
+    out["compare-3"] = ("compare", run("compare", *(ticket[c] for c in ("augmented", "edge-popup", "imp")), "--json"))
     aug = str(d / "augmented.safetensors")
     weak = ["train-weak", aug, "--epochs", "2", "--dense-baseline", "--quiet", "--json"]
     out["train-weak"] = ("train-weak", run(*weak, "--out", str(d / "w.safetensors")))
@@ -92,6 +95,8 @@ CASES = [
     "drift-control",
     "drift-relufy",
     "drift-tradeoff",
+    "compare",
+    "compare-3",
 ]
 
 
@@ -239,7 +244,7 @@ def test_every_computing_command_reports_the_threads_it_ran_with(docs):
     here = torch.get_num_threads()
     for case in CASES:
         command, doc = docs[case]
-        if command == "inspect":  # reads a file, computes nothing
+        if command in ("inspect", "compare"):  # read files, compute nothing
             assert "threads" not in doc
             continue
         want = 1 if command in ("sweep-k", "drift-tradeoff") else here
@@ -255,6 +260,7 @@ def test_every_document_has_one_typed_result():
     import ticketcli.catalog
     import ticketcli.drift.result
     import ticketcli.export
+    import ticketcli.runs.compare
     import ticketcli.runs.evaluate
     import ticketcli.runs.evaluate_folder
     import ticketcli.runs.folder

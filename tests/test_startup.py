@@ -73,6 +73,9 @@ WITHOUT_TORCH = {
     "inspect-folder": (["inspect", "{folder}", "--csv"], 1),  # the garbage file in it fails validation: exit 1
     "inspect-command": (["inspect", "{ticket}", "--command", "--toml"], 0),
     "evaluate-no-tickets": (["evaluate", "{empty}"], 2),
+    "compare": (["compare", "{ticket}", "{ticket}"], 0),
+    "compare-json": (["compare", "{ticket}", "{ticket}", "{ticket}", "--json"], 0),
+    "compare-garbage": (["compare", "{ticket}", "{garbage}"], 2),
     "evaluate-garbage": (["evaluate", "{garbage}"], 2),
     "evaluate-missing": (["evaluate", "{missing}"], 2),
     "evaluate-bad-flag": (["evaluate", "{ticket}", "--min-accuracy", "7"], 2),

@@ -19,6 +19,7 @@ _PUBLIC = {
     "Ticket": "ticketcli.api.ticket",
     "load": "ticketcli.api.ticket",
     "extract": "ticketcli.api.extract",
+    "compare": "ticketcli.api.compare",
     "list_methods": "ticketcli.api.listing",
     "list_models": "ticketcli.api.listing",
     "list_datasets": "ticketcli.api.listing",
@@ -36,6 +37,7 @@ __all__ = [
     "Ticket",
     "load",
     "extract",
+    "compare",
     "apply_masks",
     "remove_masks",
     "load_pruned",
@@ -50,6 +52,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from ticketcli.api.compare import compare
     from ticketcli.api.extract import extract
     from ticketcli.api.listing import extract_options, list_datasets, list_methods, list_models
     from ticketcli.api.masks import apply_masks, load_pruned, remove_masks

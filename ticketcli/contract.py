@@ -28,6 +28,7 @@ SCHEMAS = {
     # several tickets at once: `inspect DIR` and `evaluate DIR` (a folder, a glob or several files)
     "inspect-folder": "ticket.inspect-folder/1",
     "evaluate-folder": "ticket.evaluate-folder/1",
+    "compare": "ticket.compare/1",
 }
 RUN_FACTS = ("device", "wall_time_s", "processes", "precision")  # what a ticket's metrics field holds beside splits
 # the shared sparsity shape's keys (the schemas' $defs.sparsity): what inspect takes from a file's sparsity field

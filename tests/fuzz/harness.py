@@ -533,6 +533,7 @@ def _drift(path: Path) -> tuple[int, str]:
 READERS: dict[str, Callable[[Path], tuple[int, str]]] = {
     "load": _load,
     "inspect": _cli("inspect", "--json"),
+    "compare": lambda path: _cli("compare", str(path), "--json")(path),  # the file compared with itself
     "evaluate": _cli("evaluate", "--json", "--device", "cpu"),
     "export": _cli("export", "--format", "masks", "--force", "--out", str(_EXPORT_DIR / "x.safetensors")),
     "train-weak": _cli("train-weak", "--epochs", "1", "--device", "cpu", "--quiet"),

@@ -95,7 +95,7 @@ def test_each_family_is_rejected_by_load(seed, tmp_path, family):
     check()
 
 
-@pytest.mark.parametrize("reader", ["load", "inspect"])
+@pytest.mark.parametrize("reader", ["load", "inspect", "compare"])
 def test_byte_flips_never_crash(seed, tmp_path, reader):
     """Arbitrary byte changes may leave a readable ticket (a metric's digit, or a flipped mask bit, which load and
     inspect report as `integrity: modified`); otherwise a clean exit 2."""

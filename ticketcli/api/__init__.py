@@ -4,7 +4,8 @@ script. It is the command line without the flags: the same spec building (`resol
 instead of turned into exit codes. docs/api.md documents it.
 
 Its modules, by concern: `ticket` (the `Ticket` class: masks, metadata, save, build, evaluate; and `load`),
-`extract` (`extract`: a ticket from keyword options, returned unsaved), `data` (the `data` argument: a dataset's
+`extract` (`extract`: a ticket from keyword options, returned unsaved), `compare` (`compare`: saved tickets
+compared as `ticket compare` compares them, numpy only), `data` (the `data` argument: a dataset's
 name, or the caller's tensors, Datasets and DataLoaders turned into seeded splits), `masks` (`apply_masks`,
 `remove_masks`, `load_pruned`: masks on any nn.Module in torch.nn.utils.prune's layout), `listing`
 (`list_methods`, `list_models`, `list_datasets`, `extract_options`) and `args` (path, module and data-directory

@@ -16,7 +16,7 @@ from typer.core import _click as click
 import ticketcli
 from ticketcli import exits, world
 from ticketcli.bounded import check_user_path
-from ticketcli.cli import drift, evaluate, export, extract, inspect, listing, sweep_k, train_weak
+from ticketcli.cli import compare, drift, evaluate, export, extract, inspect, listing, sweep_k, train_weak
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.errors import UsageError
 from ticketcli.interrupts import stop_on_signals
@@ -131,6 +131,7 @@ def main_options(
 app.command(cls=Command)(extract.extract)
 app.command(cls=Command)(evaluate.evaluate)
 app.command(cls=Command)(inspect.inspect)
+app.command(cls=Command)(compare.compare)
 app.command("sweep-k", cls=Command)(sweep_k.sweep_k)
 app.command("train-weak", cls=Command)(train_weak.train_weak)
 app.command(cls=Command)(drift.drift)

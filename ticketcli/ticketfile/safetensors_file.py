@@ -185,3 +185,15 @@ def popcount(piece: bytes) -> int:
     data = np.frombuffer(piece, dtype=np.uint8)
     per_byte = np.bitwise_count(data) if hasattr(np, "bitwise_count") else _BITS[data]
     return int(per_byte.sum(dtype=np.int64))
+
+
+def popcount_and(a: bytes, b: bytes) -> int:
+    """Bits set in both of two equally long pieces of packed mask (a mask's entries kept by both tickets), counted
+    over the packed bytes: nothing is unpacked."""
+    if len(a) != len(b):
+        raise ValueError(f"pieces of {len(a)} and {len(b)} bytes")
+    if len(a) <= SMALL_BYTES:
+        return (int.from_bytes(a, "big") & int.from_bytes(b, "big")).bit_count()
+    both = np.bitwise_and(np.frombuffer(a, dtype=np.uint8), np.frombuffer(b, dtype=np.uint8))
+    per_byte = np.bitwise_count(both) if hasattr(np, "bitwise_count") else _BITS[both]
+    return int(per_byte.sum(dtype=np.int64))

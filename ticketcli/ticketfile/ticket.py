@@ -267,13 +267,20 @@ def _read(path: Path, take: Callable[[str, Iterable[bytes]], int], max_params: i
     f, size = _open(path)
     try:
         with f:
-            layout = _layout(f, size, path, max_params)
-            computed = _walk(f, layout, path, take)
+            tk, _ = _checked(f, size, path, take, max_params)
     except OSError as e:
         raise TicketFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    return Ticket(
-        masks={}, **layout.fields, masks_sha256=layout.recorded, integrity=_integrity(layout.recorded, computed)
-    )
+    return tk
+
+
+def _checked(
+    f: BinaryIO, size: int, path: Path, take: Callable[[str, Iterable[bytes]], int], max_params: int | None
+) -> tuple[Ticket, _Layout]:
+    """Validate and walk an opened ticket: the Ticket without masks, and where its masks lie."""
+    layout = _layout(f, size, path, max_params)
+    computed = _walk(f, layout, path, take)
+    integrity = _integrity(layout.recorded, computed)
+    return Ticket(masks={}, **layout.fields, masks_sha256=layout.recorded, integrity=integrity), layout
 
 
 def check_header(path: str | Path) -> None:
@@ -322,6 +329,12 @@ def scan(path: str | Path) -> Scan:
     time: memory stays a few MiB whatever the file's size, and no torch op runs per mask."""
     path = Path(path)
     kept: dict[str, int] = {}
+    tk = _read(path, _counter(kept))
+    return Scan(tk, {n: (kept[n], math.prod(shape)) for n, shape in tk.shapes.items()})
+
+
+def _counter(kept: dict[str, int]) -> Callable[[str, Iterable[bytes]], int]:
+    """A walk's take() that counts each mask's kept bits into kept[name] from its packed bytes."""
 
     def count(name: str, pieces: Iterable[bytes]) -> int:
         total, last = 0, 0
@@ -331,8 +344,46 @@ def scan(path: str | Path) -> Scan:
         kept[name] = total
         return last
 
-    tk = _read(path, count)
-    return Scan(tk, {n: (kept[n], math.prod(shape)) for n, shape in tk.shapes.items()})
+    return count
+
+
+class MaskFile:
+    """A ticket validated exactly as scan() validates it (the same checks and counts), then kept open so that its
+    packed masks can be read again, a chunk at a time, without unpacking them (`ticket compare`). Use it as a
+    context manager; `scan` is what scan() returns for the same file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        kept: dict[str, int] = {}
+        self._f, size = _open(self.path)
+        try:
+            tk, layout = _checked(self._f, size, self.path, _counter(kept), None)
+        except OSError as e:
+            self._f.close()
+            raise TicketFileError(f"{self.path}: cannot read ({e.strerror or e})") from None
+        except BaseException:
+            self._f.close()
+            raise
+        self._spans = layout.spans
+        self.scan = Scan(tk, {n: (kept[n], math.prod(shape)) for n, shape in tk.shapes.items()})
+
+    def pieces(self, name: str) -> Iterator[bytes]:
+        """The packed bytes of mask `name`, in pieces of at most CHUNK_BYTES (a file that shrank since it was
+        validated is one TicketFileError line)."""
+        begin, end = self._spans[name]
+        try:
+            yield from chunks(self._f, begin, end)
+        except OSError as e:
+            raise TicketFileError(f"{self.path}: cannot read ({e.strerror or e})") from None
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> MaskFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def require_intact(tk: Ticket, path: str | Path) -> None:

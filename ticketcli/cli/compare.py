@@ -1,0 +1,35 @@
+"""`ticket compare`: whether tickets share their init, how far their masks overlap per layer, and how their stored
+accuracy and sparsity differ; numpy only, without data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
+from ticketcli.cli.options import Json, Quiet
+from ticketcli.interrupts import stop_on_signals
+from ticketcli.report import console
+
+
+def compare(
+    tickets: Annotated[
+        list[Path],
+        typer.Argument(help="Two or more ticket files (of one model); more than two: every pair is compared."),
+    ],
+    json_out: Json = False,
+    quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
+) -> None:
+    """Compare tickets: same init or not, mask overlap per layer (Jaccard), change in accuracy and sparsity."""
+    from ticketcli.report import compare_tables  # rich tables; numpy only, never torch (nor --help)
+    from ticketcli.runs import compare as runs_compare
+
+    with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
+        result = runs_compare.compare_tickets(tickets)
+        for t in result.tickets:
+            if t.integrity == "modified":
+                console.warn(f"{t.ticket}: masks were modified after the ticket was written; compared as they are now")
+            warn_unverified(t.to_dict())
+        console.print_json(result.to_document()) if json_out else compare_tables.compare_table(result)

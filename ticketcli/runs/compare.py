@@ -1,0 +1,359 @@
+"""`ticket compare`'s result: whether tickets share their initial network, how far their masks overlap, layer by
+layer, and how their stored accuracy and sparsity differ. Read with numpy alone, like `inspect` (no torch, no data).
+
+Every ticket is validated exactly as `inspect` validates it (ticketfile's MaskFile runs scan's checks) and kept open;
+each pair's overlap is then counted straight from the packed bytes, a chunk of each file at a time (an AND and a
+popcount per chunk), so memory stays a few MiB whatever the tickets' size.
+
+Overlap only means something between masks over the same parameters: tickets whose masks differ in names or shapes
+(another model) are refused with one line, never compared layer by layer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ticketcli.contract import RUN_FACTS, SPLITS, split_metrics
+from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.result import Result
+from ticketcli.runs.parts import JsonObject
+from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.safetensors_file import popcount_and
+
+SPLIT_KEYS = ("accuracy", "loss", "correct", "n")  # what a stored split may hold in the document (the split shape)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One recorded field in which two tickets differ: its path in the ticket's metadata and both values."""
+
+    field: str  # "weights_sha256", "model.spec", "init.seed", "checkpoint.sha256", "data.split_seed", ...
+    a: Any
+    b: Any
+
+    def to_dict(self) -> JsonObject:
+        return {"field": self.field, "a": self.a, "b": self.b}
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Two masks over the same entries (one parameter, or all of them): each one's kept count and how many entries
+    both keep."""
+
+    total: int  # entries
+    kept_a: int
+    kept_b: int
+    both: int  # kept by both
+
+    @property
+    def either(self) -> int:
+        """Entries kept by at least one of the two."""
+        return self.kept_a + self.kept_b - self.both
+
+    @property
+    def jaccard(self) -> float:
+        """|A ∧ B| / |A ∨ B|; 1.0 when neither keeps anything (two empty masks are the same mask)."""
+        return self.both / self.either if self.either else 1.0
+
+    @property
+    def a_kept_in_b(self) -> float | None:
+        """The share of A's kept entries that B keeps too (None when A keeps nothing)."""
+        return self.both / self.kept_a if self.kept_a else None
+
+    @property
+    def b_kept_in_a(self) -> float | None:
+        return self.both / self.kept_b if self.kept_b else None
+
+    def counts(self) -> JsonObject:
+        return {
+            "total": self.total,
+            "kept_a": self.kept_a,
+            "kept_b": self.kept_b,
+            "both": self.both,
+            "either": self.either,
+            "jaccard": self.jaccard,
+            "a_kept_in_b": self.a_kept_in_b,
+            "b_kept_in_a": self.b_kept_in_a,
+        }
+
+
+@dataclass(frozen=True)
+class LayerOverlap:
+    """One masked parameter's overlap (a `layers[]` item: its name and shape, then the counts)."""
+
+    name: str
+    shape: tuple[int, ...]
+    overlap: Overlap
+
+    def to_dict(self) -> JsonObject:
+        return {"name": self.name, "shape": list(self.shape), **self.overlap.counts()}
+
+
+@dataclass(frozen=True)
+class ComparedTicket:
+    """One ticket as compare reports it: its identity, its stored accuracy and its sparsity counted from the masks."""
+
+    ticket: str
+    model: str  # the model spec string
+    seed: int
+    method: JsonObject  # the method record, as stored
+    init: JsonObject
+    data: JsonObject
+    weights_sha256: str
+    checkpoint: JsonObject | None
+    masks_sha256: str | None
+    integrity: str
+    metrics: JsonObject  # the stored splits (accuracy, loss, correct, n)
+    run: JsonObject  # the facts of the run it records, where well-typed: device, wall_time_s, processes, precision
+    requested: float | None  # requested sparsity, as stored
+    kept: int  # counted from the masks
+    total: int
+
+    @property
+    def achieved(self) -> float:
+        return 1.0 - self.kept / self.total
+
+    def accuracy(self, split: str) -> float | None:
+        value = self.metrics.get(split, {}).get("accuracy")
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "ticket": self.ticket,
+            "model": self.model,
+            "seed": self.seed,
+            "method": self.method,
+            "init": self.init,
+            "data": self.data,
+            "weights_sha256": self.weights_sha256,
+            "checkpoint": self.checkpoint,
+            "masks_sha256": self.masks_sha256,
+            "integrity": self.integrity,
+            "metrics": self.metrics,
+            **self.run,
+            "sparsity": {
+                "requested": self.requested,
+                "achieved": self.achieved,
+                "kept": self.kept,
+                "total": self.total,
+                "density": self.kept / self.total,
+            },
+        }
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+@dataclass(frozen=True)
+class PairComparison:
+    """Tickets a and b (indices into CompareResult.tickets): what differs in their init and data, their overlap
+    over every masked entry and per layer, and the change of stored accuracy and sparsity from a to b."""
+
+    a: int
+    b: int
+    init_differences: tuple[Difference, ...]  # empty: the same initial network
+    data_differences: tuple[Difference, ...]
+    overlap: Overlap  # over every masked entry
+    layers: tuple[LayerOverlap, ...]  # in the tickets' order
+    change: JsonObject  # {"accuracy": {split: b - a}, "sparsity": {"requested": b - a, "achieved": b - a}}
+
+    @property
+    def same_init(self) -> bool:
+        return not self.init_differences
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "a": self.a,
+            "b": self.b,
+            "same_init": self.same_init,
+            "init_differences": [d.to_dict() for d in self.init_differences],
+            "data_differences": [d.to_dict() for d in self.data_differences],
+            "overlap": self.overlap.counts(),
+            "change": self.change,
+            "layers": [la.to_dict() for la in self.layers],
+        }
+
+
+@dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
+class CompareResult(Result):
+    """What `ticket compare` reports: each ticket, and every pair of them (a < b, in the order given)."""
+
+    COMMAND: ClassVar[str] = "compare"
+
+    tickets: tuple[ComparedTicket, ...]
+    pairs: tuple[PairComparison, ...]
+
+    def pair(self, i: int, j: int) -> PairComparison | None:
+        """The comparison of tickets i and j (either order); None for i == j."""
+        lo, hi = min(i, j), max(i, j)
+        return next((p for p in self.pairs if (p.a, p.b) == (lo, hi)), None) if lo != hi else None
+
+    def jaccard_matrix(self) -> list[list[float]]:
+        """Jaccard over every masked entry, ticket by ticket: symmetric, 1.0 on the diagonal (a ticket with itself)."""
+        n = len(self.tickets)
+        cells = [[1.0] * n for _ in range(n)]
+        for p in self.pairs:
+            cells[p.a][p.b] = cells[p.b][p.a] = p.overlap.jaccard
+        return cells
+
+    def same_init_matrix(self) -> list[list[bool]]:
+        n = len(self.tickets)
+        cells = [[True] * n for _ in range(n)]
+        for p in self.pairs:
+            cells[p.a][p.b] = cells[p.b][p.a] = p.same_init
+        return cells
+
+    def body(self) -> JsonObject:
+        return {
+            "tickets": [t.to_dict() for t in self.tickets],
+            "pairs": [p.to_dict() for p in self.pairs],
+            "matrix": {"jaccard": self.jaccard_matrix(), "same_init": self.same_init_matrix()},
+        }
+
+
+def compare_tickets(paths: Sequence[str | Path]) -> CompareResult:
+    """Compare two or more ticket files, every pair of them: init, data, mask overlap per layer, accuracy and
+    sparsity. Each file is validated as `inspect` validates it; a bad file is one TicketFileError line, tickets
+    whose masks cover different parameters one UsageError line."""
+    if len(paths) < 2:
+        raise UsageError("compare needs at least two tickets", hint="ticket compare A.safetensors B.safetensors")
+    with ExitStack() as stack:
+        files = [stack.enter_context(ticket_io.MaskFile(p)) for p in paths]
+        for f in files[1:]:
+            _same_layout(files[0], f)
+        tickets = tuple(_compared(f) for f in files)
+        pairs = tuple(
+            _pair(i, j, files[i], files[j], tickets[i], tickets[j])
+            for i in range(len(files))
+            for j in range(i + 1, len(files))
+        )
+    return CompareResult(tickets=tickets, pairs=pairs)
+
+
+def _same_layout(a: ticket_io.MaskFile, b: ticket_io.MaskFile) -> None:
+    """Refuse two tickets whose masks are not over the same parameters (names and shapes, in the same order)."""
+    sa, sb = a.scan.ticket.shapes, b.scan.ticket.shapes
+    if list(sa.items()) == list(sb.items()):
+        return
+    models = f"{a.scan.ticket.model['spec'][:80]} vs {b.scan.ticket.model['spec'][:80]}"
+    names = [n for n in sa if n not in sb][:1] or [n for n in sb if n not in sa][:1]
+    if names:
+        n = names[0]
+        what = f"{n[:80]} is masked in {'the first' if n in sa else 'the second'} only"
+    elif list(sa) != list(sb):
+        what = "the same parameters in another order"
+    else:
+        n = next(n for n in sa if sa[n] != sb[n])
+        what = f"{n[:80]} is {'x'.join(map(str, sa[n]))} vs {'x'.join(map(str, sb[n]))}"
+    raise UsageError(
+        f"{a.path} and {b.path} mask different layers ({models}: {what}); overlap is only defined between tickets "
+        "of one architecture",
+        hint="compare tickets of the same model; `ticket inspect` lists each ticket's layers",
+    )
+
+
+def _compared(f: ticket_io.MaskFile) -> ComparedTicket:
+    tk, counts = f.scan.ticket, f.scan.counts
+    splits, facts = split_metrics(tk.metrics)
+    metrics = {s: {k: v for k, v in splits[s].items() if k in SPLIT_KEYS} for s in SPLITS if s in splits}
+    requested = tk.sparsity.get("requested")
+    return ComparedTicket(
+        ticket=str(f.path),
+        model=tk.model["spec"],
+        seed=tk.init["seed"],
+        method=tk.method,
+        init=tk.init,
+        data=tk.data,
+        weights_sha256=tk.weights_sha256,
+        checkpoint=tk.checkpoint,
+        masks_sha256=tk.masks_sha256,
+        integrity=tk.integrity,
+        metrics=metrics,
+        run={k: facts[k] for k in RUN_FACTS if k in facts and _fact_ok(k, facts[k])},
+        requested=requested if isinstance(requested, (int, float)) and not isinstance(requested, bool) else None,
+        kept=sum(k for k, _ in counts.values()),
+        total=sum(t for _, t in counts.values()),
+    )
+
+
+def _fact_ok(key: str, value: Any) -> bool:
+    """A recorded fact of the run of the type the document promises (the file is not trusted beyond its checks)."""
+    if key in ("device", "precision"):
+        return isinstance(value, str)
+    if key == "processes":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))  # wall_time_s
+
+
+def init_differences(a: ticket_io.Ticket, b: ticket_io.Ticket) -> tuple[Difference, ...]:
+    """What makes two tickets' initial networks differ: the weights fingerprint, the model (its spec; its other
+    recorded keys when the specs agree), each recorded init key (scheme, k, gain, seed, ...) and the checkpoint
+    the weights came from. Empty: the same initial network."""
+    diffs = []
+    if a.weights_sha256 != b.weights_sha256:
+        diffs.append(Difference("weights_sha256", a.weights_sha256, b.weights_sha256))
+    if a.model.get("spec") != b.model.get("spec"):
+        diffs.append(Difference("model.spec", a.model.get("spec"), b.model.get("spec")))
+    else:
+        diffs += _keys("model", a.model, b.model)
+    diffs += _keys("init", a.init, b.init)
+    ca, cb = a.checkpoint or {}, b.checkpoint or {}
+    if ca.get("sha256") != cb.get("sha256") or (a.checkpoint is None) != (b.checkpoint is None):
+        diffs.append(Difference("checkpoint.sha256", ca.get("sha256"), cb.get("sha256")))
+    return tuple(diffs)
+
+
+def _keys(prefix: str, a: JsonObject, b: JsonObject) -> list[Difference]:
+    """Each key of two recorded objects whose values differ (a key one of them lacks reads as null)."""
+    keys = [*a, *(k for k in b if k not in a)]
+    return [Difference(f"{prefix}.{k}", a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)]
+
+
+def _pair(
+    i: int, j: int, fa: ticket_io.MaskFile, fb: ticket_io.MaskFile, ta: ComparedTicket, tb: ComparedTicket
+) -> PairComparison:
+    a, b = fa.scan.ticket, fb.scan.ticket
+    layers = []
+    for name, shape in a.shapes.items():
+        (kept_a, total), (kept_b, _) = fa.scan.counts[name], fb.scan.counts[name]
+        both = _both(fa.pieces(name), fb.pieces(name))
+        if both > min(kept_a, kept_b):  # the bytes read now are not those validated: a file written in place
+            raise TicketFileError(f"{fa.path} or {fb.path} changed while being compared; compare them again")
+        layers.append(LayerOverlap(name, tuple(shape), Overlap(total, kept_a, kept_b, both)))
+    overlap = Overlap(*(sum(getattr(la.overlap, k) for la in layers) for k in ("total", "kept_a", "kept_b", "both")))
+    change = {
+        "accuracy": {s: _delta(ta.accuracy(s), tb.accuracy(s)) for s in ("test", "val")},
+        "sparsity": {"requested": _delta(ta.requested, tb.requested), "achieved": tb.achieved - ta.achieved},
+    }
+    return PairComparison(
+        a=i,
+        b=j,
+        init_differences=init_differences(a, b),
+        data_differences=tuple(_keys("data", a.data, b.data)),
+        overlap=overlap,
+        layers=tuple(layers),
+        change=change,
+    )
+
+
+def _both(pa: Iterator[bytes], pb: Iterator[bytes]) -> int:
+    """Entries set in both of two equally long packed masks, read piece by piece (the pieces of two files usually
+    line up; when a read comes back short, the longer piece waits for the rest of the other)."""
+    count, rest_a, rest_b = 0, b"", b""
+    for piece in pa:
+        rest_a += piece
+        while len(rest_b) < len(rest_a):
+            more = next(pb, None)
+            if more is None:
+                break
+            rest_b += more
+        n = min(len(rest_a), len(rest_b))
+        count += popcount_and(rest_a[:n], rest_b[:n])
+        rest_a, rest_b = rest_a[n:], rest_b[n:]
+    if rest_a or rest_b or next(pb, None):
+        raise RuntimeError("two masks of one shape were read back with different lengths")  # the layout checks it
+    return count
