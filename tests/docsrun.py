@@ -108,11 +108,16 @@ def blocks(path: Path, root: Path) -> list[Block]:
         j = i + 1
         while j < len(lines) and not re.match(rf"^ {{0,3}}{fence[0]}{{{len(fence)},}}\s*$", lines[j]):
             j += 1
-        body = "\n".join(line[indent:] if line[:indent].isspace() else line.lstrip() for line in lines[i + 1 : j])
+        body = "\n".join(dedent(line, indent) for line in lines[i + 1 : j])
         long = i > 0 and bool(LONG.match(lines[i - 1]))
         out.append(classify(Block(doc, i + 1, lang, body + "\n", long), out[-1] if out else None))
         i = j + 1
     return out
+
+
+def dedent(line: str, indent: int) -> str:
+    """A line of a block whose fence is indented by `indent` spaces (in a list item), without that indent."""
+    return line[indent:] if line[:indent].isspace() else line.lstrip() if indent else line
 
 
 def classify(block: Block, before: Block | None) -> Block:
@@ -219,6 +224,55 @@ def command_problems(command: str) -> list[str]:
         if "..." in args:
             problems.append(f"{command!r}: '...' stands for arguments; write them out")
     return problems
+
+
+def ticket_argvs(block: Block) -> list[list[str]]:
+    """The argument lists of the `ticket` (or `torchrun ... -m ticketcli`) commands of a shell block, those written
+    out in full (no `...`)."""
+    out = []
+    for c in block.commands:
+        try:
+            simple = words(c.text)
+        except ValueError:
+            continue
+        for w in simple:
+            args = [a for a in w if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", a)]
+            if "-m" in args and "ticketcli" in args and args.index("ticketcli") == args.index("-m") + 1:
+                argv = args[args.index("ticketcli") + 1 :]
+            elif args[:1] == ["ticket"]:
+                argv = args[1:]
+            else:
+                continue
+            for k, a in enumerate(argv):  # redirections end the arguments
+                if a in ("<", ">", ">>", "2>", "2>&1") or a.startswith((">", "<")):
+                    argv = argv[:k]
+                    break
+            if "..." not in argv and argv:
+                out.append(argv)
+    return out
+
+
+def parse_problem(argv: list[str]) -> str | None:
+    """Why the command line would refuse these arguments (an unknown option or command, a value of the wrong type
+    or not among the choices), or None; the arguments are parsed, not run."""
+    import typer
+    from typer.core import _click as click
+
+    from ticketcli.cli import app
+
+    group = typer.main.get_command(app)
+    root = click.Context(group, info_name="ticket")
+    command = group.get_command(root, argv[0])
+    if command is None:
+        return f"ticket {argv[0]}: no such command"
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # --help prints the help and exits 0
+            command.make_context(argv[0], list(argv[1:]), parent=root)
+    except typer.Exit:
+        return None
+    except click.ClickException as e:
+        return f"ticket {shlex.join(argv)}: {e.format_message()}"
+    return None
 
 
 def is_subsequence(these: list[Command], those: list[Command]) -> bool:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docsrun import Block, blocks, plan_of, pycon_statements, run_pycon, run_shell
+from docsrun import Block, blocks, parse_problem, plan_of, pycon_statements, run_pycon, run_shell, ticket_argvs
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -99,7 +99,14 @@ def report(block: Block, what: str) -> str:
 @pytest.mark.parametrize("block", CHECKED, ids=lambda b: b.id)
 def test_doc_block_runs(block: Block, doc_runs):
     if block.long:
-        pytest.skip("marked <!-- long -->")
+        argvs = ticket_argvs(block)
+        if not argvs:
+            pytest.skip("marked <!-- long -->")
+        refused = [p for p in map(parse_problem, argvs) if p]  # not run, but its options must still exist
+        assert not refused, report(
+            block, "marked long, so not run, but the command line refuses:\n" + "\n".join(refused)
+        )
+        return
     assert not block.problems, report(block, "cannot be run as written:\n" + "\n".join(block.problems))
     record = doc_runs(block.doc)[block.id]
     assert record["ok"], report(block, record["log"])
@@ -187,3 +194,24 @@ def test_the_driver_reports_failures():
     assert not run_pycon(">>> int('x')\nValueError: another message\n", "s", ns)[0]
     assert not run_pycon(">>> int('1')\nValueError: x\n", "s", ns)[0]
     assert not run_pycon(">>> int('x')\n", "s", ns)[0]
+
+
+def test_long_blocks_are_parsed_not_run(tmp_path: Path):
+    md = tmp_path / "x.md"
+    md.write_text(
+        "<!-- long -->\n```bash\n"
+        "torchrun --nproc-per-node 2 -m ticketcli extract --method augmented --out t.safetensors\n"
+        "ticket evaluate t.safetensors --json > r.json   # a comment\n"
+        "ticket sweep-k ... --executor ray\n"
+        "pip install ticketcli\n```\n"
+    )
+    (block,) = blocks(md, tmp_path)
+    argvs = ticket_argvs(block)
+    assert argvs == [
+        ["extract", "--method", "augmented", "--out", "t.safetensors"],
+        ["evaluate", "t.safetensors", "--json"],
+    ]
+    assert [parse_problem(a) for a in argvs] == [None, None]
+    assert "--methd" in parse_problem(["extract", "--methd", "augmented"])
+    assert "'--steps'" in parse_problem(["drift", "--steps", "many"])
+    assert "no such command" in parse_problem(["extrct"])
