@@ -1,4 +1,4 @@
-"""Export sizes of the paper's MLP and conv6 tickets in every format vs the dense float32 checkpoint.
+"""Export sizes of the paper's MLP and conv6 tickets in every format (onnx included) vs the dense float32 checkpoint.
 
     python benchmarks/export_sizes.py                    # FashionMNIST, seed 0, requested sparsity 90%
     python benchmarks/export_sizes.py --epochs 100       # augmented MLP at the full budget
@@ -18,7 +18,7 @@ from ticketcli.export import FORMATS, export_ticket
 from ticketcli.resolve import build_extract_spec, merge_settings, read_by
 from ticketcli.runs.extract import extract_ticket
 
-SUFFIX = {"masked": ".safetensors", "prune": ".pt", "csr": ".safetensors", "masks": ".safetensors"}
+SUFFIX = {"masked": ".safetensors", "prune": ".pt", "csr": ".safetensors", "masks": ".safetensors", "onnx": ".onnx"}
 
 
 def main() -> None:
