@@ -57,7 +57,7 @@ def main() -> None:
         dense = sizes["masked"]["dense_float32_bytes"]
         cells = [f"{sizes[f]['file_bytes']:,} ({sizes[f]['ratio']:.3f})" for f in FORMATS]
         print(
-            f"| {s['model']} | {s['method']} | {100 * s['sparsity']['achieved']:.2f} | {dense:,} | "
+            f"| {s['model']} | {s['method']['name']} | {100 * s['sparsity']['achieved']:.2f} | {dense:,} | "
             f"{s['file_bytes']:,} ({s['file_bytes'] / dense:.3f}) | "
             + " | ".join(cells)
             + f" | {sizes['csr']['csr_payload_bytes']:,} |"
