@@ -1,4 +1,4 @@
-"""Export sizes of the paper's MLP and conv6 tickets in every format vs the dense float32 checkpoint.
+"""Export sizes of the paper's MLP and conv6 tickets in every format (onnx included) vs the dense float32 checkpoint.
 
     python benchmarks/export_sizes.py                    # FashionMNIST, seed 0, requested sparsity 90%
     python benchmarks/export_sizes.py --epochs 100       # augmented MLP at the full budget
@@ -18,7 +18,7 @@ from ticketcli.export import FORMATS, export_ticket
 from ticketcli.resolve import build_extract_spec, merge_settings, read_by
 from ticketcli.runs.extract import extract_ticket
 
-SUFFIX = {"masked": ".safetensors", "prune": ".pt", "csr": ".safetensors", "masks": ".safetensors"}
+SUFFIX = {"masked": ".safetensors", "prune": ".pt", "csr": ".safetensors", "masks": ".safetensors", "onnx": ".onnx"}
 
 
 def main() -> None:
@@ -57,7 +57,7 @@ def main() -> None:
         dense = sizes["masked"]["dense_float32_bytes"]
         cells = [f"{sizes[f]['file_bytes']:,} ({sizes[f]['ratio']:.3f})" for f in FORMATS]
         print(
-            f"| {s['model']} | {s['method']} | {100 * s['sparsity']['achieved']:.2f} | {dense:,} | "
+            f"| {s['model']} | {s['method']['name']} | {100 * s['sparsity']['achieved']:.2f} | {dense:,} | "
             f"{s['file_bytes']:,} ({s['file_bytes'] / dense:.3f}) | "
             + " | ".join(cells)
             + f" | {sizes['csr']['csr_payload_bytes']:,} |"

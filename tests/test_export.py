@@ -16,7 +16,7 @@ from test_models import user_module, write_user_module  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
 from ticketcli.cli import app
-from ticketcli.export import FORMATS, export_ticket
+from ticketcli.export import STATE_FORMATS, export_ticket
 from ticketcli.models.registry import parse_model
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import extract as runs_extract
@@ -140,7 +140,7 @@ def test_every_format_reproduces_the_ticket_logits_in_plain_torch(tmp_path, mode
         "logits": str(tmp_path / "logits.pt"),
         "dense": str(tmp_path / "dense.pt"),
     }
-    for fmt, suffix in zip(FORMATS, (".safetensors", ".pt", ".safetensors", ".safetensors")):
+    for fmt, suffix in zip(STATE_FORMATS, (".safetensors", ".pt", ".safetensors", ".safetensors")):
         out = tmp_path / f"{fmt}{suffix}"
         r = runner.invoke(
             app, ["export", str(ticket), "--format", fmt, "--out", str(out), "--json", "--trust-model-code"]
@@ -153,7 +153,7 @@ def test_every_format_reproduces_the_ticket_logits_in_plain_torch(tmp_path, mode
     )
     assert p.returncode == 0, p.stderr
     result = json.loads(p.stdout)
-    assert result == {fmt: [True, 0.0] for fmt in FORMATS}, result
+    assert result == {fmt: [True, 0.0] for fmt in STATE_FORMATS}, result
 
 
 def test_export_contents_and_sizes(tmp_path):

@@ -59,6 +59,7 @@ def docs(tmp_path_factory) -> dict[str, tuple[str, dict]]:
     out["train-weak"] = ("train-weak", run(*weak, "--out", str(d / "w.safetensors")))
     for fmt in ("csr", "masked"):
         out[f"export-{fmt}"] = ("export", run("export", aug, "--format", fmt, "--out", str(d / f"{fmt}.st"), "--json"))
+    out["export-onnx"] = ("export", run("export", aug, "--format", "onnx", "--out", str(d / "m.onnx"), "--json"))
     sweep = ["sweep-k", *DATA, *MODEL, "--seeds", "0", "--densities", "0.1,0.3", "--layerwise", "0"]
     out["sweep-k"] = ("sweep-k", run(*sweep, "--out-dir", str(d / "sweep"), "--json"))
     out["drift"] = ("drift", run(*DRIFT))
@@ -89,6 +90,7 @@ CASES = [
     "train-weak",
     "export-csr",
     "export-masked",
+    "export-onnx",
     "sweep-k",
     "drift",
     "drift-ticket",

@@ -1,4 +1,5 @@
-"""`ticket export`: a ticket's network for plain PyTorch (masked weights, prune layout, CSR or bool masks)."""
+"""`ticket export`: a ticket's network for plain PyTorch (masked weights, prune layout, CSR or bool masks) or
+ONNX."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ticketcli.report import tables as report_tables
 from ticketcli.settings.reader import EXPORT_READER
 from ticketcli.settings.setting import Panel
 
-ExportFormat = Literal["masked", "prune", "csr", "masks"]
+ExportFormat = Literal["masked", "prune", "csr", "masks", "onnx"]
 
 
 @declared(EXPORT_READER)
@@ -34,14 +35,16 @@ def export(
             "--format",
             help="masked: W*M state dict for plain load_state_dict; prune: torch.nn.utils.prune layout "
             "(<name>_orig + <name>_mask); csr: per-layer crow/col/values + a size report; masks: "
-            "unpacked bool masks keyed by parameter name.",
+            "unpacked bool masks keyed by parameter name; onnx: the masked network as an ONNX model (input "
+            "'input', output 'logits', dynamic batch), checked with onnxruntime (needs the onnx extra).",
             rich_help_panel=Panel.OUTPUT,
         ),
     ],
     out: Annotated[
         Path,
         typer.Option(
-            help="Where to write: .safetensors for safetensors, anything else (e.g. .pt) for a torch.save state dict.",
+            help="Where to write: .safetensors for safetensors, anything else (e.g. .pt) for a torch.save state dict; "
+            ".onnx for --format onnx.",
             rich_help_panel=Panel.OUTPUT,
         ),
     ],
@@ -52,8 +55,9 @@ def export(
     quiet: Quiet = False,
     **given: Any,  # the reader settings of settings/reader.py (@declared): one flag each
 ) -> None:
-    """Write a ticket's network for plain PyTorch: masked weights, prune layout, CSR or bool masks. BatchNorm
-    statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need their data)."""
+    """Write a ticket's network for plain PyTorch (masked weights, prune layout, CSR or bool masks) or as an ONNX
+    model. BatchNorm statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need
+    their data)."""
     r = given_settings(EXPORT_READER, given)
     from ticketcli import export as export_core  # torch: imported when the command runs, not for --help
     from ticketcli.threads import check_threads, using

@@ -320,6 +320,11 @@ def export_table(r: ExportResult) -> None:
     t.add_row("size / dense", f"{r.ratio:.3f}")
     t.add_row("ticket file", f"{r.ticket_bytes:,} bytes")
     t.add_row("kept / total masked entries", f"{r.kept:,} / {r.total:,} ({pct(r.density)})")
+    if r.onnx is not None:
+        shape = ", ".join(map(str, r.onnx.input_shape))
+        t.add_row("input", f"{r.onnx.input} ({shape}) {r.onnx.input_dtype}")
+        t.add_row("output", f"{r.onnx.output} ({', '.join(map(str, r.onnx.output_shape))})")
+        t.add_row("onnxruntime max |logit difference|", f"{r.onnx.max_abs_diff:.2e}")
     out = stdout()
     out.print(t)
     if r.layers:
