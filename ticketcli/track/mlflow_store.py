@@ -78,9 +78,10 @@ class Mlflow:
 
     def open(self, info: RunInfo) -> MlflowRun:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # a run reaches no server the user did not name
+        from mlflow.tracking import MlflowClient
+
         for name in ("mlflow", "alembic"):  # their INFO lines (creating the store's tables) are not the run's output
             logging.getLogger(name).setLevel(logging.WARNING)
-        from mlflow.tracking import MlflowClient
 
         uri, artifacts = store_uri(self.target)
         client = MlflowClient(tracking_uri=uri)
