@@ -364,3 +364,11 @@ def test_tensorboard_serves_the_logged_series(extracted):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(timeout=10)
+
+
+def test_help_imports_no_tracker():
+    code = "import sys\nfrom ticketcli.cli import app\ntry: app(['extract', '--help'], prog_name='ticket')\n"
+    code += "except SystemExit: pass\n"
+    code += "print('loaded', sorted(m for m in ('torch', 'mlflow', 'tensorboard') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert "--log-to" in done.stdout and done.stdout.strip().endswith("loaded []")

@@ -40,7 +40,8 @@ def option(s: Setting) -> Any:
         kind = Optional[s.kind]
     if s.flag_name is not None and not decls:
         decls = (s.flag,)
-    info = typer.Option(*decls, help=s.help_text(), rich_help_panel=s.panel, show_default=False)
+    metavar = "KIND:WHERE" if s.kind is list else None  # not Typer's <list[str]>
+    info = typer.Option(*decls, help=s.help_text(), rich_help_panel=s.panel, show_default=False, metavar=metavar)
     return Annotated[kind, info]
 
 
