@@ -147,12 +147,13 @@ class Recording:
 def test_a_failing_tracker_is_one_warning_and_the_others_go_on():
     warnings: list[str] = []
     failing, recording = Failing(), Recording()
-    tracking = track.Tracking(
-        [track.Guarded("a", failing, warnings.append), track.Guarded("b", recording, warnings.append)]
-    )
+    runs = [track.Guarded("a", warnings.append), track.Guarded("b", warnings.append)]
+    runs[0].log, runs[1].log = failing, recording
+    tracking = track.Tracking(track.Writer(), runs)
     for step in range(1, 5):
         tracking.scalars(step, {"loss": 1.0})
     tracking.close("FINISHED")
+    assert tracking.writer.stop(60)
     assert warnings == ["--log-to a: OSError: disk full; the run goes on without it"]
     assert failing.calls == 2 and not hasattr(failing, "closed")  # left alone after its error
     assert recording.steps == [1, 2, 3, 4] and recording.closed == "FINISHED"

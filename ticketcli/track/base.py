@@ -8,8 +8,11 @@ Torch-free: the trackers import their libraries (torch.utils.tensorboard, mlflow
 from __future__ import annotations
 
 import importlib.util
+import queue
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -69,78 +72,120 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
 
 
+class Writer:
+    """The one thread every tracker call of a command runs on, in order: the run never waits for a tracker (an
+    import, a store's set-up, a write), only, at its end, for the last writes to finish."""
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._work, name="ticket-trackers", daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        while (task := self.queue.get()) is not None:
+            task()  # each task is guarded (Guarded): nothing raises here
+
+    def submit(self, task: Callable[[], None]) -> None:
+        self.queue.put(task)
+
+    def stop(self, timeout: float) -> bool:
+        """Run what was submitted, then end; False if that took longer than `timeout` seconds (the thread is a
+        daemon: it does not keep the process alive)."""
+        self.queue.put(None)
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+
 class Guarded:
-    """A run in one tracker whose every call is guarded: the first error is one warning line, and the tracker is
-    left alone from then on (its children too)."""
+    """A run in one tracker whose every call is guarded (and made on the Writer's thread): the first error is one
+    warning line, and the tracker is left alone from then on (its children too)."""
 
-    def __init__(self, what: str, log: RunLog | None, warn: Warn, dead: list[bool] | None = None):
-        self.what, self.log, self.warn = what, log, warn
-        self.dead = dead if dead is not None else [log is None]  # shared with the children
+    def __init__(self, what: str, warn: Warn, dead: list[bool] | None = None):
+        self.what, self.warn = what, warn
+        self.log: RunLog | None = None  # set by open() or open_child(), on the writer's thread
+        self.dead = dead if dead is not None else [False]  # shared with the children
 
-    def call(self, method: str, *args: Any) -> Any:
-        if self.dead[0] or self.log is None:
-            return None
+    def fail(self, e: Exception) -> None:
+        self.dead[0] = True
+        self.warn(f"--log-to {self.what}: {first_line(e)}; the run goes on without it")
+
+    def open(self, make: Callable[[], RunLog]) -> None:
+        if self.dead[0]:
+            return
         try:
-            return getattr(self.log, method)(*args)
+            self.log = make()
         except Exception as e:  # a tracker never breaks a run
-            self.dead[0] = True
-            self.warn(f"--log-to {self.what}: {first_line(e)}; the run goes on without it")
-            return None
+            self.fail(e)
 
-    def child(self, info: RunInfo) -> Guarded:
-        return Guarded(self.what, self.call("child", info), self.warn, self.dead)
+    def open_child(self, parent: Guarded, info: RunInfo) -> None:
+        log = parent.log
+        if log is not None:
+            self.open(lambda: log.child(info))
+
+    def call(self, method: str, *args: Any) -> None:
+        if self.dead[0] or self.log is None:
+            return
+        try:
+            getattr(self.log, method)(*args)
+        except Exception as e:  # a tracker never breaks a run
+            self.fail(e)
 
 
 class Tracking:
-    """One run (and its children) in every --log-to destination; each call goes to every tracker still alive."""
+    """One run (and its children) in every --log-to destination; each call is queued for every tracker still
+    alive, on the Writer's thread, and returns at once."""
 
-    def __init__(self, runs: Sequence[Guarded]):
-        self.runs = list(runs)
+    def __init__(self, writer: Writer, runs: Sequence[Guarded]):
+        self.writer, self.runs = writer, list(runs)
+
+    def _each(self, method: str, *args: Any) -> None:
+        for r in self.runs:
+            self.writer.submit(partial(r.call, method, *args))
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
         clean = {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if clean:
-            for r in self.runs:
-                r.call("scalars", step, clean)
+            self._each("scalars", step, clean)
 
     def params(self, params: Mapping[str, Scalar]) -> None:
-        for r in self.runs:
-            r.call("params", params)
+        self._each("params", dict(params))
 
     def finish(self, step: int, metrics: Mapping[str, float], hparams: Mapping[str, Scalar]) -> None:
         clean = {k: float(v) for k, v in metrics.items() if v is not None and not isinstance(v, bool)}
-        for r in self.runs:
-            r.call("finish", step, clean, hparams)
+        self._each("finish", step, clean, dict(hparams))
 
     def tags(self, tags: Mapping[str, str]) -> None:
-        for r in self.runs:
-            r.call("tags", tags)
+        self._each("tags", dict(tags))
 
     def artifact(self, path: str | Path | None) -> None:
         if path is not None and Path(path).is_file():
-            for r in self.runs:
-                r.call("artifact", Path(path))
+            self._each("artifact", Path(path))
 
     def child(self, info: RunInfo) -> Tracking:
-        return Tracking([r.child(info) for r in self.runs])
+        children = [Guarded(r.what, r.warn, r.dead) for r in self.runs]
+        for parent, c in zip(self.runs, children):
+            self.writer.submit(partial(c.open_child, parent, info))
+        return Tracking(self.writer, children)
 
     def close(self, status: str) -> None:
-        for r in self.runs:
-            r.call("close", status)
+        self._each("close", status)
+
+
+WAIT_S = 300.0  # at the end of a run: how long the trackers may take to finish writing
+WAIT_INTERRUPTED_S = 10.0
+
+
+def _open(d: Destination, info: RunInfo) -> RunLog:
+    return tracker(d).open(info)
 
 
 def open_tracking(dests: Sequence[Destination], info: RunInfo, warn: Warn) -> Tracking:
-    """The run `info` opened in every destination; one that cannot open is a warning."""
-    runs = []
-    for d in dests:
-        opened = Guarded(d.text, None, warn, [False])
-        try:
-            opened.log = tracker(d).open(info)
-        except Exception as e:
-            opened.dead[0] = True
-            warn(f"--log-to {d.text}: {first_line(e)}; the run goes on without it")
-        runs.append(opened)
-    return Tracking(runs)
+    """The run `info`, opened in every destination on a new Writer's thread; one that cannot open is a warning."""
+    writer = Writer()
+    runs = [Guarded(d.text, warn) for d in dests]
+    for d, r in zip(dests, runs):
+        writer.submit(partial(r.open, partial(_open, d, info)))
+    return Tracking(writer, runs)
 
 
 def check(log_to: Any) -> tuple[Destination, ...]:
@@ -153,7 +198,8 @@ def check(log_to: Any) -> tuple[Destination, ...]:
 @contextmanager
 def tracked(dests: Sequence[Destination], info: Callable[[], RunInfo], warn: Warn) -> Iterator[Tracking | None]:
     """The run in every destination (none: nothing is opened, None is yielded), closed as FINISHED, FAILED (an
-    error) or KILLED (an interrupt) when the block ends. A tracker's failure is a warning (`warn`)."""
+    error) or KILLED (an interrupt) when the block ends, after which the trackers' last writes are awaited. A
+    tracker's failure is a warning (`warn`)."""
     if not dests:
         yield None
         return
@@ -168,8 +214,11 @@ def tracked(dests: Sequence[Destination], info: Callable[[], RunInfo], warn: War
         yield tracking
     except BaseException as e:
         tracking.close("FAILED" if isinstance(e, Exception) else "KILLED")
+        tracking.writer.stop(WAIT_INTERRUPTED_S if not isinstance(e, Exception) else WAIT_S)
         raise
     tracking.close("FINISHED")
+    if not tracking.writer.stop(WAIT_S):
+        warn(f"--log-to: the trackers did not finish writing within {WAIT_S:g} s; the run's own outputs are complete")
 
 
 def tee(*callbacks: Callable[[dict[str, Any]], None] | None) -> Callable[[dict[str, Any]], None] | None:

@@ -16,6 +16,8 @@ from ticketcli.track.info import RunInfo, Scalar
 
 EXPERIMENT = "ticket"
 MAX_PARAM = 6000  # characters of a parameter value MLflow stores
+MAX_METRICS = 1000  # metrics per log_batch
+FLUSH_S = 5.0  # metrics are written at most this often while a run goes (and at its end)
 
 
 def store_uri(target: str) -> tuple[str, str | None]:
@@ -36,13 +38,23 @@ class MlflowRun:
         self.client, self.experiment = client, experiment
         self.run_id: str = client.create_run(experiment, run_name=info.name, tags=tags).info.run_id
         self.logged: set[str] = set()
+        self.pending: list[Any] = []  # metrics not yet written: one write per FLUSH_S, not per step
+        self.flushed = time.monotonic()
         self.params(info.params)
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items()])
+        self.pending += [Metric(k, float(v), now, step) for k, v in values.items()]
+        if len(self.pending) >= MAX_METRICS or time.monotonic() - self.flushed >= FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        while self.pending:
+            batch, self.pending = self.pending[:MAX_METRICS], self.pending[MAX_METRICS:]
+            self.client.log_batch(self.run_id, metrics=batch)
+        self.flushed = time.monotonic()
 
     def params(self, params: Mapping[str, Scalar]) -> None:
         from mlflow.entities import Param
@@ -55,8 +67,8 @@ class MlflowRun:
 
     def finish(self, step: int, metrics: Mapping[str, float], hparams: Mapping[str, Scalar]) -> None:
         self.params(hparams)
-        if metrics:
-            self.scalars(step, metrics)
+        self.scalars(step, metrics)
+        self.flush()
 
     def tags(self, tags: Mapping[str, str]) -> None:
         for k, v in tags.items():
@@ -69,6 +81,7 @@ class MlflowRun:
         return MlflowRun(self.client, self.experiment, info, parent=self.run_id)
 
     def close(self, status: str) -> None:
+        self.flush()
         self.client.set_terminated(self.run_id, status)
 
 
