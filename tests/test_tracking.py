@@ -240,6 +240,26 @@ def test_a_rerun_gets_a_folder_of_its_own(tmp_path):
     assert unique(tmp_path / "run") == tmp_path / "run_3" and unique(tmp_path / "new") == tmp_path / "new"
 
 
+def test_a_folder_store_and_the_steps_of_scalars_read_back(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from ticketcli.track.info import RunInfo
+
+    warnings: list[str] = []
+    with track.tracked(
+        [parse_destination(f"mlflow:{tmp_path}/store")], lambda: RunInfo("r", {"a": 1}), warnings.append
+    ) as t:
+        assert t is not None
+        for step in (1, 2, 3):
+            t.scalars(step, {"x": step / 10})
+        t.finish(3, {"y": 2.0}, {"b": "c"})
+    assert warnings == []
+    c = MlflowClient((tmp_path / "store").as_uri())
+    (run,) = c.search_runs([c.get_experiment_by_name("ticket").experiment_id])
+    assert run.data.params == {"a": "1", "b": "c"} and run.info.status == "FINISHED"
+    assert [(m.step, m.value) for m in c.get_metric_history(run.info.run_id, "x")] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+
+
 # train-weak, drift, sweep-k -----------------------------------------------------------------------------------------
 
 

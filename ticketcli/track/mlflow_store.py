@@ -97,6 +97,8 @@ class Mlflow:
             logging.getLogger(name).setLevel(logging.WARNING)
 
         uri, artifacts = store_uri(self.target)
+        if uri.startswith("file:"):  # the user asked for a folder store, which MLflow 3.x refuses unless allowed
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         client = MlflowClient(tracking_uri=uri)
         found = client.get_experiment_by_name(EXPERIMENT)
         experiment = found.experiment_id if found is not None else client.create_experiment(EXPERIMENT, artifacts)
