@@ -50,20 +50,22 @@ def main() -> None:
     p.add_argument("--method", default="augmented")
     p.add_argument("--repeats", type=int, default=3, help="pairs of runs (with and without --log-to)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--trackers", default="tensorboard,mlflow", help="comma-separated: tensorboard, mlflow")
     a = p.parse_args()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     base = ["extract", "--dataset", a.dataset, "--epochs", str(a.epochs), "--method", a.method, "--device", "cpu"]
     base += ["--threads", str(a.threads), "--quiet", "--json", "--force"]
     print(
         f"ticket extract (the paper's MLP sized to {a.dataset}) --method {a.method} --epochs {a.epochs} "
-        f"--threads {a.threads}; {a.repeats} interleaved pairs"
+        f"--threads {a.threads}; --log-to {a.trackers}; {a.repeats} interleaved pairs"
     )
     print("pair  run wall s (plain, logged, ratio)  command wall s (plain, logged, ratio)  command CPU s (same)")
     ratios: dict[str, list[float]] = {"run": [], "wall": [], "cpu": []}
     extra: dict[str, list[float]] = {"wall": [], "cpu": []}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.repeats):
-            logged = ["--log-to", f"tensorboard:{tmp}/tb", "--log-to", f"mlflow:sqlite:///{tmp}/m.db"]
+            where = {"tensorboard": f"tensorboard:{tmp}/tb", "mlflow": f"mlflow:sqlite:///{tmp}/m.db"}
+            logged = [arg for kind in a.trackers.split(",") for arg in ("--log-to", where[kind])]
             order = [False, True] if i % 2 else [True, False]
             times = {}
             for with_log in order:
