@@ -67,7 +67,8 @@ LAYERS: list[list[str]] = [
         "ticketcli.drift",  # the drift package: its modules below the views and options (drift/__init__.py)
         "ticketcli.export",
     ],
-    ["ticketcli.report", "ticketcli.drift.views"],  # presentation: tables, JSON, plots
+    # presentation: tables, JSON, plots; experiment trackers (--log-to)
+    ["ticketcli.report", "ticketcli.drift.views", "ticketcli.track"],
     ["ticketcli.resolve", "ticketcli.drift.options"],  # flags, config files and defaults -> validated specs
     # the Python API (`import ticketcli as tc`): the package's public names, over the same specs and workflows
     ["ticketcli.api", "ticketcli"],  # the api package: ticket, extract, data, masks, listing (api/__init__.py)

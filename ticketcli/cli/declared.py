@@ -34,11 +34,14 @@ def option(s: Setting) -> Any:
         kind, decls = bool, (s.flag,)
     elif isinstance(s.kind, tuple):
         kind = Optional[choices(s.kind)]
+    elif s.kind is list:  # repeatable: --log-to A --log-to B
+        kind = Optional[list[str]]
     else:
         kind = Optional[s.kind]
     if s.flag_name is not None and not decls:
         decls = (s.flag,)
-    info = typer.Option(*decls, help=s.help_text(), rich_help_panel=s.panel, show_default=False)
+    metavar = "KIND:WHERE" if s.kind is list else None  # not Typer's <list[str]>
+    info = typer.Option(*decls, help=s.help_text(), rich_help_panel=s.panel, show_default=False, metavar=metavar)
     return Annotated[kind, info]
 
 
@@ -84,6 +87,10 @@ def given_settings(table: Table, given: dict[str, Any]) -> dict[str, Any]:
         value = given[s.name]
         if s.switch and value is False:
             value = None
+        elif s.kind is list and not value:  # a repeatable flag not given: Typer passes None or []
+            value = None
+        elif s.kind is list:
+            value = [str(v) for v in value]
         elif isinstance(value, Path):
             value = str(value)
         out[s.name] = value

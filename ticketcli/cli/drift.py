@@ -4,6 +4,7 @@ sparsity."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -26,9 +27,10 @@ from ticketcli.report import progress as report_progress
 from ticketcli.settings.drift import DRIFT, FEATURES
 from ticketcli.settings.reader import DRIFT_READER
 from ticketcli.settings.setting import Panel
+from ticketcli.settings.track import TRACK_FLAG
 
 
-@declared(DRIFT, FEATURES, DRIFT_READER)
+@declared(DRIFT, FEATURES, DRIFT_READER, TRACK_FLAG)
 def drift(
     ticket: Annotated[
         Optional[Path],
@@ -63,6 +65,8 @@ def drift(
     from ticketcli.drift.options import build_drift_spec
     from ticketcli.resolve import build_model_policy, data_location
     from ticketcli.threads import check_threads, using
+    from ticketcli.track import base as track
+    from ticketcli.track import feed as track_feed
 
     settings, flags, r = (given_settings(t, given) for t in (DRIFT, FEATURES, DRIFT_READER))
     model = settings["model"]
@@ -74,6 +78,7 @@ def drift(
         elif weights is not None or r["trust_model_code"]:
             raise UsageError(f"{'--weights' if weights is not None else '--trust-model-code'} only goes with --ticket")
         n_threads = check_threads(r["threads"])
+        trackers = track.check(given_settings(TRACK_FLAG, given)["log_to"])
         # with --ticket, --model may only confirm the ticket's own factory (ModelPolicy); the ticket fixes the model
         policy = build_model_policy(
             trust_model_code=bool(r["trust_model_code"]),
@@ -92,29 +97,36 @@ def drift(
             activation=settings["activation"],
             inputs=settings["inputs"],
         )
-        location = data_location(r["data_dir"], bool(r["download"]))
-        if features is not None:
-            on_ticket = dict(ticket=ticket, weights=None if weights is None else str(weights), policy=policy)
-            feature = run_features(features, settings, location, position, quiet=quiet, threads=n_threads, **on_ticket)
-            warn_unverified(feature)
+        with track.tracked(trackers, partial(track_feed.drift_info, model, ticket), console.warn) as log:
+            location = data_location(r["data_dir"], bool(r["download"]))
+            if features is not None:
+                on_ticket = dict(ticket=ticket, weights=None if weights is None else str(weights), policy=policy)
+                feature = run_features(
+                    features, settings, location, position, quiet=quiet, threads=n_threads, **on_ticket
+                )
+                warn_unverified(feature)
+                if plot is not None:
+                    write_atomic(plot, drift_views.figure(feature), overwrite=force)
+                    feature = replace(feature, plot=str(plot))
+                if log is not None:
+                    track_feed.guarded(track_feed.drift_final, console.warn)(log, feature, console.warn)
+                console.print_json(feature.to_document()) if json_out else drift_views.show(feature)
+                return
+            spec = build_drift_spec(settings, location)
+            total = spec.steps * (1 if ticket is not None else len(spec.seeds))
+            with report_progress.drift_progress(total, quiet=quiet) as progress, using(n_threads) as used:
+                result = drift_run.run_drift(
+                    spec,
+                    ticket=ticket,
+                    weights=None if weights is None else str(weights),
+                    progress=position.track(progress),
+                    policy=policy,
+                )
+            result = replace(result, threads=used)
+            warn_unverified(result)
             if plot is not None:
-                write_atomic(plot, drift_views.figure(feature), overwrite=force)
-                feature = replace(feature, plot=str(plot))
-            console.print_json(feature.to_document()) if json_out else drift_views.show(feature)
-            return
-        spec = build_drift_spec(settings, location)
-        total = spec.steps * (1 if ticket is not None else len(spec.seeds))
-        with report_progress.drift_progress(total, quiet=quiet) as progress, using(n_threads) as used:
-            result = drift_run.run_drift(
-                spec,
-                ticket=ticket,
-                weights=None if weights is None else str(weights),
-                progress=position.track(progress),
-                policy=policy,
-            )
-        result = replace(result, threads=used)
-        warn_unverified(result)
-        if plot is not None:
-            write_atomic(plot, drift_views.figure(result), overwrite=force)
-            result = replace(result, plot=str(plot))
+                write_atomic(plot, drift_views.figure(result), overwrite=force)
+                result = replace(result, plot=str(plot))
+            if log is not None:
+                track_feed.guarded(track_feed.drift_final, console.warn)(log, result, console.warn)
     console.print_json(result.to_document()) if json_out else drift_views.show(result)

@@ -18,10 +18,11 @@ from ticketcli.report import progress as report_progress
 from ticketcli.report import tables as report_tables
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel
+from ticketcli.settings.track import TRACK
 from ticketcli.world import check_rendezvous_timeout
 
 
-@declared(RUN)
+@declared(RUN, TRACK)
 def extract(
     config: Annotated[
         Optional[Path],
@@ -71,7 +72,7 @@ def extract(
     rendezvous_timeout: RendezvousTimeout = None,
     json_out: Json = False,
     quiet: Quiet = False,
-    **given: Any,  # the settings of settings/run.py (@declared): one flag each
+    **given: Any,  # the settings of settings/run.py and --log-to (@declared): one flag each
 ) -> None:
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
     # torch comes in with these: imported here, when the command runs, so that --help and errors stay fast
@@ -83,16 +84,19 @@ def extract(
     from ticketcli.resolve import build_extract_spec, merge_settings
     from ticketcli.runs import extract as runs_extract
     from ticketcli.runs import inputs as runs_inputs
+    from ticketcli.track import base as track
+    from ticketcli.track import feed as track_feed
 
-    flags = given_settings(RUN, given)
+    flags = {**given_settings(RUN, given), **given_settings(TRACK, given)}
     if global_old:
         flags["global_topk"] = True
     ckpt = checkpoint_path(out)
     if global_old:
         console.warn("--global is deprecated: use --global-topk (as the config key and the Python API call it)")
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
-        settings = merge_settings(flags, config)
+        settings = merge_settings(flags, config, RUN.plus(TRACK))
         spec = build_extract_spec(settings)
+        trackers = track.check(settings["log_to"])
         rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
         if checkpoint_every is not None and checkpoint_every < 1:
             raise UsageError(f"--checkpoint-every must be >= 1 epoch, got {checkpoint_every}")
@@ -113,17 +117,21 @@ def extract(
                 spec.method.name, quiet=quiet or not world.main or METHODS.get(spec.method.name).uses_epochs
             ) as chunks,
             torch_threads.using(torch_threads.check_threads(settings["threads"])) as used,
+            track.tracked(trackers if world.main else (), lambda: track_feed.extract_info(spec), console.warn) as log,
         ):
             warn_precision(spec.method.precision, spec.device)
+            logged, steps = track_feed.extract_epochs(log, console.warn) if log is not None else (None, None)
             summary = runs_extract.extract_ticket(
                 spec,
                 out=out,
                 overwrite=force,
-                progress=position.track(progress),
+                progress=position.track(track.tee(progress, logged)),
                 checkpoint_every=checkpoint_every,
                 resume=resume,
                 chunks=report_progress.phases_of(progress) or chunks,  # the final recalibration and evaluation
             )
             summary = replace(summary, threads=used)
+            if log is not None and steps is not None:
+                track_feed.guarded(track_feed.extract_final, console.warn)(log, summary, steps.last)
     if world.main:
         console.print_json(summary.to_document()) if json_out else report_tables.extract_table(summary)

@@ -21,13 +21,15 @@ from ticketcli.report import plots as report_plots
 from ticketcli.report import progress as report_progress
 from ticketcli.report import study_tables as report_study_tables
 from ticketcli.settings.registry import check_setting
+from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel
 from ticketcli.settings.sweep import OWN, SWEEP
+from ticketcli.settings.track import TRACK
 
 Executor = Literal["local", "ray"]
 
 
-@declared(SWEEP, OWN)
+@declared(SWEEP, OWN, TRACK)
 def sweep_k(
     out_dir: Annotated[
         Optional[Path],
@@ -72,8 +74,11 @@ def sweep_k(
     from ticketcli.sweep.plan import build_plan, double_scoring_methods
     from ticketcli.sweep.result import SweepSettings
     from ticketcli.sweep.run import sweep_k as run_sweep_k
+    from ticketcli.track import base as track
+    from ticketcli.track import feed as track_feed
 
-    flags = {**given_settings(SWEEP, given), "method": "edge-popup"}
+    flags = {**given_settings(SWEEP, given), **given_settings(TRACK, given), "method": "edge-popup"}
+    table = RUN.plus(TRACK)  # the keys a config file may set
     seeds, densities, layerwise, band, workers, threads, executor, ray_address = given_settings(OWN, given).values()
     resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
     with (
@@ -82,7 +87,7 @@ def sweep_k(
             outputs=(plot,) if plot is not None else (), note=lambda: resumable, unit="configuration"
         ) as position,
     ):
-        from_config = load_config(config)
+        from_config = load_config(config, table)
         if threads is None:
             threads = from_config.get("threads")
         seed_list, band_range, pool, threads = sweep_options(
@@ -94,7 +99,9 @@ def sweep_k(
                 f"{config} sets {', '.join(fixed_by_sweep)}, which sweep-k chooses itself",
                 hint="remove these keys for sweep-k",
             )
-        base = build_extract_spec(merge_settings({**flags, "seed": seed_list[0]}, config))
+        merged = merge_settings({**flags, "seed": seed_list[0]}, config, table)
+        base = build_extract_spec(merged)
+        trackers = track.check(merged["log_to"])
         note = sweep_outputs.load_note(out_dir)
         plot_owned = None if plot is None or note is None else note.owned(plot)  # this sweep's own earlier plot
         if plot is not None:
@@ -107,52 +114,62 @@ def sweep_k(
         # a ticket (a bit per weight, a bounded header) and a small record per configuration, before the work
         if out_dir is not None:
             warn_low_space({out_dir / "run": len(tasks) * (model_size(base.model) // 8 + (64 << 10))})
-        with report_progress.sweep_progress(len(tasks), quiet=quiet) as progress:
-            done = position.track(None)
+        with track.tracked(trackers, lambda: track_feed.sweep_info(base, seed_list), console.warn) as log:
+            with report_progress.sweep_progress(len(tasks), quiet=quiet) as progress:
+                done = position.track(None)
+                logged = None if log is None else track_feed.sweep_child(log, console.warn, base.model.to_string())
 
-            def on_result(record: dict[str, object], resumed: bool) -> None:
-                done(
-                    {"epoch": (position.last or {}).get("epoch", 0) + 1, "epochs": len(tasks), "unit": "configuration"}
+                def on_result(record: dict[str, object], resumed: bool) -> None:
+                    done(
+                        {
+                            "epoch": (position.last or {}).get("epoch", 0) + 1,
+                            "epochs": len(tasks),
+                            "unit": "configuration",
+                        }
+                    )
+                    if progress is not None:
+                        progress(record, resumed)
+                    if logged is not None:
+                        logged(record, resumed)
+
+                result = run_sweep_k(
+                    tasks,
+                    band=band_range,
+                    workers=workers,
+                    threads=threads,
+                    executor=executor,
+                    ray_address=ray_address,
+                    out_dir=out_dir,
+                    on_result=on_result,
+                    overwrite=force,
+                    warn=console.warn,
                 )
-                if progress is not None:
-                    progress(record, resumed)
-
-            result = run_sweep_k(
-                tasks,
-                band=band_range,
-                workers=workers,
-                threads=threads,
-                executor=executor,
-                ray_address=ray_address,
-                out_dir=out_dir,
-                on_result=on_result,
-                overwrite=force,
-                warn=console.warn,
+            result = replace(
+                result,
+                settings=SweepSettings(
+                    sparsity=base.method.sparsity,
+                    seeds=tuple(seed_list),
+                    densities=tuple(pool),
+                    layerwise=layerwise,
+                    band=band_range,
+                    model=base.model.to_string(),
+                    dataset=base.data.name,
+                    epochs=base.method.epochs,
+                    double_scoring=tuple(double_scoring_methods()),
+                    workers=workers,
+                    threads=threads,
+                    executor=executor,
+                    out_dir=None if out_dir is None else str(out_dir),
+                ),
             )
-        result = replace(
-            result,
-            settings=SweepSettings(
-                sparsity=base.method.sparsity,
-                seeds=tuple(seed_list),
-                densities=tuple(pool),
-                layerwise=layerwise,
-                band=band_range,
-                model=base.model.to_string(),
-                dataset=base.data.name,
-                epochs=base.method.epochs,
-                double_scoring=tuple(double_scoring_methods()),
-                workers=workers,
-                threads=threads,
-                executor=executor,
-                out_dir=None if out_dir is None else str(out_dir),
-            ),
-        )
-        if plot is not None:
-            png = report_plots.sweep_plot(result)
-            written = write_owned(plot, png, overwrite=force, owned=plot_owned)
-            sweep_outputs.remember(out_dir, written, png)
-            result = replace(result, plot=str(plot))
-        result = replace(result, threads=threads)
+            if plot is not None:
+                png = report_plots.sweep_plot(result)
+                written = write_owned(plot, png, overwrite=force, owned=plot_owned)
+                sweep_outputs.remember(out_dir, written, png)
+                result = replace(result, plot=str(plot))
+            result = replace(result, threads=threads)
+            if log is not None:
+                track_feed.guarded(track_feed.sweep_final, console.warn)(log, result)
     console.print_json(result.to_document()) if json_out else report_study_tables.sweep_table(result)
 
 

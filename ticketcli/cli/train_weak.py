@@ -24,11 +24,12 @@ from ticketcli.report import progress as report_progress
 from ticketcli.report import study_tables as report_study_tables
 from ticketcli.settings.reader import READER
 from ticketcli.settings.setting import Panel
+from ticketcli.settings.track import TRACK_FLAG
 from ticketcli.settings.weak import WEAK
-from ticketcli.world import check_rendezvous_timeout
+from ticketcli.world import check_rendezvous_timeout, quiet_rank
 
 
-@declared(WEAK, READER)
+@declared(WEAK, READER, TRACK_FLAG)
 def train_weak(
     ticket: TicketFile,
     dense_baseline: Annotated[
@@ -69,6 +70,8 @@ def train_weak(
     from ticketcli.resolve import build_weak_spec
     from ticketcli.runs import inputs as runs_inputs
     from ticketcli.threads import check_threads, using
+    from ticketcli.track import base as track
+    from ticketcli.track import feed as track_feed
 
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
@@ -76,34 +79,40 @@ def train_weak(
         n_threads = check_threads(r["threads"])
         rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
         policy, data = reader_inputs(r)
+        trackers = track.check(given_settings(TRACK_FLAG, given)["log_to"])
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
-        with (
-            distributed.joined(
-                lambda: runs_inputs.resolve_device(r["device"] or "auto"), rendezvous_s=rendezvous_s
-            ) as world,
-            report_progress.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
-            using(n_threads) as used,
-        ):
-            warn_precision(spec.precision, r["device"] or "auto")
-            result = weak.train_weak(
-                ticket,
-                data=data,
-                spec=spec,
-                device=r["device"] or "auto",
-                weights=r["weights"],
-                dense_baseline=dense_baseline,
-                out=out,
-                overwrite=force,
-                progress=position.track(progress),
-                policy=policy,
-                chunks=report_progress.phases_of(progress),
-            )
-            result = replace(result, threads=used)
-        if not world.main:
-            return
-        warn_unverified(result)
-        if plot is not None:
-            write_atomic(plot, report_plots.weak_plot(result), overwrite=force)
-            result = replace(result, plot=str(plot))
+        track_ranks = () if quiet_rank() else trackers  # rank 0 alone logs under torchrun
+        with track.tracked(track_ranks, lambda: track_feed.weak_info(ticket), console.warn) as log:
+            with (
+                distributed.joined(
+                    lambda: runs_inputs.resolve_device(r["device"] or "auto"), rendezvous_s=rendezvous_s
+                ) as world,
+                report_progress.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
+                using(n_threads) as used,
+            ):
+                warn_precision(spec.precision, r["device"] or "auto")
+                logged = None if log is None else track_feed.weak_epochs(log, console.warn)
+                result = weak.train_weak(
+                    ticket,
+                    data=data,
+                    spec=spec,
+                    device=r["device"] or "auto",
+                    weights=r["weights"],
+                    dense_baseline=dense_baseline,
+                    out=out,
+                    overwrite=force,
+                    progress=position.track(track.tee(progress, logged)),
+                    policy=policy,
+                    chunks=report_progress.phases_of(progress),
+                )
+                result = replace(result, threads=used)
+            if not world.main:
+                return
+            warn_unverified(result)
+            if plot is not None:
+                write_atomic(plot, report_plots.weak_plot(result), overwrite=force)
+                result = replace(result, plot=str(plot))
+            if log is not None:
+                track_feed.guarded(track_feed.weak_final, console.warn)(log, result)
         console.print_json(result.to_document()) if json_out else report_study_tables.weak_table(result)

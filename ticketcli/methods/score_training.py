@@ -286,7 +286,8 @@ def train_scores(
                 }
             )
         if progress is not None:
-            kept = sum(int(m.sum()) for m in hard.values())
+            each = {name: int(m.sum()) for name, m in hard.items()}
+            kept = sum(each.values())
             progress(
                 {
                     "epoch": epoch + 1,
@@ -294,6 +295,7 @@ def train_scores(
                     "loss": loss_sum / n,
                     "accuracy": correct / n,
                     "sparsity": 1.0 - kept / total_weights,
+                    "densities": {name: k / max(hard[name].numel(), 1) for name, k in each.items()},  # for --log-to
                     **(extra or {}),
                 }
             )

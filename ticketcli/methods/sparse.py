@@ -43,9 +43,18 @@ def epoch_reporter(
 
     def on_epoch(record: dict[str, Any]) -> None:
         m = masks()
-        kept = sum(int(t.sum()) for t in m.values())
-        total = sum(t.numel() for t in m.values())
-        progress({**record, "epoch": offset + record["epoch"], "epochs": epochs, "sparsity": 1 - kept / total})
+        each = {n: int(t.sum()) for n, t in m.items()}
+        kept, total = sum(each.values()), sum(t.numel() for t in m.values())
+        densities = {n: k / max(m[n].numel(), 1) for n, k in each.items()}  # per parameter: for --log-to
+        progress(
+            {
+                **record,
+                "epoch": offset + record["epoch"],
+                "epochs": epochs,
+                "sparsity": 1 - kept / total,
+                "densities": densities,
+            }
+        )
 
     return on_epoch
 

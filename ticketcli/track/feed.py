@@ -1,0 +1,243 @@
+"""What each command logs (docs/tracking.md lists the tags): its progress reports become scalars per step, its typed
+result the final metrics, parameters, tags and artifacts. Every function here only reads; a mistake in one is a
+warning (`guarded`), never a failed run."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ticketcli.track.base import Tracking, Warn, first_line, flat
+from ticketcli.track.info import RunInfo, Scalar, run_name
+
+Stats = dict[str, Any]
+
+
+def guarded(fn: Callable[..., None], warn: Warn, what: str = "--log-to") -> Callable[..., None]:
+    """`fn`, whose first error is a warning and which does nothing after it."""
+    dead = [False]
+
+    def call(*args: Any) -> None:
+        if dead[0]:
+            return
+        try:
+            fn(*args)
+        except Exception as e:
+            dead[0] = True
+            warn(f"{what}: {first_line(e)}; the run goes on without logging this")
+
+    return call
+
+
+class Steps:
+    """Progress reports -> steps that never go back: iterated restarts its epochs each round, the steps go on."""
+
+    def __init__(self) -> None:
+        self.offset, self.last = 0, 0
+
+    def __call__(self, epoch: int) -> int:
+        if epoch + self.offset <= self.last:
+            self.offset = self.last
+        self.last = epoch + self.offset
+        return self.last
+
+
+def masks_digest(path: str | Path | None) -> str | None:
+    """The masks_sha256 a ticket file records (None without one)."""
+    if path is None:
+        return None
+    from ticketcli.ticketfile import ticket as ticket_io
+
+    return ticket_io.scan(path).ticket.masks_sha256
+
+
+def density_text(sparsity: float | None, layerwise: object = None) -> str:
+    if layerwise:
+        return "layerwise"
+    return "dense" if sparsity is None else f"d{1 - sparsity:.4g}"
+
+
+# extract ---------------------------------------------------------------------------------------------------------
+
+
+def extract_info(spec: Any) -> RunInfo:
+    """The run of an extraction, from its spec: named from method, model, seed and keep density."""
+    m = spec.method
+    model = spec.model.to_string()
+    name = run_name(m.name, model, f"seed{spec.init.seed}", density_text(m.sparsity, m.layer_densities))
+    params = {"method": m.name, "model": model, "seed": spec.init.seed, "dataset": spec.data.name}
+    return RunInfo(name, params, {"command": "extract"})
+
+
+def extract_epochs(tracking: Tracking, warn: Warn) -> tuple[Callable[[Stats], None], Steps]:
+    """The progress callback that logs each epoch's report: train/loss, train/accuracy (running, on the extraction
+    split), train/sparsity (the current masks), train/density/<parameter>, train/round (iterated); and its steps,
+    whose last one extract_final logs at."""
+    steps = Steps()
+
+    def log(stats: Stats) -> None:
+        if "loss" not in stats:
+            return
+        values = {f"train/{k}": stats[k] for k in ("loss", "accuracy", "sparsity", "round") if k in stats}
+        values |= {f"train/density/{n}": d for n, d in (stats.get("densities") or {}).items()}
+        tracking.scalars(steps(int(stats["epoch"])), values)
+
+    return guarded(log, warn), steps
+
+
+def extract_final(tracking: Tracking, result: Any, step: int) -> None:
+    """The extraction's result: the rewound ticket's test/ and val/ accuracy and loss, sparsity/achieved and
+    sparsity/requested, density/<parameter>, aux_share and aux_share/<parameter> (double-scoring) at `step` (the
+    last epoch's); the ticket's recorded settings as parameters; schema and masks_sha256 as tags; the ticket file."""
+    m, sp = result.metrics, result.sparsity
+    metrics: dict[str, float] = {
+        "test/accuracy": m.test.accuracy,
+        "test/loss": m.test.loss,
+        "val/accuracy": m.val.accuracy,
+        "val/loss": m.val.loss,
+        "sparsity/achieved": sp.achieved,
+        "sparsity/requested": sp.requested,
+    }
+    metrics |= {f"density/{c.name}": c.kept / c.total for c in sp.layers if c.total}
+    if sp.aux_share is not None:
+        metrics["aux_share"] = sp.aux_share
+        metrics |= {f"aux_share/{c.name}": c.aux_share for c in sp.layers if c.aux_share is not None}
+    data = {k: v for k, v in result.data.items() if k in ("dataset", "n_extract", "n_val", "split_seed")}
+    hparams: dict[str, Scalar] = {**flat(result.method, "method."), "model": result.model, "seed": result.seed}
+    hparams |= {"method": result.method["name"], **flat(data, "data.")}
+    tracking.finish(step, metrics, hparams)
+    doc = result.to_document()
+    tracking.tags({"schema": doc["schema"], "masks_sha256": result.masks_sha256, "ticket": str(result.ticket)})
+    tracking.artifact(result.ticket)
+
+
+# train-weak ------------------------------------------------------------------------------------------------------
+
+
+def weak_info(ticket: Path) -> RunInfo:
+    """train-weak's run, named from the ticket's method, model, seed and density (read from its header)."""
+    from ticketcli.ticketfile import ticket as ticket_io
+
+    tk = ticket_io.scan(ticket)
+    sparsity = tk.ticket.method.get("sparsity")
+    model = tk.ticket.model.get("spec") or tk.ticket.model.get("arch") or "model"
+    name = run_name("weak", tk.ticket.method.get("name"), model, f"seed{tk.ticket.init.get('seed')}")
+    name = run_name(name, density_text(sparsity if isinstance(sparsity, float) else None))
+    tags = {"command": "train-weak", "ticket": str(ticket)}
+    if tk.ticket.masks_sha256:
+        tags["masks_sha256"] = tk.ticket.masks_sha256
+    return RunInfo(name, {"method": str(tk.ticket.method.get("name"))}, tags)
+
+
+def weak_epochs(tracking: Tracking, warn: Warn) -> Callable[[Stats], None]:
+    """Each epoch of each run (masked, dense): <run>/train_loss, <run>/train_accuracy, <run>/val_accuracy,
+    <run>/val_loss."""
+
+    def log(stats: Stats) -> None:
+        run = stats["run"]
+        names = {"loss": "train_loss", "accuracy": "train_accuracy", "val_accuracy": "val_accuracy"}
+        names["val_loss"] = "val_loss"
+        tracking.scalars(int(stats["epoch"]), {f"{run}/{v}": stats[k] for k, v in names.items() if k in stats})
+
+    return guarded(log, warn)
+
+
+def weak_final(tracking: Tracking, result: Any) -> None:
+    """Per run: <run>/test_accuracy and <run>/test_loss before (step 0) and after training (the last epoch),
+    <run>/gain and <run>/best_val_accuracy; the weight-training settings as parameters; the schema as a tag; the
+    ticket, the trained weights and the plot as artifacts."""
+    epochs = result.spec.epochs
+    final: dict[str, float] = {}
+    for label, run in (("masked", result.masked), ("dense", result.dense)):
+        if run is None:
+            continue
+        tracking.scalars(0, {f"{label}/test_accuracy": run.initial.test.accuracy})
+        tracking.scalars(0, {f"{label}/test_loss": run.initial.test.loss})
+        final |= {f"{label}/test_accuracy": run.final.test.accuracy, f"{label}/test_loss": run.final.test.loss}
+        final |= {f"{label}/gain": run.gain, f"{label}/best_val_accuracy": run.best_val_accuracy}
+    hparams: dict[str, Scalar] = {**flat(dataclasses.asdict(result.spec), "weak."), "model": result.model}
+    hparams |= {"seed": result.seed, "method": result.method["name"], "dense_baseline": result.dense is not None}
+    hparams |= {"sparsity/achieved": result.sparsity.achieved, "dataset": result.data.get("dataset", "")}
+    tracking.finish(epochs, final, hparams)
+    tracking.tags({"schema": result.to_document()["schema"], "integrity": result.integrity})
+    tracking.artifact(result.ticket)
+    tracking.artifact(result.plot)
+    tracking.artifact(None if result.out is None else result.out.path)
+
+
+# sweep-k ---------------------------------------------------------------------------------------------------------
+
+
+def sweep_info(base: Any, seeds: list[int]) -> RunInfo:
+    """The parent run of a sweep: named from its model, seeds and requested sparsity."""
+    model = base.model.to_string()
+    name = run_name("sweep-k", model, "seeds" + "-".join(str(s) for s in seeds), density_text(base.method.sparsity))
+    params = {"model": model, "dataset": base.data.name, "epochs": base.method.epochs, "sparsity": base.method.sparsity}
+    return RunInfo(name, {**params, "seeds": ",".join(str(s) for s in seeds)}, {"command": "sweep-k"})
+
+
+def sweep_child(tracking: Tracking, warn: Warn, model: str) -> Callable[[Stats, bool], None]:
+    """on_result's logger: one child run per grid point (named by its id), its identity as parameters,
+    test_accuracy, val_accuracy, test_loss and achieved_sparsity at step 0, masks_sha256 as a tag, its ticket (with
+    --out-dir) as an artifact."""
+
+    def log(record: Stats, resumed: bool) -> None:
+        method = record["method"]["name"] if isinstance(record["method"], Mapping) else record["method"]
+        keys = ("id", "seed", "group", "config", "fixed", "requested_sparsity", "layer_densities")
+        params: dict[str, Scalar] = {**flat({k: record[k] for k in keys if k in record}), "method": method}
+        child = tracking.child(RunInfo(run_name(record["id"]), {**params, "model": model}, {"resumed": str(resumed)}))
+        metrics = {k: record[k] for k in ("test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity")}
+        child.finish(0, metrics, {})
+        child.tags({"masks_sha256": record["masks_sha256"]})
+        if record.get("ticket"):
+            child.artifact(record["ticket"])
+        child.close("FINISHED")
+
+    return guarded(log, warn)
+
+
+def sweep_final(tracking: Tracking, result: Any) -> None:
+    """The parent run: the sweep's settings as parameters, the schema as a tag, the plot as an artifact."""
+    settings = {} if result.settings is None else result.settings.to_dict()
+    tracking.finish(0, {"runs": len(result.records)}, flat(settings))
+    tracking.tags({"schema": result.to_document()["schema"]})
+    tracking.artifact(result.plot)
+
+
+# drift -----------------------------------------------------------------------------------------------------------
+
+
+def drift_info(model: str | None, ticket: Path | None) -> RunInfo:
+    """drift's run: named from the model (or the ticket's run) and whether it trains a ticket's weights."""
+    if ticket is not None:
+        info = weak_info(ticket)
+        return RunInfo("drift_" + info.name.removeprefix("weak_"), info.params, {**info.tags, "command": "drift"})
+    return RunInfo(run_name("drift", model or "model", "dense"), {}, {"command": "drift"})
+
+
+def drift_final(tracking: Tracking, result: Any, warn: Warn) -> None:
+    """Per seed, a child run (seed<N>) with loss and accuracy on the probe and every site's series
+    (<site>/neg_preact_share, <site>/sparsity, <site>/weight_mean, <site>/spike_ratio, ...) at each logged step;
+    the run's settings as parameters, schema (and a ticket's masks_sha256) as tags, the plot as an artifact."""
+    runs = getattr(result, "runs", None)
+    if runs is None:  # --tradeoff: a table of finished runs, not series
+        warn("--log-to: drift --tradeoff is not logged (only drift's training runs are)")
+        return
+    for run in runs:
+        child = tracking.child(RunInfo(f"seed{run['seed']}", {"seed": run["seed"]}))
+        for i, step in enumerate(run["steps"]):
+            values = {k: run[k][i] for k in ("loss", "accuracy", "perplexity") if k in run}
+            for site, series in run["layers"].items():
+                for key, values_of in series.items():
+                    if isinstance(values_of, list) and i < len(values_of) and values_of[i] is not None:
+                        values[f"{site}/{key}"] = values_of[i]
+            child.scalars(int(step), values)
+        child.close("FINISHED")
+    hparams = flat({k: v for k, v in result.settings.items() if not isinstance(v, (dict, list))})
+    last = result.summary
+    metrics = {"loss": last.loss.mean[-1], "accuracy": last.accuracy.mean[-1]}
+    tracking.finish(int(last.steps[-1]) if last.steps else 0, metrics, hparams)
+    tracking.tags({"schema": result.to_document()["schema"]})
+    tracking.artifact(result.plot)

@@ -1,0 +1,76 @@
+"""TensorBoard: event files through torch.utils.tensorboard, one run folder per run (a child run in a folder under
+its parent's), scalars per step, the final metrics with the hyperparameters in the hparams plugin, tags as text.
+`tensorboard --logdir DIR` shows them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ticketcli.track.info import RunInfo, Scalar
+
+
+def unique(folder: Path) -> Path:
+    """`folder`, or folder_2, folder_3, ... if it exists (one run folder per run: a rerun does not mix its events
+    into an earlier run's)."""
+    candidate, n = folder, 1
+    while candidate.exists():
+        n += 1
+        candidate = folder.with_name(f"{folder.name}_{n}")
+    return candidate
+
+
+def hparam_value(v: Scalar) -> Scalar:
+    return v if isinstance(v, (int, float, str, bool)) else str(v)
+
+
+class TensorBoardRun:
+    def __init__(self, folder: Path, info: RunInfo):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.folder = unique(folder)
+        self.folder.mkdir(parents=True)  # not exist_ok: a folder made since unique() looked is another run's
+        self.writer: Any = SummaryWriter(log_dir=str(self.folder))
+        self.hparams: dict[str, Scalar] = dict(info.params)
+        if info.tags:
+            self.tags(info.tags)
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
+
+    def params(self, params: Mapping[str, Scalar]) -> None:
+        self.hparams.update(params)
+
+    def finish(self, step: int, metrics: Mapping[str, float], hparams: Mapping[str, Scalar]) -> None:
+        from torch.utils.tensorboard.summary import hparams as hparams_summary
+
+        self.scalars(step, metrics)
+        hp = {k: hparam_value(v) for k, v in {**self.hparams, **hparams}.items()}
+        experiment, start, end = hparams_summary(hp, dict(metrics))  # type: ignore[no-untyped-call]
+        writer = self.writer._get_file_writer()  # add_hparams would write them to another run folder
+        for summary in (experiment, start, end):
+            writer.add_summary(summary)
+
+    def tags(self, tags: Mapping[str, str]) -> None:
+        for k, v in tags.items():
+            self.writer.add_text(k, v)
+
+    def artifact(self, path: Path) -> None:
+        self.writer.add_text("artifacts", str(path))  # TensorBoard keeps no files: where it is
+
+    def child(self, info: RunInfo) -> TensorBoardRun:
+        return TensorBoardRun(self.folder / info.name, info)
+
+    def close(self, status: str) -> None:
+        self.writer.add_text("status", status)
+        self.writer.close()
+
+
+class TensorBoard:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def open(self, info: RunInfo) -> TensorBoardRun:
+        return TensorBoardRun(self.root / info.name, info)
