@@ -6,7 +6,7 @@ end in an ellipsis (`+0.0…`, `stat…`). Every table the CLI prints goes throu
 
 1. a table whose widest text fits is printed as it is;
 2. otherwise each column is narrowed, the widest first, but never below its longest word: text wraps between
-   words, numbers and names stay whole;
+   words, numbers and names stay whole (the outer border is dropped if that is what makes the words fit);
 3. a table whose longest words do not fit side by side is wrapped: its columns go into several tables, each with
    the first (the row labels) again;
 4. a row label and one column that still do not fit are stacked: one `header: value` line per cell, which the
@@ -34,6 +34,12 @@ def fitted(console: Console, table: Table) -> list[RenderableType]:
     room = width - _chrome(table, len(columns))
     if sum(longest) <= room:
         return [table]
+    if sum(shortest) > room and table.box is not None and (table.show_edge or table.pad_edge):
+        # without its outer border and edge padding the table may fit (a 64-digit hash beside its label at 80)
+        slim = width - _chrome(table, len(columns), edge=False)
+        if sum(shortest) <= slim:
+            table.show_edge = table.pad_edge = False
+            room = slim
     if sum(shortest) <= room:
         for column, w in zip(columns, _narrowed(longest, shortest, room), strict=True):
             column.width, column.overflow = w, "fold"  # fold: only a word longer than w, which none is
@@ -53,13 +59,14 @@ def _measure(console: Console, cell: RenderableType) -> tuple[int, int]:
     return m.minimum, m.maximum
 
 
-def _chrome(table: Table, n: int) -> int:
-    """The width a table of n columns spends on borders and padding."""
+def _chrome(table: Table, n: int, edge: bool | None = None) -> int:
+    """The width a table of n columns spends on borders and padding (`edge`: with its outer border and edge
+    padding, or without; the table's own setting when None)."""
     box = table.box is not None
-    edges = 2 if box and table.show_edge else 0
+    edges = 2 if box and (table.show_edge if edge is None else edge) else 0
     separators = n - 1 if box else 0
     _, right, _, left = table.padding
-    padding = n * (left + right) - (0 if table.pad_edge else left + right)
+    padding = n * (left + right) - (0 if (table.pad_edge if edge is None else edge) else left + right)
     return edges + separators + padding
 
 
