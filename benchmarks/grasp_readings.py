@@ -47,7 +47,9 @@ def main() -> None:
                         settings = {"method": "grasp", "sparsity": s, "seed": seed, "dataset": args.dataset}
                         settings |= {"grasp_direction": direction, "grasp_data": data}
                         r = extract_ticket(
-                            build_extract_spec(merge_settings(settings, None)), out=Path(d) / "t", overwrite=True
+                            build_extract_spec(merge_settings(settings, None)),
+                            out=Path(d) / "t.safetensors",
+                            overwrite=True,
                         )
                         acc = 100 * r.metrics.test.accuracy
                         cells.setdefault((direction, data, s), []).append(acc)

@@ -110,7 +110,9 @@ def test_same_settings_same_masks_as_the_cli(ticket, tmp_path):
 def test_bad_options_raise_the_cli_message(options, flags, tmp_path):
     with pytest.raises(tc.UsageError) as caught:
         tc.extract("mlp:64-16-10", "digits", **{**QUICK, **options})
-    r = cli("extract", "--model", "mlp:64-16-10", "--dataset", "digits", *flags, "--out", str(tmp_path / "t"))
+    r = cli(
+        "extract", "--model", "mlp:64-16-10", "--dataset", "digits", *flags, "--out", str(tmp_path / "t.safetensors")
+    )
     assert r.returncode == 2
     hint = f" (hint: {caught.value.hint})" if caught.value.hint else ""  # the CLI's line carries the hint too
     assert r.stderr.splitlines()[0] == f"error: {caught.value}{hint}"

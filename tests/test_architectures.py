@@ -322,7 +322,7 @@ def test_a_batch_of_one_example_is_refused(tmp_path):
             "--model",
             "mlp:64-16-16-10+norm=batch",
             "--out",
-            str(tmp_path / "t.st"),
+            str(tmp_path / "t.safetensors"),
             *QUICK,
             "--n-extract",
             "33",
@@ -517,7 +517,9 @@ def test_invalid_new_specs(text, needle):
 
 def test_geometries_that_do_not_fit_are_refused_naming_both_shapes(tmp_path, norm_module):
     def err(model: str) -> str:
-        return one_line(runner.invoke(app, ["extract", "--model", model, "--out", str(tmp_path / "t.st"), *QUICK]))
+        return one_line(
+            runner.invoke(app, ["extract", "--model", model, "--out", str(tmp_path / "t.safetensors"), *QUICK])
+        )
 
     e = err("vit:p3-d16-l1-h2")
     assert "3x3 patches do not tile 8x8 inputs" in e and "(1, 8, 8)" in e

@@ -156,14 +156,14 @@ def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monke
     torch.set_num_threads(1)
     try:
         runs_extract.extract_ticket(
-            build_extract_spec(merge_settings(flags, None)), out=extracted["dir"] / "emulated.st"
+            build_extract_spec(merge_settings(flags, None)), out=extracted["dir"] / "emulated.safetensors"
         )
     finally:
         torch.set_num_threads(threads)
-    emulated, two = ticket_io.load(extracted["dir"] / "emulated.st"), extracted["two"]
+    emulated, two = ticket_io.load(extracted["dir"] / "emulated.safetensors"), extracted["two"]
     assert all(torch.equal(emulated.masks[n], two.masks[n]) for n in two.masks)
     assert emulated.metrics["test"] == two.metrics["test"]
-    (extracted["dir"] / "emulated.st").unlink()
+    (extracted["dir"] / "emulated.safetensors").unlink()
 
 
 def test_only_rank_zero_prints_and_writes(extracted):
@@ -354,6 +354,8 @@ def test_precision_on_the_command_line(tmp_path):
 )
 def test_bad_precision_and_device_flags_are_one_line_errors(args, needle, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    r = CliRunner().invoke(app, [*args, "--dataset", "digits", "--epochs", "1", "--out", str(tmp_path / "t.st")])
+    r = CliRunner().invoke(
+        app, [*args, "--dataset", "digits", "--epochs", "1", "--out", str(tmp_path / "t.safetensors")]
+    )
     assert r.exit_code == 2
     assert needle in r.output

@@ -59,9 +59,12 @@ def ramp() -> torch.Tensor:
 
 
 def test_module_init_keeps_the_factory_weights_and_the_default_redraws_them(tmp_path, factory):
-    extract(tmp_path, factory, "module.st", "--init", "module")
-    extract(tmp_path, factory, "default.st")
-    kept, drawn = rebuilt_weights(tmp_path / "module.st", factory), rebuilt_weights(tmp_path / "default.st", factory)
+    extract(tmp_path, factory, "module.safetensors", "--init", "module")
+    extract(tmp_path, factory, "default.safetensors")
+    kept, drawn = (
+        rebuilt_weights(tmp_path / "module.safetensors", factory),
+        rebuilt_weights(tmp_path / "default.safetensors", factory),
+    )
     assert torch.equal(kept["1.weight"], ramp())
     with torch.random.fork_rng(devices=[]):  # what the factory creates under its fixed seed, called here directly
         torch.manual_seed(FACTORY_SEED)
@@ -74,22 +77,22 @@ def test_module_init_keeps_the_factory_weights_and_the_default_redraws_them(tmp_
 
 
 def test_the_ticket_records_the_factory_init_and_evaluate_reproduces_it(tmp_path, factory):
-    summary = extract(tmp_path, factory, "t.st", "--init", "module", "--seed", "3")
-    tk = ticket_io.load(tmp_path / "t.st")
+    summary = extract(tmp_path, factory, "t.safetensors", "--init", "module", "--seed", "3")
+    tk = ticket_io.load(tmp_path / "t.safetensors")
     assert tk.init == {"scheme": "module", "factory_seed": FACTORY_SEED, "seed": 3}  # no k: none shaped the weights
-    r = runner.invoke(app, ["evaluate", str(tmp_path / "t.st"), "--model", factory, "--json"])
+    r = runner.invoke(app, ["evaluate", str(tmp_path / "t.safetensors"), "--model", factory, "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["reproduced"] and doc["metrics"]["test"] == summary["metrics"]["test"]
-    r = runner.invoke(app, ["inspect", str(tmp_path / "t.st"), "--json"])
+    r = runner.invoke(app, ["inspect", str(tmp_path / "t.safetensors"), "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["init"]["scheme"] == "module"
 
 
 def test_module_weights_do_not_depend_on_the_seed(tmp_path, factory):
     """The factory runs under its fixed seed: --seed still draws the split, scores and batch order."""
-    extract(tmp_path, factory, "s0.st", "--init", "module", "--seed", "0")
-    extract(tmp_path, factory, "s1.st", "--init", "module", "--seed", "1")
-    a, b = ticket_io.load(tmp_path / "s0.st"), ticket_io.load(tmp_path / "s1.st")
+    extract(tmp_path, factory, "s0.safetensors", "--init", "module", "--seed", "0")
+    extract(tmp_path, factory, "s1.safetensors", "--init", "module", "--seed", "1")
+    a, b = ticket_io.load(tmp_path / "s0.safetensors"), ticket_io.load(tmp_path / "s1.safetensors")
     assert a.weights_sha256 == b.weights_sha256 and a.data["split_seed"] != b.data["split_seed"]
 
 
@@ -103,8 +106,8 @@ def test_module_weights_do_not_depend_on_the_seed(tmp_path, factory):
 )
 def test_module_init_is_refused_where_it_means_nothing(tmp_path, factory, args, needle):
     args = [a.format(factory=factory) for a in args]
-    r = runner.invoke(app, ["extract", *QUICK, "--init", "module", "--out", str(tmp_path / "t.st"), *args])
+    r = runner.invoke(app, ["extract", *QUICK, "--init", "module", "--out", str(tmp_path / "t.safetensors"), *args])
     assert r.exit_code == 2, r.output
     err = r.stderr.strip()
     assert err.startswith("error: ") and needle in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "t.st").exists()
+    assert not (tmp_path / "t.safetensors").exists()

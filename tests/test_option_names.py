@@ -56,7 +56,9 @@ def test_global_topk_by_flag_config_key_and_the_deprecated_spelling(tmp_path):
 
 
 def test_the_error_names_the_flag_a_user_types(tmp_path):
-    r = runner.invoke(app, [*TINY, "--global-topk", "--layer-densities", "0.5,0.5", "--out", str(tmp_path / "t")])
+    r = runner.invoke(
+        app, [*TINY, "--global-topk", "--layer-densities", "0.5,0.5", "--out", str(tmp_path / "t.safetensors")]
+    )
     assert r.exit_code == 2 and "--global-topk and --layer-densities exclude each other" in r.stderr
-    r = runner.invoke(app, [*TINY[:2], "random", *TINY[3:], "--global-topk", "--out", str(tmp_path / "u")])
+    r = runner.invoke(app, [*TINY[:2], "random", *TINY[3:], "--global-topk", "--out", str(tmp_path / "u.safetensors")])
     assert r.exit_code == 2 and "--global-topk applies to" in r.stderr, r.stderr

@@ -146,12 +146,12 @@ def test_the_hint_names_the_sibling_option_the_method_reads():
     ],
 )
 def test_the_command_line_refuses_an_unused_option_in_one_line(tmp_path, args, needle):
-    r = runner.invoke(app, ["extract", "--dataset", "digits", "--out", str(tmp_path / "t.st"), *args])
+    r = runner.invoke(app, ["extract", "--dataset", "digits", "--out", str(tmp_path / "t.safetensors"), *args])
     assert r.exit_code == 2, r.output
     err = r.stderr.strip()
     assert err.startswith("error: ") and needle in err and len(err.splitlines()) == 1 and "Traceback" not in r.output
     assert "rigl" not in args or "(hint: use --weight-lr)" in err
-    assert not (tmp_path / "t.st").exists()
+    assert not (tmp_path / "t.safetensors").exists()
 
 
 # ---- every declaration is true: the option changes what the method produces (masks, metrics or training) ----

@@ -116,7 +116,7 @@ def test_no_color_on_a_terminal(extracted):
 
 def test_train_weak_prints_a_line_per_epoch_of_each_run(extracted, tmp_path):
     ticket, _ = extracted
-    args = ["train-weak", str(ticket), "--epochs", "2", "--dense-baseline", "--out", str(tmp_path / "w.json")]
+    args = ["train-weak", str(ticket), "--epochs", "2", "--dense-baseline", "--out", str(tmp_path / "w.safetensors")]
     r = CliRunner().invoke(app, args)  # CliRunner's stderr is no terminal
     assert r.exit_code == 0, r.output
     runs = re.findall(r"^(masked|dense) epoch (\d)/2 loss \d+\.\d{4} val acc \d+\.\d{2}%" + WHEN, r.stderr, re.M)

@@ -211,9 +211,13 @@ def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_p
     assert stable(second["records"]) == stable(first["records"])
     assert (tmp_path / f"{plan[0].id}.safetensors").is_file()
     assert sweep_records.finished(tmp_path, plan[1])[0] is not None
-    changed = tiny_plan(epochs=2)  # other settings: nothing stored matches, and the sweep may replace its own files
+    changed = tiny_plan(epochs=2)  # other settings: nothing stored matches; refused, or replaced with --force
     assert all(sweep_records.finished(tmp_path, t) == (None, None) for t in changed)
-    assert sweep_run.run_sweep(changed[:1], out_dir=tmp_path)["resumed"] == []
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(UsageError, match=r"other settings \(epochs: 1 in the folder, 2 now\)"):
+        sweep_run.run_sweep(changed[:1], out_dir=tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing recomputed or replaced
+    assert sweep_run.run_sweep(changed[:1], out_dir=tmp_path, overwrite=True)["resumed"] == []
 
 
 def test_a_record_of_an_older_sweep_resumes_with_its_tickets_digest_and_method(tmp_path):
@@ -225,8 +229,12 @@ def test_a_record_of_an_older_sweep_resumes_with_its_tickets_digest_and_method(t
     loaded = ticket_io.load(tmp_path / f"{plan[0].id}.safetensors")
     assert first["masks_sha256"] == loaded.masks_sha256 and first["method"] == loaded.method
     _, record_path = sweep_records.paths(tmp_path, plan[0])
-    doc = json.loads(record_path.read_text())
-    assert doc["record"]["method"] == "edge-popup" and doc["record"]["masks_sha256"] == loaded.masks_sha256
+    stored = json.loads(record_path.read_text())
+    assert stored["schema"] == "ticket.sweep-k-run/1"
+    assert stored["record"]["method"] == first["method"] and stored["record"]["masks_sha256"] == loaded.masks_sha256
+    # the record as sweeps wrote it before records had a schema: flat, the method by its name
+    doc = {"spec": stored["spec"], "record": sweep_records.flat_record(stored["record"])}
+    assert doc["record"]["method"] == "edge-popup"
     doc["record"]["masks_sha256"] = old = sweep_records.legacy_masks_sha256(loaded.masks)
     assert old != loaded.masks_sha256
     record_path.write_text(json.dumps(doc))

@@ -54,7 +54,7 @@ def ticket(tmp_path_factory) -> str:
 
 def test_extract_runs_with_the_threads_given_and_reports_them(seen, tmp_path):
     before, n = torch.get_num_threads(), other_count()
-    r = runner.invoke(app, ["extract", *TINY, "--threads", str(n), "--out", str(tmp_path / "t.st"), "--json"])
+    r = runner.invoke(app, ["extract", *TINY, "--threads", str(n), "--out", str(tmp_path / "t.safetensors"), "--json"])
     assert r.exit_code == 0, r.output
     assert seen == [n] and json.loads(r.stdout)["threads"] == n
     assert torch.get_num_threads() == before  # restored for whatever runs next in this process
@@ -62,7 +62,7 @@ def test_extract_runs_with_the_threads_given_and_reports_them(seen, tmp_path):
 
 def test_without_threads_torchs_own_count_stays(seen, tmp_path):
     before = torch.get_num_threads()
-    r = runner.invoke(app, ["extract", *TINY, "--out", str(tmp_path / "t.st"), "--json"])
+    r = runner.invoke(app, ["extract", *TINY, "--out", str(tmp_path / "t.safetensors"), "--json"])
     assert r.exit_code == 0, r.output
     assert seen == [before] and json.loads(r.stdout)["threads"] == before
 
@@ -71,7 +71,7 @@ def test_a_config_file_sets_threads_and_a_flag_overrides_it(seen, tmp_path):
     n = other_count()
     config = tmp_path / "run.toml"
     config.write_text(f"threads = {n}\n")
-    out = str(tmp_path / "t.st")
+    out = str(tmp_path / "t.safetensors")
     r = runner.invoke(app, ["extract", *TINY, "--config", str(config), "--out", out, "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["threads"] == n, r.output
     other = 3 - n  # 1 <-> 2
@@ -85,7 +85,7 @@ def test_a_config_file_sets_threads_and_a_flag_overrides_it(seen, tmp_path):
 def test_same_masks_whatever_the_threads(tmp_path):
     docs = []
     for n in (1, 2):
-        out = tmp_path / f"t{n}.st"
+        out = tmp_path / f"t{n}.safetensors"
         assert runner.invoke(app, ["extract", *TINY, "--threads", str(n), "--out", str(out)]).exit_code == 0
         docs.append(tc.load(out).metadata["masks_sha256"])
     assert docs[0] == docs[1]
@@ -129,9 +129,9 @@ def test_every_computing_command_takes_threads(command, ticket, tmp_path, monkey
 @pytest.mark.parametrize("command", ["extract", "evaluate", "export", "train-weak", "drift", "sweep-k"])
 def test_bad_thread_counts_are_one_usage_line(command, value, ticket, tmp_path):
     args = {
-        "extract": ["extract", *TINY, "--out", str(tmp_path / "t.st")],
+        "extract": ["extract", *TINY, "--out", str(tmp_path / "t.safetensors")],
         "evaluate": ["evaluate", ticket],
-        "export": ["export", ticket, "--format", "masks", "--out", str(tmp_path / "m.st")],
+        "export": ["export", ticket, "--format", "masks", "--out", str(tmp_path / "m.safetensors")],
         "train-weak": ["train-weak", ticket],
         "drift": ["drift", "--ticket", ticket, "--steps", "1"],
         "sweep-k": ["sweep-k", *TINY],
@@ -140,14 +140,14 @@ def test_bad_thread_counts_are_one_usage_line(command, value, ticket, tmp_path):
     assert r.exit_code == 2, r.output
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "--threads" in lines[0], r.stderr
-    assert not (tmp_path / "t.st").exists() and not (tmp_path / "m.st").exists()
+    assert not (tmp_path / "t.safetensors").exists() and not (tmp_path / "m.safetensors").exists()
 
 
 @pytest.mark.parametrize("value", ["0", '"2"', "true", "[2]"])
 def test_bad_thread_counts_in_a_config_file(value, tmp_path):
     config = tmp_path / "run.toml"
     config.write_text(f"threads = {value}\n")
-    for command in (["extract", *TINY, "--out", str(tmp_path / "t.st")], ["sweep-k", *TINY]):
+    for command in (["extract", *TINY, "--out", str(tmp_path / "t.safetensors")], ["sweep-k", *TINY]):
         r = runner.invoke(app, [*command, "--config", str(config)])
         assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "threads" in r.stderr, r.output
 

@@ -470,9 +470,9 @@ def test_infinite_init_k_is_rejected(tmp_path):
 
 
 def test_save_onto_a_directory_is_a_usage_error(tmp_path):
-    (tmp_path / "d").mkdir()
-    with pytest.raises(UsageError):
-        ticket_io.save(make_ticket(), tmp_path / "d", overwrite=True)
+    (tmp_path / "d.safetensors").mkdir()
+    with pytest.raises(UsageError, match="directory"):
+        ticket_io.save(make_ticket(), tmp_path / "d.safetensors", overwrite=True)
 
 
 def test_saved_file_mode_follows_umask(tmp_path):

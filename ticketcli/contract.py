@@ -30,6 +30,9 @@ SCHEMAS = {
     "evaluate-folder": "ticket.evaluate-folder/1",
     "compare": "ticket.compare/1",
 }
+# sweep-k's record of one run in --out-dir (<id>.json): {"schema", "spec", "record"}, its record in the shape of
+# the sweep-k document's records[] ($defs.record of schemas/sweep-k.json). Files without `schema` are version 0.
+SWEEP_RUN_RECORD = "ticket.sweep-k-run/1"
 RUN_FACTS = ("device", "wall_time_s", "processes", "precision")  # what a ticket's metrics field holds beside splits
 # the shared sparsity shape's keys (the schemas' $defs.sparsity): what inspect takes from a file's sparsity field
 SPARSITY_KEYS = frozenset(

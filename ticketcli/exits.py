@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import select
 import signal
 import sys
@@ -53,7 +54,7 @@ def exit_code(e: BaseException, *, debug: bool = False, streams: Streams | None 
     if isinstance(e, click.ClickException):  # unknown option, a value outside the choices, not a number
         ctx = getattr(e, "ctx", None)
         console.error(
-            e.format_message().replace("Value error, ", ""),
+            click_line(e.format_message()).replace("Value error, ", ""),
             hint=f"see '{ctx.command_path} --help'" if ctx is not None else None,
         )
         return e.exit_code
@@ -73,6 +74,17 @@ def exit_code(e: BaseException, *, debug: bool = False, streams: Streams | None 
         console.error(f"a file name is too long: {shown_path(str(e.filename))}")
         return 2
     return internal_error(e, debug=debug)
+
+
+# Click and Typer lay their messages out for a terminal of many lines: "Choose from:\n\tmethods,\n\tmodels". A value
+# the user typed is quoted with repr() in these messages, so a raw line break here is always their layout.
+_CLICK_LAYOUT = re.compile(r"[ \t]*(?:\r?\n)+[ \t]*")
+
+
+def click_line(message: str) -> str:
+    """Click's message as one line: each of its line breaks, with the indentation around it, becomes one space
+    (otherwise the one-line error would show the layout's tabs escaped, `Choose from: \\x09methods`)."""
+    return _CLICK_LAYOUT.sub(" ", message).strip()
 
 
 def internal_error(e: BaseException, *, debug: bool) -> int:

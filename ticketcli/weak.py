@@ -28,6 +28,7 @@ from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.record import counted_layers
 from ticketcli.seeding import file_sha256, generator
 from ticketcli.specs import DataSpec, ModelPolicy
+from ticketcli.ticketfile.safetensors_file import check_safetensors_name
 from ticketcli.train import WeightTrainer, evaluate, train_on_extract
 from ticketcli.version import __version__
 from ticketcli.weak_spec import WeakSpec
@@ -288,6 +289,9 @@ def train_weak(
     chunks: told the chunks of each run's measurements before and after its epochs."""
     path = Path(path)
     if out is not None:
+        check_safetensors_name(
+            out, "the trained weights file", hint=f"name it {Path(out).stem or 'weights'}.safetensors"
+        )
         check_destination(out, overwrite=overwrite)  # fail before the work, not after
     policy = replace(policy, train_batch=spec.batch_size)  # what the budget weighs (budget.py)
     o = open_ticket(path, data=data, device=device, weights=weights, policy=policy)

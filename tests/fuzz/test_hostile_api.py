@@ -86,7 +86,8 @@ CASES: dict[str, Callable[[Path], object]] = {
     "Ticket.save: an int": lambda d: tc.load(d / "t.safetensors").save(5),  # type: ignore[arg-type]
     "Ticket.save: a NUL": lambda d: tc.load(d / "t.safetensors").save("a\0b"),
     "Ticket.save: a FIFO": lambda d: tc.load(d / "t.safetensors").save(d / "fifo.safetensors", overwrite=True),
-    "Ticket.save: over a file": lambda d: tc.load(d / "t.safetensors").save(d / "other.pt"),
+    "Ticket.save: over a file": lambda d: tc.load(d / "t.safetensors").save(d / "t.safetensors"),
+    "Ticket.save: a .pt name": lambda d: tc.load(d / "t.safetensors").save(d / "t.pt"),
     "Ticket.build: a module that is a string": lambda d: tc.load(d / "t.safetensors").build(module="x"),  # type: ignore[arg-type]
     "Ticket.evaluate: data of an int": lambda d: tc.load(d / "t.safetensors").evaluate(data=5),  # type: ignore[arg-type]
     "Ticket.evaluate: weights of an int": lambda d: tc.load(d / "t.safetensors").evaluate(weights=5),  # type: ignore[arg-type]

@@ -90,7 +90,7 @@ def test_absurd_spec_in_a_ticket(seed, tmp_path, reader, case):
     if reader == "drift" and spec.startswith(("conv", "vgg")):
         # drift refuses architectures without activation sites before looking at their size
         needle = "drift measures models with activation sites"
-    path, out = tmp_path / "t.safetensors", tmp_path / "out.bin"
+    path, out = tmp_path / "t.safetensors", tmp_path / "out.safetensors"
     path.write_bytes(with_spec(seed, spec))
     run = cli(*TICKET_READERS[reader](str(path), str(out)))
     assert_clean(run, 2, contains=needle, unchanged=snapshot(out), folder=tmp_path)
@@ -110,7 +110,7 @@ def test_absurd_spec_on_the_command_line(tmp_path, command, case):
     spec, needle = CLI_SPECS[case]
     if command == "drift" and spec.startswith("conv"):
         needle = "drift measures models with activation sites"
-    out = tmp_path / "out.bin"
+    out = tmp_path / "out.safetensors"
     run = cli(*CLI_COMMANDS[command](spec, str(out)))
     assert_clean(run, 2, contains=needle, unchanged=snapshot(out), folder=tmp_path)
 
@@ -133,7 +133,7 @@ def test_absurd_spec_on_the_command_line(tmp_path, command, case):
 )
 def test_max_params_flag(tmp_path, args, needle):
     assert_clean(
-        cli(*args, *(["--out", str(tmp_path / "t.st")] if args[0] == "extract" else [])),
+        cli(*args, *(["--out", str(tmp_path / "t.safetensors")] if args[0] == "extract" else [])),
         2,
         contains=needle,
         folder=tmp_path,
@@ -143,13 +143,13 @@ def test_max_params_flag(tmp_path, args, needle):
 def test_max_params_from_a_config_file(tmp_path):
     config = tmp_path / "run.toml"
     config.write_text('model = "mlp:64-32-10"\nmax_params = 100\n')
-    run = cli("extract", "--config", str(config), "--out", str(tmp_path / "t.st"), *QUICK)
+    run = cli("extract", "--config", str(config), "--out", str(tmp_path / "t.safetensors"), *QUICK)
     assert_clean(run, 2, contains="more than the limit of 100")
 
 
 @pytest.mark.parametrize("reader", ["evaluate", "export"])
 def test_max_params_on_a_ticket(seed, tmp_path, reader):
-    path, out = tmp_path / "t.safetensors", tmp_path / "out.bin"
+    path, out = tmp_path / "t.safetensors", tmp_path / "out.safetensors"
     path.write_bytes(seed)
     run = cli(*TICKET_READERS[reader](str(path), str(out)), "--max-params", "100")
     assert_clean(run, 2, contains="985 parameters, more than the limit of 100", unchanged=snapshot(out))
@@ -208,7 +208,7 @@ def test_many_masks_table_is_cut_short(many):
 
 @pytest.mark.parametrize("reader", list(TICKET_READERS))
 def test_many_masks_are_refused_by_the_model_check(many, tmp_path, reader):
-    run = cli(*TICKET_READERS[reader](str(many), str(tmp_path / "out.bin")))
+    run = cli(*TICKET_READERS[reader](str(many), str(tmp_path / "out.safetensors")))
     # refused from the header, before a mask is read: 40,000 declared bits against the model's 985 parameters
     assert_clean(run, 2, contains="mask shapes do not match model mlp:64-13-10+bias (the masks hold 40,000 weights")
 

@@ -76,7 +76,7 @@ def timed_clean(run, needle: str, **kw) -> None:
 @pytest.mark.parametrize("reader", list(READERS))
 def test_a_geometry_bomb_in_a_ticket_is_refused_by_every_reader(vit_ticket, tmp_path, reader):
     """Shapes, masks_sha256 and the weights fingerprint all match (the geometry sizes only a buffer)."""
-    path, out = tmp_path / "t.safetensors", tmp_path / "out.bin"
+    path, out = tmp_path / "t.safetensors", tmp_path / "out.safetensors"
     path.write_bytes(with_spec(vit_ticket, BIG_GEOMETRY))
     run = cli(*READERS[reader](str(path), str(out)))
     timed_clean(run, MEMORY_NEEDLE, unchanged=snapshot(out), folder=tmp_path)
@@ -114,13 +114,22 @@ def test_a_geometry_bomb_under_max_params_from_a_flag_or_config(tmp_path, where)
 
 
 def test_a_lower_max_memory_refuses_a_model_that_fits_by_default(tmp_path):
-    run = cli("extract", "--model", "mlp:64-4096-4096-10", "--max-memory", "64M", "--out", str(tmp_path / "t"), *QUICK)
+    run = cli(
+        "extract",
+        "--model",
+        "mlp:64-4096-4096-10",
+        "--max-memory",
+        "64M",
+        "--out",
+        str(tmp_path / "t.safetensors"),
+        *QUICK,
+    )
     timed_clean(run, "more than the limit of 64.0 MiB")
 
 
 @pytest.mark.parametrize("value", ["lots", "0", "-8G", "1K"])
 def test_a_bad_max_memory_is_one_line(tmp_path, value):
-    run = cli("extract", "--max-memory", value, "--out", str(tmp_path / "t"), *QUICK)
+    run = cli("extract", "--max-memory", value, "--out", str(tmp_path / "t.safetensors"), *QUICK)
     timed_clean(run, "--max-memory")
 
 
@@ -145,7 +154,7 @@ def test_the_api_extract_refuses_a_geometry_bomb():
 @pytest.mark.parametrize("family", list(DEEP))
 @pytest.mark.parametrize("where", ["flag", "config", "ticket"])
 def test_depth_is_bounded_before_any_build(seed_ticket_bytes, tmp_path, family, where):
-    spec, out = DEEP[family], tmp_path / "out.bin"
+    spec, out = DEEP[family], tmp_path / "out.safetensors"
     if where == "flag":
         run = cli("extract", "--model", spec, "--out", str(out), *QUICK)
     elif where == "config":
@@ -200,7 +209,7 @@ def sparse_mask_ticket(raw: bytes, path: Path, total: int = 1 << 30) -> int:
 def test_masks_declaring_billions_of_bits_are_refused_from_the_header(seed_ticket_bytes, tmp_path, reader, max_params):
     """Refused before a mask byte is read: by --max-params (2e9 by default), or, with the limit raised, by the
     parameters of the model the ticket names."""
-    path, out = tmp_path / "t.safetensors", tmp_path / "out.bin"
+    path, out = tmp_path / "t.safetensors", tmp_path / "out.safetensors"
     bits = sparse_mask_ticket(seed_ticket_bytes, path)
     assert bits > 8.5e9
     extra = [] if max_params is None else ["--max-params", max_params]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.core import _click as click
 
 import ticketcli
@@ -31,12 +31,29 @@ def without_flag_types(params: list[click.Parameter]) -> list[click.Parameter]:
     return params
 
 
+def choices_in_help(params: list[click.Parameter]) -> list[click.Parameter]:
+    """A choice's values are listed in its help text ("One of: augmented, edge-popup, ..."), not in the type column
+    as one long word (`<augmented|edge-popup|grasp|...>`) that a narrow terminal can only cut mid-name and that
+    squeezes the option names into an ellipsis. The type column then says `<str>`."""
+    for p in params:
+        if not isinstance(p, (TyperOption, TyperArgument)) or not p.show_choices:
+            continue
+        descriptor = p.type_descriptor
+        if not descriptor.is_choice or not descriptor.choices:
+            continue
+        p.show_choices = False  # once: get_params runs for every help and every parse
+        names = [str(c) for c in descriptor.choices]
+        if not all(name in (p.help or "") for name in names):  # a help text that names them all says enough
+            p.help = f"{(p.help or '').rstrip()} One of: {', '.join(names)}.".lstrip()
+    return params
+
+
 class Command(TyperCommand):
     """Every `ticket` command: its flags shown without a type (without_flag_types), and every path it was given
     checked before the command runs (check_paths)."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        return without_flag_types(super().get_params(ctx))
+        return choices_in_help(without_flag_types(super().get_params(ctx)))
 
     def invoke(self, ctx: click.Context) -> Any:
         check_paths(ctx)

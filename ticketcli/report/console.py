@@ -16,6 +16,7 @@ import unicodedata
 from typing import IO, Any, cast
 
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from ticketcli.errors import OutputFailed
@@ -52,6 +53,18 @@ class LiteralConsole(Console):
     def render_str(self, text: str, **kwargs: Any) -> Text:
         kwargs.update(markup=False, emoji=False, highlight=False)
         return super().render_str(literal(text), **kwargs)
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """Print as Rich does, but a table never cuts a word at this console's width: it is narrowed between
+        words, wrapped into parts or stacked as lines (fit.py)."""
+        from ticketcli.report.fit import fitted
+
+        if not any(isinstance(o, Table) for o in objects):
+            super().print(*objects, **kwargs)
+            return
+        for o in objects:
+            for part in fitted(self, o) if isinstance(o, Table) else [o]:
+                super().print(part, **kwargs)
 
 
 def no_color() -> bool:

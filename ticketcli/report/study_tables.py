@@ -58,6 +58,8 @@ def sweep_table(result: SweepResult) -> None:
     runs = len(result.records)
     out_dir = None if st is None else st.out_dir
     out.print(f"{runs} runs ({len(result.resumed)} resumed from {out_dir})" if out_dir else f"{runs} runs")
+    if result.plot is not None:
+        out.print(f"plot -> {result.plot}")
 
 
 def weak_table(r: WeakResult) -> None:

@@ -47,6 +47,7 @@ def extract_ticket(
     checkpoint_every: save resumable state to `<out>.ckpt` every N epochs; resume: continue from it (when it
     exists). The checkpoint is removed once the ticket is written. chunks: told the chunks of the final BatchNorm
     recalibrations and evaluations."""
+    ticket_io.check_ticket_name(out)  # before the work, as the destination is
     check_destination(out, overwrite=overwrite)  # fail before the work, not after
     ckpt = checkpoint_path(out)
     if checkpoint_every is not None and not resume:

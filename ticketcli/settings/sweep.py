@@ -31,7 +31,7 @@ OWN = Table(
         "densities",
         "Comma-separated scalar keep densities for the edge-popup sweep, also the pool of the layerwise draws.",
         M,
-        shown=f"the paper's {show(catalog.SWEEP_DENSITIES)}",
+        shown="the paper's " + ", ".join(show(d) for d in catalog.SWEEP_DENSITIES),  # spaces: help wraps between them
     ),
     Setting(
         "layerwise",

@@ -1,5 +1,7 @@
 """sweep-k's records in --out-dir: one ticket and one JSON record per finished run, written ticket first, and read
-back (like a ticket: bounded, strict, every field checked) when a sweep resumes."""
+back (like a ticket: bounded, strict, every field checked) when a sweep resumes. A record file holds `schema`
+(contract.SWEEP_RUN_RECORD), `spec` (what decides the run's result) and `record`, in the shape of the sweep-k
+document's records; records written before they had a `schema` (a flat record) are still read."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import torch
 
 from ticketcli.atomic import write_owned
+from ticketcli.contract import SWEEP_RUN_RECORD
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.models.build import planned_shapes
 from ticketcli.runs import build as runs_build
@@ -22,6 +25,7 @@ from ticketcli.seeding import file_sha256
 from ticketcli.specs import RunSpec
 from ticketcli.sweep.outputs import Note, read_json
 from ticketcli.sweep.plan import SweepTask
+from ticketcli.sweep.result import SweepRecord
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.safetensors_file import MAX_HEADER_BYTES
 
@@ -105,9 +109,9 @@ def store(
     note = note if note is not None else Note(out_dir)
     note.add(write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket)), payload)
     record = {**record, "ticket": str(ticket), "ticket_sha256": hashlib.sha256(payload).hexdigest()}
-    # on disk the method is its name (RECORD_FIELDS); the full record is the ticket's, read back by finished()
-    kept = {**record, "method": record["method"]["name"]}
-    doc = (json.dumps({"spec": spec_identity(task.spec), "record": kept}, indent=2, sort_keys=True) + "\n").encode()
+    kept = SweepRecord.of(record).to_dict()  # the sweep-k document's record shape (docs/json.md)
+    stored = {"schema": SWEEP_RUN_RECORD, "spec": spec_identity(task.spec), "record": kept}
+    doc = (json.dumps(stored, indent=2, sort_keys=True) + "\n").encode()
     note.add(write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path)), doc)
     return record
 
@@ -150,13 +154,16 @@ def finished(
         doc = read_json(record_path, RECORD_LIMIT, "sweep-k record", RECORD_DEPTH)
     except UsageError as e:
         return None, str(e)
-    if not isinstance(doc, dict) or doc.keys() != {"spec", "record"}:
+    if isinstance(doc, dict) and doc.keys() == {"schema", "spec", "record"} and doc["schema"] == SWEEP_RUN_RECORD:
+        record = flat_record(doc["record"])
+    elif isinstance(doc, dict) and doc.keys() == {"spec", "record"}:  # before records had a schema: flat
+        record = doc["record"]
+    else:
         return None, f"sweep-k record {record_path} is not a record sweep-k wrote"
     if doc["spec"] != json.loads(json.dumps(spec_identity(task.spec))):
-        return None, None  # a run of other settings: recomputed, as the settings changed
-    record = doc["record"]
-    why = _typed(record, task)
-    if why is not None:
+        return None, None  # a run of other settings (run_sweep refuses them without --force: other_settings)
+    why = "its fields are not a sweep-k record's" if record is None else _typed(record, task)
+    if record is None or why is not None:
         return None, f"sweep-k record {record_path} is not valid ({why})"
     try:
         st = os.stat(ticket)
@@ -175,3 +182,85 @@ def finished(
     except TicketFileError as e:
         return None, str(e)
     return {**record, "ticket": str(ticket), "method": loaded.method, "masks_sha256": digest}, None
+
+
+def flat_record(stored: Any) -> dict[str, Any] | None:
+    """A stored record in the document's shape (method record, metrics, sparsity) as the flat record _typed checks
+    (the method by its name); None when its shape is not that."""
+    if not isinstance(stored, dict):
+        return None
+    metrics, sparsity, method = stored.get("metrics"), stored.get("sparsity"), stored.get("method")
+    if not (isinstance(metrics, dict) and metrics.keys() == {"test", "val"} and isinstance(sparsity, dict)):
+        return None
+    test, val = metrics["test"], metrics["val"]
+    if not (isinstance(test, dict) and test.keys() == {"accuracy", "loss"}):
+        return None
+    if not (isinstance(val, dict) and val.keys() == {"accuracy"} and sparsity.keys() == {"achieved", "requested"}):
+        return None
+    if not (isinstance(method, dict) and isinstance(method.get("name"), str)):
+        return None
+    flat = {k: v for k, v in stored.items() if k not in ("metrics", "sparsity")}
+    flat.update(
+        method=method["name"],
+        test_accuracy=test["accuracy"],
+        test_loss=test["loss"],
+        val_accuracy=val["accuracy"],
+        achieved_sparsity=sparsity["achieved"],
+        requested_sparsity=sparsity["requested"],
+    )
+    return flat
+
+
+def differences(old: Any, new: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any, Any]]:
+    """Where two specs (nested JSON objects) differ: (key path, old value, new value) per differing leaf."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(old.keys() | new.keys()) for d in differences(old.get(k), new.get(k), (*path, k))]
+    return [] if old == new else [(path, old, new)]
+
+
+def other_settings(out_dir: Path, tasks: list[SweepTask]) -> list[str]:
+    """What differs between the settings of the runs stored in out_dir and this sweep's, one phrase per setting
+    ("epochs: 5 in the folder, 6 now"); empty when every stored record of a planned run has this sweep's settings.
+    A record that cannot be read is not looked at here (finished() reports it)."""
+    found: dict[tuple[str, ...], tuple[Any, Any]] = {}
+    for t in tasks:
+        _, record_path = paths(out_dir, t)
+        if not os.path.lexists(record_path):
+            continue
+        try:
+            doc = read_json(record_path, RECORD_LIMIT, "sweep-k record", RECORD_DEPTH)
+        except UsageError:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("spec"), dict):
+            for where, was, now in differences(doc["spec"], json.loads(json.dumps(spec_identity(t.spec)))):
+                found.setdefault(where, (was, now))
+    leaves = [where[-1] for where in found]
+    return [
+        f"{where[-1] if leaves.count(where[-1]) == 1 else '.'.join(where)}: {_shown(was)} in the folder, "
+        f"{_shown(now)} now"
+        for where, (was, now) in found.items()
+    ]
+
+
+def _shown(value: Any) -> str:
+    return "absent" if value is None else json.dumps(value) if isinstance(value, (list, dict, str)) else str(value)
+
+
+def stale_runs(out_dir: Path, tasks: list[SweepTask], note: Note | None) -> list[str]:
+    """The ids of runs this sweep wrote to out_dir earlier (its note) that are not in the plan (densities or seeds
+    dropped since), whose files are still there."""
+    if note is None:
+        return []
+    planned = {t.id for t in tasks}
+    here = Path(os.path.abspath(out_dir))
+    return sorted(
+        {
+            Path(p).stem
+            for p in note.files
+            if Path(p).parent == here
+            and Path(p).suffix in (".safetensors", ".json")
+            and Path(p).name != note.path.name
+            and Path(p).stem not in planned
+            and os.path.lexists(p)
+        }
+    )

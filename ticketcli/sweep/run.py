@@ -14,7 +14,7 @@ from ticketcli.errors import UsageError
 from ticketcli.sweep.execute import cost, run_local, run_ray
 from ticketcli.sweep.outputs import load_note
 from ticketcli.sweep.plan import SweepTask
-from ticketcli.sweep.records import finished, paths, store, ticket_bound
+from ticketcli.sweep.records import finished, other_settings, paths, stale_runs, store, ticket_bound
 from ticketcli.sweep.result import SweepResult
 from ticketcli.sweep.summary import PAPER_BAND
 from ticketcli.ticketfile import ticket as ticket_io
@@ -38,7 +38,9 @@ def run_sweep(
 
     A file in out_dir the sweep will write is replaced only when the sweep wrote it (its note) or with
     `overwrite` (--force), checked before any run starts; a stored record or ticket that is not what the sweep
-    writes is reported through `warn` and its run recomputed."""
+    writes is reported through `warn` and its run recomputed. Runs stored with other settings are refused (naming
+    what differs) unless `overwrite`; runs the sweep wrote earlier that are not in the plan are reported through
+    `warn` and left alone."""
     out = None if out_dir is None else Path(out_dir)
     if out is not None:
         try:
@@ -46,6 +48,21 @@ def run_sweep(
         except OSError as e:
             raise UsageError(f"cannot create --out-dir {out}: {e.strerror or e}") from None
     note = load_note(out)
+    if out is not None and not overwrite:
+        changed = other_settings(out, tasks)
+        if changed:
+            shown = "; ".join(changed[:6]) + ("; ..." if len(changed) > 6 else "")
+            raise UsageError(
+                f"--out-dir {out} holds runs made with other settings ({shown})",
+                hint="use a new --out-dir for these settings, or pass --force to recompute and replace those runs",
+            )
+    stale = [] if out is None else stale_runs(out, tasks, note)
+    if stale and warn is not None:
+        listed = ", ".join(stale[:8]) + (f" and {len(stale) - 8} more" if len(stale) > 8 else "")
+        warn(
+            f"--out-dir {out} holds {len(stale)} earlier run(s) that are not in this sweep's plan, kept but left out "
+            f"of its results: {listed}"
+        )
     bound = ticket_bound(tasks[0].spec) if out is not None and tasks else ticket_io.MAX_FILE_BYTES
     records: dict[str, dict[str, Any]] = {}
     resumed = []

@@ -13,7 +13,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ticketcli.errors import TicketFileError
+from ticketcli.bounded import shown_path
+from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.ticketfile.meta import MAX_DIMS, MAX_INT_DIGITS, DuplicateKey, TooManyDigits, json_error, unique_keys
 
 MAX_HEADER_BYTES = 1 << 24  # a ticket's JSON header is a few KiB (safetensors itself allows 100 MB)
@@ -197,3 +198,17 @@ def popcount_and(a: bytes, b: bytes) -> int:
     both = np.bitwise_and(np.frombuffer(a, dtype=np.uint8), np.frombuffer(b, dtype=np.uint8))
     per_byte = np.bitwise_count(both) if hasattr(np, "bitwise_count") else _BITS[both]
     return int(per_byte.sum(dtype=np.int64))
+
+
+SAFETENSORS_SUFFIX = ".safetensors"
+
+
+def check_safetensors_name(path: str | Path, what: str, hint: str) -> None:
+    """A file this package writes as safetensors (a ticket, train-weak's weights) must be named `.safetensors`:
+    `ticket export` reads the extension to choose a format (anything else is a torch.save file), and a loader
+    picks its reader by it too, so safetensors under a `.pt` name would be read as the wrong format."""
+    if Path(path).suffix != SAFETENSORS_SUFFIX:
+        raise UsageError(
+            f"{shown_path(str(path))}: {what} is written as safetensors, so its name must end in {SAFETENSORS_SUFFIX}",
+            hint=hint,
+        )

@@ -22,7 +22,7 @@ from ticketcli.cost import declared_params
 from ticketcli.errors import TicketFileError
 from ticketcli.specs import MAX_PARAMS
 from ticketcli.ticketfile.meta import HEX64, check_fields, json_field
-from ticketcli.ticketfile.safetensors_file import CHUNK_BYTES, chunks, popcount, read_header
+from ticketcli.ticketfile.safetensors_file import CHUNK_BYTES, check_safetensors_name, chunks, popcount, read_header
 
 if TYPE_CHECKING:
     import torch
@@ -113,8 +113,22 @@ def masks_sha256(packed: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+def check_ticket_name(path: str | Path) -> None:
+    """A ticket is written only under a `.safetensors` name (the one rule of every command and API call that
+    writes one); other formats come from `ticket export`, which chooses the format by the extension."""
+    stem = Path(path).stem or "ticket"
+    check_safetensors_name(
+        path,
+        "a ticket",
+        hint=f"name it {stem}.safetensors; for a torch.save file, then run "
+        f"`ticket export {stem}.safetensors --format masked --out {Path(path).name}`",
+    )
+
+
 def save(ticket: Ticket, path: str | Path, *, overwrite: bool = False) -> int:
-    """Write atomically (temp file in the same directory, fsync, rename); returns the file size."""
+    """Write atomically (temp file in the same directory, fsync, rename); returns the file size. The name must
+    end in .safetensors (check_ticket_name)."""
+    check_ticket_name(path)
     return write_atomic(path, ticket.to_bytes(), overwrite=overwrite)
 
 
