@@ -64,6 +64,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "checkpoint_every": DESCRIBED,
         "threads": DESCRIBED,
         "rendezvous_timeout": ("const", world.RENDEZVOUS_TIMEOUT_S),
+        "log_to": DESCRIBED,  # no tracking
     },
     "sweep-k": {
         **SETTINGS,
@@ -76,6 +77,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "executor": ("own", None),
         "ray_address": DESCRIBED,
         "plot": DESCRIBED,
+        "log_to": DESCRIBED,
     },
     "train-weak": {
         **TICKET_READER,
@@ -86,6 +88,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "rendezvous_timeout": ("const", world.RENDEZVOUS_TIMEOUT_S),
         "out": DESCRIBED,
         "plot": DESCRIBED,
+        "log_to": DESCRIBED,
     },
     "drift": {
         **TICKET_READER,
@@ -101,6 +104,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "freeze_stats_after": DESCRIBED,  # never
         "relufy_epochs": (RelufySpec, "epochs"),
         "workers": (Features, "workers"),
+        "log_to": DESCRIBED,
     },
     "evaluate": TICKET_READER,
     "export": TICKET_READER,

@@ -98,6 +98,11 @@ CASES: dict[str, Callable[[Path], object]] = {
     "Ticket.apply: another architecture": lambda d: tc.load(d / "t.safetensors").apply(mlp()),
     "Ticket.splits: data of an int": lambda d: tc.load(d / "t.safetensors").splits(data=5),  # type: ignore[arg-type]
     "Ticket.splits: another dataset's name": lambda d: tc.load(d / "t.safetensors").splits(data="mnist"),
+    "compare: a junk file": lambda d: tc.compare(d / "t.safetensors", d / "junk.safetensors"),
+    "compare: a FIFO": lambda d: tc.compare(d / "fifo.safetensors", d / "t.safetensors"),
+    "compare: a NUL in the path": lambda d: tc.compare("a\0b", d / "t.safetensors"),
+    "compare: a ticket of an int": lambda d: tc.compare(d / "t.safetensors", 5),  # type: ignore[arg-type]
+    "compare: a pickle": lambda d: tc.compare(d / "evil.pt", d / "t.safetensors"),
     "extract: a model of an int": lambda d: tc.extract(5, progress=False),  # type: ignore[arg-type]
     "extract: a config FIFO": lambda d: tc.extract("mlp:64-16-10", config=d / "fifo.pt", progress=False),
     "extract: a config of an int": lambda d: tc.extract("mlp:64-16-10", config=5, progress=False),  # type: ignore[arg-type]

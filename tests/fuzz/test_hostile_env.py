@@ -213,7 +213,7 @@ WIDE = "b" * 300  # one name past NAME_MAX
 @pytest.mark.parametrize(
     "args, env, needle",
     [
-        (["inspect", LONG], {}, "TICKET a/a/"),
+        (["inspect", LONG], {}, "TICKETS a/a/"),
         (["inspect", WIDE], {}, "more than NAME_MAX (255)"),
         (["evaluate", "{t}", "--data-dir", LONG], {}, "--data-dir a/a/"),
         (["export", "{t}", "--format", "masks", "--out", WIDE], {}, "--out bbb"),

@@ -87,22 +87,22 @@ def never_replace_a_special_file(monkeypatch):
     monkeypatch.setattr(os, "replace", guarded)
 
 
-def special(kind: str, folder: Path) -> Path:
-    """A destination that is not a regular file."""
-    target = folder / "out.png"
+def special(kind: str, folder: Path, suffix: str = "") -> Path:
+    """A destination that is not a regular file, its name ending in `suffix` (a ticket's writers take only
+    .safetensors names, so the special file itself is what they must refuse)."""
+    target = folder / f"out.png{suffix}"
     if kind == "dev-null":
         return Path(os.devnull)
+    fifo, directory = folder / f"fifo{suffix}", folder / f"dir{suffix}"
     if kind in ("fifo", "link-to-fifo"):
-        os.mkfifo(folder / "fifo")
+        os.mkfifo(fifo)
     if kind == "fifo":
-        return folder / "fifo"
+        return fifo
     if kind in ("directory", "link-to-directory"):
-        (folder / "dir").mkdir()
+        directory.mkdir()
     if kind == "directory":
-        return folder / "dir"
-    target.symlink_to(
-        {"link-to-dev-null": os.devnull, "link-to-fifo": folder / "fifo", "link-to-directory": folder / "dir"}[kind]
-    )
+        return directory
+    target.symlink_to({"link-to-dev-null": os.devnull, "link-to-fifo": fifo, "link-to-directory": directory}[kind])
     return target
 
 
@@ -113,16 +113,20 @@ def state(path: Path) -> tuple:
     return stat.S_IFMT(st.st_mode), st.st_rdev, st.st_ino, link
 
 
+TICKET_WRITERS = ("extract --out", "train-weak --out")
 KINDS = ["fifo", "dev-null", "link-to-dev-null", "link-to-fifo", "directory", "link-to-directory"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("writer", list(WRITERS))
 def test_force_never_replaces_anything_but_a_regular_file(writer, kind, ticket, tmp_path):
-    dest = special(kind, tmp_path)
+    ticket_name = writer in TICKET_WRITERS  # written as safetensors: only under a .safetensors name
+    dest = special(kind, tmp_path, ".safetensors" if ticket_name else "")
     before, listing = state(dest), sorted(p.name for p in tmp_path.iterdir())
     run = cli(*WRITERS[writer](str(ticket), str(dest)), "--force")
     reason = "a directory" if "directory" in kind else "not a regular file"
+    if ticket_name and dest.suffix != ".safetensors":  # /dev/null: refused for its name before anything else
+        reason = "must end in .safetensors"
     assert_clean(run, 2, contains=reason, folder=tmp_path)
     assert state(dest) == before and sorted(p.name for p in tmp_path.iterdir()) == listing
 

@@ -43,7 +43,7 @@ def record_of(folder: Path) -> dict:
 
 def _string_accuracy(folder: Path) -> None:
     doc = record_of(folder)
-    doc["record"]["test_accuracy"] = "0.9"
+    doc["record"]["metrics"]["test"]["accuracy"] = "0.9"
     (folder / f"{VICTIM}.json").write_text(json.dumps(doc))
 
 
