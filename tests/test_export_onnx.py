@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from ticketcli.cli import app
 from ticketcli.data import DATASETS
-from ticketcli.export import ONNX_INPUT, ONNX_OUTPUT, export_ticket
+from ticketcli.export import export_ticket
+from ticketcli.export_onnx import ONNX_INPUT, ONNX_OUTPUT
 from ticketcli.models.registry import parse_model
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import extract as runs_extract

@@ -65,6 +65,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.weak",
         "ticketcli.sweep",  # the sweep-k package: plan, execute, records, outputs, summary, run (sweep/__init__.py)
         "ticketcli.drift",  # the drift package: its modules below the views and options (drift/__init__.py)
+        "ticketcli.export_onnx",  # export --format onnx, below export (which calls it)
         "ticketcli.export",
     ],
     # presentation: tables, JSON, plots; experiment trackers (--log-to)

@@ -1,0 +1,199 @@
+"""`ticket export --format onnx`: the masked network as an ONNX model through torch's dynamo-based exporter (one
+named input and output, a dynamic batch dimension; gpt-nano's sequence length too), checked with onnxruntime against
+the ticket's own network before it is written. Needs the `onnx` extra (onnx, onnxruntime, onnxscript), imported only
+when an ONNX export runs."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import io
+import logging
+import re
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ticketcli.data import DATASETS
+from ticketcli.errors import UsageError
+from ticketcli.models.gpt import gpt_numbers
+from ticketcli.models.masked import MaskedNet
+from ticketcli.spec_syntax import TEXT_ARCHS
+
+ONNX_EXTRA = "pip install 'ticketcli[onnx]'"
+ONNX_OPSET = 18  # the dynamo exporter's own default opset: every built-in model's operators are in it
+ONNX_INPUT, ONNX_OUTPUT = "input", "logits"
+ONNX_CHECK_BATCH = 3  # examples in the onnxruntime check, one more than the traced batch (the batch dim is dynamic)
+ONNX_TOLERANCE = 1e-4  # onnxruntime's logits against torch's, relative to the logits' scale (at least 1)
+
+
+def require_onnx() -> None:
+    """The onnx extra importable (onnx, onnxruntime, and onnxscript, which torch's exporter runs on), or one error
+    line naming what is missing and the extra that installs it."""
+    missing = []
+    for name in ("onnx", "onnxruntime", "onnxscript"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # ImportError, or a broken install failing as it loads
+            missing.append(name)
+    if missing:
+        raise UsageError(f"--format onnx needs {', '.join(missing)} (the onnx extra)", hint=f"install it: {ONNX_EXTRA}")
+
+
+def onnx_example(net: MaskedNet, dataset: str, batch: int, seed: int) -> torch.Tensor:
+    """`batch` inputs of the shape and dtype the network takes: character ids (int64, the full context) for
+    gpt-nano, else float32 examples of the ticket's dataset's shape (for a caller's own data: the model spec's
+    @CxHxW, or flat examples as wide as a first Linear layer)."""
+    model = net.spec
+    assert model is not None  # runs_build.rebuild records the ticket's parsed model spec
+    first = net.weights[net.names[0]] if net.names else None
+    g = torch.Generator().manual_seed(seed)
+    if model.arch in TEXT_ARCHS:
+        n = gpt_numbers(model)  # the vocabulary and the context
+        return torch.randint(0, n["v"], (batch, n["c"]), generator=g)
+    shape: tuple[int, ...]
+    if dataset in DATASETS:
+        shape = DATASETS.get(dataset).shape
+    elif model.input is not None:
+        shape = model.input
+    elif first is not None and first.dim() == 2:  # a Linear first (the MLPs): flat examples of its width
+        shape = (first.shape[1],)
+    else:
+        raise UsageError(
+            f"cannot tell the input shape of model {model.to_string()[:80]}: the ticket's data "
+            f"({dataset[:40]!r}) is not a known dataset and the spec gives no @CxHxW-K"
+        )
+    return torch.randn(batch, *shape, generator=g)
+
+
+@dataclass(frozen=True)
+class OnnxInfo:
+    """An onnx export's graph signature (dimension names for the dynamic ones) and its onnxruntime check."""
+
+    opset: int
+    input: str
+    input_shape: tuple[int | str, ...]
+    input_dtype: str
+    output: str
+    output_shape: tuple[int | str, ...]
+    max_abs_diff: float  # onnxruntime's logits against the ticket's network, on a batch of synthetic inputs
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `onnx` object."""
+        return {
+            "opset": self.opset,
+            "input": {"name": self.input, "shape": list(self.input_shape), "dtype": self.input_dtype},
+            "output": {"name": self.output, "shape": list(self.output_shape)},
+            "max_abs_diff": self.max_abs_diff,
+        }
+
+
+@contextlib.contextmanager
+def quiet_loggers() -> Iterator[None]:
+    """torch's exporter and onnxscript log warnings and tracing details through `logging`; only errors pass."""
+    loggers = [logging.getLogger(name) for name in ("torch", "onnxscript", "onnx_ir")]
+    saved = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, saved):
+            logger.setLevel(level)
+
+
+def root_cause(e: BaseException) -> str:
+    """The innermost exception of a chain (the exporter wraps torch.export's own error in its step report) as
+    `Type: its first line`, terminal colours removed."""
+    seen = {id(e)}
+    while (inner := e.__cause__ or e.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        e = inner
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(e).__name__}: {first[:200]}"
+
+
+def onnx_bytes(
+    net: MaskedNet, state: dict[str, torch.Tensor], example: torch.Tensor, metadata: dict[str, str]
+) -> tuple[bytes, int]:
+    """The masked network (W * M in eval mode: BatchNorm on its running statistics, as evaluate runs it) as a
+    serialized ONNX model, input and output named, the batch dimension dynamic (and gpt-nano's sequence length, up
+    to its context); returns it with its initializer count. `state` is the
+    masked state dict (W * M) loaded into a copy of the module. A network torch.onnx.export cannot trace is refused
+    in one line."""
+    import onnx
+
+    module = copy.deepcopy(net.module).cpu().eval()
+    module.load_state_dict(state)
+    assert net.spec is not None  # runs_build.rebuild records the ticket's parsed model spec
+    dims: dict[int, Any] = {0: torch.export.Dim("batch")}
+    if net.spec.arch in TEXT_ARCHS:
+        dims[1] = torch.export.Dim("sequence", min=1, max=int(example.shape[1]))
+    try:  # the exporter prints its progress and warns about its internals: none of it is ours to show
+        with (
+            warnings.catch_warnings(),
+            quiet_loggers(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(
+                module,
+                (example,),
+                dynamo=True,
+                input_names=[ONNX_INPUT],
+                output_names=[ONNX_OUTPUT],
+                dynamic_shapes=(dims,),
+                opset_version=ONNX_OPSET,
+                external_data=False,
+                verbose=False,
+            )
+            assert program is not None  # f=None: the exporter returns its ONNXProgram
+            proto = program.model_proto
+    except Exception as e:  # whatever the exporter raises on a network it cannot trace
+        raise UsageError(
+            f"model {net.spec.to_string()[:80]} cannot be exported to ONNX: {root_cause(e)}",
+            hint="torch.onnx.export (dynamo) must be able to trace its forward pass; the other formats need no trace",
+        ) from None
+    onnx.helper.set_model_props(proto, metadata)
+    return proto.SerializeToString(), len(proto.graph.initializer)
+
+
+def check_onnx(data: bytes, net: MaskedNet, masks: dict[str, torch.Tensor], x: torch.Tensor, threads: int) -> OnnxInfo:
+    """Run the serialized model with onnxruntime on `x` against the ticket's own network (MaskedNet.forward); a
+    model whose logits differ beyond ONNX_TOLERANCE (relative to their scale) is refused before it is written."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    onnx.checker.check_model(onnx.load_from_string(data))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3  # errors only: its warnings about the graph are not the user's
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        expected = net.forward(x, masks).numpy()
+    got = session.run([ONNX_OUTPUT], {ONNX_INPUT: x.numpy()})[0]
+    diff = float(np.abs(got - expected).max()) if got.shape == expected.shape else float("inf")
+    assert net.spec is not None
+    if not diff <= ONNX_TOLERANCE * max(1.0, float(np.abs(expected).max())):
+        raise UsageError(
+            f"model {net.spec.to_string()[:80]}: its ONNX graph does not reproduce the network (onnxruntime's "
+            f"logits {tuple(got.shape)} differ from torch's {tuple(expected.shape)} by {diff:.3g}); nothing written",
+            hint="a forward pass whose control flow depends on the input's values cannot be traced faithfully",
+        )
+    i, o = session.get_inputs()[0], session.get_outputs()[0]
+    return OnnxInfo(
+        ONNX_OPSET,
+        i.name,
+        tuple(i.shape),
+        str(x.dtype).removeprefix("torch."),
+        o.name,
+        tuple(o.shape),
+        diff,
+    )
