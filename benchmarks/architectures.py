@@ -29,13 +29,13 @@ from pathlib import Path
 
 import torch
 
-from ticketcli.data import load_splits
+from ticketcli.data.datasets import load_splits
 from ticketcli.methods import METHODS
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import inputs as runs_inputs
 from ticketcli.seeding import generator
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate, train_weights
 
 

@@ -87,8 +87,8 @@ def sparse_ticket(folder: Path) -> Path:
 
 def in_process_seconds(spec: str, repeat: int = 200) -> float:
     """Seconds one refusal costs once the package is imported: the spec parsed and weighed (mean of `repeat`)."""
-    from ticketcli.budget import Budget, check
     from ticketcli.errors import UsageError
+    from ticketcli.models.budget import Budget, check
     from ticketcli.models.registry import parse_model
 
     t0 = time.perf_counter()

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs.extract import extract_ticket
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 
 
 def main() -> None:

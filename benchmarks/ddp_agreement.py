@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ticketcli.checkpoint import describe
+from ticketcli.files.checkpoint import describe
 from ticketcli.ticketfile import ticket as ticket_io
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
@@ -64,9 +64,9 @@ def emulate(out: Path, method: str, seed: int, epochs: int) -> None:
     from the 1-process run is the gradient's summation order, not data parallelism."""
     code = f"""
 import torch, torch.nn.functional as F
-from ticketcli import distributed
+from ticketcli.runtime import distributed
 from ticketcli.runs import extract as runs_extract
-from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 
 def step(forward, x, y):
     parts = [(forward(xs), ys) for xs, ys in zip(x.tensor_split(2), y.tensor_split(2))]

@@ -14,9 +14,9 @@ import time
 
 import torch
 
-from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.run import run_drift
-from ticketcli.resolve import data_location
+from ticketcli.settings.drift_options import build_drift_spec
+from ticketcli.settings.resolve import data_location
 
 
 def fmt(stats: dict, i: int, pct: bool = False) -> str:

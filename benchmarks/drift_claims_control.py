@@ -25,12 +25,12 @@ from typing import Any
 import torch
 
 from ticketcli.drift import tradeoff as drift_tradeoff
-from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.relufy import run_relufy
 from ticketcli.drift.result import TradeoffResult
 from ticketcli.drift.run import run_drift
-from ticketcli.drift.spec import ControlSpec, DriftSpec, RelufySpec
-from ticketcli.resolve import data_location
+from ticketcli.settings.drift_options import build_drift_spec
+from ticketcli.settings.resolve import data_location
+from ticketcli.specs.drift import ControlSpec, DriftSpec, RelufySpec
 
 TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
@@ -212,7 +212,7 @@ def main() -> None:
     for r in rows:
         print(f"| {r['claim']} | {r['setting']} | {r['source']} | {r['ours']} | {'yes' if r['held'] else 'no'} |")
     if a.plot:
-        from ticketcli.drift.views import tradeoff_plot
+        from ticketcli.report.drift_views import tradeoff_plot
 
         with open(a.plot, "wb") as f:
             f.write(tradeoff_plot(TRADEOFF_RESULT[0]))

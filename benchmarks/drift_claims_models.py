@@ -25,10 +25,10 @@ import sys
 
 import torch
 
-from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.result import DriftResult
 from ticketcli.drift.run import run_drift
-from ticketcli.resolve import data_location
+from ticketcli.settings.drift_options import build_drift_spec
+from ticketcli.settings.resolve import data_location
 
 ACTS = ("relu", "gelu", "silu", "relu2", "gelu2")
 LOSSES = ("mse", "cross-entropy")

@@ -47,15 +47,15 @@ def write_text(folder: Path, n: int = 40000) -> str:
 
 def setup(model: str, probe: int, batch: int, steps: int, text: str):
     """(spec, net, inputs, trainer, forward, loss) the way drift.drift_one sets them up for seed 0."""
+    from ticketcli.data.text import load_corpus
     from ticketcli.drift import run as drift
     from ticketcli.drift.activations import ACTIVATIONS, LOSSES
-    from ticketcli.drift.options import build_drift_spec
     from ticketcli.drift.sites import drift_forward
-    from ticketcli.drift.text import load_corpus
     from ticketcli.models.gpt import gpt_numbers, with_vocab
-    from ticketcli.resolve import data_location
     from ticketcli.runs import build as runs_build
-    from ticketcli.specs import ModelPolicy
+    from ticketcli.settings.drift_options import build_drift_spec
+    from ticketcli.settings.resolve import data_location
+    from ticketcli.specs.run import ModelPolicy
     from ticketcli.train import WeightTrainer
 
     is_text = model.startswith("gpt-nano")
@@ -77,10 +77,10 @@ def setup(model: str, probe: int, batch: int, steps: int, text: str):
 
 def time_one(model: str, probe: int, repeats: int, text: str, clock=time.perf_counter) -> dict:
     """Median ms of a training step on a probe-sized batch and of a measurement on the probe."""
-    from ticketcli import batchnorm
     from ticketcli.drift import run as drift
     from ticketcli.drift.activations import ACTIVATIONS
     from ticketcli.drift.sites import measure_traced
+    from ticketcli.models import batchnorm
 
     spec, net, inputs, trainer, forward, loss = setup(model, probe, probe, 1, text)
     act = ACTIVATIONS.get(spec.activation)
@@ -118,8 +118,8 @@ def time_one(model: str, probe: int, repeats: int, text: str, clock=time.perf_co
 def child(kind: str, model: str, probe: int, batch: int, steps: int, text: str) -> None:
     """One run in this (child) process; prints its peak RSS in MiB. drift: run_drift with a measurement after every
     step; train: the same number of plain training steps at --batch; train-probe: at the probe size."""
-    from ticketcli import batchnorm
     from ticketcli.drift import run as drift
+    from ticketcli.models import batchnorm
 
     if kind == "drift":
         spec = setup(model, probe, batch, steps, text)[0]

@@ -14,9 +14,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from ticketcli.export import FORMATS, export_ticket
-from ticketcli.resolve import build_extract_spec, merge_settings, read_by
+from ticketcli.export.run import FORMATS, export_ticket
 from ticketcli.runs.extract import extract_ticket
+from ticketcli.settings.resolve import build_extract_spec, merge_settings, read_by
 
 SUFFIX = {"masked": ".safetensors", "prune": ".pt", "csr": ".safetensors", "masks": ".safetensors", "onnx": ".onnx"}
 

@@ -218,7 +218,7 @@ def upgrade(name: str, before: dict, now: dict, command: str) -> str:
     if not isinstance(doc, dict) or "schema" in doc:
         return ""
     sys.path.insert(0, str(ROOT))  # this tree's contract, as the runs use this tree's code
-    from ticketcli.contract import SCHEMAS
+    from ticketcli.contract.schema import SCHEMAS
 
     if command != "drift":  # typed results now: their documents no longer come from a raw dict
         return " (recorded before the --json contract: not upgraded; record a new baseline)"

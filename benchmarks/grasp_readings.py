@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs.extract import extract_ticket
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 
 
 def mean_std(xs: list[float]) -> str:

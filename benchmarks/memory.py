@@ -39,12 +39,12 @@ import torch  # noqa: E402
 from topk_scale import MODELS as SCALE_MODELS  # noqa: E402
 from topk_scale import make_trainer, masked_count  # noqa: E402
 
-from ticketcli.init import init_weights  # noqa: E402
 from ticketcli.models.build import build_model  # noqa: E402
+from ticketcli.models.init import init_weights  # noqa: E402
 from ticketcli.models.masked import MaskedNet  # noqa: E402
 from ticketcli.models.mlp import MLP  # noqa: E402
 from ticketcli.models.registry import parse_model  # noqa: E402
-from ticketcli.specs import InitSpec  # noqa: E402
+from ticketcli.specs.run import InitSpec  # noqa: E402
 from ticketcli.train import WeightOptim, WeightTrainer  # noqa: E402
 
 CONFIGS = ("dense", "edge-popup", "augmented", "augmented+trainable-aux")

@@ -23,15 +23,15 @@ from pathlib import Path
 import onnxruntime as ort
 import torch
 
-from ticketcli.data import DATASETS
-from ticketcli.export import export_ticket
-from ticketcli.export_onnx import ONNX_INPUT, ONNX_OUTPUT
+from ticketcli.data.datasets import DATASETS
+from ticketcli.export.onnx import ONNX_INPUT, ONNX_OUTPUT
+from ticketcli.export.run import export_ticket
 from ticketcli.models.registry import parse_model
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs.record import model_record
 from ticketcli.seeding import fingerprint
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 DIRS = ("/usr/share/datasets",)

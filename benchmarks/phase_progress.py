@@ -19,12 +19,12 @@ import time
 import torch
 
 from ticketcli import train
-from ticketcli.init import init_weights
 from ticketcli.models.build import build_model
+from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
 from ticketcli.report import plain as report_plain
-from ticketcli.specs import InitSpec
+from ticketcli.specs.run import InitSpec
 
 
 def main() -> None:

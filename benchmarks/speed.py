@@ -22,15 +22,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ticketcli.data import Splits, load_splits
+from ticketcli.data.datasets import Splits, load_splits
 from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
-from ticketcli.resolve import build_extract_spec, data_location, merge_settings
 from ticketcli.runs.build import build_net
 from ticketcli.seeding import generator
 from ticketcli.selection.groups import scope_groups
 from ticketcli.selection.scored import Selection
-from ticketcli.specs import DataSpec, MethodSpec
+from ticketcli.settings.resolve import build_extract_spec, data_location, merge_settings
+from ticketcli.specs.run import DataSpec, MethodSpec
 
 
 def synthetic_splits(n: int = 5000) -> Splits:

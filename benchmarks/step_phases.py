@@ -26,13 +26,13 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from ticketcli import distributed  # noqa: E402
 from ticketcli.methods.score_training import ScoreTrainer, seeded_scores  # noqa: E402
 from ticketcli.methods.scores import Augmented, EdgePopup  # noqa: E402
-from ticketcli.resolve import build_extract_spec, merge_settings  # noqa: E402
 from ticketcli.runs.build import build_net  # noqa: E402
+from ticketcli.runtime import distributed  # noqa: E402
 from ticketcli.seeding import generator  # noqa: E402
-from ticketcli.specs import MethodSpec  # noqa: E402
+from ticketcli.settings.resolve import build_extract_spec, merge_settings  # noqa: E402
+from ticketcli.specs.run import MethodSpec  # noqa: E402
 
 clock = time.thread_time  # --wall: time.perf_counter
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ticketcli.report import plots as report_plots
 from ticketcli.report import study_tables as report_study_tables
-from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep import records as sweep_records
 from ticketcli.sweep import result as sweep_result

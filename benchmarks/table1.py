@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from ticketcli.resolve import build_extract_spec, merge_settings, read_by
 from ticketcli.runs.extract import extract_ticket
+from ticketcli.settings.resolve import build_extract_spec, merge_settings, read_by
 
 # Table 1 of the paper: (test accuracy %, achieved sparsity %) at requested 90% and 95%.
 PAPER = {

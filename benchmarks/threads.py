@@ -14,7 +14,7 @@ import statistics
 import time
 
 import ticketcli as tc
-from ticketcli.threads import cores
+from ticketcli.runtime.threads import cores
 
 
 def main() -> None:

@@ -29,16 +29,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import torch  # noqa: E402
 
-from ticketcli.init import init_weights  # noqa: E402
 from ticketcli.methods.score_training import ScoreTrainer, seeded_scores  # noqa: E402
 from ticketcli.methods.scores import Augmented, EdgePopup  # noqa: E402
 from ticketcli.models.conv import ConvNet  # noqa: E402
+from ticketcli.models.init import init_weights  # noqa: E402
 from ticketcli.models.masked import MaskedNet  # noqa: E402
 from ticketcli.models.mlp import MLP  # noqa: E402
 from ticketcli.seeding import generator  # noqa: E402
 from ticketcli.selection.exact import DEFAULT_KTH, KTH_ALGORITHMS  # noqa: E402
 from ticketcli.selection.warm import SELECT_ALGORITHMS, TopKSelector  # noqa: E402
-from ticketcli.specs import InitSpec, MethodSpec  # noqa: E402
+from ticketcli.specs.run import InitSpec, MethodSpec  # noqa: E402
 
 WIDE_CONV6 = ("128", "128", "M", "256", "256", "M", "512", "512", "M")
 MODELS = {  # name -> (module factory, input shape)

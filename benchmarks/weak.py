@@ -17,10 +17,10 @@ from pathlib import Path
 
 from table1 import mean_std  # benchmarks/ is on sys.path when run as a script
 
-from ticketcli.resolve import build_extract_spec, data_location, merge_settings
 from ticketcli.runs.extract import extract_ticket
-from ticketcli.specs import DataSpec
-from ticketcli.weak import WeakSpec, train_weak
+from ticketcli.settings.resolve import build_extract_spec, data_location, merge_settings
+from ticketcli.specs.run import DataSpec
+from ticketcli.weak.run import WeakSpec, train_weak
 
 # Section 6.2 (requested 90%): initial -> final test accuracy %. The dense row of Table 5 is not in our copy.
 PAPER = {"augmented": "82.5 -> 83.4", "random": "near chance -> above 83", "edge-popup": "-", "dense": "Table 5"}

@@ -10,9 +10,9 @@ import pytest
 import torch
 from helpers import make_net
 
-from ticketcli.data import load_splits
+from ticketcli.data.datasets import load_splits
 from ticketcli.models.masked import MaskedNet
-from ticketcli.specs import DataSpec
+from ticketcli.specs.run import DataSpec
 
 # A CI runner may start the suite with SIGINT ignored (any background job of a non-interactive shell is), and an
 # ignored signal stays ignored in every child: the tests that interrupt a `ticket` child with SIGINT would then

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import torch
 
-from ticketcli.init import init_weights
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented
 from ticketcli.models.build import build_model
+from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
 from ticketcli.seeding import generator
-from ticketcli.specs import InitSpec, MethodSpec
+from ticketcli.specs.run import InitSpec, MethodSpec
 from ticketcli.train import WeightOptim, WeightTrainer
 
 SPEC = "mlp:12-16-16-3"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from ticketcli import distributed
 from ticketcli.errors import RunFailed
+from ticketcli.runtime import distributed
 
 sys.path.insert(0, str(Path(__file__).parent))
 from ddp_cases import batch, score_trainer, weight_trainer  # noqa: E402

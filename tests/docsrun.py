@@ -259,7 +259,7 @@ def parse_problem(argv: list[str]) -> str | None:
     import typer
     from typer.core import _click as click
 
-    from ticketcli.cli import app
+    from ticketcli.cli.app import app
 
     group = typer.main.get_command(app)
     root = click.Context(group, info_name="ticket")

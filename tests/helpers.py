@@ -7,16 +7,16 @@ import os
 
 import pytest
 
-from ticketcli.data import find_idx_dir
-from ticketcli.init import init_weights
+from ticketcli.data.datasets import find_idx_dir
 from ticketcli.methods import METHODS
 from ticketcli.models.build import build_model
+from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
-from ticketcli.resolve import method_reads, read_by
+from ticketcli.settings.resolve import method_reads, read_by
 from ticketcli.settings.run import METHOD_OPTIONS
 from ticketcli.settings.setting import option_flag
-from ticketcli.specs import InitSpec, MethodSpec
+from ticketcli.specs.run import InitSpec, MethodSpec
 
 FASHION_DIRS = ("/usr/share/datasets",)
 

@@ -17,7 +17,7 @@ from torch import nn
 from typer.testing import CliRunner
 
 import ticketcli as tc
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 
 QUICK = dict(method="augmented", sparsity=0.5, epochs=1, seed=0, progress=False, device="cpu")
 runner = CliRunner()

@@ -20,20 +20,20 @@ from test_models import DIGITS, EXAMPLES, IMAGE_MODELS, one_line
 from torch import nn
 from typer.testing import CliRunner
 
-from ticketcli import batchnorm
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.drift.sites import measure_traced, mlp_sites
 from ticketcli.errors import UsageError
-from ticketcli.init import init_weights
 from ticketcli.methods import METHODS
+from ticketcli.models import batchnorm
 from ticketcli.models.build import build_model
+from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import record as runs_record
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 TRUSTED = ModelPolicy(trust_model_code=True)  # these tests' own factories: the user opted in
@@ -571,7 +571,7 @@ def test_drift_runs_on_normalised_residual_mlps():
 
 def test_train_weak_on_a_batchnorm_ticket(tmp_path):
     """Weights train with batch statistics; every evaluation recalibrates for the weights it measures."""
-    from ticketcli.weak import WeakSpec, train_weak
+    from ticketcli.weak.run import WeakSpec, train_weak
 
     out = extract(tmp_path, "mlp:64-16-16-10+res+norm=batch")
     r = train_weak(out, data=DataSpec(), spec=WeakSpec(epochs=2, batch_size=32), device="cpu", dense_baseline=True)

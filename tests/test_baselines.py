@@ -10,18 +10,18 @@ import torch.nn.functional as F
 from helpers import for_method, make_net, quick_method
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
-from ticketcli.data import load_splits
+from ticketcli.cli.app import app
+from ticketcli.data.datasets import load_splits
 from ticketcli.methods import METHODS, movement, saliency, sparse
 from ticketcli.methods.movement import cubic_density
 from ticketcli.methods.saliency import grasp_scores, hessian_vector_product, loss_gradient, snip_scores, synflow_scores
 from ticketcli.methods.sparse import prune_and_regrow
-from ticketcli.resolve import build_extract_spec, check_method_options, merge_settings
 from ticketcli.runs.build import build_net
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.selection.exact import keep_count, topk_mask
+from ticketcli.settings.resolve import build_extract_spec, check_method_options, merge_settings
 from ticketcli.settings.setting import option_flag
-from ticketcli.specs import DataSpec
+from ticketcli.specs.run import DataSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate
 

@@ -11,14 +11,15 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ticketcli import budget, cost, train
-from ticketcli.budget import Budget
+from ticketcli import train
 from ticketcli.errors import UsageError
+from ticketcli.models import budget, cost
+from ticketcli.models.budget import Budget
 from ticketcli.models.build import build_model, planned_shapes
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.settings.registry import check_setting
-from ticketcli.spec_syntax import MAX_BLOCKS
+from ticketcli.specs.syntax import MAX_BLOCKS
 
 # Several specs per registered model (variants: bias, residual, norms, odd geometries, causal attention).
 EXAMPLES = {

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ticketcli import catalog
-from ticketcli.data import DATASETS
+from ticketcli.data.datasets import DATASETS
 from ticketcli.drift import activations as drift_activations
-from ticketcli.drift import spec as drift_spec
-from ticketcli.init import INIT_SCHEMES
 from ticketcli.methods import METHODS
+from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.registry import MODELS
+from ticketcli.specs import catalog
+from ticketcli.specs import drift as drift_spec
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep import summary as sweep_summary
 
@@ -24,8 +24,8 @@ REGISTRIES = {"methods": METHODS, "models": MODELS, "datasets": DATASETS, "inits
 def test_the_catalog_lists_exactly_the_registered_names(kind):
     registered, listed = set(REGISTRIES[kind].names()), set(catalog.describe(kind))
     missing, stale = sorted(registered - listed), sorted(listed - registered)
-    assert not missing, f"registered {kind} without a line in ticketcli/catalog.py: {missing}"
-    assert not stale, f"ticketcli/catalog.py lists {kind} that are not registered: {stale}"
+    assert not missing, f"registered {kind} without a line in ticketcli/specs/catalog.py: {missing}"
+    assert not stale, f"ticketcli/specs/catalog.py lists {kind} that are not registered: {stale}"
 
 
 @pytest.mark.parametrize("kind", catalog.KINDS)

@@ -14,13 +14,13 @@ import pytest
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from ticketcli.checkpoint import recorded_locations, ticket_relative
-from ticketcli.cli import app
-from ticketcli.init import init_weights
+from ticketcli.cli.app import app
+from ticketcli.files.checkpoint import recorded_locations, ticket_relative
 from ticketcli.models.build import build_model
+from ticketcli.models.init import init_weights
 from ticketcli.models.registry import parse_model
 from ticketcli.seeding import file_sha256
-from ticketcli.specs import InitSpec
+from ticketcli.specs.run import InitSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()

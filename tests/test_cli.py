@@ -11,11 +11,11 @@ from helpers import flags_for
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
-from ticketcli.init import init_weights
+from ticketcli.cli.app import app
 from ticketcli.models.build import build_model
+from ticketcli.models.init import init_weights
 from ticketcli.models.registry import parse_model
-from ticketcli.specs import InitSpec
+from ticketcli.specs.run import InitSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
@@ -244,7 +244,7 @@ def test_pytorch_state_dict_checkpoint(tmp_path):
 
 
 def test_missing_dataset_says_how_to_get_it(tmp_path, isolated_env, monkeypatch):
-    monkeypatch.setattr("ticketcli.data.SYSTEM_DIRS", ())
+    monkeypatch.setattr("ticketcli.data.datasets.SYSTEM_DIRS", ())
     r = invoke("extract", "--epochs", "1", "--out", str(tmp_path / "t.safetensors"), "--data-dir", str(tmp_path))
     err = one_line_error(r)
     assert "FashionMNIST not found" in err and "apt-get install dataset-fashion-mnist" in err and "--download" in err

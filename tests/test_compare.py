@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import ticketcli as tc
-from ticketcli.cli import app
-from ticketcli.contract import schema_of
+from ticketcli.cli.app import app
+from ticketcli.contract.schema import schema_of
 from ticketcli.errors import UsageError
 from ticketcli.runs.compare import CompareResult, _both, compare_tickets
 from ticketcli.ticketfile import ticket as ticket_io

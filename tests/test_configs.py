@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 
 CONFIGS = sorted((Path(__file__).parent.parent / "sample_configs").glob("*.toml"))
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from ticketcli.data import load_splits, read_idx
+from ticketcli.data.datasets import load_splits, read_idx
 from ticketcli.errors import UsageError
-from ticketcli.specs import DataSpec
+from ticketcli.specs.run import DataSpec
 
 N_TRAIN, N_TEST = 300, 50
 MEAN, STD = 0.2860, 0.3530

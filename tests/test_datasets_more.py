@@ -13,10 +13,10 @@ import torch
 from test_data import NAMES, fake_images, write_idx
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
-from ticketcli.data import CIFAR10_MEAN, CIFAR10_STD, DATASETS, load_splits
+from ticketcli.cli.app import app
+from ticketcli.data.datasets import CIFAR10_MEAN, CIFAR10_STD, DATASETS, load_splits
 from ticketcli.errors import UsageError
-from ticketcli.specs import DataSpec
+from ticketcli.specs.run import DataSpec
 
 N_BATCH, N_TEST = 20, 30  # five training batches of 20: a pool of 100
 

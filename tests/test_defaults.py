@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 import typer
 
-from ticketcli import world
-from ticketcli.budget import MEMORY_SHARE
-from ticketcli.cli import app
-from ticketcli.data import DATASETS
-from ticketcli.drift.spec import ControlSpec, DriftSpec, Features, RelufySpec, TextSpec
+from ticketcli.cli.app import app
+from ticketcli.data.datasets import DATASETS
+from ticketcli.models.budget import MEMORY_SHARE
+from ticketcli.runtime import world
 from ticketcli.settings.run import EXTRACT_DEFAULTS
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
-from ticketcli.weak_spec import WeakSpec
+from ticketcli.specs.drift import ControlSpec, DriftSpec, Features, RelufySpec, TextSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs.weak import WeakSpec
 
 DESCRIBED = "described"  # the option's value is None and its help describes what happens (e.g. "no plot")
 

@@ -18,10 +18,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ticketcli import distributed
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.errors import UsageError
 from ticketcli.runs.inputs import resolve_device
+from ticketcli.runtime import distributed
 from ticketcli.ticketfile import ticket as ticket_io
 
 HERE = Path(__file__).parent
@@ -139,8 +139,8 @@ def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monke
     difference from the plain 1-process run is floating-point summation order, not data parallelism."""
     import torch.nn.functional as F
 
-    from ticketcli.resolve import build_extract_spec, merge_settings
     from ticketcli.runs import extract as runs_extract
+    from ticketcli.settings.resolve import build_extract_spec, merge_settings
 
     def two_shards(forward, x, y):
         parts = [(forward(xs), ys) for xs, ys in zip(x.tensor_split(2), y.tensor_split(2))]

@@ -14,14 +14,14 @@ import torch.nn.functional as F
 from helpers import make_net
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.drift.inputs import Inputs
 from ticketcli.drift.run import drift_one, logged_steps, summarise
 from ticketcli.drift.sites import measure_traced, mlp_sites
-from ticketcli.drift.spec import DriftSpec
 from ticketcli.models.mlp import mlp_forward
-from ticketcli.specs import DataSpec, ModelSpec
+from ticketcli.specs.drift import DriftSpec
+from ticketcli.specs.run import DataSpec, ModelSpec
 from ticketcli.train import WeightOptim, WeightTrainer
 
 # A 3-3-2 bias-free MLP. Inputs are non-negative, so hidden unit 2 (weights -1, -1, -1) is dead.

@@ -15,17 +15,17 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
+from ticketcli.data.text import FORTUNES, TextSpec, load_corpus, split_blocks
 from ticketcli.drift.activations import ACTIVATIONS
 from ticketcli.drift.sites import drift_forward, measure_traced
-from ticketcli.drift.text import FORTUNES, TextSpec, load_corpus, split_blocks
 from ticketcli.errors import UsageError
-from ticketcli.init import init_weights
 from ticketcli.models.build import build_model
+from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
 from ticketcli.models.sites import Trace, find_sites
-from ticketcli.specs import InitSpec
+from ticketcli.specs.run import InitSpec
 
 runner = CliRunner()
 DIGITS = ((1, 8, 8), 10)

@@ -19,15 +19,15 @@ import torch.nn.functional as F
 from ticketcli.drift import run as drift
 from ticketcli.drift.activations import ACTIVATIONS
 from ticketcli.drift.control import ActivationControl
-from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.sites import drift_forward, measure_traced
-from ticketcli.drift.spec import ControlSpec, DriftSpec
-from ticketcli.init import init_weights
 from ticketcli.models.build import build_model
+from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
 from ticketcli.models.sites import Trace
-from ticketcli.specs import DataSpec, InitSpec
+from ticketcli.settings.drift_options import build_drift_spec
+from ticketcli.specs.drift import ControlSpec, DriftSpec
+from ticketcli.specs.run import DataSpec, InitSpec
 
 GPT = "gpt-nano:l2-d16-h2-c8-v12"
 GRAD_KEYS = ("grad_mean", "grad_outer", "grad_cov", "grad_pos_preact")
@@ -253,7 +253,7 @@ def test_drift_series_do_not_depend_on_the_chunk(monkeypatch, control):
 
 
 def test_progress_is_told_every_step_and_measurements_at_logged_ones():
-    from ticketcli.resolve import data_location
+    from ticketcli.settings.resolve import data_location
 
     settings = {"dataset": "digits", "model": "mlp:64-16-10", "steps": 5, "log_every": 2, "batch_size": 32}
     spec = build_drift_spec({**settings, "probe_size": 40, "seeds": "0,1"}, data_location(None, False))

@@ -10,8 +10,8 @@ import re
 import pytest
 import typer
 
-from ticketcli.cli import app
-from ticketcli.exits import click_line
+from ticketcli.cli.app import app
+from ticketcli.cli.exits import click_line
 
 GROUP = typer.main.get_command(app)
 COMMANDS = GROUP.commands  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.runs.evaluate import EvaluateResult, StoredMetrics, evaluation_gate
 from ticketcli.runs.parts import SplitMetrics
 from ticketcli.ticketfile import ticket as ticket_io

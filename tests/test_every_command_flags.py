@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 
 runner = CliRunner()
 DATA = ["--dataset", "digits", "--n-extract", "200", "--n-val", "100"]

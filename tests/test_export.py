@@ -15,12 +15,12 @@ from safetensors.torch import load_file
 from test_models import user_module, write_user_module  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
-from ticketcli.export import STATE_FORMATS, export_ticket
+from ticketcli.cli.app import app
+from ticketcli.export.run import STATE_FORMATS, export_ticket
 from ticketcli.models.registry import parse_model
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import extract as runs_extract
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()

@@ -12,7 +12,7 @@ import sys
 from helpers import require_fashion
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 
 
 def test_extract_then_evaluate_on_fashion_mnist(tmp_path):

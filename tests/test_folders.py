@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
-from ticketcli.contract import schema_of
+from ticketcli.cli.app import app
+from ticketcli.contract.schema import schema_of
 from ticketcli.runs.inspect import inspect_ticket
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra

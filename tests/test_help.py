@@ -10,9 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ticketcli import catalog
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.settings.setting import Panel
+from ticketcli.specs import catalog
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "200"}  # one option per line: assertions on text do not depend on wrapping

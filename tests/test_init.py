@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from ticketcli.init import INIT_SCHEMES, init_weights
 from ticketcli.models.build import build_model
+from ticketcli.models.init import INIT_SCHEMES, init_weights
 from ticketcli.models.registry import parse_model
 from ticketcli.seeding import derive_seed, fingerprint, generator
-from ticketcli.specs import MODULE_INIT, InitSpec
+from ticketcli.specs.run import MODULE_INIT, InitSpec
 
 SCHEMES = [s for s in INIT_SCHEMES.names() if s != MODULE_INIT]  # the drawn ones (module: test_init_module.py)
 SPECS = ["mlp:20-16-8", "mlp:20-16-8+bias"]

@@ -13,9 +13,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.runs.build import open_ticket
-from ticketcli.specs import FACTORY_SEED, DataSpec, ModelPolicy
+from ticketcli.specs.run import FACTORY_SEED, DataSpec, ModelPolicy
 from ticketcli.ticketfile import ticket as ticket_io
 
 FACTORY = """

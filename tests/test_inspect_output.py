@@ -12,7 +12,7 @@ from helpers import flags_for
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.report.tables import method_text, readable
 from ticketcli.ticketfile import ticket as ticket_io
 

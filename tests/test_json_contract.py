@@ -15,8 +15,8 @@ import typer.main
 from helpers import flags_for
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
-from ticketcli.contract import SCHEMAS, SPARSITY_KEYS, schema_of
+from ticketcli.cli.app import app
+from ticketcli.contract.schema import SCHEMAS, SPARSITY_KEYS, schema_of
 from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSummary
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
@@ -259,18 +259,18 @@ def test_every_computing_command_reports_the_threads_it_ran_with(docs):
 
 def test_every_document_has_one_typed_result():
     """Each command's --json document is made by exactly one Result subclass (result.Result), none by a dict."""
-    import ticketcli.catalog
     import ticketcli.drift.result
-    import ticketcli.export
+    import ticketcli.export.run
     import ticketcli.runs.compare
     import ticketcli.runs.evaluate
     import ticketcli.runs.evaluate_folder
     import ticketcli.runs.folder
     import ticketcli.runs.inspect
     import ticketcli.runs.summary
+    import ticketcli.specs.catalog
     import ticketcli.sweep.result
-    import ticketcli.weak  # noqa: F401  (the modules that define the result classes)
-    from ticketcli.result import Result
+    import ticketcli.weak.run  # noqa: F401  (the modules that define the result classes)
+    from ticketcli.contract.result import Result
 
     def subclasses(cls: type) -> list[type]:
         return [c for s in cls.__subclasses__() for c in (s, *subclasses(s))]

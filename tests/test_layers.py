@@ -12,68 +12,34 @@ from pathlib import Path
 PACKAGE = "ticketcli"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
-# Bottom to top. An entry names a module, or a package and everything in it ("ticketcli.methods"). A module may import
-# from its own layer or any layer below, never above; within a layer the imports must not form a cycle.
+# Bottom to top, by package: an entry names a package and everything in it ("ticketcli.methods"), or one of the few
+# modules at the top of the package. A module may import from its own layer or any layer below, never above; within
+# a layer the imports must not form a cycle. Each package's __init__ docstring says its job and what it may import.
 LAYERS: list[list[str]] = [
-    # leaves: the standard library, torch and each other only; the spec dataclasses and their syntax
+    # foundations, torch-free: the exception family, the registry idiom, seeds, the specs and the --json contract
     [
         "ticketcli.version",
-        "ticketcli.machine",
         "ticketcli.errors",
         "ticketcli.registry",
-        "ticketcli.ranges",
-        "ticketcli.bounded",
-        "ticketcli.atomic",
         "ticketcli.seeding",
-        "ticketcli.spec_syntax",
-        "ticketcli.specs",
-        "ticketcli.weak_spec",
-        "ticketcli.world",
-        "ticketcli.threads",
-        "ticketcli.catalog",
-        "ticketcli.settings",  # every option declared once: its default (a spec field), range, help, readers
-        "ticketcli.contract",
-        "ticketcli.result",  # the base of the commands' typed results
-        "ticketcli.cost",  # what a built-in model costs, from its spec alone
-        "ticketcli.budget",
-        "ticketcli.drift.sums",
-        "ticketcli.drift.spec",  # torch-free: drift's specs and defaults, read by the command line for --help
+        "ticketcli.contract",  # schema names, JSON Schemas, the typed results' base
+        "ticketcli.specs",  # frozen specs, every default, the model spec syntax
+        "ticketcli.files",  # atomic writes, bounded reads, checkpoint files
     ],
-    # core: networks, weights, data, masks, training, the ticket file; they take specs, never flags
-    [
-        "ticketcli.batchnorm",
-        "ticketcli.models",  # the models package: the networks, MaskedNet, MODELS (models/__init__.py)
-        "ticketcli.init",
-        "ticketcli.cifar",
-        "ticketcli.data",
-        "ticketcli.data_memory",
-        "ticketcli.drift.text",
-        "ticketcli.masking",
-        "ticketcli.distributed",
-        "ticketcli.pool",
-        "ticketcli.train",
-        "ticketcli.interrupts",
-        "ticketcli.ticketfile",  # the ticket file: metadata, the safetensors container, the Ticket
-        "ticketcli.checkpoint",
-    ],
+    ["ticketcli.runtime"],  # torchrun, threads, the CPU kind, worker pools, signals
+    # the building blocks: networks and their costs, datasets
+    ["ticketcli.models", "ticketcli.data"],
+    # masks, training and the ticket file: they take specs, never flags
+    ["ticketcli.masking", "ticketcli.train", "ticketcli.ticketfile"],
     ["ticketcli.selection"],  # scores -> masks: which entries compete, the exact top-k and its warm search
     ["ticketcli.methods"],  # one module per method family, behind one registry
-    # workflows: what a command does, from specs to results
-    [
-        "ticketcli.runs.inspect",  # numpy only: `ticket inspect` never imports torch
-        "ticketcli.runs",  # extract and evaluate: build, extract, evaluate, record, checks, inputs (runs/__init__.py)
-        "ticketcli.weak",
-        "ticketcli.sweep",  # the sweep-k package: plan, execute, records, outputs, summary, run (sweep/__init__.py)
-        "ticketcli.drift",  # the drift package: its modules below the views and options (drift/__init__.py)
-        "ticketcli.export_onnx",  # export --format onnx, below export (which calls it)
-        "ticketcli.export",
-    ],
-    # presentation: tables, JSON, plots; experiment trackers (--log-to)
-    ["ticketcli.report", "ticketcli.drift.views", "ticketcli.track"],
-    ["ticketcli.resolve", "ticketcli.drift.options"],  # flags, config files and defaults -> validated specs
+    ["ticketcli.settings"],  # every option declared once, and flags, config files and defaults -> validated specs
+    # workflows: what a command does, from specs to a typed result
+    ["ticketcli.runs", "ticketcli.weak", "ticketcli.export", "ticketcli.sweep", "ticketcli.drift"],
+    ["ticketcli.report", "ticketcli.track"],  # presentation: tables, JSON, plots; experiment trackers (--log-to)
     # the Python API (`import ticketcli as tc`): the package's public names, over the same specs and workflows
-    ["ticketcli.api", "ticketcli"],  # the api package: ticket, extract, data, masks, listing (api/__init__.py)
-    ["ticketcli.exits", "ticketcli.cli", "ticketcli.entry", "ticketcli.__main__"],  # the command line
+    ["ticketcli.api", "ticketcli"],
+    ["ticketcli.cli", "ticketcli.__main__"],  # the command line
 ]
 
 
@@ -205,16 +171,16 @@ def test_the_analyser_sees_function_level_and_relative_imports(tmp_path):
     pkg = tmp_path / PACKAGE
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "specs.py").write_text("def f():\n    from ticketcli.cli import app\n")
+    (pkg / "specs.py").write_text("def f():\n    from ticketcli.cli.app import app\n")
     (pkg / "cli.py").write_text("app = 1\n")
     (pkg / "sub" / "__init__.py").write_text("from . import a\n")
     (pkg / "sub" / "a.py").write_text("from ..sub import b\n")
     (pkg / "sub" / "b.py").write_text("from . import a\n")
     graph = import_graph(pkg)
-    assert graph["ticketcli.specs"] == {"ticketcli.cli"}
+    assert graph["ticketcli.specs.run"] == {"ticketcli.cli.app"}
     assert cycles(graph) == [["ticketcli.sub.a", "ticketcli.sub.b"]]
-    layers = [["ticketcli.specs", "ticketcli.sub"], ["ticketcli.cli"]]
-    assert upward_imports(graph, layers) == [("ticketcli.specs", "ticketcli.cli")]
+    layers = [["ticketcli.specs.run", "ticketcli.sub"], ["ticketcli.cli.app"]]
+    assert upward_imports(graph, layers) == [("ticketcli.specs.run", "ticketcli.cli.app")]
 
 
 def main(root: Path) -> None:

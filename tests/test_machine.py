@@ -11,9 +11,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from ticketcli import machine
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.errors import TicketFileError
+from ticketcli.runtime import machine
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.version import __version__
 

@@ -10,16 +10,16 @@ from dataclasses import fields
 import pytest
 from helpers import for_method
 
-from ticketcli import distributed
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS, ExtractResult, Method
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs.evaluate import evaluate_ticket
 from ticketcli.runs.extract import extract_ticket
+from ticketcli.runtime import distributed
 from ticketcli.selection.exact import keep_count, topk_mask
 from ticketcli.selection.groups import param_densities
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.run import METHOD_OPTIONS
-from ticketcli.specs import DataSpec, MethodSpec
+from ticketcli.specs.run import DataSpec, MethodSpec
 from ticketcli.ticketfile.ticket import load
 
 CONTRACT = list(Method.__annotations__)  # the class attributes every method sets

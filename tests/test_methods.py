@@ -12,8 +12,8 @@ from ticketcli.methods import METHODS, ExtractResult
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.models.masked import MaskedNet
-from ticketcli.resolve import check_method_options
 from ticketcli.selection.exact import keep_count
+from ticketcli.settings.resolve import check_method_options
 from ticketcli.train import evaluate
 
 

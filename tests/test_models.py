@@ -13,18 +13,18 @@ import torch
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.init import RELU_GAIN, init_weights
 from ticketcli.models.build import build_model
+from ticketcli.models.init import RELU_GAIN, init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.seeding import fingerprint
-from ticketcli.spec_syntax import TEXT_ARCHS
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs.syntax import TEXT_ARCHS
 from ticketcli.ticketfile import ticket as ticket_io
 
 # One tiny example per registered model, sized by the digits data (1x8x8, 10 classes) where left open.

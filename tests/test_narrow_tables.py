@@ -14,7 +14,7 @@ import pytest
 from rich.table import Table
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.report.console import LiteralConsole
 
 runner = CliRunner()

@@ -8,7 +8,7 @@ import typer.main
 from safetensors import safe_open
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.settings.run import EXTRACT_DEFAULTS
 from ticketcli.settings.setting import option_flag
 

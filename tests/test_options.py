@@ -15,16 +15,16 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs.evaluate import evaluate_ticket
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.runs.inspect import inspect_ticket
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.run import EXTRACT_DEFAULTS, METHOD_OPTIONS
 from ticketcli.settings.setting import option_flag
-from ticketcli.specs import DataSpec
+from ticketcli.specs.run import DataSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 # A valid value other than the default for every method option (test_values_cover_every_option keeps it whole).

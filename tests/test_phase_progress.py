@@ -20,15 +20,16 @@ from rich.progress import Progress
 from safetensors import safe_open
 from typer.testing import CliRunner
 
-from ticketcli import batchnorm, train
-from ticketcli.cli import app
-from ticketcli.export import export_ticket
+from ticketcli import train
+from ticketcli.cli.app import app
+from ticketcli.export.run import export_ticket
+from ticketcli.models import batchnorm
 from ticketcli.models.registry import parse_model
 from ticketcli.report import plain as report_plain
 from ticketcli.report import progress as report_progress
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, RunSpec
 
 BN = "mlp:64-16-10+norm=batch"
 N_EXTRACT = 1200  # 3 recalibration chunks of batchnorm.CALIBRATION_BATCH = 500
@@ -239,7 +240,7 @@ def test_heartbeat_after_the_epochs_names_the_phase_and_its_eta(clock, capsys):
 def test_quiet_and_other_ranks_get_no_callback(monkeypatch):
     with report_progress.working("evaluate", quiet=True, lines=True) as chunks:
         assert chunks is None
-    monkeypatch.setattr("ticketcli.world.quiet_rank", lambda: True)
+    monkeypatch.setattr("ticketcli.runtime.world.quiet_rank", lambda: True)
     with report_progress.working("evaluate", quiet=False, lines=True) as chunks:
         assert chunks is None
 

@@ -13,10 +13,9 @@ from matplotlib.figure import Figure
 from test_sweep_output import full_record
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
-from ticketcli.drift import views as drift_views
+from ticketcli.cli.app import app
 from ticketcli.drift.result import DriftResult
-from ticketcli.report import plots
+from ticketcli.report import drift_views, plots
 from ticketcli.sweep.result import SweepResult, SweepSettings
 
 runner = CliRunner()

@@ -19,7 +19,7 @@ from helpers import flags_for
 from test_cli import one_line_error
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import MODELS
 
@@ -310,7 +310,7 @@ def fresh_process(twice, tmp_path_factory) -> dict[str, dict]:
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     script = (
         "import contextlib, io, json, sys, ticketcli\n"
-        "from ticketcli.cli import app\n"
+        "from ticketcli.cli.app import app\n"
         "res = {'module': ticketcli.__file__}\n"
         "for p in sys.argv[1:]:\n"
         "    buf = io.StringIO()\n"

@@ -10,15 +10,15 @@ import torch
 from helpers import for_method, make_net, quick_method
 from typer.testing import CliRunner
 
-from ticketcli.checkpoint import checkpoint_path
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.errors import RunFailed, UsageError
+from ticketcli.files.checkpoint import checkpoint_path
 from ticketcli.methods import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, init_scores, train_scores
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.selection.groups import scope_groups
 from ticketcli.selection.scored import Selection
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 
 SETTINGS = {
     "dataset": "digits",

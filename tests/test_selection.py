@@ -13,7 +13,7 @@ from ticketcli.errors import UsageError
 from ticketcli.selection.exact import keep_count
 from ticketcli.selection.groups import Group, scope_groups, select, select_group
 from ticketcli.selection.warm import TopKSelector
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.run import MethodSpec
 
 NET = "mlp:64-32-32-10"  # three layers, one masked parameter each
 

@@ -17,20 +17,20 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from ticketcli.catalog import ListResult
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
-from ticketcli.ranges import FLOAT
 from ticketcli.report.tables import list_table
-from ticketcli.resolve import check_keywords, check_method_options, checked, merge_settings, spec_fields
 from ticketcli.settings.drift import DRIFT, FEATURES
+from ticketcli.settings.ranges import FLOAT
+from ticketcli.settings.resolve import check_keywords, check_method_options, checked, merge_settings, spec_fields
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.settings.sweep import OWN, SWEEP
 from ticketcli.settings.weak import WEAK
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.catalog import ListResult
+from ticketcli.specs.run import MethodSpec
 
 runner = CliRunner()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 
 REPO = Path(__file__).resolve().parent.parent
 # Runs `python -m ticketcli ARGS` in this child, then says on the last stderr line which heavy modules it imported.
@@ -88,7 +88,7 @@ def test_tab_completion_does_not_import_torch():
     """What the shell runs on every <TAB> (`ticket extract --method a<TAB>`) answers from the catalog."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "_TICKET_COMPLETE": "complete_bash"}
     env |= {"COMP_WORDS": "ticket extract --method a", "COMP_CWORD": "3"}
-    code = "import sys; from ticketcli.cli import app\n"
+    code = "import sys; from ticketcli.cli.app import app\n"
     code += "try: app(prog_name='ticket')\nfinally: print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     *proposed, torch_loaded = done.stdout.split()
@@ -117,7 +117,7 @@ def test_the_runner_sees_torch_when_a_command_computes(files):
 
 
 def test_import_ticketcli_alone_is_torch_free():
-    code = "import sys, ticketcli, ticketcli.cli, ticketcli.catalog; print('torch' in sys.modules)"
+    code = "import sys, ticketcli, ticketcli.cli.app, ticketcli.specs.catalog; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True)
     assert out.stdout.decode().strip() == "False", out.stderr.decode()[-2000:]
 

@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli import QUICK, invoke
 
-from ticketcli.contract import SCHEMAS, schema_of
-from ticketcli.drift import views as drift_views
+from ticketcli.contract.schema import SCHEMAS, schema_of
 from ticketcli.drift.relufy import run_relufy
 from ticketcli.drift.result import (
     DriftControlResult,
@@ -24,18 +23,19 @@ from ticketcli.drift.result import (
     named_layers,
 )
 from ticketcli.drift.run import run_drift, summarise
-from ticketcli.drift.spec import ControlSpec, DriftSpec, RelufySpec
 from ticketcli.drift.tradeoff import plan as tradeoff_plan
 from ticketcli.drift.tradeoff import run_tradeoff
 from ticketcli.models.registry import parse_model
+from ticketcli.report import drift_views
 from ticketcli.report.plots import drift_figure, sweep_figure
 from ticketcli.report.study_tables import drift_tables, sweep_table, weak_table
-from ticketcli.resolve import build_extract_spec, data_location, merge_settings
-from ticketcli.specs import DataSpec
+from ticketcli.settings.resolve import build_extract_spec, data_location, merge_settings
+from ticketcli.specs.drift import ControlSpec, DriftSpec, RelufySpec
+from ticketcli.specs.run import DataSpec
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSettings, SweepSummary
 from ticketcli.sweep.run import sweep_k
-from ticketcli.weak import CurvePoint, Measured, Split, WeakResult, WeakRun, WeakSpec, train_weak
+from ticketcli.weak.run import CurvePoint, Measured, Split, WeakResult, WeakRun, WeakSpec, train_weak
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
 DATA = DataSpec(**data_location(None, False))

@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 import ticketcli
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import parse_model
-from ticketcli.resolve import build_extract_spec, merge_settings
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep import records as sweep_records
 from ticketcli.sweep import run as sweep_run

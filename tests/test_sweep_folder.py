@@ -10,8 +10,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
-from ticketcli.contract import SWEEP_RUN_RECORD, schema_of
+from ticketcli.cli.app import app
+from ticketcli.contract.schema import SWEEP_RUN_RECORD, schema_of
 
 runner = CliRunner()
 SMALL = [

@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ticketcli.atomic import write_owned
-from ticketcli.cli import app
+from ticketcli.cli.app import app
+from ticketcli.files.atomic import write_owned
 from ticketcli.report.console import pct
 from ticketcli.report.plots import sweep_figure
 from ticketcli.report.study_tables import NO_SPREAD, sweep_table

@@ -12,12 +12,12 @@ import torch
 from typer.testing import CliRunner
 
 import ticketcli as tc
-from ticketcli import export
-from ticketcli import threads as torch_threads
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.drift import run as drift_run
 from ticketcli.errors import UsageError
+from ticketcli.export import run as export
 from ticketcli.runs import extract as runs_extract
+from ticketcli.runtime import threads as torch_threads
 
 runner = CliRunner()
 TINY = ["--dataset", "digits", "--model", "mlp:64-16-10", "--n-extract", "200", "--n-val", "100"]

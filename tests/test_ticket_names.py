@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import ticketcli as tc
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.errors import UsageError
 from ticketcli.ticketfile import ticket as ticket_io
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.errors import UsageError
 from ticketcli.settings.track import LOG_TO, parse_destination
 from ticketcli.track import base as track
@@ -388,7 +388,7 @@ def test_tensorboard_serves_the_logged_series(extracted):
 
 
 def test_help_imports_no_tracker():
-    code = "import sys\nfrom ticketcli.cli import app\ntry: app(['extract', '--help'], prog_name='ticket')\n"
+    code = "import sys\nfrom ticketcli.cli.app import app\ntry: app(['extract', '--help'], prog_name='ticket')\n"
     code += "except SystemExit: pass\n"
     code += "print('loaded', sorted(m for m in ('torch', 'mlflow', 'tensorboard') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

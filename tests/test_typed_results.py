@@ -15,18 +15,18 @@ from helpers import for_method
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ticketcli import catalog
-from ticketcli.contract import SCHEMAS, layer_list, schema_of
-from ticketcli.export import ExportResult, export_ticket
+from ticketcli.contract.result import Result
+from ticketcli.contract.schema import SCHEMAS, layer_list, schema_of
+from ticketcli.export.run import ExportResult, export_ticket
 from ticketcli.report import tables
-from ticketcli.resolve import build_extract_spec, merge_settings
-from ticketcli.result import Result
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import inspect as runs_inspect
 from ticketcli.runs.parts import layer_counts
 from ticketcli.runs.summary import ExtractionResult
-from ticketcli.specs import DataSpec
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
+from ticketcli.specs import catalog
+from ticketcli.specs.run import DataSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra

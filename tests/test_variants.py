@@ -15,8 +15,8 @@ from ticketcli.masking import masked_weight
 from ticketcli.methods import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
-from ticketcli.resolve import check_method_options
 from ticketcli.selection.exact import joint_topk_masks, keep_count
+from ticketcli.settings.resolve import check_method_options
 
 
 def kept(masks) -> int:
@@ -236,7 +236,7 @@ def test_global_and_layer_densities_exclude_each_other(digits):
 def test_cli_records_variants_and_reports_aux_share(tmp_path, isolated_env):
     from typer.testing import CliRunner
 
-    from ticketcli.cli import app
+    from ticketcli.cli.app import app
     from ticketcli.ticketfile import ticket as ticket_io
 
     out = tmp_path / "t.safetensors"

@@ -13,17 +13,17 @@ from safetensors.torch import load_file, save_file
 from test_cli import QUICK, invoke, one_line_error
 
 from ticketcli.errors import RunFailed
-from ticketcli.init import init_weights
 from ticketcli.models.build import build_model
+from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
-from ticketcli.resolve import data_location
 from ticketcli.runs import build as runs_build
 from ticketcli.seeding import file_sha256
-from ticketcli.specs import DataSpec, InitSpec
+from ticketcli.settings.resolve import data_location
+from ticketcli.specs.run import DataSpec, InitSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import evaluate
-from ticketcli.weak import WeakSpec, check_sparsity, train_run, train_weak
+from ticketcli.weak.run import WeakSpec, check_sparsity, train_run, train_weak
 
 MODEL = QUICK[QUICK.index("--model") + 1]
 TRAIN = ["--epochs", "3", "--batch-size", "128", "--quiet"]

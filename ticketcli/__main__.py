@@ -1,6 +1,6 @@
 """`python -m ticketcli` runs the `ticket` command line (start-up signals handled first, see entry.py)."""
 
-from ticketcli.entry import main
+from ticketcli.cli.entry import main
 
 if __name__ == "__main__":
     main()

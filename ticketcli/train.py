@@ -18,14 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ticketcli import distributed
-from ticketcli.batchnorm import ChunkProgress
-from ticketcli.data import Splits
+from ticketcli.data.datasets import Splits
 from ticketcli.errors import RunFailed, UsageError
+from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
-from ticketcli.specs import MethodSpec
-from ticketcli.specs import WeightOptim as WeightOptim  # re-exported: WeightTrainer's optimiser spec
-from ticketcli.weak_spec import WeakSpec
+from ticketcli.runtime import distributed
+from ticketcli.specs.run import MethodSpec
+from ticketcli.specs.run import WeightOptim as WeightOptim  # re-exported: WeightTrainer's optimiser spec
+from ticketcli.specs.weak import WeakSpec
 
 EVAL_CHUNK = 2048  # fixed, so that extraction and `ticket evaluate` run bit-identical arithmetic
 

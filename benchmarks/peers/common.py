@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ticketcli.data import Splits, load_splits
+from ticketcli.data.datasets import Splits, load_splits
 from ticketcli.methods.saliency import minibatches
 from ticketcli.models.masked import MaskedNet
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs.build import build_net, run_budget
 from ticketcli.seeding import generator
-from ticketcli.specs import RunSpec
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
+from ticketcli.specs.run import RunSpec
 from ticketcli.train import evaluate
 
 Masks = dict[str, torch.Tensor]

@@ -26,10 +26,10 @@ from pathlib import Path
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ticketcli.cli import app
+from ticketcli.cli.app import app
 from ticketcli.errors import TicketFileError
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import extract as runs_extract
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.safetensors_file import DTYPE_BYTES
 

@@ -65,7 +65,7 @@ QUICK_SWEEP = [
 
 def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Run:
     """`ticket ARGS` in this process, with its Python allocations traced."""
-    from ticketcli.cli import app
+    from ticketcli.cli.app import app
 
     runner = CliRunner()
     tracemalloc.start()

@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ticketcli as tc
-from ticketcli import cost
-from ticketcli.budget import Budget
 from ticketcli.errors import TicketCliError, UsageError
+from ticketcli.models import cost
+from ticketcli.models.budget import Budget
 from ticketcli.models.build import build_model, planned_shapes
 from ticketcli.models.registry import MODELS, parse_model
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import extract as runs_extract
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 
 QUICK = ["--dataset", "digits", "--n-extract", "64", "--n-val", "32", "--epochs", "1", "--quiet"]
 SMALL_VIT = "vit:p4-d8-l1-h2@1x8x8-10"  # 976 parameters

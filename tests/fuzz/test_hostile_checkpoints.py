@@ -20,12 +20,12 @@ import torch
 from hostile import assert_clean, cli, snapshot
 from typer.testing import CliRunner
 
-from ticketcli.checkpoint import Checkpointer
-from ticketcli.cli import app
+from ticketcli.cli.app import app
+from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods import METHODS
 from ticketcli.models.build import build_model
 from ticketcli.models.registry import parse_model
-from ticketcli.resolve import method_reads
+from ticketcli.settings.resolve import method_reads
 from ticketcli.ticketfile import ticket as ticket_io
 
 MODEL = "mlp:64-13-10"

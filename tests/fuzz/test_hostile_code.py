@@ -21,8 +21,8 @@ import pytest
 from harness import run_ok
 from hostile import assert_clean, child, cli, snapshot
 
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.runs import extract as runs_extract
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.ticketfile import ticket as ticket_io
 
 MARKER_SOURCE = """
@@ -208,7 +208,7 @@ FOREIGN = [
     "xml.dom.minidom:parseString",
     "torch.nn:Linear",
     "torch.utils.bottleneck.__main__:main",
-    "ticketcli.cli:main",
+    "ticketcli.cli.app:main",
     "__main__:main",
     "numpy:zeros",
     "typer:run",

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from hostile import assert_clean, child, cli
 
-from ticketcli import export as export_core
-from ticketcli import weak
 from ticketcli.drift import run as drift_core
+from ticketcli.export import run as export_core
 from ticketcli.report import console
 from ticketcli.report import tables as report_tables
 from ticketcli.runs import evaluate as runs_evaluate
@@ -22,6 +21,7 @@ from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import inspect as runs_inspect
 from ticketcli.sweep import run as sweep_run
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.weak import run as weak
 
 INTERNAL = "rerun with TICKET_DEBUG=1 for the traceback"
 HOSTILE_TEXT = "[bold red]x[/oops] :smile: \x1b[2J\x1b]0;pwned\x07 \r\b\x9b31m \u202eevil"  # markup, emoji, controls

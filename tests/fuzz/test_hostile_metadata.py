@@ -173,7 +173,7 @@ def test_inspect_json_keeps_its_contract_whatever_the_metadata_adds(seed, tmp_pa
     the document's own), a trained entry that is no object, odd sparsity keys and out-of-range per-layer shares do
     not replace the document's keys or leave its schema (ticket.inspect/1)."""
     jsonschema = pytest.importorskip("jsonschema")
-    from ticketcli.contract import schema_of
+    from ticketcli.contract.schema import schema_of
 
     meta = split(seed)[0]["__metadata__"]
     metrics = {**json.loads(meta["metrics"]), "ticket": "forged", "layers": 3, "trained": 5, "other": [1]}

@@ -18,10 +18,10 @@ import pytest
 from hostile import QUICK_SWEEP as SWEEP
 from hostile import REPO, assert_clean, cli, snapshot
 
-from ticketcli import atomic
-from ticketcli.atomic import Owned, write_owned
-from ticketcli.checkpoint import Checkpointer
 from ticketcli.errors import UsageError
+from ticketcli.files import atomic
+from ticketcli.files.atomic import Owned, write_owned
+from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.runs import extract as runs_extract
 from ticketcli.sweep import outputs as sweep_outputs
 

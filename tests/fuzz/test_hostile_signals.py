@@ -11,7 +11,7 @@ import signal
 import pytest
 from hostile import REPO, assert_clean, child, cli, snapshot
 
-from ticketcli import export as export_core
+from ticketcli.export import run as export_core
 from ticketcli.report import tables as report_tables
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import inspect as runs_inspect
@@ -115,12 +115,12 @@ def test_a_signal_outside_any_command_handler_is_one_line(sig, tmp_path, monkeyp
 
 
 # Start-up is fast now that the CLI imports torch late, so the child's start-up is made slow on purpose: a
-# sitecustomize (imported by site before anything else) holds the import of ticketcli.cli for seconds.
+# sitecustomize (imported by site before anything else) holds the import of ticketcli.cli.app for seconds.
 SLOW_START = """
 import importlib.abc, sys, time
 class SlowCli(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "ticketcli.cli":
+        if name == "ticketcli.cli.app":
             time.sleep(10)
         return None
 sys.meta_path.insert(0, SlowCli())
@@ -165,7 +165,7 @@ runs_inspect.inspect_ticket = inspect_ticket
 console.error = error
 atexit.register(send, second)
 sys.argv = ["ticket", "inspect", sys.argv[3]]
-from ticketcli.entry import main
+from ticketcli.cli.entry import main
 main()
 """
 

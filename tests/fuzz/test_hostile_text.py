@@ -18,7 +18,7 @@ from hostile import assert_clean, child, cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ticketcli.drift.text import MAX_TEXT_BYTES, MAX_VOCAB
+from ticketcli.data.text import MAX_TEXT_BYTES, MAX_VOCAB
 from ticketcli.report.console import literal
 
 GPT = "gpt-nano:l1-d16-h2-c8"
@@ -77,7 +77,7 @@ def test_dev_zero_is_not_read_forever():
 
 
 def test_missing_fortunes_say_how_to_get_them(tmp_path, monkeypatch):
-    monkeypatch.setattr("ticketcli.drift.text.FORTUNES_SYSTEM_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setattr("ticketcli.data.text.FORTUNES_SYSTEM_DIR", str(tmp_path / "nowhere"))
     run = cli("drift", "--model", GPT, "--data-dir", str(tmp_path), "--steps", "1", "--quiet")
     assert_clean(run, 2, contains="fortunes files")
     assert "apt-get install fortunes" in run.stderr

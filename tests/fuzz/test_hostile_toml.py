@@ -15,8 +15,8 @@ import pytest
 from hostile import assert_clean, cli, snapshot
 
 from ticketcli.errors import UsageError
-from ticketcli.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.registry import RANGES
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.run import EXTRACT_DEFAULTS
 from ticketcli.settings.setting import option_flag
 

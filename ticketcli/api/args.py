@@ -9,8 +9,8 @@ from pathlib import Path
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.resolve import data_location
-from ticketcli.specs import DataSpec
+from ticketcli.settings.resolve import data_location
+from ticketcli.specs.run import DataSpec
 
 
 def optional_path(p: str | Path | None, what: str = "path") -> str | None:

@@ -18,11 +18,12 @@ from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import parse_model
 from ticketcli.report import progress as report_progress
-from ticketcli.resolve import build_extract_spec, check_keywords, merge_settings
 from ticketcli.runs import extract as runs_extract
+from ticketcli.runtime.threads import using
+from ticketcli.settings.registry import check_threads
+from ticketcli.settings.resolve import build_extract_spec, check_keywords, merge_settings
 from ticketcli.settings.run import RUN
-from ticketcli.specs import ModelSpec
-from ticketcli.threads import check_threads, using
+from ticketcli.specs.run import ModelSpec
 
 Progress = Callable[
     [dict[str, Any]], None

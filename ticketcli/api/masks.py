@@ -18,9 +18,9 @@ import torch
 from torch import nn
 from torch.nn.utils import prune
 
-from ticketcli.bounded import read_regular_file
-from ticketcli.checkpoint import first_sentence, read_torch_file
 from ticketcli.errors import UsageError
+from ticketcli.files.bounded import read_regular_file
+from ticketcli.files.checkpoint import first_sentence, read_torch_file
 from ticketcli.models.masked import masked_names
 from ticketcli.seeding import fingerprint
 

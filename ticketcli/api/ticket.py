@@ -12,22 +12,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from ticketcli import export
 from ticketcli.api import data as api_data
 from ticketcli.api.args import check_module_arg, data_spec, optional_path, path_arg
 from ticketcli.api.masks import TicketMasks, apply_masks, check_module, masked
-from ticketcli.checkpoint import saved_at
-from ticketcli.data import Splits
-from ticketcli.data_memory import IN_MEMORY
+from ticketcli.data.datasets import Splits
+from ticketcli.data.memory import IN_MEMORY
 from ticketcli.errors import UsageError
+from ticketcli.export import run as export
+from ticketcli.files.checkpoint import saved_at
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
-from ticketcli.resolve import build_model_policy
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import inputs as runs_inputs
-from ticketcli.specs import ModelPolicy
-from ticketcli.threads import check_threads, using
+from ticketcli.runtime.threads import using
+from ticketcli.settings.registry import check_threads
+from ticketcli.settings.resolve import build_model_policy
+from ticketcli.specs.run import ModelPolicy
 from ticketcli.ticketfile import ticket as ticket_io
 
 UNSAVED = Path("<unsaved ticket>")  # how messages name a ticket that extract() returned and nobody saved yet

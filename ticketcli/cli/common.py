@@ -9,10 +9,10 @@ from typing import Any
 
 import typer
 
-from ticketcli import exits
+from ticketcli.cli import exits
 from ticketcli.errors import TicketCliError
 from ticketcli.report import console
-from ticketcli.specs import DataSpec, ModelPolicy
+from ticketcli.specs.run import DataSpec, ModelPolicy
 
 
 @contextmanager
@@ -42,7 +42,7 @@ def warn_low_space(needs: dict[Path, int]) -> None:
     """Before the work: warn once per folder whose file system has less free space than the outputs written
     there will take (bytes per output path, estimated); a full or read-only target is refused by
     atomic.check_destination."""
-    from ticketcli.atomic import probe_writable, space_shortfall
+    from ticketcli.files.atomic import probe_writable, space_shortfall
 
     folders: dict[Path, int] = {}
     for path, need in needs.items():
@@ -57,8 +57,8 @@ def warn_low_space(needs: dict[Path, int]) -> None:
 
 def model_size(model: object) -> int:
     """Parameters of a built-in model, worked out from its spec alone (cost.estimate); 0 for a user's."""
-    from ticketcli import cost
-    from ticketcli.specs import ModelSpec
+    from ticketcli.models import cost
+    from ticketcli.specs.run import ModelSpec
 
     est = cost.estimate(model) if isinstance(model, ModelSpec) and model.arch != "user" else None
     return 0 if est is None else est.params
@@ -75,7 +75,7 @@ def warn_precision(precision: str, device: str) -> None:
 def reader_inputs(r: dict[str, Any]) -> tuple[ModelPolicy, DataSpec]:
     """What a command that rebuilds a ticket needs from its reader settings (settings/reader.py, as
     given_settings returns them): which model code it may import, and where the ticket's dataset is found."""
-    from ticketcli.resolve import build_model_policy, data_location  # torch (the registries), as above
+    from ticketcli.settings.resolve import build_model_policy, data_location  # torch (the registries), as above
 
     policy = build_model_policy(
         trust_model_code=bool(r["trust_model_code"]),

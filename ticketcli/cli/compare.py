@@ -10,8 +10,8 @@ import typer
 
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.options import Json, Quiet
-from ticketcli.interrupts import stop_on_signals
 from ticketcli.report import console
+from ticketcli.runtime.interrupts import stop_on_signals
 
 
 def compare(

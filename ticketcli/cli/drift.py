@@ -10,7 +10,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.drift_features import (
@@ -21,9 +20,10 @@ from ticketcli.cli.options import (
     Quiet,
 )
 from ticketcli.errors import UsageError
-from ticketcli.interrupts import stop_on_signals
+from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
+from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.settings.drift import DRIFT, FEATURES
 from ticketcli.settings.reader import DRIFT_READER
 from ticketcli.settings.setting import Panel
@@ -59,12 +59,13 @@ def drift(
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
     # torch: imported when the command runs, not for --help
-    from ticketcli.drift import options as drift_options
     from ticketcli.drift import run as drift_run
-    from ticketcli.drift import views as drift_views
-    from ticketcli.drift.options import build_drift_spec
-    from ticketcli.resolve import build_model_policy, data_location
-    from ticketcli.threads import check_threads, using
+    from ticketcli.report import drift_views
+    from ticketcli.runtime.threads import using
+    from ticketcli.settings import drift_options
+    from ticketcli.settings.drift_options import build_drift_spec
+    from ticketcli.settings.registry import check_threads
+    from ticketcli.settings.resolve import build_model_policy, data_location
     from ticketcli.track import base as track
     from ticketcli.track import feed as track_feed
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ticketcli.drift.spec import Features
 from ticketcli.report import progress as report_progress
+from ticketcli.specs.drift import Features
 
 if TYPE_CHECKING:
     from ticketcli.drift.result import DriftResult, TradeoffResult
@@ -27,11 +27,11 @@ def run_features(
     """Run the validated feature with `threads` torch threads (None: torch's own; --tradeoff: per worker, default
     1); its result's class says which document, tables and plot it has (drift.views.show, .figure)."""
     # torch: imported when the command runs, not for --help
-    from ticketcli.data import DATASETS
+    from ticketcli.data.datasets import DATASETS
     from ticketcli.drift import relufy as relufy_core
     from ticketcli.drift import run as drift_run
-    from ticketcli.drift.options import build_drift_spec
-    from ticketcli.threads import per_worker, using
+    from ticketcli.runtime.threads import per_worker, using
+    from ticketcli.settings.drift_options import build_drift_spec
 
     if features.targets is not None:
         each = per_worker(features.workers, threads)
@@ -57,7 +57,7 @@ def _tradeoff(
     features: Features, settings: dict[str, Any], location: dict[str, Any], position: Any, *, quiet: bool, threads: int
 ) -> TradeoffResult:
     from ticketcli.drift import tradeoff as drift_tradeoff
-    from ticketcli.drift.options import build_drift_spec
+    from ticketcli.settings.drift_options import build_drift_spec
 
     assert features.control is not None and features.targets is not None
     specs = [build_drift_spec({**settings, "model": m}, location) for m in features.models]

@@ -13,10 +13,10 @@ from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unver
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import Json, Quiet
 from ticketcli.errors import GateFailed, UsageError
-from ticketcli.interrupts import stop_on_signals
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.report import tables as report_tables
+from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.settings.reader import READER
 from ticketcli.settings.setting import Panel
 
@@ -24,7 +24,7 @@ from ticketcli.settings.setting import Panel
 def warn_not_reproduced(path: Path) -> None:
     """Say that a CPU ticket did not reproduce exactly here, naming what differs between the machine and torch build
     it records and this one (README: Determinism)."""
-    from ticketcli import machine
+    from ticketcli.runtime import machine
     from ticketcli.ticketfile import ticket as ticket_io
 
     differ = machine.differences(ticket_io.scan(path).ticket.created_by, machine.record())
@@ -71,7 +71,8 @@ def evaluate(
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy. For a folder of
     tickets: one row each and a summary; exit 1 when any ticket fails the gate or cannot be evaluated."""
     r = given_settings(READER, given)
-    from ticketcli.threads import check_threads, using
+    from ticketcli.runtime.threads import using
+    from ticketcli.settings.registry import check_threads
     from ticketcli.ticketfile import ticket as ticket_io  # numpy: not needed for --help
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
@@ -127,7 +128,7 @@ def evaluate_many(
     """`ticket evaluate DIR`: every ticket evaluated and gated, one progress bar over them, a table (or one JSON
     document) of them all; exit 1 when any failed the gate or could not be evaluated."""
     from ticketcli.runs import folder as runs_folder
-    from ticketcli.threads import using
+    from ticketcli.runtime.threads import using
 
     paths = runs_folder.ticket_paths(tickets)  # no ticket at all: one line, exit 2, before torch is imported
     from ticketcli.runs import evaluate_folder as runs_folder_eval  # torch

@@ -16,10 +16,10 @@ from ticketcli.cli.options import (
     Quiet,
     TicketFile,
 )
-from ticketcli.interrupts import stop_on_signals
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.report import tables as report_tables
+from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.settings.reader import EXPORT_READER
 from ticketcli.settings.setting import Panel
 
@@ -59,8 +59,9 @@ def export(
     model. BatchNorm statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need
     their data)."""
     r = given_settings(EXPORT_READER, given)
-    from ticketcli import export as export_core  # torch: imported when the command runs, not for --help
-    from ticketcli.threads import check_threads, using
+    from ticketcli.export import run as export_core  # torch: imported when the command runs, not for --help
+    from ticketcli.runtime.threads import using
+    from ticketcli.settings.registry import check_threads
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
         n_threads = check_threads(r["threads"])

@@ -12,14 +12,15 @@ from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_spac
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import Json, Quiet, RendezvousTimeout
 from ticketcli.errors import UsageError
-from ticketcli.interrupts import stop_on_signals
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.report import tables as report_tables
+from ticketcli.runtime.interrupts import stop_on_signals
+from ticketcli.runtime.world import check_rendezvous_timeout
+from ticketcli.settings.registry import check_threads
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel
 from ticketcli.settings.track import TRACK
-from ticketcli.world import check_rendezvous_timeout
 
 
 @declared(RUN, TRACK)
@@ -76,14 +77,14 @@ def extract(
 ) -> None:
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
     # torch comes in with these: imported here, when the command runs, so that --help and errors stay fast
-    from ticketcli import distributed
-    from ticketcli import threads as torch_threads
-    from ticketcli.checkpoint import checkpoint_path
-    from ticketcli.checkpoint import describe as describe_checkpoint
+    from ticketcli.files.checkpoint import checkpoint_path
+    from ticketcli.files.checkpoint import describe as describe_checkpoint
     from ticketcli.methods import METHODS
-    from ticketcli.resolve import build_extract_spec, merge_settings
     from ticketcli.runs import extract as runs_extract
     from ticketcli.runs import inputs as runs_inputs
+    from ticketcli.runtime import distributed
+    from ticketcli.runtime import threads as torch_threads
+    from ticketcli.settings.resolve import build_extract_spec, merge_settings
     from ticketcli.track import base as track
     from ticketcli.track import feed as track_feed
 
@@ -116,7 +117,7 @@ def extract(
             report_progress.working(
                 spec.method.name, quiet=quiet or not world.main or METHODS.get(spec.method.name).uses_epochs
             ) as chunks,
-            torch_threads.using(torch_threads.check_threads(settings["threads"])) as used,
+            torch_threads.using(check_threads(settings["threads"])) as used,
             track.tracked(trackers if world.main else (), lambda: track_feed.extract_info(spec), console.warn) as log,
         ):
             warn_precision(spec.method.precision, spec.device)

@@ -11,9 +11,9 @@ import typer
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.options import Json, Quiet
 from ticketcli.errors import GateFailed, UsageError
-from ticketcli.interrupts import stop_on_signals
 from ticketcli.report import console
 from ticketcli.report import tables as report_tables
+from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.settings.setting import Panel
 
 

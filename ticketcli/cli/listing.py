@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ticketcli import catalog
-from ticketcli.catalog import ListResult
 from ticketcli.cli.declared import choices
 from ticketcli.cli.options import Json, Quiet
 from ticketcli.report import console
 from ticketcli.report.tables import list_table
 from ticketcli.settings.run import RUN
+from ticketcli.specs import catalog
+from ticketcli.specs.catalog import ListResult
 
 if TYPE_CHECKING:
     Kind = str

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S
 from ticketcli.settings.setting import Panel
-from ticketcli.world import RENDEZVOUS_TIMEOUT_S
 
 Json = Annotated[
     bool,

@@ -10,17 +10,17 @@ from typing import Annotated, Any, Literal, Optional, cast
 
 import typer
 
-from ticketcli.atomic import check_destination, write_owned
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import Json, Quiet
 from ticketcli.errors import UsageError
-from ticketcli.interrupts import stop_on_signals
+from ticketcli.files.atomic import check_destination, write_owned
 from ticketcli.report import console
 from ticketcli.report import plots as report_plots
 from ticketcli.report import progress as report_progress
 from ticketcli.report import study_tables as report_study_tables
-from ticketcli.settings.registry import check_setting
+from ticketcli.runtime.interrupts import stop_on_signals
+from ticketcli.settings.registry import check_setting, check_threads
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel
 from ticketcli.settings.sweep import OWN, SWEEP
@@ -69,7 +69,7 @@ def sweep_k(
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
     # torch: imported when the command runs, not for --help
-    from ticketcli.resolve import build_extract_spec, load_config, merge_settings
+    from ticketcli.settings.resolve import build_extract_spec, load_config, merge_settings
     from ticketcli.sweep import outputs as sweep_outputs
     from ticketcli.sweep.plan import build_plan, double_scoring_methods
     from ticketcli.sweep.result import SweepSettings
@@ -178,8 +178,8 @@ def sweep_options(
 ) -> tuple[list[int], tuple[float, float], tuple[float, ...], int]:
     """Validate sweep-k's own options: seeds, band, density pool, worker and thread counts; returns the seeds, the
     band, the pool and each run's torch threads (POOL_THREADS unless given)."""
-    from ticketcli import threads as torch_threads
-    from ticketcli.resolve import parse_floats
+    from ticketcli.runtime import threads as torch_threads
+    from ticketcli.settings.resolve import parse_floats
     from ticketcli.sweep.plan import PAPER_DENSITIES
 
     try:
@@ -201,7 +201,7 @@ def sweep_options(
     if not all(0 < d <= 1 for d in pool):
         raise UsageError(f"--densities must lie in (0, 1], got {densities!r}")
     layerwise, workers = (check_setting(k, v) for k, v in (("layerwise", layerwise), ("workers", workers)))
-    given = torch_threads.check_threads(threads)
+    given = check_threads(threads)
     if executor == "local":
         each = torch_threads.per_worker(workers, given)
     else:  # Ray places each run on a node with that many free CPUs (num_cpus)

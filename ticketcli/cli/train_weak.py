@@ -8,7 +8,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ticketcli.atomic import check_destination, write_atomic
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_precision, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import (
@@ -17,16 +16,17 @@ from ticketcli.cli.options import (
     RendezvousTimeout,
     TicketFile,
 )
-from ticketcli.interrupts import stop_on_signals
+from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.report import console
 from ticketcli.report import plots as report_plots
 from ticketcli.report import progress as report_progress
 from ticketcli.report import study_tables as report_study_tables
+from ticketcli.runtime.interrupts import stop_on_signals
+from ticketcli.runtime.world import check_rendezvous_timeout, quiet_rank
 from ticketcli.settings.reader import READER
 from ticketcli.settings.setting import Panel
 from ticketcli.settings.track import TRACK_FLAG
 from ticketcli.settings.weak import WEAK
-from ticketcli.world import check_rendezvous_timeout, quiet_rank
 
 
 @declared(WEAK, READER, TRACK_FLAG)
@@ -66,12 +66,14 @@ def train_weak(
 ) -> None:
     """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
     r = given_settings(READER, given)
-    from ticketcli import distributed, weak  # torch: imported when the command runs, not for --help
-    from ticketcli.resolve import build_weak_spec
     from ticketcli.runs import inputs as runs_inputs
-    from ticketcli.threads import check_threads, using
+    from ticketcli.runtime import distributed
+    from ticketcli.runtime.threads import using
+    from ticketcli.settings.registry import check_threads
+    from ticketcli.settings.resolve import build_weak_spec
     from ticketcli.track import base as track
     from ticketcli.track import feed as track_feed
+    from ticketcli.weak import run as weak  # torch: imported when the command runs, not for --help
 
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ticketcli.drift.spec import EXACT_ZEROS
 from ticketcli.registry import Registry
+from ticketcli.specs.drift import EXACT_ZEROS
 from ticketcli.train import Loss
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ticketcli.drift.spec import ControlSpec
+from ticketcli.specs.drift import ControlSpec
 
 Act = Callable[[torch.Tensor], torch.Tensor]
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from ticketcli.data import DATASETS, load_splits
-from ticketcli.drift.spec import DriftSpec
-from ticketcli.drift.text import Corpus, split_blocks
+from ticketcli.data.datasets import DATASETS, load_splits
+from ticketcli.data.text import Corpus, split_blocks
 from ticketcli.errors import UsageError
 from ticketcli.runs import inputs as runs_inputs
 from ticketcli.seeding import generator
-from ticketcli.specs import DataSpec, ModelSpec
+from ticketcli.specs.drift import DriftSpec
+from ticketcli.specs.run import DataSpec, ModelSpec
 
 
 class _Epochs:

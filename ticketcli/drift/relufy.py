@@ -20,11 +20,11 @@ import torch
 from ticketcli.drift.inputs import Inputs
 from ticketcli.drift.result import DriftRelufyResult
 from ticketcli.drift.run import drift_one, run_drift
-from ticketcli.drift.spec import DriftSpec, RelufySpec
 from ticketcli.errors import UsageError
 from ticketcli.methods import Progress
 from ticketcli.models.masked import MaskedNet
-from ticketcli.specs import ModelPolicy
+from ticketcli.specs.drift import DriftSpec, RelufySpec
+from ticketcli.specs.run import ModelPolicy
 
 
 def fine_tune_steps(n_examples: int, batch_size: int, epochs: int) -> int:

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ticketcli.drift.spec import DriftSpec
-from ticketcli.result import Result
+from ticketcli.contract.result import Result
+from ticketcli.specs.drift import DriftSpec
 
 JsonObject = dict[str, Any]  # a record as its module built it, plain JSON
 

@@ -16,8 +16,8 @@ import torch
 
 from ticketcli.drift.result import TradeoffModel, TradeoffResult
 from ticketcli.drift.run import run_drift
-from ticketcli.drift.spec import ControlSpec, DriftSpec
-from ticketcli.pool import run_pool
+from ticketcli.runtime.pool import run_pool
+from ticketcli.specs.drift import ControlSpec, DriftSpec
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ from typing import Any, ClassVar, Literal, TypedDict
 
 import torch
 
-from ticketcli.checkpoint import Checkpointer
-from ticketcli.data import Splits
+from ticketcli.data.datasets import Splits
+from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, Scope, scope_groups
 from ticketcli.settings.run import RUN
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.run import MethodSpec
 
 # Called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"} (and "round", "rounds").
 Progress = Callable[[dict[str, Any]], None]

@@ -7,14 +7,14 @@ from typing import Any
 
 import torch
 
-from ticketcli.checkpoint import Checkpointer
-from ticketcli.data import Splits
+from ticketcli.data.datasets import Splits
+from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import Details, ExtractResult, Masks, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.methods.scores import ScoreMethod, score_params
 from ticketcli.models.masked import MaskedNet
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.run import MethodSpec
 
 
 @METHODS.register("iterated")

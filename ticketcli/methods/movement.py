@@ -13,14 +13,14 @@ from collections.abc import Callable
 
 import torch
 
-from ticketcli.checkpoint import Checkpointer
-from ticketcli.data import Splits
+from ticketcli.data.datasets import Splits
+from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Masks, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.sparse import _SparseTraining, epoch_reporter, weight_optim
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, select
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.run import MethodSpec
 from ticketcli.train import WeightTrainer, train_on_extract
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from ticketcli.checkpoint import Checkpointer
-from ticketcli.data import Splits
+from ticketcli.data.datasets import Splits
+from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Masks, Method, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, select
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.run import MethodSpec
 
 
 def random_masks(net: MaskedNet, groups: list[Group], generator: torch.Generator, device: torch.device) -> Masks:

@@ -12,14 +12,14 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from ticketcli import batchnorm
-from ticketcli.checkpoint import Checkpointer
-from ticketcli.data import Splits
+from ticketcli.data.datasets import Splits
+from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Method, Progress, dense_masks
 from ticketcli.methods.registry import METHODS
+from ticketcli.models import batchnorm
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import power_schedule, restricted, select
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.run import MethodSpec
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
 Params = dict[str, torch.Tensor]

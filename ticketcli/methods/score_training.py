@@ -14,15 +14,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from ticketcli import distributed
-from ticketcli.checkpoint import Checkpointer
-from ticketcli.data import Splits
+from ticketcli.data.datasets import Splits
 from ticketcli.errors import RunFailed
+from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.masking import MaskedWeights
 from ticketcli.methods.base import Progress
 from ticketcli.models.masked import MaskedNet, fan_in, layer_of
+from ticketcli.runtime import distributed
 from ticketcli.selection.scored import Selection
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.run import MethodSpec
 from ticketcli.train import precision_context
 
 SCORE_INIT = {

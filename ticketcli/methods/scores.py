@@ -12,15 +12,15 @@ from typing import ClassVar
 
 import torch
 
-from ticketcli.checkpoint import Checkpointer
-from ticketcli.data import Splits
+from ticketcli.data.datasets import Splits
+from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import Details, ExtractResult, Method, Progress
 from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Scope, scope_groups
 from ticketcli.selection.scored import Selection
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.run import MethodSpec
 
 
 def augmented_density(spec: MethodSpec) -> float:

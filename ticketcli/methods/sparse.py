@@ -13,15 +13,15 @@ from typing import Any, ClassVar
 
 import torch
 
-from ticketcli.checkpoint import Checkpointer
-from ticketcli.data import Splits
+from ticketcli.data.datasets import Splits
 from ticketcli.errors import UsageError
+from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Masks, Method, Progress, dense_masks
 from ticketcli.methods.random import random_masks
 from ticketcli.methods.registry import METHODS
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, power_schedule, restricted, select, select_group
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.run import MethodSpec
 from ticketcli.train import WeightOptim, WeightTrainer, train_on_extract
 
 

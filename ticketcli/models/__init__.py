@@ -15,6 +15,6 @@ To add a model: write its family module with a builder, register the builder in 
 catalog.py and cost.py; ARCHITECTURE.md, "Adding a model").
 
 What it may import: torch, the foundations (ticketcli.errors, specs, spec_syntax, registry, cost, budget) and
-ticketcli.batchnorm; nothing above the building blocks (tests/test_layers.py). This file imports nothing:
+ticketcli.models.batchnorm; nothing above the building blocks (tests/test_layers.py). This file imports nothing:
 import the module that defines a name.
 """

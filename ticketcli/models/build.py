@@ -8,12 +8,12 @@ import copy
 import torch
 from torch import nn
 
-from ticketcli import budget
 from ticketcli.errors import UsageError
+from ticketcli.models import budget
 from ticketcli.models.masked import masked_names
 from ticketcli.models.registry import MODELS
 from ticketcli.models.user import build_user_model
-from ticketcli.specs import ModelSpec
+from ticketcli.specs.run import ModelSpec
 
 
 def build_model(spec: ModelSpec) -> nn.Module:

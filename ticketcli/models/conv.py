@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.specs import ModelSpec
+from ticketcli.specs.run import ModelSpec
 
 
 class ConvNet(nn.Module):

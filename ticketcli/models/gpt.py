@@ -25,8 +25,8 @@ from torch import nn
 from ticketcli.errors import UsageError
 from ticketcli.models.sites import Trace, traced_linear
 from ticketcli.models.vit import Block
-from ticketcli.spec_syntax import GPT_BODY
-from ticketcli.specs import ModelSpec
+from ticketcli.specs.run import ModelSpec
+from ticketcli.specs.syntax import GPT_BODY
 
 
 def sincos_1d(n: int, dim: int) -> torch.Tensor:

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from ticketcli import batchnorm
-from ticketcli.specs import ModelSpec
+from ticketcli.models import batchnorm
+from ticketcli.specs.run import ModelSpec
 
 MASKABLE = (nn.Linear, nn.Conv2d)
 

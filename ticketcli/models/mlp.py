@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.specs import ModelSpec
+from ticketcli.specs.run import ModelSpec
 
 # mlp "+norm=...": normalisation without learned parameters (edge-popup's non-affine convention, batchnorm.py)
 NORMS: dict[str, Callable[[int], nn.Module]] = {

@@ -12,8 +12,8 @@ from torch import nn
 from ticketcli.errors import UsageError
 from ticketcli.models import conv, gpt, mlp, resnet, vit
 from ticketcli.registry import Registry
-from ticketcli.spec_syntax import BUILTIN_SPEC, FACTORY_SPEC, SPEC_HINT, spec_text
-from ticketcli.specs import ModelSpec
+from ticketcli.specs.run import ModelSpec
+from ticketcli.specs.syntax import BUILTIN_SPEC, FACTORY_SPEC, SPEC_HINT, spec_text
 
 MODELS: Registry[Callable[[ModelSpec], nn.Module]] = Registry("model")
 

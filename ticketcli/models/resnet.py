@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.models.sites import ActSite, Trace, traced_conv, traced_linear
-from ticketcli.specs import ModelSpec
+from ticketcli.specs.run import ModelSpec
 
 
 def _bn(channels: int) -> nn.BatchNorm2d:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.specs import FACTORY_SEED
+from ticketcli.specs.run import FACTORY_SEED
 
 # not the user's code: torch and its companions, ticket itself and the libraries it runs on, and tools that open
 # an interpreter, a debugger or an installer when called (besides the standard library, sys.stdlib_module_names)

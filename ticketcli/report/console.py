@@ -248,7 +248,7 @@ def internal_error(e: BaseException, *, traceback_shown: bool = False) -> None:
 
 def warn(message: str) -> None:
     """One line on stderr (only from rank 0 under torchrun: every rank would say the same)."""
-    from ticketcli.world import quiet_rank  # torch-free (distributed.py imports torch)
+    from ticketcli.runtime.world import quiet_rank  # torch-free (distributed.py imports torch)
 
     if not quiet_rank():
         write_stderr(one_line(f"warning: {message}"))

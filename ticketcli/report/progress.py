@@ -33,7 +33,7 @@ def working(label: str, *, quiet: bool, lines: bool = False) -> Iterator[ChunkPr
     a phase's chunk (elapsed, ETA) once PLAIN_EVERY_S passed since the last line, and its last chunk if it showed
     one (PlainProgress.chunk); on a terminal, a bar row for the phases, from the first one on. Nothing when quiet,
     or in a torchrun worker but rank 0."""
-    from ticketcli.world import quiet_rank  # torch-free
+    from ticketcli.runtime.world import quiet_rank  # torch-free
 
     if quiet or quiet_rank():
         yield None

@@ -14,14 +14,14 @@ from rich.table import Table
 from ticketcli.report.console import literal, method_name, pct, results, stdout
 
 if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's table must not import torch
-    from ticketcli.catalog import ListResult
-    from ticketcli.export import ExportResult
+    from ticketcli.export.run import ExportResult
     from ticketcli.runs.evaluate import EvaluateResult
     from ticketcli.runs.evaluate_folder import EvaluateFolderResult
     from ticketcli.runs.folder import InspectFolderResult
     from ticketcli.runs.inspect import InspectResult
     from ticketcli.runs.parts import LayerCount
     from ticketcli.runs.summary import ExtractionResult
+    from ticketcli.specs.catalog import ListResult
 
 
 def extract_table(s: ExtractionResult) -> None:

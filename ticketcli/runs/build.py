@@ -11,18 +11,18 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ticketcli.budget import Budget
-from ticketcli.data import DATASETS, Splits, load_splits
-from ticketcli.data_memory import IN_MEMORY
+from ticketcli.data.datasets import DATASETS, Splits, load_splits
+from ticketcli.data.memory import IN_MEMORY
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.init import INIT_SCHEMES, init_weights
+from ticketcli.models.budget import Budget
 from ticketcli.models.build import build_model, check_param_count, frozen_copy, planned_shapes
+from ticketcli.models.init import INIT_SCHEMES, init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
 from ticketcli.runs import checks as runs_checks
 from ticketcli.runs.inputs import check_input_shape, load_checkpoint, resolve_device
 from ticketcli.seeding import fingerprint
-from ticketcli.specs import MODULE_INIT, DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs.run import MODULE_INIT, DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 

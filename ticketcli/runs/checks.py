@@ -7,14 +7,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ticketcli import batchnorm, cost
-from ticketcli.budget import Budget
-from ticketcli.checkpoint import recorded_locations
 from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.files.checkpoint import recorded_locations
+from ticketcli.models import batchnorm, cost
+from ticketcli.models.budget import Budget
 from ticketcli.models.build import check_param_count, planned_shapes
 from ticketcli.models.masked import MaskedNet
 from ticketcli.seeding import file_sha256
-from ticketcli.specs import ModelSpec
+from ticketcli.specs.run import ModelSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 

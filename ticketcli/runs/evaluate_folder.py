@@ -8,13 +8,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
+from ticketcli.contract.result import Result
 from ticketcli.errors import Interrupted, TicketCliError
-from ticketcli.result import Result
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs.evaluate import EvaluateResult
 from ticketcli.runs.folder import failures_line, ticket_paths
 from ticketcli.runs.parts import JsonObject
-from ticketcli.specs import DataSpec, ModelPolicy
+from ticketcli.specs.run import DataSpec, ModelPolicy
 from ticketcli.ticketfile import ticket as ticket_io
 
 

@@ -13,22 +13,22 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ticketcli import distributed
-from ticketcli.atomic import check_destination
-from ticketcli.batchnorm import ChunkProgress
-from ticketcli.checkpoint import Checkpointer, checkpoint_path, saved_at
-from ticketcli.data import Splits, load_splits
+from ticketcli.data.datasets import Splits, load_splits
 from ticketcli.errors import UsageError
+from ticketcli.files.atomic import check_destination
+from ticketcli.files.checkpoint import Checkpointer, checkpoint_path, saved_at
 from ticketcli.methods import Progress
 from ticketcli.methods.base import Details
+from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import inputs as runs_inputs
 from ticketcli.runs import record as runs_record
 from ticketcli.runs import summary as runs_summary
 from ticketcli.runs.build import run_budget
 from ticketcli.runs.inputs import check_input_shape, resolve_device
+from ticketcli.runtime import distributed
 from ticketcli.seeding import file_sha256, generator
-from ticketcli.specs import RunSpec
+from ticketcli.specs.run import RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ticketcli.contract.result import Result
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.result import Result
 from ticketcli.runs.parts import JsonObject
 from ticketcli.ticketfile import ticket as ticket_io
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import torch
 
-from ticketcli import distributed
-from ticketcli.checkpoint import read_torch_file
-from ticketcli.data import DATASETS, Splits
+from ticketcli.data.datasets import DATASETS, Splits
 from ticketcli.errors import UsageError
+from ticketcli.files.checkpoint import read_torch_file
 from ticketcli.methods import METHODS, Method
 from ticketcli.models.masked import MaskedNet
-from ticketcli.specs import ModelSpec
+from ticketcli.runtime import distributed
+from ticketcli.specs.run import ModelSpec
 
 
 def load_checkpoint(path: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ticketcli.contract import SPARSITY_KEYS, run_metrics_fields
-from ticketcli.result import Result
+from ticketcli.contract.result import Result
+from ticketcli.contract.schema import SPARSITY_KEYS, run_metrics_fields
 from ticketcli.runs.parts import JsonObject
 from ticketcli.ticketfile import ticket as ticket_io
 

@@ -7,17 +7,18 @@ from typing import Any
 
 import torch
 
-from ticketcli import batchnorm, distributed, machine
-from ticketcli.batchnorm import ChunkProgress
-from ticketcli.data import Splits
+from ticketcli.data.datasets import Splits
 from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS
 from ticketcli.methods.base import Details, ExtractResult
+from ticketcli.models import batchnorm
+from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inspect import recorded_aux_share
 from ticketcli.runs.parts import JsonObject
+from ticketcli.runtime import distributed, machine
 from ticketcli.seeding import fingerprint
-from ticketcli.specs import ModelSpec, RunSpec
+from ticketcli.specs.run import ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import evaluate
 from ticketcli.version import __version__

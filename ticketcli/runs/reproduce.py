@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ticketcli import catalog
 from ticketcli.errors import UsageError
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Setting
-from ticketcli.specs import MODULE_INIT
+from ticketcli.specs import catalog
+from ticketcli.specs.run import MODULE_INIT
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.version import __version__
 

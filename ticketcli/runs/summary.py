@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ticketcli.contract.result import Result
 from ticketcli.methods.base import Details
-from ticketcli.result import Result
 from ticketcli.runs.parts import JsonObject, LayerCount, SplitMetrics, layer_counts
-from ticketcli.specs import RunSpec
+from ticketcli.specs.run import RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 

@@ -12,7 +12,7 @@ Modules, bottom to top:
 - groups.py: the front end: Scope and Group, scope_groups, select_group, and select for one-shot scores.
 - scored.py: Selection, score training's front end (ranking, augmented parts, active entries, the warm state).
 
-What it may import: torch, numpy, the foundations (ticketcli.errors, ticketcli.specs) and ticketcli.models (the
+What it may import: torch, numpy, the foundations (ticketcli.errors, ticketcli.specs.run) and ticketcli.models (the
 masked network's parameter names, sizes and layers). Never the methods or anything above them: methods import
 from here. This file imports nothing: import the module that defines a name.
 """

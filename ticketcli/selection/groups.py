@@ -20,7 +20,7 @@ from ticketcli.errors import UsageError
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.exact import joint_topk_masks, keep_count
 from ticketcli.selection.warm import TopKSelector
-from ticketcli.specs import MethodSpec
+from ticketcli.specs.run import MethodSpec
 
 # How a method thresholds when neither --global-topk nor --layer-densities says otherwise: one top-k over all
 # parameters ("global", the baselines, Appendix B) or one per parameter ("layer").

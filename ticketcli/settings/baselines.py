@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ticketcli import catalog
-from ticketcli.ranges import CHOICE, FLOAT, INT
+from ticketcli.settings.ranges import CHOICE, FLOAT, INT
 from ticketcli.settings.setting import Panel, Setting
-from ticketcli.specs import MethodSpec
+from ticketcli.specs import catalog
+from ticketcli.specs.run import MethodSpec
 
 SALIENCY = ("grasp", "snip")  # gradients summed over minibatches
 SPARSE = ("rigl", "set")  # prune and regrow

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ticketcli import catalog
-from ticketcli.drift.spec import (
+from ticketcli.settings.ranges import FLOAT, INT, TEXT
+from ticketcli.settings.run import BATCH, LR, RUN, SEED
+from ticketcli.settings.setting import Panel, Setting, Table
+from ticketcli.specs import catalog
+from ticketcli.specs.drift import (
     CONTROL_MODES,
     DEFAULT_TEXT_MODEL,
     INPUTS,
@@ -18,9 +21,6 @@ from ticketcli.drift.spec import (
     Features,
     RelufySpec,
 )
-from ticketcli.ranges import FLOAT, INT, TEXT
-from ticketcli.settings.run import BATCH, LR, RUN, SEED
-from ticketcli.settings.setting import Panel, Setting, Table
 
 T, MEASURE, DATA, MODEL = Panel.TRAINING, Panel.MEASURE, Panel.DATA, Panel.MODEL
 STEPS = INT(1, 10_000_000)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ticketcli.ranges import TEXT
+from ticketcli.settings.ranges import TEXT
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table
 

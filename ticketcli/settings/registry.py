@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ticketcli.ranges import Range
 from ticketcli.settings.drift import DRIFT
+from ticketcli.settings.ranges import Range
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table, option_flag
 from ticketcli.settings.sweep import OWN
@@ -31,3 +31,8 @@ RANGES: dict[str, Range] = ranges(RUN, WEAK, DRIFT, OWN)
 def check_setting(key: str, value: Any, what: str | None = None) -> Any:
     """`value` checked against RANGES[key] and normalised; `what` names it in the error (default: its flag)."""
     return RANGES[key].check(value, what or option_flag(key))
+
+
+def check_threads(value: object, what: str = "--threads") -> int | None:
+    """--threads as given (None: not given), checked: a whole number from 1 to 4096 (specs.RANGES)."""
+    return None if value is None else int(check_setting("threads", value, what))

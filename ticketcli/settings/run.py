@@ -10,11 +10,11 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from ticketcli import catalog
-from ticketcli.ranges import BOOL, CHOICE, FLOAT, INT, NUMBERS, SIZE, TEXT
 from ticketcli.settings.baselines import BASELINES, SALIENCY, method_setting
+from ticketcli.settings.ranges import BOOL, CHOICE, FLOAT, INT, NUMBERS, SIZE, TEXT
 from ticketcli.settings.setting import Panel, Setting, Table
-from ticketcli.specs import DataSpec, InitSpec, MethodSpec, ModelSpec, RunSpec
+from ticketcli.specs import catalog
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelSpec, RunSpec
 
 # The method families, by the settings they read
 SCORES = ("augmented", "edge-popup", "iterated")  # score training (Adam on the scores at --lr)

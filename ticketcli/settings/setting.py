@@ -8,10 +8,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ticketcli import catalog
-from ticketcli.catalog import ListItem
-from ticketcli.ranges import Range
-from ticketcli.specs import field_default
+from ticketcli.settings.ranges import Range
+from ticketcli.specs import catalog
+from ticketcli.specs.catalog import ListItem
+from ticketcli.specs.run import field_default
 
 
 class Panel:

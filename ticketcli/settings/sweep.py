@@ -4,10 +4,10 @@ runs fixed methods, so no help names the methods that read an option), and its o
 
 from __future__ import annotations
 
-from ticketcli import catalog
-from ticketcli.ranges import INT
+from ticketcli.settings.ranges import INT
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table, show
+from ticketcli.specs import catalog
 
 SHARED: tuple[str, ...] = ("sparsity", "model", "bias", "init", "init_k", "dataset", "data_dir", "download")
 SHARED += ("n_extract", "n_val", "epochs", "lr", "batch_size", "device", "max_params", "max_memory")

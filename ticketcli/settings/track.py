@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ticketcli.errors import UsageError
-from ticketcli.ranges import MAX_TEXT, Range, show
+from ticketcli.settings.ranges import MAX_TEXT, Range, show
 from ticketcli.settings.setting import Panel, Setting, Table
 
 KINDS = ("tensorboard", "mlflow")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ticketcli.settings.run import BATCH, EPOCHS, LR, RUN
 from ticketcli.settings.setting import Panel, Setting, Table
-from ticketcli.weak_spec import WeakSpec
+from ticketcli.specs.weak import WeakSpec
 
 WEAK = Table(
     Setting("epochs", "Weight-training epochs (Appendix B).", Panel.TRAINING, int, EPOCHS, (WeakSpec, "epochs")),

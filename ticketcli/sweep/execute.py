@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from ticketcli.errors import RunFailed, TicketCliError, UsageError
-from ticketcli.pool import run_pool
 from ticketcli.runs import extract as runs_extract
+from ticketcli.runtime.pool import run_pool
 from ticketcli.sweep.plan import SweepTask
 
 

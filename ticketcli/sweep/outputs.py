@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ticketcli.atomic import Owned, check_destination, write_atomic
-from ticketcli.bounded import read_regular_file
 from ticketcli.errors import UsageError
+from ticketcli.files.atomic import Owned, check_destination, write_atomic
+from ticketcli.files.bounded import read_regular_file
 from ticketcli.seeding import file_sha256
 from ticketcli.ticketfile.meta import strict_json
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-from ticketcli.atomic import write_owned
-from ticketcli.contract import SWEEP_RUN_RECORD
+from ticketcli.contract.schema import SWEEP_RUN_RECORD
 from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.files.atomic import write_owned
 from ticketcli.models.build import planned_shapes
 from ticketcli.runs import build as runs_build
 from ticketcli.seeding import file_sha256
-from ticketcli.specs import RunSpec
+from ticketcli.specs.run import RunSpec
 from ticketcli.sweep.outputs import Note, read_json
 from ticketcli.sweep.plan import SweepTask
 from ticketcli.sweep.result import SweepRecord

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ticketcli.result import Result
+from ticketcli.contract.result import Result
 from ticketcli.sweep.summary import PAPER_BAND, summarize
 
 Json = dict[str, Any]  # a part of the --json document

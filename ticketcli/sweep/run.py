@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ticketcli.atomic import check_destination
 from ticketcli.errors import UsageError
+from ticketcli.files.atomic import check_destination
 from ticketcli.sweep.execute import cost, run_local, run_ray
 from ticketcli.sweep.outputs import load_note
 from ticketcli.sweep.plan import SweepTask

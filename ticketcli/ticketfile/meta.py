@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ticketcli.errors import TicketFileError
-from ticketcli.machine import created_by_problem
-from ticketcli.spec_syntax import MAX_SPEC_CHARS
+from ticketcli.runtime.machine import created_by_problem
+from ticketcli.specs.syntax import MAX_SPEC_CHARS
 
 MAX_INT_DIGITS = 20  # 2^64 has 20 digits; json.loads itself would raise a bare ValueError past 4300
 MAX_DEPTH = 32  # nesting of a metadata value (the writer's deepest is metrics.trained.test.accuracy: 4)

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from ticketcli.atomic import write_atomic
-from ticketcli.cost import declared_params
 from ticketcli.errors import TicketFileError
-from ticketcli.specs import MAX_PARAMS
+from ticketcli.files.atomic import write_atomic
+from ticketcli.models.cost import declared_params
+from ticketcli.specs.run import MAX_PARAMS
 from ticketcli.ticketfile.meta import HEX64, check_fields, json_field
 from ticketcli.ticketfile.safetensors_file import CHUNK_BYTES, check_safetensors_name, chunks, popcount, read_header
 

@@ -13,10 +13,10 @@ import math
 import re
 from dataclasses import dataclass
 
-from ticketcli import catalog
 from ticketcli.errors import UsageError
-from ticketcli.spec_syntax import BUILTIN_SPEC, FACTORY_SPEC, GPT_BODY, VIT_BODY, spec_text
-from ticketcli.specs import ModelSpec
+from ticketcli.specs import catalog
+from ticketcli.specs.run import ModelSpec
+from ticketcli.specs.syntax import BUILTIN_SPEC, FACTORY_SPEC, GPT_BODY, VIT_BODY, spec_text
 
 FLOAT = 4  # bytes of a float32 element: weights, activations and their gradients
 HELD_BYTES_PER_PARAM = 16  # any command: the weights, their initial copy, the mask and the masked weights W * M

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from ticketcli.contract import SCHEMAS
+from ticketcli.contract.schema import SCHEMAS
 
 
 class Result(Mapping[str, Any]):

@@ -17,21 +17,21 @@ from typing import Any
 import torch
 from safetensors.torch import save as st_save
 
-from ticketcli import distributed, machine
-from ticketcli.atomic import check_destination, write_atomic
-from ticketcli.batchnorm import ChunkProgress
-from ticketcli.contract import layer_list
+from ticketcli.contract.result import Result
+from ticketcli.contract.schema import layer_list
 from ticketcli.errors import RunFailed
+from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.masking import mask_stats
-from ticketcli.result import Result
+from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.record import counted_layers
+from ticketcli.runtime import distributed, machine
 from ticketcli.seeding import file_sha256, generator
-from ticketcli.specs import DataSpec, ModelPolicy
+from ticketcli.specs.run import DataSpec, ModelPolicy
+from ticketcli.specs.weak import WeakSpec
 from ticketcli.ticketfile.safetensors_file import check_safetensors_name
 from ticketcli.train import WeightTrainer, evaluate, train_on_extract
 from ticketcli.version import __version__
-from ticketcli.weak_spec import WeakSpec
 
 WEIGHTS_FORMAT = "ticketcli-trained-weights"
 Json = dict[str, Any]  # a part of the --json document

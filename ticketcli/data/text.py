@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ticketcli.bounded import read_regular_file
-from ticketcli.drift.spec import TextSpec
 from ticketcli.errors import UsageError
+from ticketcli.files.bounded import read_regular_file
 from ticketcli.seeding import generator
+from ticketcli.specs.drift import TextSpec
 
 MAX_TEXT_BYTES = 8 << 20  # ids are int32: at most 32 MiB of them
 MAX_VOCAB = 4096  # distinct characters

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ticketcli.errors import UsageError
-from ticketcli.specs import DataSpec, InitSpec, ModelSpec, WeightOptim, field_default
+from ticketcli.specs.run import DataSpec, InitSpec, ModelSpec, WeightOptim, field_default
 
 INPUTS = ("data", "gaussian", "uniform")  # the dataset's images, N(0, 1) or U[0, 1] features with random labels
 CONTROL_MODES = ("topk", "percentile")  # --act-sparsity

@@ -30,15 +30,15 @@ import torch
 from safetensors.torch import save as st_save
 from torch import nn
 
-from ticketcli import export_onnx
-from ticketcli.atomic import check_destination, write_atomic
-from ticketcli.batchnorm import ChunkProgress
+from ticketcli.contract.result import Result
 from ticketcli.errors import UsageError
+from ticketcli.export import onnx as export_onnx
+from ticketcli.files.atomic import check_destination, write_atomic
+from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
-from ticketcli.result import Result
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import inputs as runs_inputs
-from ticketcli.specs import DataSpec, ModelPolicy
+from ticketcli.specs.run import DataSpec, ModelPolicy
 from ticketcli.ticketfile import ticket as ticket_io
 
 FORMATS = ("masked", "prune", "csr", "masks", "onnx")

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ticketcli import catalog
-from ticketcli.data import DATASETS
-from ticketcli.drift.spec import (
+from ticketcli.data.datasets import DATASETS
+from ticketcli.errors import UsageError
+from ticketcli.models.registry import parse_model
+from ticketcli.settings.drift import FEATURES
+from ticketcli.settings.registry import check_setting
+from ticketcli.specs import catalog
+from ticketcli.specs.drift import (
     CONTROL_MODES,
     DEFAULT_TEXT_MODEL,
     INPUTS,
@@ -22,12 +26,8 @@ from ticketcli.drift.spec import (
     default,
     require_drift_model,
 )
-from ticketcli.errors import UsageError
-from ticketcli.models.registry import parse_model
-from ticketcli.settings.drift import FEATURES
-from ticketcli.settings.registry import check_setting
-from ticketcli.spec_syntax import TEXT_ARCHS
-from ticketcli.specs import PAPER_HIDDEN, DataSpec, ModelSpec, WeightOptim
+from ticketcli.specs.run import PAPER_HIDDEN, DataSpec, ModelSpec, WeightOptim
+from ticketcli.specs.syntax import TEXT_ARCHS
 
 MAX_TARGETS = 100  # --tradeoff
 OPTIMIZERS = ("adam", "sgd")  # --optimizer

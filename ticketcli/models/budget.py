@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ticketcli.cost import EVAL_BATCH, Estimate, estimate
 from ticketcli.errors import UsageError
-from ticketcli.spec_syntax import MAX_BLOCKS
-from ticketcli.specs import MAX_PARAMS, ModelSpec
+from ticketcli.models.cost import EVAL_BATCH, Estimate, estimate
+from ticketcli.specs.run import MAX_PARAMS, ModelSpec
+from ticketcli.specs.syntax import MAX_BLOCKS
 
 MEMORY_SHARE = 0.5  # default --max-memory: this share of the machine's physical memory
 

@@ -23,8 +23,8 @@ from typing import Any, cast
 
 import torch
 
-from ticketcli.atomic import Owned, write_owned
 from ticketcli.errors import UsageError
+from ticketcli.files.atomic import Owned, write_owned
 
 FORMAT = "ticket-checkpoint/1"
 

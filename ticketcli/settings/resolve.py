@@ -12,23 +12,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ticketcli import budget
-from ticketcli import data as data_io
-from ticketcli.bounded import check_user_path, read_regular_file
-from ticketcli.budget import Budget, default_max_memory
-from ticketcli.data import DATASETS, DatasetInfo
+from ticketcli.data import datasets as data_io
+from ticketcli.data.datasets import DATASETS, DatasetInfo
 from ticketcli.errors import UsageError
-from ticketcli.init import INIT_SCHEMES
+from ticketcli.files.bounded import check_user_path, read_regular_file
 from ticketcli.methods import METHODS
+from ticketcli.models import budget
+from ticketcli.models.budget import Budget, default_max_memory
+from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.masked import layer_of
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.models.user import import_factory, takes_num_classes
-from ticketcli.ranges import show
+from ticketcli.settings.ranges import show
 from ticketcli.settings.registry import check_setting
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table, option_flag
 from ticketcli.settings.weak import WEAK
-from ticketcli.specs import (
+from ticketcli.specs.run import (
     MAX_PARAMS,
     MODULE_INIT,
     PAPER_HIDDEN,
@@ -39,8 +39,8 @@ from ticketcli.specs import (
     ModelSpec,
     RunSpec,
 )
+from ticketcli.specs.weak import WeakSpec
 from ticketcli.ticketfile import ticket as ticket_io
-from ticketcli.weak_spec import WeakSpec
 
 if sys.version_info >= (3, 11):
     import tomllib

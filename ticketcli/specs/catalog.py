@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
-from ticketcli.result import Result
+from ticketcli.contract.result import Result
 
 
 class DatasetEntry(NamedTuple):

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ticketcli.bounded import read_regular_file
 from ticketcli.errors import UsageError
+from ticketcli.files.bounded import read_regular_file
 
 MAX_FILE = 64 << 20  # bytes; a real batch is 30,730,000 bytes of pixels plus labels and file names
 MAX_ROWS = 10000  # images in one official batch

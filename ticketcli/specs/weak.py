@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ticketcli.specs import WeightOptim
+from ticketcli.specs.run import WeightOptim
 
 
 @dataclass(frozen=True)

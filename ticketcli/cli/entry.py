@@ -15,7 +15,7 @@ from types import FrameType
 
 def _stopping() -> bool:
     """Whether the CLI already caught a signal and is ending by it (interrupts.received, if it was imported)."""
-    interrupts = sys.modules.get("ticketcli.interrupts")
+    interrupts = sys.modules.get("ticketcli.runtime.interrupts")
     return interrupts is not None and interrupts.received() is not None
 
 
@@ -46,7 +46,7 @@ def _fast_version() -> bool:
 
 
 def main() -> None:
-    """Run `ticket` with start-up signals handled (ticketcli.cli:main stays callable on its own)."""
+    """Run `ticket` with start-up signals handled (ticketcli.cli.app:main stays callable on its own)."""
     # a signal the parent set to be ignored (SIGINT of a background job in a script) stays ignored
     previous = {
         s: signal.signal(s, _interrupted_at_start)
@@ -56,7 +56,7 @@ def main() -> None:
     try:
         if sys.argv[1:] == ["--version"] and _fast_version():
             return
-        from ticketcli.cli import main as cli_main  # typer, rich: the slow part (torch comes later, if at all)
+        from ticketcli.cli.app import main as cli_main  # typer, rich: the slow part (torch comes later, if at all)
 
         cli_main()
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ticketcli.data import Pools, Splits
+from ticketcli.data.datasets import Pools, Splits
 from ticketcli.errors import UsageError
 from ticketcli.seeding import generator
 

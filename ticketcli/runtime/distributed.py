@@ -34,10 +34,10 @@ from torch import nn
 from ticketcli.errors import RunFailed, UsageError
 
 # defined torch-free in world.py (the command line asks them before importing torch); re-exported here
-from ticketcli.world import RENDEZVOUS_TIMEOUT_S, note_joined, rendezvous_address
-from ticketcli.world import World as World
-from ticketcli.world import from_environment as from_environment
-from ticketcli.world import quiet_rank as quiet_rank
+from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S, note_joined, rendezvous_address
+from ticketcli.runtime.world import World as World
+from ticketcli.runtime.world import from_environment as from_environment
+from ticketcli.runtime.world import quiet_rank as quiet_rank
 
 if TYPE_CHECKING:  # torch.distributed re-exports Store without naming it public; its home module does
     from torch.distributed.distributed_c10d import Store

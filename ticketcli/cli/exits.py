@@ -18,10 +18,10 @@ import traceback
 import typer
 from typer import _click as click  # Typer's own (vendored) click, whose exceptions its parser raises
 
-from ticketcli.bounded import shown_path
 from ticketcli.errors import Interrupted, TicketCliError, TicketFileError, UsageError
+from ticketcli.files.bounded import shown_path
 from ticketcli.report import console
-from ticketcli.world import own_rank, quiet_rank  # not distributed.py: no torch at the edge
+from ticketcli.runtime.world import own_rank, quiet_rank  # not distributed.py: no torch at the edge
 
 EX_SOFTWARE = 70  # sysexits.h: an internal software error
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell shows for a process killed by SIGPIPE

@@ -10,7 +10,7 @@ from torch import nn
 
 from ticketcli.models.masked import fan_in, layer_of, masked_names
 from ticketcli.registry import Registry
-from ticketcli.specs import MODULE_INIT, InitSpec
+from ticketcli.specs.run import MODULE_INIT, InitSpec
 
 RELU_GAIN = math.sqrt(2.0)
 

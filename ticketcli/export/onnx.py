@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from ticketcli.data import DATASETS
+from ticketcli.data.datasets import DATASETS
 from ticketcli.errors import UsageError
 from ticketcli.models.gpt import gpt_numbers
 from ticketcli.models.masked import MaskedNet
-from ticketcli.spec_syntax import TEXT_ARCHS
+from ticketcli.specs.syntax import TEXT_ARCHS
 
 ONNX_EXTRA = "pip install 'ticketcli[onnx]'"
 ONNX_OPSET = 18  # the dynamo exporter's own default opset: every built-in model's operators are in it

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ticketcli import cifar
+from ticketcli.data import cifar
 from ticketcli.errors import UsageError
 from ticketcli.registry import Registry
 from ticketcli.seeding import generator
-from ticketcli.specs import DataSpec
+from ticketcli.specs.run import DataSpec
 
 SYSTEM_DIRS = ("/usr/share/datasets",)  # Debian's dataset-fashion-mnist installs /usr/share/datasets/fashion-mnist
 

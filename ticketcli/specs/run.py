@@ -9,8 +9,8 @@ import re
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
-from ticketcli import spec_syntax as syntax
 from ticketcli.errors import UsageError
+from ticketcli.specs import syntax
 
 PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix B)
 MAX_PARAMS = 2 * 10**9  # default --max-params: a bigger model is refused before anything is allocated

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ticketcli.errors import UsageError
-from ticketcli.settings.registry import check_setting
 
 POOL_THREADS = 1  # a pool worker's torch threads unless --threads is given: its result does not depend on --workers
 
@@ -21,11 +20,6 @@ def cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
-
-
-def check_threads(value: object, what: str = "--threads") -> int | None:
-    """--threads as given (None: not given), checked: a whole number from 1 to 4096 (specs.RANGES)."""
-    return None if value is None else int(check_setting("threads", value, what))
 
 
 def per_worker(workers: int, threads: int | None, *, flag: str = "--workers") -> int:

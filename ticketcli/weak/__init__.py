@@ -1,0 +1,4 @@
+"""`ticket train-weak`'s workflow: rewind a ticket to its init and train only its surviving weights (run.py).
+
+A workflow: imports the core (models, data, train, ticketfile, runtime, files) and runs/, never reporting, settings
+or the command line."""
