@@ -171,16 +171,35 @@ def test_the_analyser_sees_function_level_and_relative_imports(tmp_path):
     pkg = tmp_path / PACKAGE
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "specs.py").write_text("def f():\n    from ticketcli.cli.app import app\n")
+    (pkg / "specs.py").write_text("def f():\n    from ticketcli.cli import app\n")
     (pkg / "cli.py").write_text("app = 1\n")
     (pkg / "sub" / "__init__.py").write_text("from . import a\n")
     (pkg / "sub" / "a.py").write_text("from ..sub import b\n")
     (pkg / "sub" / "b.py").write_text("from . import a\n")
     graph = import_graph(pkg)
-    assert graph["ticketcli.specs.run"] == {"ticketcli.cli.app"}
+    assert graph["ticketcli.specs"] == {"ticketcli.cli"}
     assert cycles(graph) == [["ticketcli.sub.a", "ticketcli.sub.b"]]
-    layers = [["ticketcli.specs.run", "ticketcli.sub"], ["ticketcli.cli.app"]]
-    assert upward_imports(graph, layers) == [("ticketcli.specs.run", "ticketcli.cli.app")]
+    layers = [["ticketcli.specs", "ticketcli.sub"], ["ticketcli.cli"]]
+    assert upward_imports(graph, layers) == [("ticketcli.specs", "ticketcli.cli")]
+
+
+def test_the_top_holds_few_modules():
+    """The package is drawn by concern: a module at the top of ticketcli/ is either the package's entry (__init__,
+    __main__) or one of the few that every layer shares; anything else belongs in the package that names its job."""
+    top = sorted(p.stem for p in ROOT.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert len(top) <= 8, top
+
+
+def test_every_package_is_one_layer_and_says_its_job():
+    """A layer entry is a whole package (or a top module), never a module inside a package, and every package's
+    __init__ opens with a docstring that says what it holds and what it may import."""
+    packages = sorted(p.parent for p in ROOT.glob("*/__init__.py"))
+    entries = {e for layer in LAYERS for e in layer}
+    assert all(e.count(".") <= 1 for e in entries), sorted(e for e in entries if e.count(".") > 1)
+    assert not [p.name for p in packages if f"{PACKAGE}.{p.name}" not in entries]
+    for p in packages:
+        doc = ast.get_docstring(ast.parse((p / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and "import" in doc.lower(), f"{p.name}/__init__.py: say its job and what it may import"
 
 
 def main(root: Path) -> None:
