@@ -14,10 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ticketcli.contract.result import Result
+from ticketcli.contract.schema import JsonObject
 from ticketcli.sweep.summary import PAPER_BAND, summarize
-
-Json = dict[str, Any]  # a part of the --json document
-
 
 # the flat record's measurements, which the document moves to metrics.<split> and sparsity
 FLAT_MEASURES = ("requested_sparsity", "test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity")
@@ -87,7 +85,7 @@ class SweepRecord:
             }
         )
 
-    def flat(self) -> Json:
+    def flat(self) -> JsonObject:
         """Sweep's own flat shape (what summary.summarize reads)."""
         return {
             "id": self.id,
@@ -110,7 +108,7 @@ class SweepRecord:
             "ticket_sha256": self.ticket_sha256,
         }
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         """The record in the document: the flat record with extract's metrics and sparsity shapes in place of its
         flat accuracy and sparsity keys."""
         doc = {k: v for k, v in self.flat().items() if k not in FLAT_MEASURES}
@@ -136,7 +134,7 @@ class Stats:
     def of(cls, s: Mapping[str, Any]) -> Stats:
         return cls(n=s["n"], mean=s["mean"], std=s["std"], min=s["min"], max=s["max"])
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {"n": self.n, "mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
 
 
@@ -154,8 +152,8 @@ class GroupSummary:
             test=Stats.of(g["test"]), achieved_sparsity=Stats.of(g["achieved_sparsity"]), configs=g.get("configs")
         )
 
-    def to_dict(self) -> Json:
-        doc: Json = {} if self.configs is None else {"configs": self.configs}
+    def to_dict(self) -> JsonObject:
+        doc: JsonObject = {} if self.configs is None else {"configs": self.configs}
         doc["metrics"] = {"test": {"accuracy": self.test.to_dict()}}
         doc["sparsity"] = {"achieved": self.achieved_sparsity.to_dict()}
         return doc
@@ -181,7 +179,7 @@ class OraclePick:
             achieved_sparsity=p["achieved_sparsity"],
         )
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "id": self.id,
             "config": self.config,
@@ -211,7 +209,7 @@ class OracleSummary:
             seeds_without_candidate=tuple(o["seeds_without_candidate"]),
         )
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "band": None if self.band is None else list(self.band),
             "seeds_without_candidate": list(self.seeds_without_candidate),
@@ -248,7 +246,7 @@ class SweepSummary:
     def of_records(cls, records: Sequence[SweepRecord], band: tuple[float, float] = PAPER_BAND) -> SweepSummary:
         return cls.of(summarize([r.flat() for r in records], band=band))
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "seeds": list(self.seeds),
             "edge_popup": self.edge_popup.to_dict(),
@@ -277,7 +275,7 @@ class SweepSettings:
     executor: str
     out_dir: str | None
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "sparsity": self.sparsity,
             "seeds": list(self.seeds),
@@ -316,8 +314,8 @@ class SweepResult(Result):
         records = tuple(SweepRecord.of(r) for r in flat_records)
         return cls(records=records, resumed=tuple(resumed), summary=SweepSummary.of_records(records, band))
 
-    def body(self) -> Json:
-        doc: Json = {
+    def body(self) -> JsonObject:
+        doc: JsonObject = {
             "records": [r.to_dict() for r in self.records],
             "resumed": list(self.resumed),
             "summary": self.summary.to_dict(),

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save as st_save
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import layer_list
+from ticketcli.contract.schema import JsonObject, layer_list
 from ticketcli.errors import RunFailed
 from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.masking import mask_stats
@@ -34,7 +34,6 @@ from ticketcli.train import WeightTrainer, evaluate, train_on_extract
 from ticketcli.version import __version__
 
 WEIGHTS_FORMAT = "ticketcli-trained-weights"
-Json = dict[str, Any]  # a part of the --json document
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class Split:
     def of(cls, m: dict[str, Any]) -> Split:
         return cls(accuracy=m["accuracy"], loss=m["loss"], correct=m["correct"], n=m["n"])
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {"accuracy": self.accuracy, "loss": self.loss, "correct": self.correct, "n": self.n}
 
 
@@ -61,7 +60,7 @@ class Measured:
     test: Split
     val: Split
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {"test": self.test.to_dict(), "val": self.val.to_dict()}
 
 
@@ -75,7 +74,7 @@ class CurvePoint:
     val_accuracy: float
     val_loss: float
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "epoch": self.epoch,
             "metrics": {
@@ -97,7 +96,7 @@ class WeakRun:
     curve: tuple[CurvePoint, ...]
     wall_time_s: float
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "gain": self.gain,
             "wall_time_s": self.wall_time_s,
@@ -116,7 +115,7 @@ class WeightsCheck:
     masked_nonzero_after: int
     unchanged: bool
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "nonzero_after": self.nonzero_after,
             "masked_nonzero_after": self.masked_nonzero_after,
@@ -134,7 +133,7 @@ class WeakSparsity:
     achieved: float
     per_layer: dict[str, dict[str, float]]  # name -> kept, total, achieved (and a recorded aux_share)
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {"requested": self.requested, "kept": self.kept, "total": self.total, "achieved": self.achieved}
 
 
@@ -168,8 +167,8 @@ class WeakResult(Result):
     threads: int | None = None  # torch threads, as the command line ran it
     plot: str | None = None
 
-    def body(self) -> Json:
-        doc: Json = {
+    def body(self) -> JsonObject:
+        doc: JsonObject = {
             "ticket": self.ticket,
             "ticket_sha256": self.ticket_sha256,
             "method": self.method,
