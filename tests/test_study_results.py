@@ -8,9 +8,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from helpers import QUICK, invoke
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import QUICK, invoke
 
 from ticketcli.contract.schema import SCHEMAS, schema_of
 from ticketcli.drift.relufy import run_relufy
