@@ -30,6 +30,7 @@ from ticketcli.settings.run import METHOD_OPTIONS
 from ticketcli.settings.setting import option_flag
 from ticketcli.specs.run import InitSpec, MethodSpec
 from ticketcli.specs.syntax import TEXT_ARCHS
+from ticketcli.sweep.result import SweepRecord
 
 FASHION_DIRS = ("/usr/share/datasets",)
 
@@ -262,8 +263,8 @@ def write_cifar(root: Path, seed: int = 0) -> Path:
 # ---- sweep-k ----
 
 
-def full_record(r: dict) -> dict:
-    """A hand-made record with the fields the summary does not read filled in (sweep's flat shape)."""
+def full_record(r: dict) -> SweepRecord:
+    """A record from a hand-made one in sweep's flat shape, the fields the summary does not read filled in."""
     rest = {"method": {"name": r["group"]}, "requested_sparsity": 0.9, "layer_densities": None, "test_loss": 1.0}
     rest |= {"masks_sha256": "0" * 64, "device": "cpu", "threads": 1, "wall_time_s": 0.0}
-    return {**rest, "ticket": None, "ticket_sha256": None, **r}
+    return SweepRecord.of({**rest, "ticket": None, "ticket_sha256": None, **r})
