@@ -35,7 +35,8 @@ from ticketcli.specs.run import DataSpec
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSettings, SweepSummary
 from ticketcli.sweep.run import sweep_k
-from ticketcli.weak.run import CurvePoint, Measured, Split, WeakResult, WeakRun, WeakSpec, train_weak
+from ticketcli.weak.result import CurvePoint, Measured, Split, WeakResult, WeakRun
+from ticketcli.weak.run import WeakSpec, train_weak
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
 DATA = DataSpec(**data_location(None, False))
