@@ -30,11 +30,7 @@ def run_task(task: SweepTask, threads: int) -> tuple[SweepRecord, bytes]:
         torch.set_num_threads(previous)
     m = summary.metrics
     record = SweepRecord(
-        id=task.id,
-        seed=task.seed,
-        group=task.group,
-        config=task.config,
-        fixed=task.fixed,
+        **task.identity(),
         method=summary.method,
         requested_sparsity=task.spec.method.sparsity,
         layer_densities=task.spec.method.layer_densities,

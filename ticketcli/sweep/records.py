@@ -137,9 +137,8 @@ def _typed(record: Any, task: SweepTask) -> str | None:
     method = record["method"]
     if isinstance(method, dict) and not isinstance(method.get("name"), str):
         return "method is not a method record"
-    task_fields = {"id": task.id, "seed": task.seed, "group": task.group, "config": task.config, "fixed": task.fixed}
     name = method["name"] if isinstance(method, dict) else method
-    if any(record[k] != v for k, v in task_fields.items()) or name != task.spec.method.name:
+    if any(record[k] != v for k, v in task.identity().items()) or name != task.spec.method.name:
         return "it describes another run"
     return None
 
