@@ -17,8 +17,8 @@ from ticketcli.report.study_tables import sweep_table
 from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSettings
 doc = json.load(open(sys.argv[1]))  # the --json document, back as the typed result its table reads
 st = doc["settings"]
-flat = [SweepRecord.from_document(r).flat() for r in doc["records"]]
-result = SweepResult.of(flat, doc["resumed"], tuple(st["band"]))
+records = [SweepRecord.from_document(r) for r in doc["records"]]
+result = SweepResult.of(records, doc["resumed"], tuple(st["band"]))
 settings = SweepSettings(**{**st, **{k: tuple(st[k]) for k in ("seeds", "densities", "band", "double_scoring")}})
 sweep_table(replace(result, settings=settings))
 EOF

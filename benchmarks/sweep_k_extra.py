@@ -33,8 +33,8 @@ def main() -> None:
     ap.add_argument("--check", default=None, help="a task id to re-run and compare with its stored record")
     a = ap.parse_args()
     old = json.loads((a.dir / "stability.json").read_text())  # sweep-k's --json document (docs/json.md)
-    # back in sweep's flat shape, beside the new ones
-    old["records"] = [sweep_result.SweepRecord.from_document(r).flat() for r in old["records"]]
+    # back as the sweep's records, beside the new ones
+    old["records"] = [sweep_result.SweepRecord.from_document(r) for r in old["records"]]
     st = old["settings"]
     base = build_extract_spec(
         merge_settings(
@@ -60,19 +60,20 @@ def main() -> None:
     todo = [t for t in plan if t.group in groups]
     check = {}
     if a.check:
-        stored = next(r for r in old["records"] if r["id"] == a.check)
+        stored = next(r for r in old["records"] if r.id == a.check)
         again = sweep_run.run_sweep([t for t in plan if t.id == a.check], threads=st["threads"])["records"][0]
-        keep = lambda r: {k: v for k, v in r.items() if k not in sweep_records.VOLATILE}  # noqa: E731
+        keep = lambda r: {k: v for k, v in r.flat().items() if k not in sweep_records.VOLATILE}  # noqa: E731
         check = {"id": a.check, "identical": keep(stored) == keep(again)}
         print(json.dumps(check))
     new = sweep_run.run_sweep(todo, workers=a.workers, threads=st["threads"], out_dir=a.dir / "runs")
-    records = [r for r in old["records"] if r["group"] not in groups] + new["records"]
+    records = [r for r in old["records"] if r.group not in groups] + new["records"]
+    flat = [r.flat() for r in records]
     result = {
         "settings": {**st, "double_scoring": sweep_plan.double_scoring_methods(), "added_groups": sorted(groups)},
-        "records": records,
+        "records": flat,
         "resumed": new["resumed"],
         "reproduction_check": check,
-        "summary": sweep_summary.summarize(records, band=tuple(st["band"])),
+        "summary": sweep_summary.summarize(flat, band=tuple(st["band"])),
     }
     (a.dir / "stability_combined.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     typed = sweep_result.SweepResult.of(records, new["resumed"], band=tuple(st["band"]))

@@ -4,11 +4,12 @@ are in helpers.py: test modules import them from there, never from conftest."""
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_net
+from helpers import make_net, write_user_module
 
 from ticketcli.data.datasets import load_splits
 from ticketcli.models.masked import MaskedNet
@@ -37,6 +38,16 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("TICKET_DATA", raising=False)
     return tmp_path
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The name of a user's model module (helpers.USER_NET) importable from tmp_path, forgotten afterwards."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = f"usernet_{tmp_path.name.replace('-', '_')}"
+    write_user_module(tmp_path, name)
+    yield name
+    sys.modules.pop(name, None)
 
 
 torch.set_num_threads(min(2, torch.get_num_threads()))

@@ -1,22 +1,36 @@
-"""Helpers shared by the tests (`from helpers import make_net`): tiny networks, quick method settings, and the
-FashionMNIST check. Fixtures live in conftest.py; a test module never imports conftest."""
+"""Helpers shared by the tests (`from helpers import make_net`): tiny networks, quick method settings and a method
+run on them, the command line's quick flags and its one-line errors, one example spec per model and a user's model
+file, fake dataset files (IDX, CIFAR-10 batches), a hand-made sweep-k record, and the FashionMNIST check. Fixtures
+live in conftest.py; a test module never imports conftest, nor another test module (tests/test_test_imports.py)."""
 
 from __future__ import annotations
 
+import gzip
 import os
+import pickle
+import struct
+import sys
+import textwrap
+from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+from typer.testing import CliRunner
 
+from ticketcli.cli.app import app
 from ticketcli.data.datasets import find_idx_dir
-from ticketcli.methods import METHODS
+from ticketcli.methods import METHODS, ExtractResult
 from ticketcli.models.build import build_model
 from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
-from ticketcli.models.registry import parse_model
-from ticketcli.settings.resolve import method_reads, read_by
+from ticketcli.models.registry import MODELS, parse_model
+from ticketcli.settings.resolve import check_method_options, method_reads, read_by
 from ticketcli.settings.run import METHOD_OPTIONS
 from ticketcli.settings.setting import option_flag
 from ticketcli.specs.run import InitSpec, MethodSpec
+from ticketcli.specs.syntax import TEXT_ARCHS
+from ticketcli.sweep.result import SweepRecord
 
 FASHION_DIRS = ("/usr/share/datasets",)
 
@@ -72,3 +86,185 @@ def flags_for(name: str, args: list[str]) -> list[str]:
 def for_method(name: str, settings: dict) -> dict:
     """`settings` without the method options that method `name` does not read (setting those is refused)."""
     return read_by(name, settings)
+
+
+def method_extract(name: str, data, net=None, seed: int = 0, progress=None, **kw) -> ExtractResult:
+    """Extract with `name` as `ticket extract` would: options checked first, then the method run."""
+    net = net or make_net()
+    spec = quick_method(name, **kw)
+    check_method_options(spec)
+    return METHODS.get(name)().extract(
+        net, data, spec, device=torch.device("cpu"), generator=torch.Generator().manual_seed(seed), progress=progress
+    )
+
+
+def method_masks(name: str, data, **kw) -> dict[str, torch.Tensor]:
+    """The masks `method_extract` returns."""
+    return method_extract(name, data, **kw).masks
+
+
+# ---- the command line ----
+
+runner = CliRunner()
+QUICK = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp:64-32-32-10",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "128",
+    "--n-extract",
+    "500",
+    "--n-val",
+    "200",
+    "--quiet",
+]  # a quick `ticket extract` on digits
+
+
+def invoke(*args: str):
+    """`ticket ARGS` through Typer's CliRunner."""
+    return runner.invoke(app, list(args))
+
+
+def one_line_error(result, code: int = 2) -> str:
+    """The one `error:` line a refused command wrote to stderr, after checking its exit code and that it is one line."""
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    err = result.stderr.strip()
+    assert err.startswith("error:") and len(err.splitlines()) == 1, err
+    return err
+
+
+def one_line(r, code=2) -> str:
+    """stderr of a refused command, after checking its exit code, that it has no traceback and is one line."""
+    assert r.exit_code == code, r.output
+    assert "Traceback" not in r.output and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    return r.stderr
+
+
+# ---- models ----
+
+# One tiny example per registered model, sized by the digits data (1x8x8, 10 classes) where left open.
+EXAMPLES = {
+    "mlp": "mlp:64-16-10",
+    "lenet300": "lenet300",
+    "conv2": "conv2",
+    "conv4": "conv4",
+    "conv6": "conv6",
+    "vgg": "vgg:8-M-16-16-M",
+    "resnet20": "resnet20",
+    "resnet18": "resnet18",
+    "wrn": "wrn:10-1",
+    "vit": "vit:p4-d16-l1-h2",
+    "gpt-nano": "gpt-nano:l1-d16-h2-c8-v12",  # character-level: its own tests are in test_drift_models.py
+}
+IMAGE_MODELS = [n for n in MODELS.names() if n not in TEXT_ARCHS]
+DIGITS = ((1, 8, 8), 10)
+
+USER_NET = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, width={width}):
+        super().__init__()
+        self.conv = nn.Conv2d(1, width, 3, padding=1)
+        self.bn = nn.BatchNorm2d(width)
+        self.scale = nn.Parameter(torch.tensor(2.0))
+        self.fc = nn.Linear(width * 16, 10, bias=False)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        return self.fc(nn.functional.max_pool2d(x, 2).flatten(1)) * self.scale
+
+
+def build_net():
+    return Net()
+
+
+def not_a_module():
+    return 3
+"""
+
+
+def write_user_module(d: Path, name: str, width: int = 4) -> None:
+    """A user's model file `d/name.py` (a conv net with BatchNorm and a free parameter), not yet imported."""
+    (d / f"{name}.py").write_text(textwrap.dedent(USER_NET.format(width=width)))
+    sys.modules.pop(name, None)
+
+
+# ---- dataset files ----
+
+NAMES = {
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
+}  # MNIST's and FashionMNIST's IDX file names, by array
+
+
+def idx_bytes(a: np.ndarray) -> bytes:
+    magic = 0x00000803 if a.ndim == 3 else 0x00000801
+    return struct.pack(">I", magic) + struct.pack(f">{a.ndim}I", *a.shape) + a.astype(np.uint8).tobytes()
+
+
+def write_idx(path: Path, a: np.ndarray) -> Path:
+    raw = idx_bytes(a)
+    path.write_bytes(gzip.compress(raw) if path.suffix == ".gz" else raw)
+    return path
+
+
+def fake_images(n: int, seed: int) -> np.ndarray:
+    """Random 28x28 uint8 images, each unique: its index is written into the first two pixels."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+    x[:, 0, 0] = np.arange(n) % 256
+    x[:, 0, 1] = np.arange(n) // 256
+    return x
+
+
+CIFAR_BATCH, CIFAR_TEST = 20, 30  # write_cifar's five training batches of 20 (a pool of 100) and its test batch
+
+
+def cifar_batch(n: int, first_id: int, rng: np.random.Generator) -> dict:
+    """A batch as CIFAR-10's python version stores it; every image's id is in its first two red pixels."""
+    data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+    ids = np.arange(first_id, first_id + n)
+    data[:, 0], data[:, 1] = ids % 256, ids // 256
+    return {
+        "batch_label": f"batch {first_id}",
+        "labels": [int(v) for v in rng.integers(0, 10, n)],
+        "data": data,
+        "filenames": [f"img_{i}.png" for i in ids],
+    }
+
+
+def write_cifar(root: Path, seed: int = 0) -> Path:
+    """CIFAR-10's python batches under root/cifar-10-batches-py, as the original files are written."""
+    d = root / "cifar-10-batches-py"
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    batches = {f"data_batch_{i}": cifar_batch(CIFAR_BATCH, (i - 1) * CIFAR_BATCH, rng) for i in range(1, 6)}
+    batches["test_batch"] = cifar_batch(CIFAR_TEST, 1000, rng)
+    batches["batches.meta"] = {
+        "label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
+        "num_cases_per_batch": CIFAR_BATCH,
+        "num_vis": 3072,
+    }
+    for name, batch in batches.items():
+        with open(d / name, "wb") as f:
+            pickle.dump(batch, f, protocol=2)  # the original files are Python 2 pickles
+    return d
+
+
+# ---- sweep-k ----
+
+
+def full_record(r: dict) -> SweepRecord:
+    """A record from a hand-made one in sweep's flat shape, the fields the summary does not read filled in."""
+    rest = {"method": {"name": r["group"]}, "requested_sparsity": 0.9, "layer_densities": None, "test_loss": 1.0}
+    rest |= {"masks_sha256": "0" * 64, "device": "cpu", "threads": 1, "wall_time_s": 0.0}
+    return SweepRecord.of({**rest, "ticket": None, "ticket_sha256": None, **r})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_models import DIGITS, EXAMPLES, IMAGE_MODELS, one_line
+from helpers import DIGITS, EXAMPLES, IMAGE_MODELS, one_line, write_cifar
 from torch import nn
 from typer.testing import CliRunner
 
@@ -425,8 +425,6 @@ def test_foreign_batchnorm_record_is_refused(tmp_path):
 
 def test_torchvision_factory_gets_the_dataset_classes(tmp_path):
     pytest.importorskip("torchvision")
-    from test_datasets_more import write_cifar
-
     write_cifar(tmp_path)
     out = tmp_path / "tv.safetensors"
     data = ["--dataset", "cifar10", "--data-dir", str(tmp_path), "--n-extract", "40", "--n-val", "20"]

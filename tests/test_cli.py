@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import flags_for
+from helpers import QUICK, flags_for, invoke, one_line_error
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from ticketcli.cli.app import app
 from ticketcli.models.build import build_model
 from ticketcli.models.init import init_weights
 from ticketcli.models.registry import parse_model
@@ -19,39 +18,12 @@ from ticketcli.specs.run import InitSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
-QUICK = [
-    "--dataset",
-    "digits",
-    "--model",
-    "mlp:64-32-32-10",
-    "--epochs",
-    "2",
-    "--batch-size",
-    "128",
-    "--n-extract",
-    "500",
-    "--n-val",
-    "200",
-    "--quiet",
-]
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 def extract(out: Path, *extra: str):
     """`ticket extract` with QUICK, less --epochs and --batch-size for a method in `extra` that reads neither."""
     method = extra[extra.index("--method") + 1] if "--method" in extra else "augmented"
     return invoke("extract", *flags_for(method, QUICK), "--out", str(out), *extra)
-
-
-def one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    err = result.stderr.strip()
-    assert err.startswith("error:") and len(err.splitlines()) == 1, err
-    return err
 
 
 @pytest.mark.parametrize("method", ["augmented", "edge-popup", "random"])

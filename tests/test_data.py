@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import NAMES, fake_images, idx_bytes, write_idx
 
 from ticketcli.data.datasets import load_splits, read_idx
 from ticketcli.errors import UsageError
@@ -18,32 +19,6 @@ from ticketcli.specs.run import DataSpec
 N_TRAIN, N_TEST = 300, 50
 MEAN, STD = 0.2860, 0.3530
 IMAGES, LABELS = ((28, 28), 60000), ((), 60000)  # read_idx's expected item shape and most items
-NAMES = {
-    "x_train": "train-images-idx3-ubyte",
-    "y_train": "train-labels-idx1-ubyte",
-    "x_test": "t10k-images-idx3-ubyte",
-    "y_test": "t10k-labels-idx1-ubyte",
-}
-
-
-def idx_bytes(a: np.ndarray) -> bytes:
-    magic = 0x00000803 if a.ndim == 3 else 0x00000801
-    return struct.pack(">I", magic) + struct.pack(f">{a.ndim}I", *a.shape) + a.astype(np.uint8).tobytes()
-
-
-def write_idx(path: Path, a: np.ndarray) -> Path:
-    raw = idx_bytes(a)
-    path.write_bytes(gzip.compress(raw) if path.suffix == ".gz" else raw)
-    return path
-
-
-def fake_images(n: int, seed: int) -> np.ndarray:
-    """Random 28x28 uint8 images, each unique: its index is written into the first two pixels."""
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-    x[:, 0, 0] = np.arange(n) % 256
-    x[:, 0, 1] = np.arange(n) // 256
-    return x
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_data import NAMES, fake_images, write_idx
+from helpers import CIFAR_BATCH, CIFAR_TEST, NAMES, fake_images, write_cifar, write_idx
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
@@ -18,7 +18,7 @@ from ticketcli.data.datasets import CIFAR10_MEAN, CIFAR10_STD, DATASETS, load_sp
 from ticketcli.errors import UsageError
 from ticketcli.specs.run import DataSpec
 
-N_BATCH, N_TEST = 20, 30  # five training batches of 20: a pool of 100
+N_BATCH, N_TEST = CIFAR_BATCH, CIFAR_TEST  # write_cifar's batch sizes; write_mnist's test set is as large
 
 
 def write_mnist(d: Path, seed: int = 0, gz: bool = True) -> dict[str, np.ndarray]:
@@ -33,36 +33,6 @@ def write_mnist(d: Path, seed: int = 0, gz: bool = True) -> dict[str, np.ndarray
     for key, stem in NAMES.items():
         write_idx(d / (stem + (".gz" if gz else "")), arrays[key])
     return arrays
-
-
-def cifar_batch(n: int, first_id: int, rng: np.random.Generator) -> dict:
-    """A batch as CIFAR-10's python version stores it; every image's id is in its first two red pixels."""
-    data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
-    ids = np.arange(first_id, first_id + n)
-    data[:, 0], data[:, 1] = ids % 256, ids // 256
-    return {
-        "batch_label": f"batch {first_id}",
-        "labels": [int(v) for v in rng.integers(0, 10, n)],
-        "data": data,
-        "filenames": [f"img_{i}.png" for i in ids],
-    }
-
-
-def write_cifar(root: Path, seed: int = 0) -> Path:
-    d = root / "cifar-10-batches-py"
-    d.mkdir(parents=True)
-    rng = np.random.default_rng(seed)
-    batches = {f"data_batch_{i}": cifar_batch(N_BATCH, (i - 1) * N_BATCH, rng) for i in range(1, 6)}
-    batches["test_batch"] = cifar_batch(N_TEST, 1000, rng)
-    batches["batches.meta"] = {
-        "label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
-        "num_cases_per_batch": N_BATCH,
-        "num_vis": 3072,
-    }
-    for name, batch in batches.items():
-        with open(d / name, "wb") as f:
-            pickle.dump(batch, f, protocol=2)  # the original files are Python 2 pickles
-    return d
 
 
 def rewrite(path: Path, **entries) -> None:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_models import user_module, write_user_module  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app

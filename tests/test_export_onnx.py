@@ -16,7 +16,6 @@ import onnxruntime as ort
 import pytest
 import torch
 from helpers import FASHION_DIRS, require_fashion
-from test_models import user_module, write_user_module  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
@@ -177,7 +176,7 @@ def test_onnx_of_gpt_nano_takes_character_ids_of_any_batch_and_length(tmp_path):
         assert torch.equal(got.argmax(-1), expected.argmax(-1))  # the same next-character predictions
 
 
-def test_onnx_of_a_user_factory_with_batchnorm(tmp_path, user_module):  # noqa: F811  (fixture)
+def test_onnx_of_a_user_factory_with_batchnorm(tmp_path, user_module):
     ticket = make_ticket(tmp_path, f"{user_module}:build_net", method="augmented")
     out = tmp_path / "user.onnx"
     r = runner.invoke(app, ["export", str(ticket), "--format", "onnx", "--out", str(out)])

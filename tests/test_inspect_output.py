@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
-from ticketcli.report.tables import method_text, readable
+from ticketcli.report.values import method_text, readable
 from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()

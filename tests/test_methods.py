@@ -4,46 +4,30 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import for_method, make_net, quick_method
+from helpers import for_method, make_net, method_extract, method_masks, quick_method
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.methods import METHODS, ExtractResult
+from ticketcli.methods import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.exact import keep_count
-from ticketcli.settings.resolve import check_method_options
 from ticketcli.train import evaluate
-
-
-def extract(name: str, data, net=None, seed: int = 0, progress=None, **kw) -> ExtractResult:
-    """Extract with `name` as `ticket extract` would: options checked first, then the method run."""
-    net = net or make_net()
-    spec = quick_method(name, **kw)
-    check_method_options(spec)
-    return METHODS.get(name)().extract(
-        net, data, spec, device=torch.device("cpu"), generator=torch.Generator().manual_seed(seed), progress=progress
-    )
-
-
-def run(name: str, data, **kw) -> dict[str, torch.Tensor]:
-    """The masks `extract` returns."""
-    return extract(name, data, **kw).masks
 
 
 @pytest.mark.parametrize("name", METHODS.names())
 def test_masks_are_bool_full_shape_and_deterministic(name, digits):
     net = make_net()
     before = {n: w.clone() for n, w in net.weights.items()}
-    a = run(name, digits, net=net)
-    b = run(name, digits)
+    a = method_masks(name, digits, net=net)
+    b = method_masks(name, digits)
     assert list(a) == net.names
     for n in net.names:
         assert a[n].dtype == torch.bool and a[n].shape == net.weights[n].shape
         assert torch.equal(a[n], b[n]), f"{name}: same seed gave different mask bits for {n}"
         assert torch.equal(net.weights[n], before[n]), f"{name} changed the frozen weights"
-    c = run(name, digits, seed=1)
+    c = method_masks(name, digits, seed=1)
     if METHODS.get(name).seeded:  # synflow is data-free and draws nothing at random
         assert any(not torch.equal(a[n], c[n]) for n in net.names), "the seed must matter"
     else:
@@ -52,7 +36,7 @@ def test_masks_are_bool_full_shape_and_deterministic(name, digits):
 
 @pytest.mark.parametrize("name", METHODS.names())
 def test_kept_counts(name, digits):
-    result = extract(name, digits, sparsity=0.8)
+    result = method_extract(name, digits, sparsity=0.8)
     masks = result.masks
     # trained weights come back exactly from the methods that declare they train weights
     assert (result.trained_weights is not None) == ("weights" in METHODS.get(name).trains)
@@ -74,34 +58,34 @@ def test_kept_counts(name, digits):
 
 @pytest.mark.parametrize("name", ["edge-popup", "random"])
 def test_layer_densities(name, digits):
-    masks = run(name, digits, layer_densities=(0.1, 0.5, 1.0))
+    masks = method_masks(name, digits, layer_densities=(0.1, 0.5, 1.0))
     for (_n, m), d in zip(masks.items(), (0.1, 0.5, 1.0)):
         assert int(m.sum()) == keep_count(d, m.numel())
     with pytest.raises(UsageError, match="3 layers"):
-        run(name, digits, layer_densities=(0.1, 0.5))
+        method_masks(name, digits, layer_densities=(0.1, 0.5))
 
 
 def test_augmented_rejects_layer_densities_and_others_reject_aug_density(digits):
     with pytest.raises(UsageError):
-        run("augmented", digits, layer_densities=(0.1, 0.5, 1.0))
+        method_masks("augmented", digits, layer_densities=(0.1, 0.5, 1.0))
     for name in ("edge-popup", "random"):
         with pytest.raises(UsageError):
-            run(name, digits, aug_density=0.5)
+            method_masks(name, digits, aug_density=0.5)
 
 
 def test_biases_get_their_own_masks(digits):
     net = make_net("mlp:64-32-10+bias")
-    masks = run("augmented", digits, net=net, aug_density=0.5)
+    masks = method_masks("augmented", digits, net=net, aug_density=0.5)
     assert set(masks) == {"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"}
     for _n, m in masks.items():
         assert int(m.sum()) <= m.numel()
-    ep = run("edge-popup", digits, net=make_net("mlp:64-32-10+bias"), sparsity=0.5)
+    ep = method_masks("edge-popup", digits, net=make_net("mlp:64-32-10+bias"), sparsity=0.5)
     assert int(ep["layers.0.bias"].sum()) == 16
 
 
 def test_progress_reports_every_epoch(digits):
     seen = []
-    run("augmented", digits, progress=seen.append, epochs=3)
+    method_masks("augmented", digits, progress=seen.append, epochs=3)
     assert [s["epoch"] for s in seen] == [1, 2, 3]
     assert all(0 <= s["sparsity"] < 1 and s["loss"] > 0 for s in seen)
 
@@ -111,7 +95,7 @@ def test_score_methods_learn(digits):
     net = make_net("mlp:64-128-128-10")
     accs = {}
     for name in ("augmented", "edge-popup", "random"):
-        masks = run(name, digits, net=net, sparsity=0.5, **for_method(name, {"epochs": 8}))
+        masks = method_masks(name, digits, net=net, sparsity=0.5, **for_method(name, {"epochs": 8}))
         accs[name] = evaluate(net, masks, digits.x_val, digits.y_val)["accuracy"]
     assert accs["augmented"] > accs["random"] + 0.2
     assert accs["edge-popup"] > accs["random"] + 0.2

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import DIGITS, EXAMPLES, IMAGE_MODELS, one_line, write_user_module
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
@@ -24,25 +22,8 @@ from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.seeding import fingerprint
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
-from ticketcli.specs.syntax import TEXT_ARCHS
 from ticketcli.ticketfile import ticket as ticket_io
 
-# One tiny example per registered model, sized by the digits data (1x8x8, 10 classes) where left open.
-EXAMPLES = {
-    "mlp": "mlp:64-16-10",
-    "lenet300": "lenet300",
-    "conv2": "conv2",
-    "conv4": "conv4",
-    "conv6": "conv6",
-    "vgg": "vgg:8-M-16-16-M",
-    "resnet20": "resnet20",
-    "resnet18": "resnet18",
-    "wrn": "wrn:10-1",
-    "vit": "vit:p4-d16-l1-h2",
-    "gpt-nano": "gpt-nano:l1-d16-h2-c8-v12",  # character-level: its own tests are in test_drift_models.py
-}
-IMAGE_MODELS = [n for n in MODELS.names() if n not in TEXT_ARCHS]
-DIGITS = ((1, 8, 8), 10)
 runner = CliRunner()
 TRUSTED = ModelPolicy(trust_model_code=True)  # the user opted in to importing the factory a ticket names
 
@@ -166,47 +147,6 @@ def test_conv_family_layout():
     assert [tuple(p.shape) for p in lenet.parameters()] == [(300, 784), (100, 300), (10, 100)]
 
 
-USER_NET = """
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self, width={width}):
-        super().__init__()
-        self.conv = nn.Conv2d(1, width, 3, padding=1)
-        self.bn = nn.BatchNorm2d(width)
-        self.scale = nn.Parameter(torch.tensor(2.0))
-        self.fc = nn.Linear(width * 16, 10, bias=False)
-
-    def forward(self, x):
-        x = torch.relu(self.bn(self.conv(x)))
-        return self.fc(nn.functional.max_pool2d(x, 2).flatten(1)) * self.scale
-
-
-def build_net():
-    return Net()
-
-
-def not_a_module():
-    return 3
-"""
-
-
-def write_user_module(d: Path, name: str, width: int = 4) -> None:
-    (d / f"{name}.py").write_text(textwrap.dedent(USER_NET.format(width=width)))
-    sys.modules.pop(name, None)
-
-
-@pytest.fixture
-def user_module(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    name = f"usernet_{tmp_path.name.replace('-', '_')}"
-    write_user_module(tmp_path, name)
-    yield name
-    sys.modules.pop(name, None)
-
-
 QUICK = [
     "--dataset",
     "digits",
@@ -221,12 +161,6 @@ QUICK = [
     "--quiet",
     "--json",
 ]
-
-
-def one_line(r, code=2) -> str:
-    assert r.exit_code == code, r.output
-    assert "Traceback" not in r.output and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    return r.stderr
 
 
 def test_user_factory_masks_only_linear_and_conv(tmp_path, user_module):

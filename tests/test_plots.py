@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import full_record
 from matplotlib.figure import Figure
-from test_sweep_output import full_record
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app

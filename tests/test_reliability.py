@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import flags_for
-from test_cli import one_line_error
+from helpers import flags_for, one_line_error
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app

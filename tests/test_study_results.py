@@ -8,9 +8,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from helpers import QUICK, invoke
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import QUICK, invoke
 
 from ticketcli.contract.schema import SCHEMAS, schema_of
 from ticketcli.drift.relufy import run_relufy
@@ -35,7 +35,8 @@ from ticketcli.specs.run import DataSpec
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSettings, SweepSummary
 from ticketcli.sweep.run import sweep_k
-from ticketcli.weak.run import CurvePoint, Measured, Split, WeakResult, WeakRun, WeakSpec, train_weak
+from ticketcli.weak.result import CurvePoint, Measured, Split, WeakResult, WeakRun
+from ticketcli.weak.run import WeakSpec, train_weak
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
 DATA = DataSpec(**data_location(None, False))

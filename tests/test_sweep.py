@@ -19,6 +19,7 @@ from ticketcli.models.registry import parse_model
 from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep import records as sweep_records
+from ticketcli.sweep import result as sweep_result
 from ticketcli.sweep import run as sweep_run
 from ticketcli.sweep import summary as sweep_summary
 from ticketcli.ticketfile import ticket as ticket_io
@@ -62,7 +63,7 @@ def tiny_plan(seeds=(0,), densities=(0.1, 0.3), layerwise=1, **settings):
 
 def stable(records):
     """Records without the fields allowed to differ between runs (timing, where the ticket file lives)."""
-    return [{k: v for k, v in r.items() if k not in sweep_records.VOLATILE} for r in records]
+    return [{k: v for k, v in r.flat().items() if k not in sweep_records.VOLATILE} for r in records]
 
 
 def rec(i, seed, val, achieved, group="edge-popup", test=None, fixed=False):
@@ -175,17 +176,17 @@ def test_two_workers_give_exactly_the_records_of_one_worker():
     plan = tiny_plan()
     one = sweep_run.run_sweep(plan, workers=1, threads=1)["records"]
     two = sweep_run.run_sweep(plan, workers=2, threads=1)["records"]
-    assert [r["id"] for r in one] == [t.id for t in plan]
+    assert [r.id for r in one] == [t.id for t in plan]
     assert stable(one) == stable(two)
-    assert all(r["threads"] == 1 for r in two)
+    assert all(r.threads == 1 for r in two)
     # Seed 0 draws the layerwise tuple (0.3, 0.3, 0.3): it must reproduce the scalar k=0.3 run bit for bit,
     # while the genuinely different configurations give different masks. (Iterated may stop after its first
     # round, which is augmented's run, so it is left out of the distinctness check.)
-    by_id = {r["id"]: r for r in one}
+    by_id = {r.id: r for r in one}
     assert plan[2].spec.method.layer_densities == (0.3, 0.3, 0.3)
-    assert by_id["seed0-edge-popup-lw0"]["masks_sha256"] == by_id["seed0-edge-popup-k0.3"]["masks_sha256"]
+    assert by_id["seed0-edge-popup-lw0"].masks_sha256 == by_id["seed0-edge-popup-k0.3"].masks_sha256
     distinct = ("seed0-edge-popup-k0.1", "seed0-edge-popup-k0.3", "seed0-random", "seed0-augmented")
-    assert len({by_id[i]["masks_sha256"] for i in distinct}) == len(distinct)
+    assert len({by_id[i].masks_sha256 for i in distinct}) == len(distinct)
 
 
 def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_path):
@@ -201,7 +202,7 @@ def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_p
     second = sweep_run.run_sweep(
         plan,
         out_dir=tmp_path,
-        on_result=lambda r, resumed: seen.append((r["id"], resumed)),
+        on_result=lambda r, resumed: seen.append((r.id, resumed)),
         overwrite=True,
         warn=warned.append,
     )
@@ -227,22 +228,22 @@ def test_a_record_of_an_older_sweep_resumes_with_its_tickets_digest_and_method(t
     plan = tiny_plan(densities=(0.3,), layerwise=0)[:1]
     first = sweep_run.run_sweep(plan, out_dir=tmp_path)["records"][0]
     loaded = ticket_io.load(tmp_path / f"{plan[0].id}.safetensors")
-    assert first["masks_sha256"] == loaded.masks_sha256 and first["method"] == loaded.method
+    assert first.masks_sha256 == loaded.masks_sha256 and first.method == loaded.method
     _, record_path = sweep_records.paths(tmp_path, plan[0])
     stored = json.loads(record_path.read_text())
     assert stored["schema"] == "ticket.sweep-k-run/1"
-    assert stored["record"]["method"] == first["method"] and stored["record"]["masks_sha256"] == loaded.masks_sha256
+    assert stored["record"]["method"] == first.method and stored["record"]["masks_sha256"] == loaded.masks_sha256
+    assert sweep_result.SweepRecord.from_document(stored["record"]) == first
     # the record as sweeps wrote it before records had a schema: flat, the method by its name
-    doc = {"spec": stored["spec"], "record": sweep_records.flat_record(stored["record"])}
+    flat = sweep_result.flat_record(stored["record"])
+    doc = {"spec": stored["spec"], "record": {**flat, "method": flat["method"]["name"]}}
     assert doc["record"]["method"] == "edge-popup"
     doc["record"]["masks_sha256"] = old = sweep_records.legacy_masks_sha256(loaded.masks)
     assert old != loaded.masks_sha256
     record_path.write_text(json.dumps(doc))
     again = sweep_run.run_sweep(plan, out_dir=tmp_path)
     assert again["resumed"] == [plan[0].id]
-    assert (
-        again["records"][0]["masks_sha256"] == loaded.masks_sha256 and again["records"][0]["method"] == first["method"]
-    )
+    assert again["records"][0].masks_sha256 == loaded.masks_sha256 and again["records"][0].method == first.method
     doc["record"]["masks_sha256"] = "0" * 64
     record_path.write_text(json.dumps(doc))
     assert "masks differ from its record's" in str(sweep_records.finished(tmp_path, plan[0])[1])

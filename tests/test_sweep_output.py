@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+from helpers import full_record
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -40,13 +41,6 @@ def rec(i, seed, val, achieved, group="edge-popup", fixed=False):
         "achieved_sparsity": achieved,
         "fixed": fixed,
     }
-
-
-def full_record(r: dict) -> dict:
-    """A hand-made record with the fields the summary does not read filled in (sweep's flat shape)."""
-    rest = {"method": {"name": r["group"]}, "requested_sparsity": 0.9, "layer_densities": None, "test_loss": 1.0}
-    rest |= {"masks_sha256": "0" * 64, "device": "cpu", "threads": 1, "wall_time_s": 0.0}
-    return {**rest, "ticket": None, "ticket_sha256": None, **r}
 
 
 def result_of(records, band=(0.85, 0.95)):

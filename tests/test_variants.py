@@ -7,8 +7,7 @@ import json
 
 import pytest
 import torch
-from helpers import make_net, quick_method
-from test_methods import extract, run
+from helpers import make_net, method_extract, method_masks, quick_method
 
 from ticketcli.errors import UsageError
 from ticketcli.masking import masked_weight
@@ -32,7 +31,7 @@ def total(masks) -> int:
 
 @pytest.mark.parametrize("sparsity,tol,max_rounds", [(0.9, 0.02, 8), (0.95, 0.005, 3), (0.6, 0.02, 8)])
 def test_iterated_rounds_nest_and_the_stopping_rule_holds(digits, sparsity, tol, max_rounds):
-    result = extract("iterated", digits, sparsity=sparsity, iter_tolerance=tol, max_rounds=max_rounds)
+    result = method_extract("iterated", digits, sparsity=sparsity, iter_tolerance=tol, max_rounds=max_rounds)
     masks, rounds, history = result.masks, result.details["rounds"], result.trace["round_masks"]
     assert len(rounds) == len(history) <= max_rounds
     prev, prev_density = None, 1.0
@@ -54,14 +53,14 @@ def test_iterated_rounds_nest_and_the_stopping_rule_holds(digits, sparsity, tol,
 
 def test_iterated_first_round_is_augmented_at_the_capped_density(digits):
     """Round 1 starts dense, so it is exactly `augmented` at aug density min(target, 1/2) with the same seed."""
-    first = extract("iterated", digits, sparsity=0.9, max_rounds=1).trace["round_masks"][0]
-    a = run("augmented", digits, aug_density=0.1)
+    first = method_extract("iterated", digits, sparsity=0.9, max_rounds=1).trace["round_masks"][0]
+    a = method_masks("augmented", digits, aug_density=0.1)
     assert all(torch.equal(first[n], a[n]) for n in a)
 
 
 def test_iterated_progress_reports_rounds(digits):
     seen = []
-    run("iterated", digits, progress=seen.append, epochs=2, sparsity=0.9, max_rounds=2)
+    method_masks("iterated", digits, progress=seen.append, epochs=2, sparsity=0.9, max_rounds=2)
     assert [(s["round"], s["epoch"]) for s in seen][:2] == [(1, 1), (1, 2)]
     assert {s["round"] for s in seen} <= {1, 2}
 
@@ -78,7 +77,7 @@ def test_aux_width_gives_score_tensors_of_the_right_shape_and_kept_count(digits,
     for n, parts in scores.items():
         # S_hat = (S, T_1..T_m): rows x (n + m n) entries
         assert len(parts) == 1 + m and all(p.shape == net.weights[n].shape for p in parts)
-    result = extract("augmented", digits, aux_width=m, sparsity=0.9)
+    result = method_extract("augmented", digits, aux_width=m, sparsity=0.9)
     masks = result.masks
     for n, a in result.details["aux"].items():
         k = keep_count(0.1, (1 + m) * net.weights[n].numel())
@@ -144,8 +143,8 @@ def test_signed_straight_through_gradient_has_no_sign_factor():
 
 @pytest.mark.parametrize("name", ["edge-popup", "augmented"])
 def test_signed_scores_change_the_extracted_mask(digits, name):
-    a = run(name, digits, sparsity=0.8)
-    b = run(name, digits, sparsity=0.8, signed_scores=True)
+    a = method_masks(name, digits, sparsity=0.8)
+    b = method_masks(name, digits, sparsity=0.8, signed_scores=True)
     assert any(not torch.equal(a[n], b[n]) for n in a)
 
 
@@ -154,12 +153,12 @@ def test_signed_scores_change_the_extracted_mask(digits, name):
 
 @pytest.mark.parametrize("global_topk", [False, True])
 def test_project_final_hits_the_exact_requested_sparsity(digits, global_topk):
-    masks = run("augmented", digits, sparsity=0.9, project_final=True, global_topk=global_topk)
+    masks = method_masks("augmented", digits, sparsity=0.9, project_final=True, global_topk=global_topk)
     if global_topk:
         assert kept(masks) == keep_count(0.1, total(masks))
     else:
         assert all(int(m.sum()) == keep_count(0.1, m.numel()) for m in masks.values())
-    free = run("augmented", digits, sparsity=0.9, global_topk=global_topk)
+    free = method_masks("augmented", digits, sparsity=0.9, global_topk=global_topk)
     assert kept(free) != kept(masks)  # without projection the induced sparsity differs
 
 
@@ -183,7 +182,7 @@ def test_global_topk_keeps_exactly_the_requested_count_across_layers(name, digit
         assert len(densities) > 1  # layers get different densities: one budget, not one per layer
     rep = sel.aux_report(scores)
     assert sum(a["aug_kept"] for a in rep.values()) == keep_count(0.3, sum(t.numel() for t in flat))
-    trained = run(name, digits, global_topk=True, sparsity=0.7)
+    trained = method_masks(name, digits, global_topk=True, sparsity=0.7)
     if name == "edge-popup":
         assert kept(trained) == keep_count(0.3, total(trained))
 
@@ -227,7 +226,7 @@ def test_inapplicable_options_are_refused(name, option):
 
 def test_global_and_layer_densities_exclude_each_other(digits):
     with pytest.raises(UsageError, match="exclude"):
-        run("edge-popup", digits, global_topk=True, layer_densities=(0.1, 0.2, 0.3))
+        method_masks("edge-popup", digits, global_topk=True, layer_densities=(0.1, 0.2, 0.3))
 
 
 # ---- through the command line ----

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import QUICK, invoke, one_line_error
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from test_cli import QUICK, invoke, one_line_error
 
 from ticketcli.errors import RunFailed
 from ticketcli.models.build import build_model

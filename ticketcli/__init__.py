@@ -2,7 +2,7 @@
 
 `import ticketcli as tc` is cheap (torch is imported only when a public name is first used):
 
-    t = tc.load("ticket.safetensors"); net = t.build(); print(t.evaluate()["test"]["accuracy"])
+    t = tc.load("ticket.safetensors"); net = t.build(); print(t.evaluate().test.accuracy)
 
 The public names are listed in __all__ and documented in docs/api.md."""
 

@@ -72,7 +72,7 @@ def sweep_k(
     from ticketcli.settings.resolve import build_extract_spec, load_config, merge_settings
     from ticketcli.sweep import outputs as sweep_outputs
     from ticketcli.sweep.plan import build_plan, double_scoring_methods
-    from ticketcli.sweep.result import SweepSettings
+    from ticketcli.sweep.result import SweepRecord, SweepSettings
     from ticketcli.sweep.run import sweep_k as run_sweep_k
     from ticketcli.track import base as track
     from ticketcli.track import feed as track_feed
@@ -119,7 +119,7 @@ def sweep_k(
                 done = position.track(None)
                 logged = None if log is None else track_feed.sweep_child(log, console.warn, base.model.to_string())
 
-                def on_result(record: dict[str, object], resumed: bool) -> None:
+                def on_result(record: SweepRecord, resumed: bool) -> None:
                     done(
                         {
                             "epoch": (position.last or {}).get("epoch", 0) + 1,

@@ -40,28 +40,28 @@ SPARSITY_KEYS = frozenset(
     | {"projected", "rounds"}
 )
 SPLITS = ("train", "val", "test")  # the order a reader expects; a document holds those its command measured
-Doc = dict[str, Any]
+JsonObject = dict[str, Any]  # a JSON object: a document, a part of one, or one read from a file (keys by name)
 
 
-def schema_of(command: str) -> Doc:
+def schema_of(command: str) -> JsonObject:
     """The JSON Schema (draft 2020-12) that `command`'s document validates against."""
     name = SCHEMAS[command].split("/")[0].removeprefix("ticket.")
     text = resources.files("ticketcli").joinpath("schemas").joinpath(f"{name}.json").read_text(encoding="utf-8")
-    schema: Doc = json.loads(text)
+    schema: JsonObject = json.loads(text)
     return schema
 
 
-def split_metrics(metrics: Doc) -> tuple[Doc, Doc]:
+def split_metrics(metrics: JsonObject) -> tuple[JsonObject, JsonObject]:
     """A metrics dict mixing splits and run facts (device, wall time) -> (the splits only, the rest)."""
     splits = {k: v for k, v in metrics.items() if k in SPLITS and isinstance(v, dict)}
     return splits, {k: v for k, v in metrics.items() if k not in splits}
 
 
-def layer_list(per_layer: Doc | None) -> list[Doc]:
+def layer_list(per_layer: JsonObject | None) -> list[JsonObject]:
     """{name: {kept, total, achieved, ...}} -> [{name, kept, total, density, sparsity, ...}] in the given order."""
     layers = []
     for name, entry in (per_layer or {}).items():
-        item: Doc = {"name": name, **{k: v for k, v in entry.items() if k != "achieved"}}
+        item: JsonObject = {"name": name, **{k: v for k, v in entry.items() if k != "achieved"}}
         if "kept" in entry and "total" in entry and entry["total"]:
             item["density"] = entry["kept"] / entry["total"]
             item["sparsity"] = entry["achieved"] if "achieved" in entry else 1.0 - item["density"]
@@ -69,7 +69,7 @@ def layer_list(per_layer: Doc | None) -> list[Doc]:
     return layers
 
 
-def run_metrics_fields(doc: Doc, metrics: Doc) -> None:
+def run_metrics_fields(doc: JsonObject, metrics: JsonObject) -> None:
     """A ticket's `metrics` field into `doc`: the splits at metrics.<split>, the trained network's splits at
     trained.metrics, and the facts of the run (RUN_FACTS) beside them at the top, never in place of a key the
     document already has; anything else a file's field holds is not part of the contract (inspect reads it from an

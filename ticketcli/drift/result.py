@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ticketcli.contract.result import Result
+from ticketcli.contract.schema import JsonObject
 from ticketcli.specs.drift import DriftSpec
-
-JsonObject = dict[str, Any]  # a record as its module built it, plain JSON
 
 
 def named_layers(node: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from ticketcli.report.console import method_name, pct, stdout
-from ticketcli.report.tables import MASK_ROWS, readable
+from ticketcli.report.values import MASK_ROWS, readable
 
 if TYPE_CHECKING:  # for the annotations only: compare's tables must not import torch
     from ticketcli.runs.compare import CompareResult, Difference, Overlap, PairComparison

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from ticketcli.drift.result import DriftResult
     from ticketcli.sweep.result import SweepResult
-    from ticketcli.weak.run import WeakResult
+    from ticketcli.weak.result import WeakResult
 
 
 def pyplot() -> ModuleType:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import (
     BarColumn,
@@ -21,6 +21,9 @@ from rich.progress import (
 
 from ticketcli.report.console import literal, pct, stderr
 from ticketcli.report.plain import Pace, PlainProgress, plain_progress
+
+if TYPE_CHECKING:
+    from ticketcli.sweep.result import SweepRecord
 
 ChunkProgress = Callable[[str, int, int], None]  # (phase, chunks done, chunks in it): batchnorm.ChunkProgress
 
@@ -166,13 +169,13 @@ def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[
         yield update
 
 
-def _sweep_what(record: dict[str, Any], resumed: bool) -> str:
+def _sweep_what(record: SweepRecord, resumed: bool) -> str:
     # ids come from --out-dir files too, hence literal()
-    return literal(f"{record['id']} ({'resumed' if resumed else pct(record['test_accuracy']) + ' test'})")
+    return literal(f"{record.id} ({'resumed' if resumed else pct(record.test_accuracy) + ' test'})")
 
 
 @contextmanager
-def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict[str, Any], bool], None] | None]:
+def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[SweepRecord, bool], None] | None]:
     """A progress bar over a sweep's configurations (resumed ones count as done at once), with ETA; without a
     terminal, a plain line for the first and last configuration and at most one every PLAIN_EVERY_S between, with a
     heartbeat while a configuration runs."""
@@ -182,7 +185,7 @@ def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict[str, A
     if plain_progress():
         plain, done = PlainProgress("sweep-k", total, unit="configuration"), 0
 
-        def line(record: dict[str, Any], resumed: bool) -> None:
+        def line(record: SweepRecord, resumed: bool) -> None:
             nonlocal done
             done += 1
             text = f"sweep-k {done}/{total} last {_sweep_what(record, resumed)}"
@@ -194,7 +197,7 @@ def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict[str, A
     with _bar("sweep-k", "last {task.fields[last]}") as bar:
         task = bar.add_task("sweep-k", total=total, last="-")
 
-        def update(record: dict[str, Any], resumed: bool) -> None:
+        def update(record: SweepRecord, resumed: bool) -> None:
             bar.update(task, advance=1, last=_sweep_what(record, resumed))
 
         yield update

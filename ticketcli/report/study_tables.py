@@ -13,7 +13,7 @@ from ticketcli.report.console import method_name, pct, stdout
 if TYPE_CHECKING:  # the results' types only: reading them imports no torch
     from ticketcli.drift.result import DriftResult, MeanStd
     from ticketcli.sweep.result import GroupSummary, OracleSummary, SweepResult
-    from ticketcli.weak.run import WeakResult, WeakRun
+    from ticketcli.weak.result import WeakResult, WeakRun
 
 
 NO_SPREAD = "—"  # the std of fewer than two runs (one seed): there is no spread, and 0.00 would claim one

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from ticketcli.report.console import literal, method_name, pct, results, stdout
+from ticketcli.report.values import INTEGRITY_NOTES, MASK_ROWS, method_text, readable
 
 if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's table must not import torch
     from ticketcli.export.run import ExportResult
@@ -91,42 +92,6 @@ def evaluate_table(r: EvaluateResult) -> None:
         if g.max_drop is not None and g.drop is not None:
             asked.append(f"drop from the stored {pct(g.stored_accuracy)} <= {g.max_drop} (drop {100 * g.drop:.2f} pts)")
         out.print(f"gate: {'; '.join(asked)}: {'passed' if g.passed else 'FAILED'}")
-
-
-MASK_ROWS = 500  # inspect's table shows at most this many masks (Rich takes a minute for 100k rows; --json has all)
-
-INTEGRITY_NOTES = {
-    "ok": "ok (masks match the recorded masks_sha256)",
-    "modified": "MODIFIED: masks were modified after the ticket was written",
-    "not recorded": "not recorded (an older ticket without masks_sha256)",
-}
-
-
-def readable(value: object, nested: bool = False) -> str:
-    """A metadata value as people read it, never a Python repr: a list as the flags take it (`0.9,0.999`), an object
-    as `key value, key value` (in parentheses inside another value), true/false, and `-` for nothing."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        text = ",".join(readable(v, True) for v in value)
-    elif isinstance(value, dict):
-        text = ", ".join(f"{k} {readable(v, True)}" for k, v in value.items())
-    else:
-        return str(value)
-    return f"({text})" if nested else text
-
-
-def method_text(method: Mapping[str, Any]) -> str:
-    """A ticket's method record on one line: `name=augmented, sparsity=0.9, betas=0.9,0.999, score_params=(trainable
-    1, total 2)`; how the scores started is left out, and options that are not set."""
-    parts = []
-    for k, v in method.items():
-        if k == "score_init" or v is None:
-            continue
-        parts.append(f"{k}=({readable(v)})" if isinstance(v, dict) else f"{k}={readable(v)}")
-    return ", ".join(parts)
 
 
 def inspect_table(r: InspectResult) -> None:

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import RUN_FACTS, SPLITS, split_metrics
+from ticketcli.contract.schema import RUN_FACTS, SPLITS, JsonObject, split_metrics
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.runs.parts import JsonObject
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.safetensors_file import popcount_and
 

@@ -10,10 +10,11 @@ from typing import Any, ClassVar
 import torch
 
 from ticketcli.contract.result import Result
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import UsageError
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs.build import OpenTicket, open_ticket
-from ticketcli.runs.parts import JsonObject, LayerCount, SplitMetrics, layer_counts
+from ticketcli.runs.parts import LayerCount, SplitMetrics, layer_counts
 from ticketcli.runs.record import counted_layers
 from ticketcli.specs.run import DataSpec, ModelPolicy
 from ticketcli.ticketfile import ticket as ticket_io

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from ticketcli.contract.result import Result
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import Interrupted, TicketCliError
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs.evaluate import EvaluateResult
 from ticketcli.runs.folder import failures_line, ticket_paths
-from ticketcli.runs.parts import JsonObject
 from ticketcli.specs.run import DataSpec, ModelPolicy
 from ticketcli.ticketfile import ticket as ticket_io
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ticketcli.contract.result import Result
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.runs.parts import JsonObject
 from ticketcli.ticketfile import ticket as ticket_io
 
 SUFFIX = ".safetensors"  # in a folder or a glob's matches, only files named so are read as tickets

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import SPARSITY_KEYS, run_metrics_fields
-from ticketcli.runs.parts import JsonObject
+from ticketcli.contract.schema import SPARSITY_KEYS, JsonObject, run_metrics_fields
 from ticketcli.ticketfile import ticket as ticket_io
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-JsonObject = dict[str, Any]  # a JSON object as read from a ticket file or written to a document (keys by name)
+from ticketcli.contract.schema import JsonObject
 
 
 @dataclass(frozen=True)

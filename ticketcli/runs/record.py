@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.data.datasets import Splits
 from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS
@@ -15,7 +16,6 @@ from ticketcli.models import batchnorm
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inspect import recorded_aux_share
-from ticketcli.runs.parts import JsonObject
 from ticketcli.runtime import distributed, machine
 from ticketcli.seeding import fingerprint
 from ticketcli.specs.run import ModelSpec, RunSpec

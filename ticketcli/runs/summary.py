@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ticketcli.contract.result import Result
+from ticketcli.contract.schema import JsonObject
 from ticketcli.methods.base import Details
-from ticketcli.runs.parts import JsonObject, LayerCount, SplitMetrics, layer_counts
+from ticketcli.runs.parts import LayerCount, SplitMetrics, layer_counts
 from ticketcli.specs.run import RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ticketcli.settings.ranges import CHOICE, FLOAT, INT
+from ticketcli.settings.ranges import CHOICE, FLOAT, INT, Range
 from ticketcli.settings.setting import Panel, Setting
 from ticketcli.specs import catalog
 from ticketcli.specs.run import MethodSpec
@@ -21,97 +21,54 @@ def method_setting(name: str, help: str, panel: str, **kw: Any) -> Setting:
     return Setting(name, help, panel, field=(MethodSpec, name), **kw)
 
 
+def baseline(name: str, help: str, range: Range, methods: tuple[str, ...]) -> Setting:
+    """A baseline's hyper-parameter, on the variants panel; its flag parses what its range holds (a whole number, a
+    real number, or one of its choices), so the kind is not written a second time."""
+    kind = {"int": int, "float": float}.get(range.kind, range.choices)
+    return method_setting(name, help, V, kind=kind, range=range, methods=methods)
+
+
 BASELINES: tuple[Setting, ...] = (
-    method_setting(
+    baseline(
         "saliency_batches",
         "snip: minibatches whose gradients are summed; grasp: minibatches in each of its collections (two with "
         "--grasp-data separate, one with shared).",
-        V,
-        kind=int,
-        range=INT(1, 10_000),
-        methods=SALIENCY,
+        INT(1, 10_000),
+        SALIENCY,
     ),
-    method_setting(
-        "grasp_temperature",
-        "Logits are divided by this.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1e6, lo_open=True),
-        methods=("grasp",),
-    ),
-    method_setting(
+    baseline("grasp_temperature", "Logits are divided by this.", FLOAT(0, 1e6, lo_open=True), ("grasp",)),
+    baseline(
         "grasp_direction",
         "Which end of the ranking it keeps. paper: the k largest -θ⊙Hg (the double-scoring paper's Appendix B, "
         "signed score then top-k); original: the k largest θ⊙Hg, i.e. it removes the largest -θ⊙Hg (Wang et al. "
         "2020, and the Synaptic-Flow code).",
-        V,
-        kind=catalog.GRASP_DIRECTIONS,
-        range=CHOICE(*catalog.GRASP_DIRECTIONS),
-        methods=("grasp",),
+        CHOICE(*catalog.GRASP_DIRECTIONS),
+        ("grasp",),
     ),
-    method_setting(
+    baseline(
         "grasp_data",
         "separate: g and Hg from two independent collections of --saliency-batches minibatches; shared: both from "
         "one collection (the original GraSP code).",
-        V,
-        kind=catalog.GRASP_DATA,
-        range=CHOICE(*catalog.GRASP_DATA),
-        methods=("grasp",),
+        CHOICE(*catalog.GRASP_DATA),
+        ("grasp",),
     ),
-    method_setting(
-        "synflow_rounds",
-        "Pruning rounds; round r keeps density d^(r/R).",
-        V,
-        kind=int,
-        range=INT(1, 10_000),
-        methods=("synflow",),
-    ),
-    method_setting(
-        "imp_rounds",
-        "Prune-and-rewind rounds, each training --epochs / rounds epochs.",
-        V,
-        kind=int,
-        range=INT(1, 1000),
-        methods=("imp",),
-    ),
-    method_setting(
-        "regrow_every",
-        "Optimisation steps between prune-and-regrow updates.",
-        V,
-        kind=int,
-        range=INT(1, 10_000_000),
-        methods=SPARSE,
-    ),
-    method_setting(
+    baseline("synflow_rounds", "Pruning rounds; round r keeps density d^(r/R).", INT(1, 10_000), ("synflow",)),
+    baseline("imp_rounds", "Prune-and-rewind rounds, each training --epochs / rounds epochs.", INT(1, 1000), ("imp",)),
+    baseline("regrow_every", "Optimisation steps between prune-and-regrow updates.", INT(1, 10_000_000), SPARSE),
+    baseline(
         "regrow_fraction",
         "Fraction of active weights pruned by magnitude and regrown per update.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1, hi_open=True),
-        methods=SPARSE,
+        FLOAT(0, 1, hi_open=True),
+        SPARSE,
     ),
-    method_setting(
+    baseline(
         "movement_warmup",
         "Fraction of steps kept dense before the cubic schedule.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1, hi_open=True),
-        methods=("movement",),
+        FLOAT(0, 1, hi_open=True),
+        ("movement",),
     ),
-    method_setting(
-        "movement_cooldown",
-        "Final fraction of steps at the target density.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1, hi_open=True),
-        methods=("movement",),
+    baseline(
+        "movement_cooldown", "Final fraction of steps at the target density.", FLOAT(0, 1, hi_open=True), ("movement",)
     ),
-    method_setting(
-        "movement_noise",
-        "Std of the Gaussian noise on the zero score init.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1),
-        methods=("movement",),
-    ),
+    baseline("movement_noise", "Std of the Gaussian noise on the zero score init.", FLOAT(0, 1), ("movement",)),
 )

@@ -7,7 +7,6 @@ import logging
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -15,9 +14,10 @@ from ticketcli.errors import RunFailed, TicketCliError, UsageError
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runtime.pool import run_pool
 from ticketcli.sweep.plan import SweepTask
+from ticketcli.sweep.result import SweepRecord
 
 
-def run_task(task: SweepTask, threads: int) -> tuple[dict[str, Any], bytes]:
+def run_task(task: SweepTask, threads: int) -> tuple[SweepRecord, bytes]:
     """One extraction with exactly `threads` torch threads; returns its record and the ticket file's bytes."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -29,32 +29,28 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict[str, Any], bytes]:
     finally:
         torch.set_num_threads(previous)
     m = summary.metrics
-    record = {
-        "id": task.id,
-        "seed": task.seed,
-        "group": task.group,
-        "config": task.config,
-        "fixed": task.fixed,
-        "method": summary.method,  # the ticket's method record, as extract and inspect report it
-        "requested_sparsity": task.spec.method.sparsity,
-        "layer_densities": None if task.spec.method.layer_densities is None else list(task.spec.method.layer_densities),
-        "test_accuracy": m.test.accuracy,
-        "val_accuracy": m.val.accuracy,
-        "test_loss": m.test.loss,
-        "achieved_sparsity": summary.sparsity.achieved,
-        "masks_sha256": summary.masks_sha256,  # the ticket's digest, as extract and inspect report it
-        "device": m.device,
-        "threads": threads,
-        "wall_time_s": m.wall_time_s,
-        "ticket": None,
-        "ticket_sha256": None,
-    }
+    record = SweepRecord(
+        **task.identity(),
+        method=summary.method,
+        requested_sparsity=task.spec.method.sparsity,
+        layer_densities=task.spec.method.layer_densities,
+        test_accuracy=m.test.accuracy,
+        val_accuracy=m.val.accuracy,
+        test_loss=m.test.loss,
+        achieved_sparsity=summary.sparsity.achieved,
+        masks_sha256=summary.masks_sha256,
+        device=m.device,
+        threads=threads,
+        wall_time_s=m.wall_time_s,
+        ticket=None,  # records.store names the ticket it keeps in --out-dir
+        ticket_sha256=None,
+    )
     return record, payload
 
 
 def run_local(
     tasks: list[SweepTask], workers: int, threads: int
-) -> Iterator[tuple[SweepTask, tuple[dict[str, Any], bytes]]]:
+) -> Iterator[tuple[SweepTask, tuple[SweepRecord, bytes]]]:
     return run_pool(
         run_task, tasks, workers=workers, threads=threads, describe=lambda t: f"{t.id} (out of memory or killed)"
     )
@@ -62,7 +58,7 @@ def run_local(
 
 def run_ray(
     tasks: list[SweepTask], threads: int, address: str | None
-) -> Iterator[tuple[SweepTask, tuple[dict[str, Any], bytes]]]:
+) -> Iterator[tuple[SweepTask, tuple[SweepRecord, bytes]]]:
     try:
         import ray
     except ImportError:

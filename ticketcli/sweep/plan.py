@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.methods import METHODS
 from ticketcli.models.budget import Budget
 from ticketcli.models.build import build_model, planned_shapes
@@ -34,6 +35,10 @@ class SweepTask:
     config: str  # human label: "k=0.1", "layerwise 3", "fixed", ...
     spec: RunSpec
     fixed: bool = False  # this edge-popup run is also the fixed target-density baseline
+
+    def identity(self) -> JsonObject:
+        """What a run's record takes from its task, and must still match when it resumes."""
+        return {"id": self.id, "seed": self.seed, "group": self.group, "config": self.config, "fixed": self.fixed}
 
 
 def double_scoring_methods() -> list[str]:

@@ -1,7 +1,8 @@
 """sweep-k's records in --out-dir: one ticket and one JSON record per finished run, written ticket first, and read
 back (like a ticket: bounded, strict, every field checked) when a sweep resumes. A record file holds `schema`
 (contract.SWEEP_RUN_RECORD), `spec` (what decides the run's result) and `record`, in the shape of the sweep-k
-document's records; records written before they had a `schema` (a flat record) are still read."""
+document's records; records written before they had a `schema` (a flat record, the method by its name) are still
+read. Either is read back as the one record type, result.SweepRecord."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 import math
 import os
 import stat
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from ticketcli.seeding import file_sha256
 from ticketcli.specs.run import RunSpec
 from ticketcli.sweep.outputs import Note, read_json
 from ticketcli.sweep.plan import SweepTask
-from ticketcli.sweep.result import SweepRecord
+from ticketcli.sweep.result import SweepRecord, flat_record
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.safetensors_file import MAX_HEADER_BYTES
 
@@ -44,7 +45,7 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
     "group": (str,),
     "config": (str,),
     "fixed": (bool,),
-    "method": (str,),
+    "method": (str, dict),  # its record; an older record file's, its name
     "requested_sparsity": _NUMBER,
     "layer_densities": (list, type(None)),
     "test_accuracy": _NUMBER,
@@ -98,19 +99,19 @@ def ticket_bound(spec: RunSpec) -> int:
 def store(
     out_dir: Path,
     task: SweepTask,
-    record: dict[str, Any],
+    record: SweepRecord,
     payload: bytes,
     note: Note | None = None,
     overwrite: bool = False,
-) -> dict[str, Any]:
+) -> SweepRecord:
     """Write the ticket, then its record (the record last: a record on disk means the ticket is complete); each
     replaces an existing file only with `overwrite` or when `note` shows the sweep wrote it, and goes in the note."""
     ticket, record_path = paths(out_dir, task)
     note = note if note is not None else Note(out_dir)
     note.add(write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket)), payload)
-    record = {**record, "ticket": str(ticket), "ticket_sha256": hashlib.sha256(payload).hexdigest()}
-    kept = SweepRecord.of(record).to_dict()  # the sweep-k document's record shape (docs/json.md)
-    stored = {"schema": SWEEP_RUN_RECORD, "spec": spec_identity(task.spec), "record": kept}
+    record = replace(record, ticket=str(ticket), ticket_sha256=hashlib.sha256(payload).hexdigest())
+    # the sweep-k document's record shape (docs/json.md)
+    stored = {"schema": SWEEP_RUN_RECORD, "spec": spec_identity(task.spec), "record": record.to_dict()}
     doc = (json.dumps(stored, indent=2, sort_keys=True) + "\n").encode()
     note.add(write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path)), doc)
     return record
@@ -133,15 +134,18 @@ def _typed(record: Any, task: SweepTask) -> str | None:
         return "layer_densities is not a list of densities"
     if any(len(record[k]) != 64 or not set(record[k]) <= HEX64 for k in ("masks_sha256", "ticket_sha256")):
         return "a digest is not 64 hex digits"
-    task_fields = {"id": task.id, "seed": task.seed, "group": task.group, "config": task.config, "fixed": task.fixed}
-    if any(record[k] != v for k, v in task_fields.items()) or record["method"] != task.spec.method.name:
+    method = record["method"]
+    if isinstance(method, dict) and not isinstance(method.get("name"), str):
+        return "method is not a method record"
+    name = method["name"] if isinstance(method, dict) else method
+    if any(record[k] != v for k, v in task.identity().items()) or name != task.spec.method.name:
         return "it describes another run"
     return None
 
 
 def finished(
     out_dir: Path, task: SweepTask, bound: int = ticket_io.MAX_FILE_BYTES
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[SweepRecord | None, str | None]:
     """(the stored record, None) when the run is complete and intact (same spec, ticket present, hashes match);
     (None, None) when there is none or it is of other settings; (None, why) when the record or its ticket is not
     what the sweep writes (a FIFO, a device, too large, bad JSON, wrong types, a ticket that does not match):
@@ -181,34 +185,8 @@ def finished(
         return None, f"cannot read {ticket}: {getattr(e, 'strerror', None) or e}"
     except TicketFileError as e:
         return None, str(e)
-    return {**record, "ticket": str(ticket), "method": loaded.method, "masks_sha256": digest}, None
-
-
-def flat_record(stored: Any) -> dict[str, Any] | None:
-    """A stored record in the document's shape (method record, metrics, sparsity) as the flat record _typed checks
-    (the method by its name); None when its shape is not that."""
-    if not isinstance(stored, dict):
-        return None
-    metrics, sparsity, method = stored.get("metrics"), stored.get("sparsity"), stored.get("method")
-    if not (isinstance(metrics, dict) and metrics.keys() == {"test", "val"} and isinstance(sparsity, dict)):
-        return None
-    test, val = metrics["test"], metrics["val"]
-    if not (isinstance(test, dict) and test.keys() == {"accuracy", "loss"}):
-        return None
-    if not (isinstance(val, dict) and val.keys() == {"accuracy"} and sparsity.keys() == {"achieved", "requested"}):
-        return None
-    if not (isinstance(method, dict) and isinstance(method.get("name"), str)):
-        return None
-    flat = {k: v for k, v in stored.items() if k not in ("metrics", "sparsity")}
-    flat.update(
-        method=method["name"],
-        test_accuracy=test["accuracy"],
-        test_loss=test["loss"],
-        val_accuracy=val["accuracy"],
-        achieved_sparsity=sparsity["achieved"],
-        requested_sparsity=sparsity["requested"],
-    )
-    return flat
+    # the ticket's own method record and digest, as inspect reads them (an older record may hold others)
+    return SweepRecord.of({**record, "ticket": str(ticket), "method": loaded.method, "masks_sha256": digest}), None
 
 
 def differences(old: Any, new: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any, Any]]:

@@ -2,22 +2,23 @@
 frozen dataclasses whose `to_document()` is the `--json` document (docs/json.md). Torch-free: the standard library,
 the result base and summary.py.
 
-A record has two shapes: the flat one sweep works with and keeps on disk (`test_accuracy`, `achieved_sparsity`, ...;
-records.py reads and writes it, summary.py summarises it) and the document's (`metrics.test.accuracy`,
-`sparsity.achieved`, as in extract's document). `SweepRecord.of` reads the flat shape, `flat()` gives it back, and
-`from_document` reads a saved document's record, so that a saved sweep can be summarised again."""
+`SweepRecord` is a finished run's one record type: the sweep makes it (execute.run_task), keeps it in --out-dir
+(records.py) and reports it. It is written out in two shapes: the document's (`to_dict()`: `metrics.test.accuracy`,
+`sparsity.achieved`, as in extract's document), which is also what a run's record file holds, and the flat one
+(`flat()`: `test_accuracy`, `achieved_sparsity`, ...), which summary.py summarises and which record files held
+before they had a schema. `flat_record` is the one conversion from the document's shape to the flat one (checking
+that shape); `SweepRecord.of` reads the flat shape, `from_document` the document's, so that a saved sweep can be
+summarised again."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ticketcli.contract.result import Result
+from ticketcli.contract.schema import JsonObject
 from ticketcli.sweep.summary import PAPER_BAND, summarize
-
-Json = dict[str, Any]  # a part of the --json document
-
 
 # the flat record's measurements, which the document moves to metrics.<split> and sparsity
 FLAT_MEASURES = ("requested_sparsity", "test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity")
@@ -48,69 +49,26 @@ class SweepRecord:
 
     @classmethod
     def of(cls, flat: Mapping[str, Any]) -> SweepRecord:
-        """From sweep's flat record (a fresh run's, or one read back by records.finished)."""
-        ld = flat["layer_densities"]
-        return cls(
-            id=flat["id"],
-            seed=flat["seed"],
-            group=flat["group"],
-            config=flat["config"],
-            fixed=flat["fixed"],
-            method=flat["method"],
-            requested_sparsity=flat["requested_sparsity"],
-            layer_densities=None if ld is None else tuple(ld),
-            test_accuracy=flat["test_accuracy"],
-            val_accuracy=flat["val_accuracy"],
-            test_loss=flat["test_loss"],
-            achieved_sparsity=flat["achieved_sparsity"],
-            masks_sha256=flat["masks_sha256"],
-            device=flat["device"],
-            threads=flat["threads"],
-            wall_time_s=flat["wall_time_s"],
-            ticket=flat["ticket"],
-            ticket_sha256=flat["ticket_sha256"],
-        )
+        """From sweep's flat record (flat(), or flat_record's reading of the document's shape)."""
+        values = {f.name: flat[f.name] for f in fields(cls)}
+        ld = values["layer_densities"]
+        return cls(**{**values, "layer_densities": None if ld is None else tuple(ld)})
 
     @classmethod
     def from_document(cls, doc: Mapping[str, Any]) -> SweepRecord:
-        """From a record of a sweep-k --json document."""
-        rest = {k: v for k, v in doc.items() if k not in ("metrics", "sparsity")}
-        test, val, sp = doc["metrics"]["test"], doc["metrics"]["val"], doc["sparsity"]
-        return cls.of(
-            {
-                **rest,
-                "test_accuracy": test["accuracy"],
-                "val_accuracy": val["accuracy"],
-                "test_loss": test["loss"],
-                "achieved_sparsity": sp["achieved"],
-                "requested_sparsity": sp["requested"],
-            }
-        )
+        """From a record of a sweep-k --json document (or of a run's record file); ValueError if it is not one."""
+        flat = flat_record(doc)
+        if flat is None:
+            raise ValueError("not a sweep-k record: its metrics, sparsity or method are not the document's")
+        return cls.of(flat)
 
-    def flat(self) -> Json:
-        """Sweep's own flat shape (what summary.summarize reads)."""
-        return {
-            "id": self.id,
-            "seed": self.seed,
-            "group": self.group,
-            "config": self.config,
-            "fixed": self.fixed,
-            "method": self.method,
-            "requested_sparsity": self.requested_sparsity,
-            "layer_densities": None if self.layer_densities is None else list(self.layer_densities),
-            "test_accuracy": self.test_accuracy,
-            "val_accuracy": self.val_accuracy,
-            "test_loss": self.test_loss,
-            "achieved_sparsity": self.achieved_sparsity,
-            "masks_sha256": self.masks_sha256,
-            "device": self.device,
-            "threads": self.threads,
-            "wall_time_s": self.wall_time_s,
-            "ticket": self.ticket,
-            "ticket_sha256": self.ticket_sha256,
-        }
+    def flat(self) -> JsonObject:
+        """Sweep's flat shape (what summary.summarize reads), in the fields' order."""
+        flat = {f.name: getattr(self, f.name) for f in fields(self)}
+        flat["layer_densities"] = None if self.layer_densities is None else list(self.layer_densities)
+        return flat
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         """The record in the document: the flat record with extract's metrics and sparsity shapes in place of its
         flat accuracy and sparsity keys."""
         doc = {k: v for k, v in self.flat().items() if k not in FLAT_MEASURES}
@@ -120,6 +78,32 @@ class SweepRecord:
         }
         doc["sparsity"] = {"achieved": self.achieved_sparsity, "requested": self.requested_sparsity}
         return doc
+
+
+def flat_record(stored: Any) -> JsonObject | None:
+    """A record in the document's shape (method record, metrics, sparsity) as the flat record, the method kept as
+    its record; None when its shape is not that (values are not checked here: records.finished checks them)."""
+    if not isinstance(stored, Mapping):
+        return None
+    metrics, sparsity, method = stored.get("metrics"), stored.get("sparsity"), stored.get("method")
+    if not (isinstance(metrics, Mapping) and metrics.keys() == {"test", "val"} and isinstance(sparsity, Mapping)):
+        return None
+    test, val = metrics["test"], metrics["val"]
+    if not (isinstance(test, Mapping) and test.keys() == {"accuracy", "loss"}):
+        return None
+    if not (isinstance(val, Mapping) and val.keys() == {"accuracy"} and sparsity.keys() == {"achieved", "requested"}):
+        return None
+    if not (isinstance(method, Mapping) and isinstance(method.get("name"), str)):
+        return None
+    flat = {k: v for k, v in stored.items() if k not in ("metrics", "sparsity")}
+    flat.update(
+        test_accuracy=test["accuracy"],
+        test_loss=test["loss"],
+        val_accuracy=val["accuracy"],
+        achieved_sparsity=sparsity["achieved"],
+        requested_sparsity=sparsity["requested"],
+    )
+    return flat
 
 
 @dataclass(frozen=True)
@@ -136,7 +120,7 @@ class Stats:
     def of(cls, s: Mapping[str, Any]) -> Stats:
         return cls(n=s["n"], mean=s["mean"], std=s["std"], min=s["min"], max=s["max"])
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {"n": self.n, "mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
 
 
@@ -154,8 +138,8 @@ class GroupSummary:
             test=Stats.of(g["test"]), achieved_sparsity=Stats.of(g["achieved_sparsity"]), configs=g.get("configs")
         )
 
-    def to_dict(self) -> Json:
-        doc: Json = {} if self.configs is None else {"configs": self.configs}
+    def to_dict(self) -> JsonObject:
+        doc: JsonObject = {} if self.configs is None else {"configs": self.configs}
         doc["metrics"] = {"test": {"accuracy": self.test.to_dict()}}
         doc["sparsity"] = {"achieved": self.achieved_sparsity.to_dict()}
         return doc
@@ -181,7 +165,7 @@ class OraclePick:
             achieved_sparsity=p["achieved_sparsity"],
         )
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "id": self.id,
             "config": self.config,
@@ -211,7 +195,7 @@ class OracleSummary:
             seeds_without_candidate=tuple(o["seeds_without_candidate"]),
         )
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "band": None if self.band is None else list(self.band),
             "seeds_without_candidate": list(self.seeds_without_candidate),
@@ -248,7 +232,7 @@ class SweepSummary:
     def of_records(cls, records: Sequence[SweepRecord], band: tuple[float, float] = PAPER_BAND) -> SweepSummary:
         return cls.of(summarize([r.flat() for r in records], band=band))
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "seeds": list(self.seeds),
             "edge_popup": self.edge_popup.to_dict(),
@@ -277,7 +261,7 @@ class SweepSettings:
     executor: str
     out_dir: str | None
 
-    def to_dict(self) -> Json:
+    def to_dict(self) -> JsonObject:
         return {
             "sparsity": self.sparsity,
             "seeds": list(self.seeds),
@@ -310,14 +294,13 @@ class SweepResult(Result):
 
     @classmethod
     def of(
-        cls, flat_records: Sequence[Mapping[str, Any]], resumed: Sequence[str], band: tuple[float, float] = PAPER_BAND
+        cls, records: Sequence[SweepRecord], resumed: Sequence[str], band: tuple[float, float] = PAPER_BAND
     ) -> SweepResult:
-        """From sweep's flat records (run.run_sweep), summarised with `band`."""
-        records = tuple(SweepRecord.of(r) for r in flat_records)
-        return cls(records=records, resumed=tuple(resumed), summary=SweepSummary.of_records(records, band))
+        """From the sweep's records in plan order (run.run_sweep), summarised with `band`."""
+        return cls(records=tuple(records), resumed=tuple(resumed), summary=SweepSummary.of_records(records, band))
 
-    def body(self) -> Json:
-        doc: Json = {
+    def body(self) -> JsonObject:
+        doc: JsonObject = {
             "records": [r.to_dict() for r in self.records],
             "resumed": list(self.resumed),
             "summary": self.summary.to_dict(),

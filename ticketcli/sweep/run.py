@@ -15,11 +15,11 @@ from ticketcli.sweep.execute import cost, run_local, run_ray
 from ticketcli.sweep.outputs import load_note
 from ticketcli.sweep.plan import SweepTask
 from ticketcli.sweep.records import finished, other_settings, paths, stale_runs, store, ticket_bound
-from ticketcli.sweep.result import SweepResult
+from ticketcli.sweep.result import SweepRecord, SweepResult
 from ticketcli.sweep.summary import PAPER_BAND
 from ticketcli.ticketfile import ticket as ticket_io
 
-OnResult = Callable[[dict[str, Any], bool], None]  # (record, resumed) after each finished task
+OnResult = Callable[[SweepRecord, bool], None]  # (record, resumed) after each finished task
 
 
 def run_sweep(
@@ -64,7 +64,7 @@ def run_sweep(
             f"of its results: {listed}"
         )
     bound = ticket_bound(tasks[0].spec) if out is not None and tasks else ticket_io.MAX_FILE_BYTES
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, SweepRecord] = {}
     resumed = []
     todo = []
     problems: dict[str, str] = {}

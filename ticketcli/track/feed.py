@@ -5,14 +5,16 @@ warning (`guarded`), never a failed run."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.track.base import Tracking, Warn, first_line, flat
 from ticketcli.track.info import RunInfo, Scalar, run_name
 
-Stats = dict[str, Any]
+if TYPE_CHECKING:
+    from ticketcli.sweep.result import SweepRecord
 
 
 def guarded(fn: Callable[..., None], warn: Warn, what: str = "--log-to") -> Callable[..., None]:
@@ -71,13 +73,13 @@ def extract_info(spec: Any) -> RunInfo:
     return RunInfo(name, params, {"command": "extract"})
 
 
-def extract_epochs(tracking: Tracking, warn: Warn) -> tuple[Callable[[Stats], None], Steps]:
+def extract_epochs(tracking: Tracking, warn: Warn) -> tuple[Callable[[JsonObject], None], Steps]:
     """The progress callback that logs each epoch's report: train/loss, train/accuracy (running, on the extraction
     split), train/sparsity (the current masks), train/density/<parameter>, train/round (iterated); and its steps,
     whose last one extract_final logs at."""
     steps = Steps()
 
-    def log(stats: Stats) -> None:
+    def log(stats: JsonObject) -> None:
         if "loss" not in stats:
             return
         values = {f"train/{k}": stats[k] for k in ("loss", "accuracy", "sparsity", "round") if k in stats}
@@ -131,11 +133,11 @@ def weak_info(ticket: Path) -> RunInfo:
     return RunInfo(name, {"method": str(tk.ticket.method.get("name"))}, tags)
 
 
-def weak_epochs(tracking: Tracking, warn: Warn) -> Callable[[Stats], None]:
+def weak_epochs(tracking: Tracking, warn: Warn) -> Callable[[JsonObject], None]:
     """Each epoch of each run (masked, dense): <run>/train_loss, <run>/train_accuracy, <run>/val_accuracy,
     <run>/val_loss."""
 
-    def log(stats: Stats) -> None:
+    def log(stats: JsonObject) -> None:
         run = stats["run"]
         names = {"loss": "train_loss", "accuracy": "train_accuracy", "val_accuracy": "val_accuracy"}
         names["val_loss"] = "val_loss"
@@ -178,13 +180,14 @@ def sweep_info(base: Any, seeds: list[int]) -> RunInfo:
     return RunInfo(name, {**params, "seeds": ",".join(str(s) for s in seeds)}, {"command": "sweep-k"})
 
 
-def sweep_child(tracking: Tracking, warn: Warn, model: str) -> Callable[[Stats, bool], None]:
+def sweep_child(tracking: Tracking, warn: Warn, model: str) -> Callable[[SweepRecord, bool], None]:
     """on_result's logger: one child run per grid point (named by its id), its identity as parameters,
     test_accuracy, val_accuracy, test_loss and achieved_sparsity at step 0, masks_sha256 as a tag, its ticket (with
     --out-dir) as an artifact."""
 
-    def log(record: Stats, resumed: bool) -> None:
-        method = record["method"]["name"] if isinstance(record["method"], Mapping) else record["method"]
+    def log(run: SweepRecord, resumed: bool) -> None:
+        record = run.flat()
+        method = run.method["name"]
         keys = ("id", "seed", "group", "config", "fixed", "requested_sparsity", "layer_densities")
         params: dict[str, Scalar] = {**flat({k: record[k] for k in keys if k in record}), "method": method}
         child = tracking.child(RunInfo(run_name(record["id"]), {**params, "model": model}, {"resumed": str(resumed)}))

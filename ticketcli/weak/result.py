@@ -1,0 +1,173 @@
+"""train-weak's typed result: each run's curve and measurements, the check of the saved weights and the sparsity,
+as frozen dataclasses whose `to_document()` is the `--json` document (docs/json.md). Torch-free: the result base
+and the contract's shapes; run.py makes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ticketcli.contract.result import Result
+from ticketcli.contract.schema import JsonObject, layer_list
+from ticketcli.specs.weak import WeakSpec
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split's measurement (train.evaluate): accuracy and mean loss, from `correct` of `n` examples."""
+
+    accuracy: float
+    loss: float
+    correct: int
+    n: int
+
+    @classmethod
+    def of(cls, m: dict[str, Any]) -> Split:
+        return cls(accuracy=m["accuracy"], loss=m["loss"], correct=m["correct"], n=m["n"])
+
+    def to_dict(self) -> JsonObject:
+        return {"accuracy": self.accuracy, "loss": self.loss, "correct": self.correct, "n": self.n}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Test and validation measurements of one set of weights."""
+
+    test: Split
+    val: Split
+
+    def to_dict(self) -> JsonObject:
+        return {"test": self.test.to_dict(), "val": self.val.to_dict()}
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One epoch: its training loss and accuracy (over the epoch's batches) and the validation measured after it."""
+
+    epoch: int
+    loss: float
+    accuracy: float
+    val_accuracy: float
+    val_loss: float
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "epoch": self.epoch,
+            "metrics": {
+                "train": {"accuracy": self.accuracy, "loss": self.loss},
+                "val": {"accuracy": self.val_accuracy, "loss": self.val_loss},
+            },
+        }
+
+
+@dataclass(frozen=True)
+class WeakRun:
+    """One training run (masked or dense): before, after, the best validation epoch and the curve."""
+
+    initial: Measured
+    final: Measured
+    gain: float  # test accuracy after minus before, from the exact counts
+    best_val_epoch: int  # the first epoch with the highest validation accuracy
+    best_val_accuracy: float
+    curve: tuple[CurvePoint, ...]
+    wall_time_s: float
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "gain": self.gain,
+            "wall_time_s": self.wall_time_s,
+            "metrics": self.final.to_dict(),
+            "initial": {"metrics": self.initial.to_dict()},
+            "best": {"epoch": self.best_val_epoch, "metrics": {"val": {"accuracy": self.best_val_accuracy}}},
+            "curve": [p.to_dict() for p in self.curve],
+        }
+
+
+@dataclass(frozen=True)
+class WeightsCheck:
+    """The trained weights against the mask: nonzero entries in all and outside the mask (always 0: else a bug)."""
+
+    nonzero_after: int
+    masked_nonzero_after: int
+    unchanged: bool
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "nonzero_after": self.nonzero_after,
+            "masked_nonzero_after": self.masked_nonzero_after,
+            "unchanged": self.unchanged,
+        }
+
+
+@dataclass(frozen=True)
+class WeakSparsity:
+    """The ticket's sparsity counted from its masks: requested (as recorded), kept of total, achieved, per layer."""
+
+    requested: float | None
+    kept: int
+    total: int
+    achieved: float
+    per_layer: dict[str, dict[str, float]]  # name -> kept, total, achieved (and a recorded aux_share)
+
+    def to_dict(self) -> JsonObject:
+        return {"requested": self.requested, "kept": self.kept, "total": self.total, "achieved": self.achieved}
+
+
+@dataclass(frozen=True)
+class WrittenWeights:
+    path: str
+    file_bytes: int
+
+
+@dataclass(frozen=True)
+class WeakResult(Result):
+    """What `ticket train-weak` reports: the ticket, the training settings, the masked run (and the dense baseline's)
+    and the check that the trained weights kept the mask; `to_document()` is its --json document."""
+
+    COMMAND = "train-weak"
+    ticket: str
+    ticket_sha256: str
+    method: dict[str, Any]  # the ticket's method record
+    model: str
+    seed: int
+    device: str
+    data: dict[str, Any]  # the ticket's data record (dataset, n_extract, n_val, split_seed) and n_test
+    spec: WeakSpec
+    sparsity: WeakSparsity
+    weights_check: WeightsCheck
+    masked: WeakRun
+    integrity: str
+    dense: WeakRun | None = None
+    processes: int | None = None  # under torchrun
+    out: WrittenWeights | None = None
+    threads: int | None = None  # torch threads, as the command line ran it
+    plot: str | None = None
+
+    def body(self) -> JsonObject:
+        doc: JsonObject = {
+            "ticket": self.ticket,
+            "ticket_sha256": self.ticket_sha256,
+            "method": self.method,
+            "model": self.model,
+            "seed": self.seed,
+            "device": self.device,
+            "data": self.data,
+            **self.spec.to_dict(),
+            "integrity": self.integrity,
+        }
+        if self.processes is not None:
+            doc["processes"] = self.processes
+        if self.out is not None:
+            doc["out"] = {"path": self.out.path, "file_bytes": self.out.file_bytes}
+        if self.threads is not None:
+            doc["threads"] = self.threads
+        if self.plot is not None:
+            doc["plot"] = self.plot
+        doc["sparsity"] = self.sparsity.to_dict()
+        doc["weights_check"] = self.weights_check.to_dict()
+        doc["layers"] = layer_list(self.sparsity.per_layer)
+        doc["masked"] = self.masked.to_dict()
+        doc["metrics"] = doc["masked"]["metrics"]  # the trained ticket's accuracy, where every other command has it
+        if self.dense is not None:
+            doc["dense"] = self.dense.to_dict()
+        return doc
