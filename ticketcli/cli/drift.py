@@ -6,18 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Optional
-
-import typer
+from typing import Any, Optional
 
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.drift_features import (
     run_features,
-)
-from ticketcli.cli.options import (
-    Json,
-    Quiet,
 )
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import check_destination, write_atomic
@@ -25,36 +19,19 @@ from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.settings.drift import DRIFT, FEATURES
+from ticketcli.settings.flags import DRIFT_FLAGS
 from ticketcli.settings.reader import DRIFT_READER
-from ticketcli.settings.setting import Panel
 from ticketcli.settings.track import TRACK_FLAG
 
 
-@declared(DRIFT, FEATURES, DRIFT_READER, TRACK_FLAG)
+@declared(DRIFT, FEATURES, DRIFT_READER, TRACK_FLAG, flags=DRIFT_FLAGS)
 def drift(
-    ticket: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Rebuild this ticket's network (fingerprint-checked) and train only its surviving weights.",
-            rich_help_panel=Panel.MODEL,
-        ),
-    ] = None,
-    weights: Annotated[
-        Optional[Path],
-        typer.Option(help="The checkpoint a --ticket was extracted from, if it was.", rich_help_panel=Panel.MODEL),
-    ] = None,
-    plot: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Write a PNG: weight mean per layer, negative pre-activation share and sparsity vs step.",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Overwrite --plot if it exists.", rich_help_panel=Panel.OUTPUT)
-    ] = False,
-    json_out: Json = False,
-    quiet: Quiet = False,
+    ticket: Optional[Path] = None,
+    weights: Optional[Path] = None,
+    plot: Optional[Path] = None,
+    force: bool = False,
+    json_out: bool = False,
+    quiet: bool = False,
     **given: Any,  # the settings of settings/drift.py (@declared): one flag each
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""

@@ -11,14 +11,13 @@ import typer
 
 from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
-from ticketcli.cli.options import Json, Quiet
-from ticketcli.errors import GateFailed, UsageError
+from ticketcli.errors import GateFailed
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.report import tables as report_tables
 from ticketcli.runtime.interrupts import stop_on_signals
+from ticketcli.settings.flags import EVALUATE_FLAGS
 from ticketcli.settings.reader import READER
-from ticketcli.settings.setting import Panel
 
 
 def warn_not_reproduced(path: Path) -> None:
@@ -46,26 +45,13 @@ TicketsArgument = Annotated[
 ]
 
 
-@declared(READER)
+@declared(READER, flags=EVALUATE_FLAGS)
 def evaluate(
     tickets: TicketsArgument,
-    min_accuracy: Annotated[
-        Optional[float],
-        typer.Option(
-            help="Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8).",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = None,
-    max_drop: Annotated[
-        Optional[float],
-        typer.Option(
-            help="Exit with code 1 if the test accuracy is more than this below the one stored in the ticket "
-            "(a fraction, e.g. 0.005): a check that the ticket reproduces on this machine and torch.",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = None,
-    json_out: Json = False,
-    quiet: Quiet = False,
+    min_accuracy: Optional[float] = None,
+    max_drop: Optional[float] = None,
+    json_out: bool = False,
+    quiet: bool = False,
     **given: Any,  # the reader settings of settings/reader.py (@declared): one flag each
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy. For a folder of
@@ -76,10 +62,9 @@ def evaluate(
     from ticketcli.ticketfile import ticket as ticket_io  # numpy: not needed for --help
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
-        if min_accuracy is not None and not 0 <= min_accuracy <= 1:
-            raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
-        if max_drop is not None and not 0 <= max_drop <= 1:
-            raise UsageError(f"--max-drop must lie in [0, 1] (a fraction), got {max_drop}")
+        for name, bound in (("min_accuracy", min_accuracy), ("max_drop", max_drop)):
+            if bound is not None:
+                EVALUATE_FLAGS[name].check(bound)
         n_threads = check_threads(r["threads"])
         from ticketcli.runs import folder as runs_folder  # torch-free
 
