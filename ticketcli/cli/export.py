@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
+from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import TicketFile
 from ticketcli.report import console
@@ -15,7 +15,7 @@ from ticketcli.report import progress as report_progress
 from ticketcli.report import tables as report_tables
 from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.settings.flags import EXPORT_FLAGS
-from ticketcli.settings.reader import EXPORT_READER
+from ticketcli.settings.reader import EXPORT_READER, build_reader_spec
 
 
 @declared(EXPORT_READER, flags=EXPORT_FLAGS)
@@ -34,20 +34,16 @@ def export(
     r = given_settings(EXPORT_READER, given)
     from ticketcli.export import run as export_core  # torch: imported when the command runs, not for --help
     from ticketcli.runtime.threads import using
-    from ticketcli.settings.registry import check_threads
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
-        n_threads = check_threads(r["threads"])
-        policy, data = reader_inputs(r)
-        with using(n_threads) as used, report_progress.working("export", quiet=quiet, lines=True) as chunks:
+        reader = build_reader_spec(**r)
+        with using(reader.threads) as used, report_progress.working("export", quiet=quiet, lines=True) as chunks:
             result = export_core.export_ticket(
                 ticket,
                 fmt=format,
                 out=out,
-                weights=r["weights"],
+                reader=reader,
                 overwrite=force,
-                policy=policy,
-                data=data,
                 chunks=chunks,
             )
         result = replace(result, threads=used)

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_precision, warn_unverified
+from ticketcli.cli.common import errors_to_exit_codes, warn_precision, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.cli.options import TicketFile
 from ticketcli.files.atomic import check_destination, write_atomic
@@ -17,7 +17,7 @@ from ticketcli.report import study_tables as report_study_tables
 from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.runtime.world import check_rendezvous_timeout, quiet_rank
 from ticketcli.settings.flags import WEAK_FLAGS
-from ticketcli.settings.reader import READER
+from ticketcli.settings.reader import READER, build_reader_spec
 from ticketcli.settings.track import TRACK_FLAG
 from ticketcli.settings.weak import WEAK
 
@@ -48,9 +48,9 @@ def train_weak(
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = build_weak_spec(given_settings(WEAK, given))
-        n_threads = check_threads(r["threads"])
+        check_threads(r["threads"])  # before --rendezvous-timeout, as the flags are checked
         rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
-        policy, data = reader_inputs(r)
+        reader = build_reader_spec(**r)
         trackers = track.check(given_settings(TRACK_FLAG, given)["log_to"])
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
@@ -58,24 +58,21 @@ def train_weak(
         with track.tracked(track_ranks, lambda: track_feed.weak_info(ticket), console.warn) as log:
             with (
                 distributed.joined(
-                    lambda: runs_inputs.resolve_device(r["device"] or "auto"), rendezvous_s=rendezvous_s
+                    lambda: runs_inputs.resolve_device(reader.device), rendezvous_s=rendezvous_s
                 ) as world,
                 report_progress.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
-                using(n_threads) as used,
+                using(reader.threads) as used,
             ):
-                warn_precision(spec.precision, r["device"] or "auto")
+                warn_precision(spec.precision, reader.device)
                 logged = None if log is None else track_feed.weak_epochs(log, console.warn)
                 result = weak.train_weak(
                     ticket,
-                    data=data,
+                    reader,
                     spec=spec,
-                    device=r["device"] or "auto",
-                    weights=r["weights"],
                     dense_baseline=dense_baseline,
                     out=out,
                     overwrite=force,
                     progress=position.track(track.tee(progress, logged)),
-                    policy=policy,
                     chunks=report_progress.phases_of(progress),
                 )
                 result = replace(result, threads=used)
