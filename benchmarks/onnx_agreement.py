@@ -31,7 +31,7 @@ from ticketcli.runs import build as runs_build
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs.record import model_record
 from ticketcli.seeding import fingerprint
-from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 DIRS = ("/usr/share/datasets",)
@@ -80,7 +80,7 @@ def extract(d: Path, model: str, dataset: str, method: str, epochs: int, n_extra
 
 
 def image_row(ticket: Path, onnx_path: Path) -> dict:
-    opened = runs_build.open_ticket(ticket, data=DataSpec(search_dirs=DIRS), device="cpu")
+    opened = runs_build.open_ticket(ticket, ReaderSpec(ReaderSpec(data=DataSpec(search_dirs=DIRS), device="cpu")))
     opened.net.calibrate(opened.masks)
     x, y = opened.splits.x_test, opened.splits.y_test
     with torch.no_grad():
@@ -144,7 +144,7 @@ def main() -> None:
                 ticket = extract(d, model, dataset, args.method, args.epochs, args.n_extract)
             out = d / f"{ticket.stem}.onnx"
             t0 = time.perf_counter()
-            result = export_ticket(ticket, fmt="onnx", out=out, data=DataSpec(search_dirs=DIRS))
+            result = export_ticket(ticket, fmt="onnx", out=out, reader=ReaderSpec(data=DataSpec(search_dirs=DIRS)))
             wall = time.perf_counter() - t0
             row = gpt_row(ticket, out) if model == GPT else image_row(ticket, out)
             assert result.onnx is not None

@@ -19,7 +19,7 @@ from table1 import mean_std  # benchmarks/ is on sys.path when run as a script
 
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.settings.resolve import build_extract_spec, data_location, merge_settings
-from ticketcli.specs.run import DataSpec
+from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.weak.run import WeakSpec, train_weak
 
 # Section 6.2 (requested 90%): initial -> final test accuracy %. The dense row of Table 5 is not in our copy.
@@ -46,7 +46,7 @@ def main() -> None:
                 )
                 path = Path(d) / f"{method}-{seed}.safetensors"
                 extract_ticket(ex, out=path)
-                r = train_weak(path, data=data, spec=spec, dense_baseline=i == 0)
+                r = train_weak(path, ReaderSpec(data=data), spec=spec, dense_baseline=i == 0)
                 # each run as plain data (asdict: initial, final, gain, best_val_epoch, curve, ...)
                 rows.setdefault(method, []).append({**asdict(r.masked), "sparsity": r.sparsity.achieved})
                 if r.dense is not None:

@@ -33,7 +33,7 @@ from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import record as runs_record
-from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 TRUSTED = ModelPolicy(trust_model_code=True)  # these tests' own factories: the user opted in
@@ -281,7 +281,7 @@ def test_variants_extract_and_reevaluate(tmp_path, model):
     out = extract(tmp_path, model, method="augmented")
     tk = ticket_io.load(out)
     assert ("batchnorm" in tk.model) == ("norm=batch" in model)
-    r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
+    r = runs_evaluate.evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))
     assert r["reproduced"] and tk.model["spec"] == spec_of(model).to_string()
 
 
@@ -306,12 +306,12 @@ def test_every_method_runs_on_a_batchnorm_network(tmp_path, name):
     )
     out = tmp_path / "t.safetensors"
     runs_extract.extract_ticket(spec, out=out)
-    assert runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)["reproduced"]
+    assert runs_evaluate.evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))["reproduced"]
 
 
 def test_grasp_differentiates_twice_through_the_vit(tmp_path):
     out = extract(tmp_path, "vit:p4-d16-l1-h2", method="grasp")
-    assert runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)["reproduced"]
+    assert runs_evaluate.evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))["reproduced"]
 
 
 def test_a_batch_of_one_example_is_refused(tmp_path):
@@ -364,9 +364,9 @@ def test_user_factory_with_batchnorm(tmp_path, norm_module):
     tk = ticket_io.load(out)
     assert list(tk.masks) == ["0.weight", "0.bias", "4.weight", "4.bias", "7.weight", "7.bias"]  # not BN's
     assert tk.model["batchnorm"] == batchnorm.RECORD
-    o = runs_build.open_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
+    o = runs_build.open_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))
     assert torch.equal(o.weights["1.weight"], torch.ones(6)) and torch.equal(o.weights["5.bias"], torch.zeros(16))
-    r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
+    r = runs_evaluate.evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))
     assert r["reproduced"]
     o.net.calibrate(o.masks)
     assert float(o.net.module[1].running_mean.abs().max()) > 0  # recalibrated, not the factory's zeros
@@ -403,9 +403,9 @@ def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm
     )
     monkeypatch.undo()
     assert "batchnorm" not in ticket_io.load(out).model
-    r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
+    r = runs_evaluate.evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))
     assert r["reproduced"]
-    o = runs_build.open_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
+    o = runs_build.open_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))
     assert o.net.bn_statistics == "frozen"
 
 
@@ -572,7 +572,7 @@ def test_train_weak_on_a_batchnorm_ticket(tmp_path):
     from ticketcli.weak.run import WeakSpec, train_weak
 
     out = extract(tmp_path, "mlp:64-16-16-10+res+norm=batch")
-    r = train_weak(out, data=DataSpec(), spec=WeakSpec(epochs=2, batch_size=32), device="cpu", dense_baseline=True)
+    r = train_weak(out, ReaderSpec(device="cpu"), spec=WeakSpec(epochs=2, batch_size=32), dense_baseline=True)
     tk = ticket_io.load(out)
     assert r.masked.initial.test.correct == tk.metrics["test"]["correct"]  # rewound = the ticket
     assert r.weights_check.masked_nonzero_after == 0

@@ -62,6 +62,7 @@ SOURCES: dict[str, dict[str, Any]] = {
     "extract": {
         **SETTINGS,
         "checkpoint_every": DESCRIBED,
+        "out": ("own", None),  # a command-line-only option: the help shows its own value
         "threads": DESCRIBED,
         "rendezvous_timeout": ("const", world.RENDEZVOUS_TIMEOUT_S),
         "log_to": DESCRIBED,  # no tracking
@@ -155,6 +156,8 @@ def shown(help_text: str | None) -> str | None:
 
 def parse_like(text: str, like: Any) -> Any:
     """The help's default text as a value of the type of `like` (the dataclass default)."""
+    if isinstance(like, Path):
+        return Path(text)
     if isinstance(like, bool):
         return {"no bias": False, "bias": True}.get(text, text)
     if isinstance(like, tuple):

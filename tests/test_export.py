@@ -19,7 +19,7 @@ from ticketcli.export.run import STATE_FORMATS, export_ticket
 from ticketcli.models.registry import parse_model
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import extract as runs_extract
-from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
@@ -125,7 +125,9 @@ def test_every_format_reproduces_the_ticket_logits_in_plain_torch(tmp_path, mode
         build = PLAIN_MLP if model.startswith("mlp") else PLAIN_VGG
     ticket = make_ticket(tmp_path, model)
     tk = ticket_io.load(ticket)
-    net = runs_build.open_ticket(ticket, data=DataSpec(), device="cpu", policy=ModelPolicy(trust_model_code=True)).net
+    net = runs_build.open_ticket(
+        ticket, ReaderSpec(data=DataSpec(), device="cpu", policy=ModelPolicy(trust_model_code=True))
+    ).net
     net.calibrate(tk.masks)  # BatchNorm (the user model's): the statistics evaluate and export use
     x = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -253,9 +255,9 @@ def test_batchnorm_export_reads_and_rebuilds_the_ticket_once(tmp_path, request, 
     monkeypatch.setattr(ticket_io, "load", counted("load", load))
     monkeypatch.setattr(runs_build, "rebuild", counted("rebuild", rebuild))
     policy = ModelPolicy(trust_model_code=True)
-    export_ticket(ticket, fmt="masked", out=tmp_path / "m.safetensors", policy=policy)
+    export_ticket(ticket, fmt="masked", out=tmp_path / "m.safetensors", reader=ReaderSpec(policy=policy))
     assert calls == {"load": 1, "rebuild": 1}
-    opened = runs_build.open_ticket(ticket, data=DataSpec(), device="cpu", policy=policy)
+    opened = runs_build.open_ticket(ticket, ReaderSpec(data=DataSpec(), device="cpu", policy=policy))
     assert opened.net.batchnorms
     opened.net.calibrate(opened.masks)
     exported = load_file(str(tmp_path / "m.safetensors"))

@@ -27,7 +27,7 @@ from ticketcli.runs import build as runs_build
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs.record import model_record
 from ticketcli.seeding import fingerprint
-from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
@@ -68,7 +68,7 @@ def agreement(
     """onnxruntime against the ticket's network (BatchNorm recalibrated, as evaluate does) on the test split; with
     `x_more`, also the largest difference on those inputs fed one at a time and as one batch."""
     data = DataSpec(search_dirs=FASHION_DIRS)
-    opened = runs_build.open_ticket(ticket, data=data, device="cpu", policy=policy)
+    opened = runs_build.open_ticket(ticket, ReaderSpec(data=data, device="cpu", policy=policy))
     opened.net.calibrate(opened.masks)
     x, y = opened.splits.x_test, opened.splits.y_test
     with torch.no_grad():

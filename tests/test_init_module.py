@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
 from ticketcli.runs.build import open_ticket
-from ticketcli.specs.run import FACTORY_SEED, DataSpec, ModelPolicy
+from ticketcli.specs.run import FACTORY_SEED, DataSpec, ModelPolicy, ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 FACTORY = """
@@ -51,7 +51,7 @@ def extract(tmp_path, factory, name, *extra) -> dict:
 
 
 def rebuilt_weights(path, factory) -> dict[str, torch.Tensor]:
-    return open_ticket(path, data=DataSpec(), device="cpu", policy=ModelPolicy(model=factory)).weights
+    return open_ticket(path, ReaderSpec(data=DataSpec(), device="cpu", policy=ModelPolicy(model=factory))).weights
 
 
 def ramp() -> torch.Tensor:

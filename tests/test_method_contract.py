@@ -19,7 +19,7 @@ from ticketcli.selection.exact import keep_count, topk_mask
 from ticketcli.selection.groups import param_densities
 from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.run import METHOD_OPTIONS
-from ticketcli.specs.run import DataSpec, MethodSpec
+from ticketcli.specs.run import DataSpec, MethodSpec, ReaderSpec
 from ticketcli.ticketfile.ticket import load
 
 CONTRACT = list(Method.__annotations__)  # the class attributes every method sets
@@ -136,7 +136,7 @@ def test_a_new_method_runs_end_to_end_from_its_class_alone(tmp_path, toy):
     for n, m in tk.masks.items():
         assert int(m.sum()) == keep_count(0.5 if n.startswith("layers.0") else 0.25, m.numel())
     assert summary["sparsity"]["requested_layer_densities"] == [0.5, 0.25]
-    again = evaluate_ticket(tmp_path / "t.safetensors", data=DataSpec(), device="cpu")
+    again = evaluate_ticket(tmp_path / "t.safetensors", ReaderSpec(data=DataSpec(), device="cpu"))
     assert again["reproduced"] is True
 
 

@@ -21,7 +21,7 @@ from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.seeding import fingerprint
-from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 runner = CliRunner()
@@ -79,7 +79,7 @@ def test_extract_evaluate_round_trip(name, tmp_path):
     out = tmp_path / "t.safetensors"
     s = runs_extract.extract_ticket(spec, out=out)
     assert s["model"] == example(name).to_string()
-    r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu")
+    r = runs_evaluate.evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu"))
     assert r.reproduced and r.test.correct == s.metrics.test.correct
 
 

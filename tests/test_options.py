@@ -24,7 +24,7 @@ from ticketcli.runs.inspect import inspect_ticket
 from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.run import EXTRACT_DEFAULTS, METHOD_OPTIONS
 from ticketcli.settings.setting import option_flag
-from ticketcli.specs.run import DataSpec
+from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 # A valid value other than the default for every method option (test_values_cover_every_option keeps it whole).
@@ -264,5 +264,5 @@ def test_an_older_ticket_that_recorded_every_setting_still_loads_and_evaluates(t
     tk = ticket_io.load(out)
     assert tk.method["epochs"] == 100 and tk.method["lr"] == 0.01  # what the old writer recorded
     assert inspect_ticket(out)["method"]["aux_width"] == 1 and inspect_ticket(out)["integrity"] == "ok"
-    result = evaluate_ticket(out, data=DataSpec(), device="cpu")
+    result = evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu"))
     assert result.reproduced and result.test == summary.metrics.test

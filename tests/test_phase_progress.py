@@ -29,7 +29,7 @@ from ticketcli.report import plain as report_plain
 from ticketcli.report import progress as report_progress
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
-from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, RunSpec
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ReaderSpec, RunSpec
 
 BN = "mlp:64-16-10+norm=batch"
 N_EXTRACT = 1200  # 3 recalibration chunks of batchnorm.CALIBRATION_BATCH = 500
@@ -108,8 +108,8 @@ def bn_ticket(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_evaluate_ticket_counts_each_phase_and_measures_the_same(bn_ticket):
     chunks = Recorder()
-    told = runs_evaluate.evaluate_ticket(bn_ticket, data=DataSpec(), device="cpu", chunks=chunks)
-    assert told == runs_evaluate.evaluate_ticket(bn_ticket, data=DataSpec(), device="cpu")
+    told = runs_evaluate.evaluate_ticket(bn_ticket, ReaderSpec(data=DataSpec(), device="cpu"), chunks=chunks)
+    assert told == runs_evaluate.evaluate_ticket(bn_ticket, ReaderSpec(data=DataSpec(), device="cpu"))
     n_test, n_val = told.test.n, told.val.n
     expected = counted("recalibration", 3) + counted("test", math.ceil(n_test / train.EVAL_CHUNK))
     assert chunks.events == expected + counted("validation", math.ceil(n_val / train.EVAL_CHUNK))

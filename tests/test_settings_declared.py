@@ -23,11 +23,22 @@ from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.report.tables import list_table
 from ticketcli.settings.drift import DRIFT, FEATURES
+from ticketcli.settings.flags import (
+    DRIFT_FLAGS,
+    EVALUATE_FLAGS,
+    EXPORT_FLAGS,
+    EXTRACT_FLAGS,
+    INSPECT_FLAGS,
+    OUTPUTS,
+    SWEEP_FLAGS,
+    WEAK_FLAGS,
+)
 from ticketcli.settings.ranges import FLOAT
 from ticketcli.settings.resolve import check_keywords, check_method_options, checked, merge_settings, spec_fields
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.settings.sweep import OWN, SWEEP
+from ticketcli.settings.track import TRACK
 from ticketcli.settings.weak import WEAK
 from ticketcli.specs.catalog import ListResult
 from ticketcli.specs.run import MethodSpec
@@ -150,6 +161,15 @@ def test_every_method_reads_what_the_declarations_say():
         ("train-weak", WEAK),
         ("drift", DRIFT),
         ("drift", FEATURES),
+        ("extract", EXTRACT_FLAGS),
+        ("evaluate", EVALUATE_FLAGS),
+        ("inspect", INSPECT_FLAGS),
+        ("compare", OUTPUTS),
+        ("list", OUTPUTS),
+        ("export", EXPORT_FLAGS),
+        ("train-weak", WEAK_FLAGS),
+        ("sweep-k", SWEEP_FLAGS),
+        ("drift", DRIFT_FLAGS),
     ],
 )
 def test_every_declared_setting_is_a_flag_of_its_command(command, table):
@@ -165,8 +185,28 @@ def test_list_settings_lists_every_declaration():
     r = runner.invoke(app, ["list", "settings", "--json"])
     assert r.exit_code == 0
     items = json.loads(r.output)["items"]
-    assert [i["name"] for i in items] == RUN.names()
-    assert all(i == s.list_item().to_dict() for i, s in zip(items, RUN))
+    listed = RUN.plus(TRACK, EXTRACT_FLAGS.pick(*(n for n in EXTRACT_FLAGS.names() if n not in OUTPUTS)))
+    listed = Table(*(s for s in listed if not s.hidden))
+    assert [i["name"] for i in items] == listed.names()
+    assert all(i == s.list_item().to_dict() for i, s in zip(items, listed))
+    # every visible flag of extract but --json and --quiet, and each says whether it is also a config key
+    params = typer.main.get_command(app).commands["extract"].params  # type: ignore[attr-defined]
+    shown = {p.opts[0] for p in params if not getattr(p, "hidden", False)} - {"--json", "--quiet", "--help"}
+    assert {i["flag"] for i in items} == shown
+    assert {i["name"]: i["config"] for i in items}["out"] is False and {i["name"]: i["config"] for i in items}["lr"]
+
+
+def test_a_flag_whose_python_default_differs_from_its_setting_is_refused():
+    """A command's own parameter and its setting cannot disagree on the default: the declaration is the one place."""
+    table = Table(Setting("out", "Where.", Panel.OUTPUT, Path, default=Path("a"), config=False))
+
+    def command(out: Path = Path("b")) -> None:
+        pass
+
+    with pytest.raises(ValueError, match="command's out defaults to"):
+        declared(flags=table)(command)
+    with pytest.raises(ValueError, match="no parameter for its flags"):
+        declared(flags=table)(lambda: None)
 
 
 def test_a_setting_declared_twice_is_refused():

@@ -31,7 +31,7 @@ from ticketcli.report.plots import drift_figure, sweep_figure
 from ticketcli.report.study_tables import drift_tables, sweep_table, weak_table
 from ticketcli.settings.resolve import build_extract_spec, data_location, merge_settings
 from ticketcli.specs.drift import ControlSpec, DriftSpec, RelufySpec
-from ticketcli.specs.run import DataSpec
+from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSettings, SweepSummary
 from ticketcli.sweep.run import sweep_k
@@ -57,7 +57,9 @@ def ticket(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def weak(ticket) -> WeakResult:
-    return train_weak(ticket, data=DATA, spec=WeakSpec(epochs=2, batch_size=128), device="cpu", dense_baseline=True)
+    return train_weak(
+        ticket, ReaderSpec(data=DATA, device="cpu"), spec=WeakSpec(epochs=2, batch_size=128), dense_baseline=True
+    )
 
 
 # --- train-weak -------------------------------------------------------------------------------------------------

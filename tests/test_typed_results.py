@@ -26,7 +26,7 @@ from ticketcli.runs.parts import layer_counts
 from ticketcli.runs.summary import ExtractionResult
 from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.specs import catalog
-from ticketcli.specs.run import DataSpec
+from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
@@ -69,7 +69,7 @@ def results(runs, tmp_path: Path) -> list[tuple[str, Result]]:
     got: list[tuple[str, Result]] = []
     for method, (path, extracted) in runs.items():
         got.append((f"extract-{method}", extracted))
-        evaluated = runs_evaluate.evaluate_ticket(path, data=DataSpec(), device="cpu")
+        evaluated = runs_evaluate.evaluate_ticket(path, ReaderSpec(data=DataSpec(), device="cpu"))
         gate, _ = runs_evaluate.evaluation_gate(evaluated, min_accuracy=0.0, max_drop=0.5)
         got.append((f"evaluate-{method}", replace(evaluated, gate=gate, threads=1)))
         got.append((f"inspect-{method}", runs_inspect.inspect_ticket(path)))
@@ -118,7 +118,7 @@ def test_the_attributes_are_what_the_documents_show(runs, tmp_path):
     assert imp.metrics.trained is not None and imp["trained"]["metrics"]["test"] == imp.metrics.trained.test.to_dict()
     assert ex.metrics.trained is None and "trained" not in ex
 
-    ev = runs_evaluate.evaluate_ticket(path, data=DataSpec(), device="cpu")
+    ev = runs_evaluate.evaluate_ticket(path, ReaderSpec(data=DataSpec(), device="cpu"))
     assert ev.reproduced and ev.test == ex.metrics.test and ev.stored.test_accuracy == ex.metrics.test.accuracy
     assert ev.layers == ex.sparsity.layers  # counted from the loaded masks, the same counts
     assert "gate" not in ev and "threads" not in ev  # the command adds them

@@ -20,7 +20,7 @@ from ticketcli.models.registry import parse_model
 from ticketcli.runs import build as runs_build
 from ticketcli.seeding import file_sha256
 from ticketcli.settings.resolve import data_location
-from ticketcli.specs.run import DataSpec, InitSpec
+from ticketcli.specs.run import DataSpec, InitSpec, ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import evaluate
 from ticketcli.weak.run import WeakSpec, check_sparsity, train_run, train_weak
@@ -40,7 +40,7 @@ def ticket(tmp_path_factory) -> Path:
 
 
 def test_masked_weights_never_train_and_kept_ones_do(ticket):
-    o = runs_build.open_ticket(ticket, data=DATA, device="cpu")
+    o = runs_build.open_ticket(ticket, ReaderSpec(data=DATA, device="cpu"))
     run, trainer = train_run(o, o.masks, SPEC, label="masked")
     for n, w in trainer.weights().items():
         m = o.masks[n]
@@ -93,7 +93,7 @@ def test_output_file_loads_into_the_model_and_reproduces_final_accuracy(ticket, 
     masks = ticket_io.load(ticket).masks
     for n, w in state.items():
         assert torch.all(w[~masks[n]] == 0) and not torch.signbit(w[~masks[n]]).any()  # +0.0, not -0.0
-    o = runs_build.open_ticket(ticket, data=DATA, device="cpu")
+    o = runs_build.open_ticket(ticket, ReaderSpec(data=DATA, device="cpu"))
     test = evaluate(MaskedNet(module), None, o.splits.x_test, o.splits.y_test)
     assert test == doc["metrics"]["test"]
     with safe_open(str(out), "pt") as f:
@@ -104,10 +104,10 @@ def test_output_file_loads_into_the_model_and_reproduces_final_accuracy(ticket, 
 
 
 def test_dense_baseline_starts_from_the_same_init(ticket):
-    result = train_weak(ticket, data=DATA, spec=SPEC, device="cpu", dense_baseline=True)
+    result = train_weak(ticket, ReaderSpec(data=DATA, device="cpu"), spec=SPEC, dense_baseline=True)
     net = MaskedNet(build_model(parse_model(MODEL)))
     net.load_weights(init_weights(net.module, InitSpec(seed=0)))
-    o = runs_build.open_ticket(ticket, data=DATA, device="cpu")
+    o = runs_build.open_ticket(ticket, ReaderSpec(data=DATA, device="cpu"))
     assert result.dense is not None
     assert result.dense.initial.test.to_dict() == evaluate(net, None, o.splits.x_test, o.splits.y_test)
     assert result.dense.initial != result.masked.initial
@@ -118,7 +118,7 @@ def test_all_ones_mask_trains_exactly_like_the_dense_baseline(ticket, tmp_path):
     tk = ticket_io.load(ticket)
     full = tmp_path / "full.safetensors"
     ticket_io.save(dataclasses.replace(tk, masks={n: torch.ones_like(m) for n, m in tk.masks.items()}), full)
-    result = train_weak(full, data=DATA, spec=SPEC, device="cpu", dense_baseline=True)
+    result = train_weak(full, ReaderSpec(data=DATA, device="cpu"), spec=SPEC, dense_baseline=True)
     assert result.dense is not None
     assert result.masked.curve == result.dense.curve
     assert result.masked.final == result.dense.final

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ticketcli.api import data as api_data
-from ticketcli.api.args import check_module_arg, data_spec, optional_path, path_arg
+from ticketcli.api.args import check_module_arg, optional_path, path_arg
 from ticketcli.api.masks import TicketMasks, apply_masks, check_module, masked
 from ticketcli.data.datasets import Splits
 from ticketcli.data.memory import IN_MEMORY
@@ -26,9 +26,9 @@ from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import inputs as runs_inputs
 from ticketcli.runtime.threads import using
+from ticketcli.settings.reader import build_reader_spec
 from ticketcli.settings.registry import check_threads
-from ticketcli.settings.resolve import build_model_policy
-from ticketcli.specs.run import ModelPolicy
+from ticketcli.specs.run import ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 UNSAVED = Path("<unsaved ticket>")  # how messages name a ticket that extract() returned and nobody saved yet
@@ -128,8 +128,9 @@ class Ticket:
         through data_dir, or `data` for tickets of in-memory data), as evaluation does. threads: torch CPU threads
         while building (None: torch's own)."""
         check_module_arg(module)
-        net, masks = self._network(module, data, weights, trust_model_code, data_dir, threads)
-        net.to(runs_inputs.resolve_device(device))
+        reader = self._reader(device, weights, trust_model_code, data_dir, threads)
+        net, masks = self._network(module, data, reader)
+        net.to(runs_inputs.resolve_device(reader.device))
         return apply_masks(net.module, masks, check_weights=False)  # rebuild checked the fingerprint
 
     def apply(
@@ -154,9 +155,8 @@ class Ticket:
         check_module(module)
         if masked(module):
             raise UsageError("the module already carries masks; remove_masks(module) first")
-        net, masks = self._network(
-            module if self._of_factory() else None, data, weights, trust_model_code, data_dir, threads
-        )
+        reader = self._reader("auto", weights, trust_model_code, data_dir, threads)
+        net, masks = self._network(module if self._of_factory() else None, data, reader)
         theirs = {n: list(p.shape) for n, p in module.named_parameters()}
         ours = {n: list(p.shape) for n, p in net.module.named_parameters()}
         if theirs != ours:
@@ -181,29 +181,25 @@ class Ticket:
         them)."""
         splits = self._splits(self._data_for(data, "splits"))
         if splits is None:
-            return runs_build.ticket_splits(self._record, self._label, data_spec(data_dir))
+            reader = self._reader("auto", None, False, data_dir, None)
+            return runs_build.ticket_splits(self._record, self._label, reader.data)
         return splits
 
     def _network(
         self,
         module: nn.Module | None,
         data: api_data.Data | None,
-        weights: str | Path | None,
-        trust_model_code: bool,
-        data_dir: str | Path | None,
-        threads: int | None,
+        reader: ReaderSpec,
     ) -> tuple[MaskedNet, dict[str, torch.Tensor]]:
         """The ticket's network rebuilt on the CPU (weights fingerprint-checked, BatchNorm statistics recomputed for
         the masks), and its masks; no mask applied yet."""
-        with using(check_threads(threads, "threads")):
-            net, _ = runs_build.rebuild(
-                self._record, self._label, optional_path(weights, "weights"), self._policy(trust_model_code), module
-            )
+        with using(reader.threads):
+            net, _ = runs_build.rebuild(self._record, self._label, reader.weights, reader.policy, module)
             masks = {n: self._record.masks[n] for n in net.names}
             if net.batchnorms and net.bn_statistics == "recalibrate":
                 splits = self._splits(self._data_for(data, "build"))
                 if splits is None:  # the ticket's own dataset
-                    export.recalibrate(net, masks, self._record, self._label, data_spec(data_dir))
+                    export.recalibrate(net, masks, self._record, self._label, reader.data)
                 else:
                     net.calibration = splits.x_extract
                     net.calibrate(masks)
@@ -230,14 +226,12 @@ class Ticket:
         torch's own), reported as `threads`."""
         check_module_arg(module)
         given = self._data_for(data, "evaluate")
-        with using(check_threads(threads, "threads")) as used:
+        reader = self._reader(device, weights, trust_model_code, data_dir, threads)
+        with using(reader.threads) as used:
             opened = runs_build.open_loaded(
                 self._record,
                 self._label,
-                data=data_spec(data_dir),
-                device=device,
-                weights=optional_path(weights, "weights"),
-                policy=self._policy(trust_model_code),
+                reader,
                 splits=None if given is None else self._splits(given),
                 module=module,
             )
@@ -248,8 +242,26 @@ class Ticket:
     def _label(self) -> Path:
         return UNSAVED if self._path is None else self._path
 
-    def _policy(self, trust_model_code: bool) -> ModelPolicy:
-        return build_model_policy(trust_model_code=trust_model_code)
+    def _reader(
+        self,
+        device: str,
+        weights: str | Path | None,
+        trust_model_code: bool,
+        data_dir: str | Path | None,
+        threads: int | None,
+    ) -> ReaderSpec:
+        """The keywords of build, apply, splits and evaluate as one ReaderSpec, checked as the command line checks
+        the same flags (settings.reader.build_reader_spec), each error naming the keyword."""
+        check_threads(threads, "threads")  # the keywords in the order they were always checked: threads first
+        where = optional_path(data_dir, "data_dir")
+        return build_reader_spec(
+            weights=optional_path(weights, "weights"),
+            trust_model_code=trust_model_code,
+            data_dir=where,
+            device=device,
+            threads=threads,
+            named=str,  # the keyword itself: threads, not --threads
+        )
 
     def _of_factory(self) -> bool:
         """Whether the ticket's model is the caller's own architecture (a factory or a module), not a built-in."""

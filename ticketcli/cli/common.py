@@ -12,7 +12,6 @@ import typer
 from ticketcli.cli import exits
 from ticketcli.errors import TicketCliError
 from ticketcli.report import console
-from ticketcli.specs.run import DataSpec, ModelPolicy
 
 
 @contextmanager
@@ -70,17 +69,3 @@ def warn_precision(precision: str, device: str) -> None:
 
     if precision == "bf16" and runs_inputs.resolve_device(device).type == "cpu":
         console.warn("--precision bf16 on the CPU: autocast is usually slower than fp32 there; it is meant for GPUs")
-
-
-def reader_inputs(r: dict[str, Any]) -> tuple[ModelPolicy, DataSpec]:
-    """What a command that rebuilds a ticket needs from its reader settings (settings/reader.py, as
-    given_settings returns them): which model code it may import, and where the ticket's dataset is found."""
-    from ticketcli.settings.resolve import build_model_policy, data_location  # torch (the registries), as above
-
-    policy = build_model_policy(
-        trust_model_code=bool(r["trust_model_code"]),
-        model=r["model"],
-        max_params=r["max_params"],
-        max_memory=r["max_memory"],
-    )
-    return policy, DataSpec(**data_location(r["data_dir"], bool(r["download"])))

@@ -9,18 +9,20 @@ from typing import Annotated
 import typer
 
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
-from ticketcli.cli.options import Json, Quiet
+from ticketcli.cli.declared import declared
 from ticketcli.report import console
 from ticketcli.runtime.interrupts import stop_on_signals
+from ticketcli.settings.flags import OUTPUTS
 
 
+@declared(flags=OUTPUTS)
 def compare(
     tickets: Annotated[
         list[Path],
         typer.Argument(help="Two or more ticket files (of one model); more than two: every pair is compared."),
     ],
-    json_out: Json = False,
-    quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
+    json_out: bool = False,
+    quiet: bool = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
 ) -> None:
     """Compare tickets: same init or not, mask overlap per layer (Jaccard), change in accuracy and sparsity."""
     from ticketcli.report import compare_tables  # rich tables; numpy only, never torch (nor --help)

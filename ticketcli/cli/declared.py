@@ -1,6 +1,7 @@
 """Typer parameters derived from the settings' declarations (ticketcli/settings/): `option(setting)` is the
-annotated type of one flag, and `@declared(table)` gives a command one keyword parameter per setting of the table,
-so that a command's signature lists only its own, command-line-only options and takes the rest as `**given`.
+annotated type of one flag, and `@declared(table, flags=own)` gives a command one keyword parameter per setting of
+the tables, which it takes as `**given`, and the flag of each of its own parameters from `own`'s setting of that
+name (command-line-only options it reads as typed parameters). Only positional arguments are written by hand.
 
 The values come back as Typer parsed them; `given_settings` turns them into the settings dict resolve.py merges:
 None for what was not given (a switch that is off included), paths as text."""
@@ -41,25 +42,47 @@ def option(s: Setting) -> Any:
     if s.flag_name is not None and not decls:
         decls = (s.flag,)
     metavar = "KIND:WHERE" if s.kind is list else None  # not Typer's <list[str]>
-    info = typer.Option(*decls, help=s.help_text(), rich_help_panel=s.panel, show_default=False, metavar=metavar)
+    metavar = s.metavar or metavar
+    info = typer.Option(
+        *decls, help=s.help_text(), rich_help_panel=s.panel, show_default=False, metavar=metavar, hidden=s.hidden
+    )
     return Annotated[kind, info]
 
 
 def parameter_default(s: Setting) -> Any:
     """What Typer passes when the flag is not given: False for a switch, else None (a setting's default is applied
     when the settings are merged, so that 'not given' stays visible) or a command-line-only option's own default."""
+    if s.required:
+        return inspect.Parameter.empty
     if s.switch:
         return False
     return None if s.config else s.value
 
 
-def declared(*tables: Table) -> Callable[[F], F]:
-    """Give the decorated command one keyword parameter per setting of `tables`, after its own parameters; it
-    receives them in `**given`."""
+def own_flag(fn: Callable[..., Any], p: inspect.Parameter, s: Setting) -> inspect.Parameter:
+    """The command's own parameter `p` as the flag of setting `s`; its Python default must be the setting's."""
+    expected = parameter_default(s)
+    if p.default is not expected and p.default != expected:
+        raise ValueError(f"{fn.__name__}'s {p.name} defaults to {p.default!r}, its setting to {expected!r}")
+    return p.replace(annotation=option(s))
+
+
+def declared(*tables: Table, flags: Table | None = None) -> Callable[[F], F]:
+    """Give the decorated command one keyword parameter per setting of `tables`, after its own parameters (it
+    receives them in `**given`), and each own parameter named in `flags` that setting's flag (every setting of
+    `flags` must be one of its parameters)."""
+    own_table = Table() if flags is None else flags
 
     def wrap(fn: F) -> F:
         own = inspect.signature(fn, eval_str=True)
-        mine = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        missing = [n for n in own_table.names() if n not in own.parameters]
+        if missing:
+            raise ValueError(f"{fn.__name__} has no parameter for its flags {missing}")
+        mine = [
+            own_flag(fn, p, own_table[p.name]) if p.name in own_table else p
+            for p in own.parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
         arguments = [p for p in mine if p.default is inspect.Parameter.empty]  # a command's arguments come first
         options = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in mine if p not in arguments]
         taken = {p.name for p in mine}

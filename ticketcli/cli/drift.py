@@ -1,60 +1,41 @@
 """`ticket drift`: train weights from the init and measure weight drift, negative pre-activations and activation
-sparsity."""
+sparsity, with its activation-sparsity control, ReLUfication and trade-off sweep. The command declares its flags
+and dispatches: settings.drift_options.drift_request checks them together into a DriftRequest (the rules any caller
+would run), and this module runs what it asks for, with its progress display, plot and trackers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Optional
-
-import typer
+from typing import TYPE_CHECKING, Any, Optional
 
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
-from ticketcli.cli.drift_features import (
-    run_features,
-)
-from ticketcli.cli.options import (
-    Json,
-    Quiet,
-)
-from ticketcli.errors import UsageError
 from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.settings.drift import DRIFT, FEATURES
+from ticketcli.settings.flags import DRIFT_FLAGS
 from ticketcli.settings.reader import DRIFT_READER
-from ticketcli.settings.setting import Panel
 from ticketcli.settings.track import TRACK_FLAG
+from ticketcli.specs.drift import Features
+
+if TYPE_CHECKING:
+    from ticketcli.drift.result import DriftResult, TradeoffResult
+    from ticketcli.settings.drift_options import DriftRequest
 
 
-@declared(DRIFT, FEATURES, DRIFT_READER, TRACK_FLAG)
+@declared(DRIFT, FEATURES, DRIFT_READER, TRACK_FLAG, flags=DRIFT_FLAGS)
 def drift(
-    ticket: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Rebuild this ticket's network (fingerprint-checked) and train only its surviving weights.",
-            rich_help_panel=Panel.MODEL,
-        ),
-    ] = None,
-    weights: Annotated[
-        Optional[Path],
-        typer.Option(help="The checkpoint a --ticket was extracted from, if it was.", rich_help_panel=Panel.MODEL),
-    ] = None,
-    plot: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Write a PNG: weight mean per layer, negative pre-activation share and sparsity vs step.",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Overwrite --plot if it exists.", rich_help_panel=Panel.OUTPUT)
-    ] = False,
-    json_out: Json = False,
-    quiet: Quiet = False,
+    ticket: Optional[Path] = None,
+    weights: Optional[Path] = None,
+    plot: Optional[Path] = None,
+    force: bool = False,
+    json_out: bool = False,
+    quiet: bool = False,
     **given: Any,  # the settings of settings/drift.py (@declared): one flag each
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
@@ -62,68 +43,40 @@ def drift(
     from ticketcli.drift import run as drift_run
     from ticketcli.report import drift_views
     from ticketcli.runtime.threads import using
-    from ticketcli.settings import drift_options
-    from ticketcli.settings.drift_options import build_drift_spec
-    from ticketcli.settings.registry import check_threads
-    from ticketcli.settings.resolve import build_model_policy, data_location
+    from ticketcli.settings.drift_options import drift_request
     from ticketcli.track import base as track
     from ticketcli.track import feed as track_feed
 
-    settings, flags, r = (given_settings(t, given) for t in (DRIFT, FEATURES, DRIFT_READER))
-    model = settings["model"]
     with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (), unit="step") as position:
-        if ticket is not None:
-            clash = [f for f, k in (("--seeds", "seeds"), ("--dataset", "dataset")) if settings[k] is not None]
-            if clash:
-                raise UsageError(f"{', '.join(clash)} cannot be combined with --ticket (the ticket fixes them)")
-        elif weights is not None or r["trust_model_code"]:
-            raise UsageError(f"{'--weights' if weights is not None else '--trust-model-code'} only goes with --ticket")
-        n_threads = check_threads(r["threads"])
-        trackers = track.check(given_settings(TRACK_FLAG, given)["log_to"])
-        # with --ticket, --model may only confirm the ticket's own factory (ModelPolicy); the ticket fixes the model
-        policy = build_model_policy(
-            trust_model_code=bool(r["trust_model_code"]),
-            max_params=r["max_params"],
-            max_memory=r["max_memory"],
-            model=model if ticket is not None else None,
+        # the flags checked together, by the rules any caller of drift_request runs (settings/drift_options.py)
+        request = drift_request(
+            given_settings(DRIFT, given),
+            given_settings(FEATURES, given),
+            given_settings(DRIFT_READER, given),
+            ticket=ticket,
+            weights=weights,
+            log_to=given_settings(TRACK_FLAG, given)["log_to"],
         )
-        if ticket is not None:
-            model = settings["model"] = None
+        trackers = track.check(request.log_to)
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
-        features = drift_options.build_features(
-            **{**flags, "relufy": bool(flags["relufy"])},
-            model=model,
-            ticket=ticket is not None,
-            activation=settings["activation"],
-            inputs=settings["inputs"],
-        )
-        with track.tracked(trackers, partial(track_feed.drift_info, model, ticket), console.warn) as log:
-            location = data_location(r["data_dir"], bool(r["download"]))
-            if features is not None:
-                on_ticket = dict(ticket=ticket, weights=None if weights is None else str(weights), policy=policy)
-                feature = run_features(
-                    features, settings, location, position, quiet=quiet, threads=n_threads, **on_ticket
-                )
-                warn_unverified(feature)
-                if plot is not None:
-                    write_atomic(plot, drift_views.figure(feature), overwrite=force)
-                    feature = replace(feature, plot=str(plot))
-                if log is not None:
-                    track_feed.guarded(track_feed.drift_final, console.warn)(log, feature, console.warn)
-                console.print_json(feature.to_document()) if json_out else drift_views.show(feature)
-                return
-            spec = build_drift_spec(settings, location)
-            total = spec.steps * (1 if ticket is not None else len(spec.seeds))
-            with report_progress.drift_progress(total, quiet=quiet) as progress, using(n_threads) as used:
-                result = drift_run.run_drift(
-                    spec,
-                    ticket=ticket,
-                    weights=None if weights is None else str(weights),
-                    progress=position.track(progress),
-                    policy=policy,
-                )
-            result = replace(result, threads=used)
+        with track.tracked(trackers, partial(track_feed.drift_info, request.model, ticket), console.warn) as log:
+            location = request.location()
+            result: DriftResult | TradeoffResult
+            if request.features is not None:
+                result = run_features(request, request.features, location, position, quiet=quiet)
+            else:
+                spec = request.spec(location)
+                total = spec.steps * (1 if ticket is not None else len(spec.seeds))
+                with report_progress.drift_progress(total, quiet=quiet) as progress, using(request.threads) as used:
+                    plain = drift_run.run_drift(
+                        spec,
+                        ticket=ticket,
+                        weights=request.weights,
+                        progress=position.track(progress),
+                        policy=request.policy,
+                    )
+                result = replace(plain, threads=used)
             warn_unverified(result)
             if plot is not None:
                 write_atomic(plot, drift_views.figure(result), overwrite=force)
@@ -131,3 +84,71 @@ def drift(
             if log is not None:
                 track_feed.guarded(track_feed.drift_final, console.warn)(log, result, console.warn)
     console.print_json(result.to_document()) if json_out else drift_views.show(result)
+
+
+def run_features(
+    request: DriftRequest, features: Features, location: dict[str, Any], position: Any, *, quiet: bool
+) -> DriftResult | TradeoffResult:
+    """Run the validated feature (activation control, ReLUfication or the trade-off sweep) with the request's torch
+    threads (None: torch's own; --tradeoff: per worker, default 1); its result's class says which document, tables
+    and plot it has (report.drift_views.show, .figure)."""
+    from ticketcli.data.datasets import DATASETS
+    from ticketcli.drift import relufy as relufy_core
+    from ticketcli.drift import run as drift_run
+    from ticketcli.runtime.threads import per_worker, using
+
+    if features.targets is not None:
+        each = per_worker(features.workers, request.threads)
+        return _tradeoff(request, features, location, position, quiet=quiet, threads=each)
+    spec = request.spec(location)
+    per_run = spec.steps
+    if features.relufy is not None:
+        n = spec.data.n_extract or DATASETS.get(spec.data.name).n_extract  # the bar's total; the run counts
+        per_run += relufy_core.fine_tune_steps(n, spec.batch_size, features.relufy.epochs)
+    total = per_run * (1 if request.ticket is not None else len(spec.seeds))
+    ticket, weights, policy = request.ticket, request.weights, request.policy
+    with report_progress.drift_progress(total, quiet=quiet) as progress, using(request.threads) as used:
+        result: DriftResult
+        if features.relufy is not None:
+            result = relufy_core.run_relufy(
+                spec, features.relufy, progress=position.track(progress), ticket=ticket, weights=weights, policy=policy
+            )
+        else:
+            result = drift_run.run_drift(
+                spec,
+                control=features.control,
+                progress=position.track(progress),
+                ticket=ticket,
+                weights=weights,
+                policy=policy,
+            )
+    return replace(result, threads=used)
+
+
+def _tradeoff(
+    request: DriftRequest, features: Features, location: dict[str, Any], position: Any, *, quiet: bool, threads: int
+) -> TradeoffResult:
+    """--tradeoff: one controlled run per target and model, in `features.workers` processes of `threads` each."""
+    from ticketcli.drift import tradeoff as drift_tradeoff
+
+    assert features.control is not None and features.targets is not None
+    specs = request.tradeoff_specs(location)
+    tasks = drift_tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)
+    done = 0
+    with report_progress.epoch_progress(len(tasks), quiet=quiet, label="tradeoff") as progress:
+        track: Callable[[dict[str, Any]], None] = position.track(progress)
+
+        def on_result(r: dict[str, Any]) -> None:
+            nonlocal done
+            done += 1
+            track(
+                {
+                    "epoch": done,
+                    "unit": "run",
+                    "loss": r["loss"],
+                    "accuracy": r["accuracy"],
+                    "sparsity": r["achieved_sparsity"],
+                }
+            )
+
+        return drift_tradeoff.run_tradeoff(tasks, workers=features.workers, threads=threads, on_result=on_result)

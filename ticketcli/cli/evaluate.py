@@ -9,16 +9,15 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
+from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
-from ticketcli.cli.options import Json, Quiet
-from ticketcli.errors import GateFailed, UsageError
+from ticketcli.errors import GateFailed
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.report import tables as report_tables
 from ticketcli.runtime.interrupts import stop_on_signals
-from ticketcli.settings.reader import READER
-from ticketcli.settings.setting import Panel
+from ticketcli.settings.flags import EVALUATE_FLAGS
+from ticketcli.settings.reader import READER, build_reader_spec
 
 
 def warn_not_reproduced(path: Path) -> None:
@@ -46,26 +45,13 @@ TicketsArgument = Annotated[
 ]
 
 
-@declared(READER)
+@declared(READER, flags=EVALUATE_FLAGS)
 def evaluate(
     tickets: TicketsArgument,
-    min_accuracy: Annotated[
-        Optional[float],
-        typer.Option(
-            help="Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8).",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = None,
-    max_drop: Annotated[
-        Optional[float],
-        typer.Option(
-            help="Exit with code 1 if the test accuracy is more than this below the one stored in the ticket "
-            "(a fraction, e.g. 0.005): a check that the ticket reproduces on this machine and torch.",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = None,
-    json_out: Json = False,
-    quiet: Quiet = False,
+    min_accuracy: Optional[float] = None,
+    max_drop: Optional[float] = None,
+    json_out: bool = False,
+    quiet: bool = False,
     **given: Any,  # the reader settings of settings/reader.py (@declared): one flag each
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy. For a folder of
@@ -76,32 +62,25 @@ def evaluate(
     from ticketcli.ticketfile import ticket as ticket_io  # numpy: not needed for --help
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
-        if min_accuracy is not None and not 0 <= min_accuracy <= 1:
-            raise UsageError(f"--min-accuracy must lie in [0, 1] (a fraction), got {min_accuracy}")
-        if max_drop is not None and not 0 <= max_drop <= 1:
-            raise UsageError(f"--max-drop must lie in [0, 1] (a fraction), got {max_drop}")
-        n_threads = check_threads(r["threads"])
+        for name, bound in (("min_accuracy", min_accuracy), ("max_drop", max_drop)):
+            if bound is not None:
+                EVALUATE_FLAGS[name].check(bound)
+        check_threads(r["threads"])  # before the tickets are looked at, as every flag
         from ticketcli.runs import folder as runs_folder  # torch-free
 
         if not runs_folder.single_file(tickets):
-            evaluate_many(
-                tickets, r, n_threads, min_accuracy=min_accuracy, max_drop=max_drop, json_out=json_out, quiet=quiet
-            )
+            evaluate_many(tickets, r, min_accuracy=min_accuracy, max_drop=max_drop, json_out=json_out, quiet=quiet)
             return
         ticket = tickets[0]
         ticket_io.check_header(ticket)  # a bad file is refused before torch is imported (seconds)
         from ticketcli.runs import evaluate as runs_evaluate  # torch: imported once there is work to do
 
-        policy, data = reader_inputs(r)
-        with using(n_threads) as result_threads, report_progress.working("evaluate", quiet=quiet, lines=True) as chunks:
-            result = runs_evaluate.evaluate_ticket(
-                ticket,
-                data=data,
-                device=r["device"] or "auto",
-                weights=r["weights"],
-                policy=policy,
-                chunks=chunks,
-            )
+        reader = build_reader_spec(**r)
+        with (
+            using(reader.threads) as result_threads,
+            report_progress.working("evaluate", quiet=quiet, lines=True) as chunks,
+        ):
+            result = runs_evaluate.evaluate_ticket(ticket, reader, chunks=chunks)
         result = replace(result, threads=result_threads)
         warn_unverified(result)
         failures: list[str] = []
@@ -118,7 +97,6 @@ def evaluate(
 def evaluate_many(
     tickets: list[Path],
     r: dict[str, Any],
-    n_threads: int | None,
     *,
     min_accuracy: float | None,
     max_drop: float | None,
@@ -133,17 +111,14 @@ def evaluate_many(
     paths = runs_folder.ticket_paths(tickets)  # no ticket at all: one line, exit 2, before torch is imported
     from ticketcli.runs import evaluate_folder as runs_folder_eval  # torch
 
-    policy, data = reader_inputs(r)
+    reader = build_reader_spec(**r)
     with (
-        using(n_threads) as result_threads,
+        using(reader.threads) as result_threads,
         report_progress.tickets_progress(len(paths), quiet=quiet, label="evaluate") as progress,
     ):
         result = runs_folder_eval.evaluate_folder(
             paths,
-            data=data,
-            device=r["device"] or "auto",
-            weights=r["weights"],
-            policy=policy,
+            reader,
             min_accuracy=min_accuracy,
             max_drop=max_drop,
             progress=progress,

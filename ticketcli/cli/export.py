@@ -5,54 +5,27 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-import typer
-
-from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_unverified
+from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
-from ticketcli.cli.options import (
-    Json,
-    Quiet,
-    TicketFile,
-)
+from ticketcli.cli.options import TicketFile
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.report import tables as report_tables
 from ticketcli.runtime.interrupts import stop_on_signals
-from ticketcli.settings.reader import EXPORT_READER
-from ticketcli.settings.setting import Panel
-
-ExportFormat = Literal["masked", "prune", "csr", "masks", "onnx"]
+from ticketcli.settings.flags import EXPORT_FLAGS
+from ticketcli.settings.reader import EXPORT_READER, build_reader_spec
 
 
-@declared(EXPORT_READER)
+@declared(EXPORT_READER, flags=EXPORT_FLAGS)
 def export(
     ticket: TicketFile,
-    format: Annotated[
-        ExportFormat,
-        typer.Option(
-            "--format",
-            help="masked: W*M state dict for plain load_state_dict; prune: torch.nn.utils.prune layout "
-            "(<name>_orig + <name>_mask); csr: per-layer crow/col/values + a size report; masks: "
-            "unpacked bool masks keyed by parameter name; onnx: the masked network as an ONNX model (input "
-            "'input', output 'logits', dynamic batch), checked with onnxruntime (needs the onnx extra).",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ],
-    out: Annotated[
-        Path,
-        typer.Option(
-            help="Where to write: .safetensors for safetensors, anything else (e.g. .pt) for a torch.save state dict; "
-            ".onnx for --format onnx.",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ],
-    force: Annotated[
-        bool, typer.Option("--force", help="Overwrite --out if it exists.", rich_help_panel=Panel.OUTPUT)
-    ] = False,
-    json_out: Json = False,
-    quiet: Quiet = False,
+    format: str,  # one of the setting's choices: Typer refuses any other
+    out: Path,
+    force: bool = False,
+    json_out: bool = False,
+    quiet: bool = False,
     **given: Any,  # the reader settings of settings/reader.py (@declared): one flag each
 ) -> None:
     """Write a ticket's network for plain PyTorch (masked weights, prune layout, CSR or bool masks) or as an ONNX
@@ -61,20 +34,16 @@ def export(
     r = given_settings(EXPORT_READER, given)
     from ticketcli.export import run as export_core  # torch: imported when the command runs, not for --help
     from ticketcli.runtime.threads import using
-    from ticketcli.settings.registry import check_threads
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
-        n_threads = check_threads(r["threads"])
-        policy, data = reader_inputs(r)
-        with using(n_threads) as used, report_progress.working("export", quiet=quiet, lines=True) as chunks:
+        reader = build_reader_spec(**r)
+        with using(reader.threads) as used, report_progress.working("export", quiet=quiet, lines=True) as chunks:
             result = export_core.export_ticket(
                 ticket,
                 fmt=format,
                 out=out,
-                weights=r["weights"],
+                reader=reader,
                 overwrite=force,
-                policy=policy,
-                data=data,
                 chunks=chunks,
             )
         result = replace(result, threads=used)

@@ -4,76 +4,33 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Optional
-
-import typer
+from typing import Any, Optional
 
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space, warn_precision
 from ticketcli.cli.declared import declared, given_settings
-from ticketcli.cli.options import Json, Quiet, RendezvousTimeout
-from ticketcli.errors import UsageError
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.report import tables as report_tables
 from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.runtime.world import check_rendezvous_timeout
+from ticketcli.settings.flags import EXTRACT_FLAGS
 from ticketcli.settings.registry import check_threads
 from ticketcli.settings.run import RUN
-from ticketcli.settings.setting import Panel
 from ticketcli.settings.track import TRACK
 
 
-@declared(RUN, TRACK)
+@declared(RUN, TRACK, flags=EXTRACT_FLAGS)
 def extract(
-    config: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="TOML file (at most 1 MiB) with any of these options (underscored names), each checked against the "
-            "same range as its flag (README: Config files and value ranges); flags override it.",
-            rich_help_panel=Panel.METHOD,
-        ),
-    ] = None,
-    out: Annotated[Path, typer.Option(help="Where to write the ticket.", rich_help_panel=Panel.OUTPUT)] = Path(
-        "ticket.safetensors"
-    ),
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Overwrite --out (and OUT.ckpt, with --checkpoint-every) if it exists.",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = False,
-    checkpoint_every: Annotated[
-        Optional[int],
-        typer.Option(
-            help="Save resumable state to OUT.ckpt every N epochs (atomically; removed once the ticket is written; "
-            "an existing OUT.ckpt is only read with --resume, replaced only with --force). "
-            "Default: no checkpoints.",
-            rich_help_panel=Panel.SCALE_OUT,
-        ),
-    ] = None,
-    resume: Annotated[
-        bool,
-        typer.Option(
-            "--resume",
-            help=(
-                "Continue from OUT.ckpt (same options required); the masks come out bit-identical to an uninterrupted "
-                "run. Without a checkpoint the run starts from the beginning."
-            ),
-            rich_help_panel=Panel.SCALE_OUT,
-        ),
-    ] = False,
-    global_old: Annotated[
-        bool,
-        typer.Option(
-            "--global", help="Deprecated spelling of --global-topk.", rich_help_panel=Panel.VARIANTS, hidden=True
-        ),
-    ] = False,
-    rendezvous_timeout: RendezvousTimeout = None,
-    json_out: Json = False,
-    quiet: Quiet = False,
-    **given: Any,  # the settings of settings/run.py and --log-to (@declared): one flag each
+    config: Optional[Path] = None,
+    out: Path = Path("ticket.safetensors"),
+    force: bool = False,
+    checkpoint_every: Optional[int] = None,
+    resume: bool = False,
+    global_old: bool = False,
+    rendezvous_timeout: Optional[float] = None,
+    json_out: bool = False,
+    quiet: bool = False,
+    **given: Any,  # the settings of settings/run.py and --log-to (@declared): one flag each; its own: flags.py
 ) -> None:
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
     # torch comes in with these: imported here, when the command runs, so that --help and errors stay fast
@@ -99,8 +56,8 @@ def extract(
         spec = build_extract_spec(settings)
         trackers = track.check(settings["log_to"])
         rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
-        if checkpoint_every is not None and checkpoint_every < 1:
-            raise UsageError(f"--checkpoint-every must be >= 1 epoch, got {checkpoint_every}")
+        if checkpoint_every is not None:
+            EXTRACT_FLAGS["checkpoint_every"].check(checkpoint_every)
         if resume and not ckpt.exists():
             console.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
         n = model_size(spec.model)

@@ -9,14 +9,15 @@ from typing import Annotated
 import typer
 
 from ticketcli.cli.common import errors_to_exit_codes
-from ticketcli.cli.options import Json, Quiet
+from ticketcli.cli.declared import declared
 from ticketcli.errors import GateFailed, UsageError
 from ticketcli.report import console
 from ticketcli.report import tables as report_tables
 from ticketcli.runtime.interrupts import stop_on_signals
-from ticketcli.settings.setting import Panel
+from ticketcli.settings.flags import INSPECT_FLAGS
 
 
+@declared(flags=INSPECT_FLAGS)
 def inspect(
     tickets: Annotated[
         list[Path],
@@ -26,32 +27,11 @@ def inspect(
             show_default=False,
         ),
     ],
-    json_out: Json = False,
-    csv_out: Annotated[
-        bool,
-        typer.Option(
-            "--csv",
-            help="Print the one-row-per-ticket listing as CSV on stdout (also for a single ticket).",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = False,
-    command: Annotated[
-        bool,
-        typer.Option(
-            "--command",
-            help="Print the `ticket extract` command line that reproduces the ticket from its recorded settings.",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = False,
-    toml: Annotated[
-        bool,
-        typer.Option(
-            "--toml",
-            help="Print the --config TOML file that reproduces the ticket (after the command with --command).",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = False,
-    quiet: Quiet = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
+    json_out: bool = False,
+    csv_out: bool = False,
+    command: bool = False,
+    toml: bool = False,
+    quiet: bool = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
 ) -> None:
     """Print a ticket's metadata, per-layer density and file size (needs no data); for a folder of tickets, one row
     each. Exit 1 when any ticket of a folder fails validation (all are still listed), 2 when none is found."""

@@ -6,13 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, cast
-
-import typer
+from typing import Any, Literal, Optional, cast
 
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space
 from ticketcli.cli.declared import declared, given_settings
-from ticketcli.cli.options import Json, Quiet
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import check_destination, write_owned
 from ticketcli.report import console
@@ -20,51 +17,23 @@ from ticketcli.report import plots as report_plots
 from ticketcli.report import progress as report_progress
 from ticketcli.report import study_tables as report_study_tables
 from ticketcli.runtime.interrupts import stop_on_signals
+from ticketcli.settings.flags import SWEEP_FLAGS
 from ticketcli.settings.registry import check_setting, check_threads
 from ticketcli.settings.run import RUN
-from ticketcli.settings.setting import Panel
 from ticketcli.settings.sweep import OWN, SWEEP
 from ticketcli.settings.track import TRACK
 
 Executor = Literal["local", "ray"]
 
 
-@declared(SWEEP, OWN, TRACK)
+@declared(SWEEP, OWN, TRACK, flags=SWEEP_FLAGS)
 def sweep_k(
-    out_dir: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Keep every run's ticket and record here; re-running skips runs already finished there (a record "
-            "or ticket that is not one sweep-k wrote is a warning, and that run is recomputed).",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = None,
-    plot: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Write a PNG: accuracy per configuration (left), accuracy vs achieved sparsity (right). "
-            "Default: no plot.",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = None,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Overwrite --plot, and files in --out-dir at the names of its runs, if they exist (not needed for "
-            "the files an earlier run with the same --out-dir wrote: rerunning the command resumes and redraws them).",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = False,
-    config: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="TOML file with model, data and training options (as for extract); flags override it.",
-            rich_help_panel=Panel.METHOD,
-        ),
-    ] = None,
-    json_out: Json = False,
-    quiet: Quiet = False,
+    out_dir: Optional[Path] = None,
+    plot: Optional[Path] = None,
+    force: bool = False,
+    config: Optional[Path] = None,
+    json_out: bool = False,
+    quiet: bool = False,
     **given: Any,  # extract's run settings and sweep-k's own (settings/sweep.py, @declared): one flag each
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Any, Optional
 
-import typer
-
-from ticketcli.cli.common import errors_to_exit_codes, reader_inputs, warn_precision, warn_unverified
+from ticketcli.cli.common import errors_to_exit_codes, warn_precision, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
-from ticketcli.cli.options import (
-    Json,
-    Quiet,
-    RendezvousTimeout,
-    TicketFile,
-)
+from ticketcli.cli.options import TicketFile
 from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.report import console
 from ticketcli.report import plots as report_plots
@@ -23,45 +16,22 @@ from ticketcli.report import progress as report_progress
 from ticketcli.report import study_tables as report_study_tables
 from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.runtime.world import check_rendezvous_timeout, quiet_rank
-from ticketcli.settings.reader import READER
-from ticketcli.settings.setting import Panel
+from ticketcli.settings.flags import WEAK_FLAGS
+from ticketcli.settings.reader import READER, build_reader_spec
 from ticketcli.settings.track import TRACK_FLAG
 from ticketcli.settings.weak import WEAK
 
 
-@declared(WEAK, READER, TRACK_FLAG)
+@declared(WEAK, READER, TRACK_FLAG, flags=WEAK_FLAGS)
 def train_weak(
     ticket: TicketFile,
-    dense_baseline: Annotated[
-        bool,
-        typer.Option(
-            "--dense-baseline",
-            help="Also train the unmasked network from the same init with the same optimiser "
-            "and batch order, and report it beside.",
-            rich_help_panel=Panel.TRAINING,
-        ),
-    ] = False,
-    out: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Write the trained weights here as a plain safetensors state dict (masked entries zero), "
-            "with metadata linking it to the ticket. Default: not written.",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = None,
-    plot: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Write a PNG of validation accuracy and training loss per epoch (masked vs dense). Default: no plot.",
-            rich_help_panel=Panel.OUTPUT,
-        ),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Overwrite --out and --plot if they exist.", rich_help_panel=Panel.OUTPUT)
-    ] = False,
-    rendezvous_timeout: RendezvousTimeout = None,
-    json_out: Json = False,
-    quiet: Quiet = False,
+    dense_baseline: bool = False,
+    out: Optional[Path] = None,
+    plot: Optional[Path] = None,
+    force: bool = False,
+    rendezvous_timeout: Optional[float] = None,
+    json_out: bool = False,
+    quiet: bool = False,
     **given: Any,  # the weight-training settings of settings/weak.py (@declared): one flag each
 ) -> None:
     """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
@@ -78,9 +48,9 @@ def train_weak(
     outputs = tuple(p for p in (out, plot) if p is not None)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         spec = build_weak_spec(given_settings(WEAK, given))
-        n_threads = check_threads(r["threads"])
+        check_threads(r["threads"])  # before --rendezvous-timeout, as the flags are checked
         rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
-        policy, data = reader_inputs(r)
+        reader = build_reader_spec(**r)
         trackers = track.check(given_settings(TRACK_FLAG, given)["log_to"])
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
@@ -88,24 +58,21 @@ def train_weak(
         with track.tracked(track_ranks, lambda: track_feed.weak_info(ticket), console.warn) as log:
             with (
                 distributed.joined(
-                    lambda: runs_inputs.resolve_device(r["device"] or "auto"), rendezvous_s=rendezvous_s
+                    lambda: runs_inputs.resolve_device(reader.device), rendezvous_s=rendezvous_s
                 ) as world,
                 report_progress.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
-                using(n_threads) as used,
+                using(reader.threads) as used,
             ):
-                warn_precision(spec.precision, r["device"] or "auto")
+                warn_precision(spec.precision, reader.device)
                 logged = None if log is None else track_feed.weak_epochs(log, console.warn)
                 result = weak.train_weak(
                     ticket,
-                    data=data,
+                    reader,
                     spec=spec,
-                    device=r["device"] or "auto",
-                    weights=r["weights"],
                     dense_baseline=dense_baseline,
                     out=out,
                     overwrite=force,
                     progress=position.track(track.tee(progress, logged)),
-                    policy=policy,
                     chunks=report_progress.phases_of(progress),
                 )
                 result = replace(result, threads=used)

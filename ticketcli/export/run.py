@@ -38,7 +38,7 @@ from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import inputs as runs_inputs
-from ticketcli.specs.run import DataSpec, ModelPolicy
+from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 FORMATS = ("masked", "prune", "csr", "masks", "onnx")
@@ -207,16 +207,15 @@ def export_ticket(
     *,
     fmt: str,
     out: str | Path,
-    weights: str | None = None,
+    reader: ReaderSpec = ReaderSpec(),
     overwrite: bool = False,
-    policy: ModelPolicy = ModelPolicy(),
-    data: DataSpec | None = None,
     chunks: ChunkProgress | None = None,
 ) -> ExportResult:
-    """Rebuild the ticket's network (fingerprint-checked) and write it in `fmt`; returns its size report.
+    """Rebuild the ticket's network (fingerprint-checked, as `reader` says; it is written on the CPU, whatever its
+    device) and write it in `fmt`; returns its size report.
 
     A network with recalibrated BatchNorm (batchnorm.py) gets the running statistics `evaluate` uses, computed
-    on the ticket's extraction split (found through `data`'s search path), so plain PyTorch in eval mode
+    on the ticket's extraction split (found through the reader's data search path), so plain PyTorch in eval mode
     reproduces the ticket; `chunks` is told the recalibration's chunks as they finish."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
@@ -231,12 +230,12 @@ def export_ticket(
         export_onnx.require_onnx()
     check_destination(out, overwrite=overwrite)
     tk = ticket_io.load(
-        path, max_params=policy.max_params
+        path, max_params=reader.policy.max_params
     )  # read once: the network, the masks and the calibration split all come from tk
-    net, _ = runs_build.rebuild(tk, path, weights, policy)
+    net, _ = runs_build.rebuild(tk, path, reader.weights, reader.policy)
     masks = {n: tk.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
-        recalibrate(net, masks, tk, path, data or DataSpec(), chunks)
+        recalibrate(net, masks, tk, path, reader.data, chunks)
     meta = {"format": f"ticket-export-{fmt}", "model": tk.model["spec"], "ticket_weights_sha256": tk.weights_sha256}
     layers, onnx = None, None
     if fmt == "onnx":

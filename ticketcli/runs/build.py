@@ -22,7 +22,7 @@ from ticketcli.models.registry import parse_model
 from ticketcli.runs import checks as runs_checks
 from ticketcli.runs.inputs import check_input_shape, load_checkpoint, resolve_device
 from ticketcli.seeding import fingerprint
-from ticketcli.specs.run import MODULE_INIT, DataSpec, InitSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs.run import MODULE_INIT, DataSpec, InitSpec, ModelPolicy, ModelSpec, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 
@@ -149,28 +149,19 @@ class OpenTicket:
     device: torch.device
 
 
-def open_ticket(
-    path: str | Path,
-    *,
-    data: DataSpec,
-    device: str = "auto",
-    weights: str | None = None,
-    policy: ModelPolicy = ModelPolicy(),
-) -> OpenTicket:
-    """Load and validate a ticket, rebuild its network and its own data splits (evaluate, train-weak)."""
+def open_ticket(path: str | Path, reader: ReaderSpec = ReaderSpec()) -> OpenTicket:
+    """Load and validate a ticket, rebuild its network and its own data splits (evaluate, train-weak), as `reader`
+    says: where the data is, the device, the checkpoint, the model policy."""
     path = Path(path)
-    tk = ticket_io.load(path, max_params=policy.max_params)
-    return open_loaded(tk, path, data=data, device=device, weights=weights, policy=policy)
+    tk = ticket_io.load(path, max_params=reader.policy.max_params)
+    return open_loaded(tk, path, reader)
 
 
 def open_loaded(
     tk: ticket_io.Ticket,
     path: Path,
+    reader: ReaderSpec = ReaderSpec(),
     *,
-    data: DataSpec,
-    device: str = "auto",
-    weights: str | None = None,
-    policy: ModelPolicy = ModelPolicy(),
     splits: Splits | None = None,
     module: nn.Module | None = None,
 ) -> OpenTicket:
@@ -178,10 +169,10 @@ def open_loaded(
     the ticket's own dataset, module: the caller's nn.Module for a factory's ticket (rebuild)."""
     if splits is None:  # before anything is built
         check_own_dataset(tk, path)
-    dev = resolve_device(device)
-    net, init_weights_ = rebuild(tk, path, weights, policy, module)
+    dev = resolve_device(reader.device)
+    net, init_weights_ = rebuild(tk, path, reader.weights, reader.policy, module)
     if splits is None:
-        splits = ticket_splits(tk, path, data)
+        splits = ticket_splits(tk, path, reader.data)
     check_input_shape(parse_model(tk.model["spec"]), splits, net)
     net.to(dev)
     masks = {n: m.to(dev) for n, m in tk.masks.items()}

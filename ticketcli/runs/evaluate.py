@@ -16,23 +16,17 @@ from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.parts import LayerCount, SplitMetrics, layer_counts
 from ticketcli.runs.record import counted_layers
-from ticketcli.specs.run import DataSpec, ModelPolicy
+from ticketcli.specs.run import ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import evaluate
 
 
 def evaluate_ticket(
-    path: str | Path,
-    *,
-    data: DataSpec,
-    device: str = "auto",
-    weights: str | None = None,
-    policy: ModelPolicy = ModelPolicy(),
-    chunks: ChunkProgress | None = None,
+    path: str | Path, reader: ReaderSpec = ReaderSpec(), *, chunks: ChunkProgress | None = None
 ) -> EvaluateResult:
-    """Rebuild a ticket's network, apply its masks and re-measure test and validation accuracy; `chunks` is told
-    the chunks of the BatchNorm recalibration and of both evaluations as they finish."""
-    opened = open_ticket(path, data=data, device=device, weights=weights, policy=policy)
+    """Rebuild a ticket's network as `reader` says, apply its masks and re-measure test and validation accuracy;
+    `chunks` is told the chunks of the BatchNorm recalibration and of both evaluations as they finish."""
+    opened = open_ticket(path, reader)
     return evaluate_loaded(opened, Path(path), chunks)
 
 

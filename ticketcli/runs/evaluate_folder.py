@@ -14,7 +14,7 @@ from ticketcli.errors import Interrupted, TicketCliError
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs.evaluate import EvaluateResult
 from ticketcli.runs.folder import failures_line, ticket_paths
-from ticketcli.specs.run import DataSpec, ModelPolicy
+from ticketcli.specs.run import ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 
@@ -86,11 +86,8 @@ class EvaluateFolderResult(Result):
 
 def evaluate_folder(
     paths: Sequence[Path],
+    reader: ReaderSpec = ReaderSpec(),
     *,
-    data: DataSpec,
-    device: str = "auto",
-    weights: str | None = None,
-    policy: ModelPolicy = ModelPolicy(),
     min_accuracy: float | None = None,
     max_drop: float | None = None,
     progress: Callable[[str, str], None] | None = None,
@@ -100,7 +97,7 @@ def evaluate_folder(
     it). `progress` is told each ticket and its outcome."""
     rows = []
     for path in ticket_paths(paths):
-        row = _one(path, data, device, weights, policy, min_accuracy, max_drop)
+        row = _one(path, reader, min_accuracy, max_drop)
         rows.append(row)
         if progress is not None:
             e = row.result
@@ -111,16 +108,13 @@ def evaluate_folder(
 
 def _one(
     path: Path,
-    data: DataSpec,
-    device: str,
-    weights: str | None,
-    policy: ModelPolicy,
+    reader: ReaderSpec,
     min_accuracy: float | None,
     max_drop: float | None,
 ) -> EvaluatedTicket:
     try:
         ticket_io.check_header(path)
-        result = runs_evaluate.evaluate_ticket(path, data=data, device=device, weights=weights, policy=policy)
+        result = runs_evaluate.evaluate_ticket(path, reader)
         failures: list[str] = []
         if min_accuracy is not None or max_drop is not None:
             gate, failures = runs_evaluate.evaluation_gate(result, min_accuracy=min_accuracy, max_drop=max_drop)

@@ -1,17 +1,23 @@
-"""`ticket drift`'s one builder: the command's flags (None: not given) validated and frozen into a DriftSpec and,
-for the control flags (activation-sparsity control, ReLUfication, the trade-off sweep), Features: each flag's own
-range, names checked against the torch-free catalog, and the combinations that make no sense refused with one
-line. Every default comes from the fields of the specs in drift.spec."""
+"""`ticket drift`'s one builder: the command's flags (None: not given) validated and frozen into a DriftRequest
+(drift_request: which flags go with --ticket, the model policy, threads) whose DriftSpecs follow once the data's
+location is resolved and, for the control flags (activation-sparsity control, ReLUfication, the trade-off sweep),
+Features: each flag's own range, names checked against the torch-free catalog, and the combinations that make no
+sense refused with one line, here and not in the command, so that any caller runs the same rules. Every default
+comes from the fields of the specs in drift.spec."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from ticketcli.data.datasets import DATASETS
 from ticketcli.errors import UsageError
 from ticketcli.models.registry import parse_model
 from ticketcli.settings.drift import FEATURES
-from ticketcli.settings.registry import check_setting
+from ticketcli.settings.registry import check_setting, check_threads
+from ticketcli.settings.resolve import build_model_policy, data_location
 from ticketcli.specs import catalog
 from ticketcli.specs.drift import (
     CONTROL_MODES,
@@ -26,7 +32,7 @@ from ticketcli.specs.drift import (
     default,
     require_drift_model,
 )
-from ticketcli.specs.run import PAPER_HIDDEN, DataSpec, ModelSpec, WeightOptim
+from ticketcli.specs.run import PAPER_HIDDEN, DataSpec, ModelPolicy, ModelSpec, WeightOptim
 from ticketcli.specs.syntax import TEXT_ARCHS
 
 MAX_TARGETS = 100  # --tradeoff
@@ -36,7 +42,91 @@ OPTIMIZERS = ("adam", "sgd")  # --optimizer
 NUMERIC = ("optim.lr", "optim.momentum", "clip", "batch_size", "steps", "log_every", "probe_size", "zero_threshold")
 
 
-def build_drift_spec(s: dict[str, Any], location: dict[str, Any]) -> DriftSpec:
+@dataclass(frozen=True)
+class DriftRequest:
+    """One `ticket drift` run, its flags checked together: the run's settings (DRIFT's, None: not given; no model
+    with --ticket, which fixes it), the validated features (None: plain drift), the ticket it trains on, and how
+    that ticket is rebuilt. Its DriftSpecs are built once the data's location is known (location(), spec())."""
+
+    run: Mapping[str, Any]
+    features: Features | None
+    ticket: Path | None
+    weights: str | None  # the checkpoint the --ticket was extracted from
+    policy: ModelPolicy
+    threads: int | None  # torch's threads (--tradeoff: per worker, default 1)
+    log_to: Any  # --log-to as given (None: no tracking); the tracker layer checks it
+    data_dir: str | None
+    download: bool
+
+    @property
+    def model(self) -> str | None:
+        """--model as given (one spec or, with --tradeoff, a comma list); None with --ticket or by default."""
+        return cast("str | None", self.run["model"])
+
+    def location(self) -> dict[str, Any]:
+        """DataSpec's where-to-find-it fields (--data-dir, $TICKET_DATA, the cache, system copies)."""
+        return data_location(self.data_dir, self.download)
+
+    def spec(self, location: dict[str, Any]) -> DriftSpec:
+        """The run's DriftSpec; with --relufy it trains with --from first."""
+        relufy = None if self.features is None else self.features.relufy
+        run = self.run if relufy is None else {**self.run, "activation": relufy.source}
+        return build_drift_spec(run, location)
+
+    def tradeoff_specs(self, location: dict[str, Any]) -> list[DriftSpec]:
+        """--tradeoff: one DriftSpec per --model of the comma list."""
+        assert self.features is not None
+        return [build_drift_spec({**self.run, "model": m}, location) for m in self.features.models]
+
+
+def drift_request(
+    run: Mapping[str, Any],
+    features: Mapping[str, Any],
+    reader: Mapping[str, Any],
+    *,
+    ticket: Path | None = None,
+    weights: Path | None = None,
+    log_to: Any = None,
+) -> DriftRequest:
+    """drift's flags (settings/drift.py's DRIFT and FEATURES, the reader options of DRIFT_READER; None: not given)
+    checked together: what --ticket fixes, what only goes with it, --threads, the model policy, the features."""
+    if ticket is not None:
+        clash = [f for f, k in (("--seeds", "seeds"), ("--dataset", "dataset")) if run[k] is not None]
+        if clash:
+            raise UsageError(f"{', '.join(clash)} cannot be combined with --ticket (the ticket fixes them)")
+    elif weights is not None or reader["trust_model_code"]:
+        raise UsageError(f"{'--weights' if weights is not None else '--trust-model-code'} only goes with --ticket")
+    threads = check_threads(reader["threads"])
+    # with --ticket, --model may only confirm the ticket's own factory (ModelPolicy); the ticket fixes the model
+    policy = build_model_policy(
+        trust_model_code=bool(reader["trust_model_code"]),
+        max_params=reader["max_params"],
+        max_memory=reader["max_memory"],
+        model=run["model"] if ticket is not None else None,
+    )
+    if ticket is not None:
+        run = {**run, "model": None}
+    chosen = build_features(
+        **{**features, "relufy": bool(features["relufy"])},
+        model=run["model"],
+        ticket=ticket is not None,
+        activation=run["activation"],
+        inputs=run["inputs"],
+    )
+    return DriftRequest(
+        run=dict(run),
+        features=chosen,
+        ticket=ticket,
+        weights=None if weights is None else str(weights),
+        policy=policy,
+        threads=threads,
+        log_to=log_to,
+        data_dir=reader["data_dir"],
+        download=bool(reader["download"]),
+    )
+
+
+def build_drift_spec(s: Mapping[str, Any], location: dict[str, Any]) -> DriftSpec:
     """Validate the command's settings (None = default) and freeze them; location is data_location()'s dict."""
     info = DATASETS.get(s.get("dataset") or default(DataSpec, "name"))
     if s.get("model") is not None:
@@ -85,7 +175,7 @@ def _choose(kind: str, name: str, names: tuple[str, ...]) -> str:
     return name
 
 
-def _text_spec(s: dict[str, Any], model: ModelSpec, inputs: str, location: dict[str, Any]) -> TextSpec | None:
+def _text_spec(s: Mapping[str, Any], model: ModelSpec, inputs: str, location: dict[str, Any]) -> TextSpec | None:
     """A character-level model trains on text (--text, or the fortunes files), and only it does."""
     if model.arch not in TEXT_ARCHS:
         if s.get("text") is not None:

@@ -134,6 +134,23 @@ class Range:
         return tuple(entry._float(v, f"{what} entries") for v in items)
 
 
+@dataclass(frozen=True)
+class Worded(Range):
+    """A number range whose refusal keeps its command's own words: '{what} {words}, got {value}' (a gate's
+    'must lie in [0, 1] (a fraction)', a count's 'must be >= 1 epoch')."""
+
+    words: str = ""
+    described: str = ""  # what `ticket list settings` says it may be
+
+    def describe(self) -> str:
+        return self.described
+
+    def check(self, value: Any, what: str) -> Any:
+        if not self.contains(value):  # NaN too
+            raise UsageError(f"{what} {self.words}, got {value}")
+        return value
+
+
 def INT(lo: int, hi: int, *, hi_open: bool = False) -> Range:
     return Range("int", lo, hi, hi_open=hi_open)
 

@@ -1,14 +1,17 @@
 """The options of every command that rebuilds a ticket's network (evaluate, export, train-weak, and drift with
 --ticket): which checkpoint and model code it may use, the memory budget, where the data is, where it runs. They are
-flags only (these commands take no config file); the shared ones are extract's settings with the same meaning."""
+flags only (these commands take no config file); the shared ones are extract's settings with the same meaning.
+`build_reader_spec` turns them, from the command line or the Python API alike, into one ReaderSpec."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ticketcli.settings.ranges import TEXT
 from ticketcli.settings.run import RUN
-from ticketcli.settings.setting import Panel, Setting, Table
+from ticketcli.settings.setting import Panel, Setting, Table, option_flag
+from ticketcli.specs.run import DataSpec, ReaderSpec
 
 READER = Table(
     Setting(
@@ -42,3 +45,31 @@ READER = Table(
 EXPORT_READER = READER.pick(*(n for n in READER.names() if n != "device"))  # export writes on the CPU
 # drift --ticket: drift declares its own --model, --device and --weights (settings/drift.py, cli/drift.py)
 DRIFT_READER = READER.pick("trust_model_code", "max_params", "max_memory", "data_dir", "download", "threads")
+
+
+def build_reader_spec(
+    *,
+    weights: str | Path | None = None,
+    trust_model_code: bool = False,
+    model: str | None = None,
+    max_params: int | None = None,
+    max_memory: int | str | None = None,
+    data_dir: str | Path | None = None,
+    download: bool = False,
+    device: str | None = None,
+    threads: int | None = None,
+    named: Callable[[str], str] = option_flag,
+) -> ReaderSpec:
+    """The reader options (None: not given) validated into one ReaderSpec; `named` says what an error calls an
+    option (the flag, or the API's keyword). The limits' defaults, the data's search path (--data-dir,
+    $TICKET_DATA, the cache, system copies) and the model policy are resolved here, once."""
+    from ticketcli.settings.registry import check_threads
+    from ticketcli.settings.resolve import build_model_policy, data_location  # the registries: torch
+
+    n_threads = check_threads(threads, named("threads"))
+    policy = build_model_policy(
+        trust_model_code=bool(trust_model_code), model=model, max_params=max_params, max_memory=max_memory
+    )
+    data = DataSpec(**data_location(None if data_dir is None else str(data_dir), bool(download)))
+    where = None if weights is None else str(weights)
+    return ReaderSpec(data=data, device=device or "auto", weights=where, policy=policy, threads=n_threads)

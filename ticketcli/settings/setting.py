@@ -59,7 +59,7 @@ class Setting:
 
     name: the config key and the API keyword (the flag is option_flag(name)).
     help: what it does, without its default (help() appends it) or the methods that read it (help() prefixes them).
-    panel: the --help panel (cli.options.Panel).
+    panel: the --help panel (Panel, below).
     kind: the type the flag parses (int, float, str, bool; a bool is a switch), or "choice" for `range.choices`.
     range: what a value may be, checked for flags, config keys and API keywords alike; None: not checked here.
     field: (spec dataclass, field name) that holds the default and receives the value ("optim.lr": a field of a
@@ -71,6 +71,9 @@ class Setting:
         method option.
     config: a config file key and an API keyword, beside the flag (False: a flag only).
     flag_name: the flag, where it is not the name with dashes (drift's --from and --to).
+    required: a flag the command cannot run without (export's --format and --out); never a config key.
+    hidden: left out of --help and `ticket list settings` (a deprecated spelling).
+    metavar: what --help shows for the value, where the type's name says too little (SECONDS).
     """
 
     name: str
@@ -84,6 +87,9 @@ class Setting:
     methods: tuple[str, ...] = ALL_METHODS
     config: bool = True
     flag_name: str | None = None
+    required: bool = False
+    hidden: bool = False
+    metavar: str | None = None
 
     @property
     def flag(self) -> str:

@@ -143,6 +143,20 @@ class DataSpec:
 
 
 @dataclass(frozen=True)
+class ReaderSpec:
+    """How a saved ticket is rebuilt (`ticket evaluate`, `export`, `train-weak` and the API's Ticket.evaluate,
+    build, apply, splits): where its dataset is found, where it runs, the checkpoint it was extracted from, which
+    model code may run and at what cost, and torch's CPU threads (None: torch's own). Built once at the edge
+    (settings.reader.build_reader_spec) and passed down whole."""
+
+    data: DataSpec = DataSpec()
+    device: str = "auto"
+    weights: str | None = None  # --weights: the checkpoint the ticket was extracted from
+    policy: ModelPolicy = ModelPolicy()
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
 class MethodSpec:
     name: str = "augmented"  # methods registry name
     sparsity: float = 0.9  # requested sparsity = 1 - keep density

@@ -25,7 +25,7 @@ from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.record import counted_layers
 from ticketcli.runtime import distributed, machine
 from ticketcli.seeding import file_sha256, generator
-from ticketcli.specs.run import DataSpec, ModelPolicy
+from ticketcli.specs.run import ReaderSpec
 from ticketcli.specs.weak import WeakSpec
 from ticketcli.ticketfile.safetensors_file import check_safetensors_name
 from ticketcli.train import WeightTrainer, evaluate, train_on_extract
@@ -119,16 +119,13 @@ def check_sparsity(weights: dict[str, torch.Tensor], masks: dict[str, torch.Tens
 
 def train_weak(
     path: str | Path,
+    reader: ReaderSpec = ReaderSpec(),
     *,
-    data: DataSpec,
     spec: WeakSpec = WeakSpec(),
-    device: str = "auto",
-    weights: str | None = None,
     dense_baseline: bool = False,
     out: str | Path | None = None,
     overwrite: bool = False,
     progress: Callable[[dict[str, Any]], None] | None = None,
-    policy: ModelPolicy = ModelPolicy(),
     chunks: ChunkProgress | None = None,
 ) -> WeakResult:
     """Train a ticket's surviving weights with its mask fixed (and optionally the dense net); write them to `out`.
@@ -139,8 +136,8 @@ def train_weak(
             out, "the trained weights file", hint=f"name it {Path(out).stem or 'weights'}.safetensors"
         )
         check_destination(out, overwrite=overwrite)  # fail before the work, not after
-    policy = replace(policy, train_batch=spec.batch_size)  # what the budget weighs (budget.py)
-    o = open_ticket(path, data=data, device=device, weights=weights, policy=policy)
+    policy = replace(reader.policy, train_batch=spec.batch_size)  # what the budget weighs (budget.py)
+    o = open_ticket(path, replace(reader, policy=policy))
     tk = o.ticket
     masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress, chunks=chunks)
     trained = state_dict(trainer, o.masks)

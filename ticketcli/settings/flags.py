@@ -1,0 +1,208 @@
+"""Each command's command-line-only options (config=False: no config key, no API keyword): where its outputs go,
+whether to overwrite them, its gates and output modes, and the ones every command or several share (--json,
+--quiet, --force, --rendezvous-timeout), declared once like the run settings so that help, panel and default
+come from one place. A command reads them as typed parameters (cli.declared's `flags=`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S
+from ticketcli.settings.ranges import Range, Worded
+from ticketcli.settings.setting import Panel, Setting, Table
+
+OUT, SCALE, M = Panel.OUTPUT, Panel.SCALE_OUT, Panel.MODEL
+
+
+def flag(name: str, help: str, panel: str, kind: Any = str, range: Range | None = None, **more: Any) -> Setting:
+    """A command-line-only setting."""
+    return Setting(name, help, panel, kind, range, config=False, **more)
+
+
+JSON = flag("json_out", "Print exactly one JSON document on stdout instead of tables.", OUT, bool, flag_name="--json")
+QUIET = flag("quiet", "No progress bar.", OUT, bool)
+OUTPUTS = Table(JSON, QUIET)  # every command takes both (the commands without progress accept --quiet for scripts)
+FORCE = flag("force", "Overwrite --out if it exists.", OUT, bool)
+RENDEZVOUS = flag(
+    "rendezvous_timeout",
+    "Under torchrun: how long each process waits for all the others to join before giving up with one error line "
+    "(exit 2); a signal ends the wait at once.",
+    SCALE,
+    float,
+    shown=f"{RENDEZVOUS_TIMEOUT_S:g}",
+    metavar="SECONDS",
+)
+FRACTION = Worded("float", 0, 1, words="must lie in [0, 1] (a fraction)", described="a fraction in [0, 1]")
+
+EXTRACT_FLAGS = Table(
+    flag(
+        "config",
+        "TOML file (at most 1 MiB) with any of these options (underscored names), each checked against the same "
+        "range as its flag (README: Config files and value ranges); flags override it.",
+        Panel.METHOD,
+        Path,
+    ),
+    flag("out", "Where to write the ticket.", OUT, Path, default=Path("ticket.safetensors")),
+    FORCE.but(help="Overwrite --out (and OUT.ckpt, with --checkpoint-every) if it exists."),
+    flag(
+        "checkpoint_every",
+        "Save resumable state to OUT.ckpt every N epochs (atomically; removed once the ticket is written; an "
+        "existing OUT.ckpt is only read with --resume, replaced only with --force).",
+        SCALE,
+        int,
+        Worded("int", 1, None, words="must be >= 1 epoch", described="an integer >= 1"),
+        shown="no checkpoints",
+    ),
+    flag(
+        "resume",
+        "Continue from OUT.ckpt (same options required); the masks come out bit-identical to an uninterrupted run. "
+        "Without a checkpoint the run starts from the beginning.",
+        SCALE,
+        bool,
+    ),
+    flag(
+        "global_old", "Deprecated spelling of --global-topk.", Panel.VARIANTS, bool, flag_name="--global", hidden=True
+    ),
+    RENDEZVOUS,
+    *OUTPUTS,
+)
+
+EVALUATE_FLAGS = Table(
+    flag(
+        "min_accuracy",
+        "Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8).",
+        OUT,
+        float,
+        FRACTION,
+    ),
+    flag(
+        "max_drop",
+        "Exit with code 1 if the test accuracy is more than this below the one stored in the ticket (a fraction, "
+        "e.g. 0.005): a check that the ticket reproduces on this machine and torch.",
+        OUT,
+        float,
+        FRACTION,
+    ),
+    *OUTPUTS,
+)
+
+INSPECT_FLAGS = Table(
+    JSON,
+    flag(
+        "csv_out",
+        "Print the one-row-per-ticket listing as CSV on stdout (also for a single ticket).",
+        OUT,
+        bool,
+        flag_name="--csv",
+    ),
+    flag(
+        "command",
+        "Print the `ticket extract` command line that reproduces the ticket from its recorded settings.",
+        OUT,
+        bool,
+    ),
+    flag(
+        "toml",
+        "Print the --config TOML file that reproduces the ticket (after the command with --command).",
+        OUT,
+        bool,
+    ),
+    QUIET,
+)
+
+EXPORT_FORMATS = ("masked", "prune", "csr", "masks", "onnx")
+EXPORT_FLAGS = Table(
+    flag(
+        "format",
+        "masked: W*M state dict for plain load_state_dict; prune: torch.nn.utils.prune layout (<name>_orig + "
+        "<name>_mask); csr: per-layer crow/col/values + a size report; masks: unpacked bool masks keyed by parameter "
+        "name; onnx: the masked network as an ONNX model (input 'input', output 'logits', dynamic batch), checked "
+        "with onnxruntime (needs the onnx extra).",
+        OUT,
+        EXPORT_FORMATS,
+        Range("choice", choices=EXPORT_FORMATS),
+        required=True,
+    ),
+    flag(
+        "out",
+        "Where to write: .safetensors for safetensors, anything else (e.g. .pt) for a torch.save state dict; .onnx "
+        "for --format onnx.",
+        OUT,
+        Path,
+        required=True,
+    ),
+    FORCE,
+    *OUTPUTS,
+)
+
+WEAK_FLAGS = Table(
+    flag(
+        "dense_baseline",
+        "Also train the unmasked network from the same init with the same optimiser and batch order, and report it "
+        "beside.",
+        Panel.TRAINING,
+        bool,
+    ),
+    flag(
+        "out",
+        "Write the trained weights here as a plain safetensors state dict (masked entries zero), with metadata "
+        "linking it to the ticket.",
+        OUT,
+        Path,
+        shown="not written",
+    ),
+    flag(
+        "plot",
+        "Write a PNG of validation accuracy and training loss per epoch (masked vs dense).",
+        OUT,
+        Path,
+        shown="no plot",
+    ),
+    FORCE.but(help="Overwrite --out and --plot if they exist."),
+    RENDEZVOUS,
+    *OUTPUTS,
+)
+
+SWEEP_FLAGS = Table(
+    flag(
+        "out_dir",
+        "Keep every run's ticket and record here; re-running skips runs already finished there (a record or ticket "
+        "that is not one sweep-k wrote is a warning, and that run is recomputed).",
+        OUT,
+        Path,
+    ),
+    flag(
+        "plot",
+        "Write a PNG: accuracy per configuration (left), accuracy vs achieved sparsity (right).",
+        OUT,
+        Path,
+        shown="no plot",
+    ),
+    FORCE.but(
+        help="Overwrite --plot, and files in --out-dir at the names of its runs, if they exist (not needed for the "
+        "files an earlier run with the same --out-dir wrote: rerunning the command resumes and redraws them)."
+    ),
+    EXTRACT_FLAGS["config"].but(
+        help="TOML file with model, data and training options (as for extract); flags override it."
+    ),
+    *OUTPUTS,
+)
+
+DRIFT_FLAGS = Table(
+    flag(
+        "ticket",
+        "Rebuild this ticket's network (fingerprint-checked) and train only its surviving weights.",
+        M,
+        Path,
+    ),
+    flag("weights", "The checkpoint a --ticket was extracted from, if it was.", M, Path),
+    flag(
+        "plot",
+        "Write a PNG: weight mean per layer, negative pre-activation share and sparsity vs step.",
+        OUT,
+        Path,
+    ),
+    FORCE.but(help="Overwrite --plot if it exists."),
+    *OUTPUTS,
+)
