@@ -248,15 +248,29 @@ WEAK_FIELDS: list[tuple[type, str, tuple[str, ...]]] = [
     (WeakSpec, "precision", ("precision",)),
 ]
 PACKAGE = Path(__file__).resolve().parent.parent / "ticketcli"
-CATALOG = PACKAGE / "catalog.py"  # where torch-free copies of defaults used to be kept
+CATALOG = PACKAGE / "specs/catalog.py"  # where torch-free copies of defaults used to be kept
 SCANNED = {
     "drift": (
         DRIFT_FIELDS,
-        [*sorted((PACKAGE / "drift").glob("*.py")), *sorted((PACKAGE / "cli").glob("drift*.py")), CATALOG],
+        [
+            *sorted((PACKAGE / "drift").glob("*.py")),
+            *sorted((PACKAGE / "cli").glob("drift*.py")),
+            *sorted((PACKAGE / "settings").glob("drift*.py")),
+            PACKAGE / "specs/drift.py",
+            PACKAGE / "report/drift_views.py",
+            PACKAGE / "data/text.py",
+            CATALOG,
+        ],
     ),
     "train-weak": (
         WEAK_FIELDS,
-        [PACKAGE / "weak.py", PACKAGE / "weak_spec.py", PACKAGE / "cli/train_weak.py", CATALOG],
+        [
+            *sorted((PACKAGE / "weak").glob("*.py")),
+            PACKAGE / "specs/weak.py",
+            PACKAGE / "settings/weak.py",
+            PACKAGE / "cli/train_weak.py",
+            CATALOG,
+        ],
     ),
 }
 
