@@ -1,0 +1,65 @@
+"""ARCHITECTURE.md is the map of the code, so it must be drawn from the code: every module, package or file it names
+exists, and every package of ticketcli/ is named in it. A renamed or deleted module fails here, not in a reader's
+hands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "ticketcli"
+DOC = ROOT / "ARCHITECTURE.md"
+# a code span that names a file or a package: `runs/extract.py`, `runs/`, `masking.py`, `runs/extract.py:extract_ticket`
+PATH = re.compile(r"`([A-Za-z_][\w/.-]*?(?:\.py|\.json|\.md|\.toml|/))(?::[\w.]+)?`")
+DOTTED = re.compile(r"`(ticketcli(?:\.\w+)+)")
+
+
+def named_paths(text: str) -> list[str]:
+    """Every file or folder path ARCHITECTURE.md names in a code span."""
+    return PATH.findall(text)
+
+
+def exists(name: str) -> bool:
+    """Whether `name` is a file or folder of the package (its path, or a file name found in it) or of the repo."""
+    for base in (PACKAGE, ROOT):
+        if (base / name).exists():
+            return True
+    return "/" not in name.rstrip("/") and any(PACKAGE.rglob(name.rstrip("/")))
+
+
+def module_exists(dotted: str) -> bool:
+    """Whether `dotted` is a module or package of ticketcli, or an attribute of one (ticketcli.runs.extract.x)."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        path = ROOT.joinpath(*parts[:n])
+        if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file():
+            return n >= max(2, len(parts) - 1)  # a module below the package itself, or one attribute of it
+    return False
+
+
+def test_every_path_it_names_exists():
+    text = DOC.read_text(encoding="utf-8")
+    missing = sorted({p for p in named_paths(text) if not exists(p)})
+    assert missing == [], f"ARCHITECTURE.md names files that do not exist: {missing}"
+    dotted = sorted({d for d in DOTTED.findall(text) if not module_exists(d)})
+    assert dotted == [], f"ARCHITECTURE.md names modules that do not exist: {dotted}"
+
+
+def test_every_package_is_named():
+    text = DOC.read_text(encoding="utf-8")
+    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    unnamed = [p for p in packages if f"`{p}/" not in text]
+    assert unnamed == [], f"ARCHITECTURE.md does not name these packages (as `name/`): {unnamed}"
+
+
+def test_the_checks_can_fail():
+    """The oracle: a stale module, a stale dotted name and a real one are told apart."""
+    assert named_paths("see `topk.py` and `runs/extract.py:extract_ticket` and `runs/`") == [
+        "topk.py",
+        "runs/extract.py",
+        "runs/",
+    ]
+    assert not exists("topk.py") and exists("runs/extract.py") and exists("runs/") and exists("masking.py")
+    assert module_exists("ticketcli.runs.extract") and module_exists("ticketcli.runs.extract.extract_ticket")
+    assert not module_exists("ticketcli.catalog_that_was")
