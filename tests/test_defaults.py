@@ -15,7 +15,7 @@ import pytest
 import typer
 
 from ticketcli.cli.app import app
-from ticketcli.data.datasets import DATASETS
+from ticketcli.data.registry import DATASETS
 from ticketcli.models.budget import MEMORY_SHARE
 from ticketcli.runtime import world
 from ticketcli.settings.run import EXTRACT_DEFAULTS
@@ -245,15 +245,18 @@ WEAK_FIELDS: list[tuple[type, str, tuple[str, ...]]] = [
     (WeakSpec, "precision", ("precision",)),
 ]
 PACKAGE = Path(__file__).resolve().parent.parent / "ticketcli"
-CATALOG = PACKAGE / "catalog.py"  # where torch-free copies of defaults used to be kept
-SCANNED = {
+SCANNED = {  # every module that builds, runs or shows the command's spec (the registries are torch-free, no copies)
     "drift": (
         DRIFT_FIELDS,
-        [*sorted((PACKAGE / "drift").glob("*.py")), *sorted((PACKAGE / "cli").glob("drift*.py")), CATALOG],
+        [
+            *sorted((PACKAGE / "drift").glob("*.py")),
+            *sorted((PACKAGE / "cli").glob("drift*.py")),
+            PACKAGE / "settings/drift_options.py",
+        ],
     ),
     "train-weak": (
         WEAK_FIELDS,
-        [PACKAGE / "weak.py", PACKAGE / "weak_spec.py", PACKAGE / "cli/train_weak.py", CATALOG],
+        [*sorted((PACKAGE / "weak").glob("*.py")), PACKAGE / "specs/weak.py", PACKAGE / "cli/train_weak.py"],
     ),
 }
 

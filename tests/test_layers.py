@@ -169,10 +169,12 @@ def test_every_layer_entry_names_a_module():
 def test_the_analyser_sees_function_level_and_relative_imports(tmp_path):
     """The checks above can fail: a function-level import upwards and a relative import cycle are both found."""
     pkg = tmp_path / PACKAGE
-    (pkg / "sub").mkdir(parents=True)
+    for sub in ("sub", "specs", "cli"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "specs.py").write_text("def f():\n    from ticketcli.cli.app import app\n")
-    (pkg / "cli.py").write_text("app = 1\n")
+    (pkg / "specs" / "run.py").write_text("def f():\n    from ticketcli.cli.app import app\n")
+    (pkg / "cli" / "app.py").write_text("app = 1\n")
     (pkg / "sub" / "__init__.py").write_text("from . import a\n")
     (pkg / "sub" / "a.py").write_text("from ..sub import b\n")
     (pkg / "sub" / "b.py").write_text("from . import a\n")

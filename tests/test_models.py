@@ -24,24 +24,11 @@ from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.seeding import fingerprint
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
-from ticketcli.specs.syntax import TEXT_ARCHS
 from ticketcli.ticketfile import ticket as ticket_io
 
-# One tiny example per registered model, sized by the digits data (1x8x8, 10 classes) where left open.
-EXAMPLES = {
-    "mlp": "mlp:64-16-10",
-    "lenet300": "lenet300",
-    "conv2": "conv2",
-    "conv4": "conv4",
-    "conv6": "conv6",
-    "vgg": "vgg:8-M-16-16-M",
-    "resnet20": "resnet20",
-    "resnet18": "resnet18",
-    "wrn": "wrn:10-1",
-    "vit": "vit:p4-d16-l1-h2",
-    "gpt-nano": "gpt-nano:l1-d16-h2-c8-v12",  # character-level: its own tests are in test_drift_models.py
-}
-IMAGE_MODELS = [n for n in MODELS.names() if n not in TEXT_ARCHS]
+# One tiny example per registered model, each family's first (for a 1x8x8 input with 10 classes, as the digits)
+EXAMPLES = {name: MODELS.get(name).examples[0] for name in MODELS.names()}
+IMAGE_MODELS = [n for n in MODELS.names() if not MODELS.get(n).text]
 DIGITS = ((1, 8, 8), 10)
 runner = CliRunner()
 TRUSTED = ModelPolicy(trust_model_code=True)  # the user opted in to importing the factory a ticket names
@@ -51,8 +38,12 @@ def example(name: str) -> ModelSpec:
     return parse_model(EXAMPLES[name]).with_data(*DIGITS)
 
 
-def test_every_registered_model_has_an_example():
-    assert sorted(EXAMPLES) == sorted(MODELS.names())
+def test_every_family_declares_examples_that_parse_as_it_and_round_trip():
+    for name in MODELS.names():
+        assert MODELS.get(name).examples, f"{name} declares no example spec"
+        for text in MODELS.get(name).examples:
+            spec = parse_model(text)
+            assert spec.arch == name and parse_model(spec.to_string()) == spec, text
 
 
 @pytest.mark.parametrize("name", IMAGE_MODELS)

@@ -27,7 +27,7 @@ def run_features(
     """Run the validated feature with `threads` torch threads (None: torch's own; --tradeoff: per worker, default
     1); its result's class says which document, tables and plot it has (drift.views.show, .figure)."""
     # torch: imported when the command runs, not for --help
-    from ticketcli.data.datasets import DATASETS
+    from ticketcli.data.registry import DATASETS
     from ticketcli.drift import relufy as relufy_core
     from ticketcli.drift import run as drift_run
     from ticketcli.runtime.threads import per_worker, using

@@ -8,9 +8,10 @@ from typing import Any
 
 from ticketcli.settings.ranges import CHOICE, FLOAT, INT
 from ticketcli.settings.setting import Panel, Setting
-from ticketcli.specs import catalog
 from ticketcli.specs.run import MethodSpec
 
+GRASP_DIRECTIONS = ("paper", "original")  # grasp keeps the largest -θ⊙Hg (the paper's reading) or θ⊙Hg
+GRASP_DATA = ("separate", "shared")  # grasp's g and Hg from two independent collections of minibatches or one
 SALIENCY = ("grasp", "snip")  # gradients summed over minibatches
 SPARSE = ("rigl", "set")  # prune and regrow
 V = Panel.VARIANTS
@@ -45,8 +46,8 @@ BASELINES: tuple[Setting, ...] = (
         "signed score then top-k); original: the k largest θ⊙Hg, i.e. it removes the largest -θ⊙Hg (Wang et al. "
         "2020, and the Synaptic-Flow code).",
         V,
-        kind=catalog.GRASP_DIRECTIONS,
-        range=CHOICE(*catalog.GRASP_DIRECTIONS),
+        kind=GRASP_DIRECTIONS,
+        range=CHOICE(*GRASP_DIRECTIONS),
         methods=("grasp",),
     ),
     method_setting(
@@ -54,8 +55,8 @@ BASELINES: tuple[Setting, ...] = (
         "separate: g and Hg from two independent collections of --saliency-batches minibatches; shared: both from "
         "one collection (the original GraSP code).",
         V,
-        kind=catalog.GRASP_DATA,
-        range=CHOICE(*catalog.GRASP_DATA),
+        kind=GRASP_DATA,
+        range=CHOICE(*GRASP_DATA),
         methods=("grasp",),
     ),
     method_setting(
