@@ -5,6 +5,7 @@ method, written as one class and registered, goes through a whole run without to
 from __future__ import annotations
 
 import inspect
+import json
 from dataclasses import fields
 
 import pytest
@@ -147,3 +148,15 @@ def test_a_new_method_gets_the_capability_checks_and_option_refusals(tmp_path, t
     assert toy not in e.value.hint
     with pytest.raises(UsageError, match="--aux-width applies to .* only, not toy-magnitude"):
         spec_for(toy, aux_width=2)
+
+
+def test_a_new_method_is_listed_and_its_registry_options_are_read(toy):
+    from typer.testing import CliRunner
+
+    from ticketcli.cli.app import app
+    from ticketcli.settings.resolve import method_reads
+
+    doc = json.loads(CliRunner().invoke(app, ["list", "methods", "--json"]).stdout)
+    assert {"name": toy, "description": "Toy magnitude."} in doc["items"]
+    assert method_options(toy) == {"layer_densities"}
+    assert method_reads(toy, "layer_densities") and not method_reads(toy, "lr")
