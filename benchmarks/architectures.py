@@ -94,7 +94,8 @@ def extract(model: str, method: str, sparsity: float, seed: int, args) -> dict:
     net.bn_statistics = "trajectory"  # same forward values; the running averages follow training as edge-popup's
     clock = EpochClock(device, f"{method} seed {seed}")
     masks = (
-        METHODS.get(method)()
+        METHODS.get(method)
+        .load()()
         .extract(net, splits, spec.method, device=device, generator=generator(seed, "method"), progress=clock)
         .masks
     )

@@ -23,7 +23,7 @@ from pathlib import Path
 import onnxruntime as ort
 import torch
 
-from ticketcli.data.datasets import DATASETS
+from ticketcli.data.registry import DATASETS
 from ticketcli.export.onnx import ONNX_INPUT, ONNX_OUTPUT
 from ticketcli.export.run import export_ticket
 from ticketcli.models.registry import parse_model

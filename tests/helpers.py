@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
 from ticketcli.data.datasets import find_idx_dir
-from ticketcli.methods import METHODS, ExtractResult
+from ticketcli.methods.base import ExtractResult
+from ticketcli.methods.registry import METHODS
 from ticketcli.models.build import build_model
 from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
@@ -29,7 +30,6 @@ from ticketcli.settings.resolve import check_method_options, method_reads, read_
 from ticketcli.settings.run import METHOD_OPTIONS
 from ticketcli.settings.setting import option_flag
 from ticketcli.specs.run import InitSpec, MethodSpec
-from ticketcli.specs.syntax import TEXT_ARCHS
 from ticketcli.sweep.result import SweepRecord
 
 FASHION_DIRS = ("/usr/share/datasets",)
@@ -93,8 +93,17 @@ def method_extract(name: str, data, net=None, seed: int = 0, progress=None, **kw
     net = net or make_net()
     spec = quick_method(name, **kw)
     check_method_options(spec)
-    return METHODS.get(name)().extract(
-        net, data, spec, device=torch.device("cpu"), generator=torch.Generator().manual_seed(seed), progress=progress
+    return (
+        METHODS.get(name)
+        .load()()
+        .extract(
+            net,
+            data,
+            spec,
+            device=torch.device("cpu"),
+            generator=torch.Generator().manual_seed(seed),
+            progress=progress,
+        )
     )
 
 
@@ -146,21 +155,9 @@ def one_line(r, code=2) -> str:
 
 # ---- models ----
 
-# One tiny example per registered model, sized by the digits data (1x8x8, 10 classes) where left open.
-EXAMPLES = {
-    "mlp": "mlp:64-16-10",
-    "lenet300": "lenet300",
-    "conv2": "conv2",
-    "conv4": "conv4",
-    "conv6": "conv6",
-    "vgg": "vgg:8-M-16-16-M",
-    "resnet20": "resnet20",
-    "resnet18": "resnet18",
-    "wrn": "wrn:10-1",
-    "vit": "vit:p4-d16-l1-h2",
-    "gpt-nano": "gpt-nano:l1-d16-h2-c8-v12",  # character-level: its own tests are in test_drift_models.py
-}
-IMAGE_MODELS = [n for n in MODELS.names() if n not in TEXT_ARCHS]
+# One tiny example per registered model, each family's first (for a 1x8x8 input with 10 classes, as the digits)
+EXAMPLES = {name: MODELS.get(name).examples[0] for name in MODELS.names()}
+IMAGE_MODELS = [n for n in MODELS.names() if not MODELS.get(n).text]
 DIGITS = ((1, 8, 8), 10)
 
 USER_NET = """

@@ -33,6 +33,7 @@ from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import record as runs_record
+from ticketcli.settings.resolve import method_options
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
@@ -299,7 +300,7 @@ def test_every_method_runs_on_a_batchnorm_network(tmp_path, name):
             **{
                 k: v
                 for k, v in dict(imp_rounds=2, synflow_rounds=5, regrow_every=1).items()
-                if k in METHODS.get(name).options
+                if k in method_options(name)
             },
         ),
         device="cpu",

@@ -19,21 +19,23 @@ from ticketcli.methods.sparse import prune_and_regrow
 from ticketcli.runs.build import build_net
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.selection.exact import keep_count, topk_mask
-from ticketcli.settings.resolve import build_extract_spec, check_method_options, merge_settings
+from ticketcli.settings.resolve import build_extract_spec, check_method_options, merge_settings, method_options
 from ticketcli.settings.setting import option_flag
 from ticketcli.specs.run import DataSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import WeightOptim, WeightTrainer, evaluate
 
 BASELINES = [
-    n for n in METHODS.names() if METHODS.get(n).__module__ in (saliency.__name__, sparse.__name__, movement.__name__)
+    n
+    for n in METHODS.names()
+    if METHODS.get(n).load().__module__ in (saliency.__name__, sparse.__name__, movement.__name__)
 ]
-TRAINS_WEIGHTS = [n for n in BASELINES if "weights" in METHODS.get(n).trains]
+TRAINS_WEIGHTS = [n for n in BASELINES if "weights" in METHODS.get(n).load().trains]
 
 
 def run(name, data, net=None, seed=0, **kw):
     """Extract as `ticket extract` would: options checked first (specs.check_method_options), then the method."""
-    method = METHODS.get(name)()
+    method = METHODS.get(name).load()()
     spec = quick_method(name, **kw)
     check_method_options(spec)
     result = method.extract(
@@ -93,8 +95,8 @@ def test_ticket_is_evaluated_on_the_rewound_init(name, tmp_path):
     net, _ = build_net(spec.model, spec.init, None)  # a fresh network from the seed: the original init
     splits = load_splits(spec.data)
     assert evaluate(net, tk.masks, splits.x_test, splits.y_test) == summary["metrics"]["test"]
-    assert tk.method["name"] == name and set(tk.method) >= METHODS.get(name).options  # hyper-parameters are recorded
-    assert ("weight_lr" in tk.method) == ("weights" in METHODS.get(name).trains)  # only those that shaped it
+    assert tk.method["name"] == name and set(tk.method) >= method_options(name)  # hyper-parameters are recorded
+    assert ("weight_lr" in tk.method) == ("weights" in METHODS.get(name).load().trains)  # only those that shaped it
     if name in TRAINS_WEIGHTS:  # the trained network is reported, and it is not the ticket
         trained = summary.metrics.trained
         assert trained is not None and trained.test.n == summary.metrics.test.n
@@ -263,7 +265,7 @@ def test_rigl_grows_by_the_dense_gradient_on_the_minibatch(digits):
     masks = {n: torch.rand(w.shape, generator=torch.Generator().manual_seed(2)) < 0.3 for n, w in net.weights.items()}
     trainer = WeightTrainer(net, masks, WeightOptim())
     x, y = digits.x_extract[:64], digits.y_extract[:64]
-    scores = METHODS.get("rigl")().grow_scores(trainer, x, y, torch.Generator())
+    scores = METHODS.get("rigl").load()().grow_scores(trainer, x, y, torch.Generator())
     eff = {n: (net.weights[n] * masks[n]).requires_grad_(True) for n in net.names}
     F.cross_entropy(net.forward_with(x, eff), y).backward()
     for n in net.names:

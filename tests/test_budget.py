@@ -1,5 +1,5 @@
-"""cost.py and budget.py: a built-in model's cost from its spec alone, checked against the models themselves
-(registry-driven: a model registered without an estimate fails here), and the budget's refusals."""
+"""Each family's cost from its spec alone (models/<family>_family.py, through registry.estimate), checked against
+the models themselves on every example spec its family declares, and the budget's refusals (budget.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ticketcli import train
 from ticketcli.errors import UsageError
-from ticketcli.models import budget, cost
+from ticketcli.models import budget, cost, registry
 from ticketcli.models.budget import Budget
 from ticketcli.models.build import build_model, planned_shapes
 from ticketcli.models.masked import MaskedNet
@@ -21,25 +21,13 @@ from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.settings.registry import check_setting
 from ticketcli.specs.syntax import MAX_BLOCKS
 
-# Several specs per registered model (variants: bias, residual, norms, odd geometries, causal attention).
-EXAMPLES = {
-    "mlp": ["mlp:64-16-10", "mlp:64-16-16-16-10+res+norm=batch+bias", "mlp:64-32-32-10+norm=layer", "mlp:5-3+norm=rms"],
-    "lenet300": ["lenet300@1x8x8-10", "lenet300@3x5x4-7+bias"],
-    "conv2": ["conv2@1x8x8-10"],
-    "conv4": ["conv4@3x9x7-10+bias"],
-    "conv6": ["conv6@1x8x8-10"],
-    "vgg": ["vgg:8-M-16-16-M@1x8x8-10", "vgg:4-M-4@2x5x9-3+bias"],
-    "resnet20": ["resnet20@1x8x8-10"],
-    "resnet18": ["resnet18@3x9x9-10+bias"],
-    "wrn": ["wrn:10-1@1x8x8-10", "wrn:16-2@3x7x7-5+bias"],
-    "vit": ["vit:p4-d16-l1-h2@1x8x8-10", "vit:p2-d16-l2-h2-m2@3x8x8-10+bias", "vit:p1-d8-l1-h4@1x8x8-10"],
-    "gpt-nano": ["gpt-nano:l1-d16-h2-c8-v12", "gpt-nano:l2-d16-h2-c8-m2-v12+bias", "gpt-nano:l1-d8-h4-c64-v12"],
-}
+# Several specs per registered model, its family's examples (variants: bias, residual, norms, odd geometries, causal
+# attention)
+EXAMPLES = {name: MODELS.get(name).examples for name in MODELS.names()}
 SPECS = [s for specs in EXAMPLES.values() for s in specs]
 
 
-def test_every_registered_model_has_an_estimate():
-    assert sorted(EXAMPLES) == sorted(MODELS.names())
+def test_the_evaluation_batch_is_the_one_evaluation_uses():
     assert cost.EVAL_BATCH == train.EVAL_CHUNK
 
 
@@ -50,7 +38,7 @@ def counts(spec_text: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("text", SPECS)
 def test_parameters_and_buffers_are_exact(text):
-    est = cost.estimate(parse_model(text))
+    est = registry.estimate(parse_model(text))
     assert est is not None
     assert (est.params, est.buffer_bytes) == counts(text)
 
@@ -84,7 +72,7 @@ def saved_activation_bytes(text: str, batch: int) -> int:
 def test_activations_bound_what_autograd_saves(text):
     """The estimate is an upper bound of the saved activations, and not a wild one (within 4x)."""
     batch = 4
-    est = cost.estimate(parse_model(text))
+    est = registry.estimate(parse_model(text))
     assert est is not None
     measured = saved_activation_bytes(text, batch)
     estimated = cost.FLOAT * batch * est.saved
@@ -129,7 +117,7 @@ def test_random_small_specs_are_counted_exactly(text):
         planned_shapes(spec, Budget())
     except UsageError:
         return  # a geometry the model refuses (too many pools for the input): refused before any build
-    est = cost.estimate(spec)
+    est = registry.estimate(spec)
     assert est is not None
     assert (est.params, est.buffer_bytes) == counts(text)
 
@@ -137,7 +125,7 @@ def test_random_small_specs_are_counted_exactly(text):
 def test_the_estimate_takes_microseconds_whatever_the_depth():
     spec = parse_model(f"wrn:{6 * (MAX_BLOCKS // 3) + 4}-10@3x32x32-10")
     t0 = time.perf_counter()
-    est = cost.estimate(spec)
+    est = registry.estimate(spec)
     assert est is not None and est.depth == 3 * (MAX_BLOCKS // 3)
     assert time.perf_counter() - t0 < 1.0  # a generous bound: microseconds in fact (it never loops over blocks)
 
@@ -158,7 +146,7 @@ def test_depth_is_bounded_by_the_parser(text):
 
 def test_memory_refusal_names_the_figure_and_the_option():
     spec = parse_model("vit:p4-d8-l1-h2@1x40000x40000-10")
-    est = cost.estimate(spec)
+    est = registry.estimate(spec)
     assert est is not None and est.params < 1000  # a tiny model ...
     with pytest.raises(UsageError) as e:
         budget.check(spec, Budget(max_params=1000, max_memory=8 << 30))
@@ -168,7 +156,7 @@ def test_memory_refusal_names_the_figure_and_the_option():
 
 def test_attention_scores_are_counted():
     """gpt-nano with a long context: under 100 parameters, T^2 scores per head."""
-    est = cost.estimate(parse_model("gpt-nano:l1-d2-h1-c20000-v8"))
+    est = registry.estimate(parse_model("gpt-nano:l1-d2-h1-c20000-v8"))
     assert est is not None and est.params < 100 and est.saved >= 3 * 20000**2
     with pytest.raises(UsageError, match="at a training batch of 64") as e:
         limits = Budget(max_memory=1 << 30, train_batch=64, eval_batch=1)
@@ -182,7 +170,7 @@ def test_params_limit_comes_first():
 
 
 def test_training_needs_more_than_evaluating():
-    est = cost.estimate(parse_model("resnet18@3x32x32-10"))
+    est = registry.estimate(parse_model("resnet18@3x32x32-10"))
     assert est is not None
     assert est.memory_bytes(train_batch=512) > est.memory_bytes() > est.params * cost.HELD_BYTES_PER_PARAM
 
@@ -195,7 +183,7 @@ def test_default_is_half_the_physical_memory():
 
 def test_a_factory_is_not_estimated():
     spec = parse_model("my_pkg.my_module:build_net")
-    assert cost.estimate(spec) is None and budget.check(spec, Budget(max_memory=1 << 20)) is None
+    assert registry.estimate(spec) is None and budget.check(spec, Budget(max_memory=1 << 20)) is None
 
 
 @pytest.mark.parametrize(
@@ -213,7 +201,7 @@ def test_bad_max_memory_is_one_line(value):
 
 
 def test_declared_params_reads_a_ticket_spec_without_torch_modules():
-    assert cost.declared_params("mlp:64-16-10") == 64 * 16 + 16 * 10
-    assert cost.declared_params("conv6@1x8x8-10") == counts("conv6@1x8x8-10")[0]
-    assert cost.declared_params("pkg.mod:fn") is None
-    assert cost.declared_params("no such model!") is None
+    assert registry.declared_params("mlp:64-16-10") == 64 * 16 + 16 * 10
+    assert registry.declared_params("conv6@1x8x8-10") == counts("conv6@1x8x8-10")[0]
+    assert registry.declared_params("pkg.mod:fn") is None
+    assert registry.declared_params("no such model!") is None

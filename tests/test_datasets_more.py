@@ -14,7 +14,8 @@ from helpers import CIFAR_BATCH, CIFAR_TEST, NAMES, fake_images, write_cifar, wr
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
-from ticketcli.data.datasets import CIFAR10_MEAN, CIFAR10_STD, DATASETS, load_splits
+from ticketcli.data.datasets import CIFAR10_MEAN, CIFAR10_STD, load_splits
+from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
 from ticketcli.specs.run import DataSpec
 

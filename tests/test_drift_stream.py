@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from ticketcli.drift import run as drift
-from ticketcli.drift.activations import ACTIVATIONS
 from ticketcli.drift.control import ActivationControl
 from ticketcli.drift.sites import drift_forward, measure_traced
+from ticketcli.models.activations import ACTIVATIONS
 from ticketcli.models.build import build_model
 from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet

@@ -19,7 +19,7 @@ from helpers import FASHION_DIRS, require_fashion
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
-from ticketcli.data.datasets import DATASETS
+from ticketcli.data.registry import DATASETS
 from ticketcli.export.onnx import ONNX_INPUT, ONNX_OUTPUT
 from ticketcli.export.run import export_ticket
 from ticketcli.models.registry import parse_model

@@ -11,8 +11,9 @@ import typer
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
+from ticketcli.methods.registry import METHODS
+from ticketcli.settings import listing
 from ticketcli.settings.setting import Panel
-from ticketcli.specs import catalog
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "200"}  # one option per line: assertions on text do not depend on wrapping
@@ -75,26 +76,26 @@ def test_shell_completion_is_offered_and_prints_a_script(monkeypatch):
 
 
 def test_completion_proposes_methods():
-    """What the shell gets for `ticket extract --method a<TAB>`: the catalog's names starting with a."""
+    """What the shell gets for `ticket extract --method a<TAB>`: the registry's names starting with a."""
     env = {"_TICKET_COMPLETE": "complete_bash", "COMP_WORDS": "ticket extract --method a", "COMP_CWORD": "3"}
     r = runner.invoke(app, [], env=env, prog_name="ticket")
     assert r.exit_code == 0, r.output
-    assert set(r.stdout.split()) == {n for n in catalog.METHODS if n.startswith("a")}
+    assert set(r.stdout.split()) == {n for n in METHODS.names() if n.startswith("a")}
 
 
-@pytest.mark.parametrize("kind", catalog.KINDS)
-def test_list_json_is_the_catalog(kind):
+@pytest.mark.parametrize("kind", listing.KINDS)
+def test_list_json_is_the_registry(kind):
     r = runner.invoke(app, ["list", kind, "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert set(doc) == {"schema", "kind", "items"} and doc["schema"] == "ticket.list/1" and doc["kind"] == kind
-    assert doc["items"] == [{"name": n, "description": d} for n, d in catalog.describe(kind).items()]
+    assert doc["items"] == [{"name": n, "description": d} for n, d in listing.describe(kind).items()]
     assert all(set(item) == {"name", "description"} for item in doc["items"])
 
 
 def test_list_table_names_every_method():
     out = runner.invoke(app, ["list", "methods"], env=WIDE).stdout
-    for name, text in catalog.METHODS.items():
+    for name, text in listing.describe("methods").items():
         assert name in out and text[:30] in out
 
 

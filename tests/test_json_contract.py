@@ -267,7 +267,7 @@ def test_every_document_has_one_typed_result():
     import ticketcli.runs.folder
     import ticketcli.runs.inspect
     import ticketcli.runs.summary
-    import ticketcli.specs.catalog
+    import ticketcli.settings.listing
     import ticketcli.sweep.result
     import ticketcli.weak.run  # noqa: F401  (the modules that define the result classes)
     from ticketcli.contract.result import Result

@@ -5,19 +5,21 @@ method, written as one class and registered, goes through a whole run without to
 from __future__ import annotations
 
 import inspect
+import json
 from dataclasses import fields
 
 import pytest
 from helpers import for_method
 
 from ticketcli.errors import UsageError
-from ticketcli.methods import METHODS, ExtractResult, Method
+from ticketcli.methods.base import ExtractResult, Method
+from ticketcli.methods.registry import METHODS, MethodInfo
 from ticketcli.runs.evaluate import evaluate_ticket
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.runtime import distributed
 from ticketcli.selection.exact import keep_count, topk_mask
 from ticketcli.selection.groups import param_densities
-from ticketcli.settings.resolve import build_extract_spec, merge_settings
+from ticketcli.settings.resolve import build_extract_spec, merge_settings, method_options
 from ticketcli.settings.run import METHOD_OPTIONS
 from ticketcli.specs.run import DataSpec, MethodSpec, ReaderSpec
 from ticketcli.ticketfile.ticket import load
@@ -40,17 +42,16 @@ def spec_for(method: str, **kw):
 
 
 def test_the_contract_lists_what_callers_read():
-    assert set(CONTRACT) == {"name", "options", "trains", *BOOLEANS, "default_scope", "score_init"}
+    assert set(CONTRACT) == {"name", "trains", *BOOLEANS, "default_scope", "score_init"}
 
 
 @pytest.mark.parametrize("name", METHODS.names())
 def test_every_method_declares_the_whole_contract(name):
-    cls = METHODS.get(name)
+    cls = METHODS.get(name).load()
     assert issubclass(cls, Method) and not inspect.isabstract(cls)
     missing = [a for a in CONTRACT if not hasattr(cls, a)]
     assert missing == [], f"{name} does not declare {missing}"
     assert cls.name == name
-    assert isinstance(cls.options, frozenset)
     assert cls.trains <= {"scores", "weights"} and isinstance(cls.trains, frozenset)
     assert all(isinstance(getattr(cls, a), bool) for a in BOOLEANS)
     assert cls.default_scope in ("global", "layer")
@@ -61,32 +62,32 @@ def test_every_method_declares_the_whole_contract(name):
 @pytest.mark.parametrize("name", METHODS.names())
 def test_options_are_method_spec_fields_that_only_some_methods_read(name):
     spec_fields = {f.name for f in fields(MethodSpec)}
-    options = METHODS.get(name).options
+    options = method_options(name)
     assert options <= spec_fields, f"{name} declares options that are no MethodSpec field"
     assert options <= set(METHOD_OPTIONS), f"{name}: {sorted(options - set(METHOD_OPTIONS))} not in METHOD_OPTIONS"
 
 
 def test_every_method_specific_option_is_read_by_some_method():
-    read = set().union(*(METHODS.get(n).options for n in METHODS.names()))
+    read = set().union(*(method_options(n) for n in METHODS.names()))
     assert read == set(METHOD_OPTIONS)
 
 
 @pytest.mark.parametrize("name", METHODS.names())
 def test_extract_takes_the_same_arguments_everywhere(name):
     expected = inspect.signature(Method.extract).parameters
-    got = inspect.signature(METHODS.get(name).extract).parameters
+    got = inspect.signature(METHODS.get(name).load().extract).parameters
     assert list(got) == list(expected)
     assert all(got[p].kind == expected[p].kind and got[p].default == expected[p].default for p in expected)
 
 
-NOT_RESUMABLE = [n for n in METHODS.names() if not METHODS.get(n).resumable]
-NOT_PARALLEL = [n for n in METHODS.names() if not METHODS.get(n).data_parallel]
+NOT_RESUMABLE = [n for n in METHODS.names() if not METHODS.get(n).load().resumable]
+NOT_PARALLEL = [n for n in METHODS.names() if not METHODS.get(n).load().data_parallel]
 
 
 @pytest.mark.parametrize("name", NOT_RESUMABLE)
 @pytest.mark.parametrize("flags", [{"resume": True}, {"checkpoint_every": 1}])
 def test_a_method_not_resumable_is_refused_checkpoint_options(tmp_path, name, flags):
-    resumable = ", ".join(n for n in METHODS.names() if METHODS.get(n).resumable)
+    resumable = ", ".join(n for n in METHODS.names() if METHODS.get(n).load().resumable)
     with pytest.raises(UsageError, match=f"do not apply to method '{name}'") as e:
         extract_ticket(spec_for(name), out=tmp_path / "t.safetensors", **flags)
     assert e.value.hint == f"they apply to: {resumable}"
@@ -107,7 +108,6 @@ class Magnitude(Method):
     """Toy method: keep the largest |w| of each layer at its density; nothing trained, nothing drawn."""
 
     name = "toy-magnitude"
-    options = frozenset({"layer_densities"})
     trains = frozenset()
     resumable = False
     data_parallel = True
@@ -124,7 +124,9 @@ class Magnitude(Method):
 
 @pytest.fixture
 def toy(monkeypatch):
-    monkeypatch.setitem(METHODS._items, Magnitude.name, Magnitude)  # what @METHODS.register does, undone after
+    # what its registry line does (its options: none of the declarations can name it), undone after
+    info = MethodInfo("Toy magnitude.", f"{__name__}:Magnitude", frozenset({"layer_densities"}))
+    monkeypatch.setitem(METHODS._items, Magnitude.name, info)
     return Magnitude.name
 
 
@@ -146,3 +148,15 @@ def test_a_new_method_gets_the_capability_checks_and_option_refusals(tmp_path, t
     assert toy not in e.value.hint
     with pytest.raises(UsageError, match="--aux-width applies to .* only, not toy-magnitude"):
         spec_for(toy, aux_width=2)
+
+
+def test_a_new_method_is_listed_and_its_registry_options_are_read(toy):
+    from typer.testing import CliRunner
+
+    from ticketcli.cli.app import app
+    from ticketcli.settings.resolve import method_reads
+
+    doc = json.loads(CliRunner().invoke(app, ["list", "methods", "--json"]).stdout)
+    assert {"name": toy, "description": "Toy magnitude."} in doc["items"]
+    assert method_options(toy) == {"layer_densities"}
+    assert method_reads(toy, "layer_densities") and not method_reads(toy, "lr")

@@ -8,7 +8,7 @@ from helpers import for_method, make_net, method_extract, method_masks, quick_me
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.methods import METHODS
+from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.models.masked import MaskedNet
@@ -28,7 +28,7 @@ def test_masks_are_bool_full_shape_and_deterministic(name, digits):
         assert torch.equal(a[n], b[n]), f"{name}: same seed gave different mask bits for {n}"
         assert torch.equal(net.weights[n], before[n]), f"{name} changed the frozen weights"
     c = method_masks(name, digits, seed=1)
-    if METHODS.get(name).seeded:  # synflow is data-free and draws nothing at random
+    if METHODS.get(name).load().seeded:  # synflow is data-free and draws nothing at random
         assert any(not torch.equal(a[n], c[n]) for n in net.names), "the seed must matter"
     else:
         assert all(torch.equal(a[n], c[n]) for n in net.names)
@@ -39,7 +39,7 @@ def test_kept_counts(name, digits):
     result = method_extract(name, digits, sparsity=0.8)
     masks = result.masks
     # trained weights come back exactly from the methods that declare they train weights
-    assert (result.trained_weights is not None) == ("weights" in METHODS.get(name).trains)
+    assert (result.trained_weights is not None) == ("weights" in METHODS.get(name).load().trains)
     if name == "iterated":  # the cumulative mask is what the last round reports
         kept = sum(int(m.sum()) for m in masks.values())
         total = sum(m.numel() for m in masks.values())
@@ -50,9 +50,9 @@ def test_kept_counts(name, digits):
         if name == "augmented":  # floor(0.2 * 2n) kept in the augmented space; at most n of them auxiliary
             k_aug = keep_count(0.2, 2 * total)
             assert k_aug - total <= int(m.sum()) <= min(k_aug, total)
-        elif METHODS.get(name).default_scope == "layer":
+        elif METHODS.get(name).load().default_scope == "layer":
             assert int(m.sum()) == keep_count(0.2, total)
-    if METHODS.get(name).default_scope == "global":  # one top-k over all parameters together
+    if METHODS.get(name).load().default_scope == "global":  # one top-k over all parameters together
         assert sum(int(m.sum()) for m in masks.values()) == keep_count(0.2, sum(m.numel() for m in masks.values()))
 
 

@@ -21,7 +21,7 @@ from ticketcli.methods import METHODS
 from ticketcli.runs.evaluate import evaluate_ticket
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.runs.inspect import inspect_ticket
-from ticketcli.settings.resolve import build_extract_spec, merge_settings
+from ticketcli.settings.resolve import build_extract_spec, merge_settings, method_options
 from ticketcli.settings.run import EXTRACT_DEFAULTS, METHOD_OPTIONS
 from ticketcli.settings.setting import option_flag
 from ticketcli.specs.run import DataSpec, ReaderSpec
@@ -63,12 +63,12 @@ TINY = {"dataset": "digits", "model": "mlp:64-16-10", "n_extract": 200, "n_val":
 # small settings, given only to the methods that read them: 2 epochs of 4 steps, updates and rounds that happen
 SMALL = {"epochs": 2, "batch_size": 64, "imp_rounds": 1, "synflow_rounds": 3, "regrow_every": 1, "max_rounds": 2}
 TRAINING = ("epochs", "lr", "batch_size", "betas", "eps", "weight_decay", "weight_lr", "precision")
-DECLARED = [(m, o) for m in METHODS.names() for o in METHOD_OPTIONS if o in METHODS.get(m).options]
+DECLARED = [(m, o) for m in METHODS.names() for o in METHOD_OPTIONS if o in method_options(m)]
 runner = CliRunner()
 
 
 def users(option: str) -> set[str]:
-    return {m for m in METHODS.names() if option in METHODS.get(m).options}
+    return {m for m in METHODS.names() if option in method_options(m)}
 
 
 def spec_of(method: str, **settings):
@@ -90,7 +90,7 @@ def test_values_cover_every_option():
 @pytest.mark.parametrize("option", METHOD_OPTIONS)
 @pytest.mark.parametrize("method", METHODS.names())
 def test_an_option_is_refused_iff_the_method_does_not_declare_it(method, option):
-    declared = option in METHODS.get(method).options
+    declared = option in method_options(method)
     for value in (OTHER[option], EXTRACT_DEFAULTS[option]):  # set explicitly, even to its default
         if value is None or (value is False and option in ("frozen_aux", "signed_scores", "project_final")):
             continue  # None and off-switches are 'not given' on the command line
@@ -105,7 +105,7 @@ def test_an_option_is_refused_iff_the_method_does_not_declare_it(method, option)
 
 @pytest.mark.parametrize("method", METHODS.names())
 def test_a_config_file_setting_is_refused_like_a_flag(tmp_path, method):
-    unread = [o for o in METHOD_OPTIONS if o not in METHODS.get(method).options]
+    unread = [o for o in METHOD_OPTIONS if o not in method_options(method)]
     for option in unread[:3]:
         value = OTHER[option]
         path = tmp_path / f"{option}.toml"
@@ -218,7 +218,7 @@ RECORDED_ALWAYS = {"name", "sparsity", "score_init"}
 def test_a_ticket_records_only_the_options_its_method_read(tmp_path_factory, method):
     tk = outcome(tmp_path_factory, method)[3]
     options = set(tk.method) - RECORDED_ALWAYS - {"score_params"}
-    assert options == set(METHODS.get(method).options)
+    assert options == set(method_options(method))
     assert {k: tk.method[k] for k in for_method(method, SMALL)} == for_method(method, SMALL)
 
 

@@ -33,14 +33,21 @@ from ticketcli.settings.flags import (
     SWEEP_FLAGS,
     WEAK_FLAGS,
 )
+from ticketcli.settings.listing import ListResult
 from ticketcli.settings.ranges import FLOAT
-from ticketcli.settings.resolve import check_keywords, check_method_options, checked, merge_settings, spec_fields
+from ticketcli.settings.resolve import (
+    check_keywords,
+    check_method_options,
+    checked,
+    merge_settings,
+    method_options,
+    spec_fields,
+)
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.settings.sweep import OWN, SWEEP
 from ticketcli.settings.track import TRACK
 from ticketcli.settings.weak import WEAK
-from ticketcli.specs.catalog import ListResult
 from ticketcli.specs.run import MethodSpec
 
 runner = CliRunner()
@@ -147,7 +154,7 @@ def test_it_has_a_row_in_the_settings_list():
 
 def test_every_method_reads_what_the_declarations_say():
     for name in METHODS.names():
-        assert METHODS.get(name).options == RUN.read_by(name), name
+        assert method_options(name) == RUN.read_by(name), name
     readers = {n for s in RUN for n in s.methods}
     assert readers <= set(METHODS.names()), "a setting names a method that does not exist"
 

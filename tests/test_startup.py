@@ -85,7 +85,7 @@ WITHOUT_TORCH = {
 
 
 def test_tab_completion_does_not_import_torch():
-    """What the shell runs on every <TAB> (`ticket extract --method a<TAB>`) answers from the catalog."""
+    """What the shell runs on every <TAB> (`ticket extract --method a<TAB>`) answers from the torch-free registries."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "_TICKET_COMPLETE": "complete_bash"}
     env |= {"COMP_WORDS": "ticket extract --method a", "COMP_CWORD": "3"}
     code = "import sys; from ticketcli.cli.app import app\n"
@@ -117,7 +117,11 @@ def test_the_runner_sees_torch_when_a_command_computes(files):
 
 
 def test_import_ticketcli_alone_is_torch_free():
-    code = "import sys, ticketcli, ticketcli.cli.app, ticketcli.specs.catalog; print('torch' in sys.modules)"
+    code = (
+        "import sys, ticketcli, ticketcli.cli.app, ticketcli.settings.listing, ticketcli.models.registry, "
+        "ticketcli.models.activations, ticketcli.methods.registry, ticketcli.data.registry, ticketcli.models.init; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True)
     assert out.stdout.decode().strip() == "False", out.stderr.decode()[-2000:]
 

@@ -24,8 +24,8 @@ from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import inspect as runs_inspect
 from ticketcli.runs.parts import layer_counts
 from ticketcli.runs.summary import ExtractionResult
+from ticketcli.settings import listing
 from ticketcli.settings.resolve import build_extract_spec, merge_settings
-from ticketcli.specs import catalog
 from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
@@ -76,7 +76,7 @@ def results(runs, tmp_path: Path) -> list[tuple[str, Result]]:
     aug = runs["augmented"][0]
     for fmt in ("csr", "masked"):
         got.append((f"export-{fmt}", export_ticket(aug, fmt=fmt, out=tmp_path / f"{fmt}.safetensors")))
-    got += [(f"list-{kind}", catalog.listing(kind)) for kind in catalog.KINDS]
+    got += [(f"list-{kind}", listing.listing(kind)) for kind in listing.KINDS]
     return got
 
 
@@ -137,11 +137,11 @@ def test_the_attributes_are_what_the_documents_show(runs, tmp_path):
     assert masked.layers == () and masked["layers"] == [] and "csr_payload_bytes" not in masked
 
 
-def test_list_result_is_the_catalog():
-    for kind in catalog.KINDS:
-        r = catalog.listing(kind)
-        assert {e.name: e.description for e in r.entries} == catalog.describe(kind)
-        assert r["items"] == [{"name": n, "description": t} for n, t in catalog.describe(kind).items()]
+def test_list_result_is_the_registries():
+    for kind in listing.KINDS:
+        r = listing.listing(kind)
+        assert {e.name: e.description for e in r.entries} == listing.describe(kind)
+        assert r["items"] == [{"name": n, "description": t} for n, t in listing.describe(kind).items()]
         assert callable(r.items)  # still a mapping's items(): the field is `entries`
 
 

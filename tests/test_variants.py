@@ -169,7 +169,7 @@ def test_project_final_hits_the_exact_requested_sparsity(digits, global_topk):
 def test_global_topk_keeps_exactly_the_requested_count_across_layers(name, digits):
     net = make_net()
     spec = quick_method(name, sparsity=0.7, global_topk=True)
-    method = METHODS.get(name)()
+    method = METHODS.get(name).load()()
     sel = method.selection(net, spec)
     scores = init_scores(net, sel.parts, torch.Generator().manual_seed(5))
     masks = sel.select(scores)

@@ -1,7 +1,9 @@
-"""The one registry idiom: a dict, a `register(name)` decorator that raises on duplicates, sorted names."""
+"""The one registry idiom: a dict, a `register(name)` decorator that raises on duplicates, sorted names; and
+`load`, which imports what a registered entry names ("module:attribute") only when it is used."""
 
+import importlib
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ticketcli.errors import UsageError
 
@@ -9,7 +11,7 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Name -> object; used for methods, models, datasets and init schemes."""
+    """Name -> object; used for methods, models, datasets, init schemes and drift's activations and losses."""
 
     def __init__(self, kind: str):
         self.kind = kind
@@ -34,3 +36,10 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: str) -> bool:
         return name in self._items
+
+
+def load(ref: str) -> Any:
+    """The attribute a "package.module:attribute" reference names, its module imported now (a registry entry's
+    implementation, which may import torch, is loaded only when the entry is used)."""
+    module, _, attribute = ref.partition(":")
+    return getattr(importlib.import_module(module), attribute)

@@ -77,7 +77,7 @@ class Reference:
 def ticket_masks(run: Run, **options) -> dict[str, torch.Tensor]:
     """The masks `ticket extract` computes for this run (with these method options changed)."""
     spec = dataclasses.replace(run.spec.method, **options)
-    method = METHODS.get(spec.name)()
+    method = METHODS.get(spec.name).load()()
     return method.extract(run.net, run.splits, spec, device=CPU, generator=method_generator(run), progress=None).masks
 
 

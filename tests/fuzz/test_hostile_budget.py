@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import ticketcli as tc
 from ticketcli.errors import TicketCliError, UsageError
-from ticketcli.models import cost
+from ticketcli.models import registry
 from ticketcli.models.budget import Budget
 from ticketcli.models.build import build_model, planned_shapes
 from ticketcli.models.registry import MODELS, parse_model
@@ -274,7 +274,7 @@ def test_every_family_with_extreme_numbers_is_refused_fast_or_fits(text):
         assert time.perf_counter() - t0 < 1.0, (text, time.perf_counter() - t0)
         assert "\n" not in str(e)
         return
-    est = cost.estimate(spec)
+    est = registry.estimate(spec)
     assert est is not None
     assert est.params <= LIMITS.max_params
     assert est.memory_bytes(LIMITS.train_batch, LIMITS.eval_batch) <= (LIMITS.max_memory or 0)

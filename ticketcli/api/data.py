@@ -10,8 +10,9 @@ from typing import Any, Union
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ticketcli.data.datasets import DatasetInfo, Pools, Splits, draw_splits
+from ticketcli.data.datasets import Splits, draw_splits
 from ticketcli.data.memory import HELD_OUT, IN_MEMORY, memory_pools, memory_splits
+from ticketcli.data.registry import DatasetInfo, Pools
 from ticketcli.errors import UsageError
 
 Examples = Union[tuple[torch.Tensor, torch.Tensor], Dataset[Any], DataLoader[Any]]  # one set of (x, y) examples

@@ -99,6 +99,6 @@ def _progress(progress: bool | Progress, label: str, epochs: int) -> Iterator[Pr
         with nullcontext(progress) as given:
             yield given
         return
-    quiet = not progress or not METHODS.get(label).uses_epochs
+    quiet = not progress or not METHODS.get(label).load().uses_epochs
     with report_progress.epoch_progress(epochs, quiet=quiet, label=label) as bar:
         yield bar

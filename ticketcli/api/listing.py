@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ticketcli.api.extract import NOT_OPTIONS
-from ticketcli.data.datasets import DATASETS
+from ticketcli.data.registry import DATASETS
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import MODELS
 from ticketcli.settings.run import RUN

@@ -92,7 +92,7 @@ def run_features(
     """Run the validated feature (activation control, ReLUfication or the trade-off sweep) with the request's torch
     threads (None: torch's own; --tradeoff: per worker, default 1); its result's class says which document, tables
     and plot it has (report.drift_views.show, .figure)."""
-    from ticketcli.data.datasets import DATASETS
+    from ticketcli.data.registry import DATASETS
     from ticketcli.drift import relufy as relufy_core
     from ticketcli.drift import run as drift_run
     from ticketcli.runtime.threads import per_worker, using

@@ -67,12 +67,12 @@ def extract(
             distributed.joined(lambda: runs_inputs.resolve_device(spec.device), rendezvous_s=rendezvous_s) as world,
             report_progress.epoch_progress(
                 spec.method.epochs,
-                quiet=quiet or not world.main or not METHODS.get(spec.method.name).uses_epochs,
+                quiet=quiet or not world.main or not METHODS.get(spec.method.name).load().uses_epochs,
                 label=spec.method.name,
             ) as progress,
             # methods without epochs (snip, grasp, synflow, random): a heartbeat only
             report_progress.working(
-                spec.method.name, quiet=quiet or not world.main or METHODS.get(spec.method.name).uses_epochs
+                spec.method.name, quiet=quiet or not world.main or METHODS.get(spec.method.name).load().uses_epochs
             ) as chunks,
             torch_threads.using(check_threads(settings["threads"])) as used,
             track.tracked(trackers if world.main else (), lambda: track_feed.extract_info(spec), console.warn) as log,

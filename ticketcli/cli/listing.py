@@ -1,6 +1,6 @@
-"""`ticket list`: what --method, --model, --dataset and --init take, one line each (from the catalog: no torch), and
-every option of `ticket extract` with its flag, default, range, the methods that read it and whether it is a config
-key (from its declaration)."""
+"""`ticket list`: what --method, --model, --dataset and --init take, one line each (from the registries, which import
+no torch), and every option of `ticket extract` with its flag, default, range, the methods that read it and whether
+it is a config key (from its declaration)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import typer
 from ticketcli.cli.declared import choices, declared
 from ticketcli.report import console
 from ticketcli.report.tables import list_table
+from ticketcli.settings import listing
 from ticketcli.settings.flags import EXTRACT_FLAGS, OUTPUTS
+from ticketcli.settings.listing import ListResult
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Setting
 from ticketcli.settings.track import TRACK
-from ticketcli.specs import catalog
-from ticketcli.specs.catalog import ListResult
 
 if TYPE_CHECKING:
     Kind = str
 else:
-    Kind = choices((*catalog.KINDS, "settings"))  # settings: from their declarations, settings/run.py
+    Kind = choices((*listing.KINDS, "settings"))  # settings: from their declarations, settings/run.py
 
 
 def extract_options() -> list[Setting]:
@@ -44,5 +44,5 @@ def list_kind(
     if kind == "settings":
         result = ListResult(kind, tuple(s.list_item() for s in extract_options()))
     else:
-        result = catalog.listing(kind)
+        result = listing.listing(kind)
     console.print_json(result.to_document()) if json_out else list_table(result)

@@ -1,4 +1,6 @@
-"""Dataset registry and resolution; seeded extraction/validation splits and the full test set as in-memory tensors."""
+"""The registered datasets' loaders (their files found, read without trusting them, normalised) and the seeded
+extraction/validation splits with the full test set as in-memory tensors; what each dataset is, torch-free, is
+declared in registry.py."""
 
 from __future__ import annotations
 
@@ -16,40 +18,12 @@ import numpy as np
 import torch
 
 from ticketcli.data import cifar
+from ticketcli.data.registry import DATASETS, Pools
 from ticketcli.errors import UsageError
-from ticketcli.registry import Registry
 from ticketcli.seeding import generator
 from ticketcli.specs.run import DataSpec
 
 SYSTEM_DIRS = ("/usr/share/datasets",)  # Debian's dataset-fashion-mnist installs /usr/share/datasets/fashion-mnist
-
-
-@dataclass(frozen=True)
-class Pools:
-    """A dataset's training pool and test set as stored (e.g. uint8), labels int64; `prepare` turns rows into
-    normalised float32 (N, C, H, W) and is applied only to the rows a split uses."""
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    source: str  # where the files came from, for reports
-    prepare: Callable[[torch.Tensor], torch.Tensor] = lambda x: x
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    name: str
-    shape: tuple[int, int, int]  # (C, H, W)
-    classes: int
-    n_extract: int  # default split sizes (the paper's 5000 / 5000 for FashionMNIST)
-    n_val: int
-    load: Callable[[DataSpec], Pools]
-
-    @property
-    def in_features(self) -> int:
-        c, h, w = self.shape
-        return c * h * w
 
 
 @dataclass(frozen=True)
@@ -82,9 +56,6 @@ class Splits:
     def to(self, device: torch.device) -> Splits:
         t = {k: getattr(self, k).to(device) for k in ("x_extract", "y_extract", "x_val", "y_val", "x_test", "y_test")}
         return Splits(**t, info=self.info)
-
-
-DATASETS: Registry[DatasetInfo] = Registry("dataset")
 
 
 IDX_CHUNK = 1 << 20  # bytes inflated per read
@@ -233,7 +204,7 @@ def _idx_dataset(
     return load
 
 
-_load_fashion_mnist = _idx_dataset(
+load_fashion_mnist = _idx_dataset(
     "FashionMNIST",
     ("", "fashion-mnist", "FashionMNIST/raw", "fashion_mnist"),
     "FashionMNIST",
@@ -241,7 +212,7 @@ _load_fashion_mnist = _idx_dataset(
     0.3530,
     hint="install it with `apt-get install dataset-fashion-mnist` or pass --data-dir DIR holding the four IDX files",
 )
-_load_mnist = _idx_dataset(  # the usual MNIST normalisation
+load_mnist = _idx_dataset(  # the usual MNIST normalisation
     "MNIST",
     ("", "mnist", "MNIST/raw"),
     "MNIST",
@@ -266,7 +237,7 @@ def find_cifar10_dir(search_dirs: tuple[str, ...], subdirs: tuple[str, ...]) -> 
     return None
 
 
-def _load_cifar10(spec: DataSpec) -> Pools:
+def load_cifar10(spec: DataSpec) -> Pools:
     def download(root: str) -> Path:
         from torchvision.datasets import CIFAR10
 
@@ -307,7 +278,7 @@ def _load_cifar10(spec: DataSpec) -> Pools:
 DIGITS_TEST = 397  # scikit-learn's digits has no test split: a fixed one is held out (seed-independent)
 
 
-def _load_digits(spec: DataSpec) -> Pools:
+def load_digits(spec: DataSpec) -> Pools:
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -317,12 +288,6 @@ def _load_digits(spec: DataSpec) -> Pools:
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(20260101))
     test, train = perm[:DIGITS_TEST], perm[DIGITS_TEST:]
     return Pools(x[train], y[train], x[test], y[test], source="sklearn.datasets.load_digits")
-
-
-DATASETS.register("fashion-mnist")(DatasetInfo("fashion-mnist", (1, 28, 28), 10, 5000, 5000, _load_fashion_mnist))
-DATASETS.register("digits")(DatasetInfo("digits", (1, 8, 8), 10, 1000, 400, _load_digits))
-DATASETS.register("mnist")(DatasetInfo("mnist", (1, 28, 28), 10, 5000, 5000, _load_mnist))
-DATASETS.register("cifar10")(DatasetInfo("cifar10", (3, 32, 32), 10, 5000, 5000, _load_cifar10))
 
 
 def load_splits(spec: DataSpec) -> Splits:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ticketcli.data.datasets import Pools, Splits
+from ticketcli.data.datasets import Splits
+from ticketcli.data.registry import Pools
 from ticketcli.errors import UsageError
 from ticketcli.seeding import generator
 

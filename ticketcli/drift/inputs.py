@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ticketcli.data.datasets import DATASETS, load_splits
+from ticketcli.data.datasets import load_splits
+from ticketcli.data.registry import DATASETS
 from ticketcli.data.text import Corpus, split_blocks
 from ticketcli.errors import UsageError
 from ticketcli.runs import inputs as runs_inputs

@@ -23,12 +23,12 @@ import torch
 
 from ticketcli.data.text import Corpus, block_count, load_corpus
 from ticketcli.drift import control as control_
-from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.drift.inputs import Inputs, TextInputs
 from ticketcli.drift.result import DriftControlResult, DriftResult, DriftSummary
 from ticketcli.drift.sites import PerSite, drift_forward, measure_traced
-from ticketcli.methods import Progress
+from ticketcli.methods.base import Progress
 from ticketcli.models import batchnorm
+from ticketcli.models.activations import ACTIVATIONS, LOSSES
 from ticketcli.models.gpt import gpt_numbers, perplexity, with_vocab
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build

@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from ticketcli.data.datasets import DATASETS
+from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
 from ticketcli.models.gpt import gpt_numbers
 from ticketcli.models.masked import MaskedNet
-from ticketcli.specs.syntax import TEXT_ARCHS
+from ticketcli.models.registry import text_model
 
 ONNX_EXTRA = "pip install 'ticketcli[onnx]'"
 ONNX_OPSET = 18  # the dynamo exporter's own default opset: every built-in model's operators are in it
@@ -52,7 +52,7 @@ def onnx_example(net: MaskedNet, dataset: str, batch: int, seed: int) -> torch.T
     assert model is not None  # runs_build.rebuild records the ticket's parsed model spec
     first = net.weights[net.names[0]] if net.names else None
     g = torch.Generator().manual_seed(seed)
-    if model.arch in TEXT_ARCHS:
+    if text_model(model.arch):
         n = gpt_numbers(model)  # the vocabulary and the context
         return torch.randint(0, n["v"], (batch, n["c"]), generator=g)
     shape: tuple[int, ...]
@@ -132,7 +132,7 @@ def onnx_bytes(
     module.load_state_dict(state)
     assert net.spec is not None  # runs_build.rebuild records the ticket's parsed model spec
     dims: dict[int, Any] = {0: torch.export.Dim("batch")}
-    if net.spec.arch in TEXT_ARCHS:
+    if text_model(net.spec.arch):
         dims[1] = torch.export.Dim("sequence", min=1, max=int(example.shape[1]))
     try:  # the exporter prints its progress and warns about its internals: none of it is ours to show
         with (

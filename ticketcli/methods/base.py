@@ -13,7 +13,6 @@ from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, Scope, scope_groups
-from ticketcli.settings.run import RUN
 from ticketcli.specs.run import MethodSpec
 
 # Called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"} (and "round", "rounds").
@@ -52,20 +51,18 @@ class Method(ABC):
     """One extraction method: declared capabilities plus `extract`.
 
     Adding a method is one file of at most ~150 lines plus one registry line: write a subclass in
-    ticketcli/methods/<family>.py that sets every class attribute below and implements `extract`, decorate it with
-    `@METHODS.register("<name>")`, and import the module in ticketcli/methods/__init__.py. Nothing else changes:
-    --method's choices come from the registry, and the refusal of options it does not read, --resume and
-    --checkpoint-every, torchrun and the progress bar follow these attributes (tests/test_method_contract.py checks
-    that every method declares them). The options it reads besides name and sparsity are not listed here: each
-    option's declaration (ticketcli/settings/run.py) names the methods that read it, and `options` is derived from
-    those at class creation; the others are refused when a user sets them and left out of its tickets. A new
-    method adds its name to the `methods=` of the settings it reads; a brand-new hyper-parameter is a MethodSpec
-    field plus one Setting.
+    ticketcli/methods/<family>.py that sets every class attribute below and implements `extract`, and register it
+    in ticketcli/methods/registry.py (its name, one-line description and "ticketcli.methods.<family>:<Class>",
+    imported only when the method is used). Nothing else changes: --method's choices and `ticket list` come from
+    the registry, and the refusal of options it does not read, --resume and --checkpoint-every, torchrun and the
+    progress bar follow these attributes (tests/test_method_contract.py checks that every method declares them).
+    The options it reads besides name and sparsity are declared with each option: a setting's `methods=`
+    (ticketcli/settings/run.py) names the methods that read it, and `settings.run.RUN.read_by(name)` gives a
+    method's; the others are refused when a user sets them and left out of its tickets. A method that reads an
+    existing option adds its name there; a brand-new hyper-parameter is a MethodSpec field plus one Setting.
     """
 
     name: ClassVar[str]  # the registry name, recorded in the ticket
-    # the MethodSpec fields it reads besides name and sparsity: derived from the settings' declarations
-    options: ClassVar[frozenset[str]] = frozenset()
     trains: ClassVar[frozenset[Trained]]  # what it trains: scores, weights (then trained_weights is set), or nothing
     resumable: ClassVar[bool]  # honours extract(checkpoint=...): saves and resumes bit-identically
     data_parallel: ClassVar[bool]  # runs under torchrun (each rank gives the same masks)
@@ -75,11 +72,6 @@ class Method(ABC):
     # per parameter (selection.groups.scope_groups reads it)
     default_scope: ClassVar[Scope]
     score_init: ClassVar[dict[str, str] | None]  # how trained scores start (recorded in the ticket); else None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "name" in cls.__dict__ and "options" not in cls.__dict__:  # a method (not a family base) not overriding it
-            cls.options = RUN.read_by(cls.name)
 
     @abstractmethod
     def extract(

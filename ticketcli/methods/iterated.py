@@ -10,14 +10,12 @@ import torch
 from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import Details, ExtractResult, Masks, Progress
-from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.methods.scores import ScoreMethod, score_params
 from ticketcli.models.masked import MaskedNet
 from ticketcli.specs.run import MethodSpec
 
 
-@METHODS.register("iterated")
 class Iterated(ScoreMethod):
     """DoubleScore-Iterated (Appendix B): a cumulative mask C, starting dense. Each round trains fresh augmented
     scores for --epochs with only C's active weights competing, at augmented keep density

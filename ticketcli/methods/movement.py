@@ -16,7 +16,6 @@ import torch
 from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Masks, Progress
-from ticketcli.methods.registry import METHODS
 from ticketcli.methods.sparse import _SparseTraining, epoch_reporter, weight_optim
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, select
@@ -55,7 +54,6 @@ class MovementTrainer(WeightTrainer):
         return {n: p * (m[n].to(p.dtype) + self.scores[n] - self.scores[n].detach()) for n, p in self.params.items()}
 
 
-@METHODS.register("movement")
 class Movement(_SparseTraining):
     name = "movement"
     # weights at --weight-lr, scores at --lr (one Adam, two parameter groups)

@@ -7,7 +7,6 @@ import torch
 from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Masks, Method, Progress
-from ticketcli.methods.registry import METHODS
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, select
 from ticketcli.specs.run import MethodSpec
@@ -20,7 +19,6 @@ def random_masks(net: MaskedNet, groups: list[Group], generator: torch.Generator
     return {n: m.to(device) for n, m in select(draws, groups).items()}
 
 
-@METHODS.register("random")
 class RandomMask(Method):
     name = "random"
     trains = frozenset()

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Method, Progress, dense_masks
-from ticketcli.methods.registry import METHODS
 from ticketcli.models import batchnorm
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import power_schedule, restricted, select
@@ -105,7 +104,6 @@ class _Saliency(Method):
     score_init = None
 
 
-@METHODS.register("snip")
 class Snip(_Saliency):
     name = "snip"
 
@@ -124,7 +122,6 @@ class Snip(_Saliency):
         return ExtractResult(select(snip_scores(net, minibatches(data, spec, generator)), groups))
 
 
-@METHODS.register("grasp")
 class Grasp(_Saliency):
     """Two readings (docs/method.md). paper (the default): keep the k LARGEST -θ ⊙ Hg, as Appendix B's "signed
     score ... followed by global top-k" says. original: keep the k largest θ ⊙ Hg, i.e. remove the largest -θ ⊙ Hg,
@@ -151,7 +148,6 @@ class Grasp(_Saliency):
         return ExtractResult(select(scores, groups))
 
 
-@METHODS.register("synflow")
 class SynFlow(_Saliency):
     """Iterative SynFlow: round r of R keeps density d^(r/R) (exponential schedule), rescoring on the survivors."""
 

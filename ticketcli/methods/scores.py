@@ -15,7 +15,6 @@ import torch
 from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import Details, ExtractResult, Method, Progress
-from ticketcli.methods.registry import METHODS
 from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Scope, scope_groups
@@ -101,12 +100,10 @@ def project(
     return Selection(net, groups, parts=1, signed=spec.signed_scores).select(original)
 
 
-@METHODS.register("edge-popup")
 class EdgePopup(ScoreMethod):
     name = "edge-popup"
 
 
-@METHODS.register("augmented")
 class Augmented(ScoreMethod):
     name = "augmented"
     augmented = True

@@ -18,7 +18,6 @@ from ticketcli.errors import UsageError
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Masks, Method, Progress, dense_masks
 from ticketcli.methods.random import random_masks
-from ticketcli.methods.registry import METHODS
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, power_schedule, restricted, select, select_group
 from ticketcli.specs.run import MethodSpec
@@ -69,7 +68,6 @@ class _SparseTraining(Method):
     score_init: ClassVar[dict[str, str] | None] = None  # movement, a subclass, has scores
 
 
-@METHODS.register("imp")
 class IMP(_SparseTraining):
     """Round r of R: reset to the init, train epochs / R epochs under the mask, prune globally by magnitude to
     density d^(r/R) (geometric schedule). Pruned weights are exactly zero and never return."""
@@ -199,13 +197,11 @@ class _DynamicSparse(_SparseTraining):
         return ExtractResult(final, trained_weights=trainer.weights(), trace={"updates": updates})
 
 
-@METHODS.register("set")
 class SET(_DynamicSparse):
     name = "set"
     grow_scores = staticmethod(random_growth)
 
 
-@METHODS.register("rigl")
 class RigL(_DynamicSparse):
     name = "rigl"
     grow_scores = staticmethod(gradient_growth)

@@ -1,4 +1,4 @@
-"""The budget a run must fit (--max-params, --max-memory): a built-in model's cost (cost.py, from its spec alone)
+"""The budget a run must fit (--max-params, --max-memory): a built-in model's cost (its family's, from its spec alone)
 weighed against the limits and refused with one line before anything is built or loaded; the machine's physical
 memory, whose share is --max-memory's default."""
 
@@ -8,7 +8,8 @@ import os
 from dataclasses import dataclass
 
 from ticketcli.errors import UsageError
-from ticketcli.models.cost import EVAL_BATCH, Estimate, estimate
+from ticketcli.models.cost import EVAL_BATCH, Estimate
+from ticketcli.models.registry import estimate
 from ticketcli.specs.run import MAX_PARAMS, ModelSpec
 from ticketcli.specs.syntax import MAX_BLOCKS
 

@@ -26,7 +26,7 @@ def build_model(spec: ModelSpec) -> nn.Module:
         if not masked_names(net):
             raise UsageError(f"model {spec.factory} has no nn.Linear or nn.Conv2d parameters to mask")
     else:
-        net = MODELS.get(spec.arch)(spec)
+        net = MODELS.get(spec.arch).builder()(spec)
     return _frozen(net)
 
 
@@ -58,7 +58,7 @@ def planned_shapes(spec: ModelSpec, limits: budget.Budget) -> dict[str, list[int
     model is built through here first, so nothing over the budget is ever built, not even on the meta device."""
     budget.check(spec, limits)
     with torch.device("meta"):
-        module = MODELS.get(spec.arch)(spec)
+        module = MODELS.get(spec.arch).builder()(spec)
     check_param_count(spec, sum(p.numel() for p in module.parameters()), limits.max_params)
     shapes = dict(module.named_parameters())
     return {n: list(shapes[n].shape) for n in masked_names(module)}

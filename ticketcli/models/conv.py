@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
+from ticketcli.models.conv_family import CONV_HEAD, CONV_LAYERS
 from ticketcli.specs.run import ModelSpec
 
 
@@ -62,21 +63,17 @@ class ConvNet(nn.Module):
         return x
 
 
-CONV_FAMILY = {  # Frankle & Carbin / edge-popup Conv-2/4/6: 64-64-pool, +128-128-pool, +256-256-pool; FC 256-256
-    "conv2": ("64", "64", "M"),
-    "conv4": ("64", "64", "M", "128", "128", "M"),
-    "conv6": ("64", "64", "M", "128", "128", "M", "256", "256", "M"),
-}
-
-
 def conv_family(name: str) -> Callable[[ModelSpec, tuple[int, int, int], int], nn.Module]:
-    """The builder of conv2, conv4 or conv6."""
+    """The builder of conv2, conv4 or conv6 (their layers: conv_family.py's CONV_LAYERS)."""
 
     def build(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
-        return ConvNet(CONV_FAMILY[name], (256, 256), shape, classes, spec.bias)
+        return ConvNet(CONV_LAYERS[name], CONV_HEAD, shape, classes, spec.bias)
 
-    build.__doc__ = f"{name}: {'-'.join(CONV_FAMILY[name])}, then FC 256-256-classes."
+    build.__doc__ = f"{name}: {'-'.join(CONV_LAYERS[name])}, then FC 256-256-classes."
     return build
+
+
+build_conv2, build_conv4, build_conv6 = (conv_family(name) for name in ("conv2", "conv4", "conv6"))
 
 
 def build_vgg(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:

@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
+from ticketcli.models.gpt_family import GPT_BODY
 from ticketcli.models.sites import Trace, traced_linear
 from ticketcli.models.vit import Block
 from ticketcli.specs.run import ModelSpec
-from ticketcli.specs.syntax import GPT_BODY
 
 
 def sincos_1d(n: int, dim: int) -> torch.Tensor:

@@ -1,21 +1,35 @@
-"""MODELS, the built-in models by name, and `parse_model`, a model spec string as a ModelSpec.
+"""MODELS, the built-in model families by name, torch-free; `parse_model` (a model spec string as a ModelSpec),
+`estimate` (a built-in model's cost from its spec alone) and `declared_params` (a ticket's model, counted from its
+spec string), each answered by the family.
 
-Importing this module registers every built-in model: the builders are written in their own modules (mlp, conv,
-resnet, vit, gpt) and registered here, in one place, so whoever reads MODELS reads the full registry."""
+A family is declared once, beside its network (models/<family>_family.py: description, grammar, cost, examples,
+where its builder lives), and registered here with one line; its torch module is imported only when a model of it
+is built (Family.builder)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from torch import nn
+import re
 
 from ticketcli.errors import UsageError
-from ticketcli.models import conv, gpt, mlp, resnet, vit
+from ticketcli.models import conv_family, gpt_family, mlp_family, resnet_family, vit_family
+from ticketcli.models.cost import Estimate
+from ticketcli.models.family import Family
 from ticketcli.registry import Registry
 from ticketcli.specs.run import ModelSpec
-from ticketcli.specs.syntax import BUILTIN_SPEC, FACTORY_SPEC, SPEC_HINT, spec_text
+from ticketcli.specs.syntax import BUILTIN_SPEC, FACTORY_SPEC, SPEC_HINT, geometry, spec_text, suffixes
 
-MODELS: Registry[Callable[[ModelSpec], nn.Module]] = Registry("model")
+MODELS: Registry[Family] = Registry("model")
+MODELS.register("mlp")(mlp_family.MLP)
+MODELS.register("lenet300")(mlp_family.LENET300)
+MODELS.register("conv2")(conv_family.CONV2)
+MODELS.register("conv4")(conv_family.CONV4)
+MODELS.register("conv6")(conv_family.CONV6)
+MODELS.register("vgg")(conv_family.VGG)
+MODELS.register("resnet20")(resnet_family.RESNET20)
+MODELS.register("resnet18")(resnet_family.RESNET18)
+MODELS.register("wrn")(resnet_family.WRN)
+MODELS.register("vit")(vit_family.VIT)
+MODELS.register("gpt-nano")(gpt_family.GPT_NANO)
 
 
 def parse_model(text: str, *, bias: bool | None = None) -> ModelSpec:
@@ -27,41 +41,52 @@ def parse_model(text: str, *, bias: bool | None = None) -> ModelSpec:
     m = BUILTIN_SPEC.fullmatch(t)
     if not m:
         raise UsageError(f"invalid model spec {text!r}", hint=SPEC_HINT)
-    MODELS.get(m.group(1))  # an unknown name: "unknown model ...; choose one of ..." before any syntax complaint
-    return ModelSpec.from_builtin(text, m, bias=bias)
+    family = MODELS.get(m.group(1))  # an unknown name: "unknown model ...; choose one of ..." before any syntax
+    return _builtin(text, m, family, bias)
 
 
-def _geometry(spec: ModelSpec) -> tuple[tuple[int, int, int], int]:
-    if spec.input is None or spec.classes is None:
-        raise UsageError(
-            f"model {spec.to_string()} needs its input shape and classes",
-            hint=f"append @CxHxW-K, e.g. {spec.to_string()}@1x28x28-10, or let the dataset fill them in",
-        )
-    return spec.input, spec.classes
+def _builtin(text: str, match: re.Match[str], family: Family, bias: bool | None) -> ModelSpec:
+    """A built-in model's spec from a BUILTIN_SPEC match of `text`, its ':' arguments read by its family."""
+    name, body = match.group(1), match.group(2)
+    suffix = suffixes(text, match.group(7))
+    has_bias = suffix["bias"] if bias is None else (bias or suffix["bias"])
+    if any(suffix[key] for key in ("res", "norm") if key not in family.suffixes):
+        raise UsageError(f"invalid model spec {text!r}: +res and +norm apply to mlp specs only")
+    if match.group(3) is not None and family.no_geometry:
+        raise UsageError(f"invalid model spec {text!r}: {family.no_geometry}")
+    shape, classes = geometry(text, match.group(3, 4, 5, 6))
+    fields = {"widths": (), "input": shape, "classes": classes, **family.parse(text, name, body, suffix)}
+    return ModelSpec(arch=name, bias=has_bias, sized=family.sized, **fields)
 
 
-def _sized(build: Callable[[ModelSpec, tuple[int, int, int], int], nn.Module]) -> Callable[[ModelSpec], nn.Module]:
-    """A builder that takes the input shape and class count from the spec's @CxHxW-K."""
-
-    def builder(spec: ModelSpec) -> nn.Module:
-        return build(spec, *_geometry(spec))
-
-    builder.__doc__ = build.__doc__
-    return builder
+def estimate(spec: ModelSpec) -> Estimate | None:
+    """The cost of a built-in model from its spec alone; None for a user's factory (known only once built).
+    A spec whose geometry is still open (no @CxHxW-K) is estimated as if for a 1x1x1 input and 1 class."""
+    if spec.arch == "user":
+        return None
+    return MODELS.get(spec.arch).cost(spec, spec.input or (1, 1, 1), spec.classes or 1)
 
 
-MODELS.register("mlp")(mlp.build_mlp)  # its widths are the spec's own, input and output included
+def declared_params(text: str) -> int | None:
+    """The parameter count of the built-in model a spec string names (a ticket's `model.spec`), torch-free; None
+    for a factory or a spec that does not parse (refused with its own message when the model is rebuilt)."""
+    try:
+        t = spec_text(text)
+        factory = FACTORY_SPEC.fullmatch(t)
+        if factory and factory.group(1).partition(":")[0] not in MODELS:
+            return None
+        m = BUILTIN_SPEC.fullmatch(t)
+        if m is None or m.group(1) not in MODELS:
+            return None
+        spec = _builtin(t, m, MODELS.get(m.group(1)), None)
+        if not spec.resolved and spec.arch != "mlp":
+            return None
+        est = estimate(spec)
+    except UsageError:
+        return None
+    return None if est is None else est.params
 
-# LeNet, the ConvNets, ResNets (non-affine BatchNorm) and the ViT (non-affine LayerNorm): sized by the dataset
-for _name, _build in (
-    ("lenet300", mlp.build_lenet300),
-    *((name, conv.conv_family(name)) for name in conv.CONV_FAMILY),
-    ("vgg", conv.build_vgg),
-    ("resnet20", resnet.build_resnet20),
-    ("resnet18", resnet.build_resnet18),
-    ("wrn", resnet.build_wrn),
-    ("vit", vit.build_vit),
-):
-    MODELS.register(_name)(_sized(_build))
 
-MODELS.register("gpt-nano")(gpt.build_gpt_nano)  # character-level: its vocabulary comes from the text
+def text_model(arch: str) -> bool:
+    """Whether `arch` names a character-level family (trained on a text, `ticket drift --text`)."""
+    return arch in MODELS and MODELS.get(arch).text

@@ -27,8 +27,8 @@ from torch import nn
 
 from ticketcli.errors import UsageError
 from ticketcli.models.sites import ActSite, Trace, traced_conv, traced_linear
+from ticketcli.models.vit_family import VIT_BODY
 from ticketcli.specs.run import ModelSpec
-from ticketcli.specs.syntax import VIT_BODY
 
 
 def sincos_2d(h: int, w: int, dim: int) -> torch.Tensor:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's t
     from ticketcli.runs.inspect import InspectResult
     from ticketcli.runs.parts import LayerCount
     from ticketcli.runs.summary import ExtractionResult
-    from ticketcli.specs.catalog import ListResult
+    from ticketcli.settings.listing import ListResult
 
 
 def extract_table(s: ExtractionResult) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ticketcli.data.datasets import DATASETS, Splits, load_splits
+from ticketcli.data.datasets import Splits, load_splits
 from ticketcli.data.memory import IN_MEMORY
+from ticketcli.data.registry import DATASETS
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.models.budget import Budget
 from ticketcli.models.build import build_model, check_param_count, frozen_copy, planned_shapes

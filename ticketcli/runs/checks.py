@@ -9,7 +9,7 @@ from typing import Any
 
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.checkpoint import recorded_locations
-from ticketcli.models import batchnorm, cost
+from ticketcli.models import batchnorm, registry
 from ticketcli.models.budget import Budget
 from ticketcli.models.build import check_param_count, planned_shapes
 from ticketcli.models.masked import MaskedNet
@@ -67,7 +67,7 @@ def check_planned(tk: ticket_io.Ticket, model: ModelSpec, path: Path, limits: Bu
         check_param_count(model, sum(math.prod(s) for s in recorded.values()), limits.max_params)
         return
     try:
-        est = cost.estimate(model)
+        est = registry.estimate(model)
         assert est is not None  # a built-in model
         check_param_count(model, est.params, limits.max_params)
         bits = sum(math.prod(s) for s in tk.shapes.values())

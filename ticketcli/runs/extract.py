@@ -17,8 +17,7 @@ from ticketcli.data.datasets import Splits, load_splits
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import check_destination
 from ticketcli.files.checkpoint import Checkpointer, checkpoint_path, saved_at
-from ticketcli.methods import Progress
-from ticketcli.methods.base import Details
+from ticketcli.methods.base import Details, Progress
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import inputs as runs_inputs

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import torch
 
-from ticketcli.data.datasets import DATASETS, Splits
+from ticketcli.data.datasets import Splits
+from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
 from ticketcli.files.checkpoint import read_torch_file
-from ticketcli.methods import METHODS, Method
+from ticketcli.methods.base import Method
+from ticketcli.methods.registry import METHODS
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runtime import distributed
 from ticketcli.specs.run import ModelSpec
@@ -73,7 +75,7 @@ def check_finite(path: str, tensors: dict[str, torch.Tensor]) -> None:
 
 def method_for_run(name: str, *, checkpointing: bool) -> type[Method]:
     """The method class, refused under torchrun unless data-parallel and with checkpoint options unless resumable."""
-    method = METHODS.get(name)
+    method = METHODS.get(name).load()
     if distributed.world().active and not method.data_parallel:
         raise UsageError(
             f"method {name!r} does not run data-parallel under torchrun",
@@ -89,7 +91,7 @@ def method_for_run(name: str, *, checkpointing: bool) -> type[Method]:
 
 def methods_where(test: Callable[[type[Method]], bool]) -> str:
     """The registered methods whose class passes `test`, for a refusal's hint."""
-    return ", ".join(n for n in METHODS.names() if test(METHODS.get(n)))
+    return ", ".join(n for n in METHODS.names() if test(METHODS.get(n).load()))
 
 
 DEVICES = "auto, cpu, cuda, cuda:N or mps"

@@ -18,6 +18,7 @@ from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inspect import recorded_aux_share
 from ticketcli.runtime import distributed, machine
 from ticketcli.seeding import fingerprint
+from ticketcli.settings.resolve import method_options
 from ticketcli.specs.run import ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import evaluate
@@ -154,7 +155,7 @@ def make_ticket(
         model=model_record(spec.model, net),
         init=spec.init.to_dict(),
         weights_sha256=fingerprint(weights),
-        method=method_record(spec, METHODS.get(spec.method.name).score_init, result.details),
+        method=method_record(spec, METHODS.get(spec.method.name).load().score_init, result.details),
         data={k: v for k, v in splits.info.items() if k != "source"},
         sparsity=sparsity_report(masks, spec, result.details),
         metrics=metrics,
@@ -164,10 +165,11 @@ def make_ticket(
 
 
 def method_record(spec: RunSpec, score_init: dict[str, str] | None, details: Details) -> JsonObject:
-    """The ticket's `method` field: name, sparsity, the options the method read (Method.options; the others did
-    not shape the ticket, so they are left out), the matched ticket, how scores started, score parameter counts."""
+    """The ticket's `method` field: name, sparsity, the options the method read (settings.resolve.method_options;
+    the others did not shape the ticket, so they are left out), the matched ticket, how scores started, score
+    parameter counts."""
     method = spec.method.to_dict()
-    read = METHODS.get(spec.method.name).options
+    read = method_options(spec.method.name)
     return {
         "name": method["name"],
         "sparsity": method["sparsity"],

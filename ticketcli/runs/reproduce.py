@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Setting
-from ticketcli.specs import catalog
 from ticketcli.specs.run import MODULE_INIT
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.version import __version__
@@ -114,7 +114,7 @@ def reproduction(path: str | Path) -> Reproduction:
     path = Path(path)
     tk = ticket_io.scan(path).ticket  # validated like inspect: a bad file is one line, exit 2
     dataset = tk.data.get("dataset")
-    if dataset not in catalog.DATASETS:
+    if not isinstance(dataset, str) or dataset not in DATASETS:
         raise _refuse(
             path,
             f"its data came from the caller ({dataset!r}), not a dataset the command line can load",
@@ -158,7 +158,7 @@ def reproduction(path: str | Path) -> Reproduction:
             settings[s.name] = recorded[s.name]
     made_by = tk.created_by.get("ticketcli")
     full = made_by != __version__
-    entry = catalog.DATASETS[dataset]
+    entry = DATASETS.get(dataset)
     for name, default in (("n_extract", entry.n_extract), ("n_val", entry.n_val)):
         if settings.get(name) == default and not full:
             settings.pop(name)  # the dataset's own default (RUN's is None: "the dataset's")

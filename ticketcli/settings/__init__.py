@@ -17,5 +17,6 @@ Modules:
 - registry.py: every setting's range by name across the commands (flags, config keys and API keywords of one
   name share one range).
 
-Torch-free and typer-free: it imports the spec dataclasses (for the defaults), the value ranges and the catalog's
-names, so that --help can read it without importing torch. To add an option, see CONTRIBUTING.md."""
+Torch-free and typer-free: it imports the spec dataclasses (for the defaults), the value ranges and the torch-free
+registries' names (methods, models, datasets, init schemes, drift's activations and losses), so that --help can read
+it without importing torch; listing.py is `ticket list`'s result. To add an option, see CONTRIBUTING.md."""

@@ -8,9 +8,10 @@ from typing import Any
 
 from ticketcli.settings.ranges import CHOICE, FLOAT, INT, Range
 from ticketcli.settings.setting import Panel, Setting
-from ticketcli.specs import catalog
 from ticketcli.specs.run import MethodSpec
 
+GRASP_DIRECTIONS = ("paper", "original")  # grasp keeps the largest -θ⊙Hg (the paper's reading) or θ⊙Hg
+GRASP_DATA = ("separate", "shared")  # grasp's g and Hg from two independent collections of minibatches or one
 SALIENCY = ("grasp", "snip")  # gradients summed over minibatches
 SPARSE = ("rigl", "set")  # prune and regrow
 V = Panel.VARIANTS
@@ -42,14 +43,14 @@ BASELINES: tuple[Setting, ...] = (
         "Which end of the ranking it keeps. paper: the k largest -θ⊙Hg (the double-scoring paper's Appendix B, "
         "signed score then top-k); original: the k largest θ⊙Hg, i.e. it removes the largest -θ⊙Hg (Wang et al. "
         "2020, and the Synaptic-Flow code).",
-        CHOICE(*catalog.GRASP_DIRECTIONS),
+        CHOICE(*GRASP_DIRECTIONS),
         ("grasp",),
     ),
     baseline(
         "grasp_data",
         "separate: g and Hg from two independent collections of --saliency-batches minibatches; shared: both from "
         "one collection (the original GraSP code).",
-        CHOICE(*catalog.GRASP_DATA),
+        CHOICE(*GRASP_DATA),
         ("grasp",),
     ),
     baseline("synflow_rounds", "Pruning rounds; round r keeps density d^(r/R).", INT(1, 10_000), ("synflow",)),

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ticketcli.models.activations import ACTIVATIONS, LOSSES
 from ticketcli.settings.ranges import FLOAT, INT, TEXT
 from ticketcli.settings.run import BATCH, LR, RUN, SEED
 from ticketcli.settings.setting import Panel, Setting, Table
-from ticketcli.specs import catalog
 from ticketcli.specs.drift import (
     CONTROL_MODES,
     DEFAULT_TEXT_MODEL,
@@ -41,7 +41,7 @@ DRIFT = Table(
         "Activation at every activation site (an MLP's hidden layers, a ResNet's ReLUs, the MLP blocks of a ViT or "
         "GPT-nano); relu2-clip is min(relu(x)^2, --clip).",
         T,
-        catalog.DRIFT_ACTIVATIONS,
+        tuple(ACTIVATIONS.names()),
         TEXT,
         (DriftSpec, "activation"),
     ),
@@ -56,7 +56,7 @@ DRIFT = Table(
         (DriftSpec, "inputs"),
     ),
     Setting(
-        "loss", "cross-entropy, or mse against one-hot targets.", T, catalog.DRIFT_LOSSES, TEXT, (DriftSpec, "loss")
+        "loss", "cross-entropy, or mse against one-hot targets.", T, tuple(LOSSES.names()), TEXT, (DriftSpec, "loss")
     ),
     Setting("optimizer", "Weight optimiser.", T, ("adam", "sgd"), TEXT, (DriftSpec, "optim.name")),
     Setting("lr", "Learning rate.", T, float, LR, (DriftSpec, "optim.lr")),
@@ -149,7 +149,7 @@ FEATURES = Table(
         "relufy_from",
         "--relufy: the smooth activation trained first.",
         RELUFY,
-        catalog.DRIFT_ACTIVATIONS,
+        tuple(ACTIVATIONS.names()),
         flag_name="--from",
     ),
     Setting("relufy_to", "--relufy: the ReLU variant swapped in.", RELUFY, RELUFY_TARGETS, flag_name="--to"),

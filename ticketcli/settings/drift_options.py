@@ -1,7 +1,7 @@
 """`ticket drift`'s one builder: the command's flags (None: not given) validated and frozen into a DriftRequest
 (drift_request: which flags go with --ticket, the model policy, threads) whose DriftSpecs follow once the data's
 location is resolved and, for the control flags (activation-sparsity control, ReLUfication, the trade-off sweep),
-Features: each flag's own range, names checked against the torch-free catalog, and the combinations that make no
+Features: each flag's own range, names checked against the torch-free registries, and the combinations that make no
 sense refused with one line, here and not in the command, so that any caller runs the same rules. Every default
 comes from the fields of the specs in drift.spec."""
 
@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from ticketcli.data.datasets import DATASETS
+from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
-from ticketcli.models.registry import parse_model
+from ticketcli.models.activations import ACTIVATIONS, LOSSES
+from ticketcli.models.registry import parse_model, text_model
 from ticketcli.settings.drift import FEATURES
 from ticketcli.settings.registry import check_setting, check_threads
 from ticketcli.settings.resolve import build_model_policy, data_location
-from ticketcli.specs import catalog
 from ticketcli.specs.drift import (
     CONTROL_MODES,
     DEFAULT_TEXT_MODEL,
@@ -33,7 +33,6 @@ from ticketcli.specs.drift import (
     require_drift_model,
 )
 from ticketcli.specs.run import PAPER_HIDDEN, DataSpec, ModelPolicy, ModelSpec, WeightOptim
-from ticketcli.specs.syntax import TEXT_ARCHS
 
 MAX_TARGETS = 100  # --tradeoff
 OPTIMIZERS = ("adam", "sgd")  # --optimizer
@@ -140,8 +139,8 @@ def build_drift_spec(s: Mapping[str, Any], location: dict[str, Any]) -> DriftSpe
     if inputs not in INPUTS:
         raise UsageError(f"unknown --inputs {inputs!r}; choose one of: {', '.join(INPUTS)}")
     text = _text_spec(s, model, inputs, location)
-    loss = _choose("loss", s.get("loss") or default(DriftSpec, "loss"), catalog.DRIFT_LOSSES)
-    act = _choose("activation", s.get("activation") or default(DriftSpec, "activation"), catalog.DRIFT_ACTIVATIONS)
+    loss = _choose("loss", s.get("loss") or default(DriftSpec, "loss"), tuple(LOSSES.names()))
+    act = _choose("activation", s.get("activation") or default(DriftSpec, "activation"), tuple(ACTIVATIONS.names()))
     optimizer = s.get("optimizer") or default(DriftSpec, "optim.name")
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"unknown --optimizer {optimizer!r}; choose adam or sgd")
@@ -169,7 +168,7 @@ def build_drift_spec(s: Mapping[str, Any], location: dict[str, Any]) -> DriftSpe
 
 
 def _choose(kind: str, name: str, names: tuple[str, ...]) -> str:
-    """`name` if drift's registry of `kind` holds it (the catalog's copy of its names), as the registry says it."""
+    """`name` if drift's registry of `kind` holds it (its names, models/activations.py), as the registry says it."""
     if name not in names:
         raise UsageError(f"unknown {kind} {name!r}; choose one of: {', '.join(names)}")
     return name
@@ -177,7 +176,7 @@ def _choose(kind: str, name: str, names: tuple[str, ...]) -> str:
 
 def _text_spec(s: Mapping[str, Any], model: ModelSpec, inputs: str, location: dict[str, Any]) -> TextSpec | None:
     """A character-level model trains on text (--text, or the fortunes files), and only it does."""
-    if model.arch not in TEXT_ARCHS:
+    if not text_model(model.arch):
         if s.get("text") is not None:
             raise UsageError(
                 f"--text trains a character-level model, not {model.arch}", hint=f"use --model {DEFAULT_TEXT_MODEL}"
@@ -290,7 +289,7 @@ def build_relufy_spec(
         return None
     if source is None or target is None:
         raise UsageError("--relufy needs --from (the smooth activation) and --to (relu, relu2 or relu2-clip)")
-    _choose("activation", source, catalog.DRIFT_ACTIVATIONS)
+    _choose("activation", source, tuple(ACTIVATIONS.names()))
     if target not in RELUFY_TARGETS:
         raise UsageError(f"--to must be a ReLU variant ({', '.join(RELUFY_TARGETS)}), got {target!r}")
     if source == target:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ticketcli.data import datasets as data_io
-from ticketcli.data.datasets import DATASETS, DatasetInfo
+from ticketcli.data.registry import DATASETS, DatasetInfo
 from ticketcli.errors import UsageError
 from ticketcli.files.bounded import check_user_path, read_regular_file
 from ticketcli.methods import METHODS
@@ -275,9 +275,14 @@ SIBLINGS = {
 
 def method_reads(name: str, field: str, table: Table = RUN) -> bool:
     """Whether method `name` reads setting `field`: the setting names it among its readers (or is no method option),
-    or the method's class lists it in its own `options` (a method registered outside the declarations)."""
+    or its registry entry lists it in its own `options` (a method registered outside the declarations)."""
     declared = table[field].methods if field in table else ()
     return not declared or name in declared or field in METHODS.get(name).options
+
+
+def method_options(name: str, table: Table = RUN) -> frozenset[str]:
+    """The method options (settings only some methods read) that method `name` reads: what its tickets record."""
+    return frozenset(f for f in table.method_options() if method_reads(name, f, table))
 
 
 def read_by(name: str, settings: dict[str, Any]) -> dict[str, Any]:

@@ -10,10 +10,12 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
+from ticketcli.data.registry import DATASETS
+from ticketcli.methods.registry import METHODS
+from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.settings.baselines import BASELINES, SALIENCY, method_setting
 from ticketcli.settings.ranges import BOOL, CHOICE, FLOAT, INT, NUMBERS, SIZE, TEXT
 from ticketcli.settings.setting import Panel, Setting, Table
-from ticketcli.specs import catalog
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelSpec, RunSpec
 
 # The method families, by the settings they read
@@ -31,8 +33,8 @@ THREADS = INT(1, 4096)  # torch CPU threads (threads.py), every command that com
 def split_sizes(field: Literal["n_extract", "n_val"]) -> str:
     """Each dataset's default split size, grouped: '5000 (cifar10, fashion-mnist, mnist), 1000 (digits)'."""
     groups: dict[int, list[str]] = {}
-    for name, entry in sorted(catalog.DATASETS.items()):
-        groups.setdefault(getattr(entry, field), []).append(name)
+    for name in DATASETS.names():
+        groups.setdefault(getattr(DATASETS.get(name), field), []).append(name)
     return ", ".join(f"{size} ({', '.join(names)})" for size, names in sorted(groups.items(), reverse=True))
 
 
@@ -40,7 +42,7 @@ M, V, MODEL, DATA, T, S = Panel.METHOD, Panel.VARIANTS, Panel.MODEL, Panel.DATA,
 
 RUN = Table(
     # what is extracted
-    Setting("method", "Mask extraction method.", M, tuple(sorted(catalog.METHODS)), TEXT, (MethodSpec, "name")),
+    Setting("method", "Mask extraction method.", M, tuple(METHODS.names()), TEXT, (MethodSpec, "name")),
     method_setting(
         "sparsity",
         "Requested sparsity in (0, 1) = 1 - keep density. For augmented it sets the augmented-space keep "
@@ -156,7 +158,7 @@ RUN = Table(
         "other parameters keep the factory's values); module keeps a factory's own weights as it created them "
         "(under a fixed seed, so the same for every --seed, which still draws the split, scores and batch order).",
         MODEL,
-        tuple(sorted(catalog.INITS)),
+        tuple(INIT_SCHEMES.names()),
         TEXT,
         (InitSpec, "scheme"),
     ),
@@ -177,7 +179,7 @@ RUN = Table(
         (RunSpec, "weights"),
     ),
     # the data
-    Setting("dataset", "Dataset.", DATA, tuple(sorted(catalog.DATASETS)), TEXT, (DataSpec, "name")),
+    Setting("dataset", "Dataset.", DATA, tuple(DATASETS.names()), TEXT, (DataSpec, "name")),
     Setting(
         "data_dir",
         "Look for dataset files here first (then $TICKET_DATA, ~/.cache/ticketcli, /usr/share/datasets).",

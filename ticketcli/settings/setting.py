@@ -8,9 +8,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ticketcli.methods.registry import METHODS
+from ticketcli.settings.listing import ListItem
 from ticketcli.settings.ranges import Range
-from ticketcli.specs import catalog
-from ticketcli.specs.catalog import ListItem
 from ticketcli.specs.run import field_default
 
 
@@ -159,7 +159,7 @@ def readers_prefix(methods: tuple[str, ...]) -> str:
     """'augmented, iterated: ' for a setting only some methods read; 'all but augmented, iterated: ' where most do."""
     if not methods:
         return ""
-    others = sorted(set(catalog.METHODS) - set(methods))
+    others = sorted(set(METHODS.names()) - set(methods))
     if len(others) < len(methods):
         return f"all methods but {', '.join(others)}: "
     return f"{', '.join(sorted(methods))}: "

@@ -7,7 +7,6 @@ from __future__ import annotations
 from ticketcli.settings.ranges import INT
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table, show
-from ticketcli.specs import catalog
 
 SHARED: tuple[str, ...] = ("sparsity", "model", "bias", "init", "init_k", "dataset", "data_dir", "download")
 SHARED += ("n_extract", "n_val", "epochs", "lr", "batch_size", "device", "max_params", "max_memory")
@@ -25,13 +24,18 @@ SWEEP = RUN.pick(*SHARED, **{n: {"methods": (), **({"help": HELP[n]} if n in HEL
 # sweep-k's own options: the grid, the oracle's band, where it runs (command-line only; --threads is also read from
 # the config file, as extract's key)
 SEEDS = "0,1,2"
+# the paper's grid and band (Appendix B, Section 6.3), declared here for the help and read by sweep/plan.py and
+# sweep/summary.py
+PAPER_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)
+PAPER_LAYERWISE = 8  # random layerwise tuples per seed
+PAPER_BAND = (0.85, 0.95)  # the constrained oracle's achieved-sparsity band
 OWN = Table(
     Setting("seeds", "Comma-separated seeds; each seed's runs share one initialisation.", M, str, default=SEEDS),
     Setting(
         "densities",
         "Comma-separated scalar keep densities for the edge-popup sweep, also the pool of the layerwise draws.",
         M,
-        shown="the paper's " + ", ".join(show(d) for d in catalog.SWEEP_DENSITIES),  # spaces: help wraps between them
+        shown="the paper's " + ", ".join(show(d) for d in PAPER_DENSITIES),  # spaces: help wraps between them
     ),
     Setting(
         "layerwise",
@@ -39,13 +43,13 @@ OWN = Table(
         M,
         int,
         INT(0, 10_000),
-        default=catalog.SWEEP_LAYERWISE,
+        default=PAPER_LAYERWISE,
     ),
     Setting(
         "band",
         "Achieved-sparsity band LO-HI of the constrained validation oracle.",
         M,
-        default="-".join(show(b) for b in catalog.SWEEP_BAND),
+        default="-".join(show(b) for b in PAPER_BAND),
     ),
     Setting(
         "workers",

@@ -18,7 +18,7 @@ from ticketcli.specs.run import DataSpec, InitSpec, ModelSpec, WeightOptim, fiel
 INPUTS = ("data", "gaussian", "uniform")  # the dataset's images, N(0, 1) or U[0, 1] features with random labels
 CONTROL_MODES = ("topk", "percentile")  # --act-sparsity
 # activations with exact zeros: sparsity counts a == 0 (the others, smooth: |a| < zero_threshold); they are also
-# what ReLUfication swaps in (drift.activations registers each activation's function)
+# what ReLUfication swaps in (models/activations.py registers each activation's function)
 EXACT_ZEROS = ("relu", "relu2", "relu2-clip")
 RELUFY_TARGETS = EXACT_ZEROS
 DRIFT_ARCHS = ("mlp", "lenet300", "resnet20", "resnet18", "vit", "gpt-nano")  # models with activation sites

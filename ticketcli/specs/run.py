@@ -6,7 +6,7 @@ resolve.py's work."""
 from __future__ import annotations
 
 import re
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ticketcli.errors import UsageError
@@ -38,15 +38,19 @@ class ModelSpec:
     factory: str | None = None  # "pkg.module:function" for arch "user"
     residual: bool = False  # mlp "+res": identity skips around hidden layers whose input and output widths agree
     norm: str | None = None  # mlp "+norm=batch|layer|rms": non-affine normalisation before each hidden activation
+    # whether the dataset (or "@CxHxW-K") gives its input shape and classes: its family's `sized`, which
+    # models.registry.parse_model copies here (False for a character-level model, sized by its text); not part of
+    # the spec's identity, since the name already decides it
+    sized: bool = field(default=True, compare=False, repr=False)
 
     @property
     def resolved(self) -> bool:
         """Whether the spec fixes every shape (an mlp's widths do; the others need @CxHxW-K)."""
-        return self.arch in ("mlp", "user", *syntax.TEXT_ARCHS) or (self.input is not None and self.classes is not None)
+        return self.arch in ("mlp", "user") or not self.sized or (self.input is not None and self.classes is not None)
 
     def with_data(self, shape: tuple[int, int, int], classes: int) -> ModelSpec:
         """Fill in the input shape and class count from the dataset where the spec leaves them open."""
-        if self.arch in ("mlp", "user", *syntax.TEXT_ARCHS) or self.resolved:
+        if self.resolved:
             return self
         c, h, w = shape  # a list from a caller becomes the tuple a frozen spec holds
         return replace(self, input=(c, h, w), classes=int(classes))
@@ -81,29 +85,12 @@ class ModelSpec:
 
     @classmethod
     def from_factory(cls, text: str, match: re.Match[str], *, bias: bool | None = None) -> ModelSpec:
-        """A user factory's spec from a FACTORY_SPEC match of `text` (models.parse_model decides it is no built-in)."""
+        """A user factory's spec from a FACTORY_SPEC match of `text` (models.parse_model decides it is no built-in);
+        a built-in model's spec is its family's to parse (models.registry.parse_model)."""
         if bias:
             raise UsageError("--bias applies to built-in models; a factory's modules decide their own biases")
         shape, classes = syntax.geometry(text, match.group(2, 3, 4, 5))
         return cls(arch="user", widths=(), factory=match.group(1), input=shape, classes=classes)
-
-    @classmethod
-    def from_builtin(cls, text: str, match: re.Match[str], *, bias: bool | None = None) -> ModelSpec:
-        """A built-in model's spec from a BUILTIN_SPEC match of `text` (its name known to the models registry);
-        --bias adds biases."""
-        arch, body = match.group(1), match.group(2)
-        suffix = syntax.suffixes(text, match.group(7))
-        has_bias = suffix["bias"] if bias is None else (bias or suffix["bias"])
-        if arch != "mlp" and (suffix["res"] or suffix["norm"]):
-            raise UsageError(f"invalid model spec {text!r}: +res and +norm apply to mlp specs only")
-        if match.group(3) is not None and arch == "mlp":
-            raise UsageError(f"invalid model spec {text!r}: an mlp's widths already fix its input and classes")
-        shape, classes = syntax.geometry(text, match.group(3, 4, 5, 6))
-        if arch == "mlp":
-            widths = syntax.mlp_widths(text, body, suffix["res"])
-            return cls(arch="mlp", widths=widths, bias=has_bias, residual=suffix["res"], norm=suffix["norm"])
-        layers = syntax.arguments(text, arch, body)
-        return cls(arch=arch, widths=(), bias=has_bias, layers=layers, input=shape, classes=classes)
 
 
 @dataclass(frozen=True)

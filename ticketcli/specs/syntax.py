@@ -1,6 +1,7 @@
 """The syntax of a model spec string ("mlp:784-256-256-256-10+bias", "vit:p4-d64-l4-h4@3x32x32-10",
-"pkg.module:function"): patterns and checks of its parts, needing nothing of the package but its errors.
-specs.ModelSpec builds a spec from the parts; models.parse_model decides with the registry which form a string is."""
+"pkg.module:function"): the patterns and checks every spec shares (length, geometry, suffixes, depth), needing
+nothing of the package but its errors. A family's own ':' arguments are its grammar, declared with the family
+(models/<family>_family.py); models.registry.parse_model decides with the registry which form a string is."""
 
 from __future__ import annotations
 
@@ -12,10 +13,7 @@ from ticketcli.errors import UsageError
 MAX_SPEC_CHARS = 1000  # a model spec longer than this is refused (the longest real ones are under 100)
 MAX_SPEC_DIGITS = 9  # every number in a built-in spec is below 10^9 (int() of a 5000-digit string raises)
 MAX_BLOCKS = 10_000  # layers or blocks of a built-in model (one Python module each): far beyond any trained one
-SPEC_NORMS = ("batch", "layer", "rms")  # mlp "+norm=..." (models.py maps them to modules)
-VIT_BODY = r"p([0-9]+)-d([0-9]+)-l([0-9]+)-h([0-9]+)(?:-m([0-9]+))?"
-GPT_BODY = r"l([0-9]+)-d([0-9]+)-h([0-9]+)-c([0-9]+)(?:-m([0-9]+))?(?:-v([0-9]+))?"
-TEXT_ARCHS = ("gpt-nano",)  # character-level models: their vocabulary comes from a text, not from "@CxHxW-K"
+SPEC_NORMS = ("batch", "layer", "rms")  # "+norm=..." (the mlp takes it; models/mlp.py maps them to modules)
 
 # The two forms of a spec string. Which one a "name:args" string is (the built-in vit:p4-..., or the function p4
 # of a module vit) is the models registry's call: models.parse_model matches both and asks it.
@@ -42,7 +40,7 @@ def spec_text(text: str) -> str:
         raise UsageError(f"model spec of {len(t)} characters is too long (at most {MAX_SPEC_CHARS})")
     if re.search(f"[0-9]{{{MAX_SPEC_DIGITS + 1}}}", t):
         raise UsageError(
-            f"invalid model spec {_clip(t)!r}: numbers in a model spec have at most {MAX_SPEC_DIGITS} digits"
+            f"invalid model spec {clip(t)!r}: numbers in a model spec have at most {MAX_SPEC_DIGITS} digits"
         )
     return t
 
@@ -79,87 +77,15 @@ def geometry(text: str, groups: tuple[str | None, ...]) -> tuple[tuple[int, int,
     return shape, classes
 
 
-def mlp_widths(text: str, body: str | None, residual: bool) -> tuple[int, ...]:
-    """An mlp's ':' arguments as its widths: two or more positive numbers (with +res, two equal hidden ones)."""
-    if body is None or not re.fullmatch(r"[0-9]+(?:-[0-9]+)+", body):
-        raise UsageError(f"invalid model spec {text!r}", hint=SPEC_HINT)
-    widths = tuple(int(w) for w in body.split("-"))
-    if any(w <= 0 for w in widths):
-        raise UsageError(f"invalid model spec {text!r}: widths must be positive")
-    if residual and not any(a == b for a, b in zip(widths[1:-2], widths[2:-1])):
-        raise UsageError(
-            f"invalid model spec {text!r}: +res adds identity skips only around hidden layers "
-            "whose input and output widths agree, and this mlp has none",
-            hint="e.g. mlp:784-256-256-256-10+res",
-        )
-    return widths
-
-
-def arguments(text: str, arch: str, body: str | None) -> tuple[str, ...]:
-    """The ':' arguments of a built-in other than mlp, validated, as the tuple ModelSpec.layers stores."""
-    if arch == "vgg":
-        if body is None or not all(p == "M" or (p.isdigit() and int(p) > 0) for p in body.split("-")):
-            raise UsageError(
-                f"invalid model spec {text!r}: vgg takes positive conv widths and M (max-pool)",
-                hint="e.g. vgg:64-64-M-128-128-M-256-256-M",
-            )
-        layers = tuple(body.split("-"))
-        if "M" == layers[0] or all(p == "M" for p in layers):
-            raise UsageError(f"invalid model spec {text!r}: vgg must start with a conv width")
-        return layers
-    if arch == "wrn":
-        m = re.fullmatch(r"([0-9]+)-([0-9]+)", body or "")
-        if not m:
-            raise UsageError(f"invalid model spec {text!r}: wrn takes depth-width, e.g. wrn:16-4 or wrn:28-10")
-        depth, width = int(m.group(1)), int(m.group(2))
-        if depth < 10 or (depth - 4) % 6 or width < 1:
-            raise UsageError(
-                f"invalid model spec {text!r}: a wide ResNet's depth is 6n+4 (10, 16, 22, 28, 40, ...) "
-                "and its width factor at least 1"
-            )
-        _check_depth(text, 3 * ((depth - 4) // 6), "blocks")
-        return (str(depth), str(width))
-    if arch == "vit":
-        m = re.fullmatch(VIT_BODY, body or "")
-        if not m:
-            raise UsageError(
-                f"invalid model spec {text!r}: vit takes p<patch>-d<width>-l<blocks>-h<heads>[-m<mlp ratio>]",
-                hint="e.g. vit:p4-d64-l4-h4 or vit:p4-d64-l4-h4-m2",
-            )
-        values = [int(v) for v in m.groups() if v is not None]
-        if min(values) <= 0:
-            raise UsageError(f"invalid model spec {text!r}: vit's numbers must be positive")
-        patch, width, _, heads = values[:4]
-        if width % heads or width % 4:
-            raise UsageError(
-                f"invalid model spec {text!r}: vit's width d{width} must be a multiple of its "
-                f"{heads} heads and of 4 (the 2-D sin-cos position embedding)"
-            )
-        _check_depth(text, values[2], "blocks")
-        return tuple(m.group(0).split("-"))
-    if arch in TEXT_ARCHS:
-        if not re.fullmatch(GPT_BODY, body or ""):
-            raise UsageError(
-                f"invalid model spec {text!r}: gpt-nano takes l<blocks>-d<width>-h<heads>-c<context>"
-                "[-m<mlp ratio>][-v<vocabulary>]",
-                hint="e.g. gpt-nano:l2-d64-h4-c64",
-            )
-        _check_depth(text, int(body.split("-")[0][1:]), "blocks")  # type: ignore[union-attr]
-        return tuple(body.split("-"))  # type: ignore[union-attr]
-    if body is not None:
-        raise UsageError(f"invalid model spec {text!r}: {arch} takes no ':' arguments", hint=SPEC_HINT)
-    return ()
-
-
-def _check_depth(text: str, depth: int, what: str) -> None:
+def check_depth(text: str, depth: int, what: str) -> None:
     """Refuse a depth no built-in model is meant to have, before anything builds one module per block."""
     if depth > MAX_BLOCKS:
         raise UsageError(
-            f"invalid model spec {_clip(text)!r}: {depth:,} {what}, "
+            f"invalid model spec {clip(text)!r}: {depth:,} {what}, "
             f"more than the {MAX_BLOCKS:,} a built-in model may have"
         )
 
 
-def _clip(text: str, n: int = 80) -> str:
+def clip(text: str, n: int = 80) -> str:
     """At most n characters of a user's text, for an error line."""
     return text if len(text) <= n else text[: n - 3] + "..."

@@ -20,10 +20,10 @@ from ticketcli.models.build import build_model, planned_shapes
 from ticketcli.models.masked import MaskedNet, layer_of
 from ticketcli.runs import build as runs_build
 from ticketcli.seeding import generator
+from ticketcli.settings.sweep import PAPER_DENSITIES as PAPER_DENSITIES  # the paper's grid, declared with its help
+from ticketcli.settings.sweep import PAPER_LAYERWISE as PAPER_LAYERWISE
 from ticketcli.specs.run import ModelSpec, RunSpec
 
-PAPER_DENSITIES = (0.01, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.65, 0.80)  # Appendix B
-PAPER_LAYERWISE = 8  # random layerwise tuples per seed (Appendix B)
 DOUBLE_SCORING = ("augmented", "iterated")  # run whichever of these the METHODS registry has
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ticketcli.errors import TicketFileError
 from ticketcli.files.atomic import write_atomic
-from ticketcli.models.cost import declared_params
+from ticketcli.models.registry import declared_params
 from ticketcli.specs.run import MAX_PARAMS
 from ticketcli.ticketfile.meta import HEX64, check_fields, json_field
 from ticketcli.ticketfile.safetensors_file import CHUNK_BYTES, check_safetensors_name, chunks, popcount, read_header
@@ -214,7 +214,7 @@ def _layout(f: BinaryIO, size: int, path: Path, max_params: int | None = None) -
 
 def _check_bits(bits: int, model: dict[str, Any], path: Path, max_params: int) -> None:
     """The masks' declared bits against the model, from the header alone, before any mask byte is read: the
-    reader's --max-params, a built-in model's parameter count worked out from its spec (cost.py), a factory's
+    reader's --max-params, a built-in model's parameter count worked out from its spec (its family's cost), a factory's
     recorded parameters. (Masks hold one bit per masked parameter.)"""
     if bits > max_params:
         raise TicketFileError(
