@@ -18,7 +18,7 @@ Its modules, by concern, bottom to top:
   first (`planned_shapes`, `check_param_count`).
 
 To add a model: write its network with a builder, declare its Family in <family>_family.py and register it with
-one line in registry.py (ARCHITECTURE.md, "Adding a model").
+one line in registry.py (CONTRIBUTING.md, "Adding a model").
 
 What it may import: torch (never in registry.py, family.py, cost.py, the *_family.py modules, init.py or
 activations.py at import time: --help reads them), the foundations (ticketcli.errors, specs, registry) and

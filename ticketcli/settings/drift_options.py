@@ -3,7 +3,7 @@
 location is resolved and, for the control flags (activation-sparsity control, ReLUfication, the trade-off sweep),
 Features: each flag's own range, names checked against the torch-free registries, and the combinations that make no
 sense refused with one line, here and not in the command, so that any caller runs the same rules. Every default
-comes from the fields of the specs in drift.spec."""
+comes from the fields of the specs in specs.drift."""
 
 from __future__ import annotations
 

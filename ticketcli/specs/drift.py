@@ -2,8 +2,8 @@
 TextSpec, a character-level model's corpus), ControlSpec (activation-sparsity control), RelufySpec (ReLUfication)
 and Features (the feature flags together, the trade-off's workers among them), and the choices its flags take.
 
-drift.options builds these from the command's flags and falls back to these fields' defaults; the command's help
-texts read them too (`default`), so a default changed here changes everywhere. The command line imports this
+settings.drift_options builds these from the command's flags and falls back to these fields' defaults; the command's
+help texts read them too (`default`), so a default changed here changes everywhere. The command line imports this
 module for --help, so it imports nothing that imports torch (tests/test_startup.py).
 """
 
