@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from ticketcli.report.console import literal, method_name, pct, results, stdout
+from ticketcli.ticketfile.record import MethodRecord
 
 if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's table must not import torch
     from ticketcli.export.run import ExportResult
@@ -118,11 +119,11 @@ def readable(value: object, nested: bool = False) -> str:
     return f"({text})" if nested else text
 
 
-def method_text(method: Mapping[str, Any]) -> str:
+def method_text(method: MethodRecord) -> str:
     """A ticket's method record on one line: `name=augmented, sparsity=0.9, betas=0.9,0.999, score_params=(trainable
     1, total 2)`; how the scores started is left out, and options that are not set."""
     parts = []
-    for k, v in method.items():
+    for k, v in method.to_json().items():
         if k == "score_init" or v is None:
             continue
         parts.append(f"{k}=({readable(v)})" if isinstance(v, dict) else f"{k}={readable(v)}")
@@ -134,38 +135,38 @@ def inspect_table(r: InspectResult) -> None:
     t = Table(title=f"{r.ticket} ({r.file_bytes} bytes; packed masks {r.packed_mask_bytes} bytes)")
     t.add_column("field")
     t.add_column("value")
-    t.add_row("model", r.model["spec"])
+    t.add_row("model", r.model.spec)
     init = r.init
-    if "k" in init:
-        t.add_row("init", f"{readable(init['scheme'])} (k={readable(init['k'])}, seed {readable(init['seed'])})")
+    if init.recorded("k"):
+        t.add_row("init", f"{readable(init.scheme)} (k={readable(init.k)}, seed {readable(init.seed)})")
     else:  # --init module: the factory's own weights, drawn under its fixed seed; no k shaped them
-        factory = readable(init.get("factory_seed"))
-        t.add_row("init", f"{readable(init['scheme'])} (factory seed {factory}, seed {readable(init['seed'])})")
+        factory = readable(init.factory_seed)
+        t.add_row("init", f"{readable(init.scheme)} (factory seed {factory}, seed {readable(init.seed)})")
     t.add_row("weights sha256", r.weights_sha256)
     if r.checkpoint:
-        digest = r.checkpoint.get("sha256")
-        short = digest[:16] + "..." if isinstance(digest, str) and digest else "not recorded"
-        t.add_row("checkpoint", f"{readable(r.checkpoint.get('path'))} (sha256 {short})")
+        digest = r.checkpoint.sha256
+        short = digest[:16] + "..." if digest else "not recorded"
+        t.add_row("checkpoint", f"{readable(r.checkpoint.path)} (sha256 {short})")
     method = method_text(r.method)
-    if r.method.get("name") == "grasp" and "grasp_direction" not in r.method:
+    if r.method.name == "grasp" and not r.method.recorded("grasp_direction"):
         method += " (written before grasp had two readings: paper reading, separate data)"
     t.add_row("method", method)
     d = r.data
     t.add_row(
         "data",
-        f"{readable(d['dataset'])}: {readable(d['n_extract'])} extraction / {readable(d['n_val'])} validation / "
-        f"{readable(d.get('n_test', '?'))} test, split seed {readable(d['split_seed'])}",
+        f"{readable(d.dataset)}: {readable(d.n_extract)} extraction / {readable(d.n_val)} validation / "
+        f"{readable(d.n_test if d.recorded('n_test') else '?')} test, split seed {readable(d.split_seed)}",
     )
     sp = r.sparsity
-    t.add_row("sparsity", f"requested {pct(sp.get('requested'))}, achieved {pct(1 - r.density)}")
+    t.add_row("sparsity", f"requested {pct(sp.requested)}, achieved {pct(1 - r.density)}")
     m = r.metrics
-    if "test" in m or "val" in m:  # each split is optional (a hand-made or foreign ticket may lack one)
-        test, val = m.get("test") or {}, m.get("val") or {}
+    if m.recorded("test") or m.recorded("val"):  # each split is optional (a hand-made or foreign ticket may lack one)
+        device = "-" if m.device is None else m.device
         t.add_row(
             "accuracy at extraction",
-            f"test {pct(test.get('accuracy'))}, val {pct(val.get('accuracy'))} on {m.get('device', '-')}",
+            f"test {pct(m.accuracy('test'))}, val {pct(m.accuracy('val'))} on {device}",
         )
-    t.add_row("created by", readable(r.created_by))
+    t.add_row("created by", readable(r.created_by.to_json()))
     t.add_row("masks integrity", INTEGRITY_NOTES.get(str(r.integrity), str(r.integrity)))
     out = stdout()
     out.print(t)
