@@ -142,9 +142,9 @@ def test_every_in_memory_form_of_the_same_data_gives_the_same_ticket():
     assert first.dataset == "in-memory" and first.metadata["data"]["n_test"] == len(y) // 5
     for t in tickets[1:]:
         assert all(torch.equal(t.masks[n], m) for n, m in first.masks.items())
-        assert t.metrics["test"] == first.metrics["test"]
+        assert t.metrics.test == first.metrics.test
     evaluated = first.evaluate((x, y), device="cpu")  # the same split is drawn again from the seed
-    assert evaluated["reproduced"] and evaluated["metrics"]["test"]["correct"] == first.metrics["test"]["correct"]
+    assert evaluated["reproduced"] and evaluated["metrics"]["test"]["correct"] == first.metrics.test.correct
 
 
 def test_ready_splits_are_used_as_given():

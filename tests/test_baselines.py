@@ -93,7 +93,9 @@ def test_ticket_is_evaluated_on_the_rewound_init(name, tmp_path):
     net, _ = build_net(spec.model, spec.init, None)  # a fresh network from the seed: the original init
     splits = load_splits(spec.data)
     assert evaluate(net, tk.masks, splits.x_test, splits.y_test) == summary["metrics"]["test"]
-    assert tk.method["name"] == name and set(tk.method) >= METHODS.get(name).options  # hyper-parameters are recorded
+    assert (
+        tk.method.name == name and set(tk.method.to_json()) >= METHODS.get(name).options
+    )  # hyper-parameters are recorded
     assert ("weight_lr" in tk.method) == ("weights" in METHODS.get(name).trains)  # only those that shaped it
     if name in TRAINS_WEIGHTS:  # the trained network is reported, and it is not the ticket
         trained = summary.metrics.trained

@@ -117,7 +117,7 @@ def test_config_file_and_flag_precedence(tmp_path):
     s = json.loads(r.stdout)
     assert s["method"]["name"] == "edge-popup"  # from the file
     assert s["sparsity"]["requested"] == 0.75  # the flag wins over the file
-    assert ticket_io.load(out).method["epochs"] == 2  # QUICK's --epochs 2 overrides the file's 1
+    assert ticket_io.load(out).method.option("epochs") == 2  # QUICK's --epochs 2 overrides the file's 1
 
     bad = tmp_path / "bad.toml"
     bad.write_text("sparsty = 0.5\n")
@@ -157,7 +157,7 @@ def test_existing_output_needs_force(tmp_path):
     err = one_line_error(extract(out))
     assert "--force" in err and out.read_bytes() == b"precious"
     assert extract(out, "--force").exit_code == 0
-    assert ticket_io.load(out).method["name"] == "augmented"
+    assert ticket_io.load(out).method.name == "augmented"
 
 
 def test_missing_output_directory(tmp_path):
@@ -217,7 +217,7 @@ def test_weights_from_checkpoint(tmp_path):
     r = extract(out, "--weights", str(ckpt), "--json")
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
-    assert tk.checkpoint["path"] == ckpt.name and len(tk.checkpoint["sha256"]) == 64  # relative to the ticket
+    assert tk.checkpoint.path == ckpt.name and len(tk.checkpoint.sha256) == 64  # relative to the ticket
     info = json.loads(invoke("inspect", str(out), "--json").stdout)
     assert json.loads(r.stdout)["checkpoint"] == info["checkpoint"] == tk.checkpoint  # extract says what it wrote
 

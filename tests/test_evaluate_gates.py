@@ -53,14 +53,14 @@ def test_a_ticket_that_reproduces_passes_even_max_drop_zero(made, tmp_path):
     r = evaluate(made, "--max-drop", "0", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    stored = ticket_io.load(made).metrics["test"]["accuracy"]
+    stored = ticket_io.load(made).metrics.test.accuracy
     assert doc["gate"] == {"max_drop": 0.0, "stored_accuracy": stored, "drop": 0.0, "passed": True}
     r = evaluate(made, "--max-drop", "0.005")  # the table says so too
     assert r.exit_code == 0 and "passed" in r.stdout and "drop" in r.stdout
 
 
 def test_raised_stored_accuracy_fails_the_gate_with_exit_1(made, tmp_path):
-    measured = ticket_io.load(made).metrics["test"]["accuracy"]
+    measured = ticket_io.load(made).metrics.test.accuracy
     raised = copy_with_metrics(made, tmp_path / "raised.safetensors", lambda m: m["test"].update(accuracy=1.0))
     drop = 1.0 - measured
     r = evaluate(raised, "--max-drop", "0.005", "--json")

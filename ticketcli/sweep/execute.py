@@ -35,7 +35,7 @@ def run_task(task: SweepTask, threads: int) -> tuple[dict[str, Any], bytes]:
         "group": task.group,
         "config": task.config,
         "fixed": task.fixed,
-        "method": summary.method,  # the ticket's method record, as extract and inspect report it
+        "method": summary.method.to_json(),  # the ticket's method record, as extract and inspect report it
         "requested_sparsity": task.spec.method.sparsity,
         "layer_densities": None if task.spec.method.layer_densities is None else list(task.spec.method.layer_densities),
         "test_accuracy": m.test.accuracy,

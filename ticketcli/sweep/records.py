@@ -181,7 +181,7 @@ def finished(
         return None, f"cannot read {ticket}: {getattr(e, 'strerror', None) or e}"
     except TicketFileError as e:
         return None, str(e)
-    return {**record, "ticket": str(ticket), "method": loaded.method, "masks_sha256": digest}, None
+    return {**record, "ticket": str(ticket), "method": loaded.method.to_json(), "masks_sha256": digest}, None
 
 
 def flat_record(stored: Any) -> dict[str, Any] | None:
