@@ -98,7 +98,7 @@ def rewritten(src, dst, **fields):
 
 
 def test_a_ticket_records_the_machine(ticket_path):
-    assert ticket_io.load(ticket_path).created_by == {"ticketcli": __version__, **machine.record()}
+    assert ticket_io.load(ticket_path).created_by.to_json() == {"ticketcli": __version__, **machine.record()}
 
 
 def test_a_ticket_with_a_hostile_created_by_is_one_line_exit_2(ticket_path, tmp_path):
