@@ -13,8 +13,10 @@ from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
 from ticketcli.runs.evaluate import EvaluateResult, StoredMetrics, evaluation_gate
+from ticketcli.runs.header import TicketHeader
 from ticketcli.runs.parts import SplitMetrics
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import MethodRecord
 
 runner = CliRunner()
 QUICK = ["--dataset", "digits", "--model", "mlp:64-16-10", "--epochs", "1", "--n-extract", "300", "--n-val", "100"]
@@ -95,10 +97,7 @@ def evaluated(measured: float, stored: float) -> EvaluateResult:
     """An evaluation of a ticket "t" that measured `measured` test accuracy and stores `stored`."""
     split = SplitMetrics(accuracy=measured, loss=0.0, correct=0, n=1)
     return EvaluateResult(
-        ticket="t",
-        method={"name": "augmented"},
-        model="mlp:64-16-10",
-        seed=0,
+        header=TicketHeader("t", MethodRecord.of({"name": "augmented"}), "mlp:64-16-10", 0),
         device="cpu",
         test=split,
         val=split,
