@@ -281,7 +281,7 @@ def test_batchnorm_ticket_reevaluates_exactly_in_a_fresh_process(tmp_path, model
 def test_variants_extract_and_reevaluate(tmp_path, model):
     out = extract(tmp_path, model, method="augmented")
     tk = ticket_io.load(out)
-    assert ("batchnorm" in tk.model) == ("norm=batch" in model)
+    assert tk.model.recorded("batchnorm") == ("norm=batch" in model)
     r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert r["reproduced"] and tk.model.spec == spec_of(model).to_string()
 
@@ -378,7 +378,7 @@ def test_user_factory_with_layernorm(tmp_path, norm_module):
     r = runner.invoke(app, ["extract", "--model", f"{norm_module}:with_layernorm", "--out", str(out), *QUICK])
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
-    assert list(tk.masks) == ["1.weight", "1.bias", "4.weight", "4.bias"] and "batchnorm" not in tk.model
+    assert list(tk.masks) == ["1.weight", "1.bias", "4.weight", "4.bias"] and not tk.model.recorded("batchnorm")
     assert tk.model.parameters["2.weight"] == (16,)  # LayerNorm's affine: recorded, frozen, unmasked
     r = runner.invoke(app, ["evaluate", str(out), "--json", "--trust-model-code"])
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
@@ -403,7 +403,7 @@ def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm
         == 0
     )
     monkeypatch.undo()
-    assert "batchnorm" not in ticket_io.load(out).model
+    assert not ticket_io.load(out).model.recorded("batchnorm")
     r = runs_evaluate.evaluate_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)
     assert r["reproduced"]
     o = runs_build.open_ticket(out, data=DataSpec(), device="cpu", policy=TRUSTED)

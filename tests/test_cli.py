@@ -194,7 +194,7 @@ def test_fingerprint_mismatch_is_detected(tmp_path):
 def test_edited_seed_is_detected(tmp_path):
     out = tmp_path / "t.safetensors"
     assert extract(out).exit_code == 0
-    init = ticket_io.load(out).init
+    init = ticket_io.load(out).init.to_json()
     rewrite_metadata(out, init=json.dumps({**init, "seed": init["seed"] + 1}))
     assert "fingerprint mismatch" in one_line_error(invoke("evaluate", str(out)))
 
@@ -202,7 +202,7 @@ def test_edited_seed_is_detected(tmp_path):
 def test_shape_mismatch_is_detected(tmp_path):
     out = tmp_path / "t.safetensors"
     assert extract(out).exit_code == 0
-    model = ticket_io.load(out).model
+    model = ticket_io.load(out).model.to_json()
     rewrite_metadata(out, model=json.dumps({**model, "spec": "mlp:64-32-33-10"}))
     assert "shapes do not match" in one_line_error(invoke("evaluate", str(out)))
 
@@ -219,7 +219,8 @@ def test_weights_from_checkpoint(tmp_path):
     tk = ticket_io.load(out)
     assert tk.checkpoint.path == ckpt.name and len(tk.checkpoint.sha256) == 64  # relative to the ticket
     info = json.loads(invoke("inspect", str(out), "--json").stdout)
-    assert json.loads(r.stdout)["checkpoint"] == info["checkpoint"] == tk.checkpoint  # extract says what it wrote
+    # extract says what it wrote
+    assert json.loads(r.stdout)["checkpoint"] == info["checkpoint"] == tk.checkpoint.to_json()
 
     r = invoke("evaluate", str(out), "--weights", str(ckpt), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True

@@ -26,6 +26,7 @@ from ticketcli.seeding import fingerprint
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.specs.syntax import TEXT_ARCHS
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import ModelRecord
 
 # One tiny example per registered model, sized by the digits data (1x8x8, 10 classes) where left open.
 EXAMPLES = {
@@ -366,7 +367,7 @@ def test_factory_ticket_without_parameters_record_is_refused(tmp_path, user_modu
         runner.invoke(app, ["extract", "--model", f"{user_module}:build_net", "--out", str(out), *QUICK]).exit_code == 0
     )
     tk = ticket_io.load(out)
-    tk.model.pop("parameters")
+    tk.model = ModelRecord.of({k: v for k, v in tk.model.to_json().items() if k != "parameters"})
     ticket_io.save(tk, out, overwrite=True)
     with pytest.raises(TicketFileError, match="parameters"):
         runs_build.rebuild(ticket_io.load(out), out, None, TRUSTED)
