@@ -41,7 +41,7 @@ def main(epochs: int) -> None:
         "mlp:64-32-10", "digits", method="augmented", sparsity=0.5, epochs=epochs, seed=0, progress=False, device="cpu"
     )
     print(f"extracted: {ticket}")
-    print(f"test accuracy at extraction: {ticket.metrics['test']['accuracy']:.4f}")
+    print(f"test accuracy at extraction: {ticket.metrics.test.accuracy:.4f}")
 
     # 2. save, load and evaluate: the numbers `ticket evaluate ticket.safetensors --json` prints
     with tempfile.TemporaryDirectory() as d:

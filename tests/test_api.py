@@ -65,7 +65,7 @@ def test_round_trip_extract_save_cli_evaluate_gives_identical_numbers(ticket, tm
     assert printed == {**mine, "ticket": printed["ticket"]} and mine["schema"] == "ticket.evaluate/2"
     for split in ("test", "val"):
         assert printed["metrics"][split] == mine["metrics"][split] == again["metrics"][split]  # exactly, on the CPU
-        assert mine["metrics"][split]["accuracy"] == ticket.metrics[split]["accuracy"]
+        assert mine["metrics"][split]["accuracy"] == ticket.metrics.accuracy(split)
     assert mine["reproduced"] and printed["reproduced"]
     assert again == {**mine, "ticket": str(path)}  # the same document, naming the file once it has one
 
@@ -156,9 +156,9 @@ def test_every_in_memory_form_of_the_same_data_gives_the_same_ticket():
     assert first.dataset == "in-memory" and first.metadata["data"]["n_test"] == len(y) // 5
     for t in tickets[1:]:
         assert all(torch.equal(t.masks[n], m) for n, m in first.masks.items())
-        assert t.metrics["test"] == first.metrics["test"]
+        assert t.metrics.test == first.metrics.test
     evaluated = first.evaluate((x, y), device="cpu")  # the same split is drawn again from the seed
-    assert evaluated["reproduced"] and evaluated["metrics"]["test"]["correct"] == first.metrics["test"]["correct"]
+    assert evaluated["reproduced"] and evaluated["metrics"]["test"]["correct"] == first.metrics.test.correct
 
 
 def test_ready_splits_are_used_as_given():

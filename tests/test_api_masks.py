@@ -68,7 +68,7 @@ def test_build_is_what_evaluate_measures(ticket):
     net = t.build("cpu")
     with torch.no_grad():
         correct = int((net(x[1400:]).argmax(1) == y[1400:]).sum())
-    assert correct == t.evaluate(splits, device="cpu")["metrics"]["test"]["correct"] == t.metrics["test"]["correct"]
+    assert correct == t.evaluate(splits, device="cpu")["metrics"]["test"]["correct"] == t.metrics.test.correct
 
 
 @pytest.mark.parametrize("spec", ["conv2", "vgg:8-M-16-16-M", "resnet20", "wrn:10-1", "vit:p4-d16-l1-h2"])

@@ -108,7 +108,7 @@ def test_apply_on_a_users_own_architecture_with_batchnorm(own):
     x, y = own.splits().test
     mine = own.apply(OwnNet())
     assert torch.equal(mine(x), own.build("cpu", module=OwnNet())(x))
-    assert correct(mine, x, y) == own.metrics["test"]["correct"]
+    assert correct(mine, x, y) == own.metrics.test.correct
 
 
 def test_apply_refuses_another_architecture_and_leaves_it_alone(ticket, own):
@@ -222,9 +222,9 @@ def test_the_cases_cover_acceptance_and_refusal():
 def test_splits_are_the_data_evaluation_measures(ticket):
     s = ticket.splits()
     net = ticket.build("cpu")
-    assert correct(net, *s.test) == ticket.metrics["test"]["correct"]
-    assert correct(net, *s.test) / len(s.y_test) == ticket.metrics["test"]["accuracy"]
-    assert correct(net, *s.val) == ticket.metrics["val"]["correct"]
+    assert correct(net, *s.test) == ticket.metrics.test.correct
+    assert correct(net, *s.test) / len(s.y_test) == ticket.metrics.test.accuracy
+    assert correct(net, *s.val) == ticket.metrics.val.correct
     data = ticket.metadata["data"]
     assert (len(s.y_extract), len(s.y_val), s.info["split_seed"]) == (
         data["n_extract"],
@@ -263,6 +263,6 @@ def test_an_in_memory_ticket_takes_its_data_and_names_the_parameter_without_it(i
         assert not isinstance(caught.value, tc.TicketFileError)
     x, y = digits_tensors()
     result = loaded.evaluate(data=(x, y), device="cpu")
-    assert result["reproduced"] and result.test.correct == t.metrics["test"]["correct"]
+    assert result["reproduced"] and result.test.correct == t.metrics.test.correct
     s = loaded.splits(data=(x, y))
-    assert correct(loaded.build("cpu"), *s.test) == t.metrics["test"]["correct"]
+    assert correct(loaded.build("cpu"), *s.test) == t.metrics.test.correct

@@ -36,6 +36,7 @@ from ticketcli.runs import record as runs_record
 from ticketcli.settings.resolve import method_options
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import ModelRecord
 
 TRUSTED = ModelPolicy(trust_model_code=True)  # these tests' own factories: the user opted in
 
@@ -262,7 +263,7 @@ def extract(tmp_path: Path, model: str, method: str = "edge-popup", n_extract: i
 def test_batchnorm_ticket_reevaluates_exactly_in_a_fresh_process(tmp_path, model):
     out = extract(tmp_path, model)
     tk = ticket_io.load(out)
-    assert tk.model["batchnorm"] == batchnorm.RECORD
+    assert tk.model.batchnorm == batchnorm.RECORD
     env = {**__import__("os").environ, "PYTHONPATH": str(Path(runs_build.__file__).parents[2])}
     p = subprocess.run(
         [sys.executable, "-m", "ticketcli", "evaluate", str(out), "--json"],
@@ -273,17 +274,17 @@ def test_batchnorm_ticket_reevaluates_exactly_in_a_fresh_process(tmp_path, model
     )
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
-    assert r["reproduced"] and r["metrics"]["test"]["correct"] == tk.metrics["test"]["correct"]
-    assert r["metrics"]["test"]["loss"] == tk.metrics["test"]["loss"]
+    assert r["reproduced"] and r["metrics"]["test"]["correct"] == tk.metrics.test.correct
+    assert r["metrics"]["test"]["loss"] == tk.metrics.test.loss
 
 
 @pytest.mark.parametrize("model", MLP_VARIANTS + ["vit:p4-d16-l2-h2-m2"])
 def test_variants_extract_and_reevaluate(tmp_path, model):
     out = extract(tmp_path, model, method="augmented")
     tk = ticket_io.load(out)
-    assert ("batchnorm" in tk.model) == ("norm=batch" in model)
+    assert tk.model.recorded("batchnorm") == ("norm=batch" in model)
     r = runs_evaluate.evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))
-    assert r["reproduced"] and tk.model["spec"] == spec_of(model).to_string()
+    assert r["reproduced"] and tk.model.spec == spec_of(model).to_string()
 
 
 @pytest.mark.parametrize("name", METHODS.names())
@@ -364,7 +365,7 @@ def test_user_factory_with_batchnorm(tmp_path, norm_module):
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
     assert list(tk.masks) == ["0.weight", "0.bias", "4.weight", "4.bias", "7.weight", "7.bias"]  # not BN's
-    assert tk.model["batchnorm"] == batchnorm.RECORD
+    assert tk.model.batchnorm == batchnorm.RECORD
     o = runs_build.open_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))
     assert torch.equal(o.weights["1.weight"], torch.ones(6)) and torch.equal(o.weights["5.bias"], torch.zeros(16))
     r = runs_evaluate.evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))
@@ -378,8 +379,8 @@ def test_user_factory_with_layernorm(tmp_path, norm_module):
     r = runner.invoke(app, ["extract", "--model", f"{norm_module}:with_layernorm", "--out", str(out), *QUICK])
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
-    assert list(tk.masks) == ["1.weight", "1.bias", "4.weight", "4.bias"] and "batchnorm" not in tk.model
-    assert tk.model["parameters"]["2.weight"] == [16]  # LayerNorm's affine: recorded, frozen, unmasked
+    assert list(tk.masks) == ["1.weight", "1.bias", "4.weight", "4.bias"] and not tk.model.recorded("batchnorm")
+    assert tk.model.parameters["2.weight"] == (16,)  # LayerNorm's affine: recorded, frozen, unmasked
     r = runner.invoke(app, ["evaluate", str(out), "--json", "--trust-model-code"])
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
 
@@ -403,7 +404,7 @@ def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm
         == 0
     )
     monkeypatch.undo()
-    assert "batchnorm" not in ticket_io.load(out).model
+    assert not ticket_io.load(out).model.recorded("batchnorm")
     r = runs_evaluate.evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))
     assert r["reproduced"]
     o = runs_build.open_ticket(out, ReaderSpec(data=DataSpec(), device="cpu", policy=TRUSTED))
@@ -413,13 +414,13 @@ def test_ticket_without_batchnorm_record_keeps_the_old_evaluation(tmp_path, norm
 def test_foreign_batchnorm_record_is_refused(tmp_path):
     out = extract(tmp_path, "mlp:64-16-16-10+norm=batch")
     tk = ticket_io.load(out)
-    tk.model["batchnorm"] = {**batchnorm.RECORD, "statistics": "stored"}
+    tk.model = ModelRecord.of({**tk.model.to_json(), "batchnorm": {**batchnorm.RECORD, "statistics": "stored"}})
     ticket_io.save(tk, out, overwrite=True)
     err = one_line(runner.invoke(app, ["evaluate", str(out)]))
     assert "unsupported batchnorm record" in err
     plain = extract(tmp_path, "mlp:64-16-10", name="plain")
     tk = ticket_io.load(plain)
-    tk.model["batchnorm"] = batchnorm.RECORD
+    tk.model = ModelRecord.of({**tk.model.to_json(), "batchnorm": batchnorm.RECORD})
     ticket_io.save(tk, plain, overwrite=True)
     assert "has no BatchNorm layer" in one_line(runner.invoke(app, ["evaluate", str(plain)]))
 
@@ -448,8 +449,8 @@ def test_torchvision_factory_gets_the_dataset_classes(tmp_path):
     )
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
-    assert tk.model["spec"] == "torchvision.models:resnet18@3x32x32-10" and tk.shapes["fc.weight"] == [10, 512]
-    assert "bn1.weight" not in tk.masks and tk.model["batchnorm"] == batchnorm.RECORD
+    assert tk.model.spec == "torchvision.models:resnet18@3x32x32-10" and tk.shapes["fc.weight"] == [10, 512]
+    assert "bn1.weight" not in tk.masks and tk.model.batchnorm == batchnorm.RECORD
     r = runner.invoke(
         app, ["evaluate", str(out), "--data-dir", str(tmp_path), "--json", "--model", "torchvision.models:resnet18"]
     )
@@ -575,7 +576,7 @@ def test_train_weak_on_a_batchnorm_ticket(tmp_path):
     out = extract(tmp_path, "mlp:64-16-16-10+res+norm=batch")
     r = train_weak(out, ReaderSpec(device="cpu"), spec=WeakSpec(epochs=2, batch_size=32), dense_baseline=True)
     tk = ticket_io.load(out)
-    assert r.masked.initial.test.correct == tk.metrics["test"]["correct"]  # rewound = the ticket
+    assert r.masked.initial.test.correct == tk.metrics.test.correct  # rewound = the ticket
     assert r.weights_check.masked_nonzero_after == 0
     assert r.masked.final.test.correct != r.masked.initial.test.correct
     assert r.dense is not None and r.dense.initial.test.correct != r.masked.initial.test.correct

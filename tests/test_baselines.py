@@ -95,8 +95,9 @@ def test_ticket_is_evaluated_on_the_rewound_init(name, tmp_path):
     net, _ = build_net(spec.model, spec.init, None)  # a fresh network from the seed: the original init
     splits = load_splits(spec.data)
     assert evaluate(net, tk.masks, splits.x_test, splits.y_test) == summary["metrics"]["test"]
-    assert tk.method["name"] == name and set(tk.method) >= method_options(name)  # hyper-parameters are recorded
-    assert ("weight_lr" in tk.method) == ("weights" in METHODS.get(name).load().trains)  # only those that shaped it
+    recorded = tk.method.to_json()
+    assert tk.method.name == name and set(recorded) >= method_options(name)  # hyper-parameters are recorded
+    assert ("weight_lr" in recorded) == ("weights" in METHODS.get(name).load().trains)  # only those that shaped it
     if name in TRAINS_WEIGHTS:  # the trained network is reported, and it is not the ticket
         trained = summary.metrics.trained
         assert trained is not None and trained.test.n == summary.metrics.test.n
@@ -364,7 +365,7 @@ def test_match_sparsity_global_and_per_layer(tmp_path):
     )
     assert {la["name"]: la["kept"] for la in p["layers"]} == kept
     assert p["trained"]["metrics"]["test"]["n"] == p["metrics"]["test"]["n"]
-    meta = ticket_io.load(tmp_path / "p.safetensors").method
+    meta = ticket_io.load(tmp_path / "p.safetensors").method.to_json()
     assert meta["matched_to"] == str(tmp_path / "aug.safetensors") and len(meta["layer_densities"]) == 3
 
 

@@ -76,7 +76,7 @@ def test_ticket_and_checkpoint_moved_as_a_folder_evaluate_anywhere(tmp_path, mon
     monkeypatch.chdir(a)
     make(a, ticket, weights)
     tk = ticket_io.load(a / ticket)
-    assert tk.checkpoint == {"path": recorded, "sha256": file_sha256(a / weights)}
+    assert tk.checkpoint.to_json() == {"path": recorded, "sha256": file_sha256(a / weights)}
     before = numbers(evaluate(a / ticket))
     assert before[2] is True
 
@@ -88,7 +88,7 @@ def test_ticket_and_checkpoint_moved_as_a_folder_evaluate_anywhere(tmp_path, mon
 def test_changed_checkpoint_is_exit_2_naming_both_digests(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     make(tmp_path, "t.safetensors", "init.safetensors")
-    stored = ticket_io.load(tmp_path / "t.safetensors").checkpoint["sha256"]
+    stored = ticket_io.load(tmp_path / "t.safetensors").checkpoint.sha256
     write_checkpoint(tmp_path / "init.safetensors", scale=2.0)  # same names and shapes, other values
     now = file_sha256(tmp_path / "init.safetensors")
     err = one_line(evaluate(tmp_path / "t.safetensors"))
@@ -175,6 +175,6 @@ def test_a_ticket_saved_by_the_api_records_its_checkpoint_beside_it(tmp_path):
     )
     (tmp_path / "a" / "sub").mkdir()
     t.save(tmp_path / "a" / "sub" / "t.safetensors")
-    assert ticket_io.load(tmp_path / "a" / "sub" / "t.safetensors").checkpoint["path"] == "../w.safetensors"
+    assert ticket_io.load(tmp_path / "a" / "sub" / "t.safetensors").checkpoint.path == "../w.safetensors"
     (tmp_path / "a").rename(tmp_path / "b")
     assert numbers(evaluate(tmp_path / "b" / "sub" / "t.safetensors"))[2]

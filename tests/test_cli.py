@@ -89,7 +89,7 @@ def test_config_file_and_flag_precedence(tmp_path):
     s = json.loads(r.stdout)
     assert s["method"]["name"] == "edge-popup"  # from the file
     assert s["sparsity"]["requested"] == 0.75  # the flag wins over the file
-    assert ticket_io.load(out).method["epochs"] == 2  # QUICK's --epochs 2 overrides the file's 1
+    assert ticket_io.load(out).method.option("epochs") == 2  # QUICK's --epochs 2 overrides the file's 1
 
     bad = tmp_path / "bad.toml"
     bad.write_text("sparsty = 0.5\n")
@@ -129,7 +129,7 @@ def test_existing_output_needs_force(tmp_path):
     err = one_line_error(extract(out))
     assert "--force" in err and out.read_bytes() == b"precious"
     assert extract(out, "--force").exit_code == 0
-    assert ticket_io.load(out).method["name"] == "augmented"
+    assert ticket_io.load(out).method.name == "augmented"
 
 
 def test_missing_output_directory(tmp_path):
@@ -166,7 +166,7 @@ def test_fingerprint_mismatch_is_detected(tmp_path):
 def test_edited_seed_is_detected(tmp_path):
     out = tmp_path / "t.safetensors"
     assert extract(out).exit_code == 0
-    init = ticket_io.load(out).init
+    init = ticket_io.load(out).init.to_json()
     rewrite_metadata(out, init=json.dumps({**init, "seed": init["seed"] + 1}))
     assert "fingerprint mismatch" in one_line_error(invoke("evaluate", str(out)))
 
@@ -174,7 +174,7 @@ def test_edited_seed_is_detected(tmp_path):
 def test_shape_mismatch_is_detected(tmp_path):
     out = tmp_path / "t.safetensors"
     assert extract(out).exit_code == 0
-    model = ticket_io.load(out).model
+    model = ticket_io.load(out).model.to_json()
     rewrite_metadata(out, model=json.dumps({**model, "spec": "mlp:64-32-33-10"}))
     assert "shapes do not match" in one_line_error(invoke("evaluate", str(out)))
 
@@ -189,9 +189,10 @@ def test_weights_from_checkpoint(tmp_path):
     r = extract(out, "--weights", str(ckpt), "--json")
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
-    assert tk.checkpoint["path"] == ckpt.name and len(tk.checkpoint["sha256"]) == 64  # relative to the ticket
+    assert tk.checkpoint.path == ckpt.name and len(tk.checkpoint.sha256) == 64  # relative to the ticket
     info = json.loads(invoke("inspect", str(out), "--json").stdout)
-    assert json.loads(r.stdout)["checkpoint"] == info["checkpoint"] == tk.checkpoint  # extract says what it wrote
+    # extract says what it wrote
+    assert json.loads(r.stdout)["checkpoint"] == info["checkpoint"] == tk.checkpoint.to_json()
 
     r = invoke("evaluate", str(out), "--weights", str(ckpt), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True

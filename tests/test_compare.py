@@ -19,7 +19,8 @@ import ticketcli as tc
 from ticketcli.cli.app import app
 from ticketcli.contract.schema import schema_of
 from ticketcli.errors import UsageError
-from ticketcli.runs.compare import CompareResult, _both, compare_tickets
+from ticketcli.runs.compare import CompareResult, compare_tickets
+from ticketcli.runs.overlap import both_kept
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.safetensors_file import CHUNK_BYTES
 
@@ -57,8 +58,8 @@ def hand_ticket(path: Path, shapes: dict[str, tuple[int, ...]], densities: list[
     g = torch.Generator().manual_seed(seed)
     masks = {n: torch.rand(s, generator=g) < p for (n, s), p in zip(shapes.items(), densities, strict=True)}
     widths = [shapes["layers.0.weight"][1], *(s[0] for s in shapes.values())]
-    tk = ticket_io.Ticket(
-        masks=masks,
+    tk = ticket_io.Ticket.of(
+        masks,
         model={"spec": "mlp:" + "-".join(map(str, widths)), "arch": "mlp", "widths": widths, "bias": False},
         init={"scheme": "scaled-kaiming-uniform", "k": 0.5, "gain": "relu", "seed": 0},
         weights_sha256=SHA,
@@ -146,7 +147,7 @@ def test_both_counts_pieces_that_do_not_line_up(data, cuts_a, cuts_b, key):
 
     x, y = np.frombuffer(data, np.uint8), np.frombuffer(other, np.uint8)
     want = int(np.unpackbits(x & y).sum())
-    assert _both(pieces(data, cuts_a), pieces(other, cuts_b)) == want
+    assert both_kept(pieces(data, cuts_a), pieces(other, cuts_b)) == want
 
 
 def test_a_ticket_compared_with_itself(seeds):

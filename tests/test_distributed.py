@@ -129,9 +129,9 @@ def test_two_processes_agree_with_one(extracted):
     total = sum(m.numel() for m in one.masks.values())
     agree = sum(int((one.masks[n] == two.masks[n]).sum()) for n in one.masks)
     assert agree / total >= 0.99
-    assert abs(one.metrics["test"]["accuracy"] - two.metrics["test"]["accuracy"]) <= 0.01
-    assert one.sparsity["kept"] == two.sparsity["kept"]  # exact counts either way
-    assert two.metrics["processes"] == 2 and "processes" not in one.metrics
+    assert abs(one.metrics.test.accuracy - two.metrics.test.accuracy) <= 0.01
+    assert one.sparsity.kept == two.sparsity.kept  # exact counts either way
+    assert two.metrics.processes == 2 and not one.metrics.recorded("processes")
 
 
 def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monkeypatch):
@@ -162,7 +162,7 @@ def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monke
         torch.set_num_threads(threads)
     emulated, two = ticket_io.load(extracted["dir"] / "emulated.safetensors"), extracted["two"]
     assert all(torch.equal(emulated.masks[n], two.masks[n]) for n in two.masks)
-    assert emulated.metrics["test"] == two.metrics["test"]
+    assert emulated.metrics.test == two.metrics.test
     (extracted["dir"] / "emulated.safetensors").unlink()
 
 
@@ -333,7 +333,7 @@ def test_precision_on_the_command_line(tmp_path):
     assert r.exit_code == 0, r.output
     assert "warning: --precision bf16 on the CPU" in r.output
     tk = ticket_io.load(out)
-    assert tk.method["precision"] == "bf16" and tk.metrics["precision"] == "bf16"
+    assert tk.method.option("precision") == "bf16" and tk.metrics.precision == "bf16"
     r = CliRunner().invoke(app, ["evaluate", str(out), "--json"])  # evaluation is fp32 and reproduces exactly
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
     r = CliRunner().invoke(app, ["train-weak", str(out), "--epochs", "1", "--precision", "bf16", "--json", "--quiet"])

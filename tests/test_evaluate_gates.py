@@ -13,8 +13,10 @@ from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
 from ticketcli.runs.evaluate import EvaluateResult, StoredMetrics, evaluation_gate
+from ticketcli.runs.header import TicketHeader
 from ticketcli.runs.parts import SplitMetrics
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import MethodRecord
 
 runner = CliRunner()
 QUICK = ["--dataset", "digits", "--model", "mlp:64-16-10", "--epochs", "1", "--n-extract", "300", "--n-val", "100"]
@@ -53,14 +55,14 @@ def test_a_ticket_that_reproduces_passes_even_max_drop_zero(made, tmp_path):
     r = evaluate(made, "--max-drop", "0", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    stored = ticket_io.load(made).metrics["test"]["accuracy"]
+    stored = ticket_io.load(made).metrics.test.accuracy
     assert doc["gate"] == {"max_drop": 0.0, "stored_accuracy": stored, "drop": 0.0, "passed": True}
     r = evaluate(made, "--max-drop", "0.005")  # the table says so too
     assert r.exit_code == 0 and "passed" in r.stdout and "drop" in r.stdout
 
 
 def test_raised_stored_accuracy_fails_the_gate_with_exit_1(made, tmp_path):
-    measured = ticket_io.load(made).metrics["test"]["accuracy"]
+    measured = ticket_io.load(made).metrics.test.accuracy
     raised = copy_with_metrics(made, tmp_path / "raised.safetensors", lambda m: m["test"].update(accuracy=1.0))
     drop = 1.0 - measured
     r = evaluate(raised, "--max-drop", "0.005", "--json")
@@ -95,10 +97,7 @@ def evaluated(measured: float, stored: float) -> EvaluateResult:
     """An evaluation of a ticket "t" that measured `measured` test accuracy and stores `stored`."""
     split = SplitMetrics(accuracy=measured, loss=0.0, correct=0, n=1)
     return EvaluateResult(
-        ticket="t",
-        method={"name": "augmented"},
-        model="mlp:64-16-10",
-        seed=0,
+        header=TicketHeader("t", MethodRecord.of({"name": "augmented"}), "mlp:64-16-10", 0),
         device="cpu",
         test=split,
         val=split,

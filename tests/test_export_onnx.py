@@ -29,6 +29,7 @@ from ticketcli.runs.record import model_record
 from ticketcli.seeding import fingerprint
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import ModelRecord
 
 runner = CliRunner()
 TOLERANCE = 1e-5
@@ -88,7 +89,7 @@ def agreement(
         "diff": float((got - expected).abs().max()),
         "onnx_accuracy": int((got.argmax(1) == y).sum()) / len(y),  # counted as evaluate counts them
         "torch_accuracy": int((expected.argmax(1) == y).sum()) / len(y),
-        "recorded_accuracy": ticket_io.load(ticket).metrics["test"]["accuracy"],
+        "recorded_accuracy": ticket_io.load(ticket).metrics.test.accuracy,
         "batch": x.shape[0],
     }
 
@@ -121,7 +122,7 @@ def test_onnxruntime_reproduces_every_builtin_model_on_the_test_split(tmp_path, 
     assert r["diff"] <= TOLERANCE and r["more_diff"] <= TOLERANCE, r  # the batch dimension is dynamic
     assert r["onnx_accuracy"] == r["torch_accuracy"] == r["recorded_accuracy"], r
     meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
-    assert meta["model"] == ticket_io.load(ticket).model["spec"] and meta["format"] == "ticket-export-onnx"
+    assert meta["model"] == ticket_io.load(ticket).model.spec and meta["format"] == "ticket-export-onnx"
     assert meta["masks_sha256"] == ticket_io.load(ticket).masks_sha256
 
 
@@ -141,14 +142,14 @@ def gpt_ticket(tmp_path: Path, spec: str = "gpt-nano:l1-d16-h2-c8-v20") -> Path:
     the weights the ticket's seed rebuilds, the rest of the record from a small extraction."""
     base = ticket_io.load(make_ticket(tmp_path, "mlp:64-16-10"))
     model = parse_model(spec)
-    net, weights = runs_build.build_net(model, InitSpec(scheme=base.init["scheme"], seed=base.init["seed"]), None)
+    net, weights = runs_build.build_net(model, InitSpec(scheme=base.init.scheme, seed=base.init.seed), None)
     g = torch.Generator().manual_seed(0)
     masks = {n: torch.rand(net.weights[n].shape, generator=g) < 0.5 for n in net.names}
     tk = replace(
         base,
         masks=masks,
         shapes={},
-        model=model_record(model, net),
+        model=ModelRecord.of(model_record(model, net)),
         weights_sha256=fingerprint(weights),
         masks_sha256=None,
     )

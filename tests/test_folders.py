@@ -298,8 +298,8 @@ def test_the_command_carries_the_device_kind_the_process_count_and_every_setting
 
     src = next(p for p in tickets_in(sweep) if "augmented" in p.name)
     tk = ticket_io.load(src)
-    tk.metrics = {**tk.metrics, "device": "cuda:0", "processes": 2}
-    tk.created_by = {**tk.created_by, "ticketcli": "0.0.1"}
+    tk.metrics = type(tk.metrics).of({**tk.metrics.to_json(), "device": "cuda:0", "processes": 2})
+    tk.created_by = type(tk.created_by).of({**tk.created_by.to_json(), "ticketcli": "0.0.1"})
     path = tmp_path / "ddp.safetensors"
     ticket_io.save(tk, path)
     r = invoke("inspect", "--command", path)

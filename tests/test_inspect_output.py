@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from ticketcli.cli.app import app
 from ticketcli.report.values import method_text, readable
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import MethodRecord
 
 runner = CliRunner()
 QUICK = ["--dataset", "digits", "--model", "mlp:64-16-10", "--n-extract", "200", "--n-val", "100", "--epochs", "1"]
@@ -82,6 +83,6 @@ def test_readable_forms():
     assert readable(None) == "-" and readable(True) == "true" and readable("s") == "s"
     assert readable([[1, 2], {"a": []}]) == "(1,2),(a ())"
     m = {"name": "augmented", "sparsity": 0.9, "layer_densities": None, "score_init": {"scheme": "k"}}
-    assert method_text({**m, "score_params": {"trainable": 1, "total": 2}}) == (
+    assert method_text(MethodRecord.of({**m, "score_params": {"trainable": 1, "total": 2}})) == (
         "name=augmented, sparsity=0.9, score_params=(trainable 1, total 2)"
     )

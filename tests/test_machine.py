@@ -98,7 +98,7 @@ def rewritten(src, dst, **fields):
 
 
 def test_a_ticket_records_the_machine(ticket_path):
-    assert ticket_io.load(ticket_path).created_by == {"ticketcli": __version__, **machine.record()}
+    assert ticket_io.load(ticket_path).created_by.to_json() == {"ticketcli": __version__, **machine.record()}
 
 
 def test_a_ticket_with_a_hostile_created_by_is_one_line_exit_2(ticket_path, tmp_path):
@@ -111,9 +111,9 @@ def test_a_ticket_with_a_hostile_created_by_is_one_line_exit_2(ticket_path, tmp_
 
 def test_evaluate_names_what_differs_when_a_cpu_ticket_does_not_reproduce(ticket_path, tmp_path):
     tk = ticket_io.load(ticket_path)
-    metrics = json.loads(json.dumps(tk.metrics))
+    metrics = tk.metrics.to_json()
     metrics["test"]["correct"] += 1  # as if another machine had measured one more correct prediction
-    other = {**tk.created_by, "cpu_isa": "AVX512", "cpu_vendor": "GenuineIntel"}
+    other = {**tk.created_by.to_json(), "cpu_isa": "AVX512", "cpu_vendor": "GenuineIntel"}
     path = rewritten(ticket_path, tmp_path / "other.safetensors", metrics=metrics, created_by=other)
     r = CliRunner().invoke(app, ["evaluate", str(path), "--device", "cpu"], env={"COLUMNS": "400"})
     assert r.exit_code == 0, r.output

@@ -134,7 +134,7 @@ def test_a_new_method_runs_end_to_end_from_its_class_alone(tmp_path, toy):
     spec = spec_for(toy, sparsity=0.75, layer_densities="0.5,0.25")
     summary = extract_ticket(spec, out=tmp_path / "t.safetensors")
     tk = load(tmp_path / "t.safetensors")
-    assert tk.method["name"] == toy and tk.method["score_init"] is None
+    assert tk.method.name == toy and tk.method.option("score_init") is None
     for n, m in tk.masks.items():
         assert int(m.sum()) == keep_count(0.5 if n.startswith("layers.0") else 0.25, m.numel())
     assert summary["sparsity"]["requested_layer_densities"] == [0.5, 0.25]

@@ -23,6 +23,7 @@ from ticketcli.runs import extract as runs_extract
 from ticketcli.seeding import fingerprint
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import ModelRecord
 
 runner = CliRunner()
 TRUSTED = ModelPolicy(trust_model_code=True)  # the user opted in to importing the factory a ticket names
@@ -173,8 +174,8 @@ def test_user_factory_masks_only_linear_and_conv(tmp_path, user_module):
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
     assert list(tk.masks) == ["conv.weight", "conv.bias", "fc.weight"]
-    assert tk.model["factory"] == f"{user_module}:build_net" and tk.model["arch"] == "user"
-    assert tk.model["parameters"] == {
+    assert tk.model.factory == f"{user_module}:build_net" and tk.model.arch == "user"
+    assert tk.model.to_json()["parameters"] == {
         "conv.weight": [4, 1, 3, 3],
         "conv.bias": [4],
         "bn.weight": [4],
@@ -274,7 +275,7 @@ def test_conv_checkpoint_round_trip_and_sha_check(tmp_path):
     r = runner.invoke(app, ["extract", "--model", "conv2", "--weights", str(ckpt), "--out", str(out), *QUICK])
     assert r.exit_code == 0, r.output
     tk = ticket_io.load(out)
-    assert tk.checkpoint["sha256"] and tk.model["spec"] == "conv2@1x8x8-10"
+    assert tk.checkpoint.sha256 and tk.model.spec == "conv2@1x8x8-10"
     r = runner.invoke(app, ["evaluate", str(out), "--weights", str(ckpt), "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["reproduced"] is True
     torch.save({n: t * 0.25 for n, t in init_weights(module, InitSpec(seed=9)).items()}, tmp_path / "other.pt")
@@ -304,7 +305,7 @@ def test_factory_ticket_without_parameters_record_is_refused(tmp_path, user_modu
         runner.invoke(app, ["extract", "--model", f"{user_module}:build_net", "--out", str(out), *QUICK]).exit_code == 0
     )
     tk = ticket_io.load(out)
-    tk.model.pop("parameters")
+    tk.model = ModelRecord.of({k: v for k, v in tk.model.to_json().items() if k != "parameters"})
     ticket_io.save(tk, out, overwrite=True)
     with pytest.raises(TicketFileError, match="parameters"):
         runs_build.rebuild(ticket_io.load(out), out, None, TRUSTED)

@@ -168,7 +168,7 @@ def outcome(tmp_path_factory, method: str, **settings) -> tuple:
         losses: list = []
         extract_ticket(spec_of(method, **settings), out=out, progress=lambda r: losses.append(r["loss"]))
         tk = ticket_io.load(out)
-        metrics = {k: v for k, v in tk.metrics.items() if k not in ("wall_time_s", "precision")}
+        metrics = {k: v for k, v in tk.metrics.to_json().items() if k not in ("wall_time_s", "precision")}
         _runs[key] = ({n: m.tolist() for n, m in tk.masks.items()}, metrics, losses, tk)
     return _runs[key]
 
@@ -217,9 +217,9 @@ RECORDED_ALWAYS = {"name", "sparsity", "score_init"}
 @pytest.mark.parametrize("method", METHODS.names())
 def test_a_ticket_records_only_the_options_its_method_read(tmp_path_factory, method):
     tk = outcome(tmp_path_factory, method)[3]
-    options = set(tk.method) - RECORDED_ALWAYS - {"score_params"}
+    options = set(tk.method.to_json()) - RECORDED_ALWAYS - {"score_params"}
     assert options == set(method_options(method))
-    assert {k: tk.method[k] for k in for_method(method, SMALL)} == for_method(method, SMALL)
+    assert {k: tk.method.option(k) for k in for_method(method, SMALL)} == for_method(method, SMALL)
 
 
 def test_inspect_shows_the_recorded_options(tmp_path):
@@ -241,7 +241,7 @@ def test_inspect_shows_which_grasp_reading_a_ticket_used(tmp_path):
     table = runner.invoke(app, ["inspect", str(out)], env={"COLUMNS": "400"}).stdout
     assert "grasp_direction=original, grasp_data=shared" in table and "written before" not in table
     # a grasp ticket written before the two readings existed recorded neither: it used the paper's, separate data
-    old = {k: v for k, v in ticket_io.load(out).method.items() if k not in ("grasp_direction", "grasp_data")}
+    old = {k: v for k, v in ticket_io.load(out).method.to_json().items() if k not in ("grasp_direction", "grasp_data")}
     rewrite_method(out, old)
     table = runner.invoke(app, ["inspect", str(out)], env={"COLUMNS": "400"}).stdout
     assert "(written before grasp had two readings: paper reading, separate data)" in table
@@ -262,7 +262,7 @@ def test_an_older_ticket_that_recorded_every_setting_still_loads_and_evaluates(t
     summary = extract_ticket(spec, out=out)
     rewrite_method(out, {**spec.method.to_dict(), "score_init": None})
     tk = ticket_io.load(out)
-    assert tk.method["epochs"] == 100 and tk.method["lr"] == 0.01  # what the old writer recorded
+    assert tk.method.option("epochs") == 100 and tk.method.option("lr") == 0.01  # what the old writer recorded
     assert inspect_ticket(out)["method"]["aux_width"] == 1 and inspect_ticket(out)["integrity"] == "ok"
     result = evaluate_ticket(out, ReaderSpec(data=DataSpec(), device="cpu"))
     assert result.reproduced and result.test == summary.metrics.test

@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import MetricsRecord, Provenance, SparsityRecord
 from ticketcli.ticketfile.ticket import Ticket, pack_bits, unpack_bits
 
 SHA = "0123456789abcdef" * 4
@@ -124,8 +125,8 @@ def test_unpack_rejects_2d_packed():
 
 def make_ticket(seed: int = 0, checkpoint: dict | None = None) -> Ticket:
     masks = {name: random_mask(shape, seed + i) for i, (name, shape) in enumerate(SHAPES.items())}
-    return Ticket(
-        masks=masks,
+    return Ticket.of(
+        masks,
         model={"spec": "mlp:5-3-7", "arch": "mlp", "widths": [5, 3, 7], "bias": False},
         init={"scheme": "scaled-kaiming-uniform", "k": 0.5, "gain": "relu", "seed": seed},
         weights_sha256=SHA,
@@ -179,9 +180,9 @@ def test_save_load_round_trip(tmp_path):
 
 def test_round_trip_with_rich_metadata_and_checkpoint(tmp_path):
     t = make_ticket(seed=3, checkpoint={"path": "w.pt", "sha256": "f" * 64})
-    t.sparsity = {"requested": 0.9, "achieved": 0.9, "per_layer": {"layers.0.weight": 0.8666}}
-    t.metrics = {"test": {"accuracy": 0.5, "correct": 3, "loss": 1.25}, "device": "cpu"}
-    t.created_by = {"ticketcli": "0.1.0", "torch": torch.__version__, "unicode": "é ✓"}
+    t.sparsity = SparsityRecord.of({"requested": 0.9, "achieved": 0.9, "per_layer": {"layers.0.weight": 0.8666}})
+    t.metrics = MetricsRecord.of({"test": {"accuracy": 0.5, "correct": 3, "loss": 1.25}, "device": "cpu"})
+    t.created_by = Provenance.of({"ticketcli": "0.1.0", "torch": torch.__version__, "unicode": "é ✓"})
     path = tmp_path / "t.safetensors"
     ticket_io.save(t, path)
     assert_same_ticket(t, ticket_io.load(path))
@@ -199,7 +200,7 @@ def test_file_layout_matches_spec(tmp_path):
     assert all(isinstance(v, str) for v in meta.values())
     assert meta["weights_sha256"] == SHA
     for key in ("model", "init", "shapes", "method", "data", "sparsity", "metrics", "created_by"):
-        assert json.loads(meta[key]) == (t.shapes if key == "shapes" else getattr(t, key))
+        assert json.loads(meta[key]) == (t.shapes if key == "shapes" else getattr(t, key).to_json())
     tensors = st_load(raw)
     assert set(tensors) == {f"mask/{name}" for name in SHAPES}
     for name, _shape in SHAPES.items():

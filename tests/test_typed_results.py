@@ -111,7 +111,7 @@ def test_the_attributes_are_what_the_documents_show(runs, tmp_path):
     assert all(la.aux_share is not None for la in ex.sparsity.layers)  # double-scoring records its aux shares
     assert "per_layer" not in doc["sparsity"] and doc["sparsity"]["aux_share"] == ex.sparsity.aux_share
     tk = ticket_io.load(path)
-    assert ex.masks_sha256 == tk.masks_sha256 and ex.metrics.test.correct == tk.metrics["test"]["correct"]
+    assert ex.masks_sha256 == tk.masks_sha256 and ex.metrics.test.correct == tk.metrics.test.correct
     assert [(la.kept, la.total) for la in ex.sparsity.layers] == [(int(m.sum()), m.numel()) for m in tk.masks.values()]
 
     imp = runs["imp"][1]

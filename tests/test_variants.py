@@ -265,7 +265,12 @@ def test_cli_records_variants_and_reports_aux_share(tmp_path, isolated_env):
     per = summary["layers"]
     assert all(0 <= v["aux_share"] <= 1 for v in per) and 0 <= summary["sparsity"]["aux_share"] <= 1
     tk = ticket_io.load(out)
-    assert (tk.method["aux_width"], tk.method["frozen_aux"], tk.method["signed_scores"], tk.method["global_topk"]) == (
+    assert (
+        tk.method.option("aux_width"),
+        tk.method.option("frozen_aux"),
+        tk.method.option("signed_scores"),
+        tk.method.option("global_topk"),
+    ) == (
         2,
         True,
         True,

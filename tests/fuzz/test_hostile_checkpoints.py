@@ -27,6 +27,7 @@ from ticketcli.models.build import build_model
 from ticketcli.models.registry import parse_model
 from ticketcli.settings.resolve import method_reads
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import CheckpointRecord
 
 MODEL = "mlp:64-13-10"
 BASE = ["--dataset", "digits", "--model", MODEL, "--n-extract", "100", "--n-val", "50", "--device", "cpu", "--quiet"]
@@ -87,7 +88,7 @@ def ticket_from_weights(tmp_path_factory) -> tuple[Path, Path]:
     assert r.exit_code == 0, r.stderr
     bad = save(weights_of(layers__0__weight=math.nan), folder / "nan.pt")
     tk = ticket_io.load(path)
-    tk.checkpoint = {"path": "nan.pt", "sha256": hashlib.sha256(bad.read_bytes()).hexdigest()}
+    tk.checkpoint = CheckpointRecord.of({"path": "nan.pt", "sha256": hashlib.sha256(bad.read_bytes()).hexdigest()})
     ticket_io.save(tk, path, overwrite=True)
     return path, bad
 

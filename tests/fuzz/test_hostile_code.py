@@ -24,6 +24,7 @@ from hostile import assert_clean, child, cli, snapshot
 from ticketcli.runs import extract as runs_extract
 from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import ModelRecord
 
 MARKER_SOURCE = """
 import pathlib
@@ -128,7 +129,8 @@ def ticket_naming(lab, factory: str, tmp_path: Path) -> Path:
     """The real factory ticket with its model replaced by `factory` (written by the real writer)."""
     d, mod = lab
     tk = ticket_io.load(d / "factory.safetensors")
-    tk.model["spec"] = tk.model["factory"] = factory.format(mod=mod)
+    named = factory.format(mod=mod)
+    tk.model = ModelRecord.of({**tk.model.to_json(), "spec": named, "factory": named})
     out = tmp_path / "named.safetensors"
     ticket_io.save(tk, out)
     return out
@@ -312,7 +314,7 @@ def test_a_module_beside_the_ticket_is_not_imported(lab, tmp_path):
     shared.mkdir()
     (shared / "evil_model.py").write_text(textwrap.dedent(MARKER_SOURCE))
     tk = ticket_io.load(d / "factory.safetensors")
-    tk.model["spec"] = tk.model["factory"] = "evil_model:build_net"
+    tk.model = ModelRecord.of({**tk.model.to_json(), "spec": "evil_model:build_net", "factory": "evil_model:build_net"})
     ticket_io.save(tk, shared / "t.safetensors")
     run = child("evaluate", "t.safetensors", "--device", "cpu", cwd=shared, timeout=90)
     assert_clean(run, 2, contains="would import and run module 'evil_model'", markers=(shared / "evil_model.imported",))

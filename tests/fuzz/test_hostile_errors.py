@@ -31,8 +31,8 @@ RAW_CONTROLS = ("\x1b", "\x07", "\r", "\b", "\x9b", "\u202e")
 def rewritten(src: Path, dst: Path, **fields) -> Path:
     """The ticket at `src` with some metadata fields replaced, written by the real writer."""
     tk = ticket_io.load(src)
-    for key, value in fields.items():
-        setattr(tk, key, value)
+    for key, value in fields.items():  # each a JSON object, made into the field's record as the reader makes it
+        setattr(tk, key, type(getattr(tk, key)).of(value))
     ticket_io.save(tk, dst, overwrite=True)
     return dst
 
@@ -228,7 +228,8 @@ def _refuse(constant: str):
 def test_json_output_is_strict_when_a_ticket_holds_non_finite_metrics(command, value, ticket, tmp_path):
     """A stored loss may be non-finite (a diverged network); accuracies are refused by the reader when they are."""
     tk = ticket_io.load(ticket)
-    metrics = {**tk.metrics, "test": {**tk.metrics["test"], "loss": value}}
+    stored = tk.metrics.to_json()
+    metrics = {**stored, "test": {**stored["test"], "loss": value}}
     path = rewritten(ticket, tmp_path / "nan.safetensors", metrics=metrics)
     assert ("NaN" if math.isnan(value) else "Infinity") in path.read_bytes().decode("latin-1")  # as json writes it
     run = cli(command, str(path), "--json", *(["--device", "cpu"] if command == "evaluate" else []))
@@ -238,13 +239,14 @@ def test_json_output_is_strict_when_a_ticket_holds_non_finite_metrics(command, v
         assert doc["metrics"]["test"]["loss"] is None
     else:  # evaluate re-measures the loss (finite) and reports the stored accuracy untouched
         stored = doc["stored"]["metrics"]["test"]["accuracy"]
-        assert math.isfinite(doc["metrics"]["test"]["loss"]) and stored == tk.metrics["test"]["accuracy"]
+        assert math.isfinite(doc["metrics"]["test"]["loss"]) and stored == tk.metrics.test.accuracy
 
 
 def test_the_table_of_a_ticket_with_non_finite_metrics_prints(ticket, tmp_path):
     tk = ticket_io.load(ticket)
+    stored = tk.metrics.to_json()
     path = rewritten(
-        ticket, tmp_path / "nan.safetensors", metrics={**tk.metrics, "test": {**tk.metrics["test"], "loss": math.nan}}
+        ticket, tmp_path / "nan.safetensors", metrics={**stored, "test": {**stored["test"], "loss": math.nan}}
     )
     run = cli("inspect", str(path))
     assert run.exit_code == 0 and run.exception is None and "Traceback" not in run.stderr, run.stderr

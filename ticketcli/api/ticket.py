@@ -19,7 +19,6 @@ from ticketcli.data.datasets import Splits
 from ticketcli.data.memory import IN_MEMORY
 from ticketcli.errors import UsageError
 from ticketcli.export import run as export
-from ticketcli.files.checkpoint import saved_at
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
 from ticketcli.runs import build as runs_build
@@ -30,6 +29,7 @@ from ticketcli.settings.reader import build_reader_spec
 from ticketcli.settings.registry import check_threads
 from ticketcli.specs.run import ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import MetricsRecord
 
 UNSAVED = Path("<unsaved ticket>")  # how messages name a ticket that extract() returned and nobody saved yet
 
@@ -51,49 +51,68 @@ class Ticket:
         changing them does not change the ticket). A dict that also carries the ticket's weights fingerprint, which
         apply_masks checks a module's weights against."""
         r = self._record
-        recorded = r.model.get("parameters")  # a factory's every parameter; a built-in model's are all masked
-        names = tuple(recorded) if isinstance(recorded, dict) else tuple(r.shapes)
+        recorded = r.model.parameters  # a factory's every parameter; a built-in model's are all masked
+        names = tuple(recorded) if recorded is not None else tuple(r.shapes)
         return TicketMasks({n: m.clone() for n, m in r.masks.items()}, r.weights_sha256, names)
 
     @property
     def metadata(self) -> dict[str, Any]:
         """Everything the file records beside the masks (model, init, method, data, sparsity, metrics, ...)."""
         r = self._record
-        fields = ("model", "init", "weights_sha256", "method", "data", "sparsity", "metrics", "created_by")
-        meta = {k: getattr(r, k) for k in fields}
+        meta: dict[str, Any] = {
+            "model": r.model.to_json(),
+            "init": r.init.to_json(),
+            "weights_sha256": r.weights_sha256,
+            "method": r.method.to_json(),
+            "data": r.data.to_json(),
+            "sparsity": r.sparsity.to_json(),
+            "metrics": r.metrics.to_json(),
+            "created_by": r.created_by.to_json(),
+        }
         if r.checkpoint is not None:
-            meta["checkpoint"] = r.checkpoint
+            meta["checkpoint"] = r.checkpoint.to_json()
         return {**meta, "shapes": r.shapes, "masks_sha256": r.masks_sha256, "integrity": r.integrity}
 
     @property
     def sparsity(self) -> float:
         """The achieved sparsity (fraction of masked-out weights over all masked parameters)."""
-        return float(self._record.sparsity["achieved"])
+        achieved = self._record.sparsity.achieved
+        if achieved is None:  # a hand-made ticket that records none: counted from the masks
+            masks = self._record.masks.values()
+            return 1.0 - sum(int(m.sum()) for m in masks) / max(1, sum(m.numel() for m in masks))
+        return float(achieved)
 
     @property
     def method(self) -> str:
-        """The extraction method's name (its hyper-parameters: metadata["method"])."""
-        return str(self._record.method.get("name"))
+        """The extraction method's name (its hyper-parameters: `record.method.option(name)`, or metadata["method"])."""
+        return self._record.method.name
 
     @property
     def model(self) -> str:
         """The model spec string ("mlp:64-16-10", "resnet20@3x32x32-10", "pkg.module:factory")."""
-        return str(self._record.model["spec"])
+        return self._record.model.spec
 
     @property
     def seed(self) -> int:
         """The seed of the weights (and of the data split, score init and batch order at extraction)."""
-        return int(self._record.init["seed"])
+        return self._record.init.seed
 
     @property
     def dataset(self) -> str:
         """The dataset the ticket was extracted on ("in-memory" for the caller's own tensors)."""
-        return str(self._record.data["dataset"])
+        return self._record.data.dataset
 
     @property
-    def metrics(self) -> dict[str, Any]:
-        """Test and validation accuracy and loss measured at extraction."""
-        return dict(self._record.metrics)
+    def metrics(self) -> MetricsRecord:
+        """Test and validation accuracy and loss measured at extraction (`t.metrics.test.accuracy`, `.loss`,
+        `.correct`, `.n`; `.device`, ...); as the file stores it: metadata["metrics"]."""
+        return self._record.metrics
+
+    @property
+    def record(self) -> ticket_io.Ticket:
+        """The ticket's typed records as read (model, init, method, data, sparsity, metrics, created_by,
+        checkpoint); the masks are `masks`."""
+        return replace(self._record, masks={})
 
     @property
     def path(self) -> Path | None:
@@ -104,7 +123,8 @@ class Ticket:
         """Write the ticket file (format v1, atomically), which `ticket evaluate/inspect/export` read."""
         # a ticket and its checkpoint shared as a folder find each other: the path is stored relative to the ticket
         path = path_arg(path, "path")
-        record = replace(self._record, checkpoint=saved_at(self._record.checkpoint, path))
+        cp = self._record.checkpoint
+        record = replace(self._record, checkpoint=None if cp is None else cp.saved_at(path))
         ticket_io.save(record, path, overwrite=overwrite)
         self._path = Path(path)
         return self._path
@@ -272,7 +292,7 @@ class Ticket:
 
     def _data_for(self, data: api_data.Data | None, call: str) -> api_data.Data | None:
         """`data` as given; for a ticket of in-memory data, which the ticket does not hold, refused when missing."""
-        if data is None and self._record.data["dataset"] == IN_MEMORY:
+        if data is None and self._record.data.dataset == IN_MEMORY:
             raise UsageError(
                 f"this ticket was extracted from in-memory data, which a ticket does not hold: pass the same "
                 f"examples as {call}(data=...), e.g. t.{call}(data=(x, y))"
@@ -286,13 +306,13 @@ class Ticket:
             return None
         d = self._record.data
         if isinstance(data, str):
-            if data != d["dataset"]:
-                raise UsageError(f"this ticket was extracted on {d['dataset']!r}, not {data!r}")
+            if data != d.dataset:
+                raise UsageError(f"this ticket was extracted on {d.dataset!r}, not {data!r}")
             return None
-        g = api_data.given(data, d["split_seed"])
+        g = api_data.given(data, d.split_seed)
         if g.pools is None:  # ready splits: taken as they are
-            return api_data.splits_for(g, None, None, d["split_seed"])
-        return api_data.splits_for(g, d["n_extract"], d["n_val"], d["split_seed"])
+            return api_data.splits_for(g, None, None, d.split_seed)
+        return api_data.splits_for(g, d.n_extract, d.n_val, d.split_seed)
 
 
 def _difference(ours: dict[str, list[int]], theirs: dict[str, list[int]]) -> str:

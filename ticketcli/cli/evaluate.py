@@ -26,7 +26,7 @@ def warn_not_reproduced(path: Path) -> None:
     from ticketcli.runtime import machine
     from ticketcli.ticketfile import ticket as ticket_io
 
-    differ = machine.differences(ticket_io.scan(path).ticket.created_by, machine.record())
+    differ = machine.differences(dict(ticket_io.scan(path).ticket.created_by.entries), machine.record())
     why = (
         "; it differs from this machine in " + ", ".join(differ)
         if differ

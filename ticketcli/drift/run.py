@@ -34,7 +34,7 @@ from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import inputs as runs_inputs
 from ticketcli.specs.drift import ControlSpec, DriftSpec, require_drift_model
-from ticketcli.specs.run import DataSpec, InitSpec, ModelPolicy, ModelSpec
+from ticketcli.specs.run import DataSpec, ModelPolicy, ModelSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import WeightTrainer
 
@@ -214,21 +214,10 @@ def run_drift(
         require_drift_model(model.arch)
         net, _ = runs_build.rebuild(tk, path, weights, policy)
         integrity = tk.integrity
-        data = replace(
-            spec.data,
-            name=tk.data["dataset"],
-            n_extract=tk.data["n_extract"],
-            n_val=tk.data["n_val"],
-            split_seed=tk.data["split_seed"],
-        )
-        jobs.append((tk.init["seed"], net, tk.masks, model, data))
-        spec = replace(
-            spec,
-            model=model,
-            data=data,
-            seeds=(tk.init["seed"],),
-            init=InitSpec(scheme=tk.init["scheme"], k=float(tk.init.get("k", InitSpec.k)), seed=tk.init["seed"]),
-        )
+        d = tk.data
+        data = replace(spec.data, name=d.dataset, n_extract=d.n_extract, n_val=d.n_val, split_seed=d.split_seed)
+        jobs.append((tk.init.seed, net, tk.masks, model, data))
+        spec = replace(spec, model=model, data=data, seeds=(tk.init.seed,), init=tk.init.spec())
     else:
         corpus = None if spec.text is None else load_corpus(spec.text)
         if corpus is not None:  # the text's character set sizes the model; a too short text is refused first

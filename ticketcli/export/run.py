@@ -236,10 +236,10 @@ def export_ticket(
     masks = {n: tk.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
         recalibrate(net, masks, tk, path, reader.data, chunks)
-    meta = {"format": f"ticket-export-{fmt}", "model": tk.model["spec"], "ticket_weights_sha256": tk.weights_sha256}
+    meta = {"format": f"ticket-export-{fmt}", "model": tk.model.spec, "ticket_weights_sha256": tk.weights_sha256}
     layers, onnx = None, None
     if fmt == "onnx":
-        dataset = str(tk.data.get("dataset", ""))
+        dataset = tk.data.dataset
         meta["masks_sha256"] = tk.masks_sha256 or ""
         example = export_onnx.onnx_example(net, dataset, 2, 0)
         blob, n_tensors = export_onnx.onnx_bytes(net, masked_state(net, masks), example, meta)

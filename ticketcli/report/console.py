@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ticketcli.errors import OutputFailed
+from ticketcli.ticketfile.record import MethodRecord
 
 # Characters that must never reach a terminal raw, by Unicode category rather than by example: controls (Cc: C0
 # with ESC and CR, DEL, C1 with CSI \x9b), format characters (Cf: the bidi marks, embeddings, overrides and
@@ -260,5 +261,8 @@ def pct(x: float | None) -> str:
 
 
 def method_name(method: object) -> str:
-    """The name of a result's `method`: the ticket's method record (an object with a `name`), or a bare name."""
+    """The name of a result's `method`: the ticket's method record (a MethodRecord, or its JSON object), or a bare
+    name."""
+    if isinstance(method, MethodRecord):
+        return method.name
     return str(method.get("name")) if isinstance(method, dict) else str(method)

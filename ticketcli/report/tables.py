@@ -99,38 +99,38 @@ def inspect_table(r: InspectResult) -> None:
     t = Table(title=f"{r.ticket} ({r.file_bytes} bytes; packed masks {r.packed_mask_bytes} bytes)")
     t.add_column("field")
     t.add_column("value")
-    t.add_row("model", r.model["spec"])
+    t.add_row("model", r.model.spec)
     init = r.init
-    if "k" in init:
-        t.add_row("init", f"{readable(init['scheme'])} (k={readable(init['k'])}, seed {readable(init['seed'])})")
+    if init.recorded("k"):
+        t.add_row("init", f"{readable(init.scheme)} (k={readable(init.k)}, seed {readable(init.seed)})")
     else:  # --init module: the factory's own weights, drawn under its fixed seed; no k shaped them
-        factory = readable(init.get("factory_seed"))
-        t.add_row("init", f"{readable(init['scheme'])} (factory seed {factory}, seed {readable(init['seed'])})")
+        factory = readable(init.factory_seed)
+        t.add_row("init", f"{readable(init.scheme)} (factory seed {factory}, seed {readable(init.seed)})")
     t.add_row("weights sha256", r.weights_sha256)
     if r.checkpoint:
-        digest = r.checkpoint.get("sha256")
-        short = digest[:16] + "..." if isinstance(digest, str) and digest else "not recorded"
-        t.add_row("checkpoint", f"{readable(r.checkpoint.get('path'))} (sha256 {short})")
+        digest = r.checkpoint.sha256
+        short = digest[:16] + "..." if digest else "not recorded"
+        t.add_row("checkpoint", f"{readable(r.checkpoint.path)} (sha256 {short})")
     method = method_text(r.method)
-    if r.method.get("name") == "grasp" and "grasp_direction" not in r.method:
+    if r.method.name == "grasp" and not r.method.recorded("grasp_direction"):
         method += " (written before grasp had two readings: paper reading, separate data)"
     t.add_row("method", method)
     d = r.data
     t.add_row(
         "data",
-        f"{readable(d['dataset'])}: {readable(d['n_extract'])} extraction / {readable(d['n_val'])} validation / "
-        f"{readable(d.get('n_test', '?'))} test, split seed {readable(d['split_seed'])}",
+        f"{readable(d.dataset)}: {readable(d.n_extract)} extraction / {readable(d.n_val)} validation / "
+        f"{readable(d.n_test if d.recorded('n_test') else '?')} test, split seed {readable(d.split_seed)}",
     )
     sp = r.sparsity
-    t.add_row("sparsity", f"requested {pct(sp.get('requested'))}, achieved {pct(1 - r.density)}")
+    t.add_row("sparsity", f"requested {pct(sp.requested)}, achieved {pct(1 - r.density)}")
     m = r.metrics
-    if "test" in m or "val" in m:  # each split is optional (a hand-made or foreign ticket may lack one)
-        test, val = m.get("test") or {}, m.get("val") or {}
+    if m.recorded("test") or m.recorded("val"):  # each split is optional (a hand-made or foreign ticket may lack one)
+        device = "-" if m.device is None else m.device
         t.add_row(
             "accuracy at extraction",
-            f"test {pct(test.get('accuracy'))}, val {pct(val.get('accuracy'))} on {m.get('device', '-')}",
+            f"test {pct(m.accuracy('test'))}, val {pct(m.accuracy('val'))} on {device}",
         )
-    t.add_row("created by", readable(r.created_by))
+    t.add_row("created by", readable(r.created_by.to_json()))
     t.add_row("masks integrity", INTEGRITY_NOTES.get(str(r.integrity), str(r.integrity)))
     out = stdout()
     out.print(t)

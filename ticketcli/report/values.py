@@ -1,11 +1,10 @@
 """How a ticket's values read in a table: any metadata value as people read it (never a Python repr), a method
 record on one line, the integrity verdicts in words, and how many masks a table lists. inspect's and compare's
-tables share them; standard library only."""
+tables share them; torch-free."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from ticketcli.ticketfile.record import MethodRecord
 
 MASK_ROWS = 500  # inspect's table shows at most this many masks (Rich takes a minute for 100k rows; --json has all)
 
@@ -32,11 +31,11 @@ def readable(value: object, nested: bool = False) -> str:
     return f"({text})" if nested else text
 
 
-def method_text(method: Mapping[str, Any]) -> str:
+def method_text(method: MethodRecord) -> str:
     """A ticket's method record on one line: `name=augmented, sparsity=0.9, betas=0.9,0.999, score_params=(trainable
     1, total 2)`; how the scores started is left out, and options that are not set."""
     parts = []
-    for k, v in method.items():
+    for k, v in method.to_json().items():
         if k == "score_init" or v is None:
             continue
         parts.append(f"{k}=({readable(v)})" if isinstance(v, dict) else f"{k}={readable(v)}")

@@ -65,7 +65,7 @@ def ticket_model(tk: ticket_io.Ticket, path: Path, policy: ModelPolicy) -> Model
     """The ticket's model spec, parsed, once the policy allows building it: a factory the ticket names is never
     imported unless the user opted in (--trust-model-code, or --model naming that same factory)."""
     try:
-        model = parse_model(tk.model["spec"])
+        model = parse_model(tk.model.spec)
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
     if policy.model is not None:
@@ -102,11 +102,11 @@ def rebuild(
     if module is not None and model.arch != "user":
         raise UsageError(f"{path} is a ticket of the built-in model {model.to_string()[:80]}; it takes no module")
     try:
-        INIT_SCHEMES.get(tk.init["scheme"])
+        INIT_SCHEMES.get(tk.init.scheme)
     except UsageError as e:
         raise TicketFileError(f"{path}: {e}") from None
     runs_checks.check_planned(tk, model, path, policy_budget(policy))
-    init = InitSpec(scheme=tk.init["scheme"], k=float(tk.init.get("k", InitSpec.k)), seed=tk.init["seed"])
+    init = tk.init.spec()
     if tk.checkpoint is not None:
         weights_path = runs_checks.checkpoint_file(tk, path, weights_path, policy.max_params)
     elif weights_path is not None:
@@ -132,7 +132,7 @@ def rebuild(
     if fp != tk.weights_sha256:
         raise TicketFileError(
             f"{path}: weights fingerprint mismatch (rebuilt {fp[:12]}, ticket {tk.weights_sha256[:12]}); "
-            f"the network cannot be reproduced here (ticket made with torch {tk.created_by.get('torch')}, "
+            f"the network cannot be reproduced here (ticket made with torch {tk.created_by.torch}, "
             f"this is torch {torch.__version__})"
         )
     return net, weights
@@ -174,7 +174,7 @@ def open_loaded(
     net, init_weights_ = rebuild(tk, path, reader.weights, reader.policy, module)
     if splits is None:
         splits = ticket_splits(tk, path, reader.data)
-    check_input_shape(parse_model(tk.model["spec"]), splits, net)
+    check_input_shape(parse_model(tk.model.spec), splits, net)
     net.to(dev)
     masks = {n: m.to(dev) for n, m in tk.masks.items()}
     splits = splits.to(dev)
@@ -186,7 +186,7 @@ def check_own_dataset(tk: ticket_io.Ticket, path: Path) -> None:
     """Refuse, before anything is built, a ticket whose data cannot be found from the ticket alone: the caller's
     in-memory examples (a ticket holds only their split sizes and seed; the examples must be passed again from
     Python) or a dataset this version does not know."""
-    name = tk.data["dataset"]
+    name = tk.data.dataset
     if name == IN_MEMORY:
         raise UsageError(
             f"{path} was extracted from in-memory data, which a ticket does not hold: evaluate it from Python with "
@@ -202,6 +202,4 @@ def ticket_splits(tk: ticket_io.Ticket, path: Path, data: DataSpec) -> Splits:
     is (data.py)."""
     check_own_dataset(tk, path)
     d = tk.data
-    return load_splits(
-        replace(data, name=d["dataset"], n_extract=d["n_extract"], n_val=d["n_val"], split_seed=d["split_seed"])
-    )
+    return load_splits(replace(data, name=d.dataset, n_extract=d.n_extract, n_val=d.n_val, split_seed=d.split_seed))

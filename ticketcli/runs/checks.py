@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.checkpoint import recorded_locations
@@ -16,19 +15,20 @@ from ticketcli.models.masked import MaskedNet
 from ticketcli.seeding import file_sha256
 from ticketcli.specs.run import ModelSpec
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import ModelRecord
 
 
-def batchnorm_convention(record: dict[str, Any], net: MaskedNet, path: Path) -> None:
+def batchnorm_convention(record: ModelRecord, net: MaskedNet, path: Path) -> None:
     """Set up net's BatchNorm as the ticket was evaluated: recalibrated as recorded, or, for tickets written
     before the record existed, the module's own statistics ("frozen")."""
-    stored = record.get("batchnorm")
+    stored = record.batchnorm
     if stored is None:
         if net.batchnorms:
             net.bn_statistics = "frozen"
         return
     if not net.batchnorms:
         raise TicketFileError(
-            f"{path}: the ticket records BatchNorm statistics but model {record.get('spec')} has no BatchNorm layer"
+            f"{path}: the ticket records BatchNorm statistics but model {record.spec} has no BatchNorm layer"
         )
     try:
         net.calibration_batch = batchnorm.read_record(stored)
@@ -36,17 +36,18 @@ def batchnorm_convention(record: dict[str, Any], net: MaskedNet, path: Path) -> 
         raise TicketFileError(f"{path}: {e}") from None
 
 
-def check_user_model(model: ModelSpec, record: dict[str, Any], net: MaskedNet, path: Path) -> None:
+def check_user_model(model: ModelSpec, record: ModelRecord, net: MaskedNet, path: Path) -> None:
     """Refuse a factory whose parameter names or shapes differ from those the ticket recorded."""
     if model.arch != "user":
         return
-    stored = record.get("parameters")
-    if not isinstance(stored, dict):
+    stored = record.parameters
+    if stored is None:
         raise TicketFileError(f"{path}: model {model.to_string()} lacks its recorded 'parameters'")
     now = net.param_shapes()
     missing, extra = sorted(set(stored) - set(now)), sorted(set(now) - set(stored))
-    wrong = [f"{n} {stored[n]} -> {now[n]}" for n in stored if n in now and list(stored[n]) != now[n]]
-    if missing or extra or wrong or record.get("masked", net.names) != net.names:
+    wrong = [f"{n} {list(stored[n])} -> {now[n]}" for n in stored if n in now and list(stored[n]) != now[n]]
+    masked = net.names if record.masked is None else list(record.masked)
+    if missing or extra or wrong or masked != net.names:
         detail = "; ".join(
             f"{k}: {', '.join(v)}"
             for k, v in (("missing", missing), ("unexpected", extra), ("shape changed", wrong))
@@ -63,7 +64,7 @@ def check_planned(tk: ticket_io.Ticket, model: ModelSpec, path: Path, limits: Bu
     ticket recorded). A built-in model's masks hold exactly its parameters: a count that differs is refused as
     different shapes before the budget is weighed."""
     if model.arch == "user":
-        recorded = tk.model.get("parameters") or tk.shapes
+        recorded = tk.model.parameters or tk.shapes
         check_param_count(model, sum(math.prod(s) for s in recorded.values()), limits.max_params)
         return
     try:
@@ -104,8 +105,7 @@ CHECKPOINT_SLACK = 1 << 20  # headers, names and a user model's buffers (norm st
 def checkpoint_bound(tk: ticket_io.Ticket, max_params: int) -> int:
     """The largest file that can hold the weights of the model the ticket describes (its recorded parameters, or
     its masks' shapes, which check_planned matched to the model), never more than max_params allow."""
-    recorded = tk.model.get("parameters") if isinstance(tk.model.get("parameters"), dict) else None
-    n = sum(math.prod(s) for s in (recorded or tk.shapes).values())
+    n = sum(math.prod(s) for s in (tk.model.parameters or tk.shapes).values())
     return CHECKPOINT_BYTES_PER_PARAM * min(n, max_params) + CHECKPOINT_SLACK
 
 
@@ -113,10 +113,8 @@ def recorded_checkpoint(tk: ticket_io.Ticket, path: Path, max_params: int) -> st
     """The checkpoint the ticket recorded, looked for next to the ticket first, then where the path points from
     here (checkpoint.recorded_locations). It is followed only to a plain file of a checkpoint's size: a ticket
     must not make a reader hash /proc/self/pagemap (size 0, endless) or any file of hundreds of GB."""
-    stored = (
-        tk.checkpoint.get("path") if tk.checkpoint else None
-    )  # a string when present (ticketfile/meta.py checks it)
-    if not isinstance(stored, str) or not stored:
+    stored = tk.checkpoint.path if tk.checkpoint else None  # a string when present (ticketfile/meta.py checks it)
+    if not stored:
         raise UsageError(f"{path} was extracted from checkpoint weights; pass them with --weights FILE")
     places = recorded_locations(stored, path)
     found, size = None, None
@@ -153,10 +151,10 @@ def checkpoint_file(tk: ticket_io.Ticket, path: Path, given: str | None, max_par
     if size > bound:  # hashing it would read all of it: far more than this model's weights can take
         raise UsageError(
             f"--weights {weights[:120]} is a file of {size} bytes, more than the {bound} bytes the weights of "
-            f"{tk.model.get('spec', 'the model')[:80]} can take",
+            f"{tk.model.spec[:80]} can take",
             hint="pass the ticket's checkpoint",
         )
-    recorded = tk.checkpoint.get("sha256")  # absent only in hand-made tickets: the weights fingerprint still checks
+    recorded = tk.checkpoint.sha256  # absent only in hand-made tickets: the weights fingerprint still checks
     digest = None if recorded is None else file_sha256(weights)
     if digest != recorded:
         raise TicketFileError(

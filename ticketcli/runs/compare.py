@@ -10,17 +10,21 @@ Overlap only means something between masks over the same parameters: tickets who
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import RUN_FACTS, SPLITS, JsonObject, split_metrics
 from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.runs.header import OfTicket, TicketHeader
+from ticketcli.runs.overlap import LayerOverlap, Overlap, both_kept
 from ticketcli.ticketfile import ticket as ticket_io
-from ticketcli.ticketfile.safetensors_file import popcount_and
+from ticketcli.ticketfile.record import CheckpointRecord, DataRecord, InitRecord, MetricsRecord
+
+__all__ = ["CompareResult", "ComparedTicket", "Difference", "LayerOverlap", "Overlap", "PairComparison"]
 
 SPLIT_KEYS = ("accuracy", "loss", "correct", "n")  # what a stored split may hold in the document (the split shape)
 
@@ -38,97 +42,38 @@ class Difference:
 
 
 @dataclass(frozen=True)
-class Overlap:
-    """Two masks over the same entries (one parameter, or all of them): each one's kept count and how many entries
-    both keep."""
-
-    total: int  # entries
-    kept_a: int
-    kept_b: int
-    both: int  # kept by both
-
-    @property
-    def either(self) -> int:
-        """Entries kept by at least one of the two."""
-        return self.kept_a + self.kept_b - self.both
-
-    @property
-    def jaccard(self) -> float:
-        """|A ∧ B| / |A ∨ B|; 1.0 when neither keeps anything (two empty masks are the same mask)."""
-        return self.both / self.either if self.either else 1.0
-
-    @property
-    def a_kept_in_b(self) -> float | None:
-        """The share of A's kept entries that B keeps too (None when A keeps nothing)."""
-        return self.both / self.kept_a if self.kept_a else None
-
-    @property
-    def b_kept_in_a(self) -> float | None:
-        return self.both / self.kept_b if self.kept_b else None
-
-    def counts(self) -> JsonObject:
-        return {
-            "total": self.total,
-            "kept_a": self.kept_a,
-            "kept_b": self.kept_b,
-            "both": self.both,
-            "either": self.either,
-            "jaccard": self.jaccard,
-            "a_kept_in_b": self.a_kept_in_b,
-            "b_kept_in_a": self.b_kept_in_a,
-        }
-
-
-@dataclass(frozen=True)
-class LayerOverlap:
-    """One masked parameter's overlap (a `layers[]` item: its name and shape, then the counts)."""
-
-    name: str
-    shape: tuple[int, ...]
-    overlap: Overlap
-
-    def to_dict(self) -> JsonObject:
-        return {"name": self.name, "shape": list(self.shape), **self.overlap.counts()}
-
-
-@dataclass(frozen=True)
-class ComparedTicket:
+class ComparedTicket(OfTicket):
     """One ticket as compare reports it: its identity, its stored accuracy and its sparsity counted from the masks."""
 
-    ticket: str
-    model: str  # the model spec string
-    seed: int
-    method: JsonObject  # the method record, as stored
-    init: JsonObject
-    data: JsonObject
+    header: TicketHeader  # its path, method record, model spec and seed
+    init: InitRecord
+    data: DataRecord
     weights_sha256: str
-    checkpoint: JsonObject | None
+    checkpoint: CheckpointRecord | None
     masks_sha256: str | None
     integrity: str
-    metrics: JsonObject  # the stored splits (accuracy, loss, correct, n)
+    metrics: JsonObject  # the stored splits (accuracy, loss, correct, n), as the document shows them
     run: JsonObject  # the facts of the run it records, where well-typed: device, wall_time_s, processes, precision
     requested: float | None  # requested sparsity, as stored
     kept: int  # counted from the masks
     total: int
+    stored: MetricsRecord = field(repr=False)  # the ticket's metrics record, whose accuracies `accuracy` reads
 
     @property
     def achieved(self) -> float:
         return 1.0 - self.kept / self.total
 
     def accuracy(self, split: str) -> float | None:
-        value = self.metrics.get(split, {}).get("accuracy")
-        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        """The stored accuracy of "test" or "val" (None when the ticket records none)."""
+        return self.stored.accuracy(split)
 
     def to_dict(self) -> JsonObject:
         return {
-            "ticket": self.ticket,
-            "model": self.model,
-            "seed": self.seed,
-            "method": self.method,
-            "init": self.init,
-            "data": self.data,
+            **self.header.to_dict("ticket", "model", "seed", "method"),
+            "init": self.init.to_json(),
+            "data": self.data.to_json(),
             "weights_sha256": self.weights_sha256,
-            "checkpoint": self.checkpoint,
+            "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json(),
             "masks_sha256": self.masks_sha256,
             "integrity": self.integrity,
             "metrics": self.metrics,
@@ -238,7 +183,7 @@ def _same_layout(a: ticket_io.MaskFile, b: ticket_io.MaskFile) -> None:
     sa, sb = a.scan.ticket.shapes, b.scan.ticket.shapes
     if list(sa.items()) == list(sb.items()):
         return
-    models = f"{a.scan.ticket.model['spec'][:80]} vs {b.scan.ticket.model['spec'][:80]}"
+    models = f"{a.scan.ticket.model.spec[:80]} vs {b.scan.ticket.model.spec[:80]}"
     names = [n for n in sa if n not in sb][:1] or [n for n in sb if n not in sa][:1]
     if names:
         n = names[0]
@@ -257,14 +202,10 @@ def _same_layout(a: ticket_io.MaskFile, b: ticket_io.MaskFile) -> None:
 
 def _compared(f: ticket_io.MaskFile) -> ComparedTicket:
     tk, counts = f.scan.ticket, f.scan.counts
-    splits, facts = split_metrics(tk.metrics)
+    splits, facts = split_metrics(tk.metrics.to_json())
     metrics = {s: {k: v for k, v in splits[s].items() if k in SPLIT_KEYS} for s in SPLITS if s in splits}
-    requested = tk.sparsity.get("requested")
     return ComparedTicket(
-        ticket=str(f.path),
-        model=tk.model["spec"],
-        seed=tk.init["seed"],
-        method=tk.method,
+        header=TicketHeader.of(f.path, tk),
         init=tk.init,
         data=tk.data,
         weights_sha256=tk.weights_sha256,
@@ -273,9 +214,10 @@ def _compared(f: ticket_io.MaskFile) -> ComparedTicket:
         integrity=tk.integrity,
         metrics=metrics,
         run={k: facts[k] for k in RUN_FACTS if k in facts and _fact_ok(k, facts[k])},
-        requested=requested if isinstance(requested, (int, float)) and not isinstance(requested, bool) else None,
+        requested=tk.sparsity.requested,
         kept=sum(k for k, _ in counts.values()),
         total=sum(t for _, t in counts.values()),
+        stored=tk.metrics,
     )
 
 
@@ -295,14 +237,15 @@ def init_differences(a: ticket_io.Ticket, b: ticket_io.Ticket) -> tuple[Differen
     diffs = []
     if a.weights_sha256 != b.weights_sha256:
         diffs.append(Difference("weights_sha256", a.weights_sha256, b.weights_sha256))
-    if a.model.get("spec") != b.model.get("spec"):
-        diffs.append(Difference("model.spec", a.model.get("spec"), b.model.get("spec")))
+    if a.model.spec != b.model.spec:
+        diffs.append(Difference("model.spec", a.model.spec, b.model.spec))
     else:
-        diffs += _keys("model", a.model, b.model)
-    diffs += _keys("init", a.init, b.init)
-    ca, cb = a.checkpoint or {}, b.checkpoint or {}
-    if ca.get("sha256") != cb.get("sha256") or (a.checkpoint is None) != (b.checkpoint is None):
-        diffs.append(Difference("checkpoint.sha256", ca.get("sha256"), cb.get("sha256")))
+        diffs += _keys("model", a.model.to_json(), b.model.to_json())
+    diffs += _keys("init", a.init.to_json(), b.init.to_json())
+    sa = None if a.checkpoint is None else a.checkpoint.sha256
+    sb = None if b.checkpoint is None else b.checkpoint.sha256
+    if sa != sb or (a.checkpoint is None) != (b.checkpoint is None):
+        diffs.append(Difference("checkpoint.sha256", sa, sb))
     return tuple(diffs)
 
 
@@ -319,7 +262,7 @@ def _pair(
     layers = []
     for name, shape in a.shapes.items():
         (kept_a, total), (kept_b, _) = fa.scan.counts[name], fb.scan.counts[name]
-        both = _both(fa.pieces(name), fb.pieces(name))
+        both = both_kept(fa.pieces(name), fb.pieces(name))
         if both > min(kept_a, kept_b):  # the bytes read now are not those validated: a file written in place
             raise TicketFileError(f"{fa.path} or {fb.path} changed while being compared; compare them again")
         layers.append(LayerOverlap(name, tuple(shape), Overlap(total, kept_a, kept_b, both)))
@@ -332,27 +275,8 @@ def _pair(
         a=i,
         b=j,
         init_differences=init_differences(a, b),
-        data_differences=tuple(_keys("data", a.data, b.data)),
+        data_differences=tuple(_keys("data", a.data.to_json(), b.data.to_json())),
         overlap=overlap,
         layers=tuple(layers),
         change=change,
     )
-
-
-def _both(pa: Iterator[bytes], pb: Iterator[bytes]) -> int:
-    """Entries set in both of two equally long packed masks, read piece by piece (the pieces of two files usually
-    line up; when a read comes back short, the longer piece waits for the rest of the other)."""
-    count, rest_a, rest_b = 0, b"", b""
-    for piece in pa:
-        rest_a += piece
-        while len(rest_b) < len(rest_a):
-            more = next(pb, None)
-            if more is None:
-                break
-            rest_b += more
-        n = min(len(rest_a), len(rest_b))
-        count += popcount_and(rest_a[:n], rest_b[:n])
-        rest_a, rest_b = rest_a[n:], rest_b[n:]
-    if rest_a or rest_b or next(pb, None):
-        raise RuntimeError("two masks of one shape were read back with different lengths")  # the layout checks it
-    return count

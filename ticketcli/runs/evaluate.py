@@ -14,10 +14,12 @@ from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import UsageError
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs.build import OpenTicket, open_ticket
+from ticketcli.runs.header import OfTicket, TicketHeader
 from ticketcli.runs.parts import LayerCount, SplitMetrics, layer_counts
 from ticketcli.runs.record import counted_layers
 from ticketcli.specs.run import ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import SplitRecord
 from ticketcli.train import evaluate
 
 
@@ -68,15 +70,12 @@ class Gate:
 
 
 @dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
-class EvaluateResult(Result):
+class EvaluateResult(OfTicket, Result):
     """What `ticket evaluate` reports: the re-measured accuracies next to those the ticket stored."""
 
     COMMAND: ClassVar[str] = "evaluate"
 
-    ticket: str
-    method: JsonObject  # the ticket's method record
-    model: str  # the ticket's model spec string
-    seed: int
+    header: TicketHeader  # the ticket's path, method record, model spec and seed
     device: str  # where it was measured
     test: SplitMetrics
     val: SplitMetrics
@@ -91,10 +90,7 @@ class EvaluateResult(Result):
 
     def body(self) -> JsonObject:
         doc: JsonObject = {
-            "ticket": self.ticket,
-            "method": self.method,
-            "model": self.model,
-            "seed": self.seed,
+            **self.header.to_dict(),
             "device": self.device,
             "reproduced": self.reproduced,
             "integrity": self.integrity,
@@ -119,27 +115,18 @@ def evaluation_summary(
 ) -> EvaluateResult:
     """What `ticket evaluate` prints: the re-measured accuracies next to those the ticket stored."""
     stored = tk.metrics
-    reproduced = (
-        stored.get("test", {}).get("correct") == test["correct"]
-        and stored.get("val", {}).get("correct") == val["correct"]
-    )
+    st, sv = stored.test or SplitRecord.of(None), stored.val or SplitRecord.of(None)  # a split it does not record
+    reproduced = st.correct == test["correct"] and sv.correct == val["correct"]
     return EvaluateResult(
-        ticket=str(path),
-        method=tk.method,
-        model=tk.model["spec"],
-        seed=tk.init["seed"],
+        header=TicketHeader.of(path, tk),
         device=str(device),
         test=SplitMetrics.of(test),
         val=SplitMetrics.of(val),
-        stored=StoredMetrics(
-            test_accuracy=stored.get("test", {}).get("accuracy"),
-            val_accuracy=stored.get("val", {}).get("accuracy"),
-            device=stored.get("device"),
-        ),
+        stored=StoredMetrics(test_accuracy=st.accuracy, val_accuracy=sv.accuracy, device=stored.device),
         reproduced=reproduced,
-        requested_sparsity=tk.sparsity.get("requested"),
-        achieved_sparsity=tk.sparsity.get("achieved"),
-        layers=layer_counts(counted_layers(tk.masks, tk.sparsity.get("per_layer"))),
+        requested_sparsity=tk.sparsity.requested,
+        achieved_sparsity=tk.sparsity.achieved,
+        layers=layer_counts(counted_layers(tk.masks, tk.sparsity)),
         integrity=tk.integrity,
     )
 

@@ -16,7 +16,7 @@ from torch import nn
 from ticketcli.data.datasets import Splits, load_splits
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import check_destination
-from ticketcli.files.checkpoint import Checkpointer, checkpoint_path, saved_at
+from ticketcli.files.checkpoint import Checkpointer, checkpoint_path
 from ticketcli.methods.base import Details, Progress
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs import build as runs_build
@@ -74,7 +74,8 @@ def extract_ticket(
     run = run_extraction(
         spec, progress=progress, checkpoint=saver if checkpoint_every is not None or resume else None, chunks=chunks
     )
-    run.ticket.checkpoint = saved_at(run.ticket.checkpoint, out)  # readers look for it beside the ticket first
+    cp = run.ticket.checkpoint
+    run.ticket.checkpoint = None if cp is None else cp.saved_at(out)  # readers look for it beside the ticket first
     size = None
     if world.main:  # under torchrun only rank 0 writes; every rank holds the same masks (checked in run_extraction)
         size = ticket_io.save(run.ticket, out, overwrite=overwrite)

@@ -11,11 +11,12 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.runs.header import TicketHeader
 from ticketcli.ticketfile import ticket as ticket_io
 
 SUFFIX = ".safetensors"  # in a folder or a glob's matches, only files named so are read as tickets
@@ -65,10 +66,6 @@ def ticket_paths(paths: Sequence[Path]) -> list[Path]:
         named = ", ".join(str(p) for p in paths[:3]) + (", ..." if len(paths) > 3 else "")
         raise UsageError(f"no ticket files (*{SUFFIX}) in {named}", hint="give a folder of tickets, a file or a glob")
     return unique
-
-
-def _number(value: Any) -> float | None:
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -125,18 +122,18 @@ def inspect_row(path: Path) -> TicketRow:
     tk = scanned.ticket
     kept = sum(k for k, _ in scanned.counts.values())
     total = sum(t for _, t in scanned.counts.values())
-    metrics = tk.metrics
+    header = TicketHeader.of(path, tk)
     return TicketRow(
-        ticket=str(path),
+        ticket=header.ticket,
         integrity=tk.integrity,
         file_bytes=size,
-        method=tk.method.get("name"),
-        model=tk.model.get("spec"),
-        seed=tk.init.get("seed"),
-        requested_sparsity=_number(tk.sparsity.get("requested")),
+        method=header.method.name,
+        model=header.model,
+        seed=header.seed,
+        requested_sparsity=tk.sparsity.requested,
         achieved_sparsity=1.0 - kept / total if total else None,
-        test_accuracy=_number((metrics.get("test") or {}).get("accuracy")),
-        val_accuracy=_number((metrics.get("val") or {}).get("accuracy")),
+        test_accuracy=tk.metrics.accuracy("test"),
+        val_accuracy=tk.metrics.accuracy("val"),
         masks_sha256=tk.masks_sha256,
     )
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import SPARSITY_KEYS, JsonObject, run_metrics_fields
+from ticketcli.ticketfile import record
 from ticketcli.ticketfile import ticket as ticket_io
 
 
@@ -50,15 +51,15 @@ class InspectResult(Result):
     ticket: str
     file_bytes: int
     format_version: str
-    model: JsonObject
-    init: JsonObject
+    model: record.ModelRecord
+    init: record.InitRecord
     weights_sha256: str
-    method: JsonObject
-    data: JsonObject
-    sparsity: JsonObject  # the file's sparsity field (its per-layer part is left to `masks`)
-    metrics: JsonObject  # the file's metrics field: splits and the facts of the run
-    checkpoint: JsonObject | None
-    created_by: JsonObject
+    method: record.MethodRecord
+    data: record.DataRecord
+    sparsity: record.SparsityRecord  # the file's sparsity field (its per-layer part is left to `masks`)
+    metrics: record.MetricsRecord  # the file's metrics field: splits and the facts of the run
+    checkpoint: record.CheckpointRecord | None
+    created_by: record.Provenance
     masks: tuple[MaskCount, ...]  # in the ticket's order
     density: float  # kept / total over every mask
     packed_mask_bytes: int
@@ -70,19 +71,19 @@ class InspectResult(Result):
             "ticket": self.ticket,
             "file_bytes": self.file_bytes,
             "format_version": self.format_version,
-            "model": self.model,
-            "init": self.init,
+            "model": self.model.to_json(),
+            "init": self.init.to_json(),
             "weights_sha256": self.weights_sha256,
-            "method": self.method,
-            "data": self.data,
-            "checkpoint": self.checkpoint,
-            "created_by": self.created_by,
+            "method": self.method.to_json(),
+            "data": self.data.to_json(),
+            "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json(),
+            "created_by": self.created_by.to_json(),
             "packed_mask_bytes": self.packed_mask_bytes,
             "masks_sha256": self.masks_sha256,
             "integrity": self.integrity,
         }
-        run_metrics_fields(doc, self.metrics)
-        known = {k: v for k, v in self.sparsity.items() if k in SPARSITY_KEYS}
+        run_metrics_fields(doc, self.metrics.to_json())
+        known = self.sparsity.subset(SPARSITY_KEYS)
         doc["sparsity"] = {**known, "density": self.density}
         doc["layers"] = [m.to_dict() for m in self.masks]  # counted from the packed masks, not taken from the file
         return doc
@@ -94,9 +95,8 @@ def inspect_ticket(path: str | Path) -> InspectResult:
     path = Path(path)
     scanned = ticket_io.scan(path)
     tk = scanned.ticket
-    per_layer = tk.sparsity.get("per_layer")
     masks = tuple(
-        MaskCount(n, tuple(tk.shapes[n]), kept, total, recorded_aux_share(per_layer, n).get("aux_share"))
+        MaskCount(n, tuple(tk.shapes[n]), kept, total, tk.sparsity.layer(n).aux_share)
         for n, (kept, total) in scanned.counts.items()
     )
     kept = sum(k for k, _ in scanned.counts.values())
@@ -120,11 +120,3 @@ def inspect_ticket(path: str | Path) -> InspectResult:
         masks_sha256=tk.masks_sha256,
         integrity=tk.integrity,
     )
-
-
-def recorded_aux_share(per_layer: Any, name: str) -> dict[str, Any]:
-    """{"aux_share": x} when a ticket's per-layer report records a number in [0, 1] for `name`, else {}."""
-    entry = per_layer.get(name) if isinstance(per_layer, dict) else None
-    share = entry.get("aux_share") if isinstance(entry, dict) else None
-    ok = isinstance(share, (int, float)) and not isinstance(share, bool) and 0 <= share <= 1
-    return {"aux_share": share} if ok else {}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ticketcli.contract.schema import JsonObject
+from ticketcli.ticketfile.record import SplitRecord
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,13 @@ class SplitMetrics:
     def of(cls, measured: Mapping[str, Any]) -> SplitMetrics:
         """From train.evaluate's dict (this package's own measurement, never a file's)."""
         return cls(accuracy=measured["accuracy"], loss=measured["loss"], correct=measured["correct"], n=measured["n"])
+
+    @classmethod
+    def stored(cls, split: SplitRecord) -> SplitMetrics:
+        """From a ticket this package has just written (its splits hold every value)."""
+        assert split.accuracy is not None and split.loss is not None and split.correct is not None
+        assert split.n is not None
+        return cls(accuracy=split.accuracy, loss=split.loss, correct=split.correct, n=split.n)
 
     def to_dict(self) -> JsonObject:
         return {"accuracy": self.accuracy, "loss": self.loss, "correct": self.correct, "n": self.n}

@@ -15,12 +15,12 @@ from ticketcli.methods.base import Details, ExtractResult
 from ticketcli.models import batchnorm
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
-from ticketcli.runs.inspect import recorded_aux_share
 from ticketcli.runtime import distributed, machine
 from ticketcli.seeding import fingerprint
 from ticketcli.settings.resolve import method_options
 from ticketcli.specs.run import ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import SparsityRecord
 from ticketcli.train import evaluate
 from ticketcli.version import __version__
 
@@ -150,8 +150,8 @@ def make_ticket(
     checkpoint: JsonObject | None,
 ) -> ticket_io.Ticket:
     """The ticket of an extraction: masks, provenance, sparsity and metrics (weights are the initial ones)."""
-    return ticket_io.Ticket(
-        masks={n: m.cpu() for n, m in masks.items()},
+    return ticket_io.Ticket.of(
+        {n: m.cpu() for n, m in masks.items()},
         model=model_record(spec.model, net),
         init=spec.init.to_dict(),
         weights_sha256=fingerprint(weights),
@@ -180,11 +180,12 @@ def method_record(spec: RunSpec, score_init: dict[str, str] | None, details: Det
     }
 
 
-def counted_layers(masks: dict[str, torch.Tensor], stored: Any) -> dict[str, JsonObject]:
+def counted_layers(masks: dict[str, torch.Tensor], stored: SparsityRecord) -> dict[str, JsonObject]:
     """Per-parameter kept, total and achieved sparsity counted from a loaded ticket's masks (what the file claims is
     not repeated), with the auxiliary share it recorded when that is a number in [0, 1]."""
     layers = {}
     for name, s in mask_stats(masks)["per_param"].items():
-        entry = {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
-        layers[name] = entry | recorded_aux_share(stored, name)
+        entry: JsonObject = {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
+        share = stored.layer(name).aux_share
+        layers[name] = entry if share is None else {**entry, "aux_share": share}
     return layers

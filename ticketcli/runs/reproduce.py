@@ -22,6 +22,7 @@ from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Setting
 from ticketcli.specs.run import MODULE_INIT
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import MetricsRecord
 from ticketcli.version import __version__
 
 ALWAYS = ("method", "sparsity", "model", "dataset", "seed", "epochs", "device")  # in the command even at default
@@ -103,8 +104,8 @@ def _refuse(path: Path, why: str, hint: str | None = None) -> UsageError:
     return UsageError(f"{path}: no command reproduces this ticket: {why}", hint=hint)
 
 
-def _device(metrics: dict[str, Any]) -> str:
-    device = str(metrics.get("device", "cpu"))
+def _device(metrics: MetricsRecord) -> str:
+    device = "cpu" if metrics.device is None else metrics.device
     return device.split(":")[0] if device.startswith("cuda") else device
 
 
@@ -113,7 +114,7 @@ def reproduction(path: str | Path) -> Reproduction:
     a module class defined in a script) is one UsageError saying why."""
     path = Path(path)
     tk = ticket_io.scan(path).ticket  # validated like inspect: a bad file is one line, exit 2
-    dataset = tk.data.get("dataset")
+    dataset = tk.data.dataset
     if not isinstance(dataset, str) or dataset not in DATASETS:
         raise _refuse(
             path,
@@ -121,42 +122,42 @@ def reproduction(path: str | Path) -> Reproduction:
             hint="extract it again in Python with tc.extract(..., data=...) on the same data and seed",
         )
     model = tk.model
-    factory = str(model.get("factory") or "")
+    factory = model.factory or ""
     module = factory.split(":")[0]
-    if model.get("arch") == "user" and (module in NOT_IMPORTABLE or "<" in factory):
+    if model.arch == "user" and (module in NOT_IMPORTABLE or "<" in factory):
         raise _refuse(
             path,
             f"its model is the class {factory}, defined in a script or notebook that no command can import",
             hint="move the class into an importable module and extract with --model pkg.module:Class",
         )
     init, data = tk.init, tk.data
-    if data.get("split_seed") != init.get("seed"):
-        raise _refuse(path, f"its split seed {data.get('split_seed')} is not its seed {init.get('seed')}")
+    if data.split_seed != init.seed:
+        raise _refuse(path, f"its split seed {data.split_seed} is not its seed {init.seed}")
     method = tk.method
     settings: dict[str, Any] = {}
     recorded: dict[str, Any] = {
-        "method": method.get("name"),
-        **{k: v for k, v in method.items() if k in RUN and k not in ("method", "model", "dataset", "seed")},
-        "seed": init.get("seed"),
-        "model": model.get("spec"),
-        "init": init.get("scheme"),
+        "method": method.name,
+        **{k: v for k, v in method.options().items() if k in RUN and k not in ("method", "model", "dataset", "seed")},
+        "seed": init.seed,
+        "model": model.spec,
+        "init": init.scheme,
         "dataset": dataset,
-        "n_extract": data.get("n_extract"),
-        "n_val": data.get("n_val"),
+        "n_extract": data.n_extract,
+        "n_val": data.n_val,
         "device": _device(tk.metrics),
     }
-    if init.get("scheme") != MODULE_INIT:
-        recorded["init_k"] = init.get("k")
+    if init.scheme != MODULE_INIT:
+        recorded["init_k"] = init.k
     notes: list[str] = []
     if tk.checkpoint:
-        recorded["weights"] = str(path.parent / str(tk.checkpoint.get("path")))
+        recorded["weights"] = str(path.parent / str(tk.checkpoint.path))
         notes.append(f"the ticket's weights came from {recorded['weights']}, which must hold the same weights")
-    if model.get("arch") == "user":
+    if model.arch == "user":
         notes.append(f"the model factory {factory} must be importable where the command runs")
     for s in RUN:  # in the declarations' order, as extract --help lists them
         if s.name in recorded and recorded[s.name] is not None:
             settings[s.name] = recorded[s.name]
-    made_by = tk.created_by.get("ticketcli")
+    made_by = tk.created_by.ticketcli
     full = made_by != __version__
     entry = DATASETS.get(dataset)
     for name, default in (("n_extract", entry.n_extract), ("n_val", entry.n_val)):
@@ -164,11 +165,11 @@ def reproduction(path: str | Path) -> Reproduction:
             settings.pop(name)  # the dataset's own default (RUN's is None: "the dataset's")
     if full:
         notes.append(f"the ticket was made by ticketcli {made_by}, this is {__version__}: every setting is named")
-    processes = tk.metrics.get("processes", 1)
+    processes = tk.metrics.processes
     return Reproduction(
         ticket=str(path),
         settings=settings,
-        processes=processes if isinstance(processes, int) and not isinstance(processes, bool) else 1,
+        processes=1 if processes is None else processes,
         full=full,
         notes=tuple(notes),
     )

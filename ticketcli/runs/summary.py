@@ -3,17 +3,27 @@ extract_summary from the written ticket's own fields, with its typed sparsity an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar, TypeVar
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import JsonObject
 from ticketcli.methods.base import Details
-from ticketcli.runs.parts import LayerCount, SplitMetrics, layer_counts
+from ticketcli.runs.header import OfTicket, TicketHeader
+from ticketcli.runs.parts import LayerCount, SplitMetrics
 from ticketcli.specs.run import RunSpec
+from ticketcli.ticketfile import record
 from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.record import CheckpointRecord
+
+T = TypeVar("T")
+
+
+def written(value: T | None) -> T:
+    """A value the writer always records: the ticket is this extraction's own, never a file's."""
+    assert value is not None
+    return value
 
 
 @dataclass(frozen=True)
@@ -33,21 +43,23 @@ class SparsityRecord:
     rounds: tuple[JsonObject, ...] | None = None  # iterated: per round, its augmented density and sparsity
 
     @classmethod
-    def of(cls, report: Mapping[str, Any]) -> SparsityRecord:
-        """From sparsity_report's dict."""
-        densities = report.get("requested_layer_densities")
-        rounds = report.get("rounds")
+    def of(cls, report: record.SparsityRecord) -> SparsityRecord:
+        """From the written ticket's sparsity record (sparsity_report's, so every count is there)."""
+        layers = []
+        for name in report.layer_names():
+            e = report.layer(name)
+            layers.append(LayerCount(name, written(e.kept), written(e.total), written(e.achieved), e.aux_share))
         return cls(
-            requested=report["requested"],
-            achieved=report["achieved"],
-            kept=report["kept"],
-            total=report["total"],
-            layers=layer_counts(report["per_layer"]),
-            requested_layer_densities=None if densities is None else tuple(densities),
-            aug_density=report.get("aug_density"),
-            aux_share=report.get("aux_share"),
-            projected=bool(report.get("projected")),
-            rounds=None if rounds is None else tuple(rounds),
+            requested=written(report.requested),
+            achieved=written(report.achieved),
+            kept=written(report.kept),
+            total=written(report.total),
+            layers=tuple(layers),
+            requested_layer_densities=report.requested_layer_densities,
+            aug_density=report.aug_density,
+            aux_share=report.aux_share,
+            projected=report.projected,
+            rounds=report.rounds,
         )
 
     def to_dict(self) -> JsonObject:
@@ -89,55 +101,51 @@ class RunMetrics:
     trained: TrainedMetrics | None = None
 
     @classmethod
-    def of(cls, metrics: Mapping[str, Any]) -> RunMetrics:
-        """From run_metrics's dict."""
-        t = metrics.get("trained")
+    def of(cls, metrics: record.MetricsRecord) -> RunMetrics:
+        """From the written ticket's metrics record (run_metrics's, so both splits and the facts are there)."""
+        t = metrics.trained
         trained = None
         if t is not None:
-            trained = TrainedMetrics(SplitMetrics.of(t["test"]), SplitMetrics.of(t["val"]), t["note"])
+            trained = TrainedMetrics(SplitMetrics.stored(t.test), SplitMetrics.stored(t.val), written(t.note))
         return cls(
-            test=SplitMetrics.of(metrics["test"]),
-            val=SplitMetrics.of(metrics["val"]),
-            device=metrics["device"],
-            wall_time_s=metrics["wall_time_s"],
-            processes=metrics.get("processes"),
-            precision=metrics.get("precision"),
+            test=SplitMetrics.stored(written(metrics.test)),
+            val=SplitMetrics.stored(written(metrics.val)),
+            device=written(metrics.device),
+            wall_time_s=written(metrics.wall_time_s),
+            processes=metrics.processes,
+            precision=metrics.precision,
             trained=trained,
         )
 
 
 @dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
-class ExtractionResult(Result):
+class ExtractionResult(OfTicket, Result):
     """What `ticket extract` reports: where the ticket went, what it holds, how well it does. `method`,
     `checkpoint` and `masks_sha256` are the ticket's own fields, as `ticket inspect` reports them from the file."""
 
     COMMAND: ClassVar[str] = "extract"
 
-    ticket: str  # the path written
+    header: TicketHeader  # the path written, the ticket's method record, model spec and seed
     file_bytes: int | None  # None on the ranks of a torchrun run that do not write
-    method: JsonObject  # the ticket's method record
-    seed: int
-    model: str  # the model spec string
     data: JsonObject  # the ticket's data record and where the data came from (`source`)
     sparsity: SparsityRecord
     metrics: RunMetrics
     score_params: dict[str, int] | None  # score methods: trainable and total score tensors per weight
-    checkpoint: JsonObject | None
+    checkpoint: CheckpointRecord | None
     masks_sha256: str
     threads: int | None = None  # torch's CPU threads, as the command ran
 
     def body(self) -> JsonObject:
         doc: JsonObject = {
-            "ticket": self.ticket,
+            **self.header.to_dict("ticket"),
             "file_bytes": self.file_bytes,
-            "method": self.method,
-            "seed": self.seed,
-            "model": self.model,
+            **self.header.to_dict("method", "seed", "model"),
             "data": self.data,
         }
         if self.score_params is not None:
             doc["score_params"] = self.score_params
-        doc.update(checkpoint=self.checkpoint, masks_sha256=self.masks_sha256)
+        checkpoint = None if self.checkpoint is None else self.checkpoint.to_json()
+        doc.update(checkpoint=checkpoint, masks_sha256=self.masks_sha256)
         if self.threads is not None:
             doc["threads"] = self.threads
         m = self.metrics
@@ -162,12 +170,9 @@ def extract_summary(
     and `masks_sha256` are the ticket's own fields, as `ticket inspect` reports them from the written file (the
     digest from ticket.masks_sha256, the function that records it)."""
     return ExtractionResult(
-        ticket=str(out),
+        header=TicketHeader.of(out, tk),
         file_bytes=size,
-        method=tk.method,
-        seed=spec.init.seed,
-        model=spec.model.to_string(),
-        data={**tk.data, "source": source},
+        data={**tk.data.to_json(), "source": source},
         sparsity=SparsityRecord.of(tk.sparsity),
         metrics=RunMetrics.of(tk.metrics),
         score_params=details.get("score_params"),

@@ -31,7 +31,7 @@ def run_task(task: SweepTask, threads: int) -> tuple[SweepRecord, bytes]:
     m = summary.metrics
     record = SweepRecord(
         **task.identity(),
-        method=summary.method,
+        method=summary.method.to_json(),  # the ticket's method record, as extract and inspect report it
         requested_sparsity=task.spec.method.sparsity,
         layer_densities=task.spec.method.layer_densities,
         test_accuracy=m.test.accuracy,

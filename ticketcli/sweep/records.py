@@ -186,7 +186,10 @@ def finished(
     except TicketFileError as e:
         return None, str(e)
     # the ticket's own method record and digest, as inspect reads them (an older record may hold others)
-    return SweepRecord.of({**record, "ticket": str(ticket), "method": loaded.method, "masks_sha256": digest}), None
+    return (
+        SweepRecord.of({**record, "ticket": str(ticket), "method": loaded.method.to_json(), "masks_sha256": digest}),
+        None,
+    )
 
 
 def differences(old: Any, new: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any, Any]]:

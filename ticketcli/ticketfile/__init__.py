@@ -3,8 +3,9 @@ without trusting it.
 
 Its modules, bottom to top: `meta` (the metadata checked before use: bounded, strict JSON and a type and range for
 every field a reader uses), `safetensors_file` (the container read without trusting it: the header checked with
-size limits before any tensor byte, then bounded chunks) and `ticket` (the `Ticket`: pack the masks, save, load,
-validate, the masks' digest).
+size limits before any tensor byte, then bounded chunks), `record` (the typed records the metadata becomes, each
+writing back the JSON it was read from), `layout` (a file's header and metadata checked, its masks' bytes walked) and
+`ticket` (the `Ticket`: pack the masks, save, load, validate, the masks' digest).
 
 What it may import (tests/test_layers.py places each module): the standard library, numpy and the torch-free
 foundations (`errors`, `specs`, `spec_syntax`, `machine`, `budget`, `atomic`) at module level, so that `ticket

@@ -107,8 +107,8 @@ def extract_final(tracking: Tracking, result: Any, step: int) -> None:
         metrics["aux_share"] = sp.aux_share
         metrics |= {f"aux_share/{c.name}": c.aux_share for c in sp.layers if c.aux_share is not None}
     data = {k: v for k, v in result.data.items() if k in ("dataset", "n_extract", "n_val", "split_seed")}
-    hparams: dict[str, Scalar] = {**flat(result.method, "method."), "model": result.model, "seed": result.seed}
-    hparams |= {"method": result.method["name"], **flat(data, "data.")}
+    hparams: dict[str, Scalar] = {**flat(result.method.to_json(), "method."), "model": result.model}
+    hparams |= {"seed": result.seed, "method": result.method.name, **flat(data, "data.")}
     tracking.finish(step, metrics, hparams)
     doc = result.to_document()
     tracking.tags({"schema": doc["schema"], "masks_sha256": result.masks_sha256, "ticket": str(result.ticket)})
@@ -123,14 +123,14 @@ def weak_info(ticket: Path) -> RunInfo:
     from ticketcli.ticketfile import ticket as ticket_io
 
     tk = ticket_io.scan(ticket)
-    sparsity = tk.ticket.method.get("sparsity")
-    model = tk.ticket.model.get("spec") or tk.ticket.model.get("arch") or "model"
-    name = run_name("weak", tk.ticket.method.get("name"), model, f"seed{tk.ticket.init.get('seed')}")
+    sparsity = tk.ticket.method.sparsity
+    model = tk.ticket.model.spec or tk.ticket.model.arch or "model"
+    name = run_name("weak", tk.ticket.method.name, model, f"seed{tk.ticket.init.seed}")
     name = run_name(name, density_text(sparsity if isinstance(sparsity, float) else None))
     tags = {"command": "train-weak", "ticket": str(ticket)}
     if tk.ticket.masks_sha256:
         tags["masks_sha256"] = tk.ticket.masks_sha256
-    return RunInfo(name, {"method": str(tk.ticket.method.get("name"))}, tags)
+    return RunInfo(name, {"method": tk.ticket.method.name}, tags)
 
 
 def weak_epochs(tracking: Tracking, warn: Warn) -> Callable[[JsonObject], None]:
@@ -160,7 +160,7 @@ def weak_final(tracking: Tracking, result: Any) -> None:
         final |= {f"{label}/test_accuracy": run.final.test.accuracy, f"{label}/test_loss": run.final.test.loss}
         final |= {f"{label}/gain": run.gain, f"{label}/best_val_accuracy": run.best_val_accuracy}
     hparams: dict[str, Scalar] = {**flat(dataclasses.asdict(result.spec), "weak."), "model": result.model}
-    hparams |= {"seed": result.seed, "method": result.method["name"], "dense_baseline": result.dense is not None}
+    hparams |= {"seed": result.seed, "method": result.method.name, "dense_baseline": result.dense is not None}
     hparams |= {"sparsity/achieved": result.sparsity.achieved, "dataset": result.data.get("dataset", "")}
     tracking.finish(epochs, final, hparams)
     tracking.tags({"schema": result.to_document()["schema"], "integrity": result.integrity})

@@ -9,6 +9,7 @@ from typing import Any
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import JsonObject, layer_list
+from ticketcli.runs.header import OfTicket, TicketHeader
 from ticketcli.specs.weak import WeakSpec
 
 
@@ -120,16 +121,13 @@ class WrittenWeights:
 
 
 @dataclass(frozen=True)
-class WeakResult(Result):
+class WeakResult(OfTicket, Result):
     """What `ticket train-weak` reports: the ticket, the training settings, the masked run (and the dense baseline's)
     and the check that the trained weights kept the mask; `to_document()` is its --json document."""
 
     COMMAND = "train-weak"
-    ticket: str
+    header: TicketHeader  # the ticket's path, method record, model spec and seed
     ticket_sha256: str
-    method: dict[str, Any]  # the ticket's method record
-    model: str
-    seed: int
     device: str
     data: dict[str, Any]  # the ticket's data record (dataset, n_extract, n_val, split_seed) and n_test
     spec: WeakSpec
@@ -145,11 +143,9 @@ class WeakResult(Result):
 
     def body(self) -> JsonObject:
         doc: JsonObject = {
-            "ticket": self.ticket,
+            **self.header.to_dict("ticket"),
             "ticket_sha256": self.ticket_sha256,
-            "method": self.method,
-            "model": self.model,
-            "seed": self.seed,
+            **self.header.to_dict("method", "model", "seed"),
             "device": self.device,
             "data": self.data,
             **self.spec.to_dict(),

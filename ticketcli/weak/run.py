@@ -22,6 +22,7 @@ from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.masking import mask_stats
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs.build import OpenTicket, open_ticket
+from ticketcli.runs.header import TicketHeader
 from ticketcli.runs.record import counted_layers
 from ticketcli.runtime import distributed, machine
 from ticketcli.seeding import file_sha256, generator
@@ -82,7 +83,7 @@ def train_run(
 
     t0 = time.perf_counter()
     # one generator tag for both runs: the masked run and the dense baseline see the same batch order
-    train_on_extract(trainer, s, spec, generator(o.ticket.init["seed"], "train-weak"), on_epoch=on_epoch)
+    train_on_extract(trainer, s, spec, generator(o.ticket.init.seed, "train-weak"), on_epoch=on_epoch)
     wall = time.perf_counter() - t0
     distributed.check_identical(trainer.weights(), f"the {label} run's trained weights")  # under torchrun only
     net.load_weights(trainer.weights())
@@ -141,19 +142,18 @@ def train_weak(
     tk = o.ticket
     masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress, chunks=chunks)
     trained = state_dict(trainer, o.masks)
-    per_layer = counted_layers(o.masks, tk.sparsity.get("per_layer"))
+    per_layer = counted_layers(o.masks, tk.sparsity)
     weights_check = check_sparsity(trained, o.masks)
     stats = mask_stats({n: m.cpu() for n, m in o.masks.items()})
     sparsity = WeakSparsity(
-        requested=tk.sparsity.get("requested"),
+        requested=tk.sparsity.requested,
         kept=stats["kept"],
         total=stats["total"],
         achieved=1.0 - stats["density"],
         per_layer=per_layer,
     )
     ticket_sha = file_sha256(str(path))
-    recorded = ("dataset", "n_extract", "n_val", "split_seed")
-    data_record: dict[str, Any] = {k: tk.data[k] for k in recorded if k in tk.data}
+    data_record = tk.data.split()
     data_record["n_test"] = int(o.splits.y_test.numel())
     dense = None
     if dense_baseline:
@@ -165,8 +165,8 @@ def train_weak(
             "ticket": str(path),
             "ticket_sha256": ticket_sha,
             "weights_sha256": tk.weights_sha256,
-            "model": tk.model["spec"],
-            "method": str(tk.method.get("name")),
+            "model": tk.model.spec,
+            "method": tk.method.name,
             "epochs": str(spec.epochs),
             "batch_size": str(spec.batch_size),
             "optimizer": json.dumps(spec.optim.to_dict()),
@@ -177,11 +177,8 @@ def train_weak(
         size = write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite)
         written = WrittenWeights(path=str(out), file_bytes=size)
     return WeakResult(
-        ticket=str(path),
+        header=TicketHeader.of(path, tk),
         ticket_sha256=ticket_sha,
-        method=tk.method,
-        model=tk.model["spec"],
-        seed=tk.init["seed"],
         device=str(o.device),
         data=data_record,
         spec=spec,
