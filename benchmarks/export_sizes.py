@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ticketcli.export.run import FORMATS, export_ticket
 from ticketcli.runs.extract import extract_ticket
-from ticketcli.settings.resolve import build_extract_spec, merge_settings, read_by
+from ticketcli.settings.readers import read_by
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 
 SUFFIX = {"masked": ".safetensors", "prune": ".pt", "csr": ".safetensors", "masks": ".safetensors", "onnx": ".onnx"}
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
-from ticketcli.settings.resolve import method_reads  # noqa: E402
+from ticketcli.settings.readers import method_reads  # noqa: E402
 from ticketcli.ticketfile import ticket as ticket_io  # noqa: E402
 
 

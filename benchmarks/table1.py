@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 from ticketcli.runs.extract import extract_ticket
-from ticketcli.settings.resolve import build_extract_spec, merge_settings, read_by
+from ticketcli.settings.readers import read_by
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 
 # Table 1 of the paper: (test accuracy %, achieved sparsity %) at requested 90% and 95%.
 PAPER = {

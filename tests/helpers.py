@@ -26,7 +26,7 @@ from ticketcli.models.build import build_model
 from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
-from ticketcli.settings.resolve import check_method_options, method_reads, read_by
+from ticketcli.settings.readers import check_method_options, method_reads, read_by
 from ticketcli.settings.run import METHOD_OPTIONS
 from ticketcli.settings.setting import option_flag
 from ticketcli.specs.run import InitSpec, MethodSpec

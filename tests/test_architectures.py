@@ -33,7 +33,7 @@ from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import record as runs_record
-from ticketcli.settings.resolve import method_options
+from ticketcli.settings.readers import method_options
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.record import ModelRecord

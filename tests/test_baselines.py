@@ -19,7 +19,8 @@ from ticketcli.methods.sparse import prune_and_regrow
 from ticketcli.runs.build import build_net
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.selection.exact import keep_count, topk_mask
-from ticketcli.settings.resolve import build_extract_spec, check_method_options, merge_settings, method_options
+from ticketcli.settings.readers import check_method_options, method_options
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.setting import option_flag
 from ticketcli.specs.run import DataSpec
 from ticketcli.ticketfile import ticket as ticket_io

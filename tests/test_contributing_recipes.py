@@ -36,7 +36,8 @@ from ticketcli.selection.exact import keep_count
 from ticketcli.settings import baselines, resolve
 from ticketcli.settings import run as run_settings
 from ticketcli.settings.flags import EXTRACT_FLAGS
-from ticketcli.settings.resolve import build_extract_spec, check_keywords, merge_settings, method_options
+from ticketcli.settings.readers import method_options
+from ticketcli.settings.resolve import build_extract_spec, check_keywords, merge_settings
 from ticketcli.settings.run import RUN
 from ticketcli.settings.track import TRACK
 from ticketcli.specs import run as run_specs

@@ -19,7 +19,8 @@ from ticketcli.runs.extract import extract_ticket
 from ticketcli.runtime import distributed
 from ticketcli.selection.exact import keep_count, topk_mask
 from ticketcli.selection.groups import param_densities
-from ticketcli.settings.resolve import build_extract_spec, merge_settings, method_options
+from ticketcli.settings.readers import method_options
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.run import METHOD_OPTIONS
 from ticketcli.specs.run import DataSpec, MethodSpec, ReaderSpec
 from ticketcli.ticketfile.ticket import load
@@ -154,7 +155,7 @@ def test_a_new_method_is_listed_and_its_registry_options_are_read(toy):
     from typer.testing import CliRunner
 
     from ticketcli.cli.app import app
-    from ticketcli.settings.resolve import method_reads
+    from ticketcli.settings.readers import method_reads
 
     doc = json.loads(CliRunner().invoke(app, ["list", "methods", "--json"]).stdout)
     assert {"name": toy, "description": "Toy magnitude."} in doc["items"]

@@ -21,7 +21,8 @@ from ticketcli.methods import METHODS
 from ticketcli.runs.evaluate import evaluate_ticket
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.runs.inspect import inspect_ticket
-from ticketcli.settings.resolve import build_extract_spec, merge_settings, method_options
+from ticketcli.settings.readers import method_options
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.run import EXTRACT_DEFAULTS, METHOD_OPTIONS
 from ticketcli.settings.setting import option_flag
 from ticketcli.specs.run import DataSpec, ReaderSpec

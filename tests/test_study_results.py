@@ -29,13 +29,14 @@ from ticketcli.models.registry import parse_model
 from ticketcli.report import drift_views
 from ticketcli.report.plots import drift_figure, sweep_figure
 from ticketcli.report.study_tables import drift_tables, sweep_table, weak_table
+from ticketcli.runs.parts import SplitMetrics as Split
 from ticketcli.settings.resolve import build_extract_spec, data_location, merge_settings
 from ticketcli.specs.drift import ControlSpec, DriftSpec, RelufySpec
 from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSettings, SweepSummary
 from ticketcli.sweep.run import sweep_k
-from ticketcli.weak.result import CurvePoint, Measured, Split, WeakResult, WeakRun
+from ticketcli.weak.result import CurvePoint, Measured, WeakResult, WeakRun
 from ticketcli.weak.run import WeakSpec, train_weak
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra

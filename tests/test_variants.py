@@ -15,7 +15,7 @@ from ticketcli.methods import METHODS
 from ticketcli.methods.score_training import ScoreTrainer, init_scores
 from ticketcli.methods.scores import Augmented, EdgePopup
 from ticketcli.selection.exact import joint_topk_masks, keep_count
-from ticketcli.settings.resolve import check_method_options
+from ticketcli.settings.readers import check_method_options
 
 
 def kept(masks) -> int:

@@ -25,7 +25,7 @@ from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods import METHODS
 from ticketcli.models.build import build_model
 from ticketcli.models.registry import parse_model
-from ticketcli.settings.resolve import method_reads
+from ticketcli.settings.readers import method_reads
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.record import CheckpointRecord
 

@@ -51,6 +51,11 @@ def schema_of(command: str) -> JsonObject:
     return schema
 
 
+def present(**fields: Any) -> JsonObject:
+    """The fields whose value is not None, in the order given: a document's optional keys, written only when set."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def split_metrics(metrics: JsonObject) -> tuple[JsonObject, JsonObject]:
     """A metrics dict mixing splits and run facts (device, wall time) -> (the splits only, the rest)."""
     splits = {k: v for k, v in metrics.items() if k in SPLITS and isinstance(v, dict)}

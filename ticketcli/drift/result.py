@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import JsonObject
+from ticketcli.contract.schema import JsonObject, present
 from ticketcli.specs.drift import DriftSpec
 
 
@@ -153,14 +153,12 @@ class DriftResult(Result):
             "summary": self.summary.to_dict(),
             "integrity": self.integrity,
         }
-        if self.act_control is not None:
-            doc["act_control"] = named_layers(self.act_control)
-        if self.relufy is not None:
-            doc["relufy"] = named_layers(self.relufy)
-        if self.threads is not None:
-            doc["threads"] = self.threads
-        if self.plot is not None:
-            doc["plot"] = self.plot
+        doc |= present(
+            act_control=None if self.act_control is None else named_layers(self.act_control),
+            relufy=None if self.relufy is None else named_layers(self.relufy),
+            threads=self.threads,
+            plot=self.plot,
+        )
         return doc
 
 

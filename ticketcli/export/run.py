@@ -31,6 +31,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from ticketcli.contract.result import Result
+from ticketcli.contract.schema import present
 from ticketcli.errors import UsageError
 from ticketcli.export import onnx as export_onnx
 from ticketcli.files.atomic import check_destination, write_atomic
@@ -191,12 +192,8 @@ class ExportResult(Result):
             "tensors": self.tensors,
             "integrity": self.integrity,
         }
-        if self.csr_payload_bytes is not None:
-            doc["csr_payload_bytes"] = self.csr_payload_bytes
-        if self.threads is not None:
-            doc["threads"] = self.threads
-        if self.onnx is not None:
-            doc["onnx"] = self.onnx.to_dict()
+        onnx = None if self.onnx is None else self.onnx.to_dict()
+        doc |= present(csr_payload_bytes=self.csr_payload_bytes, threads=self.threads, onnx=onnx)
         doc["sparsity"] = {"achieved": 1.0 - self.kept / self.total, "kept": self.kept, "total": self.total}
         doc["layers"] = [layer.to_dict() for layer in self.layers]
         return doc

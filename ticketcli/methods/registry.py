@@ -1,7 +1,7 @@
 """METHODS, the extraction methods by name, torch-free: each registered below with its one-line description and the
 class that implements it, imported only when the method is used (MethodInfo.load). `--method`'s choices,
 `ticket list methods` and the help's "augmented, iterated: ..." prefixes read it without torch; the options a method
-reads are declared with each option (settings/run.py's `methods=`; settings.resolve.method_options)."""
+reads are declared with each option (settings/run.py's `methods=`; settings.readers.method_options)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import torch
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import JsonObject
+from ticketcli.contract.schema import JsonObject, present
 from ticketcli.errors import UsageError
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs.build import OpenTicket, open_ticket
@@ -95,10 +95,7 @@ class EvaluateResult(OfTicket, Result):
             "reproduced": self.reproduced,
             "integrity": self.integrity,
         }
-        if self.threads is not None:
-            doc["threads"] = self.threads
-        if self.gate is not None:
-            doc["gate"] = self.gate.to_dict()
+        doc |= present(threads=self.threads, gate=None if self.gate is None else self.gate.to_dict())
         doc["metrics"] = {"test": self.test.to_dict(), "val": self.val.to_dict()}
         s = self.stored
         doc["stored"] = {

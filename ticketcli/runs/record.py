@@ -17,7 +17,7 @@ from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runtime import distributed, machine
 from ticketcli.seeding import fingerprint
-from ticketcli.settings.resolve import method_options
+from ticketcli.settings.readers import method_options
 from ticketcli.specs.run import ModelSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.record import SparsityRecord
@@ -165,7 +165,7 @@ def make_ticket(
 
 
 def method_record(spec: RunSpec, score_init: dict[str, str] | None, details: Details) -> JsonObject:
-    """The ticket's `method` field: name, sparsity, the options the method read (settings.resolve.method_options;
+    """The ticket's `method` field: name, sparsity, the options the method read (settings.readers.method_options;
     the others did not shape the ticket, so they are left out), the matched ticket, how scores started, score
     parameter counts."""
     method = spec.method.to_dict()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import JsonObject
+from ticketcli.contract.schema import JsonObject, present
 from ticketcli.methods.base import Details
 from ticketcli.runs.header import OfTicket, TicketHeader
 from ticketcli.runs.parts import LayerCount, SplitMetrics
@@ -66,16 +66,14 @@ class SparsityRecord:
         """The document's `sparsity` (the layers go to `layers[]`)."""
         doc: JsonObject = {"requested": self.requested, "achieved": self.achieved}
         doc.update(kept=self.kept, total=self.total)
-        if self.requested_layer_densities is not None:
-            doc["requested_layer_densities"] = list(self.requested_layer_densities)
-        if self.aug_density is not None:
-            doc["aug_density"] = self.aug_density
-        if self.aux_share is not None:
-            doc["aux_share"] = self.aux_share
-        if self.projected:
-            doc["projected"] = True
-        if self.rounds is not None:
-            doc["rounds"] = list(self.rounds)
+        layer_densities = self.requested_layer_densities
+        doc |= present(
+            requested_layer_densities=None if layer_densities is None else list(layer_densities),
+            aug_density=self.aug_density,
+            aux_share=self.aux_share,
+            projected=True if self.projected else None,
+            rounds=None if self.rounds is None else list(self.rounds),
+        )
         return doc
 
 

@@ -1,6 +1,6 @@
-"""`ticket drift`'s settings: the training run it measures (DRIFT: each a field of DriftSpec, drift/spec.py, which
-holds its default) and the feature flags (FEATURES: activation-sparsity control, ReLUfication, the trade-off
-sweep; their defaults are fields of ControlSpec, RelufySpec and Features). drift/options.py builds the specs from
+"""`ticket drift`'s settings: the training run it measures (DRIFT: each a field of DriftSpec, specs/drift.py, which
+holds its default) and the feature flags (FEATURES: activation-sparsity control, ReLUfication, the trade-off sweep;
+their defaults are fields of ControlSpec, RelufySpec and Features). settings/drift_options.py builds the specs from
 them; the combinations that make no sense are its rules, not a setting's."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ DRIFT = Table(
         "Comma-separated seeds of the weights, split and batches; several give mean +- std.",
         MODEL,
         str,
-        SEED,  # each entry's range (drift/options.py parses the list)
+        SEED,  # each entry's range (settings/drift_options.py parses the list)
         (DriftSpec, "seeds"),
     ),
     Setting(

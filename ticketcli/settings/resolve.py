@@ -24,9 +24,10 @@ from ticketcli.models.masked import layer_of
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.models.user import import_factory, takes_num_classes
 from ticketcli.settings.ranges import show
+from ticketcli.settings.readers import check_method_options, method_reads
 from ticketcli.settings.registry import check_setting
 from ticketcli.settings.run import RUN
-from ticketcli.settings.setting import Table, option_flag
+from ticketcli.settings.setting import Table
 from ticketcli.settings.weak import WEAK
 from ticketcli.specs.run import (
     MAX_PARAMS,
@@ -261,51 +262,6 @@ def build_extract_spec(
         max_params=limits.max_params,
         max_memory=limits.max_memory,
     )
-
-
-# Options whose meaning another option carries for some methods: refusing one names the sibling the method reads.
-SIBLINGS = {
-    "lr": ("weight_lr",),
-    "weight_lr": ("lr",),
-    "imp_rounds": ("max_rounds", "synflow_rounds"),
-    "max_rounds": ("imp_rounds", "synflow_rounds"),
-    "synflow_rounds": ("imp_rounds", "max_rounds"),
-}
-
-
-def method_reads(name: str, field: str, table: Table = RUN) -> bool:
-    """Whether method `name` reads setting `field`: the setting names it among its readers (or is no method option),
-    or its registry entry lists it in its own `options` (a method registered outside the declarations)."""
-    declared = table[field].methods if field in table else ()
-    return not declared or name in declared or field in METHODS.get(name).options
-
-
-def method_options(name: str, table: Table = RUN) -> frozenset[str]:
-    """The method options (settings only some methods read) that method `name` reads: what its tickets record."""
-    return frozenset(f for f in table.method_options() if method_reads(name, f, table))
-
-
-def read_by(name: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """`settings` less the method options that method `name` does not read (setting those would be refused): for
-    callers that give several methods the same settings."""
-    return {k: v for k, v in settings.items() if method_reads(name, k)}
-
-
-def check_method_options(method: MethodSpec, given: Collection[str] | None = None, table: Table = RUN) -> None:
-    """Refuse an option that `method` would ignore: one of `given` (the settings a user set, by flag or config file),
-    or without `given` one that differs from its default."""
-    for field in table.method_options():
-        was_set = field in given if given is not None else getattr(method, field, None) != table[field].value
-        if was_set and not method_reads(method.name, field, table):
-            raise unused_option(field, method.name, table)
-
-
-def unused_option(field: str, name: str, table: Table = RUN) -> UsageError:
-    """'--lr applies to augmented, edge-popup, ... only, not rigl', with the sibling option rigl reads as the hint."""
-    users = [n for n in METHODS.names() if method_reads(n, field, table)]
-    siblings = [option_flag(s) for s in SIBLINGS.get(field, ()) if method_reads(name, s, table)]
-    hint = f"use {' or '.join(siblings)}" if siblings else f"drop {option_flag(field)}; {name} does not read it"
-    return UsageError(f"{option_flag(field)} applies to {', '.join(users) or 'no method'} only, not {name}", hint=hint)
 
 
 def check_module_init(init: InitSpec, model: ModelSpec, given: Collection[str]) -> None:

@@ -1,5 +1,5 @@
 """`ticket train-weak`'s settings: the weight training of a ticket's surviving weights (the paper's weak-ticket
-protocol, Appendix B), each a field of WeakSpec (weak_spec.py), which holds its default."""
+protocol, Appendix B), each a field of WeakSpec (specs/weak.py), which holds its default."""
 
 from __future__ import annotations
 

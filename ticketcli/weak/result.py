@@ -8,34 +8,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import JsonObject, layer_list
+from ticketcli.contract.schema import JsonObject, layer_list, present
 from ticketcli.runs.header import OfTicket, TicketHeader
+from ticketcli.runs.parts import SplitMetrics
 from ticketcli.specs.weak import WeakSpec
-
-
-@dataclass(frozen=True)
-class Split:
-    """One split's measurement (train.evaluate): accuracy and mean loss, from `correct` of `n` examples."""
-
-    accuracy: float
-    loss: float
-    correct: int
-    n: int
-
-    @classmethod
-    def of(cls, m: dict[str, Any]) -> Split:
-        return cls(accuracy=m["accuracy"], loss=m["loss"], correct=m["correct"], n=m["n"])
-
-    def to_dict(self) -> JsonObject:
-        return {"accuracy": self.accuracy, "loss": self.loss, "correct": self.correct, "n": self.n}
 
 
 @dataclass(frozen=True)
 class Measured:
     """Test and validation measurements of one set of weights."""
 
-    test: Split
-    val: Split
+    test: SplitMetrics
+    val: SplitMetrics
 
     def to_dict(self) -> JsonObject:
         return {"test": self.test.to_dict(), "val": self.val.to_dict()}
@@ -151,14 +135,8 @@ class WeakResult(OfTicket, Result):
             **self.spec.to_dict(),
             "integrity": self.integrity,
         }
-        if self.processes is not None:
-            doc["processes"] = self.processes
-        if self.out is not None:
-            doc["out"] = {"path": self.out.path, "file_bytes": self.out.file_bytes}
-        if self.threads is not None:
-            doc["threads"] = self.threads
-        if self.plot is not None:
-            doc["plot"] = self.plot
+        out = None if self.out is None else {"path": self.out.path, "file_bytes": self.out.file_bytes}
+        doc |= present(processes=self.processes, out=out, threads=self.threads, plot=self.plot)
         doc["sparsity"] = self.sparsity.to_dict()
         doc["weights_check"] = self.weights_check.to_dict()
         doc["layers"] = layer_list(self.sparsity.per_layer)

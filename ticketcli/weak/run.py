@@ -23,6 +23,7 @@ from ticketcli.masking import mask_stats
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.header import TicketHeader
+from ticketcli.runs.parts import SplitMetrics
 from ticketcli.runs.record import counted_layers
 from ticketcli.runtime import distributed, machine
 from ticketcli.seeding import file_sha256, generator
@@ -34,7 +35,6 @@ from ticketcli.version import __version__
 from ticketcli.weak.result import (
     CurvePoint,
     Measured,
-    Split,
     WeakResult,
     WeakRun,
     WeakSparsity,
@@ -49,8 +49,8 @@ def _measure(o: OpenTicket, masks: dict[str, torch.Tensor] | None, chunks: Chunk
     """Test and validation metrics of whatever weights o.net holds now (`chunks`: told their chunks)."""
     s = o.splits
     return Measured(
-        test=Split.of(evaluate(o.net, masks, s.x_test, s.y_test, chunks=chunks, phase="test")),
-        val=Split.of(evaluate(o.net, masks, s.x_val, s.y_val, chunks=chunks, phase="validation")),
+        test=SplitMetrics.of(evaluate(o.net, masks, s.x_test, s.y_test, chunks=chunks, phase="test")),
+        val=SplitMetrics.of(evaluate(o.net, masks, s.x_val, s.y_val, chunks=chunks, phase="validation")),
     )
 
 
