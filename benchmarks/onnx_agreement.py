@@ -97,7 +97,7 @@ def image_row(ticket: Path, onnx_path: Path) -> dict:
 def gpt_ticket(d: Path, base: Path) -> Path:
     tk = ticket_io.load(base)
     model = parse_model(GPT)
-    net, weights = runs_build.build_net(model, InitSpec(scheme=tk.init["scheme"], seed=tk.init["seed"]), None)
+    net, weights = runs_build.build_net(model, tk.init.spec(), None)
     g = torch.Generator().manual_seed(0)
     masks = {n: torch.rand(net.weights[n].shape, generator=g) < 0.1 for n in net.names}
     gt = replace(

@@ -80,7 +80,7 @@ def test_the_packages_docstring_example_runs(ticket, tmp_path, monkeypatch, caps
     exec("\n".join(example), {"tc": tc})
     printed = float(capsys.readouterr().out)
     if not torch.cuda.is_available():  # re-measured on the CPU it was extracted on: exactly the stored accuracy
-        assert printed == ticket.metrics["test"]["accuracy"]
+        assert printed == ticket.metrics.test.accuracy
     assert 0 <= printed <= 1
 
 

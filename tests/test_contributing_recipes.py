@@ -159,7 +159,7 @@ def test_the_method_recipe_lists_loads_and_extracts(registries, monkeypatch, tmp
     run = build_extract_spec(merge_settings({**QUICK, "method": name, "layer_densities": "0.5,0.25"}, None))
     extract_ticket(run, out=tmp_path / "t.safetensors")
     ticket = load(tmp_path / "t.safetensors")
-    assert ticket.method["name"] == name
+    assert ticket.method.name == name
     with pytest.raises(UsageError, match=f"--lr applies to .* only, not {name}"):
         build_extract_spec(merge_settings({**QUICK, "method": name, "lr": 0.1}, None))
 
@@ -204,7 +204,7 @@ def test_the_dataset_recipe_loads_splits_and_lists(registries, monkeypatch, tmp_
         merge_settings({"dataset": "iris", "model": "mlp:4-8-3", "method": "random", "device": "cpu"}, None)
     )
     summary = extract_ticket(run, out=tmp_path / "t.safetensors")
-    assert load(tmp_path / "t.safetensors").data["dataset"] == "iris" and summary is not None
+    assert load(tmp_path / "t.safetensors").data.dataset == "iris" and summary is not None
 
 
 # ---- an option ----------------------------------------------------------------------------------------------------
