@@ -202,6 +202,13 @@ def test_every_package_is_one_layer_and_says_its_job():
         assert doc and "import" in doc.lower(), f"{p.name}/__init__.py: say its job and what it may import"
 
 
+def test_no_module_is_over_350_lines():
+    """Small rooms: a module past about 350 lines usually holds two concerns, so it is split by concern (its
+    docstring says what it holds)."""
+    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > 350}
+    assert long == {}
+
+
 def main(root: Path) -> None:
     """Print the cycles and upward imports of the package at `root` (for before/after measurements)."""
     graph = import_graph(root)
