@@ -15,11 +15,13 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
+from helpers import full_record
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
 from ticketcli.report import plain as report_plain
 from ticketcli.report import progress as report_progress
+from ticketcli.sweep.result import SweepRecord
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = [
@@ -251,14 +253,20 @@ def test_the_heartbeat_thread_calls_heartbeat_while_the_body_runs(monkeypatch, c
     assert capsys.readouterr().err.startswith("export working, elapsed ")
 
 
+def _record(run_id: str) -> SweepRecord:
+    """A finished sweep run named `run_id`, at 50% test accuracy."""
+    fields = {"id": run_id, "seed": 0, "group": "edge-popup", "config": "k", "fixed": False, "val_accuracy": 0.5}
+    return full_record({**fields, "test_accuracy": 0.5, "achieved_sparsity": 0.9})
+
+
 def test_sweep_lines_count_configurations_and_show_ids_literally(clock, capsys):
     with report_progress.sweep_progress(3, quiet=False) as progress:
         assert progress is not None
         clock.now += 30
-        progress({"id": "k=0.3\x1b[31m", "test_accuracy": 0.5}, False)
-        progress({"id": "k=0.5", "test_accuracy": 0.5}, True)  # resumed: done, but not in the rate
+        progress(_record("k=0.3\x1b[31m"), False)
+        progress(_record("k=0.5"), True)  # resumed: done, but not in the rate
         clock.now += 30
-        progress({"id": "k=0.7", "test_accuracy": 0.5}, False)
+        progress(_record("k=0.7"), False)
     assert capsys.readouterr().err.splitlines() == [
         "sweep-k 1/3 last k=0.3\\x1b[31m (50.00% test), elapsed 30s, ETA 1m00s",
         "sweep-k 3/3 last k=0.7 (50.00% test), elapsed 1m00s",

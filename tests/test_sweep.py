@@ -228,7 +228,7 @@ def test_a_record_of_an_older_sweep_resumes_with_its_tickets_digest_and_method(t
     plan = tiny_plan(densities=(0.3,), layerwise=0)[:1]
     first = sweep_run.run_sweep(plan, out_dir=tmp_path)["records"][0]
     loaded = ticket_io.load(tmp_path / f"{plan[0].id}.safetensors")
-    assert first.masks_sha256 == loaded.masks_sha256 and first.method == loaded.method
+    assert first.masks_sha256 == loaded.masks_sha256 and first.method == loaded.method.to_json()
     _, record_path = sweep_records.paths(tmp_path, plan[0])
     stored = json.loads(record_path.read_text())
     assert stored["schema"] == "ticket.sweep-k-run/1"
