@@ -571,6 +571,128 @@ def clean_rejection(o: Outcome) -> bool:
     return o.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in o.message
 
 
+# ---- properties: valid tickets of any shape, and random mutations of valid tickets -----------------------------
+
+# shapes drawn for the round trip stay within SEED_MODEL's 985 parameters (a reader refuses masks that hold more)
+MAX_DRAWN_BITS = 985
+JSON_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)  # control chars included
+JSON_NUMBERS = st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | JSON_NUMBERS | JSON_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(JSON_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@st.composite
+def mask_shapes(draw) -> dict[str, list[int]]:
+    """1-4 masks whose sizes cover every residue mod 8 (padding bits 0-7), as 1 to 3 dimensions."""
+    shapes: dict[str, list[int]] = {}
+    budget = MAX_DRAWN_BITS
+    for i in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(0, min(24, (budget - 7) // 8)).map(lambda q: 8 * q)) + draw(st.integers(0, 7))
+        if n == 0 or n > budget:
+            n = 1
+        budget -= n
+        split_at = draw(st.sampled_from([d for d in (1, 2, 3, 4, 8) if n % d == 0]))
+        shape = [n] if split_at == 1 else [split_at, n // split_at]
+        if draw(st.booleans()):
+            shape = [1, *shape]  # a leading 1 (a conv's 1x... kernel)
+        shapes[f"{draw(st.sampled_from(['layers', 'blocks', 'conv', 'head']))}.{i}.weight"] = shape
+    return shapes
+
+
+@st.composite
+def valid_tickets(draw, seed: ticket_io.Ticket) -> ticket_io.Ticket:
+    """A ticket the writer may write: `seed`'s records with random masks (any shape, density 0 to 1 included) and
+    random values in the places a ticket keeps whatever JSON it is given (a method's options, the metrics'
+    extras), numbers and text at their edges."""
+    import numpy as np
+    import torch
+
+    masks = {}
+    for name, shape in draw(mask_shapes()).items():
+        n = math.prod(shape)
+        kind = draw(st.sampled_from(["zeros", "ones", "random"]))
+        if kind == "random":
+            rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+            bits = rng.random(n) < draw(st.floats(0, 1))
+        else:
+            bits = np.full(n, kind == "ones")
+        masks[name] = torch.from_numpy(bits).reshape(shape)
+    options = draw(
+        st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k != "name"), JSON_VALUES, max_size=4)
+    )
+    fraction = st.floats(0, 1)
+    return ticket_io.Ticket.of(
+        masks,
+        model=seed.model.to_json(),
+        init={**seed.init.to_json(), "seed": draw(st.integers(0, 2**63 - 1))},
+        weights_sha256=seed.weights_sha256,
+        method={**seed.method.to_json(), **options},
+        data={**seed.data.to_json(), "split_seed": draw(st.integers(0, 2**63 - 1))},
+        sparsity={**seed.sparsity.to_json(), "requested": draw(fraction), "achieved": draw(fraction)},
+        metrics={**seed.metrics.to_json(), "note": draw(JSON_VALUES)},
+        created_by=seed.created_by.to_json(),
+    )
+
+
+@st.composite
+def mutations(draw, raw: bytes) -> tuple[str, bytes]:
+    """(what, bytes): a valid ticket after 1-3 random edits of any kind: bytes flipped, inserted or cut, the header
+    JSON edited, a metadata value replaced by another type, a huge number, unicode or control characters. Some
+    results are still valid tickets; none may crash a reader."""
+    data, done = raw, []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["flip", "insert", "truncate", "header", "value", "drop"]))
+        done.append(kind)
+        if kind == "flip" and data:
+            b = bytearray(data)
+            b[draw(st.integers(0, len(b) - 1))] ^= draw(st.integers(1, 255))
+            data = bytes(b)
+        elif kind == "insert":
+            at = draw(st.integers(0, len(data)))
+            data = data[:at] + draw(st.binary(min_size=1, max_size=16)) + data[at:]
+        elif kind == "truncate":
+            data = data[: draw(st.integers(0, len(data)))]
+        else:
+            try:
+                header, body = split(data)
+                meta = header["__metadata__"]
+            except (ValueError, KeyError, TypeError, struct.error):
+                continue  # an earlier edit broke the header: nothing left to edit in it
+            if kind == "header":  # a tensor entry's field or the metadata itself replaced by any JSON
+                key = draw(st.sampled_from(sorted(header, key=str)))
+                header[key] = (
+                    draw(JSON_VALUES)
+                    if draw(st.booleans())
+                    else {**header[key], "x": draw(JSON_VALUES)}
+                    if isinstance(header[key], dict)
+                    else header[key]
+                )
+            elif kind == "drop" and isinstance(meta, dict) and meta:
+                del meta[draw(st.sampled_from(sorted(meta)))]
+            elif isinstance(meta, dict) and meta:
+                field = draw(st.sampled_from(sorted(meta)))
+                value = draw(
+                    JSON_VALUES
+                    | st.just(HUGE)
+                    | st.integers(10**19, 10**30)
+                    | st.sampled_from([1e308, -1e308, 5e-324, "\x00\x1b[2J\u202e", "\ud7ff\U0010ffff"])
+                )
+                try:
+                    parsed = json.loads(meta[field])
+                except ValueError:
+                    parsed = None
+                if isinstance(parsed, dict) and parsed and draw(st.booleans()):  # one value inside the object
+                    parsed[draw(st.sampled_from(sorted(parsed)))] = value
+                    meta[field] = json.dumps(parsed, ensure_ascii=draw(st.booleans()))
+                else:
+                    meta[field] = value if isinstance(value, str) and draw(st.booleans()) else json.dumps(value)
+            data = encode(json.dumps(header, ensure_ascii=False), body)
+    return "+".join(done), data
+
+
 __all__ = [
     "MASK_READERS",
     "READERS",
@@ -584,8 +706,11 @@ __all__ = [
     "flip_first_bit",
     "hand_ticket",
     "malformed",
+    "mask_shapes",
+    "mutations",
     "place",
     "read",
     "run_ok",
+    "valid_tickets",
     "write_seed_ticket",
 ]

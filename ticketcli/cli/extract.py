@@ -6,7 +6,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space, warn_precision
+from ticketcli.cli.common import (
+    errors_to_exit_codes,
+    model_size,
+    warn_low_space,
+    warn_missed_sparsity,
+    warn_precision,
+)
 from ticketcli.cli.declared import declared, given_settings
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
@@ -92,4 +98,6 @@ def extract(
             if log is not None and steps is not None:
                 track_feed.guarded(track_feed.extract_final, console.warn)(log, summary, steps.last)
     if world.main:
+        sp = summary.sparsity
+        warn_missed_sparsity(sp.requested, sp.achieved, sp.rounds, spec.method.iter_tolerance)
         console.print_json(summary.to_document()) if json_out else report_tables.extract_table(summary)

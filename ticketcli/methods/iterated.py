@@ -13,7 +13,10 @@ from ticketcli.methods.base import Details, ExtractResult, Masks, Progress
 from ticketcli.methods.score_training import ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.methods.scores import ScoreMethod, score_params
 from ticketcli.models.masked import MaskedNet
+from ticketcli.selection.exact import keep_count
 from ticketcli.specs.run import MethodSpec
+
+BISECTIONS = 40  # halvings of the augmented density interval: well below one entry's step for any real layer
 
 
 class Iterated(ScoreMethod):
@@ -21,7 +24,8 @@ class Iterated(ScoreMethod):
     scores for --epochs with only C's active weights competing, at augmented keep density
     min(target density / current density, 1/2), and multiplies the round's mask into C. It stops when the
     achieved sparsity is within --iter-tolerance of the requested one, after --max-rounds rounds, or when a
-    round removes nothing."""
+    round removes nothing. It never goes past the request by more than the tolerance: a round that would is
+    selected again from its trained scores at the smallest augmented density that stops at the request."""
 
     name = "iterated"
     augmented = True
@@ -80,11 +84,49 @@ class Iterated(ScoreMethod):
             masks = trainer.masks()
             details["aux"] = selection.aux_report(trainer.scores)
             details["score_params"] = score_params(selection.parts, trainer.aux_trains)
-            cumulative = {n: cumulative[n] & masks[n] for n in net.names}
-            round_masks.append(cumulative)
+            before, cumulative = cumulative, {n: cumulative[n] & masks[n] for n in net.names}
             achieved = 1.0 - sum(int(m.sum()) for m in cumulative.values()) / total
-            rounds = [*rounds, {"round": r, "aug_density": d, "achieved_sparsity": achieved}]
-            if abs(achieved - spec.sparsity) <= spec.iter_tolerance or achieved <= 1.0 - current:
+            entry: dict[str, Any] = {"round": r, "aug_density": d, "achieved_sparsity": achieved}
+            past = achieved > spec.sparsity + spec.iter_tolerance
+            if past:  # the round overshot (a short round's scores barely rank): stop at the request instead
+                entry["reselected_density"], cumulative = self.at_request(net, spec, trainer, before, d, total)
+                entry["achieved_sparsity"] = achieved = 1.0 - sum(int(m.sum()) for m in cumulative.values()) / total
+                details["aux"] = self.selection(net, spec, entry["reselected_density"], active=before).aux_report(
+                    self.full_scores(trainer, net)
+                )
+            round_masks.append(cumulative)
+            rounds = [*rounds, entry]
+            if past or abs(achieved - spec.sparsity) <= spec.iter_tolerance or achieved <= 1.0 - current:
                 break
         details["rounds"] = rounds
         return ExtractResult(cumulative, details, trace={"round_masks": round_masks})
+
+    @staticmethod
+    def full_scores(trainer: ScoreTrainer, net: MaskedNet) -> dict[str, list[torch.Tensor]]:
+        """The round's trained scores with every auxiliary part (the trainer may have let the fixed ones go)."""
+        saved = trainer.state_dict()["scores"]
+        return {n: [s.to(net.weights[n].device) for s in saved[n]] for n in net.names}
+
+    def at_request(
+        self, net: MaskedNet, spec: MethodSpec, trainer: ScoreTrainer, before: Masks, low: float, total: int
+    ) -> tuple[float, Masks]:
+        """The round's masks selected again from its trained scores at the smallest augmented density in
+        [low, 1] whose cumulative mask keeps at least the requested ⌊density · total⌋ entries, and that mask.
+        Top-k sets are nested (ties go to the lowest index), so the kept count only grows with the density;
+        at density 1 every active entry is kept, which is C before the round."""
+        scores, need = self.full_scores(trainer, net), keep_count(spec.density, total)
+
+        def at(d: float) -> tuple[int, Masks]:
+            masks = self.selection(net, spec, d, active=before).select(scores)
+            cumulative = {n: before[n] & masks[n] for n in net.names}
+            return sum(int(m.sum()) for m in cumulative.values()), cumulative
+
+        lo, hi, best = low, 1.0, at(1.0)[1]
+        for _ in range(BISECTIONS):
+            mid = (lo + hi) / 2
+            kept, cumulative = at(mid)
+            if kept >= need:
+                hi, best = mid, cumulative
+            else:
+                lo = mid
+        return hi, best

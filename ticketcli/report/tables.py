@@ -45,8 +45,10 @@ def extract_table(s: ExtractionResult) -> None:
     if sp.projected:
         t.add_row("final mask", "projected onto the original scores")
     for r in sp.rounds or ():
+        again = f", selected again at {r['reselected_density']:.4f}" if "reselected_density" in r else ""
         t.add_row(
-            f"round {r['round']}", f"aug density {r['aug_density']:.4f} -> sparsity {pct(r['achieved_sparsity'])}"
+            f"round {r['round']}",
+            f"aug density {r['aug_density']:.4f}{again} -> sparsity {pct(r['achieved_sparsity'])}",
         )
     t.add_row("model / seed", f"{s.model} / {s.seed}")
     d = s.data
