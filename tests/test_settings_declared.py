@@ -22,6 +22,7 @@ from ticketcli.cli.declared import declared, given_settings
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.report.tables import list_table
+from ticketcli.settings.checks import spec_fields
 from ticketcli.settings.drift import DRIFT, FEATURES
 from ticketcli.settings.flags import (
     DRIFT_FLAGS,
@@ -35,14 +36,8 @@ from ticketcli.settings.flags import (
 )
 from ticketcli.settings.listing import ListResult
 from ticketcli.settings.ranges import FLOAT
-from ticketcli.settings.resolve import (
-    check_keywords,
-    check_method_options,
-    checked,
-    merge_settings,
-    method_options,
-    spec_fields,
-)
+from ticketcli.settings.readers import check_method_options, method_options
+from ticketcli.settings.resolve import check_keywords, checked, merge_settings
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.settings.sweep import OWN, SWEEP

@@ -68,9 +68,12 @@ def reproduce(ticket: Path, *, command: bool, toml: bool) -> None:
     """--command / --toml: what reproduces `ticket`, on stdout; what it cannot promise, on stderr."""
     from ticketcli.runs import reproduce as runs_reproduce
 
-    how = runs_reproduce.reproduction(ticket)
-    text = (how.command() + "\n" if command else "") + ("\n" if command and toml else "") + (how.toml() if toml else "")
-    if console.literal(text.replace("\n", " ")) != text.replace("\n", " "):
+    how = runs_reproduce.reproduction(ticket)  # every recorded setting checked as extract checks it
+    parts = ([how.command()] if command else []) + ([how.toml()] if toml else [])
+    text = "\n".join(p if p.endswith("\n") else p + "\n" for p in parts)
+    lines = [line for p in parts for line in p.removesuffix("\n").split("\n")]
+    # a last guard: the command is one line, and no line holds a character a terminal or shell would act on
+    if (command and "\n" in parts[0]) or any(console.literal(line) != line for line in (*lines, *how.notes)):
         raise UsageError(
             f"{console.literal(ticket)}: its settings or name hold control or format characters, "
             "which a command line shown here would have to escape",

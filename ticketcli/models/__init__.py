@@ -8,7 +8,8 @@ Its modules, by concern, bottom to top:
   (description, the grammar of its ':' arguments, its cost from the spec alone, example specs, its builder's name).
 - mlp.py, conv.py, resnet.py, vit.py, gpt.py: one model family each (gpt.py reuses vit.py's blocks): the
   nn.Module, its `forward_with` (the forward pass with given tensors as parameters) and its builder.
-- user.py: a user's own model "pkg.module:function", imported only when the caller allows it.
+- user.py: a user's own model "pkg.module:function", imported only when the caller allows it; user_code.py: which
+  modules count as the user's own code (torch-free: `inspect --command` refuses the others by name too).
 - masked.py: MaskedNet, `masked_names` (which parameters get masks), `layer_of`, `fan_in`.
 - registry.py: MODELS (every family's Family, one line each; torch-free), `parse_model` (spec strings), `estimate`
   and `declared_params` (costs from a spec).

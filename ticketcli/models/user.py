@@ -22,50 +22,8 @@ import torch
 from torch import nn
 
 from ticketcli.errors import UsageError
+from ticketcli.models.user_code import refuse_foreign
 from ticketcli.specs.run import FACTORY_SEED
-
-# not the user's code: torch and its companions, ticket itself and the libraries it runs on, and tools that open
-# an interpreter, a debugger or an installer when called (besides the standard library, sys.stdlib_module_names)
-NOT_USER_CODE = frozenset(
-    {
-        "__main__",
-        "torch",
-        "functorch",
-        "torchgen",
-        "triton",
-        "ticketcli",
-        "typer",
-        "click",
-        "rich",
-        "numpy",
-        "safetensors",
-        "tomli",
-        "pip",
-        "setuptools",
-        "pkg_resources",
-        "IPython",
-        "ipdb",
-        "pytest",
-        "_pytest",
-    }
-)
-
-
-def foreign_package(module_name: str) -> str | None:
-    """The top-level package of `module_name` when it is not the user's code (standard library, torch, ...)."""
-    top = module_name.split(".")[0]
-    return top if top in sys.stdlib_module_names or top in NOT_USER_CODE else None
-
-
-def _refuse_foreign(path: str, module_name: str) -> None:
-    top = foreign_package(module_name)
-    if top is not None:
-        where = "the standard library" if top in sys.stdlib_module_names else f"{top}"
-        raise UsageError(
-            f"model {path} names a function of {where} (module {module_name!r}), not a model factory of your own",
-            hint="--trust-model-code trusts your own module only, never the standard library, torch or ticket's "
-            "own dependencies; name a function in your module that returns an nn.Module",
-        )
 
 
 def import_factory(path: str) -> Callable[..., nn.Module]:
@@ -75,7 +33,7 @@ def import_factory(path: str) -> Callable[..., nn.Module]:
     user's own code is: a standard-library, torch or ticket function is refused, by name before importing and
     by the module that defined the function after."""
     module_name, _, attr = path.partition(":")
-    _refuse_foreign(path, module_name)
+    refuse_foreign(path, module_name)
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")  # `python -m` puts the cwd first; the console script does not
     try:
@@ -97,7 +55,7 @@ def import_factory(path: str) -> Callable[..., nn.Module]:
         inner = inner.func
     defined_in = getattr(inner, "__module__", None)
     if isinstance(defined_in, str):  # `from code import interact as build_net` in the user's module
-        _refuse_foreign(path, defined_in)
+        refuse_foreign(path, defined_in)
     return cast(Callable[..., nn.Module], fn)  # callable; build_user_model checks that it returns an nn.Module
 
 

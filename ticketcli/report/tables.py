@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Literal
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
-from ticketcli.report.console import literal, method_name, pct, results, stdout
-from ticketcli.report.values import INTEGRITY_NOTES, MASK_ROWS, method_text, readable
+from ticketcli.report.console import method_name, pct, results, stdout
+from ticketcli.report.values import INTEGRITY_NOTES, MASK_ROWS, csv_cell, method_text, readable
 
 if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's table must not import torch
     from ticketcli.export.run import ExportResult
@@ -217,14 +217,14 @@ CSV_COLUMNS = (
 
 def inspect_folder_csv(r: InspectFolderResult) -> None:
     """`ticket inspect DIR --csv`: a header line, then one line per ticket, quoted by the csv module wherever a value
-    needs it (commas, quotes); numbers at full precision, empty cells for what a refused file lacks, and text from
-    files and paths shown literally (control characters escaped, as in every output of ticket)."""
+    needs it (commas, quotes); numbers at full precision, empty cells for what a refused file lacks, the method and
+    integrity from their fixed vocabularies, and text from files and paths shown literally (control characters
+    escaped, as in every output of ticket) and never as a spreadsheet formula (values.csv_cell)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for row in r.tickets:
-        cells = [getattr(row, c) for c in CSV_COLUMNS]
-        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else literal(v) for v in cells])
+        writer.writerow([csv_cell(c, getattr(row, c)) for c in CSV_COLUMNS])
     results().write(buffer.getvalue())
 
 

@@ -1,9 +1,13 @@
 """How a ticket's values read in a table: any metadata value as people read it (never a Python repr), a method
 record on one line, the integrity verdicts in words, and how many masks a table lists. inspect's and compare's
-tables share them; torch-free."""
+tables share them; and the cells of `inspect DIR --csv`, safe to open in a spreadsheet. Torch-free."""
 
 from __future__ import annotations
 
+from ticketcli.methods.registry import METHODS
+from ticketcli.report.console import literal
+from ticketcli.ticketfile.layout import INTEGRITY
+from ticketcli.ticketfile.meta import HEX64
 from ticketcli.ticketfile.record import MethodRecord
 
 MASK_ROWS = 500  # inspect's table shows at most this many masks (Rich takes a minute for 100k rows; --json has all)
@@ -40,3 +44,46 @@ def method_text(method: MethodRecord) -> str:
             continue
         parts.append(f"{k}=({readable(v)})" if isinstance(v, dict) else f"{k}={readable(v)}")
     return ", ".join(parts)
+
+
+# A spreadsheet reads a cell beginning with one of these as a formula (OWASP's CSV injection list: = + - @, tab,
+# carriage return), and some fold the full-width forms to them, so a text cell never begins with one unescaped.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+CSV_INTEGRITY = (*INTEGRITY, "invalid")  # the integrity column's whole vocabulary
+UNKNOWN = "unknown"  # a vocabulary column's cell for a value outside its vocabulary
+# every column of `inspect DIR --csv`, decided once: free text (neutralised), a number, or a fixed vocabulary
+CSV_TEXT = ("ticket", "model", "error")
+CSV_NUMBERS = ("seed", "requested_sparsity", "achieved_sparsity", "test_accuracy", "val_accuracy", "file_bytes")
+CSV_VOCABULARY = ("method", "integrity", "masks_sha256")
+
+
+def csv_text(value: object) -> str:
+    """A free-text CSV cell (a path, a model spec, an error line): shown literally, with a leading ' where a
+    spreadsheet would otherwise run it as a formula (OWASP's neutralisation; the csv module still quotes it)."""
+    text = literal(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def csv_number(value: object) -> str:
+    """A numeric CSV cell, formatted here (full precision), so that only a number, never text, can begin with '-'."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ""  # absent (None), or not a number: nothing of it reaches the cell
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def csv_cell(column: str, value: object) -> str:
+    """One cell of `inspect DIR --csv`: each column is a number, a fixed vocabulary or neutralised text; what a
+    refused file lacks is empty."""
+    if value is None:
+        return ""
+    if column == "method":  # a registered name; a crafted or future one is not passed on as text (--json has it)
+        return value if isinstance(value, str) and value in METHODS.names() else UNKNOWN
+    if column == "integrity":
+        return value if isinstance(value, str) and value in CSV_INTEGRITY else UNKNOWN
+    if column == "masks_sha256":
+        return value if isinstance(value, str) and HEX64.fullmatch(value) else ""
+    if column in CSV_TEXT:
+        return csv_text(value)
+    if column in CSV_NUMBERS:
+        return csv_number(value)
+    raise ValueError(f"CSV column {column!r} is none of text, number or vocabulary")  # a new column must choose

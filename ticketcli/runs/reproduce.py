@@ -11,6 +11,7 @@ have changed in between."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,15 +19,25 @@ from typing import Any
 
 from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
+from ticketcli.models.registry import parse_model
+from ticketcli.models.user_code import refuse_foreign
+from ticketcli.runtime.world import MAX_WORLD_SIZE
+from ticketcli.settings.checks import check_module_init, method_spec, spec_fields
+from ticketcli.settings.ranges import show
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Setting
-from ticketcli.specs.run import MODULE_INIT
+from ticketcli.specs.run import MODULE_INIT, InitSpec, MethodSpec, ModelSpec
+from ticketcli.specs.syntax import spec_text
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.record import MetricsRecord
 from ticketcli.version import __version__
 
 ALWAYS = ("method", "sparsity", "model", "dataset", "seed", "epochs", "device")  # in the command even at default
 NOT_IMPORTABLE = ("__main__", "__mp_main__", "builtins")  # a module defined in a script or notebook
+# the method record's entries that are settings: MethodSpec's fields (what extract records there, and nothing else)
+METHOD_KEYS = frozenset(s.name for s in RUN if s.field is not None and s.field[0] is MethodSpec) - {"method"}
+# the devices a ticket records (torch's str(device)), as the --device extract takes: cuda:N runs as cuda
+DEVICE = re.compile(r"(cpu|cuda|mps)(?::[0-9]{1,4})?")
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ class Reproduction:
         """The equivalent `--config` file: every recorded setting, one `key = value` line each."""
         lines = [
             "# ticket extract --config THIS_FILE --out OUT reproduces the ticket these settings were recorded in",
+            *(f"# note: {note}" for note in self.notes),  # what the command cannot promise, as on stderr
         ]
         if self.processes > 1:
             lines.append(f"# under torchrun: torchrun --standalone --nproc-per-node {self.processes} -m ticketcli ...")
@@ -69,8 +81,7 @@ class Reproduction:
 
 
 def _default(s: Setting) -> Any:
-    value = s.value
-    return list(value) if isinstance(value, tuple) else value
+    return s.value  # a tuple, as the checked values (_checked) are
 
 
 def _number(value: Any) -> str:
@@ -104,59 +115,116 @@ def _refuse(path: Path, why: str, hint: str | None = None) -> UsageError:
     return UsageError(f"{path}: no command reproduces this ticket: {why}", hint=hint)
 
 
-def _device(metrics: MetricsRecord) -> str:
+def _device(path: Path, metrics: MetricsRecord) -> str:
     device = "cpu" if metrics.device is None else metrics.device
-    return device.split(":")[0] if device.startswith("cuda") else device
+    m = DEVICE.fullmatch(device)
+    if m is None:
+        raise _refuse(path, f"its recorded device {show(device)} is none of cpu, cuda, cuda:N or mps")
+    return m.group(1)
+
+
+def _model(path: Path, text: str) -> ModelSpec:
+    """The recorded model spec as extract's --model reads it: the spec grammar, the registry, and for a factory the
+    module extract would import (never one of a script, nor the standard library's or a dependency's)."""
+    try:
+        if spec_text(text) != text:  # extract strips blanks around a spec: the command would not name this one
+            raise UsageError(f"{show(text)} has blanks around it")
+        model = parse_model(text)
+        if model.arch == "user":
+            factory = str(model.factory)
+            module = factory.partition(":")[0]
+            if module in NOT_IMPORTABLE:
+                raise _refuse(
+                    path,
+                    f"its model is the class {factory}, defined in a script or notebook that no command can import",
+                    hint="move the class into an importable module and extract with --model pkg.module:Class",
+                )
+            refuse_foreign(factory, module)
+    except UsageError as e:
+        if str(e).startswith(f"{path}: "):
+            raise
+        raise _refuse(path, f"its recorded model: {e}") from None
+    return model
+
+
+def _checked(path: Path, recorded: dict[str, Any], model: ModelSpec) -> dict[str, Any]:
+    """The recorded settings (in RUN's order, None left out) as extract would accept them: each value in its
+    setting's range and kind (a choice among the registry's names), printable text only, and together through the
+    checks extract's resolution runs (the options the method reads, --init module against the model); any other is
+    one UsageError naming the field."""
+    out: dict[str, Any] = {}
+    for s in RUN:  # in the declarations' order, as extract --help lists them
+        value = recorded.get(s.name)
+        if value is None:
+            continue
+        what = f"its recorded {s.name}"
+        try:
+            v = s.check(value, what)
+            if isinstance(s.kind, tuple) and v not in s.kind:
+                raise UsageError(f"{what} must be one of {', '.join(s.kind)}, got {show(value)}")
+            if isinstance(v, str) and not v.isprintable():  # a command or TOML line must stay one plain line
+                raise UsageError(f"{what} holds control or format characters, got {show(v)}")
+        except UsageError as e:
+            raise _refuse(path, str(e)) from None
+        out[s.name] = v
+    values, given = {**RUN.defaults(), **out}, frozenset(out)
+    try:  # what extract's resolution checks beyond each value (settings/checks.py)
+        method_spec(RUN, values, given, values["betas"])
+        check_module_init(InitSpec(**spec_fields(RUN, InitSpec, values)), model, given)
+    except UsageError as e:
+        raise _refuse(path, f"extract refuses its recorded settings: {e}") from None
+    return out
 
 
 def reproduction(path: str | Path) -> Reproduction:
-    """The settings that extract `path` again; a ticket no command line can make again (the caller's in-memory data,
-    a module class defined in a script) is one UsageError saying why."""
+    """The settings that extract `path` again, each checked as extract checks it; a ticket no command line can make
+    again (the caller's in-memory data, a module class defined in a script, a recorded value extract refuses) is
+    one UsageError saying why."""
     path = Path(path)
     tk = ticket_io.scan(path).ticket  # validated like inspect: a bad file is one line, exit 2
     dataset = tk.data.dataset
     if not isinstance(dataset, str) or dataset not in DATASETS:
         raise _refuse(
             path,
-            f"its data came from the caller ({dataset!r}), not a dataset the command line can load",
+            f"its data came from the caller ({show(dataset)}), not a dataset the command line can load",
             hint="extract it again in Python with tc.extract(..., data=...) on the same data and seed",
         )
-    model = tk.model
-    factory = model.factory or ""
-    module = factory.split(":")[0]
-    if model.arch == "user" and (module in NOT_IMPORTABLE or "<" in factory):
-        raise _refuse(
-            path,
-            f"its model is the class {factory}, defined in a script or notebook that no command can import",
-            hint="move the class into an importable module and extract with --model pkg.module:Class",
-        )
+    if not path.stem.isprintable():  # the command's --out is named after it
+        raise _refuse(path, "its file name holds control or format characters", hint="rename the file")
+    model = _model(path, tk.model.spec)
     init, data = tk.init, tk.data
     if data.split_seed != init.seed:
         raise _refuse(path, f"its split seed {data.split_seed} is not its seed {init.seed}")
     method = tk.method
-    settings: dict[str, Any] = {}
-    recorded: dict[str, Any] = {
-        "method": method.name,
-        **{k: v for k, v in method.options().items() if k in RUN and k not in ("method", "model", "dataset", "seed")},
-        "seed": init.seed,
-        "model": model.spec,
-        "init": init.scheme,
-        "dataset": dataset,
-        "n_extract": data.n_extract,
-        "n_val": data.n_val,
-        "device": _device(tk.metrics),
-    }
+    recorded: dict[str, Any] = {"method": method.name}
+    for key, value in method.options().items():
+        if key in RUN and key not in METHOD_KEYS:  # e.g. data_dir or weights: never a method's, never recorded so
+            raise _refuse(path, f"its method record holds {key}, which is no method setting")
+        if key in METHOD_KEYS:
+            recorded[key] = value
+    recorded.update(
+        seed=init.seed,
+        model=tk.model.spec,
+        init=init.scheme,
+        dataset=dataset,
+        n_extract=data.n_extract,
+        n_val=data.n_val,
+        device=_device(path, tk.metrics),
+    )
     if init.scheme != MODULE_INIT:
         recorded["init_k"] = init.k
     notes: list[str] = []
-    if tk.checkpoint:
-        recorded["weights"] = str(path.parent / str(tk.checkpoint.path))
-        notes.append(f"the ticket's weights came from {recorded['weights']}, which must hold the same weights")
     if model.arch == "user":
-        notes.append(f"the model factory {factory} must be importable where the command runs")
-    for s in RUN:  # in the declarations' order, as extract --help lists them
-        if s.name in recorded and recorded[s.name] is not None:
-            settings[s.name] = recorded[s.name]
+        notes.append(
+            f"reproducing runs the model factory {model.factory}: --model naming it trusts that code as "
+            "--trust-model-code does, so run this only where it is your own module"
+        )
+    if tk.checkpoint:
+        if tk.checkpoint.path is None:
+            raise _refuse(path, "it records a checkpoint without its path")
+        recorded["weights"] = str(path.parent / tk.checkpoint.path)
+        notes.append(f"reproducing needs --weights {recorded['weights']}, holding the weights the ticket was made from")
+    settings = _checked(path, recorded, model)
     made_by = tk.created_by.ticketcli
     full = made_by != __version__
     entry = DATASETS.get(dataset)
@@ -164,12 +232,10 @@ def reproduction(path: str | Path) -> Reproduction:
         if settings.get(name) == default and not full:
             settings.pop(name)  # the dataset's own default (RUN's is None: "the dataset's")
     if full:
+        if not str(made_by).isprintable():
+            raise _refuse(path, f"its created_by.ticketcli {show(made_by)} holds control or format characters")
         notes.append(f"the ticket was made by ticketcli {made_by}, this is {__version__}: every setting is named")
-    processes = tk.metrics.processes
-    return Reproduction(
-        ticket=str(path),
-        settings=settings,
-        processes=1 if processes is None else processes,
-        full=full,
-        notes=tuple(notes),
-    )
+    processes = 1 if tk.metrics.processes is None else tk.metrics.processes
+    if not 1 <= processes <= MAX_WORLD_SIZE:
+        raise _refuse(path, f"its recorded processes {show(processes)} is not in [1, {MAX_WORLD_SIZE}]")
+    return Reproduction(ticket=str(path), settings=settings, processes=processes, full=full, notes=tuple(notes))

@@ -14,6 +14,8 @@ Modules:
 - sweep.py: sweep-k's picks of RUN and its own options; weak.py: train-weak's; drift.py: drift's run and feature
   flags; reader.py: the options of every command that rebuilds a ticket (evaluate, export, train-weak, drift).
 - track.py: --log-to (extract, train-weak, sweep-k, drift): the experiment trackers a run also writes to.
+- checks.py: extract's checks beyond each value's range (the method's options, --init module), torch-free, so that
+  resolve.py and `inspect --command` run the same ones.
 - registry.py: every setting's range by name across the commands (flags, config keys and API keywords of one
   name share one range).
 

@@ -23,15 +23,15 @@ from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.masked import layer_of
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.models.user import import_factory, takes_num_classes
+from ticketcli.settings.checks import check_module_init, method_spec, spec_fields
 from ticketcli.settings.ranges import show
-from ticketcli.settings.readers import check_method_options, method_reads
+from ticketcli.settings.readers import method_reads
 from ticketcli.settings.registry import check_setting
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table
 from ticketcli.settings.weak import WEAK
 from ticketcli.specs.run import (
     MAX_PARAMS,
-    MODULE_INIT,
     PAPER_HIDDEN,
     DataSpec,
     InitSpec,
@@ -165,12 +165,6 @@ def check_keywords(table: Table, options: Collection[str], command: str, reserve
         raise UsageError(f"unknown option {unknown[0]!r} for {command}", hint=hint + f"options: {', '.join(valid)}")
 
 
-def spec_fields(table: Table, cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of spec dataclass `cls` from the checked `values` of `table`'s settings that fill its
-    fields (each setting declares its field)."""
-    return {s.field[1]: values[s.name] for s in table if s.field is not None and s.field[0] is cls}
-
-
 def build_weak_spec(settings: dict[str, Any]) -> WeakSpec:
     """train-weak's settings (settings/weak.py; None = not given) checked and frozen into a WeakSpec, the way
     build_extract_spec freezes extract's."""
@@ -232,13 +226,8 @@ def build_extract_spec(
         train_batch=s["batch_size"],
     )
     budget.check(model, limits)  # from the spec alone: refused before any data is loaded or anything built
-    if len(s["betas"]) != 2:
-        raise UsageError(f"--betas must be two numbers in [0, 1), got {show(settings['betas'])}")
-
-    method = MethodSpec(**spec_fields(RUN, MethodSpec, s))
-    check_method_options(method, settings.given if isinstance(settings, Settings) else None)
-    if method.movement_warmup + method.movement_cooldown >= 1:
-        raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
+    given = settings.given if isinstance(settings, Settings) else None
+    method = method_spec(RUN, s, given, settings["betas"])
     if s["match_sparsity"] is not None:
         method = matched_sparsity(method, s["match_sparsity"], per_layer=s["match_sparsity_per_layer"])
     elif s["match_sparsity_per_layer"]:
@@ -251,7 +240,7 @@ def build_extract_spec(
         **data_location(s["data_dir"], s["download"]),
     )
     init = InitSpec(**spec_fields(RUN, InitSpec, s))
-    check_module_init(init, model, settings.given if isinstance(settings, Settings) else frozenset())
+    check_module_init(init, model, given or frozenset())
     return RunSpec(
         model=model,
         init=init,
@@ -262,20 +251,6 @@ def build_extract_spec(
         max_params=limits.max_params,
         max_memory=limits.max_memory,
     )
-
-
-def check_module_init(init: InitSpec, model: ModelSpec, given: Collection[str]) -> None:
-    """--init module keeps a user factory's own weights: a built-in model has none, and no k shapes them."""
-    if init.scheme != MODULE_INIT:
-        return
-    if model.arch != "user":
-        raise UsageError(
-            f"--init {MODULE_INIT} keeps the weights a model factory (pkg.module:function) created; "
-            f"the built-in model {model.to_string()} draws its weights from a scheme",
-            hint=f"use --init {' or '.join(n for n in INIT_SCHEMES.names() if n != MODULE_INIT)}",
-        )
-    if "init_k" in given:
-        raise UsageError(f"--init-k scales a drawn init; --init {MODULE_INIT} keeps the factory's weights")
 
 
 def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:
