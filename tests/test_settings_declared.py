@@ -35,14 +35,8 @@ from ticketcli.settings.flags import (
 )
 from ticketcli.settings.listing import ListResult
 from ticketcli.settings.ranges import FLOAT
-from ticketcli.settings.resolve import (
-    check_keywords,
-    check_method_options,
-    checked,
-    merge_settings,
-    method_options,
-    spec_fields,
-)
+from ticketcli.settings.readers import check_method_options, method_options
+from ticketcli.settings.resolve import check_keywords, checked, merge_settings, spec_fields
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.settings.sweep import OWN, SWEEP

@@ -232,6 +232,31 @@ def test_extract_logs_params_metrics_tags_and_the_ticket_to_mlflow(extracted):
     assert r2.stderr == ""  # --quiet --json: the trackers add nothing to stderr (mlflow's own log lines included)
 
 
+def test_the_api_extract_logs_to_every_tracker_log_to_names(tmp_path):
+    """tc.extract(log_to=...) takes what --log-to takes and logs the same series and final metrics."""
+    import ticketcli as tc
+
+    db = tmp_path / "m.db"
+    t = tc.extract(
+        "mlp:64-16-10",
+        "digits",
+        epochs=2,
+        n_extract=200,
+        n_val=100,
+        progress=False,
+        device="cpu",
+        log_to=[f"tensorboard:{tmp_path / 'tb'}", f"mlflow:sqlite:///{db}"],
+    )
+    (run,) = mlflow_runs(db)
+    saved = tc.load(t.save(tmp_path / "t.safetensors"))
+    assert run.info.status == "FINISHED" and run.data.tags["masks_sha256"] == saved.metadata["masks_sha256"]
+    assert [m.step for m in client(db).get_metric_history(run.info.run_id, "train/loss")] == [1, 2]
+    (folder,) = (tmp_path / "tb").iterdir()
+    assert [step for step, _ in events(folder)["train/loss"]] == [1, 2]
+    with pytest.raises(tc.UsageError, match="log_to= must be tensorboard:DIR"):
+        tc.extract("mlp:64-16-10", log_to="wandb:x", progress=False)
+
+
 def test_a_rerun_gets_a_folder_of_its_own(tmp_path):
     from ticketcli.track.tb import unique
 
