@@ -285,6 +285,36 @@ def test_a_folder_store_and_the_steps_of_scalars_read_back(tmp_path):
     assert [(m.step, m.value) for m in c.get_metric_history(run.info.run_id, "x")] == [(1, 0.1), (2, 0.2), (3, 0.3)]
 
 
+def test_an_interrupted_run_keeps_every_logged_metric(tmp_path, monkeypatch):
+    """Ctrl-C before the store has even opened (importing mlflow and creating its tables takes seconds): every
+    scalar logged so far still reaches the store, and the run is KILLED, not left RUNNING."""
+    from ticketcli.track import mlflow_store
+    from ticketcli.track.info import RunInfo
+
+    opening = mlflow_store.Mlflow.open
+
+    def slow(self, info):  # a store that takes longer to open than an interrupted run waits for its writes
+        time.sleep(track.WAIT_INTERRUPTED_S + 1)
+        return opening(self, info)
+
+    monkeypatch.setattr(track, "WAIT_INTERRUPTED_S", 2.0)
+    monkeypatch.setattr(mlflow_store.Mlflow, "open", slow)
+    db = tmp_path / "m.db"
+    warnings: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with track.tracked([parse_destination(f"mlflow:sqlite:///{db}")], lambda: RunInfo("r"), warnings.append) as t:
+            assert t is not None
+            for step in range(1, 51):
+                t.scalars(step, {"x": step / 10, "y": -step})
+            raise KeyboardInterrupt
+    assert warnings == []
+    (run,) = mlflow_runs(db)
+    assert run.info.status == "KILLED"
+    for name, scale in (("x", 0.1), ("y", -1)):
+        history = client(db).get_metric_history(run.info.run_id, name)
+        assert sorted((m.step, m.value) for m in history) == [(i, pytest.approx(i * scale)) for i in range(1, 51)]
+
+
 # train-weak, drift, sweep-k -----------------------------------------------------------------------------------------
 
 
