@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
+import re
 import struct
 import sys
 import textwrap
@@ -265,3 +266,8 @@ def full_record(r: dict) -> SweepRecord:
     rest = {"method": {"name": r["group"]}, "requested_sparsity": 0.9, "layer_densities": None, "test_loss": 1.0}
     rest |= {"masks_sha256": "0" * 64, "device": "cpu", "threads": 1, "wall_time_s": 0.0}
     return SweepRecord.of({**rest, "ticket": None, "ticket_sha256": None, **r})
+
+
+def in_keywords(line: str) -> str:
+    """A command-line error line as the Python API words it: each flag as its keyword (--init-k -> init_k=)."""
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", "_") + "=", line)

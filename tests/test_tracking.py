@@ -232,6 +232,31 @@ def test_extract_logs_params_metrics_tags_and_the_ticket_to_mlflow(extracted):
     assert r2.stderr == ""  # --quiet --json: the trackers add nothing to stderr (mlflow's own log lines included)
 
 
+def test_the_api_extract_logs_to_every_tracker_log_to_names(tmp_path):
+    """tc.extract(log_to=...) takes what --log-to takes and logs the same series and final metrics."""
+    import ticketcli as tc
+
+    db = tmp_path / "m.db"
+    t = tc.extract(
+        "mlp:64-16-10",
+        "digits",
+        epochs=2,
+        n_extract=200,
+        n_val=100,
+        progress=False,
+        device="cpu",
+        log_to=[f"tensorboard:{tmp_path / 'tb'}", f"mlflow:sqlite:///{db}"],
+    )
+    (run,) = mlflow_runs(db)
+    saved = tc.load(t.save(tmp_path / "t.safetensors"))
+    assert run.info.status == "FINISHED" and run.data.tags["masks_sha256"] == saved.metadata["masks_sha256"]
+    assert [m.step for m in client(db).get_metric_history(run.info.run_id, "train/loss")] == [1, 2]
+    (folder,) = (tmp_path / "tb").iterdir()
+    assert [step for step, _ in events(folder)["train/loss"]] == [1, 2]
+    with pytest.raises(tc.UsageError, match="log_to= must be tensorboard:DIR"):
+        tc.extract("mlp:64-16-10", log_to="wandb:x", progress=False)
+
+
 def test_a_rerun_gets_a_folder_of_its_own(tmp_path):
     from ticketcli.track.tb import unique
 
@@ -258,6 +283,36 @@ def test_a_folder_store_and_the_steps_of_scalars_read_back(tmp_path):
     (run,) = c.search_runs([c.get_experiment_by_name("ticket").experiment_id])
     assert run.data.params == {"a": "1", "b": "c"} and run.info.status == "FINISHED"
     assert [(m.step, m.value) for m in c.get_metric_history(run.info.run_id, "x")] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+
+
+def test_an_interrupted_run_keeps_every_logged_metric(tmp_path, monkeypatch):
+    """Ctrl-C before the store has even opened (importing mlflow and creating its tables takes seconds): every
+    scalar logged so far still reaches the store, and the run is KILLED, not left RUNNING."""
+    from ticketcli.track import mlflow_store
+    from ticketcli.track.info import RunInfo
+
+    opening = mlflow_store.Mlflow.open
+
+    def slow(self, info):  # a store that takes longer to open than an interrupted run waits for its writes
+        time.sleep(track.WAIT_INTERRUPTED_S + 1)
+        return opening(self, info)
+
+    monkeypatch.setattr(track, "WAIT_INTERRUPTED_S", 2.0)
+    monkeypatch.setattr(mlflow_store.Mlflow, "open", slow)
+    db = tmp_path / "m.db"
+    warnings: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with track.tracked([parse_destination(f"mlflow:sqlite:///{db}")], lambda: RunInfo("r"), warnings.append) as t:
+            assert t is not None
+            for step in range(1, 51):
+                t.scalars(step, {"x": step / 10, "y": -step})
+            raise KeyboardInterrupt
+    assert warnings == []
+    (run,) = mlflow_runs(db)
+    assert run.info.status == "KILLED"
+    for name, scale in (("x", 0.1), ("y", -1)):
+        history = client(db).get_metric_history(run.info.run_id, name)
+        assert sorted((m.step, m.value) for m in history) == [(i, pytest.approx(i * scale)) for i in range(1, 51)]
 
 
 # train-weak, drift, sweep-k -----------------------------------------------------------------------------------------

@@ -95,6 +95,50 @@ def test_a_lone_process_gives_up_the_rendezvous_at_the_timeout(rank, tmp_path):
     assert_clean(run, 2, contains=f"{prefix}no one else joined the torchrun job", folder=tmp_path)
 
 
+class _SilentListener:
+    """Something else listening at a stale MASTER_PORT: it accepts connections and never says a word (an old job's
+    hung store, an unrelated service), so torch's store handshake would wait for an answer forever."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        try:
+            while True:
+                self.held.append(self.server.accept()[0])
+        except OSError:
+            return  # closed
+
+    def close(self) -> None:
+        self.server.close()
+        for c in self.held:
+            c.close()
+
+
+@pytest.mark.parametrize("rank, listener", [("0", "nobody"), ("1", "nobody"), ("1", "silent")])
+def test_a_stale_torchrun_environment_ends_at_the_timeout_naming_the_variables(rank, listener, tmp_path):
+    """Every torchrun variable left in a shell by an earlier job: whatever waits (the store's listener, torch's
+    handshake with a port that never answers, the other ranks) gives up at --rendezvous-timeout with exit 2 and
+    one line naming the variables to unset. The child's timeout is the failure: it must return."""
+    silent = _SilentListener() if listener == "silent" else None
+    port = silent.port if silent else free_port()
+    env = {**NO_TORCHRUN, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    env |= {"RANK": rank, "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": "2"}
+    try:
+        out = str(tmp_path / "t.safetensors")
+        run = child(*EXTRACT, "--out", out, "--rendezvous-timeout", "2", env=env, timeout=90)
+    finally:
+        if silent:
+            silent.close()
+    assert_clean(run, 2, contains="no one else joined", folder=tmp_path)
+    line = run.stderr.strip()
+    for name in ("MASTER_ADDR=127.0.0.1", f"MASTER_PORT={port}", "WORLD_SIZE=2", f"RANK={rank}", "LOCAL_RANK="):
+        assert name in line, line
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT], ids=lambda s: s.name)  # SIGTERM takes the same path
 def test_a_signal_ends_a_waiting_rendezvous(sig, tmp_path):
     """Rank 0 waits for a rank 1 that never comes (the default timeout): once its store listens, a signal ends

@@ -8,7 +8,8 @@ Its modules, by concern: `ticket` (the `Ticket` class: masks, metadata, save, bu
 compare` compares them, numpy only), `data` (the `data` argument: a dataset's name, or the caller's tensors, Datasets
 and DataLoaders turned into seeded splits), `masks` (`apply_masks`, `remove_masks`, `load_pruned`: masks on any
 nn.Module in torch.nn.utils.prune's layout), `listing` (`list_methods`, `list_models`, `list_datasets`,
-`extract_options`) and `args` (path, module and data-directory arguments, checked as the command line checks its flags).
+`extract_options`), `args` (path, module and data-directory arguments, checked as the command line checks its flags)
+and `keywords` (the calls speak in keywords: an unknown one names the closest, errors name `epochs=`, not `--epochs`).
 
 What it may import (tests/test_layers.py places the package above resolution, below the command line): every layer below
 it (the foundations, building blocks, workflows, `report` and `settings/`), never `cli/`; `masks` only torch, the

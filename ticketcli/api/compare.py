@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ticketcli.api.keywords import speaks_keywords
 from ticketcli.errors import UsageError
 from ticketcli.runs.compare import CompareResult, compare_tickets
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from ticketcli.api.ticket import Ticket
 
 
+@speaks_keywords("compare")
 def compare(
     a: str | os.PathLike[str] | Ticket, b: str | os.PathLike[str] | Ticket, *more: str | os.PathLike[str] | Ticket
 ) -> CompareResult:

@@ -12,26 +12,39 @@ from torch import nn
 
 from ticketcli.api import data as api_data
 from ticketcli.api.args import optional_path
+from ticketcli.api.keywords import speaks_keywords
 from ticketcli.api.masks import masked
 from ticketcli.api.ticket import Ticket
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import parse_model
 from ticketcli.report import progress as report_progress
+from ticketcli.report.console import warn
 from ticketcli.runs import extract as runs_extract
+from ticketcli.runs import summary as runs_summary
 from ticketcli.runtime.threads import using
 from ticketcli.settings.registry import check_threads
 from ticketcli.settings.resolve import build_extract_spec, check_keywords, merge_settings
 from ticketcli.settings.run import RUN
+from ticketcli.settings.track import TRACK
 from ticketcli.specs.run import ModelSpec
+from ticketcli.track import base as track
+from ticketcli.track import feed as track_feed
 
 Progress = Callable[
     [dict[str, Any]], None
 ]  # called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"}
 # extract() takes these as its own arguments (model, data) or not at all (where the ticket goes: Ticket.save)
-NOT_OPTIONS = frozenset({"model", "dataset", "method", "sparsity", "epochs", "seed", "device", "threads"})
+NOT_OPTIONS = frozenset({"model", "dataset", "method", "sparsity", "epochs", "seed", "device", "threads", "log_to"})
+UNSAVED = Path("<unsaved ticket>")  # what the trackers record as the ticket of a run whose ticket is not saved yet
 
 
+def option_keywords() -> frozenset[str]:
+    """The keywords extract()'s **options take: every `ticket extract` setting it does not name itself."""
+    return frozenset(RUN.config_keys()) - NOT_OPTIONS
+
+
+@speaks_keywords("extract", option_keywords)
 def extract(
     model: str | nn.Module,
     data: api_data.Data = "digits",
@@ -44,6 +57,7 @@ def extract(
     device: str = "auto",
     threads: int | None = None,
     config: str | Path | None = None,
+    log_to: str | list[str] | None = None,
     **options: Any,
 ) -> Ticket:
     """Extract a ticket, as `ticket extract` does, and return it unsaved (Ticket.save writes it).
@@ -55,18 +69,22 @@ def extract(
     splits as {"extract": ..., "val": ..., "test": ...}. options: every other `ticket extract` option by its
     Python name (lr=, weight_decay=, aug_density=, layer_densities=[...], data_dir=, ...), checked as the CLI
     checks them (UsageError with the same message). progress: a bar on stderr, False, or a callable per epoch.
-    threads: torch CPU threads for the run (None: the config file's, else torch's own), restored afterwards."""
+    threads: torch CPU threads for the run (None: the config file's, else torch's own), restored afterwards.
+    log_to: also log the run to experiment trackers, as `--log-to` does: "tensorboard:DIR", "mlflow:URI" or a
+    list of them (a tracker that fails is a warning on stderr; the run goes on). Errors name keywords
+    (`epochs=`), and an unknown keyword names the closest one."""
     if not isinstance(model, (str, nn.Module)):
         raise UsageError(f"model must be a spec string or a torch.nn.Module, got {type(model).__name__}")
     config = optional_path(config, "config")
     check_keywords(RUN, options, "extract", reserved=NOT_OPTIONS)
     flags = dict(options, method=method, sparsity=sparsity, epochs=epochs, seed=seed, device=device, threads=threads)
+    flags["log_to"] = log_to
     given = None
     if isinstance(data, str):
         flags["dataset"] = data
     if isinstance(model, str):
         flags["model"] = model
-    settings = merge_settings(flags, config)
+    settings = merge_settings(flags, config, RUN.plus(TRACK))
     if not isinstance(data, str):
         given = api_data.given(data, settings["seed"])
     own = module_spec(model).to_string() if isinstance(model, nn.Module) else None
@@ -74,13 +92,22 @@ def extract(
     splits = None
     if given is not None:
         splits = api_data.splits_for(given, settings["n_extract"], settings["n_val"], spec.data.split_seed)
+    trackers = track.check(settings["log_to"])
     with (
         _progress(progress, spec.method.name, spec.method.epochs) as callback,
         using(check_threads(settings["threads"], "threads")),
+        track.tracked(trackers, lambda: track_feed.extract_info(spec), warn) as log,
     ):
+        logged, steps = track_feed.extract_epochs(log, warn) if log is not None else (None, None)
         run = runs_extract.run_extraction(
-            spec, progress=callback, splits=splits, module=model if isinstance(model, nn.Module) else None
+            spec,
+            progress=track.tee(callback, logged),
+            splits=splits,
+            module=model if isinstance(model, nn.Module) else None,
         )
+        if log is not None and steps is not None:
+            summary = runs_summary.extract_summary(spec, run.ticket, UNSAVED, None, run.source, run.details)
+            track_feed.guarded(track_feed.extract_final, warn)(log, summary, steps.last)
     return Ticket(run.ticket)
 
 

@@ -14,6 +14,7 @@ from torch import nn
 
 from ticketcli.api import data as api_data
 from ticketcli.api.args import check_module_arg, optional_path, path_arg
+from ticketcli.api.keywords import speaks_keywords
 from ticketcli.api.masks import TicketMasks, apply_masks, check_module, masked
 from ticketcli.data.datasets import Splits
 from ticketcli.data.memory import IN_MEMORY
@@ -129,6 +130,7 @@ class Ticket:
         self._path = Path(path)
         return self._path
 
+    @speaks_keywords("Ticket.build")
     def build(
         self,
         device: str = "auto",
@@ -153,6 +155,7 @@ class Ticket:
         net.to(runs_inputs.resolve_device(reader.device))
         return apply_masks(net.module, masks, check_weights=False)  # rebuild checked the fingerprint
 
+    @speaks_keywords("Ticket.apply")
     def apply(
         self,
         module: nn.Module,
@@ -191,6 +194,7 @@ class Ticket:
             ) from None
         return apply_masks(module, masks, check_weights=False).eval()  # the weights were just copied in
 
+    @speaks_keywords("Ticket.splits")
     def splits(self, data: api_data.Data | None = None, *, data_dir: str | Path | None = None) -> Splits:
         """The ticket's extraction, validation and test splits exactly as its evaluation uses them (the same
         dataset normalisation, sizes and split seed), on the CPU: `x, y = t.splits().test`, or the attributes
@@ -225,6 +229,7 @@ class Ticket:
                     net.calibrate(masks)
         return net, masks
 
+    @speaks_keywords("Ticket.evaluate")
     def evaluate(
         self,
         data: api_data.Data | None = None,

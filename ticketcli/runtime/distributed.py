@@ -89,10 +89,12 @@ def joined(
 
 
 def _meet(w: World, addr: str, port: int, seconds: float) -> Store:
-    """torch's env:// rendezvous, bounded by `seconds`, run in a helper thread: the main thread waits in short
-    slices, so the signal handlers of interrupts.stop_on_signals run (torch's own wait would defer them until its
-    timeout). A process that is not the store's host first waits for the store to listen, with plain sockets, so
-    that torch's connection retries do not print their C++ logs."""
+    """torch's env:// rendezvous and a barrier of every rank, bounded by `seconds` as a whole, run in a helper
+    thread: the main thread waits in short slices, so the signal handlers of interrupts.stop_on_signals run
+    (torch's own wait would defer them until its timeout), and gives up at the deadline whatever the helper is
+    stuck in (a name lookup, or torch's store handshake with something at MASTER_PORT that never answers, which
+    torch's own timeout does not cover). A process that is not the store's host first waits for the store to
+    listen, with plain sockets, so that torch's connection retries do not print their C++ logs."""
     # imported from their home modules (torch.distributed re-exports them without naming them public); loaded by
     # now, as torch.distributed imports them when it is available
     from torch.distributed.distributed_c10d import Store
@@ -107,20 +109,23 @@ def _meet(w: World, addr: str, port: int, seconds: float) -> Store:
             if not hosts_store:
                 _wait_for_listener(addr, port, deadline)
             left = datetime.timedelta(seconds=max(1.0, deadline - time.monotonic()))
-            result["store"] = next(rendezvous("env://", timeout=left))[0]
+            store = next(rendezvous("env://", timeout=left))[0]
+            _all_arrived(store, w.size, deadline)
+            result["store"] = store
         except BaseException as e:  # handed to the main thread, which raises it as one line
             result["error"] = e
 
     helper = threading.Thread(target=attempt, name="ticket-rendezvous", daemon=True)
     helper.start()
-    while helper.is_alive():
+    # a little grace past the deadline lets torch's own timeout, which says more, win when it fires
+    while helper.is_alive() and time.monotonic() < deadline + _GRACE_S:
         helper.join(0.05)
     if "store" in result:
         store = result["store"]
         assert isinstance(store, Store)
         return store
-    e = result.get("error")
-    where = f"the torchrun job at {addr}:{port} (WORLD_SIZE={w.size}, this is RANK={w.rank})"
+    e = result.get("error", TimeoutError())  # none yet: the helper is still stuck, left behind as a daemon
+    where = f"the torchrun job at {_variables(w, addr, port)}"
     hint = f"start every process of the job (torchrun does), raise --rendezvous-timeout, or {_HINT_ONE}"
     if isinstance(e, (TimeoutError, dist.DistStoreError, dist.DistNetworkError)) or "timed out" in str(e).lower():
         raise UsageError(f"no one else joined {where} within {seconds:g} s", hint=hint)
@@ -129,6 +134,30 @@ def _meet(w: World, addr: str, port: int, seconds: float) -> Store:
 
 
 _HINT_ONE = "unset WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT to run one process"
+_GRACE_S = 2.0
+# the barrier's counter, one per torchrun restart (torchrun's agent store may outlive a restart); torch's process
+# group keeps its own keys under its own prefix
+_ARRIVED = "ticket/arrived/"
+
+
+def _variables(w: World, addr: str, port: int) -> str:
+    """The torchrun variables this process read, by name, so that a stale shell's can be recognised and unset."""
+    ranks = f"WORLD_SIZE={w.size}, this is RANK={w.rank}, LOCAL_RANK={w.local_rank}"
+    return f"MASTER_ADDR={addr} MASTER_PORT={port} ({ranks})"
+
+
+def _all_arrived(store: Store, size: int, deadline: float) -> None:
+    """Wait until all `size` ranks have reached the store, by the deadline (TimeoutError after it). Without this a
+    rank other than 0 that found the store would wait for the missing ranks inside init_process_group, under the
+    collectives' 30-minute timeout instead of the rendezvous's."""
+    store.set_timeout(datetime.timedelta(seconds=max(1.0, deadline - time.monotonic())))
+    key = _ARRIVED + os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    arrived = store.add(key, 1)
+    while arrived < size:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{arrived} of {size} processes joined")
+        time.sleep(0.05)
+        arrived = store.add(key, 0)
 
 
 def _wait_for_listener(addr: str, port: int, deadline: float) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ticketcli.errors import UsageError
 
 MAX_WORLD_SIZE = 1024  # processes in one job; WORLD_SIZE=1000000000 is a typo, not a cluster
-RENDEZVOUS_TIMEOUT_S = 60.0  # default --rendezvous-timeout: how long a process waits for the others to join
+RENDEZVOUS_TIMEOUT_S = 30.0  # default --rendezvous-timeout: how long a process waits for the others to join
 MAX_RENDEZVOUS_TIMEOUT_S = 86400.0
 _NUMBER = re.compile(r"[0-9]{1,10}")  # ASCII digits only: int() would also take " 2", "+2", "2_0" and "٢"
 _HOST = re.compile(r"[A-Za-z0-9._:%\[\]-]{1,253}")  # a host name, IPv4 or (bracketed) IPv6 address

@@ -137,6 +137,7 @@ class Tracking:
 
     def __init__(self, writer: Writer, runs: Sequence[Guarded]):
         self.writer, self.runs = writer, list(runs)
+        self.ready = threading.Event()  # set once every tracker has opened its run or failed to (open_tracking)
 
     def _each(self, method: str, *args: Any) -> None:
         for r in self.runs:
@@ -185,7 +186,9 @@ def open_tracking(dests: Sequence[Destination], info: RunInfo, warn: Warn) -> Tr
     runs = [Guarded(d.text, warn) for d in dests]
     for d, r in zip(dests, runs):
         writer.submit(partial(r.open, partial(_open, d, info)))
-    return Tracking(writer, runs)
+    tracking = Tracking(writer, runs)
+    writer.submit(tracking.ready.set)
+    return tracking
 
 
 def check(log_to: Any) -> tuple[Destination, ...]:
@@ -214,6 +217,10 @@ def tracked(dests: Sequence[Destination], info: Callable[[], RunInfo], warn: War
         yield tracking
     except BaseException as e:
         tracking.close("FAILED" if isinstance(e, Exception) else "KILLED")
+        if not isinstance(e, Exception):
+            # an interrupt early in a run finds a store still opening (importing mlflow, creating its tables takes
+            # seconds): what was logged is queued behind it, so the short wait starts once every tracker is open
+            tracking.ready.wait(WAIT_S)
         tracking.writer.stop(WAIT_INTERRUPTED_S if not isinstance(e, Exception) else WAIT_S)
         raise
     tracking.close("FINISHED")

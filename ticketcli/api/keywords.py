@@ -1,0 +1,81 @@
+"""The Python API speaks in keywords, not flags: an unknown keyword of an API call names the closest one (a flag's
+spelling such as `--epochs` or `n-extract`, or a command-line name such as `dataset`, mapped to its keyword), and
+every error a call raises names `epochs=` where the command line's message names `--epochs`."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import re
+from collections.abc import Callable, Collection
+from typing import ParamSpec, TypeVar
+
+from ticketcli.errors import TicketCliError, UsageError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# a command-line option whose API keyword has another name: --dataset is extract's `data`, as Ticket's calls name it
+CLI_NAMES = {"dataset": "data"}
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+
+
+def keyword_of(name: str, keywords: Collection[str]) -> str | None:
+    """The keyword a flag or command-line spelling means (`--epochs`, `n-extract`, `dataset`), or None."""
+    key = name.lstrip("-").replace("-", "_")
+    key = CLI_NAMES.get(key, key)
+    return key if key in keywords else None
+
+
+def in_keywords(text: str, keywords: Collection[str]) -> str:
+    """`text` with each flag that is one of `keywords` written as the keyword: `--n-extract` -> `n_extract=`."""
+
+    def one(m: re.Match[str]) -> str:
+        key = keyword_of(m.group(1), keywords)
+        return f"{key}=" if key else m.group(0)
+
+    return _FLAG.sub(one, text)
+
+
+def unknown_keyword(name: str, keywords: Collection[str], call: str) -> UsageError:
+    """The error for a keyword `call` does not take: the keyword it spells, else the closest one, then all."""
+    meant = keyword_of(name, keywords)
+    if meant is None:
+        spelled = name.lstrip("-").replace("-", "_")
+        close = difflib.get_close_matches(spelled, [*keywords, *CLI_NAMES], n=1, cutoff=0.6)
+        meant = CLI_NAMES.get(close[0], close[0]) if close else None
+    listed = f"keywords: {', '.join(sorted(keywords))}"
+    return UsageError(
+        f"unknown keyword {name!r} for {call}()", hint=f"did you mean {meant}=? {listed}" if meant else listed
+    )
+
+
+def speaks_keywords(
+    call: str, options: Callable[[], Collection[str]] = tuple
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate an API function (`call`: its name as a user writes it) so that it speaks in keywords: an unknown
+    keyword is one UsageError with the closest keyword, and any TicketCliError it raises names keywords, not flags.
+    `options`: the keywords its **options take beyond its named parameters (read when it is called)."""
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        params = inspect.signature(fn).parameters.values()
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        named = frozenset(p.name for p in params if p.kind in kinds) - {"self"}
+
+        @functools.wraps(fn)
+        def speaking(*args: P.args, **kwargs: P.kwargs) -> R:
+            keywords = named | frozenset(options())
+            for name in kwargs:
+                if name not in keywords:
+                    raise unknown_keyword(name, keywords, call)
+            try:
+                return fn(*args, **kwargs)
+            except TicketCliError as e:  # the same exception, worded for a caller of `call`
+                e.args = (in_keywords(str(e), keywords), *e.args[1:])
+                e.hint = None if e.hint is None else in_keywords(e.hint, keywords)
+                raise
+
+        return speaking
+
+    return wrap
