@@ -15,11 +15,11 @@ ignored from the last exit handler on.
 """
 
 import atexit
+import fcntl
 import os
 import signal
 import sys
 from types import FrameType, ModuleType
-
 
 _OUTCOME: list[int] = []  # the exit code, once the CLI has returned
 _HANDLED: list[signal.Signals] = []  # the signals main() handles (not those the parent set to be ignored)
@@ -84,6 +84,43 @@ def _outcome(e: BaseException | None) -> int:
     return 128 + signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
 
 
+def _usable(fd: int, write: bool) -> bool:
+    """Whether fd is open, and open for writing if `write` (`2<file` or a shell's own read-only fd is not)."""
+    try:
+        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:
+        return False
+    return not write or mode != os.O_RDONLY
+
+
+def _claim_std_fds() -> None:
+    """A closed fd 0, 1 or 2 (`<&-`, `>&-`, `2>&-`) is taken before any file can be opened under its number (a
+    ticket's temp file opened as fd 1 would receive what anything, a C library or a child process included, writes
+    to stdout): stdin becomes /dev/null, stdout and stderr a pipe whose reader has gone, so that writing to them is
+    the closed-pipe case (exits.closed_output: exit 141, quietly). So does a stdout or stderr open only for
+    reading, which no write can use either. Python gave a closed fd no stream (None); it gets one here, as it
+    would have had the fd been open."""
+    closed = [fd for fd in (0, 1, 2) if not _usable(fd, write=fd > 0)]
+    for fd in closed:  # ascending: a closed fd's number is the lowest free one, nothing else can take it first
+        taken = os.open(os.devnull, os.O_RDWR)
+        if taken != fd:
+            os.dup2(taken, fd)
+            os.close(taken)
+    for fd in closed:
+        if fd == 0:
+            sys.stdin = open(0, closefd=False)  # the process's own stream, never closed
+            continue
+        read, write = os.pipe()
+        os.close(read)
+        os.dup2(write, fd)
+        os.close(write)
+        stream = open(fd, "w", closefd=False, errors="backslashreplace", buffering=1 if fd == 2 else -1)
+        if fd == 1:
+            sys.stdout = stream
+        else:
+            sys.stderr = stream
+
+
 def _fast_version() -> bool:
     """`ticket --version` without importing Typer or Rich; False (so the full CLI answers, and ends a closed stdout
     as it ends every other) when the line cannot be written."""
@@ -103,6 +140,7 @@ def main() -> None:
         if signal.getsignal(s) is not signal.SIG_IGN:
             signal.signal(s, _interrupted_at_start)
             _HANDLED.append(s)
+    _claim_std_fds()
     atexit.register(_ignore_in_teardown)  # first registered, so the last to run
     ended: BaseException | None = None
     try:
