@@ -140,7 +140,9 @@ def child(
                 stdin=stdin,
                 env=full_env,
                 cwd=cwd,
-                preexec_fn=(lambda: [os.close(fd) for fd in closed_fds]) if closed_fds else None,  # after the pipes are in place
+                preexec_fn=(lambda: [os.close(fd) for fd in closed_fds])
+                if closed_fds
+                else None,  # after the pipes are in place
                 **pipes,
             )
         finally:

@@ -4,8 +4,8 @@ Writing to the missing stream ends the run quietly with 141; what went to files 
 --out-dir) is complete, and nothing is half-written; a run that writes nothing to it keeps its own exit code.
 
 All the cases run in one child: a driver that imports torch and the workflows once, then forks one real process
-per case (two at a time), closes its fds as the shell would, leaves sys.stdout or sys.stderr None as Python does for a closed fd,
-and runs the console script's entry point; one torch import instead of one per case keeps the matrix fast."""
+per case (two at a time), closes its fds as the shell would, leaves sys.stdout or sys.stderr None as Python does
+for a closed fd, and runs the console script's entry point; one torch import, not one per case, keeps it fast."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def run_pool(
     describe: Callable[[Task], str],
 ) -> Iterator[tuple[Task, Result]]:
     """(task, run(task, threads)) for every task, in finishing order; a dead worker is a RunFailed naming
-    describe(task); leaving early (an error, Ctrl-C) cancels what has not started and ends the workers."""
+    describe(task); leaving early (an error, Ctrl-C) ends the workers: what has not started never does."""
     if workers == 1:
         for t in tasks:
             yield t, run(t, threads)
@@ -51,9 +51,10 @@ def run_pool(
                         raise RunFailed(f"a worker process died while running {describe(futures[f])}") from None
                     yield futures[f], result
             except BaseException:
-                for f in futures:
-                    f.cancel()
-                _end_workers(pool)  # their results would not be read: leaving does not wait for them
+                # their results would not be read: leaving does not wait for them. Killing them breaks the pool, so
+                # that nothing more starts; the futures are not cancelled as well, since the executor's own thread
+                # then fails them all and must find none already cancelled (it raises on those, with a traceback)
+                _end_workers(pool)
                 raise
 
 
