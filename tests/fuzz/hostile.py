@@ -117,11 +117,13 @@ def child(
     closed_stderr: bool = False,
     stdout_file: str | None = None,
     stderr_file: str | None = None,
+    closed_fds: tuple[int, ...] = (),
     program: tuple[str, ...] = ("-m", "ticketcli"),
 ) -> Run:
     """`python -m ticketcli ARGS` as a child process; `signal_after=(seconds, signum)` sends it a signal;
     `closed_stdout`/`closed_stderr` give it a pipe whose reader has gone (`| head -1` after the first line);
-    `stdout_file`/`stderr_file` send a stream to a file such as /dev/full; `program` replaces `-m ticketcli`
+    `stdout_file`/`stderr_file` send a stream to a file such as /dev/full; `closed_fds` starts it with those fds
+    really closed (`>&-`, `2>&-`: Python then has no sys.stdout, sys.stderr); `program` replaces `-m ticketcli`
     (a driver script that patches the CLI before running it)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
     if "TICKET_DEBUG" not in (env or {}):
@@ -133,7 +135,16 @@ def child(
             if path is not None:
                 pipes[name] = os.open(path, os.O_WRONLY)
         try:
-            p = subprocess.Popen([sys.executable, *program, *args], stdin=stdin, env=full_env, cwd=cwd, **pipes)
+            p = subprocess.Popen(
+                [sys.executable, *program, *args],
+                stdin=stdin,
+                env=full_env,
+                cwd=cwd,
+                preexec_fn=(lambda: [os.close(fd) for fd in closed_fds])
+                if closed_fds
+                else None,  # after the pipes are in place
+                **pipes,
+            )
         finally:
             for end in pipes.values():
                 if isinstance(end, int):

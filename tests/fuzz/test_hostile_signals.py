@@ -9,12 +9,13 @@ import os
 import signal
 
 import pytest
-from hostile import REPO, assert_clean, child, cli, snapshot
+from hostile import QUICK_SWEEP, REPO, assert_clean, child, cli, snapshot
 
 from ticketcli.export import run as export_core
 from ticketcli.report import tables as report_tables
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import inspect as runs_inspect
+from ticketcli.ticketfile import ticket as ticket_io
 
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
 
@@ -145,6 +146,7 @@ TWO_SIGNALS = """
 import atexit, os, signal, sys, time
 from ticketcli.report import console
 from ticketcli.runs import inspect as runs_inspect
+from ticketcli.ticketfile import ticket as ticket_io
 first, second = signal.Signals[sys.argv[1]], signal.Signals[sys.argv[2]]
 
 def send(sig):
@@ -182,3 +184,125 @@ def test_a_second_signal_during_the_clean_up_keeps_the_first_ones_exit(first, se
     driver.write_text(TWO_SIGNALS)
     run = child(first.name, second.name, str(ticket), program=(str(driver),), timeout=90)
     assert_clean(run, exit_of(first), contains=f"interrupted by {first.name}")
+
+
+# The same for the long commands, run for real, with a terminal's Ctrl-C: the first signal goes to the whole process
+# group (the driver's own, so sweep-k's workers get it too) when the first progress record arrives, the second at
+# one of several moments of the shutdown: at once (both pending together), while the first one's line is written
+# (the clean-up), among the exit handlers (after the outcome is final), or during the interpreter's teardown (a
+# module's object finalised after the interpreter has reset its signal handlers).
+TWO_SIGNALS_RUN = """
+import atexit, os, signal, sys, time, types
+from ticketcli.report import console
+from ticketcli.runtime import interrupts
+
+
+def run():
+    first, second, when = signal.Signals[sys.argv[1]], signal.Signals[sys.argv[2]], sys.argv[3]
+    os.setpgid(0, 0)
+
+    def send(*sigs):
+        for sig in sigs:
+            os.killpg(0, sig)
+        time.sleep(0.5)  # the handler runs at the next bytecode: within this sleep
+
+    real_track = interrupts.Position.track
+
+    def track(self, progress):
+        record = real_track(self, progress)
+        def first_record(stats):
+            record(stats)
+            if not getattr(interrupts, "sent", False):
+                interrupts.sent = True
+                send(first, *([second] if when == "at-once" else []))
+        return first_record
+
+    real_error = console.error
+
+    def error(*args, **kwargs):
+        if when == "clean-up":
+            send(second)
+        if when == "exit-handlers":
+            atexit.register(send, second)  # registered after entry's own: runs before it
+        real_error(*args, **kwargs)
+
+    class Finalised:
+        def __del__(self, kill=os.kill, pid=os.getpid(), sleep=time.sleep, sig=second):
+            kill(pid, sig)
+            sleep(0.5)
+
+    if when == "teardown":
+        sys.modules["finalised_in_teardown"] = probe = types.ModuleType("finalised_in_teardown")
+        probe.obj = Finalised()
+    interrupts.Position.track = track
+    console.error = error
+    sys.argv = ["ticket", *sys.argv[4:]]
+    from ticketcli.cli.entry import main
+    main()
+
+
+if __name__ == "__main__":  # not in sweep-k's spawned workers, which import this file
+    run()
+"""
+LONG = {
+    "extract": [
+        "extract",
+        "--method",
+        "edge-popup",
+        "--epochs",
+        "3",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-13-10",
+        "--n-extract",
+        "100",
+        "--n-val",
+        "50",
+        "--device",
+        "cpu",
+        "--quiet",
+        "--out",
+        "{d}/t.safetensors",
+    ],
+    "drift": [
+        "drift",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp:64-16-10",
+        "--steps",
+        "5",
+        "--quiet",
+        "--plot",
+        "{d}/d.png",
+    ],
+    "sweep-k": [*QUICK_SWEEP, "--seeds", "0,1", "--workers", "2", "--threads", "1", "--out-dir", "{d}/sweep"],
+}
+
+
+@pytest.mark.parametrize(
+    "command, when, first, second",
+    [
+        ("extract", "clean-up", signal.SIGTERM, signal.SIGINT),
+        ("extract", "teardown", signal.SIGINT, signal.SIGINT),
+        ("drift", "at-once", signal.SIGINT, signal.SIGINT),
+        ("drift", "exit-handlers", signal.SIGINT, signal.SIGTERM),
+        ("drift", "teardown", signal.SIGINT, signal.SIGINT),
+        ("sweep-k", "at-once", signal.SIGINT, signal.SIGINT),
+        ("sweep-k", "clean-up", signal.SIGINT, signal.SIGINT),
+    ],
+    ids=lambda v: v.name if isinstance(v, signal.Signals) else v,
+)
+def test_two_signals_to_a_long_command_exit_by_the_first(command, when, first, second, tmp_path):
+    """However soon the second signal comes: exit 128 + the first one (a SIGTERM after a Ctrl-C too), its one
+    line, no traceback from the process or a worker, no temp file, and every file there is complete."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(TWO_SIGNALS_RUN)
+    args = [a.replace("{d}", str(tmp_path)) for a in LONG[command]]
+    run = child(first.name, second.name, when, *args, program=(str(driver),), timeout=300)
+    assert_clean(run, exit_of(first), contains=f"interrupted by {first.name}")
+    assert not [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+    assert not (tmp_path / "t.safetensors").exists() and not (tmp_path / "d.png").exists()
+    for kept in (tmp_path / "sweep").rglob("*.safetensors"):  # a configuration finished before the signal
+        ticket_io.load(kept)

@@ -76,9 +76,9 @@ def check_paths(ctx: click.Context) -> None:
 class OneLineErrors(TyperGroup):
     """The edge of the program, where every run ends in exactly one exit code (exits.exit_code): Click's own usage
     errors (unknown option, a value outside the choices, not a number) as one 'error:' line with exit code 2, like
-    every other bad input, instead of Typer's multi-line box; a closed stdout or stderr quietly (141); a signal
-    outside a command's own handling as one line (130/143); anything unexpected as one 'internal error:' line
-    with exit code 70 (the traceback with TICKET_DEBUG=1)."""
+    every other bad input, instead of Typer's multi-line box; a closed or missing stdout or stderr quietly (141); a
+    signal outside a command's own handling as one line (130/143); anything unexpected as one 'internal error:'
+    line with exit code 70 (the traceback with TICKET_DEBUG=1)."""
 
     def main(
         self,
@@ -91,6 +91,7 @@ class OneLineErrors(TyperGroup):
     ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
+        console.standard_streams()  # a missing or closed stdout/stderr: a closed pipe from here on (exit 141)
         streams = exits.std_streams()
         console.tolerate_encodings()  # PYTHONIOENCODING=ascii: escape what cannot be encoded, never fail on it
         try:

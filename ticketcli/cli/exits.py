@@ -8,6 +8,7 @@ by its reader (`ticket inspect t | head -1`), ended quietly as a process killed 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import select
@@ -21,6 +22,7 @@ from typer import _click as click  # Typer's own (vendored) click, whose excepti
 from ticketcli.errors import Interrupted, TicketCliError, TicketFileError, UsageError
 from ticketcli.files.bounded import shown_path
 from ticketcli.report import console
+from ticketcli.runtime.interrupts import received
 from ticketcli.runtime.world import own_rank, quiet_rank  # not distributed.py: no torch at the edge
 
 EX_SOFTWARE = 70  # sysexits.h: an internal software error
@@ -41,10 +43,28 @@ def report_error(e: TicketCliError) -> int:
 
 
 def exit_code(e: BaseException, *, debug: bool = False, streams: Streams | None = None) -> int:
-    """The exit code for whatever ended the run, after printing its one line (none for a closed output).
-    `streams`: std_streams() from before the run, to tell our own closed pipe from any other."""
-    if closed_output(e, streams):
-        return quiet_exit()
+    """The exit code for whatever ended the run, after printing its one line (none for a closed output, also when
+    it is the line itself that finds stdout or stderr gone). `streams`: std_streams() from before the run, to tell
+    our own closed pipe from any other."""
+    try:
+        if not closed_output(e, streams):
+            return _reported(e, debug=debug)
+    except OSError as late:
+        if not closed_output(late, streams):
+            raise
+    return _quietly()
+
+
+def _quietly() -> int:
+    """A closed output's quiet ending; a run a signal stopped still exits 128 + that signal (130, 143), whether or
+    not its line could be written: what stopped the run matters more than who was reading."""
+    code = quiet_exit()
+    signum = received()
+    return code if signum is None else 128 + signum
+
+
+def _reported(e: BaseException, *, debug: bool) -> int:
+    """exit_code's work for a run whose outputs are still there: its one line, its code."""
     if isinstance(e, SystemExit) and e.__context__ is not None and _is_epipe(e.__context__):
         e = e.__context__  # Typer's exit for a pipe that was not ours
     if isinstance(e, click.exceptions.NoArgsIsHelpError):
@@ -95,10 +115,25 @@ def internal_error(e: BaseException, *, debug: bool) -> int:
     return EX_SOFTWARE
 
 
+def _std_fds() -> list[int]:
+    """The fds behind sys.stdout and sys.stderr (report.console.standard_streams may have given one a new fd), and
+    1 and 2, which a child process or a C library writes to."""
+    fds = [1, 2]
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # CliRunner's streams have none; a closed stream
+            continue
+        if fd not in fds:
+            fds.append(fd)
+    return fds
+
+
 def std_streams() -> Streams:
-    """What fds 1 and 2 are (device, inode): Rich points a broken stdout at /dev/null before it exits."""
+    """What the standard streams' fds are (device, inode): Rich points a broken stdout at /dev/null before it
+    exits."""
     ids: list[tuple[int, int] | None] = []
-    for fd in (1, 2):
+    for fd in _std_fds():
         try:
             st = os.fstat(fd)
             ids.append((st.st_dev, st.st_ino))
@@ -108,11 +143,12 @@ def std_streams() -> Streams:
 
 
 def closed_output(e: BaseException, streams: Streams | None = None) -> bool:
-    """Did the run end because the reader of our stdout or stderr went away?
+    """Did the run end because its stdout or stderr is gone: its reader went away, or it was closed?
 
-    A broken pipe (EPIPE) must be in the exception's chain (Rich and Typer turn it into SystemExit(1)), and it
-    must be ours: fd 1 or 2 polls as a pipe without a reader, or Rich has already swapped fd 1 for /dev/null
-    (`streams` changed). A broken pipe to some worker is a bug, not the user's `| head`."""
+    A broken pipe (EPIPE), or a write to a closed fd (EBADF), must be in the exception's chain (Rich and Typer turn
+    it into SystemExit(1)), and it must be ours: a standard stream's fd polls as a pipe without a reader or as
+    closed, a standard stream is closed, or Rich has already swapped stdout's fd for /dev/null (`streams`
+    changed). A broken pipe to some worker is a bug, not the user's `| head`."""
     chain: list[BaseException] = []
     seen: set[int] = set()
     link: BaseException | None = e
@@ -120,7 +156,7 @@ def closed_output(e: BaseException, streams: Streams | None = None) -> bool:
         seen.add(id(link))
         chain.append(link)
         link = link.__cause__ or link.__context__
-    if not any(_is_epipe(x) for x in chain):
+    if not any(_is_gone(x) for x in chain):
         return False
     return _std_stream_closed() or (streams is not None and std_streams() != streams)
 
@@ -129,13 +165,28 @@ def _is_epipe(e: BaseException | None) -> bool:
     return isinstance(e, OSError) and e.errno == errno.EPIPE
 
 
+def _is_gone(e: BaseException | None) -> bool:
+    """A write to a stream whose reader went away (EPIPE) or whose fd is closed (EBADF)."""
+    return isinstance(e, OSError) and e.errno in (errno.EPIPE, errno.EBADF)
+
+
 def _std_stream_closed() -> bool:
-    """A pipe whose reading end is closed polls as POLLERR on the writing end."""
+    """A pipe whose reading end is closed polls as POLLERR on the writing end; a closed fd as POLLNVAL; an fd open
+    only for reading (`2<file`) is as closed to a write."""
+    if any(s is None or getattr(s, "closed", False) for s in (sys.stdout, sys.stderr)):
+        return True
+    for fd in _std_fds():
+        try:
+            if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+                return True
+        except OSError:
+            return True
     try:
         poll = select.poll()
-        for fd in (1, 2):
+        for fd in _std_fds():
             poll.register(fd, select.POLLOUT)
-        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+        gone = select.POLLERR | select.POLLHUP | select.POLLNVAL
+        return any(events & gone for _, events in poll.poll(0))
     except (OSError, AttributeError, ValueError):
         return False
 
@@ -150,8 +201,19 @@ def quiet_exit() -> int:
             stream.flush()
         except (OSError, ValueError):
             try:
-                os.dup2(devnull, fd)
+                os.dup2(devnull, _fd_of(stream, fd))
             except OSError:
                 pass
+        except AttributeError:  # no stream at all: nothing is buffered
+            pass
     os.close(devnull)
     return EXIT_CLOSED_PIPE
+
+
+def _fd_of(stream: object, default: int) -> int:
+    """The stream's fd (report.console.standard_streams may have given it a new one), else the standard one."""
+    try:
+        fd = getattr(stream, "fileno", lambda: default)()
+    except (OSError, ValueError):
+        return default
+    return fd if isinstance(fd, int) else default

@@ -89,10 +89,10 @@ def _dimension(name: str, bounds: tuple[int, int]) -> int | None:
 
 
 class ResultsStream:
-    """stdout for results. A write that fails for any reason but a closed pipe (a full disk, /dev/full, an I/O
-    error) ends the run with one error line (exit 2) instead of an internal error, and what is still buffered is
-    dropped (fd 1 then points at /dev/null), so that the interpreter's final flush cannot fail again. A closed
-    pipe keeps its own quiet ending (exit 141, exits.py)."""
+    """stdout for results. A write that fails for any reason but a stdout that is gone (a full disk, /dev/full, an
+    I/O error) ends the run with one error line (exit 2) instead of an internal error, and what is still buffered
+    is dropped (fd 1 then points at /dev/null), so that the interpreter's final flush cannot fail again. A gone
+    stdout (a closed pipe, a closed fd or stream) keeps its own quiet ending (exit 141, exits.py)."""
 
     def __init__(self, stream: IO[str]):
         self._stream = stream
@@ -106,6 +106,8 @@ class ResultsStream:
             return self._stream.write(text)
         except OSError as e:
             raise _output_failed(self._stream, e) from None
+        except ValueError as e:
+            raise _closed_stream(self._stream, e) from None
 
     def _write_all(self, raw: io.RawIOBase, text: str) -> None:
         """Unbuffered stdout (PYTHONUNBUFFERED=1, python -u): the text layer writes straight to the file and drops
@@ -126,6 +128,8 @@ class ResultsStream:
             self._stream.flush()
         except OSError as e:
             raise _output_failed(self._stream, e) from None
+        except ValueError as e:
+            raise _closed_stream(self._stream, e) from None
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: what Rich asks of its file
         return getattr(self._stream, name)
@@ -136,8 +140,20 @@ def results() -> IO[str]:
     return cast(IO[str], ResultsStream(sys.stdout))
 
 
+# A stream that is gone: its reader went away (EPIPE) or its fd was closed (EBADF). exits.closed_output ends the
+# run quietly, as for `| head`; any other failure to write the results is an error of its own.
+GONE = (errno.EPIPE, errno.EBADF)
+
+
+def _closed_stream(stream: IO[str], e: ValueError) -> BaseException:
+    """A write to a closed stream object is a stream that is gone, as a closed fd is; any other ValueError stays."""
+    if getattr(stream, "closed", False):
+        return BrokenPipeError(errno.EPIPE, "the stream is closed")
+    return e
+
+
 def _output_failed(stream: IO[str], e: OSError) -> BaseException:
-    if e.errno == errno.EPIPE:  # the reader went away: exits.closed_output ends the run quietly
+    if e.errno in GONE:
         return e
     _drop_buffered(stream, 1)
     return OutputFailed(f"cannot write the results to stdout: {e.strerror or e}")
@@ -158,16 +174,30 @@ def _drop_buffered(stream: IO[str], fd: int) -> None:
 
 def write_stderr(text: str) -> None:
     """Write to stderr for people. A stderr that cannot be written (2>/dev/full, a full disk) changes nothing: the
-    line is dropped and the exit code stays the run's own. A closed pipe still ends the run quietly (141)."""
+    line is dropped and the exit code stays the run's own. A stderr that is gone (a closed pipe, a closed fd or
+    stream) ends the run quietly (141), as a closed stdout does."""
     try:
         sys.stderr.write(text)
         sys.stderr.flush()
     except OSError as e:
-        if e.errno == errno.EPIPE:
+        if e.errno in GONE:
             raise
         _drop_buffered(sys.stderr, 2)
-    except ValueError:  # a closed stream
-        pass
+    except ValueError as e:
+        raise _closed_stream(sys.stderr, e) from None
+
+
+def standard_streams() -> None:
+    """A sys.stdout or sys.stderr that is missing (None: its fd was closed when Python started, `>&-`) or closed
+    becomes a stream on a pipe whose reader has gone, so that writing to it is the closed-pipe case wherever the
+    write happens (Rich, Typer's help, a print): exit 141, quietly, as exits.closed_output ends it. The console
+    script's entry.py has already done so for a closed fd; this covers any other caller of the CLI."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or getattr(stream, "closed", False):
+            read, write = os.pipe()
+            os.close(read)
+            setattr(sys, name, open(write, "w", errors="backslashreplace", buffering=1 if name == "stderr" else -1))
 
 
 def tolerate_encodings() -> None:

@@ -4,6 +4,10 @@ and exit with 128 + the signal number (130, 143).
 Any long command wraps its body in `stop_on_signals(...)` (inside `errors_to_exit_codes()`) and passes its
 progress callback through `position.track(...)`. Files are never left half-written because every writer goes
 through atomic.write_atomic (temp file + rename, the temp file unlinked on any exception).
+
+From the first signal on, the shutdown is protected: a later SIGINT or SIGTERM is noted (hurried()), never raised,
+so every clean-up runs and the exit code stays the first signal's (a SIGTERM after a Ctrl-C still exits 130).
+What a later signal may skip is what writes nothing: entry.py ends the process at once once the outcome is final.
 """
 
 from __future__ import annotations
@@ -21,17 +25,49 @@ from ticketcli.errors import Interrupted
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-# The first signal caught while a handler of ours was set, until the outermost stop_on_signals is entered again:
-# the run is ending with 128 + it, and every later SIGINT/SIGTERM (a second Ctrl-C during the clean-up, in any
-# handler of ours, entry.py's included) is ignored, so that the clean-up finishes and the exit code stays the
-# first signal's instead of the process dying by the second.
+# The signals caught while a handler of ours was set, until the outermost stop_on_signals is entered again: the
+# run is ending with 128 + the first, and every later SIGINT/SIGTERM (a second Ctrl-C during the clean-up, in any
+# handler of ours, entry.py's included) is only appended, so that the clean-up finishes and the exit code stays
+# the first signal's instead of the process dying by the second.
 _RECEIVED: list[int] = []
 _DEPTH: list[int] = [0]
+# What to do at once when the first signal arrives, before the stack unwinds (pool.py: end the worker processes).
+_ON_STOP: list[Callable[[], None]] = []
 
 
 def received() -> int | None:
     """The signal this run is ending by, if any."""
     return _RECEIVED[0] if _RECEIVED else None
+
+
+def again(signum: int) -> None:
+    """A further signal while the run is stopping (from any handler of ours): noted for hurried(), never raised."""
+    _RECEIVED.append(signum)
+
+
+def hurried() -> bool:
+    """Whether a signal came after the one the run is ending by: the user insists, what is optional is skipped."""
+    return len(_RECEIVED) > 1
+
+
+@contextmanager
+def on_stop(action: Callable[[], None]) -> Iterator[None]:
+    """Run `action` as soon as a signal stops the run while inside this block (before any clean-up unwinds the
+    stack: a suspended generator's own clean-up may run much later)."""
+    _ON_STOP.append(action)
+    try:
+        yield
+    finally:
+        if action in _ON_STOP:
+            _ON_STOP.remove(action)
+
+
+def _stop_now() -> None:
+    for action in list(_ON_STOP):
+        try:
+            action()
+        except Exception:  # stopping goes on whatever one action did: the signal's one line still follows
+            pass
 
 
 class _Signal(BaseException):
@@ -93,8 +129,10 @@ def stop_on_signals(
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if _RECEIVED:  # the run is already stopping
+            again(signum)
             return
         _RECEIVED.append(signum)
+        _stop_now()
         raise _Signal(signum)
 
     main = threading.current_thread() is threading.main_thread()
