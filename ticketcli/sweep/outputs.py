@@ -105,8 +105,14 @@ def remember(out_dir: str | Path | None, owned: Owned, payload: bytes) -> None:
 
 def written_here(out_dir: str | Path | None, path: str | Path) -> bool:
     """Whether `path` is still exactly the file a sweep with this --out-dir wrote (see Note.owned)."""
+    return written_by(out_dir, path) is not None
+
+
+def written_by(out_dir: str | Path | None, path: str | Path) -> Owned | None:
+    """The identity a sweep with this --out-dir wrote `path` with, read from the note now (None if it did not, or
+    the file changed since)."""
     note = load_note(out_dir)
-    return note is not None and note.owned(path) is not None
+    return None if note is None else note.owned(path)
 
 
 def load_note(out_dir: str | Path | None) -> Note | None:

@@ -108,12 +108,16 @@ def store(
     replaces an existing file only with `overwrite` or when `note` shows the sweep wrote it, and goes in the note."""
     ticket, record_path = paths(out_dir, task)
     note = note if note is not None else Note(out_dir)
-    note.add(write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket)), payload)
+    note.add(
+        write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket), checked_at_start=True), payload
+    )
     record = replace(record, ticket=str(ticket), ticket_sha256=hashlib.sha256(payload).hexdigest())
     # the sweep-k document's record shape (docs/json.md)
     stored = {"schema": SWEEP_RUN_RECORD, "spec": spec_identity(task.spec), "record": record.to_dict()}
     doc = (json.dumps(stored, indent=2, sort_keys=True) + "\n").encode()
-    note.add(write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path)), doc)
+    note.add(
+        write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path), checked_at_start=True), doc
+    )
     return record
 
 
