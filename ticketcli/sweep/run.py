@@ -65,10 +65,15 @@ def run_sweep(
 
             def claimed(waiting: list[SweepTask] = todo, skipped: list[SweepTask] = elsewhere) -> Iterator[SweepTask]:
                 for t in waiting:  # claimed as a worker frees up, so two sweeps on one folder share the runs
-                    if claims is None or claims.take(t.id):
+                    if claims is None:
                         yield t
-                    else:
+                    elif not claims.take(t.id):
                         skipped.append(t)
+                    elif out is not None and finished(out, t, bound)[0] is not None:
+                        claims.release(t.id)  # another sweep stored it since this one looked: read it back
+                        skipped.append(t)
+                    else:
+                        yield t
 
             if executor == "ray":  # Ray takes every task at once
                 ours = list(claimed())
