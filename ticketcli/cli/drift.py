@@ -79,7 +79,7 @@ def drift(
                 result = replace(plain, threads=used)
             warn_unverified(result)
             if plot is not None:
-                write_atomic(plot, drift_views.figure(result), overwrite=force)
+                write_atomic(plot, drift_views.figure(result), overwrite=force, checked_at_start=True)
                 result = replace(result, plot=str(plot))
             if log is not None:
                 track_feed.guarded(track_feed.drift_final, console.warn)(log, result, console.warn)

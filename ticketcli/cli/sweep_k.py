@@ -133,7 +133,9 @@ def sweep_k(
             )
             if plot is not None:
                 png = report_plots.sweep_plot(result)
-                written = write_owned(plot, png, overwrite=force, owned=plot_owned)
+                # a plot another sweep on this --out-dir drew meanwhile is in the note: replaced like our own
+                again = plot_owned or sweep_outputs.written_by(out_dir, plot)
+                written = write_owned(plot, png, overwrite=force, owned=again, checked_at_start=True)
                 sweep_outputs.remember(out_dir, written, png)
                 result = replace(result, plot=str(plot))
             result = replace(result, threads=threads)

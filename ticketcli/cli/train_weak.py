@@ -80,7 +80,7 @@ def train_weak(
                 return
             warn_unverified(result)
             if plot is not None:
-                write_atomic(plot, report_plots.weak_plot(result), overwrite=force)
+                write_atomic(plot, report_plots.weak_plot(result), overwrite=force, checked_at_start=True)
                 result = replace(result, plot=str(plot))
             if log is not None:
                 track_feed.guarded(track_feed.weak_final, console.warn)(log, result)

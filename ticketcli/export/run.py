@@ -242,7 +242,7 @@ def export_ticket(
         blob, n_tensors = export_onnx.onnx_bytes(net, masked_state(net, masks), example, meta)
         check = export_onnx.onnx_example(net, dataset, export_onnx.ONNX_CHECK_BATCH, 1)
         onnx = export_onnx.check_onnx(blob, net, masks, check, torch.get_num_threads())
-        size = write_atomic(out, blob, overwrite=overwrite)
+        size = write_atomic(out, blob, overwrite=overwrite, checked_at_start=True)
         return summary(net, masks, tk, path, fmt, out, size, n_tensors, None, onnx)
     if fmt == "masked":
         state = masked_state(net, masks)
@@ -253,7 +253,7 @@ def export_ticket(
         meta["layers"] = json.dumps(layers)
     else:
         state = {n: m.to(torch.bool).contiguous() for n, m in masks.items()}
-    size = write_atomic(out, encode(state, out, meta), overwrite=overwrite)
+    size = write_atomic(out, encode(state, out, meta), overwrite=overwrite, checked_at_start=True)
     return summary(net, masks, tk, path, fmt, out, size, len(state), layers, None)
 
 

@@ -4,7 +4,10 @@ fsync and a rename, so a reader (or an interrupted run) sees the old file or the
 Ownership: a file that did not exist is created exclusively (a hard link of the complete temp file, which fails if
 the name appeared meanwhile), and each write returns the new file's identity (`Owned`: device, inode, size, mtime,
 ctime). A run replaces or removes a file without --force only while that identity still matches: what it created
-itself, never a file of the same name that someone else put there."""
+itself, never a file of the same name that someone else put there. The final step is never check-then-rename: a
+name that was free when the run started is taken only by an exclusive link (or a no-replace rename), so a file that
+appears there during the run is kept, and the run's result is kept beside it under a name the error line gives.
+With --force the rename replaces whatever is there, atomically."""
 
 from __future__ import annotations
 
@@ -154,21 +157,33 @@ def _file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "a special file")
 
 
-def write_atomic(path: str | Path, payload: bytes, *, overwrite: bool = False) -> int:
+def write_atomic(path: str | Path, payload: bytes, *, overwrite: bool = False, checked_at_start: bool = False) -> int:
     """Write bytes atomically (temp file in the same directory, fsync, rename), world-readable as umask allows;
-    returns the number of bytes written."""
-    write_owned(path, payload, overwrite=overwrite)
+    returns the number of bytes written (checked_at_start: see write_owned)."""
+    write_owned(path, payload, overwrite=overwrite, checked_at_start=checked_at_start)
     return len(payload)
 
 
-def write_owned(path: str | Path, payload: bytes, *, overwrite: bool = False, owned: Owned | None = None) -> Owned:
+def write_owned(
+    path: str | Path,
+    payload: bytes,
+    *,
+    overwrite: bool = False,
+    owned: Owned | None = None,
+    checked_at_start: bool = False,
+) -> Owned:
     """write_atomic that returns the new file's identity. A name that did not exist is created exclusively (a
     file that appears there meanwhile is never replaced); an existing one is replaced only with `overwrite` or
-    while it is still the file `owned` describes."""
+    while it is still the file `owned` describes.
+
+    checked_at_start: the caller ran check_destination before its work, so a file at the name now appeared during
+    that work; it is kept as it is, this write's bytes are kept beside it (`NAME.new-PID.EXT`, named in the
+    error line) and the error is exit 2. Without it, an existing name is refused before anything is written."""
     path = Path(path)
-    check_destination(path, overwrite=overwrite, owned=owned)
     may_replace = overwrite or (owned is not None and _same_name(owned, path) and owned.still_ours())
-    tmp = None
+    if may_replace or not checked_at_start:  # else the start's check stands: anything at the name now is taken
+        check_destination(path, overwrite=overwrite, owned=owned)
+    tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
@@ -176,10 +191,19 @@ def write_owned(path: str | Path, payload: bytes, *, overwrite: bool = False, ow
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-            if may_replace or not _link_new(tmp, path):
-                os.replace(tmp, path)
-            else:
-                Path(tmp).unlink()
+            if may_replace:
+                os.replace(tmp, path)  # --force (or this run's own file): still one atomic rename
+            elif not _place_new(tmp, path):
+                if not checked_at_start:
+                    raise FileExistsError(path)
+                kept = _keep_beside(tmp, path)
+                tmp = None
+                raise UsageError(
+                    f"{path} appeared while this run worked and was left as it is; this run's result is kept "
+                    f"beside it as {kept}",
+                    hint=f"compare the two and rename the one to keep, or pass --force to replace {path.name}",
+                )
+            Path(tmp).unlink(missing_ok=True)  # linked: the name holds the file now (or the rename moved it)
             tmp = None
             identity = Owned.of(path, os.fstat(f.fileno()))  # after the name changes: link and rename touch ctime
     except FileExistsError:
@@ -192,19 +216,69 @@ def write_owned(path: str | Path, payload: bytes, *, overwrite: bool = False, ow
     return identity
 
 
-def _link_new(tmp: str, path: Path) -> bool:
-    """Give the complete temp file its name only if that name is free (FileExistsError otherwise); False where
-    the file system has no hard links, then an exclusive create reserves the name before the rename."""
+def beside_name(path: Path, n: int = 0) -> Path:
+    """Where a result whose name was taken during the run is kept: `o.safetensors` -> `o.new-PID.safetensors`
+    (the extension stays, so a ticket is still a .safetensors file), `o.new-PID-2.safetensors` if that is taken."""
+    tag = f".new-{os.getpid()}" + (f"-{n + 1}" if n else "")
+    return path.with_name(f"{path.stem}{tag}{path.suffix}")
+
+
+def _keep_beside(tmp: str, path: Path) -> Path:
+    """Give the complete temp file a free name beside `path` (exclusively, like any new file); the temp is gone."""
+    for n in range(1000):
+        kept = beside_name(path, n)
+        if _place_new(tmp, kept):
+            Path(tmp).unlink(missing_ok=True)
+            return kept
+    raise OSError(errno.EEXIST, "no free name beside it", str(path))
+
+
+def _place_new(tmp: str, path: Path) -> bool:
+    """Give the complete temp file the name `path` only if that name is free; False when it is taken (nothing is
+    replaced). The caller unlinks `tmp` afterwards (gone already after a rename).
+
+    A hard link is exclusive everywhere it exists. A file system without hard links (EPERM, ENOTSUP, EXDEV,
+    EMLINK: FAT, some network and FUSE mounts) falls back to Linux's renameat2(RENAME_NOREPLACE); where that is
+    missing too, an exclusive create reserves the name and the rename replaces that empty placeholder: a reader
+    may see an empty file there for that instant, but a file of the same name that appears first is never
+    replaced."""
     try:
         os.link(tmp, path)
         return True
     except FileExistsError:
-        raise
+        return False
     except OSError as e:
         if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
             raise
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # FileExistsError if taken
-    return False
+    moved = _rename_noreplace(tmp, path)
+    if moved is not None:
+        return moved
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return False
+    os.replace(tmp, path)
+    return True
+
+
+def _rename_noreplace(src: str, dst: Path) -> bool | None:
+    """renameat2(RENAME_NOREPLACE): True when moved, False when `dst` exists, None where the C library or the file
+    system does not offer it."""
+    import ctypes  # only on file systems without hard links
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    at_fdcwd, rename_noreplace = -100, 1
+    if call(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), rename_noreplace) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        return False
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
+        return None
+    raise OSError(err, os.strerror(err), str(dst))
 
 
 def _umask() -> int:

@@ -78,7 +78,7 @@ def extract_ticket(
     run.ticket.checkpoint = None if cp is None else cp.saved_at(out)  # readers look for it beside the ticket first
     size = None
     if world.main:  # under torchrun only rank 0 writes; every rank holds the same masks (checked in run_extraction)
-        size = ticket_io.save(run.ticket, out, overwrite=overwrite)
+        size = ticket_io.save(run.ticket, out, overwrite=overwrite, checked_at_start=True)
         if run.saver is not None:
             run.saver.remove()
     return runs_summary.extract_summary(spec, run.ticket, out, size, run.source, run.details)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import TypeVar
@@ -26,30 +26,44 @@ Result = TypeVar("Result")
 
 def run_pool(
     run: Callable[[Task, int], Result],
-    tasks: Sequence[Task],
+    tasks: Iterable[Task],
     *,
     workers: int,
     threads: int,
     describe: Callable[[Task], str],
 ) -> Iterator[tuple[Task, Result]]:
     """(task, run(task, threads)) for every task, in finishing order; a dead worker is a RunFailed naming
-    describe(task); leaving early (an error, Ctrl-C) ends the workers: what has not started never does."""
+    describe(task); leaving early (an error, Ctrl-C) ends the workers: what has not started never does. Tasks are
+    drawn from `tasks` only as a worker frees up, so a lazy iterable (sweep-k claiming each run as it starts)
+    decides late."""
     if workers == 1:
         for t in tasks:
             yield t, run(t, threads)
         return
+    pending = iter(tasks)
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures: dict[Future[Result], Task] = {}
+
+        def fill() -> None:
+            """Submit tasks until every worker has one (or none is left)."""
+            with _signals_blocked():  # a worker is spawned by submit and keeps the mask for good
+                while len(futures) < workers and (t := next(pending, None)) is not None:
+                    futures[pool.submit(run, t, threads)] = t
+
         with on_stop(lambda: _end_workers(pool)):
             try:
-                with _signals_blocked():  # the workers are spawned by submit and keep the mask for good
-                    futures.update({pool.submit(run, t, threads): t for t in tasks})
-                for f in as_completed(futures):
-                    try:
-                        result = f.result()
-                    except BrokenProcessPool:
-                        raise RunFailed(f"a worker process died while running {describe(futures[f])}") from None
-                    yield futures[f], result
+                fill()
+                while futures:
+                    done, _ = wait(futures, return_when=FIRST_COMPLETED)
+                    finished = []
+                    for f in done:
+                        t = futures.pop(f)
+                        try:
+                            finished.append((t, f.result()))
+                        except BrokenProcessPool:
+                            raise RunFailed(f"a worker process died while running {describe(t)}") from None
+                    fill()  # before handing results over: the workers keep busy while the caller stores them
+                    yield from finished
             except BaseException:
                 # their results would not be read: leaving does not wait for them. Killing them breaks the pool, so
                 # that nothing more starts; the futures are not cancelled as well, since the executor's own thread

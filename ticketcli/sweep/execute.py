@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -49,7 +49,7 @@ def run_task(task: SweepTask, threads: int) -> tuple[SweepRecord, bytes]:
 
 
 def run_local(
-    tasks: list[SweepTask], workers: int, threads: int
+    tasks: Iterable[SweepTask], workers: int, threads: int
 ) -> Iterator[tuple[SweepTask, tuple[SweepRecord, bytes]]]:
     return run_pool(
         run_task, tasks, workers=workers, threads=threads, describe=lambda t: f"{t.id} (out of memory or killed)"

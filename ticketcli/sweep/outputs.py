@@ -9,9 +9,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: sweeps sharing a folder are not serialised there
+    fcntl = None  # type: ignore[assignment]
 
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import Owned, check_destination, write_atomic
@@ -23,6 +30,34 @@ OUTPUTS = "sweep-outputs.json"  # in --out-dir
 FORMAT = "ticket-sweep-outputs/2"  # version 1 (path -> sha256 alone) is not trusted: it could be forged
 OUTPUTS_LIMIT = 1 << 22  # a note of a few thousand paths; anything bigger is not ours
 MAX_DEPTH = 8  # the note nests 4 deep
+_LOCKED: dict[str, int] = {}  # folders this process holds folder_lock on, with its depth (the lock nests)
+
+
+@contextmanager
+def folder_lock(folder: str | Path) -> Iterator[None]:
+    """Hold an exclusive flock on --out-dir itself while reading and rewriting what sweeps share there (the note,
+    the claims, a run's files with their note entries): two sweeps on one folder take turns. Nested calls in one
+    process hold the one lock (a second flock of the same folder from this process would wait on itself)."""
+    key = os.path.realpath(folder)
+    if key in _LOCKED or fcntl is None:
+        _LOCKED[key] = _LOCKED.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            _LOCKED[key] -= 1
+            if not _LOCKED[key]:
+                del _LOCKED[key]
+        return
+    fd = os.open(key, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes, and by the kernel if the process dies
+        _LOCKED[key] = 1
+        try:
+            yield
+        finally:
+            del _LOCKED[key]
+    finally:
+        os.close(fd)
 
 
 def depth(value: Any, limit: int) -> bool:
@@ -81,15 +116,24 @@ class Note:
         if self.out_dir.is_dir():  # else run_sweep creates it
             check_destination(self.path, overwrite=True)
 
+    def reload(self) -> None:
+        """Take in what another sweep on this folder noted since this one read the note (under folder_lock)."""
+        fresh = load_note(self.out_dir)
+        if fresh is not None and fresh.problem is None:
+            self.files = {**self.files, **fresh.files}
+
     def add(self, owned: Owned, payload: bytes) -> None:
-        """Note a file just written (its identity and the sha256 of its bytes) and save the note."""
-        self.files[owned.path] = (owned, hashlib.sha256(payload).hexdigest())
-        doc = {
-            "format": FORMAT,
-            "files": {p: {**o.to_dict(), "sha256": h} for p, (o, h) in sorted(self.files.items())},
-        }
-        write_atomic(self.path, (_dumps(doc) + "\n").encode(), overwrite=True)
-        self.problem = None
+        """Note a file just written (its identity and the sha256 of its bytes) and save the note, merged with what
+        another sweep on this folder noted meanwhile."""
+        with folder_lock(self.out_dir):
+            self.reload()
+            self.files[owned.path] = (owned, hashlib.sha256(payload).hexdigest())
+            doc = {
+                "format": FORMAT,
+                "files": {p: {**o.to_dict(), "sha256": h} for p, (o, h) in sorted(self.files.items())},
+            }
+            write_atomic(self.path, (_dumps(doc) + "\n").encode(), overwrite=True)
+            self.problem = None
 
 
 def _dumps(doc: dict[str, Any]) -> str:
@@ -105,8 +149,14 @@ def remember(out_dir: str | Path | None, owned: Owned, payload: bytes) -> None:
 
 def written_here(out_dir: str | Path | None, path: str | Path) -> bool:
     """Whether `path` is still exactly the file a sweep with this --out-dir wrote (see Note.owned)."""
+    return written_by(out_dir, path) is not None
+
+
+def written_by(out_dir: str | Path | None, path: str | Path) -> Owned | None:
+    """The identity a sweep with this --out-dir wrote `path` with, read from the note now (None if it did not, or
+    the file changed since)."""
     note = load_note(out_dir)
-    return note is not None and note.owned(path) is not None
+    return None if note is None else note.owned(path)
 
 
 def load_note(out_dir: str | Path | None) -> Note | None:

@@ -24,7 +24,7 @@ from ticketcli.models.build import planned_shapes
 from ticketcli.runs import build as runs_build
 from ticketcli.seeding import file_sha256
 from ticketcli.specs.run import RunSpec
-from ticketcli.sweep.outputs import Note, read_json
+from ticketcli.sweep.outputs import Note, folder_lock, read_json
 from ticketcli.sweep.plan import SweepTask
 from ticketcli.sweep.result import SweepRecord, flat_record
 from ticketcli.ticketfile import ticket as ticket_io
@@ -108,12 +108,24 @@ def store(
     replaces an existing file only with `overwrite` or when `note` shows the sweep wrote it, and goes in the note."""
     ticket, record_path = paths(out_dir, task)
     note = note if note is not None else Note(out_dir)
-    note.add(write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket)), payload)
+    with folder_lock(out_dir):  # another sweep on the folder reads a run's files with their note entries
+        note.reload()
+        return _store(ticket, record_path, task, record, payload, note, overwrite)
+
+
+def _store(
+    ticket: Path, record_path: Path, task: SweepTask, record: SweepRecord, payload: bytes, note: Note, overwrite: bool
+) -> SweepRecord:
+    note.add(
+        write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket), checked_at_start=True), payload
+    )
     record = replace(record, ticket=str(ticket), ticket_sha256=hashlib.sha256(payload).hexdigest())
     # the sweep-k document's record shape (docs/json.md)
     stored = {"schema": SWEEP_RUN_RECORD, "spec": spec_identity(task.spec), "record": record.to_dict()}
     doc = (json.dumps(stored, indent=2, sort_keys=True) + "\n").encode()
-    note.add(write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path)), doc)
+    note.add(
+        write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path), checked_at_start=True), doc
+    )
     return record
 
 

@@ -5,14 +5,17 @@ work starts, run the others (execute.py) longest first, keep each as it finishes
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import check_destination
+from ticketcli.sweep.claims import POLL_S, Claims
 from ticketcli.sweep.execute import cost, run_local, run_ray
-from ticketcli.sweep.outputs import load_note
+from ticketcli.sweep.outputs import Note, folder_lock, load_note
 from ticketcli.sweep.plan import SweepTask
 from ticketcli.sweep.records import finished, other_settings, paths, stale_runs, store, ticket_bound
 from ticketcli.sweep.result import SweepRecord, SweepResult
@@ -47,7 +50,68 @@ def run_sweep(
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UsageError(f"cannot create --out-dir {out}: {e.strerror or e}") from None
-    note = load_note(out)
+    claims = None if out is None else Claims(out)
+    with nullcontext() if out is None else folder_lock(out):  # another sweep on the folder stores nothing meanwhile
+        note = load_note(out)
+        records, resumed, todo = _before_the_work(tasks, out, note, claims, overwrite, warn)
+    for t in tasks:
+        if on_result and t.id in records:
+            on_result(records[t.id], True)
+    todo.sort(key=lambda t: -cost(t))  # longest first, so a multi-round run is not the pool's last straggler
+    bound = ticket_bound(tasks[0].spec) if out is not None and tasks else ticket_io.MAX_FILE_BYTES
+    with claims or nullcontext():
+        while todo:
+            elsewhere: list[SweepTask] = []
+
+            def claimed(waiting: list[SweepTask] = todo, skipped: list[SweepTask] = elsewhere) -> Iterator[SweepTask]:
+                for t in waiting:  # claimed as a worker frees up, so two sweeps on one folder share the runs
+                    if claims is None:
+                        yield t
+                    elif not claims.take(t.id):
+                        skipped.append(t)
+                    elif out is not None and finished(out, t, bound)[0] is not None:
+                        claims.release(t.id)  # another sweep stored it since this one looked: read it back
+                        skipped.append(t)
+                    else:
+                        yield t
+
+            if executor == "ray":  # Ray takes every task at once
+                ours = list(claimed())
+                results = run_ray(ours, threads, ray_address) if ours else iter(())
+            else:
+                results = run_local(claimed(), workers, threads)
+            for task, (record, payload) in results:
+                if out is not None:
+                    record = store(out, task, record, payload, note, overwrite)
+                if claims is not None:
+                    claims.release(task.id)
+                records[task.id] = record
+                if on_result:
+                    on_result(record, False)
+            todo = []
+            for t in elsewhere:  # another sweep's runs: read back once stored, taken over if it gives them up
+                rec = None if out is None else finished(out, t, bound)[0]
+                if rec is None:
+                    todo.append(t)
+                    continue
+                records[t.id] = rec
+                resumed.append(t.id)
+                if on_result:
+                    on_result(rec, True)
+            if todo:
+                time.sleep(POLL_S)
+    return {"records": [records[t.id] for t in tasks], "resumed": resumed}
+
+
+def _before_the_work(
+    tasks: list[SweepTask],
+    out: Path | None,
+    note: Note | None,
+    claims: Claims | None,
+    overwrite: bool,
+    warn: Callable[[str], None] | None,
+) -> tuple[dict[str, SweepRecord], list[str], list[SweepTask]]:
+    """Resume and check, under the folder's lock: (records taken from out, their ids, the tasks left to run)."""
     if out is not None and not overwrite:
         changed = other_settings(out, tasks)
         if changed:
@@ -77,10 +141,11 @@ def run_sweep(
         else:
             records[t.id] = rec
             resumed.append(t.id)
+    busy = set() if claims is None else claims.busy([t.id for t in todo])  # another sweep's: its files, its checks
     if out is not None and note is not None and todo:  # before the work: every file it will write may be written
         note.check(overwrite)
         for t in todo:
-            for p in paths(out, t):
+            for p in [] if t.id in busy else paths(out, t):
                 if os.path.lexists(p) and not overwrite and note.owned(p) is None:
                     raise UsageError(
                         f"{problems.get(t.id, f'{p} is not a file this sweep wrote')}; "
@@ -89,20 +154,9 @@ def run_sweep(
                     )
                 check_destination(p, overwrite=overwrite, owned=note.owned(p))
         for t in todo:
-            if t.id in problems and warn is not None:
+            if t.id in problems and t.id not in busy and warn is not None:
                 warn(f"{problems[t.id]}; that run is recomputed")
-    for t in tasks:
-        if on_result and t.id in records:
-            on_result(records[t.id], True)
-    todo.sort(key=lambda t: -cost(t))  # longest first, so a multi-round run is not the pool's last straggler
-    results = run_ray(todo, threads, ray_address) if executor == "ray" and todo else run_local(todo, workers, threads)
-    for task, (record, payload) in results:
-        if out is not None:
-            record = store(out, task, record, payload, note, overwrite)
-        records[task.id] = record
-        if on_result:
-            on_result(record, False)
-    return {"records": [records[t.id] for t in tasks], "resumed": resumed}
+    return records, resumed, todo
 
 
 def sweep_k(tasks: list[SweepTask], *, band: tuple[float, float] = PAPER_BAND, **run: Any) -> SweepResult:

@@ -172,11 +172,12 @@ def check_ticket_name(path: str | Path) -> None:
     )
 
 
-def save(ticket: Ticket, path: str | Path, *, overwrite: bool = False) -> int:
+def save(ticket: Ticket, path: str | Path, *, overwrite: bool = False, checked_at_start: bool = False) -> int:
     """Write atomically (temp file in the same directory, fsync, rename); returns the file size. The name must
-    end in .safetensors (check_ticket_name)."""
+    end in .safetensors (check_ticket_name); checked_at_start: see atomic.write_owned (a name taken during the
+    run keeps the ticket beside it, still a .safetensors name)."""
     check_ticket_name(path)
-    return write_atomic(path, ticket.to_bytes(), overwrite=overwrite)
+    return write_atomic(path, ticket.to_bytes(), overwrite=overwrite, checked_at_start=checked_at_start)
 
 
 def _read(path: Path, take: Callable[[str, Iterable[bytes]], int], max_params: int | None = None) -> Ticket:

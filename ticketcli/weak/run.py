@@ -174,7 +174,7 @@ def train_weak(
             "final": json.dumps({"test": masked.final.test.accuracy, "val": masked.final.val.accuracy}),
             "created_by": json.dumps({"ticketcli": __version__, **machine.record()}),
         }
-        size = write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite)
+        size = write_atomic(out, st_save(trained, metadata=meta), overwrite=overwrite, checked_at_start=True)
         written = WrittenWeights(path=str(out), file_bytes=size)
     return WeakResult(
         header=TicketHeader.of(path, tk),
