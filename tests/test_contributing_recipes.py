@@ -33,7 +33,7 @@ from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.selection.exact import keep_count
-from ticketcli.settings import baselines, resolve
+from ticketcli.settings import baselines, checks, resolve
 from ticketcli.settings import run as run_settings
 from ticketcli.settings.flags import EXTRACT_FLAGS
 from ticketcli.settings.readers import method_options
@@ -218,7 +218,7 @@ def declare_option(monkeypatch: pytest.MonkeyPatch) -> None:
     field = textwrap.indent(RECIPES["option-field"], "    ")
     exec(f"@dataclass(frozen=True)\nclass MethodSpec(base):\n{field}", ns)
     spec_cls = ns["MethodSpec"]
-    for module in (baselines, resolve, run_specs):
+    for module in (baselines, checks, resolve, run_specs):
         monkeypatch.setattr(module, "MethodSpec", spec_cls)
     for s in list(RUN):  # the settings the edited class's fields hold, now held by it
         if s.field is not None and s.field[0] is base:
