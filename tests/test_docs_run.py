@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -23,46 +27,108 @@ import pytest
 from docsrun import Block, blocks, parse_problem, plan_of, pycon_statements, run_pycon, run_shell, ticket_argvs
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
 ALL = [b for doc in DOCS for b in blocks(doc, REPO)]
 CHECKED = [b for b in ALL if b.kind != "transcript" and (b.kind != "text" or b.problems)]
 COMMAND_TIMEOUT = 300.0  # seconds for one shell command; a whole file gets the sum of its commands' share
 RESOURCES = ("sample_configs", "examples", "benchmarks")  # what the docs name relative to the repository root
 
 
-def shims(bin_dir: Path) -> None:
-    """`ticket`, `python` and `python3` on PATH: this checkout's code under this interpreter (a worktree need not
-    have its console script installed)."""
-    bin_dir.mkdir()
-    for name, target in (("ticket", f'"{sys.executable}" -m ticketcli'), ("python", f'"{sys.executable}"')):
-        for alias in (name, "python3") if name == "python" else (name,):
-            path = bin_dir / alias
-            path.write_text(f'#!/bin/sh\nexec {target} "$@"\n')
-            path.chmod(0o755)
+DRIVER = Path(__file__).with_name("docsrun.py")
+SERVER = Path(__file__).with_name("docserver.py")
+SERVER_START = 300.0  # seconds for the fork server to import torch and ticketcli on a loaded machine
 
 
-def run_doc(doc: str, base: Path) -> dict[str, dict[str, Any]]:
-    """Run one file's runnable blocks in order in a fresh directory; each block's record by id."""
-    todo = [b for b in ALL if b.doc == doc]
-    plan = plan_of(todo, COMMAND_TIMEOUT)
-    work = base / "work"
-    work.mkdir(parents=True)
-    shims(base / "bin")
-    for name in RESOURCES:
-        (work / name).symlink_to(REPO / name)
-    (base / "plan.json").write_text(json.dumps(plan))
-    results = base / "results.jsonl"
+def docs_env(base: Path) -> dict[str, str]:
+    """The environment the docs run in (the fork server's too: a command whose start-up variables differ from the
+    server's would run as a fresh process)."""
     env = dict(os.environ)
     env["PATH"] = f"{base / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env["XDG_CACHE_HOME"] = str(base / "cache")  # no user cache leaking in
     env.pop("TICKET_DATA", None)
+    return env
+
+
+def shims(bin_dir: Path, socket: Path | None) -> None:
+    """`ticket`, `python` and `python3` on PATH: this checkout's code under this interpreter (a worktree need not
+    have its console script installed); with a fork server's `socket`, its children (`python -m ticketcli` when
+    the client cannot be served), otherwise fresh processes."""
+    bin_dir.mkdir()
+    py = f'"{sys.executable}"'
+    served = f'{py} -S -E "{SERVER}" client "{socket}"' if socket else py
+    for name, target in (("ticket", f"{served} -m ticketcli"), ("python", served), ("python3", served)):
+        path = bin_dir / name
+        path.write_text(f'#!/bin/sh\nexec {target} "$@"\n')
+        path.chmod(0o755)
+
+
+class ForkServer:
+    """docserver.py's server for this test process (one per pytest-xdist worker), on a socket in a fresh temporary
+    directory, started when a file's blocks first run and stopped at the end of the session."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="ticket-docs-"))  # short: a socket's path has ~100 bytes at most
+        self.socket = self.dir / "server.sock"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> ForkServer:
+        if self.proc is None:
+            log = (self.dir / "server.log").open("w")
+            self.proc = subprocess.Popen(
+                [sys.executable, str(SERVER), "serve", str(self.socket)],
+                env=docs_env(self.dir),
+                cwd=self.dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+            ready = select.select([self.proc.stdout], [], [], SERVER_START)[0]
+            if not ready or self.proc.stdout is None or self.proc.stdout.readline() != "ready\n":
+                self.stop()
+                raise RuntimeError(f"the docs' fork server did not start: {(self.dir / 'server.log').read_text()}")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def fork_server():
+    server = ForkServer()
+    yield server
+    server.stop()
+
+
+def run_doc(doc: str, base: Path, server: ForkServer) -> dict[str, dict[str, Any]]:
+    """Run one file's runnable blocks in order in a fresh directory, through the fork server; each block's record
+    by id."""
+    server.start()
+    todo = [b for b in ALL if b.doc == doc]
+    assert server.proc is not None
+    plan = plan_of(todo, COMMAND_TIMEOUT, fresh_bin=str(base / "fresh"), server_pid=server.proc.pid)
+    work = base / "work"
+    work.mkdir(parents=True)
+    shims(base / "bin", server.socket)
+    shims(base / "fresh", None)
+    for name in RESOURCES:
+        (work / name).symlink_to(REPO / name)
+    (base / "plan.json").write_text(json.dumps(plan))
+    results = base / "results.jsonl"
     n_commands = sum(max(1, len(b["commands"])) for b in plan["blocks"])
     try:
-        p = subprocess.run(
-            [sys.executable, str(Path(__file__).with_name("docsrun.py")), str(base / "plan.json"), str(results)],
+        p = subprocess.run(  # the driver too is the server's child: the Python blocks' imports are done
+            [base / "bin" / "python", DRIVER, base / "plan.json", results],
             cwd=work,
-            env=env,
+            env=docs_env(base),
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT * n_commands + 60,
@@ -80,12 +146,12 @@ def run_doc(doc: str, base: Path) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
-def doc_runs(tmp_path_factory: pytest.TempPathFactory):
+def doc_runs(tmp_path_factory: pytest.TempPathFactory, fork_server: ForkServer):
     done: dict[str, dict[str, dict[str, Any]]] = {}
 
     def get(doc: str) -> dict[str, dict[str, Any]]:
         if doc not in done:
-            done[doc] = run_doc(doc, tmp_path_factory.mktemp("docs-" + doc.replace("/", "-")))
+            done[doc] = run_doc(doc, tmp_path_factory.mktemp("docs-" + doc.replace("/", "-")), fork_server)
         return done[doc]
 
     return get
@@ -215,3 +281,116 @@ def test_long_blocks_are_parsed_not_run(tmp_path: Path):
     assert "--methd" in parse_problem(["extract", "--methd", "augmented"])
     assert "'--steps'" in parse_problem(["drift", "--steps", "many"])
     assert "no such command" in parse_problem(["extrct"])
+
+
+# ---------------------------------------------------------------- the fork server the docs' commands run in
+
+
+def sh(command: str, base: Path, bin_name: str = "bin", **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """`command` in bash as the driver runs it, with `base/bin_name` first on PATH."""
+    env = docs_env(base)
+    env["PATH"] = env["PATH"].replace(str(base / "bin"), str(base / bin_name), 1)
+    return subprocess.run(
+        ["bash", "-c", "set -o pipefail\n" + command],
+        cwd=base,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def served(tmp_path: Path, fork_server: ForkServer) -> tuple[Path, int]:
+    """A directory whose `bin` holds shims served by the session's fork server and `fresh` fresh ones; the
+    server's pid."""
+    fork_server.start()
+    assert fork_server.proc is not None
+    shims(tmp_path / "bin", fork_server.socket)
+    shims(tmp_path / "fresh", None)
+    return tmp_path, fork_server.proc.pid
+
+
+def test_the_fork_server_serves_commands_as_processes(served: tuple[Path, int]):
+    base, server = served
+    (base / "sub").mkdir()
+    r = sh(
+        'cd sub && X=7 python -c \'import os, sys; print(os.getppid(), os.getcwd(), os.environ["X"], "torch" in '
+        "sys.modules, sys.argv)' a b",
+        base,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split(" ", 3) == [str(server), str(base / "sub"), "7", "True ['-c', 'a', 'b']\n"]
+    r = sh('python -c \'import sys; print("out"); print("bad", file=sys.stderr); sys.exit(3)\'', base)
+    assert (r.returncode, r.stdout, r.stderr) == (3, "out\n", "bad\n")
+    r = sh("printf 'a\\nb\\n' | python -c 'import sys; print(sys.stdin.read().upper(), end=\"\")' | tail -1", base)
+    assert (r.returncode, r.stdout) == (0, "B\n")
+    (base / "script.py").write_text("import sys\nprint(sys.argv, sys.path[0])\n")
+    r = sh("cd sub && python ../script.py x", base)
+    assert r.stdout == f"['../script.py', 'x'] {base}\n"
+
+
+def test_a_crash_in_a_child_leaves_the_server_serving(served: tuple[Path, int]):
+    base, server = served
+    r = sh("python -c 'import os; os.abort()'; echo $?", base)
+    assert r.stdout == f"{128 + signal.SIGABRT}\n"
+    r = sh("python -c 'import os; print(os.getppid())'", base)
+    assert (r.returncode, r.stdout) == (0, f"{server}\n")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signals_reach_the_child_and_its_end_comes_back(served: tuple[Path, int], sig: signal.Signals):
+    base, _ = served
+    code = "import sys, time; print('up', flush=True); time.sleep(60)"
+    p = subprocess.Popen(
+        [base / "bin" / "python", "-c", code],
+        env=docs_env(base),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout is not None and p.stdout.readline() == "up\n"
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == -sig  # killed by it, as a fresh interpreter is (after a KeyboardInterrupt's traceback)
+    assert ("KeyboardInterrupt" in err) == (sig == signal.SIGINT)
+
+
+def test_a_start_up_variable_that_differs_runs_fresh(served: tuple[Path, int]):
+    base, server = served
+    r = sh("PYTHONHASHSEED=1 python -c 'import os, sys; print(os.getppid() == int(sys.argv[1]))' " + str(server), base)
+    assert (r.returncode, r.stdout) == (0, "False\n")
+    r = sh("python -X dev -c 'import os, sys; print(os.getppid() == int(sys.argv[1]))' " + str(server), base)
+    assert (r.returncode, r.stdout) == (0, "False\n")  # interpreter options: the real interpreter
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ticket list methods --json | jq -r .schema",
+        "ticket inspect missing.safetensors",  # exit 2, one line on stderr
+        "ticket list settings | head -3",  # the reader leaves early
+        "ticket list methods >&-",  # a closed stdout: exit 141, quietly
+        "ticket extrct",
+        "python -c 'for i in range(10**6): print(i)' | head -2",  # a broken pipe's traceback
+        "python -c 'import sys; sys.exit(\"a message\")'",
+        "python -c 'import subprocess as s; print(s.run([\"python\", \"-c\", \"import os; os.kill(os.getpid(), 9)\"]))'",
+    ],
+)
+def test_served_and_fresh_commands_agree(served: tuple[Path, int], command: str):
+    """A served `ticket` or `python` and a fresh `python -m ticketcli` or `python` end alike: exit status, stdout
+    and stderr."""
+    base, _ = served
+    got, fresh = sh(command, base), sh(command, base, "fresh")
+    assert (got.returncode, got.stdout, got.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+
+
+def test_the_driver_runs_commands_that_must_fail_fresh(served: tuple[Path, int], monkeypatch: pytest.MonkeyPatch):
+    base, server = served
+    monkeypatch.setenv("PATH", docs_env(base)["PATH"])
+    monkeypatch.setenv("PYTHONPATH", docs_env(base)["PYTHONPATH"])
+    probe = "python -c 'import os, sys; sys.exit(0 if os.getppid() == int(sys.argv[1]) else 5)' " + str(server)
+    ok, log = run_shell([{"text": probe, "expect": 0}, {"text": probe, "expect": 5}], 60, str(base / "fresh"))
+    assert ok, log  # served when it must succeed, fresh when it must fail
