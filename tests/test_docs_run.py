@@ -376,7 +376,7 @@ def test_a_start_up_variable_that_differs_runs_fresh(served: tuple[Path, int]):
         "ticket extrct",
         "python -c 'for i in range(10**6): print(i)' | head -2",  # a broken pipe's traceback
         "python -c 'import sys; sys.exit(\"a message\")'",
-        "python -c 'import subprocess as s; print(s.run([\"python\", \"-c\", \"import os; os.kill(os.getpid(), 9)\"]))'",
+        'python -c \'import subprocess as s; print(s.run(["python", "-c", "import os; os.abort()"]))\'',
     ],
 )
 def test_served_and_fresh_commands_agree(served: tuple[Path, int], command: str):
