@@ -1,4 +1,4 @@
-"""The code blocks of README.md and docs/*.md, found and run (tests/test_docs_run.py; the rules are in
+"""The code blocks of README.md and docs/**/*.md, found and run (tests/test_docs_run.py; the rules are in
 CONTRIBUTING.md, "Executable documentation").
 
 `blocks(path)` parses a Markdown file into its fenced code blocks and classifies each: Python (`python`, or
@@ -6,7 +6,8 @@ CONTRIBUTING.md, "Executable documentation").
 after `$ `), a transcript (a console block repeating the commands of the block before it, shown with their
 output), or text. `python tests/docsrun.py PLAN RESULTS` is the driver: it runs one file's blocks in order in its
 working directory (the test makes a temporary one), Python blocks in one shared namespace, each shell command in
-its own `bash`, and writes one JSON line per block as it finishes, so a hang still names the block it was in."""
+its own `bash` (whose `ticket` and `python` are the fork server's children, tests/docserver.py, but for a command
+that must fail), and writes one JSON line per block as it finishes, so a hang still names the block it was in."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The documentation runs: every code block of README.md and docs/*.md that is Python or a shell command runs as
+"""The documentation runs: every code block of README.md and docs/**/*.md that is Python or a shell command runs as
 written, so the docs cannot drift from the code. A block marked `<!-- long -->` on the line directly above its
 fence is not run (the paper's FashionMNIST protocol, a CUDA machine, installing); any other block that cannot be
 run (a program the test does not run, a `...` placeholder, commands in a fence that names no language) fails.
@@ -6,8 +6,9 @@ The rules are in CONTRIBUTING.md, "Executable documentation"; the parser and the
 
 Each file's blocks run in order in one temporary directory (so `ticket evaluate t.safetensors` finds the ticket an
 earlier block extracted), Python blocks in one shared namespace; `ticket` on PATH is this checkout's
-`python -m ticketcli`. A failure names the block (`README.md:47`) and shows its code, the command and the end of
-its output."""
+`python -m ticketcli`, served by a fork server that imported torch once (tests/docserver.py; the tests at the end
+check that it behaves as a fresh process). A failure names the block (`README.md:47`) and shows its code, the
+command and the end of its output."""
 
 from __future__ import annotations
 
