@@ -19,14 +19,17 @@ import posixpath
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mkdocs.structure.files import Files
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # this checkout's ticketcli, not an installed one
 
-from mkdocs.structure.files import File, Files  # noqa: E402
-
+# pages that exist only in the built site (tests/test_docs_links.py accepts links to them)
+GENERATED = ("reference/cli.md", "reference/python.md", "reference/layout.md")
 ROOT_PAGES = {"README.md": "index.md", "ARCHITECTURE.md": "architecture.md", "CONTRIBUTING.md": "contributing.md"}
 # code is not prose: fenced blocks and inline code spans are left alone (as tests/test_docs_links.py reads links)
 CODE = re.compile(r"^(```|~~~).*?^\1[^\n]*$|(`+).*?\2", re.M | re.S)
@@ -107,20 +110,23 @@ def python_reference() -> str:
     return "\n".join(lines)
 
 
-def on_files(files: Files, config: Any) -> Files:
-    """Add the generated pages, the root pages and the repository files the pages link to."""
+def generated_pages() -> dict[str, str]:
+    """Each generated page's site path and Markdown (GENERATED, in order)."""
     from ticketcli.cli.reference import cli_reference
 
     spec = importlib.util.spec_from_file_location("_ticket_docs_layout", Path(__file__).with_name("layout.py"))
     assert spec is not None and spec.loader is not None
     layout = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(layout)
+    pages = [cli_reference(), python_reference(), layout.layout_markdown()]
+    return dict(zip(GENERATED, pages))
 
-    for uri, content in (
-        ("reference/cli.md", cli_reference()),
-        ("reference/python.md", python_reference()),
-        ("reference/layout.md", layout.layout_markdown()),
-    ):
+
+def on_files(files: Files, config: Any) -> Files:
+    """Add the generated pages, the root pages and the repository files the pages link to."""
+    from mkdocs.structure.files import File
+
+    for uri, content in generated_pages().items():
         files.append(File.generated(config, uri, content=content))
     for path, uri in ROOT_PAGES.items():
         files.append(File.generated(config, uri, abs_src_path=str(REPO / path)))
