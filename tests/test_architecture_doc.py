@@ -1,11 +1,15 @@
 """ARCHITECTURE.md is the map of the code, so it must be drawn from the code: every module, package or file it names
 exists, and every package of ticketcli/ is named in it. A renamed or deleted module fails here, not in a reader's
-hands."""
+hands. The site's "How the code is laid out" page (docs/layout.py, generated when the site is built) must show every
+package too, in the layer order of tests/test_layers.py, each with its own docstring."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+
+from test_layers import LAYERS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ticketcli"
@@ -63,3 +67,26 @@ def test_the_checks_can_fail():
     assert not exists("topk.py") and exists("runs/extract.py") and exists("runs/") and exists("masking.py")
     assert module_exists("ticketcli.runs.extract") and module_exists("ticketcli.runs.extract.extract_ticket")
     assert not module_exists("ticketcli.catalog_that_was")
+
+
+def layout_page() -> str:
+    """The generated layout page (docs/layout.py, loaded from its file: docs/ is no package)."""
+    spec = importlib.util.spec_from_file_location("_ticket_docs_layout", ROOT / "docs" / "layout.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.layout_markdown()
+
+
+def test_the_layout_page_shows_every_package_in_layer_order():
+    text = layout_page()
+    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    unnamed = [p for p in packages if f"`ticketcli.{p}`" not in text]
+    assert unnamed == [], f"the layout page does not show these packages: {unnamed}"
+    entries = [e for layer in reversed(LAYERS) for e in layer]  # top layer first, as the page reads
+    positions = [text.index(f"| `{e}` |") for e in entries]
+    assert positions == sorted(positions), "the layout page does not follow LAYERS"
+    assert text.count("\n## Layer ") == len(LAYERS)
+    for package in ("masking", "settings"):
+        source = PACKAGE / package / "__init__.py" if (PACKAGE / package).is_dir() else PACKAGE / f"{package}.py"
+        first = re.search(r'"""(.*?)(?:\n\n|""")', source.read_text(), flags=re.S)[1]
+        assert " ".join(first.split()) in text, package

@@ -28,7 +28,7 @@ import pytest
 from docsrun import Block, blocks, parse_problem, plan_of, pycon_statements, run_pycon, run_shell, ticket_argvs
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 ALL = [b for doc in DOCS for b in blocks(doc, REPO)]
 CHECKED = [b for b in ALL if b.kind != "transcript" and (b.kind != "text" or b.problems)]
 COMMAND_TIMEOUT = 300.0  # seconds for one shell command; a whole file gets the sum of its commands' share
@@ -183,6 +183,9 @@ def test_the_docs_have_runnable_blocks():
     """The parser finds the blocks it should: a change that made it skip everything would pass silently."""
     runnable = {b.doc for b in ALL if b.runs}
     assert {"README.md", "docs/api.md", "docs/json.md"} <= runnable
+    guide = {"extract", "evaluate", "export", "sweep-k", "train-weak", "drift", "output", "python-api"}
+    assert {f"docs/guide/{page}.md" for page in guide} <= runnable  # the pages the README's guide moved to
+    assert {"docs/reference/models.md", "docs/reference/reliability.md"} <= runnable
     assert any(b.kind == "python" and b.runs for b in ALL) and any(b.kind == "shell" and b.runs for b in ALL)
 
 

@@ -18,6 +18,9 @@ import typer
 from ticketcli.settings.setting import Setting, Table
 
 F = TypeVar("F", bound=Callable[..., Any])
+# the attribute `declared` leaves on a command: every setting it was given, its own flags included, so that the
+# generated CLI reference (cli/reference.py) reads each flag's declaration rather than a copy of it
+SETTINGS_ATTRIBUTE = "__ticket_settings__"
 
 
 def choices(names: tuple[str, ...] | list[str]) -> Any:
@@ -98,6 +101,7 @@ def declared(*tables: Table, flags: Table | None = None) -> Callable[[F], F]:
                 )
         params = [*arguments, *declared_params, *options]  # in --help, the settings before the command's own options
         fn.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]  # Typer reads it
+        setattr(fn, SETTINGS_ATTRIBUTE, Table().plus(*tables, own_table))
         return fn
 
     return wrap
