@@ -43,8 +43,8 @@ def writer_command() -> list[str]:
 
 class Channel:
     """The writer process and its two pipes: JSON lines to it, JSON lines back ({"ready": true} once the store is
-    open, {"error": LINE} before it exits on an error); its stderr kept in a temporary file for a crash's last
-    line."""
+    open, {"done": true} once everything it was sent is written, {"error": LINE} before it exits on an error); its
+    stderr kept in a temporary file for a crash's last line."""
 
     def __init__(self) -> None:
         self.stderr: IO[bytes] = tempfile.TemporaryFile()
@@ -61,7 +61,7 @@ class Channel:
         os.set_blocking(self.from_child, False)
         self.replies = b""
         self.error: str | None = None
-        self.ready = False
+        self.ready = self.done = False
 
     def _read(self, timeout: float) -> bool:
         """Take what the writer has replied, waiting up to `timeout` seconds for something; False at its end."""
@@ -77,6 +77,7 @@ class Channel:
         for line in lines:
             reply = json.loads(line)
             self.ready |= reply.get("ready") is True
+            self.done |= reply.get("done") is True
             if self.error is None and isinstance(reply.get("error"), str):
                 self.error = reply["error"]
         return bool(chunk)
@@ -145,12 +146,16 @@ class Channel:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         deadline = time.monotonic() + timeout
-        while self._read(deadline - time.monotonic()):
+        while not self.done and self._read(deadline - time.monotonic()):
             if time.monotonic() > deadline:
                 self.kill()
                 raise StoreError(f"TimeoutError: the MLflow writer did not finish within {timeout:g} s")
-        code = self.proc.wait()
-        if code != 0 or self.error is not None:
+        try:  # once done, it exits at once (os._exit): the wait only collects it
+            code = self.proc.wait(max(deadline - time.monotonic(), 10.0))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        if not self.done or code != 0 or self.error is not None:
             raise self.failure()
         self.stderr.close()
 

@@ -1,6 +1,7 @@
 """The MLflow writer process (started by mlflow_process.py): reads one JSON message a line from stdin, makes each
 call on the store through mlflow_store.py (run 0 the root run, others its child runs), and replies on stdout with
-{"ready": true} once the store is open, or {"error": LINE} once, after which it exits with 1.
+{"ready": true} once the store is open, {"done": true} once its input has ended and everything is written, or
+{"error": LINE} once, after which it exits with 1.
 
 It ignores SIGINT (the training process decides when a run stops) and, at the end of its input (the last message,
 or the training process gone), writes what it holds and closes every run still open as KILLED, so that no metric it
@@ -70,8 +71,15 @@ class Writer:
         self.open.clear()
 
 
+def leave(code: int) -> None:
+    """Exit at once: every write is committed by then, and the interpreter's own shutdown with mlflow loaded takes
+    seconds that the training process would wait for."""
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main() -> None:
-    """The writer's loop, until the end of its input or the first error."""
+    """The writer's loop, until the end of its input ({"done": true}) or the first error."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     writer = Writer()
     try:
@@ -80,4 +88,6 @@ def main() -> None:
         writer.end()
     except Exception as e:  # reported to the training process as the tracker's one warning
         reply({"error": first_line(e)})
-        sys.exit(1)
+        leave(1)
+    reply({"done": True})
+    leave(0)
