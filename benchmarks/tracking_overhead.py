@@ -5,10 +5,11 @@ MLflow sqlite store, interleaved (with, without, without, with, ...), in one run
     python benchmarks/tracking_overhead.py --dataset fashion-mnist --epochs 2 --repeats 2   # the paper's setting
 
 Three ratios per pair, with their medians: the run's own `wall_time_s` (the extraction, while the trackers'
-thread imports torch.utils.tensorboard and mlflow, opens the store and writes the per-epoch scalars), and the whole
-command's wall time and CPU time (user + system, steadier than wall time on a loaded machine), which add the final
-metrics, copying the ticket into the store's artifacts and waiting for the last writes. The difference in seconds
-is mostly a fixed cost, the same for a long run.
+thread imports torch.utils.tensorboard and the MLflow writer process imports mlflow, opens the store and writes the
+per-epoch scalars), and the whole command's wall time and CPU time (user + system, the writer process's included;
+steadier than wall time on a loaded machine), which add the final metrics, copying the ticket into the store's
+artifacts and waiting for the last writes. The difference in seconds is mostly a fixed cost, the same for a long
+run. The load average before and after is printed: on a shared machine, the wall times depend on it.
 Each command is a fresh `python -m ticketcli` child with this checkout on PYTHONPATH and --threads (default 1).
 """
 
@@ -59,6 +60,7 @@ def main() -> None:
         f"ticket extract (the paper's MLP sized to {a.dataset}) --method {a.method} --epochs {a.epochs} "
         f"--threads {a.threads}; --log-to {a.trackers}; {a.repeats} interleaved pairs"
     )
+    print("load average (1, 5, 15 min): " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
     print("pair  run wall s (plain, logged, ratio)  command wall s (plain, logged, ratio)  command CPU s (same)")
     ratios: dict[str, list[float]] = {"run": [], "wall": [], "cpu": []}
     extra: dict[str, list[float]] = {"wall": [], "cpu": []}
@@ -81,6 +83,7 @@ def main() -> None:
                 f"{i + 1:>4}  {p_run:7.2f} {l_run:7.2f} {l_run / p_run:6.3f}     {p_wall:7.2f} {l_wall:7.2f} "
                 f"{l_wall / p_wall:6.3f}      {p_cpu:7.2f} {l_cpu:7.2f} {l_cpu / p_cpu:6.3f}"
             )
+    print("load average (1, 5, 15 min): " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
     med = {k: 100 * (statistics.median(v) - 1) for k, v in ratios.items()}
     print(
         f"median overhead: the run's wall time {med['run']:+.1f}%, the command's wall time {med['wall']:+.1f}% "

@@ -265,7 +265,7 @@ def test_a_rerun_gets_a_folder_of_its_own(tmp_path):
     assert unique(tmp_path / "run") == tmp_path / "run_3" and unique(tmp_path / "new") == tmp_path / "new"
 
 
-def test_a_folder_store_and_the_steps_of_scalars_read_back(tmp_path):
+def test_a_folder_store_and_the_steps_of_scalars_read_back(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     from ticketcli.track.info import RunInfo
@@ -279,6 +279,7 @@ def test_a_folder_store_and_the_steps_of_scalars_read_back(tmp_path):
             t.scalars(step, {"x": step / 10})
         t.finish(3, {"y": 2.0}, {"b": "c"})
     assert warnings == []
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads a folder store only when allowed
     c = MlflowClient((tmp_path / "store").as_uri())
     (run,) = c.search_runs([c.get_experiment_by_name("ticket").experiment_id])
     assert run.data.params == {"a": "1", "b": "c"} and run.info.status == "FINISHED"
@@ -288,17 +289,17 @@ def test_a_folder_store_and_the_steps_of_scalars_read_back(tmp_path):
 def test_an_interrupted_run_keeps_every_logged_metric(tmp_path, monkeypatch):
     """Ctrl-C before the store has even opened (importing mlflow and creating its tables takes seconds): every
     scalar logged so far still reaches the store, and the run is KILLED, not left RUNNING."""
-    from ticketcli.track import mlflow_store
+    from ticketcli.track import mlflow_process
     from ticketcli.track.info import RunInfo
 
-    opening = mlflow_store.Mlflow.open
+    command = mlflow_process.writer_command
 
-    def slow(self, info):  # a store that takes longer to open than an interrupted run waits for its writes
-        time.sleep(track.WAIT_INTERRUPTED_S + 1)
-        return opening(self, info)
+    def slow():  # a writer that takes longer to open its store than an interrupted run waits for its writes
+        python, flag, code, *args = command()
+        return [python, flag, f"import time; time.sleep({track.WAIT_INTERRUPTED_S + 1}); {code}", *args]
 
     monkeypatch.setattr(track, "WAIT_INTERRUPTED_S", 2.0)
-    monkeypatch.setattr(mlflow_store.Mlflow, "open", slow)
+    monkeypatch.setattr(mlflow_process, "writer_command", slow)
     db = tmp_path / "m.db"
     warnings: list[str] = []
     with pytest.raises(KeyboardInterrupt):
@@ -313,6 +314,85 @@ def test_an_interrupted_run_keeps_every_logged_metric(tmp_path, monkeypatch):
     for name, scale in (("x", 0.1), ("y", -1)):
         history = client(db).get_metric_history(run.info.run_id, name)
         assert sorted((m.step, m.value) for m in history) == [(i, pytest.approx(i * scale)) for i in range(1, 51)]
+
+
+def remote(tracking) -> object:
+    """The writer process behind the (only) MLflow run of `tracking`, once its store is open."""
+    assert tracking.ready.wait(120)
+    return tracking.runs[0].log.channel.proc
+
+
+def test_the_training_process_never_imports_mlflow_and_a_writer_left_alone_still_writes(tmp_path):
+    """mlflow lives in the writer process only; when the training process ends without closing its run (killed),
+    the writer still writes every metric it was sent and closes the run as KILLED."""
+    db = tmp_path / "m.db"
+    code = f"""
+import os, sys
+from ticketcli.settings.track import parse_destination
+from ticketcli.track import base as track
+from ticketcli.track.info import RunInfo
+t = track.open_tracking([parse_destination("mlflow:sqlite:///{db}")], RunInfo("r", {{"a": 1}}), print)
+for step in range(1, 31):
+    t.scalars(step, {{"x": step / 10}})
+assert t.ready.wait(120)
+t.writer.submit(lambda: print("sent", "mlflow" in sys.modules, flush=True))
+t.writer.stop(60)
+os._exit(0)
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(track.__file__).parents[2]), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0 and done.stdout == "sent False\n", (done.stdout, done.stderr)
+    deadline, runs = time.monotonic() + 120, []
+    while time.monotonic() < deadline:
+        runs = mlflow_runs(db) if db.exists() else []
+        if runs and runs[0].info.status != "RUNNING":
+            break
+        time.sleep(0.5)
+    (run,) = runs
+    assert run.info.status == "KILLED" and run.data.params == {"a": "1"}
+    history = client(db).get_metric_history(run.info.run_id, "x")
+    assert sorted((m.step, m.value) for m in history) == [(i, pytest.approx(i / 10)) for i in range(1, 31)]
+
+
+def test_a_dead_writer_is_one_warning_not_a_hang(tmp_path):
+    from ticketcli.track.info import RunInfo
+
+    warnings: list[str] = []
+    t0 = time.monotonic()
+    with track.tracked(
+        [parse_destination(f"mlflow:sqlite:///{tmp_path / 'm.db'}")], lambda: RunInfo("r"), warnings.append
+    ) as t:
+        assert t is not None
+        proc = remote(t)
+        proc.kill()
+        proc.wait()
+        for step in range(1, 20):
+            t.scalars(step, {"x": 1.0})
+        t.finish(20, {"y": 1.0}, {"b": 2})
+    assert time.monotonic() - t0 < 100
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("--log-to mlflow:sqlite:///") and "exit code -9" in warnings[0]
+    assert warnings[0].endswith("; the run goes on without it")
+
+
+def test_the_writer_ignores_a_ctrl_c_the_training_process_decides(tmp_path):
+    """A Ctrl-C reaches the writer only if sent to it: it goes on, and the run ends as the training process says."""
+    import signal
+
+    from ticketcli.track.info import RunInfo
+
+    db = tmp_path / "m.db"
+    warnings: list[str] = []
+    with track.tracked([parse_destination(f"mlflow:sqlite:///{db}")], lambda: RunInfo("r"), warnings.append) as t:
+        assert t is not None
+        t.scalars(1, {"x": 1.0})
+        os.kill(remote(t).pid, signal.SIGINT)
+        time.sleep(0.5)
+        t.scalars(2, {"x": 2.0})
+    assert warnings == []
+    (run,) = mlflow_runs(db)
+    assert run.info.status == "FINISHED"
+    assert [(m.step, m.value) for m in client(db).get_metric_history(run.info.run_id, "x")] == [(1, 1.0), (2, 2.0)]
 
 
 # train-weak, drift, sweep-k -----------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from ticketcli.errors import UsageError
 from ticketcli.settings.track import EXTRA, Destination, destinations
-from ticketcli.track.info import RunInfo, Scalar
+from ticketcli.track.info import RunInfo, Scalar, StoreError
 
 Warn = Callable[[str], None]
 
@@ -62,12 +62,15 @@ def tracker(d: Destination) -> Tracker:
         from ticketcli.track.tb import TensorBoard
 
         return TensorBoard(Path(d.target))
-    from ticketcli.track.mlflow_store import Mlflow
+    from ticketcli.track.mlflow_process import MlflowProcess  # mlflow itself: in a writer process, never here
 
-    return Mlflow(d.target)
+    return MlflowProcess(d.target)
 
 
 def first_line(e: BaseException) -> str:
+    """An error as one line, "Type: message" (a StoreError's line as it came)."""
+    if isinstance(e, StoreError):
+        return e.line[:400]
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
 

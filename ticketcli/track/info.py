@@ -22,3 +22,12 @@ def run_name(*parts: object) -> str:
     """A run's name from its parts (method, model, seed, density): safe as a folder name and an MLflow run name."""
     text = "_".join(str(p) for p in parts if p is not None and str(p) != "")
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:200] or "run"
+
+
+class StoreError(Exception):
+    """A tracker's error as one line made elsewhere (the MLflow writer process: its exception's type and message),
+    reported as it is."""
+
+    def __init__(self, line: str):
+        super().__init__(line)
+        self.line = line
