@@ -1,8 +1,11 @@
 """Shared fixtures: tiny models and data so the suite runs in minutes on 2 cores. Shared helpers (make_net, ...)
-are in helpers.py: test modules import them from there, never from conftest."""
+are in helpers.py: test modules import them from there, never from conftest. Also how the suite shares the cores:
+torch's threads per pytest-xdist worker (and in every child process), and which tests run together on one worker,
+longest first (CONTRIBUTING.md, "Tests")."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -50,4 +53,45 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     sys.modules.pop(name, None)
 
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+def _threads_per_worker() -> int:
+    """Torch's intra-op threads for this process: the cores shared out among pytest-xdist's workers (one each when
+    there are as many workers as cores; two at most, as before xdist, on a machine with cores to spare)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(2, cores // max(1, workers)))
+
+
+# Two workers each running torch on every core would oversubscribe them and run slower than one: each worker
+# computes with its share. Child processes (`python -m ticketcli`, torchrun ranks, sweep-k's pool) start with the
+# same share through OpenMP's and MKL's variables, which torch reads at start-up. Tests of --threads set their own.
+THREADS = _threads_per_worker()
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_name] = str(THREADS)
+torch.set_num_threads(THREADS)
+
+
+# The docs' blocks run file by file in one child per file, on the first block's test (tests/test_docs_run.py): the
+# blocks of one file run on one worker, or each worker would run the whole file again. Each file's run takes minutes
+# on a loaded machine, far past the per-test timeout, so its first block gets the time of all its commands.
+DOCS_TEST = "test_docs_run.py::test_doc_block_runs["
+DOCS_TIMEOUT = 1800
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group each docs file's blocks, and put the long runs first: pytest-xdist hands out work in this order, and a
+    long group started last would keep one worker busy while the other idles."""
+    for item in items:
+        if DOCS_TEST in item.nodeid:
+            doc = item.nodeid.split(DOCS_TEST, 1)[1].rsplit(":", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(f"docs-{doc}"))
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.timeout(DOCS_TIMEOUT))
+    items.sort(key=_start_order)
+
+
+def _start_order(item: pytest.Item) -> int:
+    """0: a docs file's run; 1: another group or a slow test; 2: the rest (a stable sort keeps each file's order)."""
+    if DOCS_TEST in item.nodeid:
+        return 0
+    return 1 if item.get_closest_marker("xdist_group") or item.get_closest_marker("slow") else 2
