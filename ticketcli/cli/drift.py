@@ -5,6 +5,7 @@ would run), and this module runs what it asks for, with its progress display, pl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
+from ticketcli.errors import UsageError
 from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
@@ -34,6 +36,9 @@ def drift(
     weights: Optional[Path] = None,
     plot: Optional[Path] = None,
     force: bool = False,
+    run_dir: Optional[Path] = None,
+    checkpoint_every: Optional[int] = None,
+    resume: Optional[Path] = None,
     json_out: bool = False,
     quiet: bool = False,
     **given: Any,  # the settings of settings/drift.py (@declared): one flag each
@@ -47,24 +52,42 @@ def drift(
     from ticketcli.track import base as track
     from ticketcli.track import feed as track_feed
 
-    with errors_to_exit_codes(), stop_on_signals(outputs=(plot,) if plot is not None else (), unit="step") as position:
+    keeper: Any = None
+
+    def note() -> str | None:  # where an interrupted run continues
+        return None if keeper is None else str(keeper.note())
+
+    outputs = (plot,) if plot is not None else ()
+    with errors_to_exit_codes(), stop_on_signals(outputs=outputs, unit="step", note=note) as position:
+        groups = {
+            "run": given_settings(DRIFT, given),
+            "features": given_settings(FEATURES, given),
+            "reader": given_settings(DRIFT_READER, given),
+            "track": given_settings(TRACK_FLAG, given),
+            "inputs": {"ticket": ticket, "weights": weights, "checkpoint_every": checkpoint_every},
+        }
+        folder, recorded = kept_run(groups, run_dir, resume)
+        inputs = groups["inputs"]
+        ticket = None if inputs["ticket"] is None else Path(inputs["ticket"])
         # the flags checked together, by the rules any caller of drift_request runs (settings/drift_options.py)
         request = drift_request(
-            given_settings(DRIFT, given),
-            given_settings(FEATURES, given),
-            given_settings(DRIFT_READER, given),
+            groups["run"],
+            groups["features"],
+            groups["reader"],
             ticket=ticket,
-            weights=weights,
-            log_to=given_settings(TRACK_FLAG, given)["log_to"],
+            weights=None if inputs["weights"] is None else Path(inputs["weights"]),
+            log_to=groups["track"]["log_to"],
         )
         trackers = track.check(request.log_to)
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
+        location = request.location()
+        if folder is not None:
+            keeper = open_keeper(folder, request.spec(location), groups, recorded)
         with track.tracked(trackers, partial(track_feed.drift_info, request.model, ticket), console.warn) as log:
-            location = request.location()
             result: DriftResult | TradeoffResult
             if request.features is not None:
-                result = run_features(request, request.features, location, position, quiet=quiet)
+                result = run_features(request, request.features, location, position, quiet=quiet, keeper=keeper)
             else:
                 spec = request.spec(location)
                 total = spec.steps * (1 if ticket is not None else len(spec.seeds))
@@ -75,6 +98,7 @@ def drift(
                         weights=request.weights,
                         progress=position.track(progress),
                         policy=request.policy,
+                        keeper=keeper,
                     )
                 result = replace(plain, threads=used)
             warn_unverified(result)
@@ -86,8 +110,62 @@ def drift(
     console.print_json(result.to_document()) if json_out else drift_views.show(result)
 
 
+def kept_run(
+    groups: dict[str, Any], run_dir: Path | None, resume: Path | None
+) -> tuple[Path | None, dict[str, Any] | None]:
+    """--run-dir (a new run dir) or --resume (the flags it recorded, each given flag checked to agree, replace
+    `groups`): the folder and run.json's document on a resume."""
+    from ticketcli.drift import rundir
+    from ticketcli.settings import drift_rundir
+
+    if resume is not None:
+        if run_dir is not None:
+            raise UsageError("--resume DIR names the run dir; drop --run-dir")
+        doc = rundir.open_settings(resume)
+        where = resume / rundir.SETTINGS
+        groups.update(drift_rundir.merge(drift_rundir.recorded(doc, where), groups, where))
+    elif run_dir is None:
+        if groups["inputs"]["checkpoint_every"] is not None:
+            raise UsageError("--checkpoint-every only goes with --run-dir (or --resume)")
+        return None, None
+    else:
+        doc = None
+    if groups["inputs"]["checkpoint_every"] is not None:
+        DRIFT_FLAGS["checkpoint_every"].check(groups["inputs"]["checkpoint_every"])
+    drift_rundir.check_features(groups["features"])
+    return (resume or run_dir), doc
+
+
+def open_keeper(folder: Path, spec: Any, groups: dict[str, Any], recorded: dict[str, Any] | None) -> Any:
+    """The run dir's keeper: a new run dir records the flags and the settings they resolve to; a resumed one must
+    resolve to the settings it recorded (the same data, the same defaults)."""
+    from ticketcli.drift import rundir
+    from ticketcli.drift.keep import RunKeeper
+    from ticketcli.drift.run import logged_steps
+    from ticketcli.settings import drift_rundir
+
+    settings = {**spec.to_dict(), "seeds": list(spec.seeds), "device": spec.device}
+    settings = json.loads(json.dumps(settings))
+    if recorded is None:
+        rundir.create(folder, {"flags": drift_rundir.record(groups), "settings": settings})
+    elif recorded.get("settings") != settings:
+        raise UsageError(
+            f"the run in {folder} recorded settings that its flags no longer resolve to (the data or a default "
+            "changed)",
+            hint="start a new run with --run-dir",
+        )
+    every = groups["inputs"]["checkpoint_every"] or spec.log_every
+    return RunKeeper(folder, every, logged_steps(spec.steps, spec.log_every), resume=recorded is not None)
+
+
 def run_features(
-    request: DriftRequest, features: Features, location: dict[str, Any], position: Any, *, quiet: bool
+    request: DriftRequest,
+    features: Features,
+    location: dict[str, Any],
+    position: Any,
+    *,
+    quiet: bool,
+    keeper: Any = None,
 ) -> DriftResult | TradeoffResult:
     """Run the validated feature (activation control, ReLUfication or the trade-off sweep) with the request's torch
     threads (None: torch's own; --tradeoff: per worker, default 1); its result's class says which document, tables
@@ -121,6 +199,7 @@ def run_features(
                 ticket=ticket,
                 weights=weights,
                 policy=policy,
+                keeper=keeper,
             )
     return replace(result, threads=used)
 

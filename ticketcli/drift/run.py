@@ -24,6 +24,7 @@ import torch
 from ticketcli.data.text import Corpus, block_count, load_corpus
 from ticketcli.drift import control as control_
 from ticketcli.drift.inputs import Inputs, TextInputs
+from ticketcli.drift.keep import RunKeeper, add_measurement
 from ticketcli.drift.result import DriftControlResult, DriftResult, DriftSummary
 from ticketcli.drift.sites import PerSite, drift_forward, measure_traced
 from ticketcli.methods.base import Progress
@@ -67,11 +68,14 @@ def drift_one(
     per_site: PerSite | None = None,
     control: control_.ActivationControl | None = None,
     on_step: Callable[[int], None] | None = None,
+    keeper: RunKeeper | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
     on_log(step, statistics, effective weights) runs at every logged step, on_step(step) after every other step.
     control: activation-sparsity control at every activation site (in place of per_site), in training and in the
-    measurements; its summary lands in series["act_control"]."""
+    measurements; its summary lands in series["act_control"]. keeper: the run dir (drift/keep.py) that records each
+    measurement of `seed` and the state, and on a resume puts back what it holds before the loop goes on."""
     activation = ACTIVATIONS.get(spec.activation)
     site_fn = per_site if control is None else control.per_site
     forward = drift_forward(net, lambda h: activation.fn(h, spec.clip), site_fn)
@@ -93,19 +97,16 @@ def drift_one(
             loss_fn=loss_fn,
             chunk=probe_chunk(net, control, spec.batch_size),
         )
-        series["steps"].append(step)
-        series["loss"].append(m["loss"])
-        series["accuracy"].append(m["accuracy"])
-        if inputs.text:  # the probe is validation text: its loss in nats per character, and perplexity
-            series.setdefault("perplexity", []).append(perplexity(m["loss"]))
+        if inputs.text:
+            m["perplexity"] = perplexity(m["loss"])
         for layer, s in m["layers"].items():
-            out = series["layers"].setdefault(layer, {})
-            if step == 0:
-                out["initial_std"] = s["weight_std"]
+            out = series["layers"].get(layer, {})
             s["weight_drift"] = s["weight_mean"] - out["weight_mean"][0] if out.get("weight_mean") else 0.0
-            s["weight_drift_std"] = s["weight_drift"] / out["initial_std"] if out["initial_std"] > 0 else None
-            for k, v in s.items():
-                out.setdefault(k, []).append(v)
+            initial = s["weight_std"] if step == 0 else out["initial_std"]
+            s["weight_drift_std"] = s["weight_drift"] / initial if initial > 0 else None
+        add_measurement(series, step, m, inputs.text)
+        if keeper is not None:
+            keeper.record(seed, step, m, inputs.text)
         if on_log is not None:
             on_log(step, m, {n: w.detach() for n, w in eff.items()})
 
@@ -114,8 +115,14 @@ def drift_one(
     check: Callable[[int], None] = partial(batchnorm.check_batch, hint=hint) if net.batchnorms else (lambda n: None)
     check(inputs.probe[1].numel())
     with batchnorm.statistics(net.batchnorms, net.bn_statistics, "batch"):
-        log(0)
-        for step in range(1, spec.steps + 1):
+        resumed = None if keeper is None else keeper.begin(seed, net, trainer, inputs, control, series, forward)
+        if resumed is None:
+            log(0)
+        elif resumed[0] == spec.steps:  # a seed the run dir holds whole: its series and control summary
+            if control is not None:
+                series["act_control"] = resumed[1]
+            return series
+        for step in range(1 if resumed is None else resumed[0] + 1, spec.steps + 1):
             xb, yb = inputs.next()
             check(xb.shape[0])
             with nullcontext() if control is None else control.training_step():
@@ -124,9 +131,13 @@ def drift_one(
                 log(step)
             elif on_step is not None:
                 on_step(step)
+            if keeper is not None:
+                keeper.after_step(step)
         if control is not None:
             zero = (lambda a: a == 0) if activation.exact_zeros else (lambda a: a.abs() < spec.zero_threshold)
             series["act_control"] = control.summary(forward, trainer.effective(), inputs.probe[0], zero)
+        if keeper is not None:
+            keeper.finish(series.get("act_control"))
     return series
 
 
@@ -195,13 +206,14 @@ def run_drift(
     policy: ModelPolicy = ModelPolicy(),
     control: ControlSpec | None = None,
     run_one: Callable[..., dict[str, Any]] | None = None,
+    keeper: RunKeeper | None = None,
 ) -> DriftResult:
     """Run spec for every seed (or once on a ticket's rebuilt network, training only its kept weights); a
     DriftControlResult under `control`.
 
     policy: whether a ticket's factory may be imported (drift takes built-in models only, so it never is) and the
     size limit. control: activation-sparsity control (a fresh one per run). run_one: drift_one's stand-in
-    (relufy.relufy_one)."""
+    (relufy.relufy_one). keeper: the --run-dir's (drift/keep.py), which keeps every seed in turn."""
     device = runs_inputs.resolve_device(spec.device)
     policy = replace(policy, train_batch=spec.batch_size)  # what the budget weighs (budget.py)
     jobs: list[tuple[int, MaskedNet, dict[str, torch.Tensor] | None, ModelSpec, DataSpec]] = []
@@ -253,7 +265,8 @@ def run_drift(
                 progress({"epoch": base + step, "unit": "step"})
 
         ctl = None if control is None else control_.ActivationControl(control)
-        series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl, on_step=on_step)
+        kept = {} if keeper is None else {"keeper": keeper, "seed": seed}
+        series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl, on_step=on_step, **kept)
         results.append({"seed": seed, "probe_n": int(inputs.probe[1].numel()), **series})
         done += series["steps"][-1]
     kind = DriftResult if control is None else DriftControlResult

@@ -204,5 +204,30 @@ DRIFT_FLAGS = Table(
         Path,
     ),
     FORCE.but(help="Overwrite --plot if it exists."),
+    flag(
+        "run_dir",
+        "Keep the run in this folder (new or empty): its settings (run.json), every measurement as it is taken "
+        "(measurements.jsonl) and a resumable state (state.safetensors, atomically, every --checkpoint-every "
+        "steps); ticket drift --resume DIR continues it after a crash or a signal. Plain drift and --act-sparsity.",
+        SCALE,
+        Path,
+        metavar="DIR",
+    ),
+    flag(
+        "checkpoint_every",
+        "With --run-dir: save the resumable state every N training steps (and at the end of each seed).",
+        SCALE,
+        int,
+        Worded("int", 1, None, words="must be >= 1 step", described="an integer >= 1"),
+        shown="every --log-every steps",
+    ),
+    flag(
+        "resume",
+        "Continue the run kept in this --run-dir with the settings it recorded (flags that differ from them are "
+        "refused); the measurements and the --json document come out as an uninterrupted run's.",
+        SCALE,
+        Path,
+        metavar="DIR",
+    ),
     *OUTPUTS,
 )

@@ -1,0 +1,158 @@
+"""A drift run directory (`--run-dir DIR`, `--resume DIR`): its layout and the files in it other than the state
+(drift/state.py): `run.json`, the settings the run was started with; `measurements.jsonl`, one JSON record per
+measurement, appended and flushed as it is taken; `trackers.json`, the --log-to runs to continue on a resume.
+
+Every file read back is hostile until checked: regular files only (never through a symlink), read within a bound
+(run.json and trackers.json are small; measurements.jsonl only up to the length the state vouches for, checked by
+its SHA-256), plain JSON with the types expected, and anything else one UsageError line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from ticketcli.errors import UsageError
+from ticketcli.files.atomic import Owned, write_atomic, write_owned
+from ticketcli.files.bounded import read_regular_file
+
+SETTINGS, STATE, MEASUREMENTS, TRACKERS = "run.json", "state.safetensors", "measurements.jsonl", "trackers.json"
+FORMAT = "ticket-drift-run/1"
+SETTINGS_LIMIT = 1 << 20  # run.json holds flags and a spec: a few KiB
+TRACKERS_LIMIT = 1 << 16
+MAX_ID = 400  # characters of a tracker's run id (an MLflow id is 32 hex digits, a TensorBoard folder a path)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def create(folder: Path, settings: dict[str, Any]) -> None:
+    """Start a run dir: `folder` is made (its parent must exist) or is an empty folder; run.json and an empty
+    measurements.jsonl are created exclusively."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise UsageError(f"--run-dir {folder} is not a folder")
+    if folder.is_dir() and any(folder.iterdir()):
+        hint = f"continue it with ticket drift --resume {folder}, or choose another --run-dir"
+        raise UsageError(f"--run-dir {folder} is not empty", hint=hint)
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create --run-dir {folder}: {e.strerror or e}") from None
+    write_atomic(folder / SETTINGS, (json.dumps({"format": FORMAT, **settings}, indent=1) + "\n").encode())
+    try:
+        os.close(os.open(folder / MEASUREMENTS, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666))
+    except OSError as e:
+        raise UsageError(f"cannot create {folder / MEASUREMENTS}: {e.strerror or e}") from None
+
+
+def _json_file(path: Path, limit: int, what: str) -> dict[str, Any]:
+    if path.is_symlink():
+        raise UsageError(f"{what} {path} is a symlink; a run dir holds its own files")
+    data = read_regular_file(path, limit, what)
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise UsageError(f"{what} {path} is not JSON (damaged or not a run dir's)") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{what} {path} is not a JSON object")
+    return doc
+
+
+def open_settings(folder: Path) -> dict[str, Any]:
+    """run.json of the run dir `folder`, its envelope checked (the flags in it are checked by their settings)."""
+    if not folder.is_dir() or folder.is_symlink():
+        raise UsageError(f"--resume {folder} is not a run dir (not a folder)")
+    if not (folder / SETTINGS).exists() and not (folder / SETTINGS).is_symlink():
+        raise UsageError(f"--resume {folder} is not a run dir (no {SETTINGS})", hint="start it with --run-dir")
+    doc = _json_file(folder / SETTINGS, SETTINGS_LIMIT, "run settings")
+    if doc.get("format") != FORMAT:
+        raise UsageError(f"{folder / SETTINGS} is not a drift run's settings ({FORMAT})")
+    return doc
+
+
+class Measurements:
+    """measurements.jsonl: each record one line, appended and flushed as it is taken (a killed run leaves every
+    measurement taken so far); `position()` is what a checkpoint records of it (records, bytes, SHA-256)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.records, self.size, self.digest = 0, 0, hashlib.sha256()
+        try:
+            fd = os.open(path, os.O_RDWR | _NOFOLLOW)
+        except OSError as e:
+            raise UsageError(f"cannot open {path}: {e.strerror or e}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UsageError(f"{path} is not a regular file")
+        self.file = os.fdopen(fd, "r+b")
+
+    def replay(self, records: int, size: int, sha256: str) -> list[dict[str, Any]]:
+        """The first `records` records, which must be exactly the first `size` bytes (SHA-256 `sha256`); the file
+        is cut there, so that it ends like an uninterrupted run's at this point."""
+        have = os.fstat(self.file.fileno()).st_size
+        if size > have:
+            raise UsageError(f"{self.path} holds {have} bytes, fewer than the {size} its checkpoint recorded")
+        self.file.seek(0)
+        data = self.file.read(size)  # at most the file's size: checked above
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise UsageError(f"{self.path} does not match its checkpoint (changed since)", hint=RESTART)
+        lines = data.split(b"\n")
+        if lines[-1] != b"" or len(lines) - 1 != records:
+            raise UsageError(f"{self.path} does not hold the {records} records its checkpoint recorded", hint=RESTART)
+        out = []
+        for line in lines[:-1]:
+            try:
+                rec = json.loads(line.decode("utf-8"))
+            except (ValueError, RecursionError):
+                rec = None
+            if not isinstance(rec, dict):
+                raise UsageError(f"{self.path}: a record is not a JSON object", hint=RESTART)
+            out.append(rec)
+        self.truncate(size)
+        self.records, self.size, self.digest = records, size, hashlib.sha256(data)
+        return out
+
+    def truncate(self, size: int) -> None:
+        self.file.truncate(size)
+        self.file.seek(size)
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = (json.dumps(record) + "\n").encode()
+        self.file.write(line)
+        self.file.flush()  # in the OS now: a killed process loses nothing that was measured
+        self.records, self.size = self.records + 1, self.size + len(line)
+        self.digest.update(line)
+
+    def position(self) -> dict[str, Any]:
+        """What a checkpoint records; the file is on disk first (a state never vouches for bytes that are not)."""
+        os.fsync(self.file.fileno())
+        return {"records": self.records, "bytes": self.size, "sha256": self.digest.hexdigest()}
+
+    def close(self) -> None:
+        self.file.close()
+
+
+RESTART = "remove the run dir's state.safetensors and measurements.jsonl to start the run over"
+
+
+def read_trackers(folder: Path) -> dict[str, str]:
+    """trackers.json: --log-to destination -> the id of the run to continue (none recorded: {})."""
+    path = folder / TRACKERS
+    if not path.exists() and not path.is_symlink():
+        return {}
+    doc = _json_file(path, TRACKERS_LIMIT, "tracker record")
+    ids = doc.get("ids")
+    if not (isinstance(ids, dict) and all(isinstance(v, str) and 0 < len(v) <= MAX_ID for v in ids.values())):
+        raise UsageError(f"{path} is not a tracker record (ids: destination -> run id)")
+    return dict(ids)
+
+
+def write_trackers(folder: Path, ids: dict[str, str], owned: Owned | None) -> Owned:
+    """Record the trackers' run ids (replacing the record this run wrote)."""
+    payload = (json.dumps({"ids": ids}, indent=1) + "\n").encode()
+    return write_owned(folder / TRACKERS, payload, owned=owned, overwrite=owned is None and _exists(folder))
+
+
+def _exists(folder: Path) -> bool:
+    return (folder / TRACKERS).is_file() and not (folder / TRACKERS).is_symlink()
