@@ -100,7 +100,9 @@ def clock(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def main() -> None:
+def main(only: str | None = None) -> None:
+    """The command line; `only` is --only's default (drift_claims_models.py and drift_claims_control.py run their
+    own claims through here)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--scale", choices=scales.SCALES, default="default", help="settings of every unit (default: default)"
@@ -108,6 +110,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the same as --scale quick")
     ap.add_argument(
         "--only",
+        default=only,
         help="claims or units to run, comma-separated (1 also gives 2, 4 also gives 5): " + ",".join(scales.UNITS),
     )
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where every run trains (default: cpu)")

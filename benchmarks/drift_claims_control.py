@@ -219,3 +219,9 @@ SUMMARISE: dict[str, Summarise] = {
     "6stop": summarise_stop,
     "7": summarise_relufy,
 }
+
+
+if __name__ == "__main__":  # claims 4-7 alone, with every option of drift_claims.py
+    import drift_claims
+
+    drift_claims.main(only="4,6,6stop,7")

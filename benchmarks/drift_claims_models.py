@@ -272,3 +272,9 @@ SUMMARISE: dict[str, Summarise] = {
     "3": summarise_claim3,
     "8": summarise_claim8,
 }
+
+
+if __name__ == "__main__":  # claims 1, 2, 3 and 8 alone, with every option of drift_claims.py
+    import drift_claims
+
+    drift_claims.main(only="1,3,8")
