@@ -9,7 +9,9 @@ it held, and the seeds.
     python benchmarks/drift_claims.py --estimate-only       # the time per unit, then stop
 
 Before running, it prints each unit's estimated time: short timing runs of the unit's own setting (one entry of
-each list it loops over, 20 and 120 steps after a warm-up), extrapolated to its steps, lists and seeds. Each
+each list it loops over, 20 and 120 steps after a warm-up), their CPU time extrapolated to its steps, lists and
+seeds and divided by the share of a core the timing runs got (on a shared machine the share moves, and so does
+the estimate). Each
 finished (unit, seed) is written atomically as JSON under --results-dir and skipped on the next start when its
 settings match, so an interrupted run resumes at the first unfinished (unit, seed). Units and scales:
 drift_claims_scales.py; claims 1, 2, 3 and 8: drift_claims_models.py; 4-7: drift_claims_control.py. A claim that
@@ -82,18 +84,21 @@ def write_atomic(path: Path, doc: dict[str, Any]) -> None:
         raise
 
 
-def estimate(unit: str, s: dict[str, Any]) -> float:
-    """Seconds for one seed of the unit: two timing runs (20 and 120 steps, one entry of each list), a line through
-    them, extrapolated to the unit's steps and multiplied by the number of runs it makes."""
-    walls = []
+def estimate(unit: str, s: dict[str, Any]) -> tuple[float, float]:
+    """Seconds for one seed of the unit, and the share of a core the timing runs got: two timing runs (20 and 120
+    steps, one entry of each list) after a warm-up, a line through their CPU times (wall times on a shared machine
+    are too noisy to fit a line through), extrapolated to the unit's steps and runs, divided by that share."""
+    cpu, wall = [], []
     for steps in (10, 20, 120):  # the first warms up (imports, data loading caches) and is not counted
         small, factor = scales.shrink(s, steps)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         MEASURE[unit](small, small["seeds"][0])
-        walls.append(time.perf_counter() - t0)
-    per_step = max(0.0, (walls[2] - walls[1]) / 100)
-    fixed = max(0.0, walls[1] - 20 * per_step)
-    return factor * (fixed + per_step * s["steps"])
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - t0)
+    per_step = max(0.0, (cpu[2] - cpu[1]) / 100)
+    fixed = max(0.0, cpu[1] - 20 * per_step)
+    share = min(1.0, (cpu[1] + cpu[2]) / (wall[1] + wall[2]))
+    return factor * (fixed + per_step * s["steps"]) / share, share
 
 
 def clock(seconds: float) -> str:
@@ -143,12 +148,13 @@ def main(only: str | None = None) -> None:
             f"# estimated time ({scale} scale, {args.device}, {args.threads} thread(s)); timing runs first", flush=True
         )
         for u, s in plan.items():
-            per_seed = estimate(u, s)
+            per_seed, share = estimate(u, s)
             left = per_seed * len(todo[u])
             total += left
             print(
                 f"  {u:8s} {clock(per_seed)} per seed x {len(todo[u])} seeds to run "
-                f"(of {len(s['seeds'])}) = {clock(left)}",
+                f"(of {len(s['seeds'])}) = {clock(left)} "
+                f"(at {100 * share:.0f}% of a core; {clock(per_seed * share)} of CPU per seed)",
                 flush=True,
             )
         print(f"  total    {clock(total)}", flush=True)
