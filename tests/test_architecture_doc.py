@@ -9,8 +9,6 @@ import importlib.util
 import re
 from pathlib import Path
 
-from test_layers import LAYERS
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ticketcli"
 DOC = ROOT / "ARCHITECTURE.md"
@@ -69,12 +67,17 @@ def test_the_checks_can_fail():
     assert not module_exists("ticketcli.catalog_that_was")
 
 
-def layout_page() -> str:
-    """The generated layout page (docs/layout.py, loaded from its file: docs/ is no package)."""
+def layout_module():
+    """docs/layout.py, loaded from its file (docs/ is no package)."""
     spec = importlib.util.spec_from_file_location("_ticket_docs_layout", ROOT / "docs" / "layout.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.layout_markdown()
+    return module
+
+
+def layout_page() -> str:
+    """The generated layout page."""
+    return layout_module().layout_markdown()
 
 
 def test_the_layout_page_shows_every_package_in_layer_order():
@@ -82,10 +85,11 @@ def test_the_layout_page_shows_every_package_in_layer_order():
     packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
     unnamed = [p for p in packages if f"`ticketcli.{p}`" not in text]
     assert unnamed == [], f"the layout page does not show these packages: {unnamed}"
-    entries = [e for layer in reversed(LAYERS) for e in layer]  # top layer first, as the page reads
+    layers = layout_module().load_layers()  # tests/test_layers.py's LAYERS, read from its file, not imported
+    entries = [e for layer in reversed(layers) for e in layer]  # top layer first, as the page reads
     positions = [text.index(f"| `{e}` |") for e in entries]
     assert positions == sorted(positions), "the layout page does not follow LAYERS"
-    assert text.count("\n## Layer ") == len(LAYERS)
+    assert text.count("\n## Layer ") == len(layers)
     for package in ("masking", "settings"):
         source = PACKAGE / package / "__init__.py" if (PACKAGE / package).is_dir() else PACKAGE / f"{package}.py"
         first = re.search(r'"""(.*?)(?:\n\n|""")', source.read_text(), flags=re.S)[1]

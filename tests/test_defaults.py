@@ -106,6 +106,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "relufy_epochs": (RelufySpec, "epochs"),
         "workers": (Features, "workers"),
         "log_to": DESCRIBED,
+        "checkpoint_every": DESCRIBED,  # every --log-every steps
     },
     "evaluate": TICKET_READER,
     "export": TICKET_READER,

@@ -40,10 +40,16 @@ SERVER = Path(__file__).with_name("docserver.py")
 SERVER_START = 300.0  # seconds for the fork server to import torch and ticketcli on a loaded machine
 
 
+# The environment as the session starts: a test elsewhere that leaves a variable changed in os.environ must not make
+# the server's start-up variables differ from a later command's (that command would silently run fresh, or a served
+# test would see a fresh process).
+BASE_ENV = dict(os.environ)
+
+
 def docs_env(base: Path) -> dict[str, str]:
     """The environment the docs run in (the fork server's too: a command whose start-up variables differ from the
     server's would run as a fresh process)."""
-    env = dict(os.environ)
+    env = dict(BASE_ENV)
     env["PATH"] = f"{base / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env["XDG_CACHE_HOME"] = str(base / "cache")  # no user cache leaking in
