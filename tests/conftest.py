@@ -70,28 +70,39 @@ for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 torch.set_num_threads(THREADS)
 
 
-# The docs' blocks run file by file in one child per file, on the first block's test (tests/test_docs_run.py): the
-# blocks of one file run on one worker, or each worker would run the whole file again. Each file's run takes minutes
-# on a loaded machine, far past the per-test timeout, so its first block gets the time of all its commands.
+# How the suite shares the workers (pytest-xdist, --dist loadgroup in pyproject.toml). Each test module is one
+# group, run whole on one worker: its module-scoped fixtures (an extracted ticket, a sweep, torchrun launches) are
+# built once, not once per worker, and its tests keep their order. The docs' blocks run file by file in one child
+# per file, on the first block's test (tests/test_docs_run.py): each docs file is a group of its own, so that the
+# README (the longest group) runs once, on one worker, while the other works through the rest. A docs file's run
+# takes minutes on a loaded machine, far past the per-test timeout: its blocks get the time of all its commands.
 DOCS_TEST = "test_docs_run.py::test_doc_block_runs["
 DOCS_TIMEOUT = 1800
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group each docs file's blocks, and put the long runs first: pytest-xdist hands out work in this order, and a
-    long group started last would keep one worker busy while the other idles."""
+    """Group the tests (above), and hand the groups out longest first: a long group started last would keep one
+    worker busy while the other idles. A group's length is guessed from its slow tests, the docs first."""
     for item in items:
         if DOCS_TEST in item.nodeid:
             doc = item.nodeid.split(DOCS_TEST, 1)[1].rsplit(":", 1)[0]
-            item.add_marker(pytest.mark.xdist_group(f"docs-{doc}"))
+            item.add_marker(pytest.mark.xdist_group(f"docs-{doc}"), append=False)
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.timeout(DOCS_TIMEOUT))
-    items.sort(key=_start_order)
+        elif item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    slow: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        group = _group(item)
+        first.setdefault(group, i)
+        slow[group] = slow.get(group, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda it: (not _group(it).startswith("docs-"), -slow[_group(it)], first[_group(it)]))  # stable
 
 
-def _start_order(item: pytest.Item) -> int:
-    """0: a docs file's run; 1: another group or a slow test; 2: the rest (a stable sort keeps each file's order)."""
-    if DOCS_TEST in item.nodeid:
-        return 0
-    return 1 if item.get_closest_marker("xdist_group") or item.get_closest_marker("slow") else 2
+def _group(item: pytest.Item) -> str:
+    """The name of the item's xdist_group (every item has one after the hook's first loop)."""
+    mark = item.get_closest_marker("xdist_group")
+    assert mark is not None
+    return str(mark.args[0] if mark.args else mark.kwargs["name"])

@@ -40,6 +40,7 @@ def digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(d.data, dtype=torch.float32) / 16, torch.tensor(d.target)
 
 
+@pytest.mark.slow
 def test_import_is_torch_free_and_public_names_resolve():
     code = (
         "import sys, ticketcli as tc\n"
@@ -56,6 +57,7 @@ def test_import_is_torch_free_and_public_names_resolve():
         tc.nope  # noqa: B018
 
 
+@pytest.mark.slow
 def test_round_trip_extract_save_cli_evaluate_gives_identical_numbers(ticket, tmp_path):
     path = ticket.save(tmp_path / "t.safetensors")
     r = cli("evaluate", str(path), "--json", "--device", "cpu")
@@ -103,6 +105,7 @@ def test_ticket_properties(ticket, tmp_path):
     assert inspected["masks_sha256"] == loaded.metadata["masks_sha256"]
 
 
+@pytest.mark.slow
 def test_same_settings_same_masks_as_the_cli(ticket, tmp_path):
     """`ticket extract` with the same options writes the very masks extract() returns."""
     out = tmp_path / "cli.safetensors"
@@ -122,6 +125,7 @@ def test_same_settings_same_masks_as_the_cli(ticket, tmp_path):
         (dict(betas="0.9"), ["--betas", "0.9"]),
     ],
 )
+@pytest.mark.slow
 def test_bad_options_raise_the_cli_message(options, flags, tmp_path):
     with pytest.raises(tc.UsageError) as caught:
         tc.extract("mlp:64-16-10", "digits", **{**QUICK, **options})
@@ -175,6 +179,7 @@ def test_ready_splits_are_used_as_given():
         tc.extract("mlp:64-16-10", (x, y.float()), **QUICK)
 
 
+@pytest.mark.slow
 def test_a_ticket_of_in_memory_data_is_refused_by_the_cli_without_a_traceback(tmp_path):
     x, y = digits_tensors()
     path = tc.extract("mlp:64-16-10", (x, y), **QUICK).save(tmp_path / "mem.safetensors")

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_the_notebook_example_runs_and_keeps_its_promises(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     r = subprocess.run(

@@ -149,6 +149,7 @@ def test_apply_masks_refuses_missing_extra_and_misshapen_names(ticket):
     assert torch.equal(tc.remove_masks(partial).layers[0].weight == 0, ~masks["layers.0.weight"])  # baked in
 
 
+@pytest.mark.slow
 def test_a_prune_export_loads_into_the_built_in_mlp(ticket, tmp_path, x):
     """The issue's failure: torch's load_state_dict refuses the prune layout on a plain MLP; load_pruned loads it."""
     path = ticket.save(tmp_path / "t.safetensors")

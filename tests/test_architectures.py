@@ -260,6 +260,7 @@ def extract(tmp_path: Path, model: str, method: str = "edge-popup", n_extract: i
 
 
 @pytest.mark.parametrize("model", ["resnet20", "mlp:64-16-16-10+res+norm=batch"])
+@pytest.mark.slow
 def test_batchnorm_ticket_reevaluates_exactly_in_a_fresh_process(tmp_path, model):
     out = extract(tmp_path, model)
     tk = ticket_io.load(out)
@@ -425,6 +426,7 @@ def test_foreign_batchnorm_record_is_refused(tmp_path):
     assert "has no BatchNorm layer" in one_line(runner.invoke(app, ["evaluate", str(plain)]))
 
 
+@pytest.mark.slow
 def test_torchvision_factory_gets_the_dataset_classes(tmp_path):
     pytest.importorskip("torchvision")
     write_cifar(tmp_path)

@@ -110,6 +110,7 @@ def small_specs(draw) -> str:
 
 @settings(max_examples=40, deadline=None)
 @given(small_specs())
+@pytest.mark.slow
 def test_random_small_specs_are_counted_exactly(text):
     """An oracle test: whatever the spec, the arithmetic gives the built model's own counts."""
     spec = parse_model(text)

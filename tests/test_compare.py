@@ -111,6 +111,7 @@ def test_overlap_equals_numpy_on_the_unpacked_masks(tmp_path, densities):
     assert result.tickets[0].kept == sums[1] and result.tickets[1].total == sums[0]
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_by_the_chunks_not_the_masks(tmp_path):
     """Two tickets of 36M weights (4.3 MiB of packed mask each): compared a chunk at a time, the peak stays below
     what holding both packed masks (8.6 MiB), let alone unpacking one (36 MB of bools), would take."""

@@ -125,6 +125,7 @@ def test_new_datasets_default_to_the_paper_protocol():
         assert (info.shape, info.classes, info.n_extract, info.n_val) == (shape, 10, 5000, 5000)
 
 
+@pytest.mark.slow
 def test_cli_extract_and_evaluate_on_cifar10_files(tmp_path, isolated_env):
     write_cifar(tmp_path / "data")
     runner = CliRunner()

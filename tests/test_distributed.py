@@ -64,6 +64,7 @@ def one_step(tmp_path_factory) -> list[dict]:
     return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
 
 
+@pytest.mark.slow
 def test_a_data_parallel_step_equals_the_full_batch_step(one_step):
     oracle = ddp_cases.score_trainer()
     x, y = ddp_cases.batch()
@@ -79,6 +80,7 @@ def test_a_data_parallel_step_equals_the_full_batch_step(one_step):
         assert torch.equal(one_step[0]["scores"][n][1], one_step[1]["scores"][n][1])
 
 
+@pytest.mark.slow
 def test_a_data_parallel_weight_step_equals_the_full_batch_step(one_step):
     oracle = ddp_cases.weight_trainer()
     x, y = ddp_cases.batch()
@@ -92,6 +94,7 @@ def test_a_data_parallel_weight_step_equals_the_full_batch_step(one_step):
             assert not bool(updated[~oracle.masks[n].bool()].any())  # masked entries stay exactly zero
 
 
+@pytest.mark.slow
 def test_each_rank_takes_a_contiguous_share_of_the_global_batch(one_step):
     _, y = ddp_cases.batch()
     shards = [r["shard"] for r in one_step]
@@ -99,6 +102,7 @@ def test_each_rank_takes_a_contiguous_share_of_the_global_batch(one_step):
     assert torch.equal(torch.cat(shards), y)
 
 
+@pytest.mark.slow
 def test_a_diverged_rank_is_caught_on_every_rank(one_step):
     for r in one_step:
         assert r["caught"] is not None and "the test tensors differ between ranks" in r["caught"]
@@ -124,6 +128,7 @@ def extracted(tmp_path_factory) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_two_processes_agree_with_one(extracted):
     one, two = extracted["one"], extracted["two"]
     total = sum(m.numel() for m in one.masks.values())
@@ -134,6 +139,7 @@ def test_two_processes_agree_with_one(extracted):
     assert two.metrics.processes == 2 and not one.metrics.recorded("processes")
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monkeypatch):
     """The whole 2-process run, bit for bit, is one process computing sum(shard losses) / global batch: any
     difference from the plain 1-process run is floating-point summation order, not data parallelism."""
@@ -166,6 +172,7 @@ def test_two_processes_equal_one_process_summing_the_two_shards(extracted, monke
     (extracted["dir"] / "emulated.safetensors").unlink()
 
 
+@pytest.mark.slow
 def test_only_rank_zero_prints_and_writes(extracted):
     summary = json.loads(extracted["stdout"])  # exactly one JSON document: rank 1 printed nothing
     assert summary["ticket"] == "two.safetensors" and summary["processes"] == 2
@@ -173,6 +180,7 @@ def test_only_rank_zero_prints_and_writes(extracted):
     assert sorted(p.name for p in extracted["dir"].iterdir()) == ["one.safetensors", "two.safetensors"]
 
 
+@pytest.mark.slow
 def test_train_weak_runs_data_parallel(extracted):
     d = extracted["dir"]
     args = [
@@ -208,6 +216,7 @@ def test_train_weak_runs_data_parallel(extracted):
 SNIP_DIGITS = [a for a in DIGITS if a not in ("--epochs", "8")]  # snip trains nothing: --epochs is refused
 
 
+@pytest.mark.slow
 def test_baselines_are_refused_under_torchrun(tmp_path):
     p = run(
         ["-m", "ticketcli", "extract", "--method", "snip", *SNIP_DIGITS, "--out", "s.safetensors"],
@@ -220,6 +229,7 @@ def test_baselines_are_refused_under_torchrun(tmp_path):
     assert not (tmp_path / "s.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_other_commands_refuse_a_torchrun_environment(extracted, monkeypatch):
     for k, v in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(k, v)
@@ -327,6 +337,7 @@ def test_bf16_autocasts_the_training_forward_pass_only():
     assert wt._forward(x).dtype == torch.bfloat16
 
 
+@pytest.mark.slow
 def test_precision_on_the_command_line(tmp_path):
     out = tmp_path / "bf16.safetensors"
     r = CliRunner().invoke(app, ["extract", *DIGITS, "--epochs", "2", "--precision", "bf16", "--out", str(out)])

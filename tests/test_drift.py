@@ -210,6 +210,7 @@ def invoke(*args):
 
 
 @pytest.mark.parametrize("steps,every", [(6, 3), (7, 3)])
+@pytest.mark.slow
 def test_json_series_lengths(steps, every):
     r = invoke("--steps", str(steps), "--log-every", str(every), "--seeds", "0,1", "--inputs", "gaussian", "--json")
     assert r.exit_code == 0, r.output
@@ -223,6 +224,7 @@ def test_json_series_lengths(steps, every):
             assert all(len(v["mean"]) == n for v in metrics.values() if isinstance(v, dict))
 
 
+@pytest.mark.slow
 def test_table_and_plot(tmp_path):
     png = tmp_path / "d.png"
     r = invoke("--steps", "4", "--log-every", "2", "--activation", "gelu", "--plot", str(png))
@@ -235,6 +237,7 @@ def test_table_and_plot(tmp_path):
     assert matplotlib.image.imread(str(png)).shape[2] in (3, 4)
 
 
+@pytest.mark.slow
 def test_ticket_run(tmp_path):
     t = tmp_path / "t.safetensors"
     r = runner.invoke(

@@ -43,6 +43,7 @@ def test_topk_keep_keeps_exactly_the_k_largest_per_row():
 
 
 @pytest.mark.parametrize("mode", ["topk", "percentile"])
+@pytest.mark.slow
 def test_control_reaches_its_target(mode):
     r = run_drift(small_spec(), control=ControlSpec(mode, 0.8))
     c = r.act_control
@@ -57,6 +58,7 @@ def test_control_reaches_its_target(mode):
         assert c["sites"]["layers.0"]["centering_mean"] is not None
 
 
+@pytest.mark.slow
 def test_uncontrolled_run_is_far_from_the_target():
     # the test above can fail: without control the same run sits far from 80% sparsity
     r = run_drift(small_spec())
@@ -65,6 +67,7 @@ def test_uncontrolled_run_is_far_from_the_target():
     assert sparsity is not None and sparsity < 0.7
 
 
+@pytest.mark.slow
 def test_accumulation_stop_freezes_the_statistics():
     net = make_net("mlp:64-32-32-10")
     spec = small_spec(steps=8, log_every=1)
@@ -86,6 +89,7 @@ def test_accumulation_stop_freezes_the_statistics():
 
 
 @pytest.mark.parametrize("target", ["relu", "relu2"])
+@pytest.mark.slow
 def test_relufication_swaps_every_activation_and_keeps_the_weights(target):
     net = make_net("mlp:64-24-24-24-10")
     spec = small_spec("mlp:64-24-24-24-10", steps=6, log_every=3, activation="gelu")
@@ -122,6 +126,7 @@ def test_cliff_on_a_synthetic_curve():
     assert find_cliff(curve([(0.5, 0.1), (0.6, 0.2)])) is None  # accuracy never drops
 
 
+@pytest.mark.slow
 def test_tradeoff_results_do_not_depend_on_workers():
     specs = [small_spec(steps=8, log_every=8), small_spec("mlp:64-32-32-32-10+res", steps=8, log_every=8)]
     tasks = plan(specs, (0.5, 0.9), "percentile", 4)
@@ -142,6 +147,7 @@ def invoke(*args):
     return runner.invoke(app, [*TINY, *args])
 
 
+@pytest.mark.slow
 def test_cli_control_relufy_and_tradeoff_json(tmp_path):
     r = invoke("--act-sparsity", "percentile", "--act-target", "0.6", "--freeze-stats-after", "2", "--json")
     assert r.exit_code == 0, r.output
@@ -163,6 +169,7 @@ def test_cli_control_relufy_and_tradeoff_json(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_cli_tables():
     r = invoke("--act-sparsity", "topk")
     assert r.exit_code == 0, r.output

@@ -53,6 +53,7 @@ def write_text(path, n: int = 3000, seed: int = 0) -> str:
 
 
 @pytest.mark.parametrize("text", ["resnet20", "vit:p4-d16-l1-h2"])
+@pytest.mark.slow
 def test_traced_pass_equals_the_plain_model_and_records_every_site(text):
     net = net_of(text)
     x = torch.randn(6, 1, 8, 8, generator=torch.Generator().manual_seed(1))
@@ -77,6 +78,7 @@ def gpt_net(seed: int = 0) -> MaskedNet:
 
 @pytest.mark.parametrize("model", ["resnet20", "vit:p4-d16-l1-h2", GPT])
 @pytest.mark.parametrize("act", ["relu", "gelu"])
+@pytest.mark.slow
 def test_gradient_split_is_exact_for_convolutions_and_tokens(model, act):
     """The mean-field and covariance terms, computed from unfolded patches / tokens in float64, add up to
     autograd's mean weight gradient: the split generalises the MLP's exactly."""
@@ -110,6 +112,7 @@ def test_gradient_split_is_exact_for_convolutions_and_tokens(model, act):
                 assert s["sparsity"] >= h
 
 
+@pytest.mark.slow
 def test_drift_chooses_the_activation_at_every_site():
     net = net_of("resnet20")
     forward = drift_forward(net, F.silu)
@@ -149,6 +152,7 @@ def run_cli(*args):
 
 
 @pytest.mark.parametrize("model", IMAGE_MODELS)
+@pytest.mark.slow
 def test_each_image_model_runs_and_reports_sane_statistics(model):
     doc = run_cli("--dataset", "digits", "--model", model, "--probe-size", "32", "--json")
     layers = {la["name"]: la for la in doc["summary"]["layers"]}  # --json lists layers; look them up by name
@@ -162,6 +166,7 @@ def test_each_image_model_runs_and_reports_sane_statistics(model):
         assert all(0.0 < v < 1.0 for v in layers[la]["neg_preact_share"]["mean"]), la
 
 
+@pytest.mark.slow
 def test_relu_on_random_inputs_drifts_weights_fed_by_relu_negative():
     """Measured (seeds 0-2, Gaussian inputs with random labels, MSE, Adam 1e-3, 60 steps): the second hidden layer,
     whose inputs are ReLU outputs (positive mean), drifts negative in every seed (about -0.02 against an init
@@ -178,6 +183,7 @@ def test_relu_on_random_inputs_drifts_weights_fed_by_relu_negative():
     assert neg[-1] > neg[0]
 
 
+@pytest.mark.slow
 def test_gpt_nano_on_a_text_file_reports_validation_perplexity(tmp_path):
     path = tmp_path / "t.txt"
     vocab = len(set(write_text(path)))

@@ -86,6 +86,7 @@ MODELS = ["mlp:64-16-16-10", "mlp:64-16-16-10+res+norm=layer", "vit:p4-d16-l1-h2
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.slow
 def test_chunks_give_the_whole_probes_statistics(model, masked):
     _, params, masks, kw = setting(model, "gelu" if masked else "relu", masked)
     x, y = probe(model, 11)
@@ -170,6 +171,7 @@ def reference(params, masks, x, y, *, forward, exact_zeros, zero_threshold, loss
 
 @pytest.mark.parametrize("model", ["resnet20", "vit:p4-d16-l1-h2", "mlp:64-16-16-10+norm=batch", GPT])
 @pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.slow
 def test_statistics_match_their_definitions(model, masked):
     """The streamed sums (row sums, box sums of a convolution's input, centred co-moments) against the explicit
     float64 products: the split's terms to float64 rounding, everything else exactly up to rounding."""
@@ -184,6 +186,7 @@ def test_statistics_match_their_definitions(model, masked):
     assert_same(want, got)
 
 
+@pytest.mark.slow
 def test_no_chunk_outlives_its_pass():
     """Whatever a chunk's pass made (its logits, the inputs and masks its gradient hooks held) is gone before the
     next chunk's pass starts, and nothing is left pending at the end."""
@@ -235,6 +238,7 @@ class _Inputs:
 
 
 @pytest.mark.parametrize("control", [None, "topk", "percentile"])
+@pytest.mark.slow
 def test_drift_series_do_not_depend_on_the_chunk(monkeypatch, control):
     model = parse_model("mlp:64-16-16-10+res").with_data((1, 8, 8), 10)
     spec = DriftSpec(model=model, data=DataSpec(name="digits"), steps=6, log_every=2, batch_size=64, probe_size=40)
@@ -252,6 +256,7 @@ def test_drift_series_do_not_depend_on_the_chunk(monkeypatch, control):
 # ---------------------------------------------------------------- progress between logged steps
 
 
+@pytest.mark.slow
 def test_progress_is_told_every_step_and_measurements_at_logged_ones():
     from ticketcli.settings.resolve import data_location
 

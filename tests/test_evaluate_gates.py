@@ -51,6 +51,7 @@ def one_line(r, code: int) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_a_ticket_that_reproduces_passes_even_max_drop_zero(made, tmp_path):
     r = evaluate(made, "--max-drop", "0", "--json")
     assert r.exit_code == 0, r.output

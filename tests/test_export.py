@@ -117,6 +117,7 @@ def make_ticket(tmp_path: Path, model: str) -> Path:
 
 
 @pytest.mark.parametrize("model", ["mlp:64-16-10+bias", "vgg:8-M-16-M+bias", "user"])
+@pytest.mark.slow
 def test_every_format_reproduces_the_ticket_logits_in_plain_torch(tmp_path, model, request):
     if model == "user":
         mod = request.getfixturevalue("user_module")
@@ -221,6 +222,7 @@ def test_readme_csr_recipe_restores_masked_weights_and_biases(tmp_path, model):
         assert sd[f"{n}.crow_indices"].numel() == shape[0] + 1
 
 
+@pytest.mark.slow
 def test_export_refuses_overwrite_bad_format_and_wrong_checkpoint(tmp_path):
     ticket = make_ticket(tmp_path, "mlp:64-16-10")
     out = tmp_path / "net.safetensors"
@@ -238,6 +240,7 @@ def test_export_refuses_overwrite_bad_format_and_wrong_checkpoint(tmp_path):
     assert r.exit_code == 2 and "takes no --weights" in r.stderr
 
 
+@pytest.mark.slow
 def test_batchnorm_export_reads_and_rebuilds_the_ticket_once(tmp_path, request, monkeypatch):
     """A BatchNorm network needs its extraction split for the running statistics: export takes it from the ticket
     it already read, not from a second read and rebuild (the statistics are those evaluate computes)."""

@@ -111,6 +111,7 @@ IMAGE_MODELS = [
 
 
 @pytest.mark.parametrize(("model", "method"), IMAGE_MODELS, ids=[m for m, _ in IMAGE_MODELS])
+@pytest.mark.slow
 def test_onnxruntime_reproduces_every_builtin_model_on_the_test_split(tmp_path, model, method):
     ticket = make_ticket(tmp_path, model, method=method)
     out = tmp_path / "net.onnx"
@@ -126,6 +127,7 @@ def test_onnxruntime_reproduces_every_builtin_model_on_the_test_split(tmp_path, 
     assert meta["masks_sha256"] == ticket_io.load(ticket).masks_sha256
 
 
+@pytest.mark.slow
 def test_onnx_of_lenet300_takes_flat_fashion_mnist_sized_inputs(tmp_path):
     """LeNet-300-100 needs 784 inputs: its ticket is on FashionMNIST; the graph takes the dataset's images."""
     require_fashion()
@@ -158,6 +160,7 @@ def gpt_ticket(tmp_path: Path, spec: str = "gpt-nano:l1-d16-h2-c8-v20") -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_onnx_of_gpt_nano_takes_character_ids_of_any_batch_and_length(tmp_path):
     ticket = gpt_ticket(tmp_path)
     out = tmp_path / "gpt.onnx"
@@ -177,6 +180,7 @@ def test_onnx_of_gpt_nano_takes_character_ids_of_any_batch_and_length(tmp_path):
         assert torch.equal(got.argmax(-1), expected.argmax(-1))  # the same next-character predictions
 
 
+@pytest.mark.slow
 def test_onnx_of_a_user_factory_with_batchnorm(tmp_path, user_module):
     ticket = make_ticket(tmp_path, f"{user_module}:build_net", method="augmented")
     out = tmp_path / "user.onnx"
@@ -216,6 +220,7 @@ def one_line(r) -> str:
     return r.stderr
 
 
+@pytest.mark.slow
 def test_an_untraceable_factory_is_one_error_line_and_no_file(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     name = f"untraceable_{tmp_path.name.replace('-', '_')}"
@@ -249,6 +254,7 @@ def test_without_the_extra_onnx_is_one_error_line_naming_it(tmp_path, monkeypatc
     )
 
 
+@pytest.mark.slow
 def test_onnx_destination_rules(tmp_path):
     ticket = make_ticket(tmp_path, "mlp:64-16-10")
     out = tmp_path / "net.onnx"
@@ -277,6 +283,7 @@ def test_a_ticket_that_cannot_be_rebuilt_writes_no_onnx(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_export_ticket_onnx_result(tmp_path):
     """The Python function behind the command: the same file and report, the graph's initializers counted."""
     ticket = make_ticket(tmp_path, "vgg:8-M-16-M+bias")

@@ -9,12 +9,14 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers import require_fashion
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
 
 
+@pytest.mark.slow
 def test_extract_then_evaluate_on_fashion_mnist(tmp_path):
     require_fashion()
     out = tmp_path / "ticket.safetensors"

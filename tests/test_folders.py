@@ -172,6 +172,7 @@ def test_inspect_refuses_combined_outputs(sweep):
 # --- evaluate DIR -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_evaluate_dir_gates_every_ticket_and_each_entry_is_evaluates_own_document(sweep, tmp_path):
     folder = tmp_path / "eval"
     folder.mkdir()
@@ -229,6 +230,7 @@ def test_evaluate_of_an_empty_folder_is_exit_2(tmp_path):
 # --- inspect --command / --toml ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_printed_command_reproduces_the_tickets_masks(sweep, tmp_path):
     """A layerwise edge-popup ticket (a list-valued flag): the printed line, run by a shell as printed (with a
     `ticket` on PATH that runs this checkout), makes a ticket with the same masks."""
@@ -251,6 +253,7 @@ def test_the_printed_command_reproduces_the_tickets_masks(sweep, tmp_path):
     assert (tmp_path / words[words.index("--out") + 1]).exists()
 
 
+@pytest.mark.slow
 def test_the_printed_toml_reproduces_the_tickets_masks(sweep, tmp_path):
     path = next(p for p in tickets_in(sweep) if "augmented" in p.name)
     r = invoke("inspect", path, "--toml")

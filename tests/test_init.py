@@ -203,6 +203,7 @@ def test_derive_seed_distinct_and_stable():
     )
 
 
+@pytest.mark.slow
 def test_derive_seed_same_in_another_process():
     """No dependence on Python's per-process string hashing: tickets store only the seed."""
     code = (

@@ -58,6 +58,7 @@ def ramp() -> torch.Tensor:
     return torch.linspace(-0.3, 0.3, 64 * 16).reshape(16, 64)
 
 
+@pytest.mark.slow
 def test_module_init_keeps_the_factory_weights_and_the_default_redraws_them(tmp_path, factory):
     extract(tmp_path, factory, "module.safetensors", "--init", "module")
     extract(tmp_path, factory, "default.safetensors")
@@ -76,6 +77,7 @@ def test_module_init_keeps_the_factory_weights_and_the_default_redraws_them(tmp_
     assert drawn["1.weight"].abs().max() <= bound and drawn["1.weight"].std() > 0.1
 
 
+@pytest.mark.slow
 def test_the_ticket_records_the_factory_init_and_evaluate_reproduces_it(tmp_path, factory):
     summary = extract(tmp_path, factory, "t.safetensors", "--init", "module", "--seed", "3")
     tk = ticket_io.load(tmp_path / "t.safetensors")
@@ -89,6 +91,7 @@ def test_the_ticket_records_the_factory_init_and_evaluate_reproduces_it(tmp_path
     assert r.exit_code == 0 and json.loads(r.stdout)["init"]["scheme"] == "module"
 
 
+@pytest.mark.slow
 def test_module_weights_do_not_depend_on_the_seed(tmp_path, factory):
     """The factory runs under its fixed seed: --seed still draws the split, scores and batch order."""
     extract(tmp_path, factory, "s0.safetensors", "--init", "module", "--seed", "0")

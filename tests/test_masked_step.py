@@ -75,6 +75,7 @@ def test_recomputed_effective_weights_on_the_gpu_give_the_plain_paths_gradients(
     assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
+@pytest.mark.slow
 def test_effective_weights_are_not_kept_for_the_backward_pass():
     g = torch.Generator().manual_seed(0)
     w, s = torch.randn(8, 6, generator=g), torch.randn(8, 6).requires_grad_()
@@ -186,6 +187,7 @@ def test_auxiliary_scores_that_are_not_the_seeds_draw_are_never_released(digits)
     assert torch.equal(trainer.state_dict()["scores"]["layers.0.weight"][1], state["scores"]["layers.0.weight"][1])
 
 
+@pytest.mark.slow
 def test_windowed_auxiliary_ranking_changes_no_mask_nor_the_aux_report(digits):
     """Once the fixed auxiliary scores are released, the selection holds their ranking only as windows around
     each layer's threshold; with windows of one value a side (rebuilt from the seed's redraw whenever the

@@ -30,6 +30,7 @@ def reference_topk(values: np.ndarray, k: int) -> np.ndarray:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-3, 3), min_size=1, max_size=60), st.data())
+@pytest.mark.slow
 def test_topk_exact_count_and_ties_to_lowest_index(values, data):
     a = np.array(values, dtype=np.float32)  # few distinct values: many ties
     k = data.draw(st.integers(0, a.size))
@@ -90,6 +91,7 @@ small_parts = st.lists(st.lists(st.integers(-3, 3), min_size=1, max_size=30), mi
 
 @settings(max_examples=150, deadline=None)
 @given(small_parts, st.data())
+@pytest.mark.slow
 def test_every_selection_algorithm_gives_the_same_bits(parts, data):
     """sort, topk, kthvalue, numpy and the warm band search: exact counts, ties to the lowest concatenated index,
     over several parts with heavy ties (the bits tickets and checkpoints rely on)."""

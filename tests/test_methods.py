@@ -17,6 +17,7 @@ from ticketcli.train import evaluate
 
 
 @pytest.mark.parametrize("name", METHODS.names())
+@pytest.mark.slow
 def test_masks_are_bool_full_shape_and_deterministic(name, digits):
     net = make_net()
     before = {n: w.clone() for n, w in net.weights.items()}
@@ -73,6 +74,7 @@ def test_augmented_rejects_layer_densities_and_others_reject_aug_density(digits)
             method_masks(name, digits, aug_density=0.5)
 
 
+@pytest.mark.slow
 def test_biases_get_their_own_masks(digits):
     net = make_net("mlp:64-32-10+bias")
     masks = method_masks("augmented", digits, net=net, aug_density=0.5)
@@ -83,6 +85,7 @@ def test_biases_get_their_own_masks(digits):
     assert int(ep["layers.0.bias"].sum()) == 16
 
 
+@pytest.mark.slow
 def test_progress_reports_every_epoch(digits):
     seen = []
     method_masks("augmented", digits, progress=seen.append, epochs=3)
@@ -90,6 +93,7 @@ def test_progress_reports_every_epoch(digits):
     assert all(0 <= s["sparsity"] < 1 and s["loss"] > 0 for s in seen)
 
 
+@pytest.mark.slow
 def test_score_methods_learn(digits):
     """A sanity check that scores are trained: a few epochs beat a random mask by a wide margin."""
     net = make_net("mlp:64-128-128-10")

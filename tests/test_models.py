@@ -73,6 +73,7 @@ def test_init_is_deterministic_and_uses_conv_fan_in(name):
 
 
 @pytest.mark.parametrize("name", IMAGE_MODELS)
+@pytest.mark.slow
 def test_extract_evaluate_round_trip(name, tmp_path):
     spec = RunSpec(
         model=example(name),
@@ -266,6 +267,7 @@ def test_user_model_checkpoint_needs_every_parameter(tmp_path, user_module):
     assert "missing: fc.weight, scale" in err and "unexpected: extra" in err
 
 
+@pytest.mark.slow
 def test_conv_checkpoint_round_trip_and_sha_check(tmp_path):
     spec = parse_model("conv2@1x8x8-10")
     module = build_model(spec)

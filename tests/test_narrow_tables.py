@@ -137,6 +137,7 @@ def test_command_tables_cut_nothing(args, width, ticket, tmp_path):
 
 
 @pytest.mark.parametrize("width", [80, 60])
+@pytest.mark.slow
 def test_drift_statistics_of_a_deep_model_cut_nothing(width):
     model = "mlp:64-" + "-".join(["16"] * 9) + "-10"  # ten layers: ten columns of numbers
     args = ["drift", "--model", model, "--dataset", "digits", "--batch-size", "64", "--steps", "1", "--log-every", "1"]

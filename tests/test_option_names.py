@@ -4,6 +4,7 @@ works, with a deprecation warning."""
 
 from __future__ import annotations
 
+import pytest
 import typer.main
 from safetensors import safe_open
 from typer.testing import CliRunner
@@ -35,6 +36,7 @@ def masks(path) -> dict:
         return {k: f.get_tensor(k).tolist() for k in f.keys()}
 
 
+@pytest.mark.slow
 def test_global_topk_by_flag_config_key_and_the_deprecated_spelling(tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text("global_topk = true\n")

@@ -202,6 +202,7 @@ CHECKED = [(m, o) for i, (m, o) in enumerate(DECLARED) if o in TRAINING or i % 2
 
 
 @pytest.mark.parametrize("method, option", CHECKED)
+@pytest.mark.slow
 def test_a_declared_option_changes_the_ticket(tmp_path_factory, method, option):
     base = NEEDS.get((method, option), {})
     value = VALUES.get((method, option), OTHER[option])
@@ -234,6 +235,7 @@ def test_inspect_shows_the_recorded_options(tmp_path):
     assert "weight_lr=0.01" in table and " lr=" not in table and "aux_width" not in table
 
 
+@pytest.mark.slow
 def test_inspect_shows_which_grasp_reading_a_ticket_used(tmp_path):
     out = tmp_path / "grasp.safetensors"
     extract_ticket(spec_of("grasp", grasp_direction="original", grasp_data="shared"), out=out)
@@ -256,6 +258,7 @@ def rewrite_method(path, method: dict) -> None:
     save_file(tensors, str(path), metadata={**meta, "method": json.dumps(method)})
 
 
+@pytest.mark.slow
 def test_an_older_ticket_that_recorded_every_setting_still_loads_and_evaluates(tmp_path):
     """Tickets written before this change recorded every MethodSpec field, used or not (as MethodSpec.to_dict)."""
     out = tmp_path / "old.safetensors"

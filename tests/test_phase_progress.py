@@ -106,6 +106,7 @@ def bn_ticket(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_evaluate_ticket_counts_each_phase_and_measures_the_same(bn_ticket):
     chunks = Recorder()
     told = runs_evaluate.evaluate_ticket(bn_ticket, ReaderSpec(data=DataSpec(), device="cpu"), chunks=chunks)
@@ -116,6 +117,7 @@ def test_evaluate_ticket_counts_each_phase_and_measures_the_same(bn_ticket):
 
 
 @pytest.mark.parametrize("fmt", ["masked", "prune"])
+@pytest.mark.slow
 def test_export_counts_the_recalibration_and_writes_the_same_file(bn_ticket, tmp_path, fmt):
     chunks = Recorder()
     told = export_ticket(bn_ticket, fmt=fmt, out=tmp_path / "told.safetensors", chunks=chunks)
@@ -275,6 +277,7 @@ class Ticking:
 
 
 @pytest.mark.parametrize("command", ["evaluate", "export"])
+@pytest.mark.slow
 def test_commands_print_phase_lines_on_stderr_and_pure_json_on_stdout(bn_ticket, tmp_path, command, monkeypatch):
     monkeypatch.setattr(report_plain, "CLOCK", Ticking())
     monkeypatch.setattr(report_plain.PlainProgress, "beating", lambda self: nullcontext(self))  # no heartbeat thread

@@ -59,6 +59,7 @@ def ticket(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_train_weak_names_the_run_and_counts_whole_epochs(ticket, tmp_path, saved):
     png = tmp_path / "w.png"
     invoke("train-weak", str(ticket), "--epochs", "3", "--dense-baseline", "--plot", str(png), "--quiet")
@@ -86,6 +87,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[DriftResult]:
     return results
 
 
+@pytest.mark.slow
 def test_drift_relu_draws_one_panel_saying_the_two_shares_are_equal(tmp_path, saved, drawn):
     doc = invoke(*DRIFT, "--activation", "relu", "--plot", str(tmp_path / "d.png"))
     (fig,) = saved
@@ -100,6 +102,7 @@ def test_drift_relu_draws_one_panel_saying_the_two_shares_are_equal(tmp_path, sa
     assert hidden and all(s["sparsity"]["mean"] == s["neg_preact_share"]["mean"] for s in hidden)
 
 
+@pytest.mark.slow
 def test_drift_keeps_both_panels_when_the_shares_differ(tmp_path, saved, drawn):
     invoke(*DRIFT, "--activation", "gelu", "--plot", str(tmp_path / "d.png"))
     (fig,) = saved

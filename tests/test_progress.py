@@ -66,6 +66,7 @@ def extracted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
     return out, run
 
 
+@pytest.mark.slow
 def test_piped_stderr_gets_plain_lines_for_the_first_and_last_epoch(extracted):
     _, run = extracted
     err = run.stderr.decode()
@@ -76,6 +77,7 @@ def test_piped_stderr_gets_plain_lines_for_the_first_and_last_epoch(extracted):
     assert ESC not in err and "\r" not in err, repr(err)
 
 
+@pytest.mark.slow
 def test_no_color_removes_every_escape_even_when_forced(extracted):
     ticket, _ = extracted
     forced = _ticket("inspect", str(ticket), FORCE_COLOR="1")
@@ -109,6 +111,7 @@ def _on_a_terminal(*args: str, **env: str) -> str:
     return b"".join(chunks).decode()
 
 
+@pytest.mark.slow
 def test_no_color_on_a_terminal(extracted):
     ticket, _ = extracted
     assert ESC in _on_a_terminal("inspect", str(ticket), TERM="xterm-256color")
@@ -116,6 +119,7 @@ def test_no_color_on_a_terminal(extracted):
     assert "layers.0.weight" in shown and ESC not in shown
 
 
+@pytest.mark.slow
 def test_train_weak_prints_a_line_per_epoch_of_each_run(extracted, tmp_path):
     ticket, _ = extracted
     args = ["train-weak", str(ticket), "--epochs", "2", "--dense-baseline", "--out", str(tmp_path / "w.safetensors")]
@@ -126,6 +130,7 @@ def test_train_weak_prints_a_line_per_epoch_of_each_run(extracted, tmp_path):
     assert runs == [("masked", "1"), ("masked", "2"), ("dense", "1"), ("dense", "2")], r.stderr
 
 
+@pytest.mark.slow
 def test_quiet_silences_plain_progress(extracted, tmp_path):
     ticket, _ = extracted
     r = CliRunner().invoke(app, ["train-weak", str(ticket), "--epochs", "2", "--quiet"])

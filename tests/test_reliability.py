@@ -195,6 +195,7 @@ def interrupt_when_training(cmd: list[str], cwd: Path, sig: signal.Signals, read
     [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, True)],
     ids=["SIGINT", "SIGTERM-with-checkpoints"],
 )
+@pytest.mark.slow
 def test_signal_during_extract(tmp_path, sig, code, checkpoint):
     out = tmp_path / "t.safetensors"
     cmd = [
@@ -230,6 +231,7 @@ def test_signal_during_extract(tmp_path, sig, code, checkpoint):
     )  # no stray temp files
 
 
+@pytest.mark.slow
 def test_signal_during_train_weak(tmp_path, a_ticket):
     out, plot = tmp_path / "w.safetensors", tmp_path / "w.png"
     cmd = [
@@ -252,6 +254,7 @@ def test_signal_during_train_weak(tmp_path, a_ticket):
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["stderr.txt"]
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_in_process_names_the_epoch(tmp_path, monkeypatch):
     """The same path without a subprocess: the progress callback raises KeyboardInterrupt after epoch 1."""
     from ticketcli.report import progress as report_progress
@@ -337,6 +340,7 @@ def fresh_process(twice, tmp_path_factory) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("method", METHODS.names())
+@pytest.mark.slow
 def test_same_command_twice_gives_identical_bits(twice, method):
     from safetensors.torch import load_file
 
@@ -358,6 +362,7 @@ def test_evaluate_reproduces_stored_accuracy_exactly(twice, method):
 
 
 @pytest.mark.parametrize("method", METHODS.names())
+@pytest.mark.slow
 def test_fresh_process_elsewhere_evaluates_identically(twice, fresh_process, method):
     a, _, summary = twice[method]
     child = fresh_process[str(a)]
@@ -368,6 +373,7 @@ def test_fresh_process_elsewhere_evaluates_identically(twice, fresh_process, met
         assert child["result"]["metrics"][split]["accuracy"] == summary["metrics"][split]["accuracy"]
 
 
+@pytest.mark.slow
 def test_signal_during_drift(tmp_path):
     plot = tmp_path / "d.png"
     cmd = [
@@ -395,6 +401,7 @@ def test_signal_during_drift(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["stderr.txt"]
 
 
+@pytest.mark.slow
 def test_signal_during_sweep_keeps_finished_runs_only(tmp_path):
     out_dir, plot = tmp_path / "sweep", tmp_path / "s.png"
     cmd = [

@@ -61,6 +61,7 @@ def leftovers(directory: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("method", [m for m in METHODS.names() if METHODS.get(m).load().resumable and m != "random"])
+@pytest.mark.slow
 def test_resume_after_interrupt_is_bit_identical(tmp_path, method):
     spec = spec_for(method)
     ref = tmp_path / "ref.safetensors"

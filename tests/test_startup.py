@@ -109,6 +109,7 @@ def test_version_needs_not_even_typer():
     assert exit_code == 0 and out.startswith("ticketcli ") and loaded.isdisjoint({"torch", "typer", "numpy"})
 
 
+@pytest.mark.slow
 def test_the_runner_sees_torch_when_a_command_computes(files):
     """The check above can fail: evaluating a ticket does import torch, and the runner reports it."""
     exit_code, out, loaded = run("evaluate", files["ticket"], "--json", "--device", "cpu")

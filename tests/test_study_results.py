@@ -66,6 +66,7 @@ def weak(ticket) -> WeakResult:
 # --- train-weak -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_weak_document_validates_and_is_the_mapping(weak):
     doc = weak.to_document()
     assert doc["schema"] == SCHEMAS["train-weak"] and errors("train-weak", doc) == []
@@ -253,6 +254,7 @@ def test_drift_layers_are_named_lists_in_the_same_order(drifts, command):
     assert DriftSummary.of(summarise(list(r.runs))) == r.summary  # the summary is the mean over the runs
 
 
+@pytest.mark.slow
 def test_drift_tables_and_plots_render_from_the_object(drifts, capsys):
     """views.show and views.figure pick the tables and plot by the result's class."""
     seen = {}
@@ -280,6 +282,7 @@ def test_drift_tables_and_plots_render_from_the_object(drifts, capsys):
         max_leaves=12,
     )
 )
+@pytest.mark.slow
 def test_named_layers_leaves_its_input_alone_and_only_renames_keyed_layers(node):
     import copy
 

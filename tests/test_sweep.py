@@ -172,6 +172,7 @@ def test_plan_shares_init_per_seed_and_covers_every_double_scoring_method():
 # ---- executors and resume ----
 
 
+@pytest.mark.slow
 def test_two_workers_give_exactly_the_records_of_one_worker():
     plan = tiny_plan()
     one = sweep_run.run_sweep(plan, workers=1, threads=1)["records"]
@@ -249,6 +250,7 @@ def test_a_record_of_an_older_sweep_resumes_with_its_tickets_digest_and_method(t
     assert "masks differ from its record's" in str(sweep_records.finished(tmp_path, plan[0])[1])
 
 
+@pytest.mark.slow
 def test_ray_local_mode_equals_local(tmp_path):
     if os.environ.get("TICKET_REQUIRE_RAY") != "1":
         pytest.importorskip("ray", reason="pip install 'ticketcli[ray]'")
@@ -273,6 +275,7 @@ def test_ray_local_mode_equals_local(tmp_path):
 # ---- the command ----
 
 
+@pytest.mark.slow
 def test_cli_json_table_and_png(tmp_path):
     png = tmp_path / "stability.png"
     args = [

@@ -66,6 +66,7 @@ def test_a_changed_setting_is_refused_naming_what_differs(swept):
     assert snapshot(folder / "runs") == before  # nothing recomputed, nothing replaced
 
 
+@pytest.mark.slow
 def test_the_same_command_resumes_and_dropped_densities_are_reported_not_deleted(swept):
     folder, args, _ = swept
     runs = folder / "runs"
@@ -84,6 +85,7 @@ def test_the_same_command_resumes_and_dropped_densities_are_reported_not_deleted
     assert all(rec["id"] != "seed0-edge-popup-k0.5" for rec in json.loads(r.stdout)["records"])
 
 
+@pytest.mark.slow
 def test_force_recomputes_a_changed_setting(swept, tmp_path):
     folder, args, _ = swept
     out = tmp_path / "runs"

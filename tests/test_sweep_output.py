@@ -54,6 +54,7 @@ def result_of(records, band=(0.85, 0.95)):
 # ---- resuming over its own plot ----
 
 
+@pytest.mark.slow
 def test_rerun_with_out_dir_redraws_its_own_plot_but_never_a_file_it_did_not_write(tmp_path):
     out, png = tmp_path / "runs", tmp_path / "sweep.png"
     args = ["sweep-k", *SMALL, "--seeds", "0", "--densities", "0.1", "--out-dir", str(out), "--plot", str(png)]

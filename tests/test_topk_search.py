@@ -4,6 +4,7 @@ ties to the lowest index of the concatenation, the same bits as exact.joint_topk
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -82,6 +83,7 @@ def test_selector_with_warm_start_equals_full_selection():
     st.booleans(),
     st.data(),
 )
+@pytest.mark.slow
 def test_band_search_finds_the_kth_largest_or_declines(a, b, t, w, frozen, data):
     """The warm-start search returns exactly the k-th largest value whenever it answers (ties at both band ends)."""
     arrays = [np.array(a, np.float32)] + ([np.array(b, np.float32)] if b else [])
@@ -172,6 +174,7 @@ def test_windowed_frozen_parts_give_the_masks_of_all_of_them(n, parts, seed, dri
     _windowed_run(sel, s, aux, ks, g, drift, levels)
 
 
+@pytest.mark.slow
 def test_tiny_windows_are_rebuilt_and_stay_exact():
     """One value a side: the threshold leaves the windows often, they are rebuilt from the source (redrawn
     values), and the masks never change; wider windows need fewer rebuilds."""

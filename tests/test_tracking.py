@@ -159,6 +159,7 @@ def test_a_failing_tracker_is_one_warning_and_the_others_go_on():
     assert recording.steps == [1, 2, 3, 4] and recording.closed == "FINISHED"
 
 
+@pytest.mark.slow
 def test_trackers_that_cannot_write_are_warnings_and_the_run_goes_on(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     (tmp_path / "bad.db").write_bytes(b"not a sqlite database" * 100)
@@ -187,6 +188,7 @@ def extracted(tmp_path_factory):
     return d, json.loads(r.stdout), r, json.loads(r2.stdout), r2
 
 
+@pytest.mark.slow
 def test_extract_writes_every_tag_at_every_step(extracted):
     d, doc, *_ = extracted
     folders = sorted(p.name for p in (d / "tb").iterdir())
@@ -212,6 +214,7 @@ def test_extract_writes_every_tag_at_every_step(extracted):
     assert hp["model"] == doc["model"] and hp["data.dataset"] == "digits"
 
 
+@pytest.mark.slow
 def test_extract_logs_params_metrics_tags_and_the_ticket_to_mlflow(extracted):
     d, doc, _, doc2, r2 = extracted
     runs = {r.info.run_name: r for r in mlflow_runs(d / "m.db")}
@@ -232,6 +235,7 @@ def test_extract_logs_params_metrics_tags_and_the_ticket_to_mlflow(extracted):
     assert r2.stderr == ""  # --quiet --json: the trackers add nothing to stderr (mlflow's own log lines included)
 
 
+@pytest.mark.slow
 def test_the_api_extract_logs_to_every_tracker_log_to_names(tmp_path):
     """tc.extract(log_to=...) takes what --log-to takes and logs the same series and final metrics."""
     import ticketcli as tc
@@ -286,6 +290,7 @@ def test_a_folder_store_and_the_steps_of_scalars_read_back(tmp_path, monkeypatch
     assert [(m.step, m.value) for m in c.get_metric_history(run.info.run_id, "x")] == [(1, 0.1), (2, 0.2), (3, 0.3)]
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_keeps_every_logged_metric(tmp_path, monkeypatch):
     """Ctrl-C before the store has even opened (importing mlflow and creating its tables takes seconds): every
     scalar logged so far still reaches the store, and the run is KILLED, not left RUNNING."""
@@ -398,6 +403,7 @@ def test_the_writer_ignores_a_ctrl_c_the_training_process_decides(tmp_path):
 # train-weak, drift, sweep-k -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_train_weak_logs_both_runs_curves(extracted, tmp_path):
     d, doc, *_ = extracted
     tb = tmp_path / "tb"
@@ -414,6 +420,7 @@ def test_train_weak_logs_both_runs_curves(extracted, tmp_path):
         assert [s for s, _ in series[f"{run}/gain"]] == [2]
 
 
+@pytest.mark.slow
 def test_drift_logs_every_sites_series_per_seed(tmp_path):
     tb, db = tmp_path / "tb", tmp_path / "m.db"
     args = [
@@ -446,6 +453,7 @@ def test_drift_logs_every_sites_series_per_seed(tmp_path):
     assert children == ["seed0", "seed1"] and parent.data.tags["schema"] == doc["schema"]
 
 
+@pytest.mark.slow
 def test_sweep_is_a_parent_run_with_a_child_per_grid_point(tmp_path):
     tb, db = tmp_path / "tb", tmp_path / "m.db"
     args = ["sweep-k", *DATA, "--model", "mlp:64-16-10", "--epochs", "1", "--batch-size", "64", "--seeds", "0"]
@@ -485,6 +493,7 @@ def get_json(url: str) -> object:
         return json.loads(response.read())
 
 
+@pytest.mark.slow
 def test_tensorboard_serves_the_logged_series(extracted):
     d, *_ = extracted
     run = "augmented_mlp-64-16-16-10_seed0_d0.1"

@@ -80,6 +80,7 @@ def results(runs, tmp_path: Path) -> list[tuple[str, Result]]:
     return got
 
 
+@pytest.mark.slow
 def test_every_result_validates_reads_as_its_document_and_renders(runs, tmp_path, capsys):
     cases = results(runs, tmp_path)
     assert {type(r).COMMAND for _, r in cases} == {"extract", "evaluate", "inspect", "export", "list"}
@@ -166,6 +167,7 @@ def per_layer(draw) -> dict[str, dict]:
 
 @settings(max_examples=200, deadline=None)
 @given(per_layer())
+@pytest.mark.slow
 def test_layer_counts_make_the_contracts_layer_items(per):
     assert [la.to_dict() for la in layer_counts(per)] == layer_list(per)
 
@@ -181,6 +183,7 @@ def test_layer_counts_make_the_contracts_layer_items(per):
         max_size=5,
     )
 )
+@pytest.mark.slow
 def test_inspects_mask_counts_make_the_contracts_layer_items(masks):
     """inspect's mask entries as they were ({shape, kept, total, density[, aux_share]}) through layer_list are
     the typed MaskCount's items."""

@@ -58,6 +58,7 @@ def test_override_list_only_shrinks_and_names_real_modules():
     assert not missing, f"listed modules that no longer exist (delete their lines): {missing}"
 
 
+@pytest.mark.slow
 def test_config_fails_a_violation_outside_the_list_only(tmp_path: Path):
     """mypy with the project's configuration, on a package shaped like ours: the same untyped code is an error in
     a module outside the list and accepted in a listed one (the error alone once no module is listed)."""

@@ -51,6 +51,7 @@ def test_iterated_rounds_nest_and_the_stopping_rule_holds(digits, sparsity, tol,
     assert all(torch.equal(masks[n], history[-1][n]) for n in masks)
 
 
+@pytest.mark.slow
 def test_iterated_first_round_is_augmented_at_the_capped_density(digits):
     """Round 1 starts dense, so it is exactly `augmented` at aug density min(target, 1/2) with the same seed."""
     first = method_extract("iterated", digits, sparsity=0.9, max_rounds=1).trace["round_masks"][0]
@@ -58,6 +59,7 @@ def test_iterated_first_round_is_augmented_at_the_capped_density(digits):
     assert all(torch.equal(first[n], a[n]) for n in a)
 
 
+@pytest.mark.slow
 def test_iterated_progress_reports_rounds(digits):
     seen = []
     method_masks("iterated", digits, progress=seen.append, epochs=2, sparsity=0.9, max_rounds=2)
@@ -232,6 +234,7 @@ def test_global_and_layer_densities_exclude_each_other(digits):
 # ---- through the command line ----
 
 
+@pytest.mark.slow
 def test_cli_records_variants_and_reports_aux_share(tmp_path, isolated_env):
     from typer.testing import CliRunner
 

@@ -39,6 +39,7 @@ def ticket(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_masked_weights_never_train_and_kept_ones_do(ticket):
     o = runs_build.open_ticket(ticket, ReaderSpec(data=DATA, device="cpu"))
     run, trainer = train_run(o, o.masks, SPEC, label="masked")
@@ -125,6 +126,7 @@ def test_all_ones_mask_trains_exactly_like_the_dense_baseline(ticket, tmp_path):
     assert result.sparsity.achieved == 0.0 and result["sparsity"]["achieved"] == 0.0
 
 
+@pytest.mark.slow
 def test_plot_is_a_valid_png(ticket, tmp_path):
     png = tmp_path / "curves.png"
     r = invoke("train-weak", str(ticket), *TRAIN, "--dense-baseline", "--plot", str(png), "--json")
@@ -138,12 +140,14 @@ def test_plot_is_a_valid_png(ticket, tmp_path):
     assert img.std() > 0  # something was drawn
 
 
+@pytest.mark.slow
 def test_table_for_people(ticket):
     r = invoke("train-weak", str(ticket), *TRAIN, "--dense-baseline")
     assert r.exit_code == 0, r.output
     assert "final test accuracy" in r.stdout and "dense" in r.stdout and "masked" in r.stdout
 
 
+@pytest.mark.slow
 def test_existing_outputs_need_force(ticket, tmp_path):
     out, png = tmp_path / "w.safetensors", tmp_path / "c.png"
     out.write_bytes(b"precious")
@@ -180,6 +184,7 @@ def test_bad_ticket_is_exit_2(tmp_path, content):
     one_line_error(invoke("train-weak", str(tmp_path / "none.safetensors"), *TRAIN))
 
 
+@pytest.mark.slow
 def test_checkpoint_ticket_needs_its_weights(tmp_path):
     module = build_model(parse_model(MODEL))
     ckpt = tmp_path / "init.safetensors"

@@ -39,6 +39,7 @@ def seed(tmp_path_factory) -> bytes:
     return write_seed_ticket(tmp_path_factory.mktemp("seed") / "seed.safetensors")
 
 
+@pytest.mark.slow
 def test_seed_ticket_is_read_by_every_reader(seed, tmp_path):
     """The base of every mutation is valid: each reader accepts it (so rejections below are the mutation's)."""
     path = place(seed, tmp_path / "t.safetensors")
@@ -47,6 +48,7 @@ def test_seed_ticket_is_read_by_every_reader(seed, tmp_path):
 
 
 @pytest.mark.parametrize("reader", list(READERS))
+@pytest.mark.slow
 def test_malformed_tickets_exit_2_with_one_line(seed, tmp_path, reader):
     path = tmp_path / "case.safetensors"
     seen = set()

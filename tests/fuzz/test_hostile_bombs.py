@@ -96,6 +96,7 @@ def test_absurd_spec_in_a_ticket(seed, tmp_path, reader, case):
     assert_clean(run, 2, contains=needle, unchanged=snapshot(out), folder=tmp_path)
 
 
+@pytest.mark.slow
 def test_under_the_cap_model_is_not_built_in_a_real_process(seed, tmp_path):
     """1.6e9 parameters (6.4 GB of float32) whose shapes are not the ticket's: refused from the meta device, so the
     child's whole resident set stays at an interpreter's."""
@@ -193,6 +194,7 @@ def many(seed, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_many_masks_inspect_in_bounded_memory(many):
     run = cli("inspect", "--json", str(many))
     assert run.exit_code == 0, run.stderr
@@ -207,6 +209,7 @@ def test_many_masks_table_is_cut_short(many):
 
 
 @pytest.mark.parametrize("reader", list(TICKET_READERS))
+@pytest.mark.slow
 def test_many_masks_are_refused_by_the_model_check(many, tmp_path, reader):
     run = cli(*TICKET_READERS[reader](str(many), str(tmp_path / "out.safetensors")))
     # refused from the header, before a mask is read: 40,000 declared bits against the model's 985 parameters

@@ -168,6 +168,7 @@ def test_depth_is_bounded_before_any_build(seed_ticket_bytes, tmp_path, family, 
     timed_clean(run, DEPTH_NEEDLE, unchanged=snapshot(out), folder=tmp_path)
 
 
+@pytest.mark.slow
 def test_depth_bomb_in_a_real_process_stays_small(seed_ticket_bytes, tmp_path):
     """A whole child: its resident peak is an interpreter's with torch, not gigabytes of modules."""
     path = tmp_path / "t.safetensors"

@@ -298,6 +298,7 @@ def test_match_sparsity_never_imports(lab, tmp_path):
 
 
 @pytest.mark.parametrize("trick", ["os:abort", "signal:pause", "code:interact", "pdb:set_trace"])
+@pytest.mark.slow
 def test_standard_library_tricks_with_opt_in_in_a_real_process(lab, tmp_path, trick):
     """The real os.abort / signal.pause / code.interact / pdb.set_trace (no tripwires): refused as the standard
     library's even when the user opts in, with stdin open (an interactive console would wait on it)."""
@@ -306,6 +307,7 @@ def test_standard_library_tricks_with_opt_in_in_a_real_process(lab, tmp_path, tr
     assert_clean(run, 2, contains="not a model factory of your own")
 
 
+@pytest.mark.slow
 def test_a_module_beside_the_ticket_is_not_imported(lab, tmp_path):
     """The realistic share: a ticket and a .py file in one folder, `python -m ticketcli evaluate` run inside it
     (the current directory is on sys.path): the module is not imported."""

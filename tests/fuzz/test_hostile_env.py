@@ -86,6 +86,7 @@ def test_a_rank_started_by_torchrun_leaves_shared_errors_to_rank_0(ticket):
 
 
 @pytest.mark.parametrize("rank", ["0", "1"])
+@pytest.mark.slow
 def test_a_lone_process_gives_up_the_rendezvous_at_the_timeout(rank, tmp_path):
     """Nobody else joins: rank 0 (hosting the store) and rank 1 (connecting) give up after --rendezvous-timeout
     with one line, not after torch's 30 minutes, and without torch's C++ connection logs."""
@@ -119,6 +120,7 @@ class _SilentListener:
 
 
 @pytest.mark.parametrize("rank, listener", [("0", "nobody"), ("1", "nobody"), ("1", "silent")])
+@pytest.mark.slow
 def test_a_stale_torchrun_environment_ends_at_the_timeout_naming_the_variables(rank, listener, tmp_path):
     """Every torchrun variable left in a shell by an earlier job: whatever waits (the store's listener, torch's
     handshake with a port that never answers, the other ranks) gives up at --rendezvous-timeout with exit 2 and
@@ -140,6 +142,7 @@ def test_a_stale_torchrun_environment_ends_at_the_timeout_naming_the_variables(r
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT], ids=lambda s: s.name)  # SIGTERM takes the same path
+@pytest.mark.slow
 def test_a_signal_ends_a_waiting_rendezvous(sig, tmp_path):
     """Rank 0 waits for a rank 1 that never comes (the default timeout): once its store listens, a signal ends
     the wait at once with 128 + the signal and one line."""
@@ -196,6 +199,7 @@ def test_columns_zero_still_prints_evaluate(ticket):
 
 
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1", "cp1252"])
+@pytest.mark.slow
 def test_a_non_utf8_stdout_escapes_instead_of_failing(encoding, ticket, tmp_path):
     run = child("inspect", str(ticket), env={"PYTHONIOENCODING": encoding, "COLUMNS": "60"})
     assert_clean(run, 0, prefix=None)
@@ -205,11 +209,13 @@ def test_a_non_utf8_stdout_escapes_instead_of_failing(encoding, ticket, tmp_path
 
 
 @pytest.mark.parametrize("args", [["inspect", "{t}"], ["inspect", "{t}", "--json"], ["evaluate", "{t}", "--json"]])
+@pytest.mark.slow
 def test_a_full_stdout_is_one_line_and_exit_2(args, ticket):
     run = child(*(a.format(t=ticket) for a in args), stdout_file="/dev/full")
     assert_clean(run, 2, contains="cannot write the results to stdout: No space left on device")
 
 
+@pytest.mark.slow
 def test_a_full_stderr_keeps_the_exit_code(tmp_path):
     """2>/dev/full: the error line cannot be written, the exit code is still the error's (2, not 1 or 120)."""
     assert child("inspect", str(tmp_path / "missing.safetensors"), stderr_file="/dev/full").exit_code == 2

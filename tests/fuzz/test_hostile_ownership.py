@@ -269,6 +269,7 @@ def _can_mount(tmp_path: Path) -> bool:
     ],
     ids=["read-only", "full"],
 )
+@pytest.mark.slow
 def test_a_real_read_only_or_full_file_system_fails_at_the_start(setup, reason, tmp_path):
     if not _can_mount(tmp_path):
         pytest.skip("needs unshare and mount (root or user namespaces) to make a small file system")

@@ -141,6 +141,7 @@ def test_force_replaces_a_file_that_appeared(tmp_path, monkeypatch):
     assert ticket_io.load(out).masks and not kept(out).exists()
 
 
+@pytest.mark.slow
 def test_train_weak_keeps_its_weights_and_plot_beside(ticket, tmp_path, monkeypatch):
     from ticketcli.cli import train_weak as cli_train_weak
     from ticketcli.weak import run as weak_run
@@ -162,6 +163,7 @@ def test_export_keeps_its_file_beside(ticket, tmp_path, monkeypatch):
     assert_kept_beside(cli("export", str(ticket), "--format", "masked", "--out", str(out), "--quiet"), out)
 
 
+@pytest.mark.slow
 def test_drift_keeps_its_plot_beside(ticket, tmp_path, monkeypatch):
     from ticketcli.cli import drift as cli_drift
 
@@ -185,6 +187,7 @@ def test_sweep_k_keeps_a_runs_ticket_record_or_plot_beside(suffix, tmp_path, mon
 # ---- one real process: the file appears while `python -m ticketcli extract` trains ----
 
 
+@pytest.mark.slow
 def test_a_real_extract_keeps_a_file_that_appeared_while_it_trained(tmp_path):
     out = tmp_path / "o.safetensors"
     ckpt = Path(f"{out}.ckpt")  # written after the start check, at the end of the first epoch
@@ -238,6 +241,7 @@ def done_here(doc: dict) -> set[str]:
     return {r["id"] for r in doc["records"]} - set(doc["resumed"])
 
 
+@pytest.mark.slow
 def test_two_sweeps_on_one_folder_share_the_runs(tmp_path):
     folder = tmp_path / "runs"
     first, second = sweep_process(folder), sweep_process(folder)
@@ -252,6 +256,7 @@ def test_two_sweeps_on_one_folder_share_the_runs(tmp_path):
     assert {Path(p).name for p in note} == {f"{i}{s}" for i in ids for s in (".safetensors", ".json")}  # merged
 
 
+@pytest.mark.slow
 def test_a_claim_of_a_dead_sweep_is_taken_over(tmp_path):
     """A claim whose pid is gone on this host: the next sweep runs that run itself."""
     folder = tmp_path / "runs"
@@ -265,6 +270,7 @@ def test_a_claim_of_a_dead_sweep_is_taken_over(tmp_path):
     assert not list(folder.glob("*.claim"))
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_mid_way_leaves_claims_the_next_takes_over(tmp_path):
     folder = tmp_path / "runs"
     p = sweep_process(folder)

@@ -145,6 +145,7 @@ def test_with_force_a_bad_record_is_one_warning_and_its_run_is_recomputed(case, 
 @pytest.mark.parametrize(
     "case, force", [(c, False) for c in SPECIAL] + [("FIFO record", True)], ids=[*SPECIAL, "FIFO record, --force"]
 )
+@pytest.mark.slow
 def test_a_special_file_in_out_dir_neither_hangs_nor_is_read(case, force, out_dir):
     SPECIAL[case](out_dir)
     before = stamps(out_dir)
@@ -185,6 +186,7 @@ def _optional_cases(raw: bytes) -> list[tuple[str, tuple]]:
     return [(f, p) for f in fields for p in _leaves(json.loads(meta[f]))]
 
 
+@pytest.mark.slow
 def test_every_field_a_reader_shows_may_be_missing(seed, tmp_path):
     """Removing any one key of the ticket's metadata objects: inspect (table and JSON) shows the ticket or
     refuses it with one line; never an internal error (e.g. KeyError 'val')."""

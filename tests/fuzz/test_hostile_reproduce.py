@@ -191,6 +191,7 @@ TEXT_FIELDS = {  # every recorded text that reproduce maps, and where it sits in
     field=st.sampled_from(sorted(TEXT_FIELDS)),
     text=st.text(st.characters(codec="utf-8"), max_size=12).map(lambda s: "random" + s),
 )
+@pytest.mark.slow
 def test_any_recorded_text_is_refused_or_printed_as_one_printable_line(field, text, raw, tmp_path):
     """Whatever text a field holds: exit 2 with one line, or exit 0 with a one-line command and printable lines,
     the TOML read back by extract's config reader."""

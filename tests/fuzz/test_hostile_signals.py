@@ -129,6 +129,7 @@ sys.meta_path.insert(0, SlowCli())
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+@pytest.mark.slow
 def test_a_signal_during_start_up_is_one_line(sig, tmp_path):
     """1 s after the start the child is importing the command line (held there), with entry's handler set."""
     slow = tmp_path / "slow"
@@ -294,6 +295,7 @@ LONG = {
     ],
     ids=lambda v: v.name if isinstance(v, signal.Signals) else v,
 )
+@pytest.mark.slow
 def test_two_signals_to_a_long_command_exit_by_the_first(command, when, first, second, tmp_path):
     """However soon the second signal comes: exit 128 + the first one (a SIGTERM after a Ctrl-C too), its one
     line, no traceback from the process or a worker, no temp file, and every file there is complete."""

@@ -157,6 +157,7 @@ def read(path: str) -> str:
 
 @pytest.mark.parametrize("closed", STREAMS)
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c != "an error"])
+@pytest.mark.slow
 def test_a_missing_stream_is_a_closed_pipe_for_every_command(command, closed, runs):
     run, folder = runs[command, closed]
     if closed == "stderr":  # the results are written, nothing goes to stderr: the run's own success
@@ -175,6 +176,7 @@ def test_a_missing_stream_is_a_closed_pipe_for_every_command(command, closed, ru
 
 
 @pytest.mark.parametrize("closed", STREAMS)
+@pytest.mark.slow
 def test_an_error_with_a_missing_stream_is_never_an_internal_error(closed, runs):
     """The error line goes to stderr: with stderr missing, that is the closed-pipe case (141); with only stdout
     missing, the error is the run's own (2, one line)."""

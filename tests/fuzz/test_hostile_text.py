@@ -157,6 +157,7 @@ def test_inspect_json_stays_valid_utf8_and_strict(ticket, tmp_path):
     assert "\ufffd" in doc["created_by"]["ticketcli"]  # the lone surrogates, replaced
 
 
+@pytest.mark.slow
 def test_an_undecodable_file_name_is_one_escaped_line(tmp_path):
     """A path with bytes that are not UTF-8 becomes lone surrogates in Python (surrogateescape): the error line
     shows them escaped instead of failing to print."""

@@ -128,6 +128,7 @@ def test_the_seed_ticket_is_read_by_both(seed):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
+@pytest.mark.slow
 def test_no_broken_ticket_of_the_harness_is_accepted_where_the_library_rejects_it(data, seed, tmp_path_factory):
     """Every family of harness.py's broken tickets: where safetensors rejects the file, both ticket's container
     reader and ticket.load reject it too."""

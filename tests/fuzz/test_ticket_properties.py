@@ -63,6 +63,7 @@ def test_drawn_shapes_cover_every_padding_length():
     assert residues == set(range(8))
 
 
+@pytest.mark.slow
 def test_any_valid_ticket_round_trips_bit_for_bit(seed, tmp_path):
     """write -> read -> write -> read: the same masks and the same metadata strings each time. (Not the same
     file bytes: safetensors writes the metadata's keys in no fixed order.)"""
@@ -117,6 +118,7 @@ def _one_line_or_ok(o: Outcome) -> bool:
 
 
 @pytest.mark.parametrize("reader", ["load", "inspect", "evaluate"])
+@pytest.mark.slow
 def test_mutated_tickets_end_in_exit_0_or_2_with_one_line(seed_raw, tmp_path, reader):
     """Random edits of a valid ticket (bytes, header JSON, metadata values of any type): accepted, or refused with
     exit 2 and one line; ticket.load's Python allocations stay bounded."""
@@ -137,6 +139,7 @@ def test_mutated_tickets_end_in_exit_0_or_2_with_one_line(seed_raw, tmp_path, re
     assert seen >= {"flip", "insert", "truncate", "header", "value"}  # every kind of edit was tried
 
 
+@pytest.mark.slow
 def test_mutated_tickets_through_the_installed_command(seed_raw, tmp_path):
     """The same property in a real process (exit code and stderr as a shell sees them), for a few mutations."""
     cases = []
