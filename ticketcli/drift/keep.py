@@ -176,11 +176,14 @@ class RunKeeper:
         before = path.lstat()
         tensors, meta = st.decode(path, self._expected(net, trainer, inputs, control, forward))
         st.check(meta.get("settings_sha256") == self.settings_sha, path, "it was written for other settings")
-        index, step, finished = meta.get("seed_index"), meta.get("step"), meta.get("finished")
+        # Any: validated field by field below, before anything reads them
+        index: Any = meta.get("seed_index")
+        step: Any = meta.get("step")
+        finished: Any = meta.get("finished")
         st.check(st.whole(index) and st.whole(step, 1, self.logged[-1]), path, "its position is not a step")
         st.check(isinstance(finished, list) and len(finished) in (index, index + 1), path, "bad finished seeds")
         st.check(len(finished) == index or step == self.logged[-1], path, "a finished seed stops early")
-        pos = meta.get("measurements")
+        pos: Any = meta.get("measurements")
         st.check(isinstance(pos, dict), path, "it does not say where measurements.jsonl stood")
         records, size, sha = pos.get("records"), pos.get("bytes"), pos.get("sha256")
         st.check(st.whole(records) and st.whole(size) and isinstance(sha, str), path, "bad measurements position")
@@ -217,7 +220,7 @@ class RunKeeper:
             st.check(bool((order.sort().values == torch.arange(epochs.n)).all()), path, "the data order is no order")
             epochs.order, epochs.pos = order.to(epochs.device), pos
         if control is not None:
-            updates = meta.get("control_updates")
+            updates: Any = meta.get("control_updates")
             st.check(st.whole(updates), path, "bad count of statistics updates")
             control.updates = updates
             control.quantiles = {
@@ -241,7 +244,7 @@ class RunKeeper:
     def _save(self, step: int) -> None:
         assert self.live is not None
         trainer, inputs, control = self.live
-        tensors = {f"param.{n}": p for n, p in trainer.params.items()}
+        tensors: dict[str, torch.Tensor] = {f"param.{n}": p for n, p in trainer.params.items()}
         tensors |= {f"buffer.{n}": b for n, b in trainer.net.module.named_buffers()}
         tensors |= st.optimizer_tensors(trainer.opt)
         tensors |= {"rng.inputs": _generator(inputs).get_state(), "rng.torch": torch.get_rng_state()}
