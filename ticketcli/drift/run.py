@@ -265,7 +265,7 @@ def run_drift(
                 progress({"epoch": base + step, "unit": "step"})
 
         ctl = None if control is None else control_.ActivationControl(control)
-        kept = {} if keeper is None else {"keeper": keeper, "seed": seed}
+        kept: dict[str, Any] = {} if keeper is None else {"keeper": keeper, "seed": seed}
         series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl, on_step=on_step, **kept)
         results.append({"seed": seed, "probe_n": int(inputs.probe[1].numel()), **series})
         done += series["steps"][-1]

@@ -27,7 +27,12 @@ from ticketcli.ticketfile.safetensors_file import MAX_HEADER_BYTES, read_header
 FORMAT = "ticket-drift-state/1"
 _DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "U8": torch.uint8}
 _NAMES = {v: k for k, v in _DTYPES.items()}
-_NUMPY = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8"), "U8": np.dtype("u1")}
+_NUMPY: dict[str, np.dtype[Any]] = {
+    "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"),
+    "I64": np.dtype("<i8"),
+    "U8": np.dtype("u1"),
+}
 
 
 @dataclass

@@ -70,7 +70,9 @@ def recorded(doc: Mapping[str, Any], where: Path) -> dict[str, dict[str, Any]]:
     return {g: dict(v) for g, v in flags.items()}
 
 
-def merge(recorded: Mapping[str, Mapping[str, Any]], given: Mapping[str, Mapping[str, Any]], where: Path) -> dict:
+def merge(
+    recorded: Mapping[str, Mapping[str, Any]], given: Mapping[str, Mapping[str, Any]], where: Path
+) -> dict[str, dict[str, Any]]:
     """The recorded flags, with each flag given to --resume checked to say the same (None: not given)."""
     for g, table in GROUPS.items():
         for s in table:
