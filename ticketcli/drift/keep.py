@@ -80,11 +80,13 @@ def _summary(s: Any, control: ActivationControl | None) -> bool:
     return (
         isinstance(sites, dict)
         and isinstance(overall, dict)
-        and all(_number(overall.get(k)) for k in keys)
+        and all(k in overall and _number(overall[k]) for k in keys)
         and all(
-            isinstance(v, dict) and all(_number(v.get(k)) for k in (*keys, "centering_mean")) for v in sites.values()
+            isinstance(v, dict) and all(k in v and _number(v[k]) for k in (*keys, "centering_mean"))
+            for v in sites.values()
         )
-        and _number(s.get("target"))
+        and "target" in s
+        and _number(s["target"])
         and (s.get("statistics_updates") is None or type(s.get("statistics_updates")) is int)
         and isinstance(s.get("frozen"), bool)
     )
