@@ -1,6 +1,7 @@
-"""ticket drift --run-dir/--resume: a run killed at a random step and resumed gives the measurements and the --json
-document of an uninterrupted run (wall time aside); a conflicting flag, a folder that is not a run dir, and a
-damaged state or settings file are refused with one line and exit 2."""
+"""`ticket drift --run-dir / --resume`: a run killed by SIGTERM at a random step (after a checkpoint) and resumed
+leaves the same measurements.jsonl and prints the same --json document as an uninterrupted run (wall_time_s, the
+one run-specific field, aside); conflicting flags, foreign folders and damaged, truncated or crafted run files are
+refused with one line (exit 2), never a traceback."""
 
 from __future__ import annotations
 
@@ -14,99 +15,210 @@ import time
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from typer.testing import CliRunner
 
-REPO = Path(__file__).resolve().parents[1]
-RUN = ["--dataset", "digits", "--model", "mlp:64-32-32-10", "--steps", "240", "--log-every", "10"]
-RUN += ["--probe-size", "128", "--seeds", "0", "--quiet", "--json"]
-RUN_SPECIFIC = {"wall_time_s"}  # the only field of the result document that differs between two identical runs
+from ticketcli.cli.app import app
 
-
-def ticket(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`python -m ticketcli ARGS` in cwd, this checkout's code."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "ticketcli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+ROOT = Path(__file__).resolve().parent.parent
+RUN_SPECIFIC = ("wall_time_s",)  # fields of the --json document that differ between any two runs
+ARGS = ["--dataset", "digits", "--model", "mlp:64-16-16-10", "--batch-size", "32", "--probe-size", "64"]
+ARGS += ["--log-every", "10", "--act-sparsity", "percentile", "--seeds", "0,1", "--quiet", "--json"]
+runner = CliRunner()
 
 
-def one_line_refusal(r: subprocess.CompletedProcess[str]) -> None:
-    assert r.returncode == 2, (r.returncode, r.stderr)
-    assert "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+def ticket(*args: str, **kw):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "ticketcli", "drift", *args], env=env, **kw)
+
+
+def doc(text: str) -> dict:
+    d = json.loads(text)
+    for k in RUN_SPECIFIC:
+        d.pop(k)
+    return d
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    base = tmp_path_factory.mktemp("drift-full")
-    r = ticket("drift", *RUN, "--run-dir", "full", "--checkpoint-every", "30", cwd=base)
-    assert r.returncode == 0, r.stderr
-    return base / "full", json.loads(r.stdout)
+def whole(tmp_path_factory):
+    """An uninterrupted run kept in a run dir: its run dir and --json document."""
+    folder = tmp_path_factory.mktemp("whole") / "run"
+    p = ticket(*ARGS, "--steps", "300", "--run-dir", str(folder), "--checkpoint-every", "25", stdout=subprocess.PIPE)
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode == 0
+    return folder, doc(out.decode())
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_run_killed_at_a_random_step_resumes_bit_identically(uninterrupted, tmp_path: Path):
-    full_dir, full_doc = uninterrupted
-    records = len((full_dir / "measurements.jsonl").read_text().splitlines())
-    rng = random.Random()
-    kill_after = rng.randrange(4, records - 1)  # past the first checkpoint (step 30 = record 4), before the end
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "ticketcli", "drift", *RUN, "--run-dir", "cut", "--checkpoint-every", "30"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    jsonl = tmp_path / "cut" / "measurements.jsonl"
+def test_a_killed_run_resumes_to_the_uninterrupted_measurements_and_document(whole, tmp_path):
+    folder = tmp_path / "run"
+    p = ticket(*ARGS, "--steps", "300", "--run-dir", str(folder), "--checkpoint-every", "25", stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if jsonl.exists() and len(jsonl.read_text().splitlines()) >= kill_after:
-            proc.send_signal(signal.SIGTERM)
-            break
+    while not (folder / "state.safetensors").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    _, err = proc.communicate(timeout=300)
-    if proc.returncode == 0:
-        pytest.fail(f"the run finished before it was killed after record {kill_after}")
-    assert proc.returncode == 143, err
-    assert "--resume" in err  # the one line says how to continue
-    resumed = ticket("drift", "--resume", "cut", "--quiet", "--json", cwd=tmp_path)
-    assert resumed.returncode == 0, (kill_after, resumed.stderr)
-    assert jsonl.read_bytes() == (full_dir / "measurements.jsonl").read_bytes(), f"killed after record {kill_after}"
-    doc = json.loads(resumed.stdout)
-    assert {k: v for k, v in doc.items() if k not in RUN_SPECIFIC} == {
-        k: v for k, v in full_doc.items() if k not in RUN_SPECIFIC
-    }
+    time.sleep(random.uniform(0, 1.5))  # a random step after the first checkpoint (the second seed, sometimes)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    lines = err.decode().strip().splitlines()
+    if p.returncode == 0:
+        pytest.skip("the run finished before the signal (a very fast machine)")
+    assert p.returncode == 143 and len(lines) == 1 and "--resume" in lines[0], err
+    r = ticket("--resume", str(folder), "--json", "--quiet", stdout=subprocess.PIPE)
+    out, _ = r.communicate(timeout=600)
+    assert r.returncode == 0
+    assert doc(out.decode()) == whole[1]
+    assert (folder / "measurements.jsonl").read_bytes() == (whole[0] / "measurements.jsonl").read_bytes()
+    # a finished run resumed again prints its document without training
+    assert doc(runner.invoke(app, ["drift", "--resume", str(folder), "--json"]).stdout) == whole[1]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_flag_that_conflicts_with_the_recorded_run_is_refused(uninterrupted):
-    full_dir, _ = uninterrupted
-    r = ticket("drift", "--resume", full_dir.name, "--steps", "999", "--quiet", cwd=full_dir.parent)
-    one_line_refusal(r)
-    assert "--steps" in r.stderr
+def test_without_a_run_dir_the_document_is_the_same(whole):
+    p = ticket(*ARGS, "--steps", "300", stdout=subprocess.PIPE)
+    out, _ = p.communicate(timeout=600)
+    assert doc(out.decode()) == whole[1]
 
 
-def test_a_folder_that_is_not_a_run_dir_is_refused(tmp_path: Path):
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "file").write_text("x")
-    for target in ("empty", "file", "missing"):
-        one_line_refusal(ticket("drift", "--resume", target, "--quiet", cwd=tmp_path))
+def refused(*args: str) -> str:
+    r = runner.invoke(app, ["drift", *args])
+    assert r.exit_code == 2, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    lines = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in r.output
+    return lines[0]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_damaged_state_and_settings_files_are_refused(uninterrupted, tmp_path: Path):
-    full_dir, _ = uninterrupted
-    state = (full_dir / "state.safetensors").read_bytes()
-    flipped = bytearray(state)
-    flipped[20] ^= 0xFF  # inside the header: no longer UTF-8 JSON
-    damaged = [
-        ("state.safetensors", state[:100]),  # truncated: the header's declared length exceeds the file
-        ("state.safetensors", bytes(flipped)),
-        ("state.safetensors", (2**62).to_bytes(8, "little") + state[8:]),  # a header length no file holds
-        ("run.json", b'{"x":'),  # settings cut short
+def copy(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+@pytest.mark.parametrize(
+    "flag", [["--lr", "0.5"], ["--steps", "10"], ["--seeds", "3"], ["--act-target", "0.2"], ["--threads", "1"]]
+)
+def test_a_flag_that_conflicts_with_the_recorded_one_is_refused(whole, flag):
+    assert "conflicts with the run" in refused("--resume", str(whole[0]), *flag)
+
+
+def test_a_flag_that_agrees_with_the_recorded_one_is_accepted(whole):
+    r = runner.invoke(app, ["drift", "--resume", str(whole[0]), "--steps", "300", "--seeds", "0,1", "--json"])
+    assert r.exit_code == 0 and doc(r.stdout) == whole[1]
+
+
+def test_folders_that_are_not_run_dirs_are_refused(whole, tmp_path):
+    assert "not a run dir" in refused("--resume", str(tmp_path))
+    assert "not a run dir" in refused("--resume", str(tmp_path / "missing"))
+    (tmp_path / "f").write_text("x")
+    assert "not a run dir" in refused("--resume", str(tmp_path / "f"))
+    assert "not empty" in refused(*ARGS, "--steps", "5", "--run-dir", str(whole[0]))
+    assert "--run-dir" in refused(*ARGS, "--steps", "5", "--checkpoint-every", "2")
+    assert "--relufy" in refused("--run-dir", str(tmp_path / "r"), "--relufy", "--from", "gelu", "--to", "relu")
+
+
+def test_damaged_settings_files_are_refused(whole, tmp_path):
+    """Truncations and crafted values of run.json: each refused in one line."""
+    good = (whole[0] / "run.json").read_bytes()
+    settings = json.loads(good)
+    crafted = [
+        good[: len(good) // 2],
+        b"\xff\xfe",
+        b"[]",
+        b"{" * 100000,
+        json.dumps({**settings, "format": "other"}).encode(),
+        json.dumps({**settings, "flags": {**settings["flags"], "run": {"lr": "x"}}}).encode(),
+        json.dumps({**settings, "flags": {**settings["flags"], "extra": {}}}).encode(),
+        json.dumps({**settings, "settings": {**settings["settings"], "steps": 7}}).encode(),
     ]
-    for i, (name, data) in enumerate(damaged):
-        run = tmp_path / f"r{i}"
-        run.mkdir()
-        for f in full_dir.iterdir():
-            (run / f.name).write_bytes(f.read_bytes())
-        (run / name).write_bytes(data)
-        one_line_refusal(ticket("drift", "--resume", run.name, "--quiet", cwd=tmp_path))
+    for g in ("run", "features", "reader", "inputs"):
+        for key in settings["flags"][g]:
+            for value in ([1], {"a": 1}, True, 1.5, "text"):
+                flags = {**settings["flags"], g: {**settings["flags"][g], key: value}}
+                crafted.append(json.dumps({**settings, "flags": flags}).encode())
+    for n, payload in enumerate(crafted):
+        folder = copy(whole[0], tmp_path / f"s{n}")
+        (folder / "run.json").write_bytes(payload)
+        r = runner.invoke(app, ["drift", "--resume", str(folder), "--json"])
+        if r.exit_code == 0:  # a value of the right kind and range that resolves the same is a legal edit
+            assert doc(r.stdout) == whole[1]
+            continue
+        assert r.exit_code == 2 and r.stderr.count("error:") == 1 and "Traceback" not in r.output, (n, r.output)
+
+
+def fuzz_state(whole: Path, tmp_path: Path, mutate, cases: int) -> None:
+    data = (whole / "state.safetensors").read_bytes()
+    rng = random.Random(0)
+    for n in range(cases):
+        folder = copy(whole, tmp_path / f"c{n}")
+        (folder / "state.safetensors").write_bytes(mutate(data, rng))
+        r = runner.invoke(app, ["drift", "--resume", str(folder), "--json"])
+        assert "Traceback" not in r.output and not isinstance(r.exception, (MemoryError, RecursionError)), r.output
+        assert r.exit_code in (0, 2), (n, r.output)
+        if r.exit_code == 2:
+            assert r.stderr.count("error:") == 1
+        else:  # a flip the state shrugs off (a digit of a float in the metadata JSON, say) still resumes the run
+            assert json.loads(r.stdout)["schema"]
+
+
+def test_truncated_states_are_refused(whole, tmp_path):
+    fuzz_state(whole[0], tmp_path, lambda d, rng: d[: rng.randrange(len(d))], 25)
+
+
+def test_bit_flipped_states_are_refused_or_harmless(whole, tmp_path):
+    def flip(d: bytes, rng: random.Random) -> bytes:
+        b = bytearray(d)
+        header = int.from_bytes(d[:8], "little") + 8
+        i = rng.randrange(min(header, len(b)))  # the header: where a flip changes what the file claims
+        b[i] ^= 1 << rng.randrange(8)
+        return bytes(b)
+
+    fuzz_state(whole[0], tmp_path, flip, 40)
+
+
+def crafted_states(data: bytes) -> list[bytes]:
+    """Well-formed safetensors files that lie: wrong shapes and dtypes, missing or extra tensors, bad metadata."""
+    import torch
+
+    tensors = st_load(data)
+    meta = json.loads(_metadata(data)["state"])
+    name = next(n for n in tensors if n.startswith("param."))
+    out = [
+        st_save({**tensors, name: tensors[name].double()}, {"state": json.dumps(meta)}),
+        st_save({**tensors, name: tensors[name][:1]}, {"state": json.dumps(meta)}),
+        st_save({k: v for k, v in tensors.items() if k != name}, {"state": json.dumps(meta)}),
+        st_save({**tensors, "param.extra": torch.zeros(3)}, {"state": json.dumps(meta)}),
+        st_save({**tensors, "order": torch.zeros_like(tensors["order"])}, {"state": json.dumps(meta)}),
+        st_save({**tensors, "rng.inputs": tensors["rng.inputs"][:10]}, {"state": json.dumps(meta)}),
+        st_save(tensors, {"state": "not json"}),
+        st_save(tensors),
+        b"\xff" * 8 + data[8:],  # a header length of 2^64 - 1
+        (10**9).to_bytes(8, "little") + data[8:],
+    ]
+    for value in ([None, None], [{"overall": 1}, {}], ["x", "y"], [{}] * 2):
+        out.append(st_save(tensors, {"state": json.dumps({**meta, "finished": value})}))
+    for key in ("seed_index", "step", "finished", "measurements", "settings_sha256", "control_updates", "epoch_pos"):
+        for value in (None, -1, 10**30, "x", [], {}, True, 1.5):
+            out.append(st_save(tensors, {"state": json.dumps({**meta, key: value})}))
+    for key in ("records", "bytes", "sha256"):
+        for value in (-1, 10**12, "0" * 64, None):
+            m = {**meta, "measurements": {**meta["measurements"], key: value}}
+            out.append(st_save(tensors, {"state": json.dumps(m)}))
+    return out
+
+
+def _metadata(data: bytes) -> dict:
+    n = int.from_bytes(data[:8], "little")
+    return json.loads(data[8 : 8 + n])["__metadata__"]
+
+
+def test_crafted_states_are_refused(whole, tmp_path):
+    cases = crafted_states((whole[0] / "state.safetensors").read_bytes())
+    fuzz_state(whole[0], tmp_path, lambda d, rng, it=iter(cases): next(it), len(cases))
+
+
+def test_damaged_measurements_are_refused(whole, tmp_path):
+    good = (whole[0] / "measurements.jsonl").read_bytes()
+    for n, payload in enumerate([good[:-5], good[:100], b"", good.replace(b'"step": 10', b'"step": 11', 1)]):
+        folder = copy(whole[0], tmp_path / f"m{n}")
+        (folder / "measurements.jsonl").write_bytes(payload)
+        assert "measurements.jsonl" in refused("--resume", str(folder), "--json")

@@ -70,6 +70,28 @@ def check_record(rec: dict[str, Any], seed: int, step: int, text: bool, path: Pa
     return rec
 
 
+def _summary(s: Any, control: ActivationControl | None) -> bool:
+    """A finished seed's activation-control summary as ActivationControl.summary makes it (None without control)."""
+    if control is None or s is None:
+        return control is None and s is None
+    keys = ("sparsity", "error", "neg_preact_share", "neg_act_input_share")
+    sites = s.get("sites") if isinstance(s, dict) else None
+    overall = s.get("overall") if isinstance(s, dict) else None
+    return (
+        isinstance(sites, dict)
+        and isinstance(overall, dict)
+        and all(k in overall and _number(overall[k]) for k in keys)
+        and all(
+            isinstance(v, dict) and all(k in v and _number(v[k]) for k in (*keys, "centering_mean"))
+            for v in sites.values()
+        )
+        and "target" in s
+        and _number(s["target"])
+        and (s.get("statistics_updates") is None or type(s.get("statistics_updates")) is int)
+        and isinstance(s.get("frozen"), bool)
+    )
+
+
 def _generator(inputs: Inputs | TextInputs) -> torch.Generator:
     epochs = getattr(inputs, "epochs", None)
     return epochs.g if epochs is not None else inputs.g  # type: ignore[union-attr]
@@ -176,19 +198,18 @@ class RunKeeper:
         before = path.lstat()
         tensors, meta = st.decode(path, self._expected(net, trainer, inputs, control, forward))
         st.check(meta.get("settings_sha256") == self.settings_sha, path, "it was written for other settings")
-        # Any: validated field by field below, before anything reads them
-        index: Any = meta.get("seed_index")
-        step: Any = meta.get("step")
-        finished: Any = meta.get("finished")
+        m: Any = meta  # hostile JSON: each value checked below before it is used
+        index, step, finished = m.get("seed_index"), m.get("step"), m.get("finished")
         st.check(st.whole(index) and st.whole(step, 1, self.logged[-1]), path, "its position is not a step")
         st.check(isinstance(finished, list) and len(finished) in (index, index + 1), path, "bad finished seeds")
         st.check(len(finished) == index or step == self.logged[-1], path, "a finished seed stops early")
-        pos: Any = meta.get("measurements")
+        st.check(all(_summary(f, control) for f in finished), path, "a finished seed's control summary is malformed")
+        pos = m.get("measurements")
         st.check(isinstance(pos, dict), path, "it does not say where measurements.jsonl stood")
         records, size, sha = pos.get("records"), pos.get("bytes"), pos.get("sha256")
         st.check(st.whole(records) and st.whole(size) and isinstance(sha, str), path, "bad measurements position")
         self.replayed = self.measurements.replay(records, size, sha)
-        self.at, self.finished, self.saved = (index, step), finished, (tensors, meta)
+        self.at, self.finished, self.saved = (int(index), int(step)), list(finished), (tensors, meta)
         self.owned = Owned.of(path, before)
 
     def _restore(
@@ -222,7 +243,7 @@ class RunKeeper:
         if control is not None:
             updates: Any = meta.get("control_updates")
             st.check(st.whole(updates), path, "bad count of statistics updates")
-            control.updates = updates
+            control.updates = int(updates)
             control.quantiles = {
                 k.removeprefix("control."): v.to(device) for k, v in tensors.items() if k.startswith("control.")
             }

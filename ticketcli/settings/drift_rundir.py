@@ -72,7 +72,7 @@ def recorded(doc: Mapping[str, Any], where: Path) -> dict[str, dict[str, Any]]:
 
 def merge(
     recorded: Mapping[str, Mapping[str, Any]], given: Mapping[str, Mapping[str, Any]], where: Path
-) -> dict[str, Any]:
+) -> dict[str, dict[str, Any]]:
     """The recorded flags, with each flag given to --resume checked to say the same (None: not given)."""
     for g, table in GROUPS.items():
         for s in table:
