@@ -43,6 +43,7 @@ def doc(text: str) -> dict:
 # each test runs `ticket drift` processes over a shared uninterrupted run: minutes on a loaded 2-core machine
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
+
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory):
     """An uninterrupted run kept in a run dir: its run dir and --json document."""
