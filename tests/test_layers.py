@@ -117,10 +117,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph) + 100))
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
+    was = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(was, 10 * len(graph) + 100))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(was)  # the rest of the process (its JSON readers among others) keeps its own
     return sorted(found, key=lambda c: (-len(c), c))
 
 

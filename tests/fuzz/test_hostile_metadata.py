@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,10 @@ CASES = [
     ("created-by-40-deep", "created_by", ("deep",), "[" * 40 + "]" * 40, "nested more than 32"),
     ("created-by-number", "created_by", ("torch",), "7", "created_by.torch"),
     ("created-by-long-text", "created_by", ("cpu_model",), json.dumps("x" * 5000), "created_by.cpu_model"),
-    ("metrics-5000-deep", "metrics", ("deep",), "[" * 5000 + "]" * 5000, "nested too deeply"),
-    ("method-100k-deep", "method", ("deep",), '{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+    ("metrics-5000-deep", "metrics", ("deep",), "[" * 5000 + "]" * 5000, "nested more than 32"),
+    ("method-100k-deep", "method", ("deep",), '{"a":' * 100_000 + "1" + "}" * 100_000, "nested more than 32"),
+    ("metrics-33-deep", "metrics", ("deep",), "[" * 32 + "]" * 32, "nested more than 32"),  # 32 in, and the field
+    ("text-is-not-nesting", "created_by", ("cpu_model",), json.dumps("[" * 5000), "created_by.cpu_model"),
     ("spec-too-long", "model", ("spec",), json.dumps("mlp:" + "8-" * 1000 + "8"), "longer than 1000"),
     ("parameters-wrong", "model", ("parameters",), '{"w": "big"}', "model.parameters"),
 ]
@@ -82,6 +85,31 @@ def test_bad_metadata_is_one_line(seed, tmp_path, reader, case, field, keys, tex
     path = tmp_path / "t.safetensors"
     path.write_bytes(with_value(seed, field, keys, text))
     assert_clean(cli(*READERS[reader], str(path)), 2, contains=needle, folder=tmp_path)
+
+
+@pytest.mark.parametrize("limit", [1_000, 200_000])
+@pytest.mark.parametrize("field", ["metrics", "created_by"])
+def test_deep_nesting_is_refused_alike_whatever_the_recursion_limit(seed, tmp_path, limit, field):
+    """json.loads's own depth limit is the interpreter's recursion limit, which a library in the same process may
+    raise (torch's compiler does): the text's depth is checked first, so the line never depends on it (and a
+    decoder allowed 200,000 levels never gets to recurse 50,000 deep on the C stack)."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        path = tmp_path / "t.safetensors"
+        path.write_bytes(with_value(seed, field, ("deep",), "[" * 50_000 + "]" * 50_000))
+        assert_clean(cli("inspect", str(path)), 2, contains=f"metadata field {field!r} is nested more than 32")
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def test_deep_nesting_in_the_safetensors_header_is_one_line(seed, tmp_path):
+    header, body = split(seed)
+    text = json.dumps(header, separators=(",", ":"))[:-1] + ',"x":' + "[" * 5000 + "]" * 5000 + "}"
+    raw = text.encode() + b" " * (-len(text) % 8)
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + body)
+    assert_clean(cli("inspect", str(path)), 2, contains="header is nested more than 32 levels deep")
 
 
 @pytest.mark.parametrize("where", ["shape", "data_offsets"])

@@ -24,7 +24,7 @@ from ticketcli.errors import UsageError
 from ticketcli.files.atomic import Owned, check_destination, write_atomic
 from ticketcli.files.bounded import read_regular_file
 from ticketcli.seeding import file_sha256
-from ticketcli.ticketfile.meta import strict_json
+from ticketcli.ticketfile.meta import TooDeep, strict_json
 
 OUTPUTS = "sweep-outputs.json"  # in --out-dir
 FORMAT = "ticket-sweep-outputs/2"  # version 1 (path -> sha256 alone) is not trusted: it could be forged
@@ -60,31 +60,16 @@ def folder_lock(folder: str | Path) -> Iterator[None]:
         os.close(fd)
 
 
-def depth(value: Any, limit: int) -> bool:
-    """Whether a parsed JSON value nests at most `limit` levels (iterative: no recursion on hostile input)."""
-    stack = [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, (dict, list)):
-            if d > limit:
-                return False
-            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
-    return True
-
-
 def read_json(path: Path, limit: int, what: str, max_depth: int) -> Any:
     """A small JSON file read like a ticket: regular files only, at most `limit` bytes, strict (no duplicate keys
     or huge integers) and at most `max_depth` levels deep; anything else is one UsageError line."""
     data = read_regular_file(path, limit, what)
     try:
-        doc = strict_json(data)
-    except RecursionError:
-        raise UsageError(f"{what} {path} nests too deeply") from None
+        return strict_json(data, max_depth)
+    except TooDeep:
+        raise UsageError(f"{what} {path} nests more than {max_depth} levels deep") from None
     except ValueError:
         raise UsageError(f"{what} {path} is not valid JSON") from None
-    if not depth(doc, max_depth):
-        raise UsageError(f"{what} {path} nests more than {max_depth} levels deep")
-    return doc
 
 
 @dataclass

@@ -8,6 +8,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from ticketcli.runtime.machine import created_by_problem
 from ticketcli.specs.syntax import MAX_SPEC_CHARS
 
 MAX_INT_DIGITS = 20  # 2^64 has 20 digits; json.loads itself would raise a bare ValueError past 4300
-MAX_DEPTH = 32  # nesting of a metadata value (the writer's deepest is metrics.trained.test.accuracy: 4)
+MAX_DEPTH = 32  # arrays and objects nested in a metadata value (the writer's deepest, metrics, has 4)
 SEED_LIMIT = 2**63  # seeds lie in [0, 2^63): torch generators take them, derive_seed makes 63-bit ones
 K_RANGE = (1e-12, 1e12)  # init.k: scaled init bounds gain/sqrt(k * fan_in) stay finite and non-zero
 MAX_DIMS = 8  # a mask's shape (Linear: 2, Conv2d: 4)
@@ -29,6 +30,33 @@ class DuplicateKey(ValueError):
 
 class TooManyDigits(ValueError):
     pass
+
+
+class TooDeep(ValueError):
+    """Arrays and objects nested deeper than the reader allows, found in the text before json.loads runs: the
+    decoder's own limit is the interpreter's recursion limit, which differs from process to process (a library
+    may raise it), so what a hostile file gets must not depend on it."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"nested more than {limit} levels deep")
+        self.limit = limit
+
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)  # a JSON string; its brackets are text, not nesting
+_BRACKETS = re.compile(r"[\[\]{}]")
+_STRINGS_B = re.compile(_STRINGS.pattern.encode(), re.DOTALL)
+_BRACKETS_B = re.compile(_BRACKETS.pattern.encode())
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1, b"[": 1, b"{": 1, b"]": -1, b"}": -1}
+
+
+def nesting(text: str | bytes) -> int:
+    """How many arrays and objects a JSON text nests at its deepest (`[]` 1, `[[1], {}]` 2), read from its
+    brackets outside strings, without parsing it (linear time, no recursion)."""
+    if isinstance(text, bytes):
+        brackets: list[Any] = _BRACKETS_B.findall(_STRINGS_B.sub(b"", text))
+    else:
+        brackets = _BRACKETS.findall(_STRINGS.sub("", text))
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -49,8 +77,11 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def strict_json(text: str | bytes) -> Any:
-    """json.loads without duplicated keys or integers of more than MAX_INT_DIGITS digits (raises ValueError)."""
+def strict_json(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """json.loads without duplicated keys, integers of more than MAX_INT_DIGITS digits or arrays and objects
+    nested more than `max_depth` deep (raises ValueError: TooDeep before any parsing)."""
+    if nesting(text) > max_depth:
+        raise TooDeep(max_depth)
     return json.loads(text, object_pairs_hook=unique_keys, parse_int=_bounded_int)
 
 
@@ -60,14 +91,15 @@ def json_error(e: BaseException) -> str:
         return f"has the key {str(e)[:80]!r} twice"
     if isinstance(e, TooManyDigits):
         return f"has an integer of more than {MAX_INT_DIGITS} digits"
+    if isinstance(e, TooDeep):
+        return f"is {e}"
     if isinstance(e, RecursionError):
         return "is nested too deeply"
     return "is not valid JSON"
 
 
 def json_field(meta: dict[str, str], key: str, kind: type, path: Path) -> Any:
-    """One metadata value, parsed: valid bounded JSON of the given type, nested at most MAX_DEPTH deep
-    ('shapes' is exempt: check_fields allows nothing but lists of integers in it, and it can be 100k entries)."""
+    """One metadata value, parsed: valid bounded JSON of the given type, nested at most MAX_DEPTH deep."""
     if key not in meta:
         raise TicketFileError(f"{path}: metadata field {key!r} is missing")
     try:
@@ -76,22 +108,7 @@ def json_field(meta: dict[str, str], key: str, kind: type, path: Path) -> Any:
         raise TicketFileError(f"{path}: metadata field {key!r} {json_error(e)}") from None
     if not isinstance(value, kind):
         raise TicketFileError(f"{path}: metadata field {key!r} should be a JSON {kind.__name__}")
-    if key != "shapes" and _depth(value) > MAX_DEPTH:
-        raise TicketFileError(f"{path}: metadata field {key!r} is nested more than {MAX_DEPTH} levels deep")
     return value
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth of parsed JSON, without recursion."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        v, d = stack.pop()
-        deepest = max(deepest, d)
-        if isinstance(v, dict):
-            stack.extend((x, d + 1) for x in v.values())
-        elif isinstance(v, list):
-            stack.extend((x, d + 1) for x in v)
-    return deepest
 
 
 def is_int(x: Any) -> bool:

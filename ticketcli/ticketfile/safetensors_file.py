@@ -15,7 +15,17 @@ import numpy as np
 
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.bounded import shown_path
-from ticketcli.ticketfile.meta import MAX_DIMS, MAX_INT_DIGITS, DuplicateKey, TooManyDigits, json_error, unique_keys
+from ticketcli.ticketfile.meta import (
+    MAX_DEPTH,
+    MAX_DIMS,
+    MAX_INT_DIGITS,
+    DuplicateKey,
+    TooDeep,
+    TooManyDigits,
+    json_error,
+    nesting,
+    unique_keys,
+)
 
 MAX_HEADER_BYTES = 1 << 24  # a ticket's JSON header is a few KiB (safetensors itself allows 100 MB)
 DTYPE_BYTES = {
@@ -59,10 +69,13 @@ def _no_float(text: str) -> float:
 def header_json(raw: bytes) -> object:
     """Parse a safetensors header as the safetensors library does, or stricter: UTF-8 only (no byte-order mark,
     no UTF-16), integers only as non-negative whole numbers, no lone surrogates; and, beyond the library, no
-    duplicated keys and no integer of more than MAX_INT_DIGITS digits. Raises ValueError (or RecursionError)."""
+    duplicated keys, no integer of more than MAX_INT_DIGITS digits and nothing nested more than MAX_DEPTH deep.
+    Raises ValueError."""
     text = raw.decode("utf-8")  # UnicodeDecodeError (a ValueError) for anything else; json.loads would guess
     if text.startswith("\ufeff"):
         raise NotInHeader("a byte-order mark")
+    if nesting(text) > MAX_DEPTH:  # a real header nests 3 deep; json.loads's own limit varies between processes
+        raise TooDeep(MAX_DEPTH)
     value = json.loads(text, object_pairs_hook=unique_keys, parse_int=_header_int, parse_float=_no_float)
     stack = [value]
     while stack:  # a \ud800 escape decodes to a lone surrogate, which is no UTF-8 text (safetensors refuses it)
@@ -100,7 +113,7 @@ def read_header(f: BinaryIO, size: int, path: Path) -> tuple[dict[str, Any], int
     except NotInHeader as e:
         raise TicketFileError(f"{path}: not a safetensors file (header holds {e})") from None
     except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
-        reason = json_error(e) if isinstance(e, (TooManyDigits, RecursionError)) else "is not JSON"
+        reason = json_error(e) if isinstance(e, (TooManyDigits, TooDeep, RecursionError)) else "is not JSON"
         raise TicketFileError(f"{path}: not a safetensors file (header {reason})") from None
     if not isinstance(header, dict):
         raise TicketFileError(f"{path}: not a safetensors file (header is not an object)")
