@@ -24,6 +24,7 @@ import typer.testing
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[2]
+MEASURED = Path(__file__).with_name("measured.py")  # runs the child so that its peak RSS is its own
 IN_PROCESS_PEAK = 64 << 20  # Python-level allocations of one rejected input; a declared size would blow past this
 CHILD_PEAK = 1536 << 20  # resident peak of a whole child (python + torch is ~0.4-0.6 GiB before any work)
 
@@ -134,18 +135,21 @@ def child(
         for name, path in (("stdout", stdout_file), ("stderr", stderr_file)):
             if path is not None:
                 pipes[name] = os.open(path, os.O_WRONLY)
+        peak_r, peak_w = os.pipe()
         try:
             p = subprocess.Popen(
-                [sys.executable, *program, *args],
+                [sys.executable, "-S", "-E", str(MEASURED), str(peak_w), sys.executable, *program, *args],
                 stdin=stdin,
                 env=full_env,
                 cwd=cwd,
+                pass_fds=(peak_w,),
                 preexec_fn=(lambda: [os.close(fd) for fd in closed_fds])
                 if closed_fds
                 else None,  # after the pipes are in place
                 **pipes,
             )
         finally:
+            os.close(peak_w)
             for end in pipes.values():
                 if isinstance(end, int):
                     os.close(end)
@@ -159,12 +163,15 @@ def child(
                 os.kill(p.pid, signal_after[1])
                 sent = True
             if elapsed > timeout:
-                p.kill()
-                _, status, usage = os.wait4(p.pid, 0)
+                p.kill()  # and the command with it
+                os.wait4(p.pid, 0)
+                os.close(peak_r)
                 raise AssertionError(f"ticket {' '.join(args)} did not end within {timeout} s")
             time.sleep(0.005)
         p.returncode = code = os.waitstatus_to_exitcode(status)
         seconds = time.perf_counter() - t0
+        with os.fdopen(peak_r, "rb") as reported:
+            peak_kib = int(reported.read() or usage.ru_maxrss)  # none if measured.py itself was killed
         out.seek(0)
         err.seek(0)
         return Run(
@@ -172,7 +179,7 @@ def child(
             out.read().decode(errors="replace"),
             err.read().decode(errors="replace"),
             seconds,
-            usage.ru_maxrss * 1024,
+            peak_kib * 1024,
             child=True,
         )
 
