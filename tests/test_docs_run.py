@@ -399,8 +399,11 @@ def test_served_and_fresh_commands_agree(served: tuple[Path, int], command: str)
 
 def test_the_driver_runs_commands_that_must_fail_fresh(served: tuple[Path, int], monkeypatch: pytest.MonkeyPatch):
     base, server = served
-    monkeypatch.setenv("PATH", docs_env(base)["PATH"])
-    monkeypatch.setenv("PYTHONPATH", docs_env(base)["PYTHONPATH"])
+    env = docs_env(base)  # as the driver has it: this process's own may have gained variables since (importing
+    for name in set(os.environ) - set(env):  # scikit-learn sets KMP_*, torch's compiler TORCHINDUCTOR_CACHE_DIR)
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     probe = "python -c 'import os, sys; sys.exit(0 if os.getppid() == int(sys.argv[1]) else 5)' " + str(server)
     ok, log = run_shell([{"text": probe, "expect": 0}, {"text": probe, "expect": 5}], 60, str(base / "fresh"))
     assert ok, log  # served when it must succeed, fresh when it must fail
