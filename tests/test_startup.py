@@ -96,7 +96,14 @@ def test_tab_completion_does_not_import_torch():
     assert torch_loaded == "False"
 
 
-@pytest.mark.parametrize("case", list(WITHOUT_TORCH))
+# one case of each kind (help, a ticket read, a file refused, a listing) in the quick loop, `-m "not slow"`; each
+# case is a child process of its own
+QUICK_CASES = ("help", "inspect", "evaluate-garbage", "list")
+
+
+@pytest.mark.parametrize(
+    "case", [c if c in QUICK_CASES else pytest.param(c, marks=pytest.mark.slow) for c in WITHOUT_TORCH]
+)
 def test_commands_that_compute_nothing_do_not_import_torch(case, files):
     args, code = WITHOUT_TORCH[case]
     exit_code, _, loaded = run(*(a.format(**files) for a in args))
