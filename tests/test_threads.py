@@ -101,6 +101,7 @@ def test_same_masks_whatever_the_threads(tmp_path):
     ],
     ids=lambda c: c[0],
 )
+@pytest.mark.slow
 def test_every_computing_command_takes_threads(command, ticket, tmp_path, monkeypatch):
     inside: list[int] = []
 

@@ -264,6 +264,7 @@ def test_print_json_replaces_non_finite_numbers_everywhere(capsys):
 @pytest.mark.parametrize(
     "args", [["inspect", "{ticket}"], ["extract", "--help"], ["--version"]], ids=["inspect-table", "help", "version"]
 )  # Rich's writes, Typer's help, a plain write
+@pytest.mark.slow
 def test_a_closed_stdout_ends_quietly_with_141(args, ticket):
     run = child(*(a.replace("{ticket}", str(ticket)) for a in args), closed_stdout=True)
     assert_clean(run, 141, prefix=None)

@@ -122,6 +122,7 @@ def test_without_hard_links_a_taken_name_is_still_never_replaced(fallback, tmp_p
 # ---- every command that writes a file: the name appears during its run ----
 
 
+@pytest.mark.slow
 def test_extract_keeps_the_ticket_beside_a_file_that_appeared(tmp_path, monkeypatch):
     from ticketcli.runs import extract as runs_extract
 
