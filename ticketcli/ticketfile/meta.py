@@ -42,21 +42,23 @@ class TooDeep(ValueError):
         self.limit = limit
 
 
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)  # a JSON string; its brackets are text, not nesting
-_BRACKETS = re.compile(r"[\[\]{}]")
-_STRINGS_B = re.compile(_STRINGS.pattern.encode(), re.DOTALL)
-_BRACKETS_B = re.compile(_BRACKETS.pattern.encode())
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1, b"[": 1, b"{": 1, b"]": -1, b"}": -1}
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_NOT_BRACKETS_B = re.compile(_NOT_BRACKETS.pattern.encode())
+_STEP: dict[str | int, int] = {"[": 1, "{": 1, "]": -1, "}": -1, ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
 
 def nesting(text: str | bytes) -> int:
     """How many arrays and objects a JSON text nests at its deepest (`[]` 1, `[[1], {}]` 2), read from its
-    brackets outside strings, without parsing it (linear time, no recursion)."""
+    brackets outside strings, without parsing it: linear time, no recursion, and a few copies of the text at most
+    (no regular expression over whole strings, whose backtracking state would grow with each string's length)."""
+    outside: str | bytes
     if isinstance(text, bytes):
-        brackets: list[Any] = _BRACKETS_B.findall(_STRINGS_B.sub(b"", text))
+        unescaped = text.replace(b"\\\\", b"").replace(b'\\"', b"")  # an escaped quote ends no string
+        outside = _NOT_BRACKETS_B.sub(b"", b"".join(unescaped.split(b'"')[0::2]))
     else:
-        brackets = _BRACKETS.findall(_STRINGS.sub("", text))
-    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+        unescaped_text = text.replace("\\\\", "").replace('\\"', "")
+        outside = _NOT_BRACKETS.sub("", "".join(unescaped_text.split('"')[0::2]))
+    return max(accumulate(map(_STEP.__getitem__, outside)), default=0)
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
