@@ -292,15 +292,67 @@ def test_plain_lines_at_every_logged_step_and_every_ten_seconds_between_with_an_
             progress({**measured, "epoch": step} if step % 30 == 0 else {"epoch": step, "unit": "step"})
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "drift step 0/60 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 0s"
-    assert err[1] == "drift step 4/60, elapsed 12s, ETA 2m48s"  # the first 10 s past the last line
-    assert "drift step 30/60 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 1m30s, ETA 1m30s" in err
-    assert err[-1] == "drift step 60/60 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 3m00s"
+    assert err[1] == "drift step 4/60, elapsed 12s, 0.33 steps/s, ETA 2m48s"  # the first 10 s past the last line
+    assert "drift step 30/60 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 1m30s, 0.33 steps/s, ETA 1m30s" in err
+    assert err[-1] == "drift step 60/60 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 3m00s, 0.33 steps/s"
     steps = [int(line.split()[2].split("/")[0]) for line in err]
     assert len(err) == len(set(steps)) and steps == sorted(steps)
     gaps = {b: 3.0 * (b - a) for a, b in zip(steps, steps[1:])}  # seconds since the previous line
     between = [s for s in gaps if s % 30]
     assert len(between) > 5 and all(gaps[s] >= 10.0 for s in between)  # at most one line per 10 s between...
     assert max(gaps.values()) <= 12.0  # ...and a log never silent for longer than a step past 10 s
+
+
+def test_the_rate_averages_the_measurements_in_and_a_restored_position_does_not_inflate_it(monkeypatch, capsys):
+    """Steps of 1 s with a measurement of 10 s every tenth: 2 s a step on average, so 0.50 steps/s and an ETA
+    from that, not from the quick steps between; a resume restored at step 50 counts those steps as done (the
+    ETA is for the 50 left) but not in the rate, which counts the steps this process ran."""
+    from ticketcli.report import plain as report_plain
+    from ticketcli.report import progress as report_progress
+
+    monkeypatch.setattr(report_progress, "plain_progress", lambda: True)
+    monkeypatch.setattr(report_plain.PlainProgress, "beating", lambda self: nullcontext(self))
+    monkeypatch.setattr(report_plain, "PLAIN_EVERY_S", 0.0)  # a line at every report
+    measured = {"loss": 0.5, "accuracy": 0.25, "sparsity": 0.9, "unit": "step"}
+
+    def run(first: dict, steps: range) -> list[str]:
+        clock = FakeClock()
+        with report_progress.drift_progress(100, quiet=False, clock=clock) as progress:
+            assert progress is not None
+            progress(first)
+            for step in steps:
+                clock.now += 1.0 + (10.0 if step % 10 == 0 else 0.0)
+                progress({**measured, "epoch": step} if step % 10 == 0 else {"epoch": step, "unit": "step"})
+        return capsys.readouterr().err.splitlines()
+
+    fresh = run({**measured, "epoch": 0}, range(1, 51))
+    last = "drift step 50/100 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 1m40s, 0.50 steps/s, ETA 1m40s"
+    assert fresh[-1] == last
+    resumed = run({"epoch": 50, "unit": "step", "restored": True}, range(51, 101))
+    assert resumed[0] == "drift step 50/100 restored, elapsed 0s"  # neither a rate nor an ETA from no timed step
+    assert resumed[5] == "drift step 55/100, elapsed 5s, 1.00 steps/s, ETA 45s"  # 5 steps in 5 s, not 55 in 5 s
+    assert resumed[-1] == "drift step 100/100 loss 0.5000 acc 25.00% sparsity 90.00%, elapsed 1m40s, 0.50 steps/s"
+
+
+def test_the_terminal_bar_shows_the_rate_and_the_eta_of_the_steps_run(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from ticketcli.report import progress as report_progress
+
+    out = io.StringIO()
+    monkeypatch.setattr(report_progress, "plain_progress", lambda: False)
+    monkeypatch.setattr(report_progress, "stderr", lambda: Console(file=out, force_terminal=True, width=200))
+    clock = FakeClock()
+    with report_progress.drift_progress(100, quiet=False, clock=clock) as progress:
+        assert progress is not None
+        progress({"epoch": 40, "unit": "step", "restored": True})  # a resume: 40 steps done, none timed
+        for step in range(41, 61):
+            clock.now += 0.5
+            progress({"epoch": step, "unit": "step"})
+    row = [line for line in out.getvalue().splitlines() if "60/100" in line][-1]
+    assert "2.00 steps/s ETA 0:00:20" in row, row  # 20 steps in 10 s; 40 left
 
 
 def test_quiet_drift_progress_says_nothing():

@@ -82,9 +82,15 @@ def drift(
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
         location = request.location()
+        record, live = None, None
         if folder is not None:
             keeper = open_keeper(folder, request.spec(location), groups, recorded)
-        with track.tracked(trackers, partial(track_feed.drift_info, request.model, ticket), console.warn) as log:
+            record = tracker_record(folder) if trackers else None
+        info = partial(track_feed.drift_info, request.model, ticket)
+        resume_ids, on_open = (None, None) if record is None else (dict(record.ids), record.opened)
+        with track.tracked(trackers, info, console.warn, resume_ids, on_open) as log:
+            if log is not None and keeper is not None:  # logged as the checkpoints keep it, resumed where they do
+                keeper.on_kept = live = track_feed.DriftLive(log, console.warn)
             result: DriftResult | TradeoffResult
             if request.features is not None:
                 result = run_features(request, request.features, location, position, quiet=quiet, keeper=keeper)
@@ -106,7 +112,7 @@ def drift(
                 write_atomic(plot, drift_views.figure(result), overwrite=force, checked_at_start=True)
                 result = replace(result, plot=str(plot))
             if log is not None:
-                track_feed.guarded(track_feed.drift_final, console.warn)(log, result, console.warn)
+                track_feed.guarded(track_feed.drift_final, console.warn)(log, result, console.warn, live)
     console.print_json(result.to_document()) if json_out else drift_views.show(result)
 
 
@@ -134,6 +140,13 @@ def kept_run(
         DRIFT_FLAGS["checkpoint_every"].check(groups["inputs"]["checkpoint_every"])
     drift_rundir.check_features(groups["features"])
     return (resume or run_dir), doc
+
+
+def tracker_record(folder: Path) -> Any:
+    """The run dir's trackers.json: the --log-to runs a resume reopens, each recorded as soon as it is open."""
+    from ticketcli.drift import rundir
+
+    return rundir.TrackerRecord(folder)
 
 
 def open_keeper(folder: Path, spec: Any, groups: dict[str, Any], recorded: dict[str, Any] | None) -> Any:

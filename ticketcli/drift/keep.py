@@ -112,6 +112,10 @@ class RunKeeper:
         self.replayed: list[dict[str, Any]] = []
         self.settings_sha = hashlib.sha256((folder / SETTINGS).read_bytes()).hexdigest()
         self.live: tuple[WeightTrainer, Inputs | TextInputs, ActivationControl | None] | None = None
+        # --log-to: told each measurement (seed, step, record) once a checkpoint keeps it, so that a resume, which
+        # goes on from the checkpoint, logs each step once; `unsent` holds those taken since the last checkpoint
+        self.on_kept: Callable[[int, int, dict[str, Any]], None] | None = None
+        self.unsent: list[tuple[int, int, dict[str, Any]]] = []
 
     @property
     def state_path(self) -> Path:
@@ -251,6 +255,8 @@ class RunKeeper:
     def record(self, seed: int, step: int, m: dict[str, Any], text: bool) -> None:
         """Append one measurement (as add_measurement takes it) to measurements.jsonl."""
         self.measurements.append({"seed": seed, "step": step, **m})
+        if self.on_kept is not None:
+            self.unsent.append((seed, step, m))
 
     def after_step(self, step: int) -> None:
         """Save the state after this step when it is due (the last step is saved by finish())."""
@@ -283,6 +289,10 @@ class RunKeeper:
             meta["control_updates"] = control.updates
             tensors |= {f"control.{k}": q for k, q in control.quantiles.items()}
         self.owned = write_owned(self.state_path, st.encode(tensors, meta), owned=self.owned)
+        sent, self.unsent, on_kept = self.unsent, [], self.on_kept
+        if on_kept is not None:
+            for kept in sent:
+                on_kept(*kept)
 
     def close(self) -> None:
         self.measurements.close()

@@ -70,12 +70,15 @@ def drift_one(
     on_step: Callable[[int], None] | None = None,
     keeper: RunKeeper | None = None,
     seed: int = 0,
+    on_restore: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
     on_log(step, statistics, effective weights) runs at every logged step, on_step(step) after every other step.
     control: activation-sparsity control at every activation site (in place of per_site), in training and in the
     measurements; its summary lands in series["act_control"]. keeper: the run dir (drift/keep.py) that records each
-    measurement of `seed` and the state, and on a resume puts back what it holds before the loop goes on."""
+    measurement of `seed` and the state, and on a resume puts back what it holds before the loop goes on;
+    on_restore(step) then says which step the seed goes on after (the progress counts those steps as done, not as
+    timed)."""
     activation = ACTIVATIONS.get(spec.activation)
     site_fn = per_site if control is None else control.per_site
     forward = drift_forward(net, lambda h: activation.fn(h, spec.clip), site_fn)
@@ -118,7 +121,9 @@ def drift_one(
         resumed = None if keeper is None else keeper.begin(seed, net, trainer, inputs, control, series, forward)
         if resumed is None:
             log(0)
-        elif resumed[0] == spec.steps:  # a seed the run dir holds whole: its series and control summary
+        elif on_restore is not None:
+            on_restore(resumed[0])
+        if resumed is not None and resumed[0] == spec.steps:  # a seed the run dir holds whole: series, summary
             if control is not None:
                 series["act_control"] = resumed[1]
             return series
@@ -264,8 +269,12 @@ def run_drift(
             if progress is not None:  # a step between logged ones: the bar moves, the plain lines show the ETA
                 progress({"epoch": base + step, "unit": "step"})
 
+        def on_restore(step: int, base: int = done) -> None:
+            if progress is not None:  # steps the run dir held: done, but not run by this process
+                progress({"epoch": base + step, "unit": "step", "restored": True})
+
         ctl = None if control is None else control_.ActivationControl(control)
-        kept: dict[str, Any] = {} if keeper is None else {"keeper": keeper, "seed": seed}
+        kept: dict[str, Any] = {} if keeper is None else {"keeper": keeper, "seed": seed, "on_restore": on_restore}
         series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl, on_step=on_step, **kept)
         results.append({"seed": seed, "probe_n": int(inputs.probe[1].numel()), **series})
         done += series["steps"][-1]

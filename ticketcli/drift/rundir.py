@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,8 @@ SETTINGS, STATE, MEASUREMENTS, TRACKERS = "run.json", "state.safetensors", "meas
 FORMAT = "ticket-drift-run/1"
 SETTINGS_LIMIT = 1 << 20  # run.json holds flags and a spec: a few KiB
 TRACKERS_LIMIT = 1 << 16
-MAX_ID = 400  # characters of a tracker's run id (an MLflow id is 32 hex digits, a TensorBoard folder a path)
+MAX_ID = 255  # characters of a tracker's run id (an MLflow id is 32 hex digits, a TensorBoard run a folder name)
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # and never a path: no separator, never . or ..
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -143,7 +146,10 @@ def read_trackers(folder: Path) -> dict[str, str]:
         return {}
     doc = _json_file(path, TRACKERS_LIMIT, "tracker record")
     ids = doc.get("ids")
-    if not (isinstance(ids, dict) and all(isinstance(v, str) and 0 < len(v) <= MAX_ID for v in ids.values())):
+    if not (
+        isinstance(ids, dict)
+        and all(isinstance(v, str) and len(v) <= MAX_ID and RUN_ID.fullmatch(v) for v in ids.values())
+    ):
         raise UsageError(f"{path} is not a tracker record (ids: destination -> run id)")
     return dict(ids)
 
@@ -156,3 +162,20 @@ def write_trackers(folder: Path, ids: dict[str, str], owned: Owned | None) -> Ow
 
 def _exists(folder: Path) -> bool:
     return (folder / TRACKERS).is_file() and not (folder / TRACKERS).is_symlink()
+
+
+class TrackerRecord:
+    """A run dir's trackers.json for one process: the ids it recorded (`ids`, to reopen on a resume), and each
+    tracker's run recorded as soon as it is open (`opened`, called from the trackers' thread)."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.ids = folder, read_trackers(folder)
+        self.owned: Owned | None = None
+        self.lock = threading.Lock()
+
+    def opened(self, destination: str, run_id: str) -> None:
+        """`destination`'s run is `run_id`: recorded, unless the record already says so."""
+        with self.lock:
+            if self.ids.get(destination) != run_id:
+                self.ids = {**self.ids, destination: run_id}
+                self.owned = write_trackers(self.folder, self.ids, self.owned)

@@ -63,6 +63,15 @@ def duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
+def rate_text(per_second: float) -> str:
+    """A rate for a progress line, three digits at most past the leading ones: 1234, 56.7, 8.90, 0.042."""
+    if per_second >= 100:
+        return f"{per_second:.0f}"
+    if per_second >= 10:
+        return f"{per_second:.1f}"
+    return f"{per_second:.2f}" if per_second >= 0.1 else f"{per_second:.2g}"
+
+
 class Pace:
     """Elapsed time and the ETA of a loop of `total` units, from the rate of the units finished so far (units
     that took no time, e.g. a resumed sweep configuration, are counted as done but not in the rate)."""
@@ -79,15 +88,25 @@ class Pace:
             self.skipped += done - self.done
         self.done, self.done_at = done, self.clock()
 
+    def rate(self) -> float | None:
+        """Timed units per second since the start, or None before the first timed unit finished."""
+        timed, spent = self.done - self.skipped, self.done_at - self.started
+        return timed / spent if timed > 0 and spent > 0 else None
+
     def eta(self) -> str | None:
         """Seconds left as text, or None before the first timed unit finished."""
+        left = self.seconds_left()
+        return None if left is None else duration(left)
+
+    def seconds_left(self) -> float | None:
+        """Seconds left, or None before the first timed unit finished."""
         timed = self.done - self.skipped
         if timed <= 0:
             return None
         per_unit = (self.done_at - self.started) / timed
         left = max(0, self.total - self.done)
         # the unit now running counts as at most finished, never as less than the units after it
-        return duration(max(per_unit * (left - 1), per_unit * left - (self.clock() - self.done_at)))
+        return max(0.0, per_unit * (left - 1), per_unit * left - (self.clock() - self.done_at))
 
 
 class PlainProgress:
@@ -110,6 +129,7 @@ class PlainProgress:
         self.started = self.clock()
         self.phase: tuple[str, Pace] | None = None  # a phase over chunks now running (chunk()), with its own ETA
         self.phase_shown = False  # whether it printed a line
+        self.rated = False  # whether the loop's lines show its rate (drift's steps/s) before the ETA
 
     def restart(self, total: int) -> None:
         """The loop's total, at its first update; a later loop (train-weak's dense run, iterated's next round)
@@ -127,8 +147,13 @@ class PlainProgress:
         pace.advance(done, timed=timed)
         last = done >= pace.total
         eta = None if last else pace.eta()
-        when = f", elapsed {duration(self.clock() - self.started)}" + ("" if eta is None else f", ETA {eta}")
-        self.lines.emit(text + when, throttled=not first, last=last)
+        when = f", elapsed {duration(self.clock() - self.started)}" + self._rate(pace)
+        self.lines.emit(text + when + ("" if eta is None else f", ETA {eta}"), throttled=not first, last=last)
+
+    def _rate(self, pace: Pace) -> str:
+        """`, 12.3 steps/s` when the lines show the rate and a timed unit has finished, else nothing."""
+        rate = pace.rate() if self.rated else None
+        return "" if rate is None else f", {rate_text(rate)} {self.unit}s/s"
 
     def chunk(self, phase: str, done: int, total: int, *, lines: bool = True) -> None:
         """A ChunkProgress: `done` of the `total` chunks of `phase` (BatchNorm recalibration, an evaluation) are
@@ -174,8 +199,9 @@ class PlainProgress:
             text = f"{self.label} {pace.done}/{pace.total} {self.unit}s done, finishing, elapsed {elapsed}"
         else:
             eta = pace.eta()
-            text = f"{self.label} {self.unit} {pace.done + 1}/{pace.total} running, elapsed {elapsed}, " + (
-                f"ETA {eta}" if eta is not None else f"ETA after the first {self.unit}"
+            text = (
+                f"{self.label} {self.unit} {pace.done + 1}/{pace.total} running, elapsed {elapsed}{self._rate(pace)}, "
+                + (f"ETA {eta}" if eta is not None else f"ETA after the first {self.unit}")
             )
         self.lines.emit(text, throttled=True)
 

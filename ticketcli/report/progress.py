@@ -13,14 +13,18 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
+from ticketcli.report import plain as report_plain
 from ticketcli.report.console import literal, pct, stderr
-from ticketcli.report.plain import Pace, PlainProgress, plain_progress
+from ticketcli.report.plain import Pace, PlainProgress, plain_progress, rate_text
 
 if TYPE_CHECKING:
     from ticketcli.sweep.result import SweepRecord
@@ -54,15 +58,39 @@ def working(label: str, *, quiet: bool, lines: bool = False) -> Iterator[ChunkPr
             bar.stop()
 
 
-def _bar(description: str, fields: str) -> Progress:
-    """The progress bar every command draws on stderr: name, bar, done/total, its own fields, elapsed and ETA."""
+class PaceColumn(ProgressColumn):
+    """The rate and ETA of a row that carries a Pace in its `pace` field (drift's steps: `12.3 steps/s ETA 0:01:05`,
+    from the steps this process ran since its first report, so that the periodic measurements are averaged in and
+    restored steps are not counted); a row without one shows Rich's own time remaining."""
+
+    def __init__(self, unit: str):
+        super().__init__()
+        self.unit, self.remaining = unit, TimeRemainingColumn()
+
+    def render(self, task: Task) -> Text:
+        pace = task.fields.get("pace")
+        if not isinstance(pace, Pace):
+            return self.remaining.render(task)
+        rate, left = pace.rate(), pace.seconds_left()
+        shown = "-" if rate is None else rate_text(rate)
+        if left is None:
+            eta = "-:--:--"  # as Rich's own column before it knows
+        else:
+            minutes, seconds = divmod(round(left), 60)
+            eta = f"{minutes // 60:d}:{minutes % 60:02d}:{seconds:02d}"  # as Rich's elapsed column beside it
+        return Text(f"{shown} {self.unit}s/s ETA {eta}", style="progress.remaining")
+
+
+def _bar(description: str, fields: str, paced: str | None = None) -> Progress:
+    """The progress bar every command draws on stderr: name, bar, done/total, its own fields, elapsed and ETA
+    (paced: the rate in `paced` units per second and the ETA of the rows carrying a Pace, PaceColumn)."""
     columns = [
         TextColumn(description, style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn(fields, markup=False),
         TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        TimeRemainingColumn() if paced is None else PaceColumn(paced),
     ]
     return Progress(*columns, console=stderr(), transient=False)
 
@@ -114,20 +142,26 @@ def epoch_line(label: str, total: int, stats: dict[str, Any]) -> str:
 
 
 @contextmanager
-def _stats_bar(label: str, total: int) -> Iterator[StatsProgress]:
+def _stats_bar(label: str, total: int, clock: Callable[[], float] | None = None) -> Iterator[StatsProgress]:
     """A Rich bar over a loop of `total` units (epochs, steps), started at the first report: the units done, the
     loss, accuracy and sparsity of the reports that carry them, and the round of iterated's loops; the phases
-    after the loop (StatsProgress.phases) are rows of the same bar."""
-    bar = _bar("{task.description}", "{task.fields[stats]}")
+    after the loop (StatsProgress.phases) are rows of the same bar. clock (drift): the loop's row shows its steps/s
+    and ETA from a Pace timed by it, started at the first report (a report with "restored" is a position restored
+    from a run dir: done, but not timed)."""
+    bar = _bar("{task.description}", "{task.fields[stats]}", None if clock is None else "step")
     task: TaskID | None = None
+    pace: Pace | None = None
 
     def update(stats: dict[str, Any]) -> None:
-        nonlocal task
+        nonlocal task, pace
         if task is None:
             bar.start()
-            task = bar.add_task(label, total=total, stats="loss -  acc -  sparsity -")
+            pace = None if clock is None else Pace(total, clock)
+            task = bar.add_task(label, total=total, stats="loss -  acc -  sparsity -", pace=pace)
         if "round" in stats:  # iterated: the bar restarts each round
             bar.update(task, description=f"{label} round {stats['round']}")
+        if pace is not None:
+            pace.advance(stats["epoch"], timed=not stats.get("restored"))
         bar.update(task, completed=stats["epoch"])
         if "loss" in stats:  # drift: only the logged steps carry a measurement
             measured = f"loss {stats['loss']:.4f}  acc {pct(stats['accuracy'])}  sparsity {pct(stats['sparsity'])}"
@@ -280,25 +314,30 @@ def drift_progress(
     """drift's progress over training steps, told every step (stats["epoch"]: steps done), with the probe's loss,
     accuracy and sparsity at the logged ones. On a terminal, a live bar that moves at every step and shows the last
     measurement; without one, a line at every logged step (as many as --log-every asks for) and between them at
-    most one every PLAIN_EVERY_S (and a heartbeat while a step runs silently), each with the elapsed time and the
-    ETA, which counts from the first report (step 0's measurement): training, not set-up."""
+    most one every PLAIN_EVERY_S (and a heartbeat while a step runs silently). Both show the elapsed time, the rate
+    in steps/s and the ETA, which count from the first report (step 0's measurement, or the restored position of a
+    resumed run): training, measurements included, not set-up. A report with "restored" is a position restored
+    from a run dir (a resume, or a seed it holds whole): its steps count as done, not in the rate."""
     if quiet:
         yield None
         return
     if plain_progress():
         plain = PlainProgress(label, total, unit="step", clock=clock)
+        plain.rated = True
         started = False
 
         def line(stats: dict[str, Any]) -> None:
             nonlocal started
             if not started:
                 started, plain.pace = True, Pace(total, plain.clock)
-            logged = "loss" in stats
+            logged, restored = "loss" in stats, bool(stats.get("restored"))
             text = epoch_line(label, total, stats) if logged else f"{label} step {stats['epoch']}/{total}"
-            plain.update(text, stats["epoch"], first=logged)
+            plain.update(
+                text + (" restored" if restored else ""), stats["epoch"], first=logged or restored, timed=not restored
+            )
 
         with plain.beating():
             yield line
         return
-    with _stats_bar(label, total) as update:
+    with _stats_bar(label, total, report_plain.CLOCK if clock is None else clock) as update:
         yield update

@@ -215,7 +215,8 @@ DRIFT_FLAGS = Table(
     ),
     flag(
         "checkpoint_every",
-        "With --run-dir: save the resumable state every N training steps (and at the end of each seed).",
+        "With --run-dir: save the resumable state every N training steps (and at the end of each seed); --log-to "
+        "trackers get each measurement once a checkpoint keeps it.",
         SCALE,
         int,
         Worded("int", 1, None, words="must be >= 1 step", described="an integer >= 1"),
@@ -224,7 +225,8 @@ DRIFT_FLAGS = Table(
     flag(
         "resume",
         "Continue the run kept in this --run-dir with the settings it recorded (flags that differ from them are "
-        "refused); the measurements and the --json document come out as an uninterrupted run's.",
+        "refused); the measurements and the --json document come out as an uninterrupted run's, and its --log-to "
+        "trackers go on in the same runs.",
         SCALE,
         Path,
         metavar="DIR",

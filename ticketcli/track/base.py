@@ -24,7 +24,11 @@ Warn = Callable[[str], None]
 
 
 class RunLog(Protocol):
-    """One run in one tracker."""
+    """One run in one tracker: `run_id` names it in its store (an MLflow run id, a TensorBoard run folder's name),
+    `resumed` says whether it is a run reopened by that id."""
+
+    run_id: str
+    resumed: bool
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None: ...
 
@@ -44,7 +48,8 @@ class RunLog(Protocol):
 
 
 class Tracker(Protocol):
-    def open(self, info: RunInfo) -> RunLog: ...
+    def open(self, info: RunInfo, resume: str | None = None) -> RunLog:
+        """The run `info`, or the run `resume` names reopened if the store still holds it."""
 
 
 MODULES = {"tensorboard": "tensorboard", "mlflow": "mlflow"}  # the module each tracker needs (the [track] extra)
@@ -112,13 +117,19 @@ class Guarded:
         self.dead[0] = True
         self.warn(f"--log-to {self.what}: {first_line(e)}; the run goes on without it")
 
-    def open(self, make: Callable[[], RunLog]) -> None:
+    def open(self, make: Callable[[], RunLog], opened: Callable[[RunLog], None] | None = None) -> None:
         if self.dead[0]:
             return
         try:
             self.log = make()
         except Exception as e:  # a tracker never breaks a run
             self.fail(e)
+            return
+        if opened is not None:
+            try:
+                opened(self.log)
+            except Exception as e:  # recording the run's id failed: the run is logged all the same
+                self.warn(f"--log-to {self.what}: {first_line(e)}; its run is logged, but a resume starts another")
 
     def open_child(self, parent: Guarded, info: RunInfo) -> None:
         log = parent.log
@@ -179,16 +190,35 @@ WAIT_S = 300.0  # at the end of a run: how long the trackers may take to finish 
 WAIT_INTERRUPTED_S = 10.0
 
 
-def _open(d: Destination, info: RunInfo) -> RunLog:
-    return tracker(d).open(info)
+def _open(d: Destination, info: RunInfo, resume: str | None) -> RunLog:
+    return tracker(d).open(info, resume)
 
 
-def open_tracking(dests: Sequence[Destination], info: RunInfo, warn: Warn) -> Tracking:
-    """The run `info`, opened in every destination on a new Writer's thread; one that cannot open is a warning."""
+Opened = Callable[[str, str], None]  # (a --log-to destination, the id of the run it opened)
+
+
+def _opened(d: Destination, resume: str | None, on_open: Opened | None, warn: Warn, log: RunLog) -> None:
+    if resume is not None and not log.resumed:
+        warn(f"--log-to {d.text}: its run {resume} is no longer in the store; logging to a new run")
+    if on_open is not None:
+        on_open(d.text, log.run_id)
+
+
+def open_tracking(
+    dests: Sequence[Destination],
+    info: RunInfo,
+    warn: Warn,
+    resume: Mapping[str, str] | None = None,
+    on_open: Opened | None = None,
+) -> Tracking:
+    """The run `info`, opened in every destination on a new Writer's thread; one that cannot open is a warning.
+    resume: destination -> the id of a run to reopen there instead (a resumed drift run); on_open(destination,
+    run id) is told each run opened, as soon as it is."""
     writer = Writer()
     runs = [Guarded(d.text, warn) for d in dests]
     for d, r in zip(dests, runs):
-        writer.submit(partial(r.open, partial(_open, d, info)))
+        again = (resume or {}).get(d.text)
+        writer.submit(partial(r.open, partial(_open, d, info, again), partial(_opened, d, again, on_open, warn)))
     tracking = Tracking(writer, runs)
     writer.submit(tracking.ready.set)
     return tracking
@@ -202,10 +232,16 @@ def check(log_to: Any) -> tuple[Destination, ...]:
 
 
 @contextmanager
-def tracked(dests: Sequence[Destination], info: Callable[[], RunInfo], warn: Warn) -> Iterator[Tracking | None]:
+def tracked(
+    dests: Sequence[Destination],
+    info: Callable[[], RunInfo],
+    warn: Warn,
+    resume: Mapping[str, str] | None = None,
+    on_open: Opened | None = None,
+) -> Iterator[Tracking | None]:
     """The run in every destination (none: nothing is opened, None is yielded), closed as FINISHED, FAILED (an
     error) or KILLED (an interrupt) when the block ends, after which the trackers' last writes are awaited. A
-    tracker's failure is a warning (`warn`)."""
+    tracker's failure is a warning (`warn`). resume, on_open: as open_tracking's."""
     if not dests:
         yield None
         return
@@ -215,7 +251,7 @@ def tracked(dests: Sequence[Destination], info: Callable[[], RunInfo], warn: War
         warn(f"--log-to: {first_line(e)}; the run goes on without it")
         yield None
         return
-    tracking = open_tracking(dests, run, warn)
+    tracking = open_tracking(dests, run, warn, resume, on_open)
     try:
         yield tracking
     except BaseException as e:

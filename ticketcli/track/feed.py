@@ -220,15 +220,45 @@ def drift_info(model: str | None, ticket: Path | None) -> RunInfo:
     return RunInfo(run_name("drift", model or "model", "dense"), {}, {"command": "drift"})
 
 
-def drift_final(tracking: Tracking, result: Any, warn: Warn) -> None:
+class DriftLive:
+    """A run dir's drift run logged as it goes (the keeper's on_kept): each measurement in its seed's child run
+    (seed<N>) once a checkpoint keeps it, so that a resume, which reopens the same runs and goes on from its
+    checkpoint, logs every step once. `sent` counts the measurements this process logged."""
+
+    def __init__(self, tracking: Tracking, warn: Warn):
+        self.tracking, self.children, self.sent = tracking, dict[int, Tracking](), 0
+        self.log = guarded(self._log, warn)
+
+    def child(self, seed: int) -> Tracking:
+        if seed not in self.children:
+            self.children[seed] = self.tracking.child(RunInfo(f"seed{seed}", {"seed": seed}))
+        return self.children[seed]
+
+    def __call__(self, seed: int, step: int, m: dict[str, Any]) -> None:
+        self.sent += 1
+        self.log(seed, step, m)
+
+    def _log(self, seed: int, step: int, m: dict[str, Any]) -> None:
+        values: dict[str, float] = {k: m[k] for k in ("loss", "accuracy", "perplexity") if k in m}
+        for site, stats in m["layers"].items():
+            values |= {f"{site}/{key}": v for key, v in stats.items() if v is not None}
+        self.child(seed).scalars(step, values)
+
+
+def drift_final(tracking: Tracking, result: Any, warn: Warn, live: DriftLive | None = None) -> None:
     """Per seed, a child run (seed<N>) with loss and accuracy on the probe and every site's series
-    (<site>/neg_preact_share, <site>/sparsity, <site>/weight_mean, <site>/spike_ratio, ...) at each logged step;
-    the run's settings as parameters, schema (and a ticket's masks_sha256) as tags, the plot as an artifact."""
+    (<site>/neg_preact_share, <site>/sparsity, <site>/weight_mean, <site>/spike_ratio, ...) at each logged step
+    (live: logged already, as the run went); the run's settings as parameters, the last step's loss and accuracy
+    (not again when a resumed run found the run dir finished, live.sent 0), schema (and a ticket's masks_sha256) as
+    tags, the plot as an artifact."""
     runs = getattr(result, "runs", None)
     if runs is None:  # --tradeoff: a table of finished runs, not series
         warn("--log-to: drift --tradeoff is not logged (only drift's training runs are)")
         return
     for run in runs:
+        if live is not None:
+            live.child(run["seed"]).close("FINISHED")
+            continue
         child = tracking.child(RunInfo(f"seed{run['seed']}", {"seed": run["seed"]}))
         for i, step in enumerate(run["steps"]):
             values = {k: run[k][i] for k in ("loss", "accuracy", "perplexity") if k in run}
@@ -241,6 +271,7 @@ def drift_final(tracking: Tracking, result: Any, warn: Warn) -> None:
     hparams = flat({k: v for k, v in result.settings.items() if not isinstance(v, (dict, list))})
     last = result.summary
     metrics = {"loss": last.loss.mean[-1], "accuracy": last.accuracy.mean[-1]}
-    tracking.finish(int(last.steps[-1]) if last.steps else 0, metrics, hparams)
+    if live is None or live.sent:
+        tracking.finish(int(last.steps[-1]) if last.steps else 0, metrics, hparams)
     tracking.tags({"schema": result.to_document()["schema"]})
     tracking.artifact(result.plot)

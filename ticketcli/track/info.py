@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 Scalar = float | int | str | bool
+RUN_ID = r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}"  # a run id to reopen: an MLflow run id, a TensorBoard run folder's name
 
 
 @dataclass(frozen=True)

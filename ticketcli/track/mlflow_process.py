@@ -61,7 +61,8 @@ class Channel:
         os.set_blocking(self.from_child, False)
         self.replies = b""
         self.error: str | None = None
-        self.ready = self.done = False
+        self.ready = self.done = self.resumed = False
+        self.run_id = ""  # the root run's id in the store, from the writer's ready reply
 
     def _read(self, timeout: float) -> bool:
         """Take what the writer has replied, waiting up to `timeout` seconds for something; False at its end."""
@@ -76,7 +77,9 @@ class Channel:
         *lines, self.replies = self.replies.split(b"\n")
         for line in lines:
             reply = json.loads(line)
-            self.ready |= reply.get("ready") is True
+            if reply.get("ready") is True:
+                self.ready, self.run_id = True, str(reply.get("run_id", ""))
+                self.resumed = reply.get("resumed") is True
             self.done |= reply.get("done") is True
             if self.error is None and isinstance(reply.get("error"), str):
                 self.error = reply["error"]
@@ -169,6 +172,7 @@ class RemoteRun:
 
     def __init__(self, channel: Channel, run: int, ids: list[int]):
         self.channel, self.run, self.ids = channel, run, ids  # ids: the last run id given, shared with children
+        self.run_id, self.resumed = channel.run_id, channel.resumed  # the root run's (a child's are not used)
 
     def _call(self, method: str, *args: Any) -> None:
         self.channel.send({"op": method, "run": self.run, "args": list(args)})
@@ -205,10 +209,12 @@ class MlflowProcess:
     def __init__(self, target: str):
         self.target = target
 
-    def open(self, info: RunInfo) -> RemoteRun:
+    def open(self, info: RunInfo, resume: str | None = None) -> RemoteRun:
+        """The run `info`, or the store's run `resume` reopened (if the store holds it)."""
         channel = Channel()
         try:
-            channel.send({"op": "open", "run": 0, "target": self.target, "info": info_json(info)})
+            message = {"op": "open", "run": 0, "target": self.target, "info": info_json(info), "resume": resume}
+            channel.send(message)
             channel.wait_ready(OPEN_S)
         except BaseException:
             if channel.proc.poll() is None:

@@ -1,18 +1,20 @@
 """MLflow: a local store (sqlite:///FILE, or a folder) through mlflow.tracking.MlflowClient, runs in the experiment
 `ticket`; parameters, metrics per step, tags, artifacts (a sqlite store keeps them in FILE's folder, in
 <FILE stem>-artifacts), a sweep's grid points as child runs of one parent run. `mlflow ui --backend-store-uri URI`
-shows them."""
+shows them. A run can be reopened by its id (a resumed drift run): its status goes back to RUNNING, and its child
+runs are found again by name."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ticketcli.track.info import RunInfo, Scalar
+from ticketcli.track.info import RUN_ID, RunInfo, Scalar
 
 EXPERIMENT = "ticket"
 MAX_PARAM = 6000  # characters of a parameter value MLflow stores
@@ -33,11 +35,19 @@ def store_uri(target: str) -> tuple[str, str | None]:
 
 
 class MlflowRun:
-    def __init__(self, client: Any, experiment: str, info: RunInfo, parent: str | None = None):
+    def __init__(
+        self, client: Any, experiment: str, info: RunInfo, parent: str | None = None, reopen: Any = None
+    ) -> None:
+        """A new run, or with `reopen` (the store's run, found by the caller) that run again, RUNNING."""
         tags = {**info.tags, **({"mlflow.parentRunId": parent} if parent else {})}
-        self.client, self.experiment = client, experiment
-        self.run_id: str = client.create_run(experiment, run_name=info.name, tags=tags).info.run_id
+        self.client, self.experiment, self.resumed = client, experiment, reopen is not None
         self.logged: set[str] = set()
+        if reopen is None:
+            self.run_id: str = client.create_run(experiment, run_name=info.name, tags=tags).info.run_id
+        else:
+            self.run_id = reopen.info.run_id
+            self.logged = set(reopen.data.params)  # set once: a parameter logged again must not be refused
+            client.update_run(self.run_id, status="RUNNING")
         self.pending: list[Any] = []  # metrics not yet written: one write per FLUSH_S, not per step
         self.flushed = time.monotonic()
         self.params(info.params)
@@ -78,7 +88,14 @@ class MlflowRun:
         self.client.log_artifact(self.run_id, str(path))
 
     def child(self, info: RunInfo) -> MlflowRun:
-        return MlflowRun(self.client, self.experiment, info, parent=self.run_id)
+        """A child run (a reopened run's child of that name: that run again)."""
+        found = None
+        if self.resumed:
+            kids = self.client.search_runs(
+                [self.experiment], filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'", max_results=1000
+            )
+            found = next((r for r in kids if r.info.run_name == info.name), None)
+        return MlflowRun(self.client, self.experiment, info, parent=self.run_id, reopen=found)
 
     def close(self, status: str) -> None:
         self.flush()
@@ -89,7 +106,9 @@ class Mlflow:
     def __init__(self, target: str):
         self.target = target
 
-    def open(self, info: RunInfo) -> MlflowRun:
+    def open(self, info: RunInfo, resume: str | None = None) -> MlflowRun:
+        """A new run, or the run `resume` if the store holds it, live in the experiment (else a new run: its
+        `resumed` is False)."""
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # a run reaches no server the user did not name
         from mlflow.tracking import MlflowClient
 
@@ -102,4 +121,18 @@ class Mlflow:
         client = MlflowClient(tracking_uri=uri)
         found = client.get_experiment_by_name(EXPERIMENT)
         experiment = found.experiment_id if found is not None else client.create_experiment(EXPERIMENT, artifacts)
-        return MlflowRun(client, experiment, info)
+        return MlflowRun(client, experiment, info, reopen=None if resume is None else _run(client, experiment, resume))
+
+
+def _run(client: Any, experiment: str, run_id: str) -> Any:
+    """The store's run `run_id` in `experiment`, not deleted, or None."""
+    from mlflow.exceptions import MlflowException
+
+    if not re.fullmatch(RUN_ID, run_id):
+        return None
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:  # not in this store (a new store, a deleted run's id purged)
+        return None
+    live = run.info.experiment_id == experiment and run.info.lifecycle_stage == "active"
+    return run if live else None

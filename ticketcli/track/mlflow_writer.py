@@ -1,7 +1,7 @@
 """The MLflow writer process (started by mlflow_process.py): reads one JSON message a line from stdin, makes each
 call on the store through mlflow_store.py (run 0 the root run, others its child runs), and replies on stdout with
-{"ready": true} once the store is open, {"done": true} once its input has ended and everything is written, or
-{"error": LINE} once, after which it exits with 1.
+{"ready": true, "run_id": ID, "resumed": BOOL} once the store is open (and the run reopened, if asked), {"done":
+true} once its input has ended and everything is written, or {"error": LINE} once, after which it exits with 1.
 
 It ignores SIGINT (the training process decides when a run stops) and, at the end of its input (the last message,
 or the training process gone), writes what it holds and closes every run still open as KILLED, so that no metric it
@@ -36,6 +36,12 @@ def info_of(doc: Any) -> RunInfo:
     return RunInfo(**doc)
 
 
+def resume_of(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError("a run id to resume must be text")
+    return value
+
+
 class Writer:
     """The runs of one command, by the numbers the training process gave them."""
 
@@ -46,9 +52,11 @@ class Writer:
     def handle(self, message: dict[str, Any]) -> None:
         op, run = message["op"], int(message["run"])
         if op == "open":
-            self.runs[run] = Mlflow(str(message["target"])).open(info_of(message["info"]))
+            resume = message.get("resume")
+            opened = Mlflow(str(message["target"])).open(info_of(message["info"]), resume_of(resume))
+            self.runs[run] = opened
             self.open.add(run)
-            reply({"ready": True})
+            reply({"ready": True, "run_id": opened.run_id, "resumed": opened.resumed})
         elif op == "child":
             child = int(message["child"])
             self.runs[child] = self.runs[run].child(info_of(message["info"]))

@@ -1,14 +1,16 @@
 """TensorBoard: event files through torch.utils.tensorboard, one run folder per run (a child run in a folder under
 its parent's), scalars per step, the final metrics with the hyperparameters in the hparams plugin, tags as text.
-`tensorboard --logdir DIR` shows them."""
+`tensorboard --logdir DIR` shows them. A run is known by its folder's name; reopening it (a resumed drift run) adds
+an event file to the same folder, and its children's, which TensorBoard reads as one run."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ticketcli.track.info import RunInfo, Scalar
+from ticketcli.track.info import RUN_ID, RunInfo, Scalar
 
 
 def unique(folder: Path) -> Path:
@@ -26,14 +28,19 @@ def hparam_value(v: Scalar) -> Scalar:
 
 
 class TensorBoardRun:
-    def __init__(self, folder: Path, info: RunInfo):
+    def __init__(self, folder: Path, info: RunInfo, *, reopen: bool = False):
+        """A new run folder (`folder` or the next free name), or with `reopen` the run folder `folder` itself,
+        whose tags are already written."""
         from torch.utils.tensorboard import SummaryWriter
 
-        self.folder = unique(folder)
-        self.folder.mkdir(parents=True)  # not exist_ok: a folder made since unique() looked is another run's
+        self.folder, self.resumed = (folder if reopen else unique(folder)), reopen
+        if not reopen:
+            self.folder.mkdir(parents=True)  # not exist_ok: a folder made since unique() looked is another run's
+        self.run_id = self.folder.name
         self.writer: Any = SummaryWriter(log_dir=str(self.folder))
         self.hparams: dict[str, Scalar] = dict(info.params)
-        if info.tags:
+        self.children: list[TensorBoardRun] = []
+        if info.tags and not reopen:
             self.tags(info.tags)
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
@@ -61,16 +68,30 @@ class TensorBoardRun:
         self.writer.add_text("artifacts", str(path))  # TensorBoard keeps no files: where it is
 
     def child(self, info: RunInfo) -> TensorBoardRun:
-        return TensorBoardRun(self.folder / info.name, info)
+        """A child run in a folder under this one's (a reopened run's child of that name: that folder again)."""
+        folder = self.folder / info.name
+        child = TensorBoardRun(folder, info, reopen=self.resumed and _run_folder(folder))
+        self.children.append(child)
+        return child
 
     def close(self, status: str) -> None:
+        for child in self.children:  # a child left open (a killed run's) still writes what it was given
+            child.writer.close()
         self.writer.add_text("status", status)
         self.writer.close()
+
+
+def _run_folder(folder: Path) -> bool:
+    return folder.is_dir() and not folder.is_symlink()
 
 
 class TensorBoard:
     def __init__(self, root: Path):
         self.root = root
 
-    def open(self, info: RunInfo) -> TensorBoardRun:
+    def open(self, info: RunInfo, resume: str | None = None) -> TensorBoardRun:
+        """A new run, or the run folder `resume` names under the root if it is one (else a new run: its
+        `resumed` is False)."""
+        if resume is not None and re.fullmatch(RUN_ID, resume) and _run_folder(self.root / resume):
+            return TensorBoardRun(self.root / resume, info, reopen=True)
         return TensorBoardRun(self.root / info.name, info)
