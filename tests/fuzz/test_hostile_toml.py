@@ -117,6 +117,22 @@ def test_malformed_or_nested_config(tmp_path, text, needle):
     assert_clean(run, 2, contains=needle, unchanged=before, folder=tmp_path)
 
 
+@pytest.mark.parametrize("text", ["a = " + "{b = " * 30_000 + "1" + "}" * 30_000, "a = " + "[" * 30_000 + "]" * 30_000])
+def test_deep_nesting_is_refused_alike_whatever_the_recursion_limit(tmp_path, text):
+    """tomllib recurses once per level, bounded only by the interpreter's recursion limit, which a library in the
+    same process may raise: the text's depth is read first, so the outcome never depends on it (nor its cost: with
+    the limit raised, tomllib took 48 s on the inline tables)."""
+    import sys
+
+    was = sys.getrecursionlimit()
+    sys.setrecursionlimit(200_000)
+    try:
+        run, before = with_config(tmp_path, text + "\n")
+    finally:
+        sys.setrecursionlimit(was)
+    assert_clean(run, 2, contains="nests arrays or tables too deeply", unchanged=before, folder=tmp_path)
+
+
 def test_an_integral_float_is_an_integer_in_the_file_as_on_the_command_line(tmp_path):
     """Typer reads --epochs 3.0 as 3; so does the file (3.5 is refused by both)."""
     p = tmp_path / "c.toml"

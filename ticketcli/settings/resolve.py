@@ -16,6 +16,7 @@ from ticketcli.data import datasets as data_io
 from ticketcli.data.registry import DATASETS, DatasetInfo
 from ticketcli.errors import UsageError
 from ticketcli.files.bounded import check_user_path, read_regular_file
+from ticketcli.files.nesting import toml_nesting
 from ticketcli.methods import METHODS
 from ticketcli.models import budget
 from ticketcli.models.budget import Budget, default_max_memory
@@ -49,6 +50,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 MAX_CONFIG = 1 << 20  # bytes of a TOML config file
+MAX_CONFIG_NESTING = 128  # arrays and tables a config may nest (a run config is flat; tomllib recurses per level)
 
 
 def build_model_policy(
@@ -103,14 +105,18 @@ def load_config(path: str | Path | None, table: Table = RUN) -> dict[str, Any]:
         return {}
     p = Path(path)
     raw = read_regular_file(p, MAX_CONFIG, "config file")
+    too_deep = f"config file {p} nests arrays or tables too deeply (a run config is flat)"
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        if toml_nesting(text, MAX_CONFIG_NESTING) > MAX_CONFIG_NESTING:  # before tomllib recurses into it
+            raise UsageError(too_deep)
+        data = tomllib.loads(text)
     except UnicodeDecodeError as e:
         raise UsageError(f"config file {p} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"config file {p} is not valid TOML: {str(e).splitlines()[0][:200]}") from None
-    except RecursionError:  # tomllib recurses once per nested array or inline table
-        raise UsageError(f"config file {p} nests arrays or tables too deeply (a run config is flat)") from None
+    except RecursionError:  # tomllib recurses once per level: a recursion limit lowered below MAX_CONFIG_NESTING's
+        raise UsageError(too_deep) from None
     out: dict[str, Any] = {}
     keys = table.config_keys()
     for key, value in data.items():

@@ -8,11 +8,11 @@ import json
 import math
 import re
 from collections.abc import Callable
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 from ticketcli.errors import TicketFileError
+from ticketcli.files.nesting import json_nesting
 from ticketcli.runtime.machine import created_by_problem
 from ticketcli.specs.syntax import MAX_SPEC_CHARS
 
@@ -42,25 +42,6 @@ class TooDeep(ValueError):
         self.limit = limit
 
 
-_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
-_NOT_BRACKETS_B = re.compile(_NOT_BRACKETS.pattern.encode())
-_STEP: dict[str | int, int] = {"[": 1, "{": 1, "]": -1, "}": -1, ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
-
-
-def nesting(text: str | bytes) -> int:
-    """How many arrays and objects a JSON text nests at its deepest (`[]` 1, `[[1], {}]` 2), read from its
-    brackets outside strings, without parsing it: linear time, no recursion, and a few copies of the text at most
-    (no regular expression over whole strings, whose backtracking state would grow with each string's length)."""
-    outside: str | bytes
-    if isinstance(text, bytes):
-        unescaped = text.replace(b"\\\\", b"").replace(b'\\"', b"")  # an escaped quote ends no string
-        outside = _NOT_BRACKETS_B.sub(b"", b"".join(unescaped.split(b'"')[0::2]))
-    else:
-        unescaped_text = text.replace("\\\\", "").replace('\\"', "")
-        outside = _NOT_BRACKETS.sub("", "".join(unescaped_text.split('"')[0::2]))
-    return max(accumulate(map(_STEP.__getitem__, outside)), default=0)
-
-
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """json object hook: a key given twice is an error, not "the last one wins" (readers would disagree)."""
     out = dict(pairs)
@@ -82,7 +63,7 @@ def _bounded_int(text: str) -> int:
 def strict_json(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     """json.loads without duplicated keys, integers of more than MAX_INT_DIGITS digits or arrays and objects
     nested more than `max_depth` deep (raises ValueError: TooDeep before any parsing)."""
-    if nesting(text) > max_depth:
+    if json_nesting(text) > max_depth:
         raise TooDeep(max_depth)
     return json.loads(text, object_pairs_hook=unique_keys, parse_int=_bounded_int)
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.bounded import shown_path
+from ticketcli.files.nesting import json_nesting
 from ticketcli.ticketfile.meta import (
     MAX_DEPTH,
     MAX_DIMS,
@@ -23,7 +24,6 @@ from ticketcli.ticketfile.meta import (
     TooDeep,
     TooManyDigits,
     json_error,
-    nesting,
     unique_keys,
 )
 
@@ -74,7 +74,7 @@ def header_json(raw: bytes) -> object:
     text = raw.decode("utf-8")  # UnicodeDecodeError (a ValueError) for anything else; json.loads would guess
     if text.startswith("\ufeff"):
         raise NotInHeader("a byte-order mark")
-    if nesting(text) > MAX_DEPTH:  # a real header nests 3 deep; json.loads's own limit varies between processes
+    if json_nesting(text) > MAX_DEPTH:  # a real header nests 3 deep; json.loads's own limit varies between processes
         raise TooDeep(MAX_DEPTH)
     value = json.loads(text, object_pairs_hook=unique_keys, parse_int=_header_int, parse_float=_no_float)
     stack = [value]

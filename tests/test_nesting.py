@@ -1,4 +1,4 @@
-"""The JSON nesting read from a text before it is parsed (ticketfile/meta.py `nesting`): the depth every reader of a
+"""The JSON nesting read from a text before it is parsed (files/nesting.py `json_nesting`): the depth every reader of a
 ticket, a safetensors header or a sweep-k note checks first, so that what json.loads may recurse into never depends
 on the interpreter's recursion limit. An oracle: the depth of the parsed value, on random JSON whose strings are
 full of brackets, quotes and backslashes."""
@@ -11,7 +11,9 @@ import tracemalloc
 
 import pytest
 
-from ticketcli.ticketfile.meta import MAX_DEPTH, TooDeep, nesting, strict_json
+from ticketcli.files.nesting import json_nesting as nesting
+from ticketcli.files.nesting import toml_nesting
+from ticketcli.ticketfile.meta import MAX_DEPTH, TooDeep, strict_json
 
 TRICKY = ["[", "]]", "{", '"', "\\", '\\"[', "\\\\", "x", ""]
 
@@ -60,3 +62,35 @@ def test_nesting_needs_a_few_copies_of_the_text_at_most():
     finally:
         tracemalloc.stop()
     assert peak < 6 * len(text), (peak, len(text))
+
+
+def toml_depth(v: object) -> int:
+    return depth(v) - 1  # the document's own table is no nesting
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_toml_nesting_is_the_parsed_depth(seed):
+    """Random arrays and inline tables under keys, with strings of every kind and comments full of brackets."""
+    import tomllib
+
+    rng = random.Random(seed)
+    line = ['"[{\\"#"', "'[{#'", '"\\\\"', '""']  # strings on one line (inline tables and comments take no other)
+    lines = [*line, '"""a\n]"""', "'''[\n{'''"]
+
+    def toml_value(d: int, inline: bool = False) -> str:
+        r = rng.random()
+        if d > 6 or r < 0.3:
+            return rng.choice(["1", "2.5", "true", *(line if inline else lines)])
+        if r < 0.65:
+            return "[" + ", ".join(toml_value(d + 1, inline) for _ in range(rng.randint(0, 3))) + "]"
+        return "{" + ", ".join(f"k{i} = {toml_value(d + 1, True)}" for i in range(rng.randint(0, 3))) + "}"
+
+    for _ in range(300):
+        keys = range(rng.randint(1, 3))
+        text = "\n".join(f"key{i} = {toml_value(0)} # ]]{{ {rng.choice(line)}" for i in keys)
+        assert toml_nesting(text, 100) == toml_depth(tomllib.loads(text)), text
+
+
+def test_toml_nesting_stops_counting_past_the_limit():
+    assert toml_nesting("a = " + "{b = " * 30_000 + "1" + "}" * 30_000, 32) == 33
+    assert toml_nesting("[[a]]\nb = 1", 32) == 2
