@@ -24,7 +24,7 @@ LAYERS: list[list[str]] = [
         "ticketcli.seeding",
         "ticketcli.contract",  # schema names, JSON Schemas, the typed results' base
         "ticketcli.specs",  # frozen specs, every default, the model spec syntax
-        "ticketcli.files",  # atomic writes, bounded reads, checkpoint files
+        "ticketcli.files",  # atomic writes, bounded reads, nesting depth, checkpoint files
     ],
     ["ticketcli.runtime"],  # torchrun, threads, the CPU kind, worker pools, signals
     # the building blocks: networks and their costs, datasets
