@@ -22,7 +22,7 @@ from ticketcli.settings.reader import READER, build_reader_spec
 
 def warn_not_reproduced(path: Path) -> None:
     """Say that a CPU ticket did not reproduce exactly here, naming what differs between the machine and torch build
-    it records and this one (README: Determinism)."""
+    it records and this one (manual: docs/reference/reliability.md, Determinism across machines)."""
     from ticketcli.runtime import machine
     from ticketcli.ticketfile import ticket as ticket_io
 

@@ -1,6 +1,7 @@
 """What decides the last bits of a CPU run besides the command: the torch build, the CPU kind (vendor, model and
 the instruction-set level torch's kernels dispatch on) and the BLAS. Tickets record it in `created_by`, and
-`evaluate` names what differs when an accuracy does not reproduce exactly (README: Determinism)."""
+`evaluate` names what differs when an accuracy does not reproduce exactly (docs/reference/reliability.md,
+"Determinism across machines")."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def kth_numpy(values: torch.Tensor, k: int, overwrite: bool = False) -> float:
 # The k-th largest entry of a 1-D tensor, by algorithm; all return the same value (and so the same mask bits).
 KTH_ALGORITHMS = {"sort": _kth_sort, "topk": _kth_topk, "kthvalue": _kth_kthvalue, "numpy": kth_numpy}
 
-# Full (stateless) selection per device type. CPU: measured (benchmarks/topk_scale.py, README "Top-k at scale"):
+# Full (stateless) selection per device type. CPU: measured (benchmarks/topk_scale.py, docs/results.md):
 # numpy's introselect beats torch.kthvalue, torch.topk and torch.sort. CUDA and MPS were NOT measured here (no GPU
 # on the development machine); the choice follows how torch implements them: on CUDA torch.topk runs a
 # multi-block radix select over one large slice, whereas torch.kthvalue gives each slice a single thread block

@@ -39,7 +39,7 @@ EXTRACT_FLAGS = Table(
     flag(
         "config",
         "TOML file (at most 1 MiB) with any of these options (underscored names), each checked against the same "
-        "range as its flag (README: Config files and value ranges); flags override it.",
+        "range as its flag (manual: docs/guide/extract.md, Config files and value ranges); flags override it.",
         Panel.METHOD,
         Path,
     ),

@@ -1,5 +1,5 @@
 """Every setting's range by name, across commands: flags, config keys and API keywords of the same name are checked
-against the same range (the README's "Config files and value ranges" lists them)."""
+against the same range (the manual's "Config files and value ranges", docs/guide/extract.md, lists them)."""
 
 from __future__ import annotations
 

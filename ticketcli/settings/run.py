@@ -293,7 +293,7 @@ RUN = Table(
     Setting(
         "threads",
         "Torch CPU threads for the run, 1 to 4096. Fewer are often faster on a loaded machine or beside other "
-        "jobs (README: Threads).",
+        "jobs (manual: docs/reference/scale.md, Threads).",
         S,
         int,
         THREADS,
