@@ -57,9 +57,8 @@ def pytest_child(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize(
-    "workers", [[], pytest.param(["-n0"], marks=pytest.mark.slow)], ids=["as-configured", "one-process"]
-)
+@pytest.mark.parametrize("workers", [[], ["-n0"]], ids=["as-configured", "one-process"])
+@pytest.mark.slow
 def test_a_hanging_test_fails_alone_at_the_timeout(workers, tmp_path):
     (tmp_path / "test_tiny.py").write_text(TESTS)
     p = pytest_child(tmp_path, *workers, "--junitxml", "out.xml", "test_tiny.py")

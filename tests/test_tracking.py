@@ -269,6 +269,7 @@ def test_a_rerun_gets_a_folder_of_its_own(tmp_path):
     assert unique(tmp_path / "run") == tmp_path / "run_3" and unique(tmp_path / "new") == tmp_path / "new"
 
 
+@pytest.mark.slow
 def test_a_folder_store_and_the_steps_of_scalars_read_back(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
@@ -327,6 +328,7 @@ def remote(tracking) -> object:
     return tracking.runs[0].log.channel.proc
 
 
+@pytest.mark.slow
 def test_the_training_process_never_imports_mlflow_and_a_writer_left_alone_still_writes(tmp_path):
     """mlflow lives in the writer process only; when the training process ends without closing its run (killed),
     the writer still writes every metric it was sent and closes the run as KILLED."""
@@ -359,6 +361,7 @@ os._exit(0)
     assert sorted((m.step, m.value) for m in history) == [(i, pytest.approx(i / 10)) for i in range(1, 31)]
 
 
+@pytest.mark.slow
 def test_a_dead_writer_is_one_warning_not_a_hang(tmp_path):
     from ticketcli.track.info import RunInfo
 
@@ -380,6 +383,7 @@ def test_a_dead_writer_is_one_warning_not_a_hang(tmp_path):
     assert warnings[0].endswith("; the run goes on without it")
 
 
+@pytest.mark.slow
 def test_the_writer_ignores_a_ctrl_c_the_training_process_decides(tmp_path):
     """A Ctrl-C reaches the writer only if sent to it: it goes on, and the run ends as the training process says."""
     import signal

@@ -175,6 +175,7 @@ def test_drift_keeps_its_plot_beside(ticket, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".json", ".png"])
+@pytest.mark.slow
 def test_sweep_k_keeps_a_runs_ticket_record_or_plot_beside(suffix, tmp_path, monkeypatch):
     from ticketcli.cli import sweep_k as cli_sweep_k
     from ticketcli.sweep import run as sweep_run
