@@ -220,6 +220,11 @@ def drift_info(model: str | None, ticket: Path | None) -> RunInfo:
     return RunInfo(run_name("drift", model or "model", "dense"), {}, {"command": "drift"})
 
 
+def seed_run(seed: int) -> RunInfo:
+    """A drift seed's child run, named alike whether it is logged as the run goes (DriftLive) or at its end."""
+    return RunInfo(f"seed{seed}", {"seed": seed})
+
+
 class DriftLive:
     """A run dir's drift run logged as it goes (the keeper's on_kept): each measurement in its seed's child run
     (seed<N>) once a checkpoint keeps it, so that a resume, which reopens the same runs and goes on from its
@@ -231,7 +236,7 @@ class DriftLive:
 
     def child(self, seed: int) -> Tracking:
         if seed not in self.children:
-            self.children[seed] = self.tracking.child(RunInfo(f"seed{seed}", {"seed": seed}))
+            self.children[seed] = self.tracking.child(seed_run(seed))
         return self.children[seed]
 
     def __call__(self, seed: int, step: int, m: dict[str, Any]) -> None:
@@ -259,7 +264,7 @@ def drift_final(tracking: Tracking, result: Any, warn: Warn, live: DriftLive | N
         if live is not None:
             live.child(run["seed"]).close("FINISHED")
             continue
-        child = tracking.child(RunInfo(f"seed{run['seed']}", {"seed": run["seed"]}))
+        child = tracking.child(seed_run(run["seed"]))
         for i, step in enumerate(run["steps"]):
             values = {k: run[k][i] for k in ("loss", "accuracy", "perplexity") if k in run}
             for site, series in run["layers"].items():
