@@ -63,9 +63,14 @@ def _bounded_int(text: str) -> int:
 def strict_json(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     """json.loads without duplicated keys, integers of more than MAX_INT_DIGITS digits or arrays and objects
     nested more than `max_depth` deep (raises ValueError: TooDeep before any parsing)."""
+    check_depth(text, max_depth)
+    return json.loads(text, object_pairs_hook=unique_keys, parse_int=_bounded_int)
+
+
+def check_depth(text: str | bytes, max_depth: int) -> None:
+    """Raise TooDeep when a JSON text nests arrays and objects more than `max_depth` deep (before parsing it)."""
     if json_nesting(text) > max_depth:
         raise TooDeep(max_depth)
-    return json.loads(text, object_pairs_hook=unique_keys, parse_int=_bounded_int)
 
 
 def json_error(e: BaseException) -> str:

@@ -15,7 +15,6 @@ import numpy as np
 
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.bounded import shown_path
-from ticketcli.files.nesting import json_nesting
 from ticketcli.ticketfile.meta import (
     MAX_DEPTH,
     MAX_DIMS,
@@ -23,6 +22,7 @@ from ticketcli.ticketfile.meta import (
     DuplicateKey,
     TooDeep,
     TooManyDigits,
+    check_depth,
     json_error,
     unique_keys,
 )
@@ -74,8 +74,7 @@ def header_json(raw: bytes) -> object:
     text = raw.decode("utf-8")  # UnicodeDecodeError (a ValueError) for anything else; json.loads would guess
     if text.startswith("\ufeff"):
         raise NotInHeader("a byte-order mark")
-    if json_nesting(text) > MAX_DEPTH:  # a real header nests 3 deep; json.loads's own limit varies between processes
-        raise TooDeep(MAX_DEPTH)
+    check_depth(text, MAX_DEPTH)  # a real header nests 3 deep; json.loads's own limit varies between processes
     value = json.loads(text, object_pairs_hook=unique_keys, parse_int=_header_int, parse_float=_no_float)
     stack = [value]
     while stack:  # a \ud800 escape decodes to a lone surrogate, which is no UTF-8 text (safetensors refuses it)
