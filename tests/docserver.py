@@ -28,7 +28,7 @@ import signal
 import socket
 import struct
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 # Environment variables read while the interpreter, torch or a BLAS library starts: a child forked from the server
 # has them as the server had them, so a command whose value differs runs in a fresh process instead.
@@ -39,9 +39,14 @@ HEADER = struct.Struct("!I")  # the request's length, before its JSON
 MAX_REQUEST = 1 << 20  # an environment and argv larger than this is not a docs command
 
 
-def startup_env(env: dict[str, str]) -> dict[str, str]:
-    """The part of an environment that a forked child cannot change after the fact."""
-    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) or k in STARTUP_NAMES}
+def startup_env(env: dict[str, str], imported: dict[str, str] | None = None) -> dict[str, str]:
+    """The part of an environment that a forked child cannot change after the fact, less the variables the
+    server's imports set (`imported`) where `env` has the values they set: a process started by a served command
+    inherits those, and the same imports in a fresh process would set them again."""
+    imported = imported or {}
+    return {
+        k: v for k, v in env.items() if (k.startswith(STARTUP_PREFIXES) or k in STARTUP_NAMES) and imported.get(k) != v
+    }
 
 
 # ---------------------------------------------------------------- the client (stdlib only: it starts in ~20 ms)
@@ -137,19 +142,30 @@ class Served:
         self.conn, self.pid, self.pidfd = conn, pid, pidfd
 
 
-def preload() -> list[Any]:
-    """Import what the commands import (torch, numpy, Typer, Rich and every ticketcli module but the trackers',
-    whose libraries start threads), and the warnings those imports showed, to show them again in each child as a
-    fresh process would. Nothing here may run a torch op: torch's thread pools would not survive a fork."""
+class Preloaded(NamedTuple):
+    """What importing showed and set, to be shown and set again in each child as a fresh process would."""
+
+    shown: list[Any]  # the warnings the imports showed
+    env: dict[str, str]  # the variables the imports added to os.environ (scikit-learn sets KMP_* ones)
+
+
+def preload() -> Preloaded:
+    """Import what the commands import (torch, numpy, Typer, Rich, every ticketcli module but the trackers',
+    whose libraries start threads, and what a first training step and the digits dataset import: torch._dynamo
+    and scikit-learn, seconds each), and record what those imports showed and set. Nothing here may run a torch
+    op: torch's thread pools would not survive a fork."""
     import gc
     import importlib
     import pkgutil
     import threading
     import warnings
 
+    before = dict(os.environ)
     with warnings.catch_warnings(record=True) as shown:
         import numpy  # noqa: F401
+        import sklearn.datasets  # noqa: F401  (the digits dataset)
         import torch  # noqa: F401
+        import torch._dynamo  # noqa: F401  (a torch optimizer's first use imports it: seconds per command)
 
         import ticketcli
         import ticketcli.cli.app  # noqa: F401
@@ -161,15 +177,18 @@ def preload() -> list[Any]:
         raise RuntimeError(f"preloading started Python threads ({threading.enumerate()}): forking is not safe")
     gc.collect()
     gc.freeze()  # the children's collections then never walk (and so never copy) the server's objects
-    return list(shown)
+    added = {k: v for k, v in os.environ.items() if k not in before}
+    os.environ.clear()
+    os.environ.update(before)  # the server stands for commands started in the environment it was started in
+    return Preloaded(list(shown), added)
 
 
-def serve(path: str) -> tuple[socket.socket, dict[str, Any], list[int], list[Any]]:
+def serve(path: str) -> tuple[socket.socket, dict[str, Any], list[int], Preloaded]:
     """Serve until SIGTERM; returns only in a forked child: its connection, request, fds and the start-up
     warnings."""
     import selectors
 
-    shown = preload()
+    loaded = preload()
     owner, parent = os.getpid(), os.getppid()
     own_env = startup_env(dict(os.environ))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -193,7 +212,7 @@ def serve(path: str) -> tuple[socket.socket, dict[str, Any], list[int], list[Any
                         print(f"docserver: a bad request: {e}", file=sys.stderr, flush=True)
                         conn.close()
                         continue
-                    if startup_env(request["env"]) != own_env:
+                    if startup_env(request["env"], loaded.env) != own_env:
                         close_all(fds)
                         conn.sendall(b"fresh\n")
                         conn.close()
@@ -205,7 +224,7 @@ def serve(path: str) -> tuple[socket.socket, dict[str, Any], list[int], list[Any
                         for s in served.values():
                             s.conn.close()
                             os.close(s.pidfd)
-                        return conn, request, fds, shown
+                        return conn, request, fds, loaded
                     close_all(fds)  # the client and the child hold them: a pipe's reader sees EOF when they end
                     conn.settimeout(None)
                     s = Served(conn, pid, os.pidfd_open(pid))
@@ -279,7 +298,7 @@ def close_all(fds: list[int]) -> None:
         os.close(fd)
 
 
-def become(request: dict[str, Any], fds: list[int], shown: list[Any]) -> None:
+def become(request: dict[str, Any], fds: list[int], loaded: Preloaded) -> None:
     """Turn this forked child into the fresh `python ARGS` the client stands for, run it, and end as that process
     would end."""
     import random
@@ -305,11 +324,13 @@ def become(request: dict[str, Any], fds: list[int], shown: list[Any]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    for k, v in loaded.env.items():  # as the preloaded imports set them in a fresh process: only where unset
+        os.environ.setdefault(k, v)
     std_streams(set(request["std"]))
     random.seed()  # a fresh process draws its own; a fork would share the server's
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
-    for w in shown:
+    for w in loaded.shown:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     try:
         run(request["run"], request["argv"])
@@ -402,9 +423,9 @@ def std_streams(open_fds: set[int]) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        conn, request, fds, shown = serve(sys.argv[2])
+        conn, request, fds, loaded = serve(sys.argv[2])
         conn.close()
-        become(request, fds, shown)
+        become(request, fds, loaded)
     elif sys.argv[1:2] == ["client"]:
         client(sys.argv[2], sys.argv[3:])
     else:

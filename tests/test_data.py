@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import struct
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -12,7 +14,9 @@ import pytest
 import torch
 from helpers import NAMES, fake_images, idx_bytes, write_idx
 
+from ticketcli.data import digits
 from ticketcli.data.datasets import load_splits, read_idx
+from ticketcli.data.digits import digits_arrays, read_bundled
 from ticketcli.errors import UsageError
 from ticketcli.specs.run import DataSpec
 
@@ -309,6 +313,42 @@ def test_digits_seeds(sklearn_digits):
     assert pool_a == pool_b
     with pytest.raises(UsageError):
         load_splits(DataSpec(name="digits", n_extract=1000, n_val=401))
+
+
+def test_digits_are_read_as_scikit_learn_loads_them_without_importing_it(sklearn_digits):
+    code = (
+        "import sys; from ticketcli.data.digits import digits_arrays, bundled_file; x, y = digits_arrays(); "
+        "assert bundled_file() is not None; print('sklearn' in sys.modules, x.dtype, y.dtype, x.shape, y.shape)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "float64", "int64", "(1797,", "64)", "(1797,)"]
+    data, target = digits_arrays()
+    x, y = sklearn_digits
+    assert np.array_equal(data, x) and np.array_equal(target, y)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",  # empty
+        b"1,2,3\n",  # the wrong shape
+        b"0," * 64 + b"11\n",  # a label out of range
+        b"\xff\xfe not text",
+        b"0," * 64 + b"1\n" + b"9" * (2 << 20),  # over the size the real file justifies
+    ],
+)
+def test_a_digits_file_that_is_not_the_table_is_not_used(tmp_path, body):
+    p = tmp_path / "digits.csv.gz"
+    p.write_bytes(gzip.compress(body))
+    assert read_bundled(p) is None
+    p.write_bytes(body[:20])  # not gzip at all
+    assert read_bundled(p) is None
+
+
+def test_digits_fall_back_to_scikit_learns_loader_where_its_file_is_not(monkeypatch, sklearn_digits):
+    monkeypatch.setattr(digits, "bundled_file", lambda: None)
+    data, target = digits.digits_arrays()
+    assert np.array_equal(data, sklearn_digits[0]) and np.array_equal(target, sklearn_digits[1])
 
 
 # ---------------------------------------------------------------------------------------------- regressions

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ticketcli.data import cifar
+from ticketcli.data.digits import digits_arrays
 from ticketcli.data.registry import DATASETS, Pools
 from ticketcli.errors import UsageError
 from ticketcli.seeding import generator
@@ -279,12 +280,10 @@ DIGITS_TEST = 397  # scikit-learn's digits has no test split: a fixed one is hel
 
 
 def load_digits(spec: DataSpec) -> Pools:
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = torch.from_numpy(d.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+    data, target = digits_arrays()
+    x = torch.from_numpy(data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
     x = (x - 0.3053) / 0.3760  # mean / std of digits / 16
-    y = torch.from_numpy(d.target.astype(np.int64))
+    y = torch.from_numpy(target)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(20260101))
     test, train = perm[:DIGITS_TEST], perm[DIGITS_TEST:]
     return Pools(x[train], y[train], x[test], y[test], source="sklearn.datasets.load_digits")
