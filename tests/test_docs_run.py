@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import warm
 from docsrun import Block, blocks, parse_problem, plan_of, pycon_statements, run_pycon, run_shell, ticket_argvs
+from warm import SERVER, ForkServer
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
@@ -36,8 +36,6 @@ RESOURCES = ("sample_configs", "examples", "benchmarks")  # what the docs name r
 
 
 DRIVER = Path(__file__).with_name("docsrun.py")
-SERVER = Path(__file__).with_name("docserver.py")
-SERVER_START = 300.0  # seconds for the fork server to import torch and ticketcli on a loaded machine
 
 
 # The environment as the session starts: a test elsewhere that leaves a variable changed in os.environ must not make
@@ -70,49 +68,11 @@ def shims(bin_dir: Path, socket: Path | None) -> None:
         path.chmod(0o755)
 
 
-class ForkServer:
-    """docserver.py's server for this test process (one per pytest-xdist worker), on a socket in a fresh temporary
-    directory, started when a file's blocks first run and stopped at the end of the session."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="ticket-docs-"))  # short: a socket's path has ~100 bytes at most
-        self.socket = self.dir / "server.sock"
-        self.proc: subprocess.Popen[str] | None = None
-
-    def start(self) -> ForkServer:
-        if self.proc is None:
-            log = (self.dir / "server.log").open("w")
-            self.proc = subprocess.Popen(
-                [sys.executable, str(SERVER), "serve", str(self.socket)],
-                env=docs_env(self.dir),
-                cwd=self.dir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-            )
-            ready = select.select([self.proc.stdout], [], [], SERVER_START)[0]
-            if not ready or self.proc.stdout is None or self.proc.stdout.readline() != "ready\n":
-                self.stop()
-                raise RuntimeError(f"the docs' fork server did not start: {(self.dir / 'server.log').read_text()}")
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture(scope="session")
-def fork_server():
-    server = ForkServer()
-    yield server
-    server.stop()
+def fork_server() -> ForkServer:
+    """The fork server every other warm child of this process comes from too (tests/warm.py): the docs'
+    environment has the same start-up variables."""
+    return warm.server(docs_env(Path(tempfile.gettempdir())))
 
 
 def run_doc(doc: str, base: Path, server: ForkServer) -> dict[str, dict[str, Any]]:

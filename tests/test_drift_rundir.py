@@ -10,11 +10,11 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+import warm
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from typer.testing import CliRunner
@@ -30,7 +30,7 @@ runner = CliRunner()
 
 def ticket(*args: str, **kw):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "ticketcli", "drift", *args], env=env, **kw)
+    return subprocess.Popen([*warm.client(env), "-m", "ticketcli", "drift", *args], env=env, **kw)  # a warm child
 
 
 def doc(text: str) -> dict:

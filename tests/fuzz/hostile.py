@@ -22,6 +22,7 @@ from pathlib import Path
 
 import typer.testing
 from typer.testing import CliRunner
+from warm import client as warm_client
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = Path(__file__).with_name("measured.py")  # runs the child so that its peak RSS is its own
@@ -120,15 +121,20 @@ def child(
     stderr_file: str | None = None,
     closed_fds: tuple[int, ...] = (),
     program: tuple[str, ...] = ("-m", "ticketcli"),
+    warm: bool = False,
 ) -> Run:
     """`python -m ticketcli ARGS` as a child process; `signal_after=(seconds, signum)` sends it a signal;
     `closed_stdout`/`closed_stderr` give it a pipe whose reader has gone (`| head -1` after the first line);
     `stdout_file`/`stderr_file` send a stream to a file such as /dev/full; `closed_fds` starts it with those fds
     really closed (`>&-`, `2>&-`: Python then has no sys.stdout, sys.stderr); `program` replaces `-m ticketcli`
-    (a driver script that patches the CLI before running it)."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
+    (a driver script that patches the CLI before running it); `warm` runs it as a fork server's child
+    (tests/warm.py: seconds faster, for cases about what a command does once running) whose peak memory is not
+    measured (0)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)  # no empty entry: the cwd
+    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     if "TICKET_DEBUG" not in (env or {}):
         full_env.pop("TICKET_DEBUG", None)  # a developer's shell must not change what the case sees
+    python = warm_client(full_env) if warm else [sys.executable]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         pipes = {"stdout": _closed_pipe() if closed_stdout else out, "stderr": _closed_pipe() if closed_stderr else err}
@@ -138,7 +144,7 @@ def child(
         peak_r, peak_w = os.pipe()
         try:
             p = subprocess.Popen(
-                [sys.executable, "-S", "-E", str(MEASURED), str(peak_w), sys.executable, *program, *args],
+                [sys.executable, "-S", "-E", str(MEASURED), str(peak_w), *python, *program, *args],
                 stdin=stdin,
                 env=full_env,
                 cwd=cwd,
@@ -172,6 +178,8 @@ def child(
         seconds = time.perf_counter() - t0
         with os.fdopen(peak_r, "rb") as reported:
             peak_kib = int(reported.read() or usage.ru_maxrss)  # none if measured.py itself was killed
+        if warm:
+            peak_kib = 0  # the client's, not the command's
         out.seek(0)
         err.seek(0)
         return Run(

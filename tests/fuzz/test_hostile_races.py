@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm
 from hostile import QUICK_SWEEP as SWEEP
 from hostile import REPO, assert_clean, cli
 
@@ -226,9 +227,12 @@ def test_a_real_extract_keeps_a_file_that_appeared_while_it_trained(tmp_path):
 TWO = [*SWEEP[: SWEEP.index("--densities") + 1], "0.3,0.5", *SWEEP[SWEEP.index("--densities") + 2 :]]
 
 
-def sweep_process(folder: Path) -> subprocess.Popen:
+def sweep_process(folder: Path, fresh: bool = False) -> subprocess.Popen:
+    """sweep-k in a process of its own: a warm one (tests/warm.py), or a fresh one where the test kills it (a
+    client killed by SIGKILL takes its warm child down only a moment later)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "ticketcli", *TWO, "--out-dir", str(folder), "--json"]
+    python = [sys.executable] if fresh else warm.client(env)
+    command = [*python, "-m", "ticketcli", *TWO, "--out-dir", str(folder), "--json"]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -275,7 +279,7 @@ def test_a_claim_of_a_dead_sweep_is_taken_over(tmp_path):
 @pytest.mark.slow
 def test_a_sweep_killed_mid_way_leaves_claims_the_next_takes_over(tmp_path):
     folder = tmp_path / "runs"
-    p = sweep_process(folder)
+    p = sweep_process(folder, fresh=True)
     try:
         deadline = time.monotonic() + 300
         while not list(folder.glob("*.claim")) and p.poll() is None and time.monotonic() < deadline:

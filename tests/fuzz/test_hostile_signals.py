@@ -183,7 +183,7 @@ def test_a_second_signal_during_the_clean_up_keeps_the_first_ones_exit(first, se
     ignored: exit 128 + the first signal, its one line, never death by the second signal or a second line."""
     driver = tmp_path / "driver.py"
     driver.write_text(TWO_SIGNALS)
-    run = child(first.name, second.name, str(ticket), program=(str(driver),), timeout=90)
+    run = child(first.name, second.name, str(ticket), program=(str(driver),), timeout=90, warm=True)
     assert_clean(run, exit_of(first), contains=f"interrupted by {first.name}")
 
 
@@ -302,7 +302,7 @@ def test_two_signals_to_a_long_command_exit_by_the_first(command, when, first, s
     driver = tmp_path / "driver.py"
     driver.write_text(TWO_SIGNALS_RUN)
     args = [a.replace("{d}", str(tmp_path)) for a in LONG[command]]
-    run = child(first.name, second.name, when, *args, program=(str(driver),), timeout=300)
+    run = child(first.name, second.name, when, *args, program=(str(driver),), timeout=300, warm=True)
     assert_clean(run, exit_of(first), contains=f"interrupted by {first.name}")
     assert not [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
     assert not (tmp_path / "t.safetensors").exists() and not (tmp_path / "d.png").exists()

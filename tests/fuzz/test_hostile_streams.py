@@ -66,6 +66,7 @@ STREAMS = {"stdout": (1,), "stderr": (2,), "both": (1, 2)}
 DRIVER = """
 import json, os, sys
 import torch  # noqa: F401 - imported once, before the forks
+import torch._dynamo  # noqa: F401 - a torch optimiser's first use imports it: seconds in every training case
 from ticketcli.cli import app, entry  # noqa: F401
 from ticketcli.drift import run as _d  # noqa: F401
 from ticketcli.export import run as _e  # noqa: F401
