@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import warm
 from helpers import in_keywords
 from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
@@ -23,10 +24,11 @@ QUICK = dict(method="augmented", sparsity=0.5, epochs=2, seed=0, progress=False,
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """`python -m ticketcli ARGS` from this checkout, as a user's shell would run it."""
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    """`python -m ticketcli ARGS` from this checkout, as a user's shell would run it (a warm child: the subject is
+    what the command computes, not its start-up)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     return subprocess.run(
-        [sys.executable, "-m", "ticketcli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
+        [*warm.client(env), "-m", "ticketcli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
     )
 
 

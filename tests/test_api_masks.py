@@ -8,11 +8,11 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 from sklearn.datasets import load_digits
 from torch import nn
 
@@ -156,7 +156,7 @@ def test_a_prune_export_loads_into_the_built_in_mlp(ticket, tmp_path, x):
     out = tmp_path / "prune.pt"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     r = subprocess.run(
-        [sys.executable, "-m", "ticketcli", "export", str(path), "--format", "prune", "--out", str(out)],
+        [*warm.client(env), "-m", "ticketcli", "export", str(path), "--format", "prune", "--out", str(out)],
         capture_output=True,
         text=True,
         env=env,
