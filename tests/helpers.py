@@ -13,6 +13,7 @@ import struct
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -271,3 +272,13 @@ def full_record(r: dict) -> SweepRecord:
 def in_keywords(line: str) -> str:
     """A command-line error line as the Python API words it: each flag as its keyword (--init-k -> init_k=)."""
     return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", "_") + "=", line)
+
+
+def load_digits() -> SimpleNamespace:
+    """scikit-learn's digits as `sklearn.datasets.load_digits()` gives them (`.data` float64 (1797, 64), `.target`
+    int64), read by ticketcli's own reader: no seconds of importing scikit-learn in every test worker
+    (tests/test_data.py checks the two agree)."""
+    from ticketcli.data.digits import digits_arrays
+
+    data, target = digits_arrays()
+    return SimpleNamespace(data=data, target=target)

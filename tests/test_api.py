@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import warm
-from helpers import in_keywords
-from sklearn.datasets import load_digits
+from helpers import in_keywords, load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 import ticketcli as tc

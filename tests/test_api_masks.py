@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import warm
-from sklearn.datasets import load_digits
+from helpers import load_digits
 from torch import nn
 
 import ticketcli as tc

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import in_keywords
-from sklearn.datasets import load_digits
+from helpers import in_keywords, load_digits
 from torch import nn
 from typer.testing import CliRunner
 
