@@ -44,8 +44,17 @@ def test_strict_is_on_and_ci_runs_plain_mypy():
     assert cfg["strict"] is True
     assert cfg["files"] == ["ticketcli"]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    # plain `mypy`: no file arguments or flags, so that pyproject.toml's configuration is what CI checks
-    assert any(line.strip() == '"$PY" -m mypy || exit 1' for line in ci)
+    # plain `mypy`: no file arguments or flags, so that pyproject.toml's configuration is what CI checks; it runs in
+    # the background beside the suite, and its exit status, waited for, fails CI
+    assert '"$PY" -m mypy >"$types_log" 2>&1 &' in [line.strip() for line in ci]
+    assert [line.strip() for line in ci if "types_pid" in line or "types_rc" in line] == [
+        "types_pid=$!",
+        '"$PY" -m mkdocs build --strict --site-dir "$site" || { kill "$types_pid" 2>/dev/null; exit 1; }',
+        'wait "$types_pid"',
+        "types_rc=$?",
+        'if [ "$types_rc" -ne 0 ]; then',
+    ]
+    assert ci[ci.index('if [ "$types_rc" -ne 0 ]; then') + 2].strip() == "exit 1"
 
 
 def test_override_list_only_shrinks_and_names_real_modules():
