@@ -282,3 +282,9 @@ def load_digits() -> SimpleNamespace:
 
     data, target = digits_arrays()
     return SimpleNamespace(data=data, target=target)
+
+
+def checkout_pythonpath(env: dict[str, str]) -> str:
+    """A PYTHONPATH with this checkout first and `env`'s own entries after it, and no empty entry (which would put
+    a child's working directory on its path)."""
+    return os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p)

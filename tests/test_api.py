@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import warm
-from helpers import in_keywords, load_digits
+from helpers import checkout_pythonpath, in_keywords, load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 import ticketcli as tc
@@ -25,7 +25,7 @@ QUICK = dict(method="augmented", sparsity=0.5, epochs=2, seed=0, progress=False,
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`python -m ticketcli ARGS` from this checkout, as a user's shell would run it (a warm child: the subject is
     what the command computes, not its start-up)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    env = {**os.environ, "PYTHONPATH": checkout_pythonpath(dict(os.environ))}
     return subprocess.run(
         [*warm.client(env), "-m", "ticketcli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
     )

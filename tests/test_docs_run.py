@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import warm
 from docsrun import Block, blocks, parse_problem, plan_of, pycon_statements, run_pycon, run_shell, ticket_argvs
+from helpers import checkout_pythonpath
 from warm import SERVER, ForkServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def docs_env(base: Path) -> dict[str, str]:
     server's would run as a fresh process)."""
     env = dict(BASE_ENV)
     env["PATH"] = f"{base / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = checkout_pythonpath(env)
     env["XDG_CACHE_HOME"] = str(base / "cache")  # no user cache leaking in
     env.pop("TICKET_DATA", None)
     return env

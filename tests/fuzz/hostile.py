@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer.testing
+from helpers import checkout_pythonpath
 from typer.testing import CliRunner
 from warm import client as warm_client
 
@@ -130,8 +131,7 @@ def child(
     (a driver script that patches the CLI before running it); `warm` runs it as a fork server's child
     (tests/warm.py: seconds faster, for cases about what a command does once running) whose peak memory is not
     measured (0)."""
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)  # no empty entry: the cwd
-    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": checkout_pythonpath(dict(os.environ)), **(env or {})}
     if "TICKET_DEBUG" not in (env or {}):
         full_env.pop("TICKET_DEBUG", None)  # a developer's shell must not change what the case sees
     python = warm_client(full_env) if warm else [sys.executable]
