@@ -9,14 +9,16 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
-from helpers import make_net, write_user_module
 
-from ticketcli.data.datasets import load_splits
-from ticketcli.models.masked import MaskedNet
-from ticketcli.specs.run import DataSpec
+if TYPE_CHECKING:
+    from ticketcli.models.masked import MaskedNet
+
+# torch, ticketcli and helpers (which imports both) are imported where used, not here: pytest-xdist's controller
+# loads this file before it starts the workers and runs no test itself, so each second of import here would be a
+# second of the run with one core idle.
 
 # A CI runner may start the suite with SIGINT ignored (any background job of a non-interactive shell is), and an
 # ignored signal stays ignored in every child: the tests that interrupt a `ticket` child with SIGINT would then
@@ -27,11 +29,16 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 @pytest.fixture(scope="session")
 def digits():
+    from ticketcli.data.datasets import load_splits
+    from ticketcli.specs.run import DataSpec
+
     return load_splits(DataSpec(name="digits", n_extract=600, n_val=200, split_seed=0))
 
 
 @pytest.fixture
 def tiny_net() -> MaskedNet:
+    from helpers import make_net
+
     return make_net()
 
 
@@ -47,6 +54,8 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The name of a user's model module (helpers.USER_NET) importable from tmp_path, forgotten afterwards."""
     monkeypatch.syspath_prepend(str(tmp_path))
+    from helpers import write_user_module
+
     name = f"usernet_{tmp_path.name.replace('-', '_')}"
     write_user_module(tmp_path, name)
     yield name
@@ -67,7 +76,15 @@ def _threads_per_worker() -> int:
 THREADS = _threads_per_worker()
 for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_name] = str(THREADS)
-torch.set_num_threads(THREADS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Torch's threads in a process that runs tests: a worker, or the one process without pytest-xdist (`-n0`).
+    The controller of workers runs none and never imports torch."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
+        import torch
+
+        torch.set_num_threads(THREADS)
 
 
 # How the suite shares the workers (pytest-xdist, --dist loadgroup in pyproject.toml). Each test module is one

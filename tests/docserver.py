@@ -146,14 +146,14 @@ class Preloaded(NamedTuple):
     """What importing showed and set, to be shown and set again in each child as a fresh process would."""
 
     shown: list[Any]  # the warnings the imports showed
-    env: dict[str, str]  # the variables the imports added to os.environ (scikit-learn sets KMP_* ones)
+    env: dict[str, str]  # the variables the imports added to os.environ (torch._dynamo sets TORCHINDUCTOR_CACHE_DIR)
 
 
 def preload() -> Preloaded:
     """Import what the commands import (torch, numpy, Typer, Rich, every ticketcli module but the trackers',
-    whose libraries start threads, and what a first training step and the digits dataset import: torch._dynamo
-    and scikit-learn, seconds each), and record what those imports showed and set. Nothing here may run a torch
-    op: torch's thread pools would not survive a fork."""
+    whose libraries start threads, and what a first training step imports: torch._dynamo, seconds of it; not
+    scikit-learn, which no command imports: the digits are read from its data file), and record what those
+    imports showed and set. Nothing here may run a torch op: torch's thread pools would not survive a fork."""
     import gc
     import importlib
     import pkgutil
@@ -163,7 +163,6 @@ def preload() -> Preloaded:
     before = dict(os.environ)
     with warnings.catch_warnings(record=True) as shown:
         import numpy  # noqa: F401
-        import sklearn.datasets  # noqa: F401  (the digits dataset)
         import torch  # noqa: F401
         import torch._dynamo  # noqa: F401  (a torch optimizer's first use imports it: seconds per command)
 

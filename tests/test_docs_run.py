@@ -361,7 +361,7 @@ def test_served_and_fresh_commands_agree(served: tuple[Path, int], command: str)
 def test_the_driver_runs_commands_that_must_fail_fresh(served: tuple[Path, int], monkeypatch: pytest.MonkeyPatch):
     base, server = served
     env = docs_env(base)  # as the driver has it: this process's own may have gained variables since (importing
-    for name in set(os.environ) - set(env):  # scikit-learn sets KMP_*, torch's compiler TORCHINDUCTOR_CACHE_DIR)
+    for name in set(os.environ) - set(env):  # torch's compiler sets TORCHINDUCTOR_CACHE_DIR, scikit-learn KMP_*)
         monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -1,5 +1,5 @@
 """Warm `python` processes for tests: children of a fork server (tests/docserver.py) that imported torch,
-torch._dynamo, scikit-learn and ticketcli once, instead of fresh interpreters that spend seconds of CPU each on
+torch._dynamo and ticketcli once, instead of fresh interpreters that spend seconds of CPU each on
 those imports before the command starts. A warm child is a real process with the client's arguments, working
 directory, environment, file descriptors and umask; the client forwards signals to it and ends as it ended.
 
