@@ -6,6 +6,7 @@ live in conftest.py; a test module never imports conftest, nor another test modu
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 import pickle
 import re
@@ -190,8 +191,12 @@ def not_a_module():
 
 
 def write_user_module(d: Path, name: str, width: int = 4) -> None:
-    """A user's model file `d/name.py` (a conv net with BatchNorm and a free parameter), not yet imported."""
-    (d / f"{name}.py").write_text(textwrap.dedent(USER_NET.format(width=width)))
+    """A user's model file `d/name.py` (a conv net with BatchNorm and a free parameter), not yet imported. Its
+    bytecode cache goes too: a cached .pyc is trusted while the source's size and mtime (whole seconds) match, and
+    a rewrite with another width within the same second matches both."""
+    path = d / f"{name}.py"
+    path.write_text(textwrap.dedent(USER_NET.format(width=width)))
+    Path(importlib.util.cache_from_source(str(path))).unlink(missing_ok=True)
     sys.modules.pop(name, None)
 
 
