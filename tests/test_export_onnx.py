@@ -9,10 +9,9 @@ import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 import torch
 from helpers import FASHION_DIRS, require_fashion
@@ -30,6 +29,10 @@ from ticketcli.seeding import fingerprint
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ReaderSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.record import ModelRecord
+
+if TYPE_CHECKING:  # onnx and onnxruntime take seconds to import: each test that reads a graph imports them
+    import onnx
+    import onnxruntime as ort
 
 runner = CliRunner()
 TOLERANCE = 1e-5
@@ -57,7 +60,15 @@ def export_onnx(ticket: Path, out: Path, *extra: str) -> dict:
     return doc
 
 
+def read_graph(path: Path) -> onnx.ModelProto:
+    import onnx
+
+    return onnx.load(str(path))
+
+
 def session(path: Path) -> ort.InferenceSession:
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -122,7 +133,7 @@ def test_onnxruntime_reproduces_every_builtin_model_on_the_test_split(tmp_path, 
     r = agreement(ticket, out, x_more=torch.randn(7, 1, 8, 8, generator=torch.Generator().manual_seed(5)))
     assert r["diff"] <= TOLERANCE and r["more_diff"] <= TOLERANCE, r  # the batch dimension is dynamic
     assert r["onnx_accuracy"] == r["torch_accuracy"] == r["recorded_accuracy"], r
-    meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
+    meta = {p.key: p.value for p in read_graph(out).metadata_props}
     assert meta["model"] == ticket_io.load(ticket).model.spec and meta["format"] == "ticket-export-onnx"
     assert meta["masks_sha256"] == ticket_io.load(ticket).masks_sha256
 
@@ -262,7 +273,7 @@ def test_onnx_destination_rules(tmp_path):
     r = runner.invoke(app, ["export", str(ticket), "--format", "onnx", "--out", str(out), "--quiet"])
     assert "already exists" in one_line(r) and out.read_bytes() == b"keep me"
     export_onnx(ticket, out, "--force")
-    assert onnx.load(str(out)).graph.input[0].name == "input"
+    assert read_graph(out).graph.input[0].name == "input"
     for fmt, name in (("onnx", "net.safetensors"), ("onnx", "net.pt"), ("masked", "net2.onnx")):
         r = runner.invoke(app, ["export", str(ticket), "--format", fmt, "--out", str(tmp_path / name), "--quiet"])
         assert ".onnx" in one_line(r) and not (tmp_path / name).exists()
@@ -288,12 +299,14 @@ def test_export_ticket_onnx_result(tmp_path):
     """The Python function behind the command: the same file and report, the graph's initializers counted."""
     ticket = make_ticket(tmp_path, "vgg:8-M-16-M+bias")
     result = export_ticket(ticket, fmt="onnx", out=tmp_path / "v.onnx")
-    model = onnx.load(str(tmp_path / "v.onnx"))
+    model = read_graph(tmp_path / "v.onnx")
     assert result.tensors == len(model.graph.initializer) and result.file_bytes == (tmp_path / "v.onnx").stat().st_size
     assert [o.name for o in model.graph.output] == ["logits"] and result.onnx is not None
     assert result.to_document()["onnx"]["opset"] == result.onnx.opset
     # the masked entries are zero in the graph's weights: every masked weight is an initializer, W * M
-    weights = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    from onnx import numpy_helper
+
+    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     tk = ticket_io.load(ticket)
     for n, m in tk.masks.items():
         assert n in weights, sorted(weights)

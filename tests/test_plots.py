@@ -7,16 +7,19 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from helpers import full_record
-from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
 from ticketcli.drift.result import DriftResult
 from ticketcli.report import drift_views, plots
 from ticketcli.sweep.result import SweepResult, SweepSettings
+
+if TYPE_CHECKING:  # matplotlib is imported by the commands these tests run, not when the suite is collected
+    from matplotlib.figure import Figure
 
 runner = CliRunner()
 MODEL = "mlp:64-16-10"
