@@ -109,9 +109,14 @@ class _SilentListener:
     def _accept(self) -> None:
         try:
             while True:
-                self.held.append(self.server.accept()[0])
+                conn = self.server.accept()[0]
+                self.held.append(conn)
+                self.answer(conn)
         except OSError:
             return  # closed
+
+    def answer(self, conn: socket.socket) -> None:
+        """Say nothing (a subclass answers)."""
 
     def close(self) -> None:
         self.server.close()
@@ -119,25 +124,52 @@ class _SilentListener:
             c.close()
 
 
-@pytest.mark.parametrize("rank, listener", [("0", "nobody"), ("1", "nobody"), ("1", "silent")])
+class _TalkingListener(_SilentListener):
+    """Something at a stale MASTER_PORT that speaks another protocol: a web server or a proxy answering each
+    request with an HTTP error. torch's store handshake then fails and retries, logging a C++ stack each time."""
+
+    def answer(self, conn: socket.socket) -> None:
+        def reply() -> None:
+            try:
+                while conn.recv(4096):
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            except OSError:
+                return
+
+        threading.Thread(target=reply, daemon=True).start()
+
+
+# TEST-NET-1 (RFC 5737): never routed, so a connection there fails, hangs or meets whatever a sandbox's network
+# puts there (a proxy answering HTTP, here), and each of those must end the same way
+UNROUTED = "192.0.2.1"
+LISTENERS = {"silent": _SilentListener, "talking": _TalkingListener}
+
+
+@pytest.mark.parametrize(
+    "rank, listener",
+    [("0", "nobody"), ("1", "nobody"), ("1", "silent"), ("1", "talking"), ("0", "talking"), ("0", "unrouted")],
+)
 @pytest.mark.slow
 def test_a_stale_torchrun_environment_ends_at_the_timeout_naming_the_variables(rank, listener, tmp_path):
-    """Every torchrun variable left in a shell by an earlier job: whatever waits (the store's listener, torch's
-    handshake with a port that never answers, the other ranks) gives up at --rendezvous-timeout with exit 2 and
-    one line naming the variables to unset. The child's timeout is the failure: it must return."""
-    silent = _SilentListener() if listener == "silent" else None
-    port = silent.port if silent else free_port()
-    env = {**NO_TORCHRUN, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    """Every torchrun variable left in a shell by an earlier job: whatever waits or answers (the store's listener,
+    a port that never answers, one that answers in another protocol, a MASTER_ADDR that is not this machine and
+    leads nowhere, the other ranks) gives up at --rendezvous-timeout with exit 2 and one line naming the
+    variables to unset: none of torch's C++ logs, and no abort when its store code returns after the give-up.
+    The child's timeout is the failure: it must return."""
+    other = LISTENERS[listener]() if listener in LISTENERS else None
+    port = other.port if other else free_port()
+    addr = UNROUTED if listener == "unrouted" else "127.0.0.1"
+    env = {**NO_TORCHRUN, "MASTER_ADDR": addr, "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
     env |= {"RANK": rank, "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": "2"}
     try:
         out = str(tmp_path / "t.safetensors")
         run = child(*EXTRACT, "--out", out, "--rendezvous-timeout", "2", env=env, timeout=90)
     finally:
-        if silent:
-            silent.close()
-    assert_clean(run, 2, contains="no one else joined", folder=tmp_path)
+        if other:
+            other.close()
+    assert_clean(run, 2, contains="the torchrun job at", folder=tmp_path)
     line = run.stderr.strip()
-    for name in ("MASTER_ADDR=127.0.0.1", f"MASTER_PORT={port}", "WORLD_SIZE=2", f"RANK={rank}", "LOCAL_RANK="):
+    for name in (f"MASTER_ADDR={addr}", f"MASTER_PORT={port}", "WORLD_SIZE=2", f"RANK={rank}", "LOCAL_RANK="):
         assert name in line, line
 
 

@@ -9,9 +9,10 @@ command's interrupts.stop_on_signals).
 After the CLI returns, the outcome is final: every file is complete or removed and the exit code is decided. A
 signal from then on cannot change it: it ends the process at once with that code, skipping what is left of the
 shutdown (exit handlers, the interpreter's teardown), which writes nothing of ours; a run that ended by a signal
-and received another one meanwhile (hurried) skips it straight away. During the interpreter's teardown no Python
-handler can run (the interpreter resets them to the default, which would kill the process), so the signals are
-ignored from the last exit handler on.
+and received another one meanwhile (hurried) skips it straight away, and so does one that gave up a torchrun
+rendezvous whose helper thread is still inside torch's C++ code (the teardown would abort the process). During the
+interpreter's teardown no Python handler can run (the interpreter resets them to the default, which would kill the
+process), so the signals are ignored from the last exit handler on.
 """
 
 import atexit
@@ -61,6 +62,13 @@ def _leave_now() -> None:
         except (OSError, ValueError):
             pass
     os._exit(_OUTCOME[0])
+
+
+def _left_behind() -> bool:
+    """Whether a torchrun rendezvous was given up on with its helper still inside torch's C++ store code
+    (runtime.distributed.left_behind): the interpreter's teardown would abort the process when that code returns."""
+    distributed = sys.modules.get("ticketcli.runtime.distributed")
+    return distributed is not None and bool(distributed.left_behind())
 
 
 def _hasten(signum: int, frame: FrameType | None) -> None:
@@ -156,7 +164,7 @@ def main() -> None:
         _OUTCOME[:] = [_outcome(ended)]
         for s in _HANDLED:
             signal.signal(s, _hasten)
-        if _hurried():
+        if _hurried() or _left_behind():
             _leave_now()
 
 

@@ -20,6 +20,7 @@ import datetime
 import hashlib
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -94,7 +95,8 @@ def _meet(w: World, addr: str, port: int, seconds: float) -> Store:
     (torch's own wait would defer them until its timeout), and gives up at the deadline whatever the helper is
     stuck in (a name lookup, or torch's store handshake with something at MASTER_PORT that never answers, which
     torch's own timeout does not cover). A process that is not the store's host first waits for the store to
-    listen, with plain sockets, so that torch's connection retries do not print their C++ logs."""
+    listen, with plain sockets; what torch's C++ store logs meanwhile (its retries, a failed handshake with
+    something that is not a store) is dropped."""
     # imported from their home modules (torch.distributed re-exports them without naming them public); loaded by
     # now, as torch.distributed imports them when it is available
     from torch.distributed.distributed_c10d import Store
@@ -116,10 +118,15 @@ def _meet(w: World, addr: str, port: int, seconds: float) -> Store:
             result["error"] = e
 
     helper = threading.Thread(target=attempt, name="ticket-rendezvous", daemon=True)
-    helper.start()
-    # a little grace past the deadline lets torch's own timeout, which says more, win when it fires
-    while helper.is_alive() and time.monotonic() < deadline + _GRACE_S:
-        helper.join(0.05)
+    try:
+        with _native_logs_dropped():
+            helper.start()
+            # a little grace past the deadline lets torch's own timeout, which says more, win when it fires
+            while helper.is_alive() and time.monotonic() < deadline + _GRACE_S:
+                helper.join(0.05)
+    finally:
+        if helper.is_alive():
+            _LEFT_BEHIND.append(helper)
     if "store" in result:
         store = result["store"]
         assert isinstance(store, Store)
@@ -133,6 +140,39 @@ def _meet(w: World, addr: str, port: int, seconds: float) -> Store:
     raise UsageError(f"cannot join {where}: {first}", hint=hint)
 
 
+def left_behind() -> bool:
+    """Whether a rendezvous was given up on while its helper thread is still inside torch's store code. When that
+    code returns during the interpreter's teardown, the thread cannot take the GIL back and the C++ runtime aborts
+    the process (SIGABRT, exit 134, after the error line): the command line therefore ends without the teardown
+    once its outcome is final (cli/entry.py)."""
+    return any(t.is_alive() for t in _LEFT_BEHIND)
+
+
+@contextmanager
+def _native_logs_dropped() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for the duration. Torch's C++ store logs every failed connection and every
+    failed handshake there, with a C++ stack each, whatever sits at MASTER_ADDR:MASTER_PORT (another machine that
+    is gone, a web server or proxy answering in another protocol); the one line this module raises says what
+    went wrong and what to do. Nothing of ours writes in the window: the main thread only waits, and a signal's
+    message is written after the wait has unwound."""
+    for stream in (sys.stdout, sys.stderr):  # what Python buffered before goes where it was meant to
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+_LEFT_BEHIND: list[threading.Thread] = []
 _HINT_ONE = "unset WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT to run one process"
 _GRACE_S = 2.0
 # the barrier's counter, one per torchrun restart (torchrun's agent store may outlive a restart); torch's process
