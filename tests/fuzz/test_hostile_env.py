@@ -142,23 +142,32 @@ class _TalkingListener(_SilentListener):
 # TEST-NET-1 (RFC 5737): never routed, so a connection there fails, hangs or meets whatever a sandbox's network
 # puts there (a proxy answering HTTP, here), and each of those must end the same way
 UNROUTED = "192.0.2.1"
+UNRESOLVABLE = "node-17.invalid"  # .invalid never resolves (RFC 2606): an old job's host name, gone from the DNS
 LISTENERS = {"silent": _SilentListener, "talking": _TalkingListener}
 
 
 @pytest.mark.parametrize(
     "rank, listener",
-    [("0", "nobody"), ("1", "nobody"), ("1", "silent"), ("1", "talking"), ("0", "talking"), ("0", "unrouted")],
+    [
+        ("0", "nobody"),
+        ("1", "nobody"),
+        ("1", "silent"),
+        ("1", "talking"),
+        ("0", "talking"),
+        ("0", "unrouted"),
+        ("0", "unresolvable"),
+    ],
 )
 @pytest.mark.slow
 def test_a_stale_torchrun_environment_ends_at_the_timeout_naming_the_variables(rank, listener, tmp_path):
     """Every torchrun variable left in a shell by an earlier job: whatever waits or answers (the store's listener,
     a port that never answers, one that answers in another protocol, a MASTER_ADDR that is not this machine and
-    leads nowhere, the other ranks) gives up at --rendezvous-timeout with exit 2 and one line naming the
-    variables to unset: none of torch's C++ logs, and no abort when its store code returns after the give-up.
-    The child's timeout is the failure: it must return."""
+    leads nowhere or does not resolve, the other ranks) gives up at --rendezvous-timeout with exit 2 and one line
+    naming the variables to unset: none of torch's C++ logs, and no abort when its store code returns after the
+    give-up. The child's timeout is the failure: it must return."""
     other = LISTENERS[listener]() if listener in LISTENERS else None
     port = other.port if other else free_port()
-    addr = UNROUTED if listener == "unrouted" else "127.0.0.1"
+    addr = {"unrouted": UNROUTED, "unresolvable": UNRESOLVABLE}.get(listener, "127.0.0.1")
     env = {**NO_TORCHRUN, "MASTER_ADDR": addr, "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
     env |= {"RANK": rank, "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": "2"}
     try:

@@ -108,7 +108,9 @@ def _meet(w: World, addr: str, port: int, seconds: float) -> Store:
     def attempt() -> None:
         try:
             hosts_store = w.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
-            if not hosts_store:
+            if hosts_store:
+                _resolve(addr, port)  # the store's own client connects to MASTER_ADDR: a name that is none fails now
+            else:
                 _wait_for_listener(addr, port, deadline)
             left = datetime.timedelta(seconds=max(1.0, deadline - time.monotonic()))
             store = next(rendezvous("env://", timeout=left))[0]
@@ -200,10 +202,17 @@ def _all_arrived(store: Store, size: int, deadline: float) -> None:
         arrived = store.add(key, 0)
 
 
+def _resolve(addr: str, port: int) -> str:
+    """The host part of MASTER_ADDR (an IPv6 address loses its brackets), once it is known to resolve (OSError,
+    such as "Name or service not known", otherwise: now, not at the deadline)."""
+    host = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
+    socket.getaddrinfo(host, port)
+    return host
+
+
 def _wait_for_listener(addr: str, port: int, deadline: float) -> None:
     """Return once something listens at addr:port; TimeoutError at the deadline, OSError if addr never resolves."""
-    host = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
-    socket.getaddrinfo(host, port)  # a name that does not resolve fails now, not at the deadline
+    host = _resolve(addr, port)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
