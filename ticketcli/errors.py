@@ -9,10 +9,6 @@ class TicketCliError(Exception):
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
         self.hint = hint
-        if hint:
-            # shown under the message where the Python API's caller sees an uncaught one (a traceback's last
-            # lines, Python 3.11's exception notes); the command line prints message and hint as its one line
-            self.__notes__ = [f"hint: {hint}"]
 
 
 class UsageError(TicketCliError):
