@@ -1,5 +1,7 @@
 """One exception family; the CLI maps it to exit codes in one place."""
 
+_HINT = "hint: "
+
 
 class TicketCliError(Exception):
     """A user-facing error: one line, with an exit code."""
@@ -9,6 +11,25 @@ class TicketCliError(Exception):
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
         self.hint = hint
+
+    @property
+    def hint(self) -> str | None:
+        """What to do about it; the command line prints it in its one line, after the message."""
+        return self._hint
+
+    @hint.setter
+    def hint(self, value: str | None) -> None:
+        self._hint = value
+        # A Python caller who does not catch the error sees the hint under the message: Python 3.11 prints an
+        # exception's notes in a traceback. Kept in step with the hint when it is rewritten (the API rewrites CLI
+        # option names as keywords); notes added by others are kept.
+        notes = [n for n in getattr(self, "__notes__", []) if not n.startswith(_HINT)]
+        if value:
+            notes.append(_HINT + value)
+        if notes:
+            self.__notes__ = notes
+        elif hasattr(self, "__notes__"):
+            del self.__notes__
 
 
 class UsageError(TicketCliError):

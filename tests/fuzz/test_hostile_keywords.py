@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,15 @@ def test_the_command_lines_names_and_typos_of_them_name_the_keyword(name, typo, 
 def test_a_mistyped_extract_keyword_names_the_closest_one(typo, meant):
     e = refusal(lambda **kw: tc.extract(MODEL, progress=False, **kw), **{typo: 1})
     assert e.hint is not None and e.hint.startswith(f"did you mean {meant}=?"), e.hint
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are shown from Python 3.11 on")
+def test_an_uncaught_refusal_shows_its_hint_under_the_message():
+    """A script that does not catch the error sees what the hint says in the traceback's last lines, as the command
+    line's user sees it in the one error line."""
+    e = refusal(lambda **kw: tc.extract(MODEL, progress=False, **kw), dataset="digits")
+    shown = "".join(traceback.format_exception_only(type(e), e))
+    assert shown.splitlines()[-1].startswith("hint: did you mean data=?"), shown
 
 
 class Junk:
