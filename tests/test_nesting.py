@@ -11,9 +11,9 @@ import tracemalloc
 
 import pytest
 
+from ticketcli.files.nesting import TooDeep, toml_nesting
 from ticketcli.files.nesting import json_nesting as nesting
-from ticketcli.files.nesting import toml_nesting
-from ticketcli.ticketfile.meta import MAX_DEPTH, TooDeep, strict_json
+from ticketcli.ticketfile.meta import MAX_DEPTH, strict_json
 
 TRICKY = ["[", "]]", "{", '"', "\\", '\\"[', "\\\\", "x", ""]
 

@@ -20,6 +20,7 @@ from typing import Any
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import Owned, write_atomic, write_owned
 from ticketcli.files.bounded import read_regular_file
+from ticketcli.files.nesting import shallow_json
 
 SETTINGS, STATE, MEASUREMENTS, TRACKERS = "run.json", "state.safetensors", "measurements.jsonl", "trackers.json"
 FORMAT = "ticket-drift-run/1"
@@ -54,8 +55,8 @@ def _json_file(path: Path, limit: int, what: str) -> dict[str, Any]:
         raise UsageError(f"{what} {path} is a symlink; a run dir holds its own files")
     data = read_regular_file(path, limit, what)
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        doc = shallow_json(data.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError, JSONDecodeError and TooDeep are ValueErrors
         raise UsageError(f"{what} {path} is not JSON (damaged or not a run dir's)") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{what} {path} is not a JSON object")
@@ -106,8 +107,8 @@ class Measurements:
         out = []
         for line in lines[:-1]:
             try:
-                rec = json.loads(line.decode("utf-8"))
-            except (ValueError, RecursionError):
+                rec = shallow_json(line.decode("utf-8"))
+            except ValueError:
                 rec = None
             if not isinstance(rec, dict):
                 raise UsageError(f"{self.path}: a record is not a JSON object", hint=RESTART)

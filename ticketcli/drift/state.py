@@ -22,6 +22,7 @@ from safetensors.torch import save as st_save
 
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.bounded import read_regular_file
+from ticketcli.files.nesting import shallow_json
 from ticketcli.ticketfile.safetensors_file import MAX_HEADER_BYTES, read_header
 
 FORMAT = "ticket-drift-state/1"
@@ -72,8 +73,8 @@ def decode(path: Path, expected: Expected) -> tuple[dict[str, torch.Tensor], dic
         raise UsageError(str(e).replace("for a ticket", "for a drift state"), hint=DELETE) from None
     meta_text = (header.get("__metadata__") or {}).get("state")
     try:
-        meta = json.loads(meta_text) if isinstance(meta_text, str) else None
-    except (ValueError, RecursionError):
+        meta = shallow_json(meta_text) if isinstance(meta_text, str) else None
+    except ValueError:  # not JSON, or nested deeper than a state ever is (TooDeep)
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise UsageError(f"{path} is not a drift state ({FORMAT})", hint=DELETE)

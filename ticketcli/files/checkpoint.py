@@ -25,6 +25,7 @@ import torch
 
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import Owned, write_owned
+from ticketcli.files.nesting import shallow_json
 
 FORMAT = "ticket-checkpoint/1"
 
@@ -140,8 +141,8 @@ class Checkpointer:
         saved = read_torch_file(self.path, "checkpoint", hint=fresh)
         try:
             ok = saved.get("format") == FORMAT and isinstance(saved.get("state"), dict)
-            identity = json.loads(saved["identity"]) if ok else None
-        except (AttributeError, TypeError, KeyError, ValueError, RecursionError):  # not a dict, no identity, bad JSON
+            identity = shallow_json(saved["identity"]) if ok else None
+        except (AttributeError, TypeError, KeyError, ValueError):  # not a dict, no identity, bad JSON
             identity = None
         if not isinstance(identity, dict):
             raise UsageError(f"{self.path} is not a ticket checkpoint", hint=fresh)

@@ -6,13 +6,36 @@ never depends on that. Linear time, no recursion, and a few copies of the text a
 
 from __future__ import annotations
 
+import json
 import re
 from itertools import accumulate
+from typing import Any
+
+MAX_JSON_DEPTH = 32  # what the project's own JSON files nest (run settings 4, drift states 5) is far below this
 
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 _NOT_BRACKETS_B = re.compile(_NOT_BRACKETS.pattern.encode())
 _STEP: dict[str | int, int] = {"[": 1, "{": 1, "]": -1, "}": -1, ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 _TOML_MARKS = re.compile(r"""[\[\]{}"'#]""")
+
+
+class TooDeep(ValueError):
+    """Arrays and objects nested deeper than the reader allows, found in the text before json.loads runs: the
+    decoder's own limit is the interpreter's recursion limit, which differs from process to process (a library
+    may raise it, and a decoder allowed a million levels overflows the C stack on a 300,000-deep text), so what a
+    hostile file gets must not depend on it."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"nested more than {limit} levels deep")
+        self.limit = limit
+
+
+def shallow_json(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """json.loads of a text read from a file, refused (TooDeep, a ValueError) before parsing when it nests more
+    than `max_depth` deep; every reader of a JSON file or field goes through this or ticketfile.meta.strict_json."""
+    if json_nesting(text) > max_depth:
+        raise TooDeep(max_depth)
+    return json.loads(text)
 
 
 def json_nesting(text: str | bytes) -> int:

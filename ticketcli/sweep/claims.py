@@ -19,6 +19,7 @@ from typing import Any
 
 from ticketcli.errors import UsageError
 from ticketcli.files.bounded import read_regular_file
+from ticketcli.files.nesting import shallow_json
 from ticketcli.sweep.outputs import folder_lock
 
 SUFFIX = ".claim"
@@ -83,7 +84,7 @@ class Claims:
         except FileNotFoundError:
             return None
         try:
-            doc = json.loads(read_regular_file(path, CLAIM_LIMIT, "sweep-k claim"))
+            doc = shallow_json(read_regular_file(path, CLAIM_LIMIT, "sweep-k claim"))
         except (UsageError, ValueError):
             return None  # not a claim a sweep wrote (written whole, under the lock): taken over
         if not (isinstance(doc, dict) and type(doc.get("pid")) is int and isinstance(doc.get("host"), str)):
@@ -131,7 +132,7 @@ class Claims:
         self.held.discard(run_id)
         with folder_lock(self.out_dir):
             try:
-                doc = json.loads(read_regular_file(path, CLAIM_LIMIT, "sweep-k claim"))
+                doc = shallow_json(read_regular_file(path, CLAIM_LIMIT, "sweep-k claim"))
             except (UsageError, ValueError, OSError):
                 return
             if isinstance(doc, dict) and doc.get("token") == self.token:

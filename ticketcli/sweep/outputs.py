@@ -23,8 +23,9 @@ except ImportError:  # not POSIX: sweeps sharing a folder are not serialised the
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import Owned, check_destination, write_atomic
 from ticketcli.files.bounded import read_regular_file
+from ticketcli.files.nesting import TooDeep
 from ticketcli.seeding import file_sha256
-from ticketcli.ticketfile.meta import TooDeep, strict_json
+from ticketcli.ticketfile.meta import strict_json
 
 OUTPUTS = "sweep-outputs.json"  # in --out-dir
 FORMAT = "ticket-sweep-outputs/2"  # version 1 (path -> sha256 alone) is not trusted: it could be forged

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ticketcli.errors import TicketFileError
-from ticketcli.files.nesting import json_nesting
+from ticketcli.files.nesting import TooDeep, json_nesting
 from ticketcli.runtime.machine import created_by_problem
 from ticketcli.specs.syntax import MAX_SPEC_CHARS
 
@@ -30,16 +30,6 @@ class DuplicateKey(ValueError):
 
 class TooManyDigits(ValueError):
     pass
-
-
-class TooDeep(ValueError):
-    """Arrays and objects nested deeper than the reader allows, found in the text before json.loads runs: the
-    decoder's own limit is the interpreter's recursion limit, which differs from process to process (a library
-    may raise it), so what a hostile file gets must not depend on it."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"nested more than {limit} levels deep")
-        self.limit = limit
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

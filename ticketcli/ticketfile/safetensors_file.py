@@ -15,12 +15,12 @@ import numpy as np
 
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.bounded import shown_path
+from ticketcli.files.nesting import TooDeep
 from ticketcli.ticketfile.meta import (
     MAX_DEPTH,
     MAX_DIMS,
     MAX_INT_DIGITS,
     DuplicateKey,
-    TooDeep,
     TooManyDigits,
     check_depth,
     json_error,
