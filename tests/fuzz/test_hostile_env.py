@@ -16,7 +16,10 @@ import time
 
 import pytest
 from hostile import REPO, assert_clean, child, cli
+from typer.main import get_command
+from typer.testing import CliRunner
 
+from ticketcli.cli.app import DATA_PARALLEL_COMMANDS, app
 from ticketcli.report.console import ResultsStream
 
 EXTRACT = ["extract", "--method", "random", "--dataset", "digits", "--model", "mlp:64-13-10", "--n-extract", "100"]
@@ -76,7 +79,27 @@ def test_the_rendezvous_timeout_is_ranged(seconds, tmp_path):
 def test_a_rank_without_a_rank_0_still_says_why_it_failed(ticket):
     """WORLD_SIZE=2 RANK=1 left in a shell: no rank 0 exists to report the shared error, so rank 1 does."""
     run = cli("evaluate", str(ticket), env={**NO_TORCHRUN, "WORLD_SIZE": "2", "RANK": "1"})
-    assert_clean(run, 2, contains="(rank 1) `ticket evaluate` does not run under torchrun")
+    assert_clean(run, 2, contains="(rank 1) `ticket evaluate` does not run under torchrun (WORLD_SIZE=2 RANK=1 are")
+
+
+SINGLE_PROCESS = [c for c in get_command(app).commands if c not in DATA_PARALLEL_COMMANDS]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", SINGLE_PROCESS)
+def test_a_command_torchrun_does_not_run_names_the_variables_that_made_it_think_so(command, monkeypatch):
+    """Variables an earlier job left in a shell make any command look like a torchrun rank: the one line names them
+    (values quoted where they are not plain numbers) and says to unset them, before the command reads anything."""
+    stale = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "node\n17", "MASTER_PORT": "29500"}
+    for k in ("LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in stale.items():
+        monkeypatch.setenv(k, v)
+    r = CliRunner().invoke(app, [command, "no-such-argument"])
+    assert r.exit_code == 2, r.output
+    line = r.output.strip()
+    assert "\n" not in line and line.startswith(f"error: `ticket {command}` does not run under torchrun"), line
+    assert "(WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 MASTER_ADDR='node\\n17' MASTER_PORT=29500 are set)" in line, line
+    assert "unset WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT to run one process" in line, line
 
 
 def test_a_rank_started_by_torchrun_leaves_shared_errors_to_rank_0(ticket):

@@ -137,9 +137,10 @@ def main_options(
     """Extract, share and re-evaluate strong lottery tickets."""
     with errors_to_exit_codes():
         if world.from_environment().active and ctx.invoked_subcommand not in DATA_PARALLEL_COMMANDS:
+            parallel = " and ".join(DATA_PARALLEL_COMMANDS)
             raise UsageError(
-                f"`ticket {ctx.invoked_subcommand}` does not run under torchrun",
-                hint=f"run it as a single process; torchrun runs {' and '.join(DATA_PARALLEL_COMMANDS)}",
+                f"`ticket {ctx.invoked_subcommand}` does not run under torchrun ({world.variables_set()} are set)",
+                hint=f"if an earlier job left them, {world.UNSET}; torchrun runs {parallel}",
             )
         if world.from_environment().active:
             world.rendezvous_address()  # MASTER_ADDR and MASTER_PORT checked before any work, not at the rendezvous

@@ -35,7 +35,7 @@ from torch import nn
 from ticketcli.errors import RunFailed, UsageError
 
 # defined torch-free in world.py (the command line asks them before importing torch); re-exported here
-from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S, note_joined, rendezvous_address
+from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S, UNSET, note_joined, rendezvous_address
 from ticketcli.runtime.world import World as World
 from ticketcli.runtime.world import from_environment as from_environment
 from ticketcli.runtime.world import quiet_rank as quiet_rank
@@ -175,7 +175,7 @@ def _native_logs_dropped() -> Iterator[None]:
 
 
 _LEFT_BEHIND: list[threading.Thread] = []
-_HINT_ONE = "unset WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT to run one process"
+_HINT_ONE = UNSET
 _GRACE_S = 2.0
 # the barrier's counter, one per torchrun restart (torchrun's agent store may outlive a restart); torch's process
 # group keeps its own keys under its own prefix

@@ -20,7 +20,9 @@ RENDEZVOUS_TIMEOUT_S = 30.0  # default --rendezvous-timeout: how long a process 
 MAX_RENDEZVOUS_TIMEOUT_S = 86400.0
 _NUMBER = re.compile(r"[0-9]{1,10}")  # ASCII digits only: int() would also take " 2", "+2", "2_0" and "٢"
 _HOST = re.compile(r"[A-Za-z0-9._:%\[\]-]{1,253}")  # a host name, IPv4 or (bracketed) IPv6 address
-_HINT = "torchrun sets these; to run one process, unset WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT"
+_UNSET = "unset WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT"
+UNSET = f"{_UNSET} to run one process"  # what a hint says of variables an earlier job may have left in a shell
+_HINT = f"torchrun sets these; to run one process, {_UNSET}"
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,18 @@ def _number(env: Mapping[str, str], name: str, default: int, low: int, high: int
     if not _NUMBER.fullmatch(raw) or not low <= int(raw) <= high:
         raise UsageError(f"torchrun environment: {name}={_shown(raw)} is not an integer in [{low}, {high}]", _HINT)
     return int(raw)
+
+
+TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def variables_set(env: Mapping[str, str] | None = None) -> str:
+    """The torchrun variables set in `env`, as NAME=value (a long or odd value shortened and quoted), so that a line
+    refusing a command under them lets a stale shell's be recognised."""
+    if env is None:
+        env = os.environ
+    shown = [f"{n}={v if _NUMBER.fullmatch(v) else _shown(v)}" for n in TORCHRUN_VARIABLES if (v := env.get(n))]
+    return " ".join(shown)
 
 
 def from_environment(env: Mapping[str, str] | None = None) -> World:
