@@ -33,9 +33,14 @@ class TooDeep(ValueError):
 def shallow_json(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """json.loads of a text read from a file, refused (TooDeep, a ValueError) before parsing when it nests more
     than `max_depth` deep; every reader of a JSON file or field goes through this or ticketfile.meta.strict_json."""
+    check_depth(text, max_depth)
+    return json.loads(text)
+
+
+def check_depth(text: str | bytes, max_depth: int) -> None:
+    """Raise TooDeep when a JSON text nests arrays and objects more than `max_depth` deep (before parsing it)."""
     if json_nesting(text) > max_depth:
         raise TooDeep(max_depth)
-    return json.loads(text)
 
 
 def json_nesting(text: str | bytes) -> int:

@@ -135,7 +135,7 @@ def _meet(w: World, addr: str, port: int, seconds: float) -> Store:
         return store
     e = result.get("error", TimeoutError())  # none yet: the helper is still stuck, left behind as a daemon
     where = f"the torchrun job at {_variables(w, addr, port)}"
-    hint = f"start every process of the job (torchrun does), raise --rendezvous-timeout, or {_HINT_ONE}"
+    hint = f"start every process of the job (torchrun does), raise --rendezvous-timeout, or {UNSET}"
     if isinstance(e, (TimeoutError, dist.DistStoreError, dist.DistNetworkError)) or "timed out" in str(e).lower():
         raise UsageError(f"no one else joined {where} within {seconds:g} s", hint=hint)
     first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
@@ -175,7 +175,6 @@ def _native_logs_dropped() -> Iterator[None]:
 
 
 _LEFT_BEHIND: list[threading.Thread] = []
-_HINT_ONE = UNSET
 _GRACE_S = 2.0
 # the barrier's counter, one per torchrun restart (torchrun's agent store may outlive a restart); torch's process
 # group keeps its own keys under its own prefix

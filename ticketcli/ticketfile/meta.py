@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ticketcli.errors import TicketFileError
-from ticketcli.files.nesting import TooDeep, json_nesting
+from ticketcli.files.nesting import TooDeep, check_depth
 from ticketcli.runtime.machine import created_by_problem
 from ticketcli.specs.syntax import MAX_SPEC_CHARS
 
@@ -55,12 +55,6 @@ def strict_json(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     nested more than `max_depth` deep (raises ValueError: TooDeep before any parsing)."""
     check_depth(text, max_depth)
     return json.loads(text, object_pairs_hook=unique_keys, parse_int=_bounded_int)
-
-
-def check_depth(text: str | bytes, max_depth: int) -> None:
-    """Raise TooDeep when a JSON text nests arrays and objects more than `max_depth` deep (before parsing it)."""
-    if json_nesting(text) > max_depth:
-        raise TooDeep(max_depth)
 
 
 def json_error(e: BaseException) -> str:

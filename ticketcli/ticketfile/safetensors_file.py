@@ -15,14 +15,13 @@ import numpy as np
 
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.bounded import shown_path
-from ticketcli.files.nesting import TooDeep
+from ticketcli.files.nesting import TooDeep, check_depth
 from ticketcli.ticketfile.meta import (
     MAX_DEPTH,
     MAX_DIMS,
     MAX_INT_DIGITS,
     DuplicateKey,
     TooManyDigits,
-    check_depth,
     json_error,
     unique_keys,
 )
