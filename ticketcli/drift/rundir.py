@@ -21,6 +21,7 @@ from ticketcli.errors import UsageError
 from ticketcli.files.atomic import Owned, write_atomic, write_owned
 from ticketcli.files.bounded import read_regular_file
 from ticketcli.files.nesting import shallow_json
+from ticketcli.files.uninterrupted import uninterrupted
 
 SETTINGS, STATE, MEASUREMENTS, TRACKERS = "run.json", "state.safetensors", "measurements.jsonl", "trackers.json"
 FORMAT = "ticket-drift-run/1"
@@ -39,15 +40,16 @@ def create(folder: Path, settings: dict[str, Any]) -> None:
     if folder.is_dir() and any(folder.iterdir()):
         hint = f"continue it with ticket drift --resume {folder}, or choose another --run-dir"
         raise UsageError(f"--run-dir {folder} is not empty", hint=hint)
-    try:
-        folder.mkdir(exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create --run-dir {folder}: {e.strerror or e}") from None
-    write_atomic(folder / SETTINGS, (json.dumps({"format": FORMAT, **settings}, indent=1) + "\n").encode())
-    try:
-        os.close(os.open(folder / MEASUREMENTS, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666))
-    except OSError as e:
-        raise UsageError(f"cannot create {folder / MEASUREMENTS}: {e.strerror or e}") from None
+    with uninterrupted():  # a run dir is started whole (settings and an empty record) or not at all
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot create --run-dir {folder}: {e.strerror or e}") from None
+        write_atomic(folder / SETTINGS, (json.dumps({"format": FORMAT, **settings}, indent=1) + "\n").encode())
+        try:
+            os.close(os.open(folder / MEASUREMENTS, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666))
+        except OSError as e:
+            raise UsageError(f"cannot create {folder / MEASUREMENTS}: {e.strerror or e}") from None
 
 
 def _json_file(path: Path, limit: int, what: str) -> dict[str, Any]:
@@ -82,14 +84,15 @@ class Measurements:
     def __init__(self, path: Path):
         self.path = path
         self.records, self.size, self.digest = 0, 0, hashlib.sha256()
-        try:
-            fd = os.open(path, os.O_RDWR | _NOFOLLOW)
-        except OSError as e:
-            raise UsageError(f"cannot open {path}: {e.strerror or e}") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise UsageError(f"{path} is not a regular file")
-        self.file = os.fdopen(fd, "r+b")
+        with uninterrupted():  # the descriptor is closed on every way out, or owned by self.file
+            try:
+                fd = os.open(path, os.O_RDWR | _NOFOLLOW)
+            except OSError as e:
+                raise UsageError(f"cannot open {path}: {e.strerror or e}") from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise UsageError(f"{path} is not a regular file")
+            self.file = os.fdopen(fd, "r+b")
 
     def replay(self, records: int, size: int, sha256: str) -> list[dict[str, Any]]:
         """The first `records` records, which must be exactly the first `size` bytes (SHA-256 `sha256`); the file

@@ -16,11 +16,13 @@ import os
 import shutil
 import stat
 import tempfile
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ticketcli.errors import UsageError
+from ticketcli.files.uninterrupted import uninterrupted
 
 
 @dataclass(frozen=True)
@@ -115,16 +117,18 @@ def probe_writable(folder: Path, for_path: Path | None = None) -> None:
     target = for_path if for_path is not None else folder
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            os.write(fd, b"\0")  # a full disk refuses the first block (an empty file needs none)
-        finally:
-            os.close(fd)
+        with uninterrupted():  # a few microseconds: the probe is gone before a signal is raised
+            try:
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+                try:
+                    os.write(fd, b"\0")  # a full disk refuses the first block (an empty file needs none)
+                finally:
+                    os.close(fd)
+            finally:
+                if tmp is not None:
+                    Path(tmp).unlink(missing_ok=True)
     except OSError as e:
         raise UsageError(f"cannot write {target}: {e.strerror or e}") from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def space_shortfall(folder: str | Path, need: int) -> str | None:
@@ -185,8 +189,10 @@ def write_owned(
         check_destination(path, overwrite=overwrite, owned=owned)
     tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
+        with uninterrupted():  # until `tmp` names the new file and `f` owns its descriptor, a signal is held
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            f = os.fdopen(fd, "wb")
+        with f:
             os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes the file private; a ticket is meant to be shared
             f.write(payload)
             f.flush()
@@ -214,6 +220,27 @@ def write_owned(
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
     return identity
+
+
+class ScratchFolder:
+    """A new temporary folder for a `with` block (the block gets its path), removed with everything in it when the
+    block ends. Made and removed in sections a signal does not split; a signal just before the removal leaves it
+    to the finalizer, which removes the folder once this object is gone (unlike TemporaryDirectory, whose clean-up
+    gives up its finalizer first and would leave the folder if interrupted part-way)."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.path: Path | None = None
+
+    def __enter__(self) -> Path:
+        with uninterrupted():
+            self.path = Path(tempfile.mkdtemp(prefix=self.prefix))
+            self._remove = weakref.finalize(self, shutil.rmtree, self.path, ignore_errors=True)
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        with uninterrupted():
+            self._remove()  # once: a finalizer called is detached
 
 
 def beside_name(path: Path, n: int = 0) -> Path:
@@ -253,11 +280,16 @@ def _place_new(tmp: str, path: Path) -> bool:
     moved = _rename_noreplace(tmp, path)
     if moved is not None:
         return moved
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:
-        return False
-    os.replace(tmp, path)
+    with uninterrupted():  # an interrupt between the two would leave the empty placeholder at the output's name
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            return False
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            Path(path).unlink(missing_ok=True)  # the placeholder, ours: created exclusively just now
+            raise
     return True
 
 

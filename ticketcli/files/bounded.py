@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from ticketcli.errors import UsageError
+from ticketcli.files.uninterrupted import uninterrupted
 
 
 def mib(n: int) -> str:
@@ -24,12 +25,14 @@ def read_regular_file(path: str | Path, limit: int, what: str) -> bytes:
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
         raise UsageError(f"cannot read {what} {p}: {getattr(e, 'strerror', None) or e}") from None
     _check_stat(st, p, limit, what)
-    try:
-        # O_NONBLOCK: if the path was swapped for a FIFO since the stat, open must not wait for a writer
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise UsageError(f"cannot read {what} {p}: {e.strerror or e}") from None
-    with os.fdopen(fd, "rb") as f:
+    with uninterrupted():  # the descriptor is owned by `f` before a signal can stop the run
+        try:
+            # O_NONBLOCK: if the path was swapped for a FIFO since the stat, open must not wait for a writer
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as e:
+            raise UsageError(f"cannot read {what} {p}: {e.strerror or e}") from None
+        f = os.fdopen(fd, "rb")
+    with f:
         st = os.fstat(fd)
         _check_stat(st, p, limit, what)  # the file actually opened, not the one stat'ed
         try:

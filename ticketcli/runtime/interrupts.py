@@ -3,7 +3,9 @@ and exit with 128 + the signal number (130, 143).
 
 Any long command wraps its body in `stop_on_signals(...)` (inside `errors_to_exit_codes()`) and passes its
 progress callback through `position.track(...)`. Files are never left half-written because every writer goes
-through atomic.write_atomic (temp file + rename, the temp file unlinked on any exception).
+through atomic.write_atomic (temp file + rename, the temp file unlinked on any exception); the few instructions
+in which a new file exists before anything names it for clean-up are files.uninterrupted sections, which hold a
+signal until they end.
 
 From the first signal on, the shutdown is protected: a later SIGINT or SIGTERM is noted (hurried()), never raised,
 so every clean-up runs and the exit code stays the first signal's (a SIGTERM after a Ctrl-C still exits 130).
@@ -22,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from ticketcli.errors import Interrupted
+from ticketcli.files import uninterrupted
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -76,6 +79,10 @@ class _Signal(BaseException):
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
+
+
+def _deliver(signum: int) -> None:
+    raise _Signal(signum)
 
 
 class Position:
@@ -133,7 +140,8 @@ def stop_on_signals(
             return
         _RECEIVED.append(signum)
         _stop_now()
-        raise _Signal(signum)
+        if not uninterrupted.hold(lambda: _deliver(signum)):  # held: a file is being created and named
+            _deliver(signum)
 
     main = threading.current_thread() is threading.main_thread()
     # handlers can only be set in the main thread; a signal the parent ignores (SIGINT of a background job) stays so

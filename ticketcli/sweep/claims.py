@@ -20,6 +20,7 @@ from typing import Any
 from ticketcli.errors import UsageError
 from ticketcli.files.bounded import read_regular_file
 from ticketcli.files.nesting import shallow_json
+from ticketcli.files.uninterrupted import uninterrupted
 from ticketcli.sweep.outputs import folder_lock
 
 SUFFIX = ".claim"
@@ -115,15 +116,20 @@ class Claims:
             if os.path.lexists(path):
                 path.unlink()  # a stale claim (its owner's is gone) or a stray file: the name is the sweep's
             doc = {"run": run_id, "pid": os.getpid(), "host": self.host, "started": time.time(), "token": self.token}
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return False  # a sweep that does not take the lock (another file system's view) was first
-            except OSError as e:
-                raise UsageError(f"cannot claim {path}: {e.strerror or e}") from None
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(doc) + "\n")
-            self.held.add(run_id)
+            with uninterrupted():  # a claim is written whole and known to be ours before a signal stops the sweep
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                except FileExistsError:
+                    return False  # a sweep that does not take the lock (another file system's view) was first
+                except OSError as e:
+                    raise UsageError(f"cannot claim {path}: {e.strerror or e}") from None
+                try:
+                    with os.fdopen(fd, "w") as f:
+                        f.write(json.dumps(doc) + "\n")
+                except OSError as e:  # a full disk: no half claim stays behind
+                    path.unlink(missing_ok=True)
+                    raise UsageError(f"cannot claim {path}: {e.strerror or e}") from None
+                self.held.add(run_id)
             return True
 
     def release(self, run_id: str) -> None:

@@ -4,13 +4,13 @@ record) does not depend on the executor or the number of workers; in-process or 
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
 
 from ticketcli.errors import RunFailed, TicketCliError, UsageError
+from ticketcli.files.atomic import ScratchFolder
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runtime.pool import run_pool
 from ticketcli.sweep.plan import SweepTask
@@ -22,8 +22,8 @@ def run_task(task: SweepTask, threads: int) -> tuple[SweepRecord, bytes]:
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with tempfile.TemporaryDirectory(prefix="ticket-sweep-") as tmp:
-            path = Path(tmp) / f"{task.id}.safetensors"
+        with ScratchFolder("ticket-sweep-") as tmp:
+            path = tmp / f"{task.id}.safetensors"
             summary = runs_extract.extract_ticket(task.spec, out=path)
             payload = path.read_bytes()
     finally:

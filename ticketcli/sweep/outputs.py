@@ -24,6 +24,7 @@ from ticketcli.errors import UsageError
 from ticketcli.files.atomic import Owned, check_destination, write_atomic
 from ticketcli.files.bounded import read_regular_file
 from ticketcli.files.nesting import TooDeep
+from ticketcli.files.uninterrupted import uninterrupted
 from ticketcli.seeding import file_sha256
 from ticketcli.ticketfile.meta import strict_json
 
@@ -49,8 +50,10 @@ def folder_lock(folder: str | Path) -> Iterator[None]:
             if not _LOCKED[key]:
                 del _LOCKED[key]
         return
-    fd = os.open(key, os.O_RDONLY)
+    fd = None
     try:
+        with uninterrupted():  # the descriptor is named before a signal can stop the run (the finally closes it)
+            fd = os.open(key, os.O_RDONLY)
         fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes, and by the kernel if the process dies
         _LOCKED[key] = 1
         try:
@@ -58,7 +61,8 @@ def folder_lock(folder: str | Path) -> Iterator[None]:
         finally:
             del _LOCKED[key]
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def read_json(path: Path, limit: int, what: str, max_depth: int) -> Any:
