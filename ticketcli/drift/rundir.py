@@ -21,7 +21,7 @@ from ticketcli.errors import UsageError
 from ticketcli.files.atomic import Owned, write_atomic, write_owned
 from ticketcli.files.bounded import read_regular_file
 from ticketcli.files.nesting import shallow_json
-from ticketcli.files.uninterrupted import uninterrupted
+from ticketcli.files.uninterrupted import open_descriptor, uninterrupted
 
 SETTINGS, STATE, MEASUREMENTS, TRACKERS = "run.json", "state.safetensors", "measurements.jsonl", "trackers.json"
 FORMAT = "ticket-drift-run/1"
@@ -84,15 +84,13 @@ class Measurements:
     def __init__(self, path: Path):
         self.path = path
         self.records, self.size, self.digest = 0, 0, hashlib.sha256()
-        with uninterrupted():  # the descriptor is closed on every way out, or owned by self.file
-            try:
-                fd = os.open(path, os.O_RDWR | _NOFOLLOW)
-            except OSError as e:
-                raise UsageError(f"cannot open {path}: {e.strerror or e}") from None
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                raise UsageError(f"{path} is not a regular file")
-            self.file = os.fdopen(fd, "r+b")
+        try:
+            self.file = open_descriptor(path, os.O_RDWR | _NOFOLLOW, "r+b")
+        except OSError as e:
+            raise UsageError(f"cannot open {path}: {e.strerror or e}") from None
+        if not stat.S_ISREG(os.fstat(self.file.fileno()).st_mode):
+            self.file.close()
+            raise UsageError(f"{path} is not a regular file")
 
     def replay(self, records: int, size: int, sha256: str) -> list[dict[str, Any]]:
         """The first `records` records, which must be exactly the first `size` bytes (SHA-256 `sha256`); the file

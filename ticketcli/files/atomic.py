@@ -230,13 +230,12 @@ class ScratchFolder:
 
     def __init__(self, prefix: str):
         self.prefix = prefix
-        self.path: Path | None = None
 
     def __enter__(self) -> Path:
         with uninterrupted():
-            self.path = Path(tempfile.mkdtemp(prefix=self.prefix))
-            self._remove = weakref.finalize(self, shutil.rmtree, self.path, ignore_errors=True)
-        return self.path
+            path = Path(tempfile.mkdtemp(prefix=self.prefix))
+            self._remove = weakref.finalize(self, shutil.rmtree, path, ignore_errors=True)
+        return path
 
     def __exit__(self, *exc: object) -> None:
         with uninterrupted():

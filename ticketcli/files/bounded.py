@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 from ticketcli.errors import UsageError
-from ticketcli.files.uninterrupted import uninterrupted
+from ticketcli.files.uninterrupted import open_descriptor
 
 
 def mib(n: int) -> str:
@@ -25,15 +25,13 @@ def read_regular_file(path: str | Path, limit: int, what: str) -> bytes:
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
         raise UsageError(f"cannot read {what} {p}: {getattr(e, 'strerror', None) or e}") from None
     _check_stat(st, p, limit, what)
-    with uninterrupted():  # the descriptor is owned by `f` before a signal can stop the run
-        try:
-            # O_NONBLOCK: if the path was swapped for a FIFO since the stat, open must not wait for a writer
-            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except OSError as e:
-            raise UsageError(f"cannot read {what} {p}: {e.strerror or e}") from None
-        f = os.fdopen(fd, "rb")
+    try:
+        # O_NONBLOCK: if the path was swapped for a FIFO since the stat, open must not wait for a writer
+        f = open_descriptor(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), "rb")
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {p}: {e.strerror or e}") from None
     with f:
-        st = os.fstat(fd)
+        st = os.fstat(f.fileno())
         _check_stat(st, p, limit, what)  # the file actually opened, not the one stat'ed
         try:
             data = f.read(st.st_size)  # read(n) allocates n up front: the real size, never the limit

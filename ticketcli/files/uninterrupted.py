@@ -14,9 +14,11 @@ Ctrl-C waits for it. Only the standard library is imported, so every layer can u
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import BinaryIO, cast
 
 _OPEN = [0]  # how many sections the main thread is inside now (they nest)
 _HELD: list[Callable[[], None]] = []  # what the handler asked to do, in the order the signals came
@@ -53,3 +55,11 @@ def uninterrupted() -> Iterator[None]:
             deliver = _HELD[0]
             _HELD.clear()
             deliver()
+
+
+def open_descriptor(path: str | os.PathLike[str], flags: int, mode: str) -> BinaryIO:
+    """`os.open(path, flags)` handed to a binary file object (`mode`: "rb", "r+b", ...) in one section: no signal
+    can land between the two and leave the descriptor open. OSError from the open is the caller's to translate."""
+    assert "b" in mode
+    with uninterrupted():
+        return cast(BinaryIO, os.fdopen(os.open(path, flags), mode))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ticketcli.errors import TicketFileError
-from ticketcli.files.uninterrupted import uninterrupted
+from ticketcli.files.uninterrupted import open_descriptor
 from ticketcli.models.registry import declared_params
 from ticketcli.ticketfile.meta import HEX64, check_fields, json_field
 from ticketcli.ticketfile.safetensors_file import CHUNK_BYTES, chunks, read_header
@@ -38,21 +38,20 @@ class Layout:
 def open_file(path: Path) -> tuple[BinaryIO, int]:
     """The ticket opened for reading: a regular file (checked on the opened file too, and opened without
     blocking, so a FIFO swapped in cannot hang the reader) of at most MAX_FILE_BYTES."""
-    with uninterrupted():  # the descriptor is closed, or owned by the file object, before a signal stops the run
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            raise TicketFileError(f"{path}: no such file") from None
-        except (OSError, ValueError) as e:  # ValueError: a NUL in the path; OSError: too long, a loop, no permission
-            raise TicketFileError(f"{str(path)[:200]}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise TicketFileError(f"{path}: not a regular file")
-        if st.st_size > MAX_FILE_BYTES:
-            os.close(fd)
-            raise TicketFileError(f"{path}: {st.st_size} bytes is too large for a ticket file")
-        return os.fdopen(fd, "rb"), st.st_size
+    try:
+        f = open_descriptor(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), "rb")
+    except FileNotFoundError:
+        raise TicketFileError(f"{path}: no such file") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path; OSError: too long, a loop, no permission
+        raise TicketFileError(f"{str(path)[:200]}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):
+        f.close()
+        raise TicketFileError(f"{path}: not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        f.close()
+        raise TicketFileError(f"{path}: {st.st_size} bytes is too large for a ticket file")
+    return f, st.st_size
 
 
 def checked_layout(f: BinaryIO, size: int, path: Path, max_params: int | None = None) -> Layout:
