@@ -3,18 +3,35 @@
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/ddp_worker.py OUT_DIR
 
 Each rank writes OUT_DIR/rank{R}.pt with the score and weight gradients and updated tensors of one step on a
-fixed global batch, and whether check_identical caught a deliberately diverged rank.
+fixed global batch, and whether check_identical caught a deliberately diverged rank; and, as the last thing
+before the interpreter's finalization, OUT_DIR/rank{R}.teardown with the number of DistributedDataParallel
+replicas still alive then (each one left is a process group freed during finalization, which aborts the
+process now and then).
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
+import os
 import sys
 from pathlib import Path
 
 import torch
 
-from ticketcli.errors import RunFailed
-from ticketcli.runtime import distributed
+
+def count_replicas_at_teardown(out: Path) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    alive = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
+    (out / f"rank{os.environ['RANK']}.teardown").write_text(str(alive))
+
+
+# registered before ticketcli's own exit handlers, so it runs after them
+atexit.register(count_replicas_at_teardown, Path(sys.argv[1]))
+
+from ticketcli.errors import RunFailed  # noqa: E402
+from ticketcli.runtime import distributed  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from ddp_cases import batch, score_trainer, weight_trainer  # noqa: E402
