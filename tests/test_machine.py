@@ -113,12 +113,16 @@ def test_evaluate_names_what_differs_when_a_cpu_ticket_does_not_reproduce(ticket
     tk = ticket_io.load(ticket_path)
     metrics = tk.metrics.to_json()
     metrics["test"]["correct"] += 1  # as if another machine had measured one more correct prediction
-    other = {**tk.created_by.to_json(), "cpu_isa": "AVX512", "cpu_vendor": "GenuineIntel"}
+    here = machine.record()  # the other machine's CPU is one that this machine's is not, whichever this one is
+    vendor = "GenuineIntel" if here["cpu_vendor"] != "GenuineIntel" else "AuthenticAMD"
+    isa = "AVX512" if here["cpu_isa"] != "AVX512" else "AVX2"
+    other = {**tk.created_by.to_json(), "cpu_isa": isa, "cpu_vendor": vendor}
     path = rewritten(ticket_path, tmp_path / "other.safetensors", metrics=metrics, created_by=other)
     r = CliRunner().invoke(app, ["evaluate", str(path), "--device", "cpu"], env={"COLUMNS": "400"})
     assert r.exit_code == 0, r.output
     assert "did not reproduce exactly here; it differs from this machine in" in r.stderr
-    assert "cpu_vendor GenuineIntel (ticket) vs" in r.stderr and "cpu_isa AVX512 (ticket) vs" in r.stderr
+    assert f"cpu_vendor {vendor} (ticket) vs {here['cpu_vendor']} (here)" in r.stderr
+    assert f"cpu_isa {isa} (ticket) vs {here['cpu_isa']} (here)" in r.stderr
     assert "blas" not in r.stderr and "torch" not in r.stderr.split("differs")[1]  # only what differs
     same = rewritten(ticket_path, tmp_path / "same.safetensors", metrics=metrics)
     r = CliRunner().invoke(app, ["evaluate", str(same), "--device", "cpu"], env={"COLUMNS": "400"})
