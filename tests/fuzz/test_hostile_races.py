@@ -294,3 +294,51 @@ def test_a_sweep_killed_mid_way_leaves_claims_the_next_takes_over(tmp_path):
     assert left <= done_here(doc)
     assert {r["id"] for r in doc["records"]} == done_here(doc) | set(doc["resumed"])
     assert not list(folder.glob("*.claim"))
+
+
+def claims_of(folder: Path, pid: int) -> set[str]:
+    """The runs whose claim names `pid` (a claim being written or removed right now is skipped)."""
+    held = set()
+    for c in folder.glob("*.claim"):
+        try:
+            if json.loads(c.read_text()).get("pid") == pid:
+                held.add(c.stem)
+        except (OSError, ValueError):
+            pass
+    return held
+
+
+@pytest.mark.slow
+def test_of_two_sweeps_at_once_the_survivor_takes_over_the_killed_ones_runs(tmp_path):
+    """Two sweeps on one folder at the same time, one killed while it holds a run: the other, still running,
+    takes that run over once its claimant is dead, exits 0, and every run is done."""
+    folder = tmp_path / "runs"
+    victim = sweep_process(folder, fresh=True)  # fresh: the claim names this very pid
+    survivor = None
+    try:
+        deadline = time.monotonic() + 300
+        held: set[str] = set()
+        while not held and victim.poll() is None and time.monotonic() < deadline:
+            if claims_of(folder, victim.pid):
+                os.kill(victim.pid, signal.SIGSTOP)  # frozen with its claim, so the takeover is certain
+                held = claims_of(folder, victim.pid)
+                if not held:  # released between the two looks: let it go on to its next run
+                    os.kill(victim.pid, signal.SIGCONT)
+            time.sleep(0.005)
+        assert held, "the sweep to be killed never held a run"
+        before = set(os.listdir(folder))
+        survivor = sweep_process(folder)
+        # at work beside the stopped sweep once the folder changes (or, with every other run done, waiting on it)
+        waited = time.monotonic() + 20
+        while set(os.listdir(folder)) == before and time.monotonic() < waited:
+            time.sleep(0.005)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        doc = finish(survivor)
+    finally:
+        for p in (victim, survivor):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert held <= done_here(doc)  # the killed sweep's run, done by the survivor
+    assert {r["id"] for r in doc["records"]} == done_here(doc) | set(doc["resumed"])
+    assert not list(folder.glob("*.claim"))
