@@ -94,3 +94,19 @@ def test_the_layout_page_shows_every_package_in_layer_order():
         source = PACKAGE / package / "__init__.py" if (PACKAGE / package).is_dir() else PACKAGE / f"{package}.py"
         first = re.search(r'"""(.*?)(?:\n\n|""")', source.read_text(), flags=re.S)[1]
         assert " ".join(first.split()) in text, package
+
+
+def benchmarks_table_gaps(contributing: str, scripts: list[str]) -> list[str]:
+    """The scripts of benchmarks/ that CONTRIBUTING.md's "Benchmarks" table does not name in a code span."""
+    section = contributing.split("\n## Benchmarks", 1)[-1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([\w.-]+\.(?:py|sh))`", section))
+    return [s for s in scripts if s not in named]
+
+
+def test_every_benchmark_script_is_in_contributings_table():
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").iterdir() if p.suffix in (".py", ".sh"))
+    assert len(scripts) > 20
+    assert benchmarks_table_gaps((ROOT / "CONTRIBUTING.md").read_text(), scripts) == []
+    # the check can fail: a script the table does not name is reported
+    table = "## Benchmarks\n\n| `speed.py` | time |\n\n## Next\n\n`other.py`\n"
+    assert benchmarks_table_gaps(table, ["speed.py", "other.py"]) == ["other.py"]
