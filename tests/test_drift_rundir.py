@@ -238,3 +238,31 @@ def test_damaged_measurements_are_refused(whole, tmp_path):
         folder = copy(whole[0], tmp_path / f"m{n}")
         (folder / "measurements.jsonl").write_bytes(payload)
         assert "measurements.jsonl" in refused("--resume", str(folder), "--json")
+
+
+class _Opens:
+    """Unpickled, it creates the file named: a state that is a pickle, or a torch.save archive, must never be."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def test_a_pickled_state_is_refused_without_being_unpickled(whole, tmp_path):
+    import pickle
+
+    import torch
+
+    ran = tmp_path / "unpickled"
+    archive = tmp_path / "archive.pt"
+    torch.save({"param.x": torch.zeros(2), "trap": _Opens(ran)}, archive)
+    for n, data in enumerate([pickle.dumps(_Opens(ran)), archive.read_bytes()]):
+        folder = copy(whole[0], tmp_path / f"p{n}")
+        (folder / "state.safetensors").write_bytes(data)
+        r = runner.invoke(app, ["drift", "--resume", str(folder), "--json"])
+        assert r.exit_code == 2 and r.stderr.count("error:") == 1 and "Traceback" not in r.output, r.output
+        assert not ran.exists()
+    pickle.loads(pickle.dumps(_Opens(ran))).close()
+    assert ran.exists()  # the trap works where something unpickles
