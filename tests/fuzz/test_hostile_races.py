@@ -342,3 +342,29 @@ def test_of_two_sweeps_at_once_the_survivor_takes_over_the_killed_ones_runs(tmp_
     assert held <= done_here(doc)  # the killed sweep's run, done by the survivor
     assert {r["id"] for r in doc["records"]} == done_here(doc) | set(doc["resumed"])
     assert not list(folder.glob("*.claim"))
+
+
+def test_a_claim_from_another_host_is_held_while_its_heartbeat_lasts_and_taken_once_it_stops(tmp_path, monkeypatch):
+    """A claim whose pid cannot be asked about (another host) is held while its file's mtime is fresh, and taken
+    over once the heartbeat has been missing for STALE_S; a live sweep's heartbeat keeps its own claims fresh."""
+    from ticketcli.sweep import claims as sweep_claims
+
+    run = "seed0-edge-popup-k0.5"
+    path = sweep_claims.claim_path(tmp_path, run)
+    path.write_text(json.dumps({"run": run, "pid": 1, "host": "another-host", "started": 0, "token": "theirs"}))
+    with sweep_claims.Claims(tmp_path) as mine:
+        assert mine.owner(run) is not None and not mine.take(run)  # beating: theirs
+        old = time.time() - sweep_claims.STALE_S - 5
+        os.utime(path, (old, old))
+        assert mine.owner(run) is None and mine.take(run)  # ten heartbeats missed: ours now
+        assert json.loads(path.read_text())["token"] == mine.token
+    assert not path.exists()  # given back on the way out
+
+    monkeypatch.setattr(sweep_claims, "HEARTBEAT_S", 0.02)
+    with sweep_claims.Claims(tmp_path) as mine:
+        assert mine.take(run)
+        os.utime(path, (old, old))
+        deadline = time.monotonic() + 30
+        while path.stat().st_mtime < time.time() - sweep_claims.STALE_S and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert time.time() - path.stat().st_mtime < sweep_claims.STALE_S  # its heartbeat made it fresh again
