@@ -3,11 +3,14 @@ CONTRIBUTING.md, "Executable documentation").
 
 `blocks(path)` parses a Markdown file into its fenced code blocks and classifies each: Python (`python`, or
 `pycon` for an interactive session), shell (`bash`, `sh`, `shell`: every line a command; `console`: the lines
-after `$ `), a transcript (a console block repeating the commands of the block before it, shown with their
-output), or text. `python tests/docsrun.py PLAN RESULTS` is the driver: it runs one file's blocks in order in its
-working directory (the test makes a temporary one), Python blocks in one shared namespace, each shell command in
-its own `bash` (whose `ticket` and `python` are the fork server's children, tests/docserver.py, but for a command
-that must fail), and writes one JSON line per block as it finishes, so a hang still names the block it was in."""
+after `$ `, each followed by the output it shows), a transcript (a console block repeating the commands of the block
+before it, shown with their output), or text. `python tests/docsrun.py PLAN RESULTS` is the driver: it runs one
+file's blocks in order in its working directory (the test makes a temporary one), Python blocks in one shared
+namespace, each shell command in its own `bash` (whose `ticket` and `python` are the fork server's children,
+tests/docserver.py, but for a command that must fail), and writes one JSON line per block as it finishes, so a hang
+still names the block it was in. Where a console block shows a command's output, that output is compared with what
+the command printed, by the rule of `output_differences`: a transcript's with the run of the block before it, or,
+when that block did not run (`<!-- long -->`), with a run of the transcript's own commands."""
 
 from __future__ import annotations
 
@@ -87,6 +90,9 @@ class Block:
     kind: str = "text"  # python, pycon, shell, transcript, text
     commands: list[Command] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # why it cannot be run as written
+    shown: list[str] = field(default_factory=list)  # a console block's output shown under each command ("": none)
+    echoes: list[int] = field(default_factory=list)  # a transcript's commands: their indices in the block before
+    reuse: str | None = None  # a transcript: the block before it, if that block runs (its output is compared)
 
     @property
     def id(self) -> str:
@@ -94,7 +100,9 @@ class Block:
 
     @property
     def runs(self) -> bool:
-        return self.kind in ("python", "pycon", "shell") and not self.long and not self.problems
+        """Whether the driver runs it (a transcript: compares its output, running its commands if the block before
+        it does not run)."""
+        return self.kind in ("python", "pycon", "shell", "transcript") and not self.long and not self.problems
 
 
 def blocks(path: Path, root: Path) -> list[Block]:
@@ -134,18 +142,25 @@ def classify(block: Block, before: Block | None) -> Block:
     elif block.lang in SHELL:
         block.kind = "shell"
         block.commands = shell_commands(block.code.splitlines())
+        block.shown = [""] * len(block.commands)
     elif block.lang in CONSOLE:
         block.kind = "shell"
-        block.commands = shell_commands([ln[2:] for ln in console_commands(block.code)])
-        if before is not None and before.kind == "shell" and is_subsequence(block.commands, before.commands):
-            block.kind = "transcript"  # the previous block's commands shown with their output: checked, not rerun
+        for lines, output in console_session(block.code):
+            found = shell_commands([ln[2:] for ln in lines])  # one command, or none for a `$ # comment` line
+            block.commands += found
+            block.shown += [output] * len(found)
+        echoes = subsequence_indices(block.commands, before.commands) if before and before.kind == "shell" else None
+        if echoes is not None:
+            block.kind = "transcript"  # the previous block's commands shown with their output
+            block.echoes = echoes
+            block.reuse = before.id if before is not None and before.runs else None
     else:
         if any(LOOKS_RUNNABLE.match(line) for line in block.code.splitlines()):
             block.problems.append(
                 "looks like commands or code but its fence names no language: mark it python, bash or console"
             )
         return block
-    if block.kind == "shell":
+    if block.kind in ("shell", "transcript"):
         if not block.commands:
             block.problems.append("a shell block without a command")
         for c in block.commands:
@@ -153,14 +168,20 @@ def classify(block: Block, before: Block | None) -> Block:
     return block
 
 
-def console_commands(code: str) -> list[str]:
-    """A console block's command lines: those starting with `$ `, with their continuation lines."""
-    out: list[str] = []
+def console_session(code: str) -> list[tuple[list[str], str]]:
+    """A console block as its command lines (those starting with `$ `, with their continuation lines), each with
+    the output shown under it up to the next command ("" when none)."""
+    out: list[tuple[list[str], str]] = []
     cont = False
     for line in code.splitlines():
-        if line.startswith("$ ") or cont:
-            out.append(line if line.startswith("$ ") else "$ " + line)
+        if line.startswith("$ ") and not cont:
+            out.append(([line], ""))
             cont = line.rstrip().endswith("\\")
+        elif cont:
+            out[-1][0].append("$ " + line)
+            cont = line.rstrip().endswith("\\")
+        elif out:
+            out[-1] = (out[-1][0], out[-1][1] + line + "\n")
     return out
 
 
@@ -279,9 +300,147 @@ def parse_problem(argv: list[str]) -> str | None:
     return None
 
 
-def is_subsequence(these: list[Command], those: list[Command]) -> bool:
-    it = iter(c.text for c in those)
-    return bool(these) and all(c.text in it for c in these)
+def subsequence_indices(these: list[Command], those: list[Command]) -> list[int] | None:
+    """Where the commands `these` appear, in order, among `those` (the first match of each), or None if they do
+    not all appear (or there are none)."""
+    found: list[int] = []
+    k = 0
+    for c in these:
+        while k < len(those) and those[k].text != c.text:
+            k += 1
+        if k == len(those):
+            return None
+        found.append(k)
+        k += 1
+    return found or None
+
+
+def reads_fashion(block: Block) -> bool:
+    """Whether a `ticket` command of the block reads FashionMNIST: one with a `--dataset` option not given (the
+    default, unless a `--config` file names another) or given as fashion-mnist."""
+    import typer
+    from typer.core import _click as click
+
+    from ticketcli.cli.app import app
+
+    group = typer.main.get_command(app)
+    root = click.Context(group, info_name="ticket")
+    for argv in ticket_argvs(block):
+        command = group.get_command(root, argv[0])
+        if command is None:
+            continue
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                params = command.make_context(argv[0], list(argv[1:]), parent=root).params
+        except (typer.Exit, click.ClickException):
+            continue
+        if "dataset" in params and params["dataset"] in (None, "fashion-mnist"):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- the output a block shows and the one printed
+
+# How far a measured quantity may move between CPUs (the reasons are in output_differences' docstring)
+ACCURACY_POINTS = 2.0  # percentage points (0.02 for an accuracy written as a fraction)
+LOSS_RELATIVE = 0.10
+BYTES_RELATIVE = 0.02
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+VERTICAL = re.compile(r"[│┃║]")
+BORDER = re.compile(r"^[━─═┏┓┗┛┣┫┳┻╋┡┩╇┌┐└┘├┤┬┴┼╞╡╪╭╮╰╯╔╗╚╝╠╣╦╩╬\s]+$")
+TOP = ("┏", "┌", "╭", "╔")  # the first line of a table: the row after it is its header if a rule follows that
+
+
+def output_differences(shown: str, printed: str) -> list[str]:
+    """How the output a block shows under a command differs from what the command printed, one line per difference
+    ([] when they match). The rule, the same for every block:
+
+    - Structure: the same number of lines (blank lines at the end aside), and line by line the same kind: a table
+      rule (its box characters, a run of one character counted once, so a column's width does not matter), a table
+      row (the same number of cells) or a line of text. Inside a cell or a line of text, runs of spaces count as
+      one, and everything but the numbers (labels, units, names) must be equal.
+    - Numbers are exact (written the same), unless what they measure is named by the row's first cell, the column's
+      header, the text before the number since a `;`, `,`, `(` or `:`, or the word after it:
+      - an accuracy (`accuracy` in that context): within ACCURACY_POINTS percentage points (0.02 written as a
+        fraction). The same paper run (docs/guide/paper-run.md) gives 83.70% test and 84.88% validation accuracy on
+        one CPU and 83.47% and 83.74% on another (docs/reference/reliability.md, "Determinism across machines"):
+        the last bits of a sum differ between CPU kinds and, over hundreds of Adam steps, flip a few mask entries.
+        Two points covers that 1.1-point move with room; a broken method or a changed default moves more, and
+        changes the exact values beside it;
+      - a loss (`loss`): within LOSS_RELATIVE of the shown value, for the same reason (that run: 0.4447 and
+        0.4373, 1.7%);
+      - a size in `bytes`: within BYTES_RELATIVE of the shown one. A ticket's header records the machine that made
+        it (torch build, CPU model, BLAS, strings of up to 256 characters) and floats whose digits vary; 2% of the
+        smallest ticket shown (21 KB) is 420 bytes. The masks, one bit per weight, are the bulk of the file: a
+        change in what is stored moves it far more;
+      - a `wall time`: not compared.
+      Everything else is a setting or an exact count and must be equal: requested and achieved sparsity, keep
+      density, model and seed, data sizes, kept / total, per-layer sparsity and share, file names."""
+    a, b = _parsed(shown), _parsed(printed)
+    out: list[str] = []
+    if len(a) != len(b):
+        out.append(f"shows {len(a)} lines, printed {len(b)}")
+    for k, ((kind, cells, text), (kind_b, cells_b, text_b)) in enumerate(zip(a, b), start=1):
+        if kind != kind_b or len(cells) != len(cells_b) or (kind == "rule" and cells != cells_b):
+            return [*out, f"line {k}: shows {text!r}, printed {text_b!r}"]  # the lines after it are out of step
+    header: list[str] = []
+    for k, ((kind, cells, text), (_, cells_b, _)) in enumerate(zip(a, b), start=1):
+        if kind == "rule":
+            if text.startswith(TOP):
+                header = []
+                if k < len(a) and a[k][0] == "row" and k + 1 < len(a) and a[k + 1][0] == "rule":
+                    header = a[k][1]
+            continue
+        for i, (x, y) in enumerate(zip(cells, cells_b)):
+            context = " ".join(([cells[0]] if i else []) + header[i : i + 1]) if kind == "row" else ""
+            why = _cell_difference(x, y, context)
+            if why:
+                out.append(f"line {k}: {why}")
+    return out
+
+
+def _parsed(output: str) -> list[tuple[str, list[str], str]]:
+    """Each line of an output as (kind, cells, the line): a table rule (one cell, runs of a character as one), a
+    table row (its cells) or text (one cell); runs of spaces as one, blank lines at the end dropped."""
+    lines = output.rstrip().splitlines()
+    out = []
+    for line in lines:
+        text = line.strip()
+        if text and BORDER.match(text):
+            out.append(("rule", [re.sub(r"(.)\1+", r"\1", "".join(text.split()))], text))
+        elif VERTICAL.match(text):
+            out.append(("row", [" ".join(c.split()) for c in VERTICAL.split(text)[1:-1]], text))
+        else:
+            out.append(("text", [" ".join(text.split())], text))
+    return out
+
+
+def _cell_difference(shown: str, printed: str, context: str) -> str | None:
+    """Why a cell (or a line of text) printed differs from the one shown, by output_differences' rule; None if it
+    does not."""
+    if NUMBER.sub("#", shown) != NUMBER.sub("#", printed):
+        return f"shows {shown!r}, printed {printed!r}"
+    for m, n in zip(NUMBER.finditer(shown), NUMBER.finditer(printed)):
+        before = re.split(r"[;,(:]", shown[: m.start()])[-1]
+        after = shown[m.end() :].split()
+        unit = after[0] if after else ""
+        name = f"{context} {before}".lower()
+        x, y = float(m[0]), float(n[0])
+        if "wall time" in name:
+            continue
+        if unit.startswith("bytes"):
+            ok, what = abs(y - x) <= BYTES_RELATIVE * x, f"a size: more than {BYTES_RELATIVE:.0%} apart"
+        elif "accuracy" in name:
+            points = ACCURACY_POINTS if shown[m.end() :].startswith("%") else ACCURACY_POINTS / 100
+            ok, what = abs(y - x) <= points, f"an accuracy: more than {points:g} apart"
+        elif "loss" in name:
+            ok, what = abs(y - x) <= LOSS_RELATIVE * abs(x), f"a loss: more than {LOSS_RELATIVE:.0%} apart"
+        else:
+            ok, what = m[0] == n[0], "a setting or a count: must be equal"
+        if not ok:
+            label = " ".join(f"{context} {before}".split()) or shown
+            return f"{label!r} shows {m[0]}, printed {n[0]} ({what})"
+    return None
 
 
 # ---------------------------------------------------------------- the driver: runs one file's blocks in order
@@ -333,10 +492,17 @@ def run_pycon(code: str, name: str, ns: dict[str, Any]) -> tuple[bool, str]:
     return True, "\n".join(log)[-3000:]
 
 
-def run_shell(commands: list[dict[str, Any]], timeout: float, fresh_bin: str | None = None) -> tuple[bool, str]:
+def run_shell(
+    commands: list[dict[str, Any]],
+    timeout: float,
+    fresh_bin: str | None = None,
+    outputs: list[str] | None = None,
+) -> tuple[bool, str]:
     """Each command in its own `bash` (pipefail); one that must exit non-zero with `fresh_bin` first on PATH, where
     `ticket` and `python` are fresh processes rather than the fork server's children, so that the failures the docs
-    promise are those of a real start-up."""
+    promise are those of a real start-up. What each command that ended as it must printed is appended to `outputs`
+    (what a terminal shows of it: its stdout, and its stderr too for one that must fail; a progress bar or warning
+    on the stderr of one that succeeds is not part of it)."""
     log = []
     for c in commands:
         env = None
@@ -364,7 +530,46 @@ def run_shell(commands: list[dict[str, Any]], timeout: float, fresh_bin: str | N
             tail = "\n".join((stdout[-1500:], stderr[-3000:]))
             return False, "\n".join(log + [entry, f"expected exit {c['expect']}; stdout and stderr end:", tail])
         log.append(entry)
+        if outputs is not None:
+            outputs.append(stdout + (stderr if c["expect"] else ""))
     return True, "\n".join(log)
+
+
+def shown_differences(commands: list[dict[str, Any]], shown: list[str], outputs: list[str]) -> tuple[bool, str]:
+    """The output a block shows under each command compared with what that command printed (`output_differences`);
+    a command shown without output is not compared."""
+    log = []
+    for c, expected, printed in zip(commands, shown, outputs):
+        if not expected.strip():
+            continue
+        found = output_differences(expected, printed)
+        if found:
+            log.append(f"$ {c['text']}\nthe output shown differs from the output printed:")
+            log += [f"  {d}" for d in found[:20]] + ["printed:", printed.rstrip()[-3000:]]
+    for c, expected in list(zip(commands, shown))[len(outputs) :]:
+        if expected.strip():
+            log.append(f"$ {c['text']}\nnot run, so its output shown is not checked")
+    return not log, "\n".join(log)
+
+
+def run_transcript(
+    b: dict[str, Any], before: list[str] | None, timeout: float, fresh_bin: str | None
+) -> tuple[bool, str]:
+    """A transcript's shown output compared with what its commands printed: in the run of the block before it (its
+    outputs `before`), or, when that block did not run, in a run of the transcript's own commands."""
+    if b["reuse"] is None:
+        outputs: list[str] = []
+        ok, log = run_shell(b["commands"], timeout, fresh_bin, outputs)
+        if not ok:
+            return False, log
+        prefix = log + "\n"
+    elif before is None:
+        return False, f"the block before it, {b['reuse']}, did not run"
+    else:
+        outputs = [before[k] for k in b["echoes"] if k < len(before)]
+        prefix = f"(compared with the output of {b['reuse']})\n"
+    ok, log = shown_differences(b["commands"], b["shown"], outputs)
+    return ok, prefix + log
 
 
 def cpu_seconds(server: int | None = None) -> float:
@@ -385,6 +590,7 @@ def drive(plan_path: str, results_path: str) -> None:
     plan = json.loads(Path(plan_path).read_text())
     server = plan.get("server_pid")
     ns: dict[str, Any] = {"__name__": "__main__"}
+    printed: dict[str, list[str]] = {}  # what each shell block's commands printed, for the transcript after it
     with open(results_path, "a") as results:
         for b in plan["blocks"]:
             t0, cpu0 = time.monotonic(), cpu_seconds(server)
@@ -393,8 +599,15 @@ def drive(plan_path: str, results_path: str) -> None:
                 ok, log = run_python(b["code"], name, ns)
             elif b["kind"] == "pycon":
                 ok, log = run_pycon(b["code"], name, ns)
+            elif b["kind"] == "transcript":
+                before = printed.get(b["reuse"]) if b["reuse"] else None
+                ok, log = run_transcript(b, before, plan["timeout"], plan.get("fresh_bin"))
             else:
-                ok, log = run_shell(b["commands"], plan["timeout"], plan.get("fresh_bin"))
+                printed[name] = []
+                ok, log = run_shell(b["commands"], plan["timeout"], plan.get("fresh_bin"), printed[name])
+                if ok:
+                    same, differences = shown_differences(b["commands"], b["shown"], printed[name])
+                    ok, log = same, log + ("\n" + differences if differences else "")
             took = {"seconds": round(time.monotonic() - t0, 1), "cpu_seconds": round(cpu_seconds(server) - cpu0, 1)}
             record = {"id": name, "ok": ok, "log": log, **took}
             results.write(json.dumps(record) + "\n")

@@ -7,11 +7,14 @@ The rules are in CONTRIBUTING.md, "Executable documentation"; the parser and the
 Each file's blocks run in order in one temporary directory (so `ticket evaluate t.safetensors` finds the ticket an
 earlier block extracted), Python blocks in one shared namespace; `ticket` on PATH is this checkout's
 `python -m ticketcli`, served by a fork server that imported torch once (tests/docserver.py; the tests at the end
-check that it behaves as a fresh process). A failure names the block (`README.md:47`) and shows its code, the
-command and the end of its output."""
+check that it behaves as a fresh process). Output a `console` block shows is compared with what its command printed
+(`docsrun.output_differences`, its rule tested here); a transcript of a block marked long runs its own commands,
+and one that reads FashionMNIST is skipped without it, unless TICKET_REQUIRE_FASHION=1 (CI). A failure names the
+block (`README.md:47`) and shows its code, the command and the end of its output."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -24,14 +27,26 @@ from typing import Any
 
 import pytest
 import warm
-from docsrun import Block, blocks, parse_problem, plan_of, pycon_statements, run_pycon, run_shell, ticket_argvs
-from helpers import checkout_pythonpath
+from docsrun import (
+    Block,
+    blocks,
+    drive,
+    output_differences,
+    parse_problem,
+    plan_of,
+    pycon_statements,
+    reads_fashion,
+    run_pycon,
+    run_shell,
+    ticket_argvs,
+)
+from helpers import checkout_pythonpath, fashion_available, require_fashion
 from warm import SERVER, ForkServer
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 ALL = [b for doc in DOCS for b in blocks(doc, REPO)]
-CHECKED = [b for b in ALL if b.kind != "transcript" and (b.kind != "text" or b.problems)]
+CHECKED = [b for b in ALL if b.kind != "text" or b.problems]
 COMMAND_TIMEOUT = 300.0  # seconds for one shell command; a whole file gets the sum of its commands' share
 RESOURCES = ("sample_configs", "examples", "benchmarks")  # what the docs name relative to the repository root
 
@@ -53,6 +68,9 @@ def docs_env(base: Path) -> dict[str, str]:
     env["PYTHONPATH"] = checkout_pythonpath(env)
     env["XDG_CACHE_HOME"] = str(base / "cache")  # no user cache leaking in
     env.pop("TICKET_DATA", None)
+    # the manual's examples and the output they show are the CPU's (`--device auto` would say "on cuda" on a GPU
+    # machine, with a GPU's numbers)
+    env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
 
@@ -76,11 +94,17 @@ def fork_server() -> ForkServer:
     return warm.server(docs_env(Path(tempfile.gettempdir())))
 
 
+def needs_fashion(block: Block) -> bool:
+    """Whether the block runs a command that reads FashionMNIST: a transcript of a block marked long (the paper
+    run) runs its own commands; the runnable blocks use digits."""
+    return block.kind == "transcript" and block.reuse is None and reads_fashion(block)
+
+
 def run_doc(doc: str, base: Path, server: ForkServer) -> dict[str, dict[str, Any]]:
     """Run one file's runnable blocks in order in a fresh directory, through the fork server; each block's record
-    by id."""
+    by id. A block that needs FashionMNIST is left out where it is not installed (its test skips, or fails in CI)."""
     server.start()
-    todo = [b for b in ALL if b.doc == doc]
+    todo = [b for b in ALL if b.doc == doc and (fashion_available() or not needs_fashion(b))]
     assert server.proc is not None
     plan = plan_of(todo, COMMAND_TIMEOUT, fresh_bin=str(base / "fresh"), server_pid=server.proc.pid)
     work = base / "work"
@@ -142,6 +166,8 @@ def test_doc_block_runs(block: Block, doc_runs):
         )
         return
     assert not block.problems, report(block, "cannot be run as written:\n" + "\n".join(block.problems))
+    if needs_fashion(block):
+        require_fashion()
     record = doc_runs(block.doc)[block.id]
     assert record["ok"], report(block, record["log"])
 
@@ -154,6 +180,11 @@ def test_the_docs_have_runnable_blocks():
     assert {f"docs/guide/{page}.md" for page in guide} <= runnable  # the pages the README's guide moved to
     assert {"docs/reference/models.md", "docs/reference/reliability.md"} <= runnable
     assert any(b.kind == "python" and b.runs for b in ALL) and any(b.kind == "shell" and b.runs for b in ALL)
+    transcripts = {b.doc: b for b in ALL if b.kind == "transcript" and b.runs}  # their output is compared
+    assert {"README.md", "docs/guide/paper-run.md"} <= set(transcripts)
+    assert transcripts["README.md"].reuse and transcripts["docs/guide/paper-run.md"].reuse is None
+    assert all(any(shown.strip() for shown in b.shown) for b in transcripts.values())
+    assert needs_fashion(transcripts["docs/guide/paper-run.md"]) and not needs_fashion(transcripts["README.md"])
 
 
 SAMPLE = """\
@@ -211,7 +242,10 @@ def test_the_parser_classifies_blocks(tmp_path: Path):
         "ticket evaluate t.safetensors --json | jq .metrics",
     ]
     assert b[0].runs and not b[0].problems
+    assert (b[1].echoes, b[1].reuse, b[1].shown) == ([1], "x.md:3", ['{"test": 1}\n']) and b[1].runs
+    assert b[0].shown == ["", ""]
     assert [(c.text, c.expect) for c in b[2].commands] == [("ticket inspect missing.safetensors", 2)]
+    assert b[2].shown == ["error: ...\n"]
     assert b[3].long and not b[3].runs
     problems = "\n".join(b[4].problems)
     assert "'pip'" in problems and "'git'" in problems and "'...'" in problems and not b[4].runs
@@ -231,6 +265,140 @@ def test_the_driver_reports_failures():
     assert not run_pycon(">>> int('x')\nValueError: another message\n", "s", ns)[0]
     assert not run_pycon(">>> int('1')\nValueError: x\n", "s", ns)[0]
     assert not run_pycon(">>> int('x')\n", "s", ns)[0]
+
+
+def extract_output(
+    size: int = 21288,
+    label: str = "test accuracy",
+    test: str = "94.71%",
+    requested: str = "90.00%",
+    wall: str = "2.4 s on cpu",
+    kept: str = "3276 / 16384",
+    loss: str = "0.2002",
+    stored: str = "94.71%",
+) -> str:
+    """What `ticket extract` then `ticket evaluate` print (rich's tables, as the command line draws them), with
+    these values."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    console.print(f"augmented ticket  ->  digits.safetensors ({size} bytes)")
+    rows = [(label, test), ("requested sparsity", requested), ("augmented keep density", "0.1000")]
+    rows += [("model / seed", "mlp:64-256-256-256-10 / 0"), ("data", "digits (1000/400/397)"), ("wall time", wall)]
+    tables = [(["quantity", "value"], rows)]
+    tables.append((["parameter", "kept / total", "achieved sparsity"], [("layers.0.weight", kept, "80.00%")]))
+    tables.append((["split", "accuracy", "loss", "stored accuracy"], [("test", test, loss, stored)]))
+    for columns, content in tables:
+        table = Table()
+        for k, name in enumerate(columns):
+            table.add_column(name, justify="right" if k else "left")
+        for row in content:
+            table.add_row(*row)
+        console.print(table)
+    console.print("achieved sparsity 80.00%; on cpu the ticket reproduces the stored accuracy exactly.", soft_wrap=True)
+    assert isinstance(console.file, io.StringIO)
+    return console.file.getvalue()
+
+
+def test_the_rule_for_shown_output_accepts_what_a_cpu_can_move():
+    shown = extract_output()
+    assert output_differences(shown, shown) == []
+    wider = extract_output(wall="1117.8 s on cpu")
+    assert wider != shown and output_differences(shown, wider) == []  # wall time, and the width it takes
+    assert output_differences(shown, extract_output(test="96.70%", stored="96.70%")) == []  # 1.99 points
+    assert output_differences(shown, extract_output(loss="0.2150")) == []  # 7%
+    assert output_differences(shown, extract_output(size=21440)) == []  # a longer CPU model in the header
+    assert output_differences(shown, shown + "\n\n") == []
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"label": "test acc"}, "'test acc'"),  # a label
+        ({"requested": "80.00%"}, "'requested sparsity value' shows 90.00, printed 80.00"),  # a setting
+        ({"kept": "3277 / 16384"}, "'layers.0.weight kept / total' shows 3276, printed 3277"),  # a count
+        ({"test": "96.72%"}, "'test accuracy value' shows 94.71, printed 96.72 (an accuracy"),  # 2.01 points
+        ({"stored": "92.70%"}, "'test stored accuracy' shows 94.71, printed 92.70"),
+        ({"loss": "0.2250"}, "'test loss' shows 0.2002, printed 0.2250 (a loss"),  # 12%
+        ({"size": 22000}, "shows 21288, printed 22000 (a size"),  # 3%
+        ({"wall": "2.4 s on cuda"}, "'2.4 s on cpu', printed '2.4 s on cuda'"),  # the text around a wall time
+    ],
+)
+def test_the_rule_for_shown_output_fails_on_a_change(change: dict[str, Any], named: str):
+    differences = output_differences(extract_output(), extract_output(**change))
+    assert len(differences) >= 1 and any(named in d for d in differences), differences
+
+
+def test_the_rule_for_shown_output_fails_on_another_structure():
+    shown = extract_output()
+    lines = shown.splitlines(keepends=True)
+    assert output_differences(shown, shown + "one more line\n") == ["shows 22 lines, printed 23"]
+    fewer = output_differences(shown, "".join(lines[:4] + lines[5:]))  # a row fewer: the first line out of step
+    assert fewer == [
+        "shows 22 lines, printed 21",
+        f"line 10: shows {lines[9].strip()!r}, printed {lines[10].strip()!r}",
+    ]
+    assert len(output_differences(shown, shown.replace("│ data ", "│ data │ ", 1))) == 1  # a cell more
+    assert output_differences(shown, "".join(lines[1:])) != []  # no title line
+
+
+TRANSCRIPTS = """\
+```bash
+echo "test accuracy 90.00%, requested sparsity 90.00%"
+echo more
+```
+
+```console
+$ echo "test accuracy 90.00%, requested sparsity 90.00%"
+test accuracy 91.50%, requested sparsity 90.00%
+```
+
+<!-- long -->
+```bash
+printf 'a ticket (1000 bytes)\\n'
+```
+
+```console
+$ printf 'a ticket (1000 bytes)\\n'
+a ticket (1010 bytes)
+```
+
+```bash
+echo "test accuracy 90.00%"
+```
+
+```console
+$ echo "test accuracy 90.00%"
+test accuracy 93.00%
+```
+
+```console
+$ echo "kept 10 / 100"
+kept 11 / 100
+$ echo "not compared"
+```
+"""
+
+
+def test_the_driver_compares_the_output_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A transcript is compared with its block's run, or runs its commands when that block is marked long; a console
+    block's shown output is compared too."""
+    md = tmp_path / "x.md"
+    md.write_text(TRANSCRIPTS)
+    found = blocks(md, tmp_path)
+    assert [b.kind for b in found] == ["shell", "transcript", "shell", "transcript", "shell", "transcript", "shell"]
+    monkeypatch.chdir(tmp_path)
+    drive_plan = tmp_path / "plan.json"
+    drive_plan.write_text(json.dumps(plan_of(found, 30)))
+    drive(str(drive_plan), str(tmp_path / "results.jsonl"))
+    records = {r["id"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
+    ok = {name: r["ok"] for name, r in records.items()}
+    assert ok == {"x.md:1": True, "x.md:6": True, "x.md:16": True, "x.md:21": True, "x.md:25": False, "x.md:30": False}
+    assert "compared with the output of x.md:1" in records["x.md:6"]["log"]
+    assert "$ printf" in records["x.md:16"]["log"]  # run here: the block before it is marked long
+    assert "'test accuracy' shows 93.00, printed 90.00 (an accuracy" in records["x.md:25"]["log"]
+    assert "'kept' shows 11, printed 10" in records["x.md:30"]["log"]
 
 
 def test_long_blocks_are_parsed_not_run(tmp_path: Path):
