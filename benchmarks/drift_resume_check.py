@@ -7,8 +7,9 @@ the wall time.
 The run is drift_long.py's: FashionMNIST (the system copy in /usr/share/datasets/fashion-mnist, or --data-dir),
 mlp:784-128-128-128-128-10, batch 256, a measurement every 1,000 steps on a probe of 1,024, kept in a run dir
 with a checkpoint every --checkpoint-every steps. The interrupted run gets SIGTERM once measurements.jsonl holds a
-number of records drawn from --seed (after its first checkpoint, anywhere up to the second-to-last measurement),
-then `ticket drift --resume DIR --json` finishes it. Each run is a fresh `python -m ticketcli drift` child of this
+number of records drawn from --seed (after its first checkpoint, before the last measurement, at a step between
+two checkpoints, so that the resumed run redoes steps whose measurements are already written), then
+`ticket drift --resume DIR --json` finishes it. Each run is a fresh `python -m ticketcli drift` child of this
 checkout. Prints the wall times, where the kill landed, and whether the two runs agree; exits 1 where they do not.
 Not run by the test suite (tests/test_drift_rundir.py checks the same at 300 steps).
 """
@@ -58,7 +59,9 @@ def main() -> int:
         settings += ["--data-dir", a.data_dir]
     records = a.steps // EVERY + 1  # step 0 and every EVERY steps (the last step is one of them here)
     first = a.checkpoint_every // EVERY + 1  # records written once the first checkpoint is
-    at = random.Random(a.seed).randint(first + 1, records - 1)
+    # a record whose step is not a checkpoint's: the resume then redoes steps whose measurements are already written
+    between = [k for k in range(first + 1, records) if (k - 1) * EVERY % a.checkpoint_every]
+    at = random.Random(a.seed).choice(between or list(range(first + 1, records)))
     with tempfile.TemporaryDirectory() as tmp:
         whole, cut = Path(tmp) / "whole", Path(tmp) / "cut"
         t0 = time.monotonic()
