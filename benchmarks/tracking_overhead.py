@@ -2,7 +2,7 @@
 MLflow sqlite store, interleaved (with, without, without, with, ...), in one run of this script.
 
     python benchmarks/tracking_overhead.py                            # the paper's MLP on digits, 20 epochs, 3 pairs
-    python benchmarks/tracking_overhead.py --dataset fashion-mnist --epochs 2 --repeats 2   # the paper's data and MLP, 2 epochs
+    python benchmarks/tracking_overhead.py --dataset fashion-mnist --epochs 2 --repeats 2   # paper's data, 2 epochs
 
 Three ratios per pair, with their medians: the run's own `wall_time_s` (the extraction, while the trackers'
 thread imports torch.utils.tensorboard and the MLflow writer process imports mlflow, opens the store and writes the
