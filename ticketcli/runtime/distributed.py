@@ -266,8 +266,9 @@ def _release_replicas() -> None:
     outlives the trainer that dropped it until the cycle collector runs (DistributedDataParallel sits in a
     reference cycle, through a frame of its own __init__, in torch 2.14), and what it holds of the gloo process
     group, freed during the interpreter's finalization, aborts the process now and then after a run that did
-    everything right ("terminate called without an active exception", SIGABRT: about one 2-process run in four
-    on 2 cores). A replica that something still refers to at exit is its holder's to release."""
+    everything right ("terminate called without an active exception", SIGABRT: from 1 in 25 to 1 in 4
+    two-process runs on 2 cores, depending on what the ranks did). A replica that something still refers to at
+    exit is its holder's to release."""
     if _REPLICAS:
         gc.collect()
 
