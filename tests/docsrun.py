@@ -280,6 +280,12 @@ def ticket_argvs(block: Block) -> list[list[str]]:
 def parse_problem(argv: list[str]) -> str | None:
     """Why the command line would refuse these arguments (an unknown option or command, a value of the wrong type
     or not among the choices), or None; the arguments are parsed, not run."""
+    return parsed(argv)[1]
+
+
+def parsed(argv: list[str]) -> tuple[dict[str, Any] | None, str | None]:
+    """`ticket ARGV` parsed, not run: its command's parameters (None for `--help` and the like, which exit at once,
+    or a refusal) and why the command line would refuse it (None if it would not)."""
     import typer
     from typer.core import _click as click
 
@@ -289,15 +295,14 @@ def parse_problem(argv: list[str]) -> str | None:
     root = click.Context(group, info_name="ticket")
     command = group.get_command(root, argv[0])
     if command is None:
-        return f"ticket {argv[0]}: no such command"
+        return None, f"ticket {argv[0]}: no such command"
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # --help prints the help and exits 0
-            command.make_context(argv[0], list(argv[1:]), parent=root)
+            return command.make_context(argv[0], list(argv[1:]), parent=root).params, None
     except typer.Exit:
-        return None
+        return None, None
     except click.ClickException as e:
-        return f"ticket {shlex.join(argv)}: {e.format_message()}"
-    return None
+        return None, f"ticket {shlex.join(argv)}: {e.format_message()}"
 
 
 def subsequence_indices(these: list[Command], those: list[Command]) -> list[int] | None:
@@ -318,23 +323,9 @@ def subsequence_indices(these: list[Command], those: list[Command]) -> list[int]
 def reads_fashion(block: Block) -> bool:
     """Whether a `ticket` command of the block reads FashionMNIST: one with a `--dataset` option not given (the
     default, unless a `--config` file names another) or given as fashion-mnist."""
-    import typer
-    from typer.core import _click as click
-
-    from ticketcli.cli.app import app
-
-    group = typer.main.get_command(app)
-    root = click.Context(group, info_name="ticket")
     for argv in ticket_argvs(block):
-        command = group.get_command(root, argv[0])
-        if command is None:
-            continue
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                params = command.make_context(argv[0], list(argv[1:]), parent=root).params
-        except (typer.Exit, click.ClickException):
-            continue
-        if "dataset" in params and params["dataset"] in (None, "fashion-mnist"):
+        params = parsed(argv)[0]
+        if params is not None and "dataset" in params and params["dataset"] in (None, "fashion-mnist"):
             return True
     return False
 
