@@ -27,8 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from drift_long import BATCH, EVERY, MODEL, PROBE  # the very run drift_long.py times
+
 ROOT = Path(__file__).resolve().parents[1]
-MODEL, BATCH, EVERY, PROBE = "mlp:784-128-128-128-128-10", 256, 1000, 1024
 RUN_SPECIFIC = ("wall_time_s",)  # fields of the --json document that differ between any two runs
 
 
