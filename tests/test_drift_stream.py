@@ -284,7 +284,7 @@ def test_plain_lines_at_every_logged_step_and_every_ten_seconds_between_with_an_
     monkeypatch.setattr(report_plain.PlainProgress, "beating", lambda self: nullcontext(self))  # no heartbeat thread
     clock = FakeClock()
     measured = {"loss": 0.5, "accuracy": 0.25, "sparsity": 0.9, "unit": "step"}
-    with report_progress.drift_progress(60, quiet=False, clock=clock) as progress:
+    with report_progress.display(60, quiet=False, label="drift", unit="step", rated=True, clock=clock) as progress:
         assert progress is not None
         progress({**measured, "epoch": 0})
         for step in range(1, 61):  # 3 s a step, a measurement every 30 steps
@@ -317,7 +317,7 @@ def test_the_rate_averages_the_measurements_in_and_a_restored_position_does_not_
 
     def run(first: dict, steps: range) -> list[str]:
         clock = FakeClock()
-        with report_progress.drift_progress(100, quiet=False, clock=clock) as progress:
+        with report_progress.display(100, quiet=False, label="drift", unit="step", rated=True, clock=clock) as progress:
             assert progress is not None
             progress(first)
             for step in steps:
@@ -345,7 +345,7 @@ def test_the_terminal_bar_shows_the_rate_and_the_eta_of_the_steps_run(monkeypatc
     monkeypatch.setattr(report_progress, "plain_progress", lambda: False)
     monkeypatch.setattr(report_progress, "stderr", lambda: Console(file=out, force_terminal=True, width=200))
     clock = FakeClock()
-    with report_progress.drift_progress(100, quiet=False, clock=clock) as progress:
+    with report_progress.display(100, quiet=False, label="drift", unit="step", rated=True, clock=clock) as progress:
         assert progress is not None
         progress({"epoch": 40, "unit": "step", "restored": True})  # a resume: 40 steps done, none timed
         for step in range(41, 61):
@@ -358,5 +358,5 @@ def test_the_terminal_bar_shows_the_rate_and_the_eta_of_the_steps_run(monkeypatc
 def test_quiet_drift_progress_says_nothing():
     from ticketcli.report import progress as report_progress
 
-    with report_progress.drift_progress(10, quiet=True) as progress:
+    with report_progress.display(10, quiet=True, label="drift", unit="step", rated=True) as progress:
         assert progress is None

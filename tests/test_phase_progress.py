@@ -152,7 +152,8 @@ def clock(monkeypatch) -> FakeClock:
 
 
 def test_export_lines_come_every_interval_with_an_eta_and_a_quick_phase_prints_none(clock, capsys):
-    with report_progress.working("export", quiet=False, lines=True) as chunks:
+    with report_progress.display(None, quiet=False, label="export", lines=True) as shown:
+        chunks = report_progress.phases_of(shown)
         assert chunks is not None
         clock.now += 4  # rebuilding the network, loading the data
         for phase, total, seconds in [("recalibration", 10, 3), ("test", 5, 4), ("validation", 1, 1)]:
@@ -197,7 +198,7 @@ def test_the_evaluation_after_the_epochs_shows_only_in_the_heartbeat(clock, caps
     """An extraction's log gets no line per phase (a fast evaluation adds nothing); a slow one gets the heartbeat,
     with the phase and its ETA instead of "finishing"."""
     stats = {"loss": 0.5, "accuracy": 0.25, "sparsity": 0.9}
-    with report_progress.epoch_progress(2, quiet=False, label="augmented") as progress:
+    with report_progress.display(2, quiet=False, label="augmented") as progress:
         assert progress is not None
         chunks = report_progress.phases_of(progress)
         assert chunks is not None
@@ -240,10 +241,10 @@ def test_heartbeat_after_the_epochs_names_the_phase_and_its_eta(clock, capsys):
 
 
 def test_quiet_and_other_ranks_get_no_callback(monkeypatch):
-    with report_progress.working("evaluate", quiet=True, lines=True) as chunks:
+    with report_progress.display(None, quiet=True, label="evaluate", lines=True) as chunks:
         assert chunks is None
     monkeypatch.setattr("ticketcli.runtime.world.quiet_rank", lambda: True)
-    with report_progress.working("evaluate", quiet=False, lines=True) as chunks:
+    with report_progress.display(None, quiet=False, label="evaluate", lines=True) as chunks:
         assert chunks is None
 
 

@@ -169,7 +169,7 @@ STATS = {"loss": 0.5, "accuracy": 0.25, "sparsity": 0.9}
 
 
 def test_fast_epochs_get_the_first_last_and_one_line_per_interval(clock, capsys):
-    with report_progress.epoch_progress(100, quiet=False, label="edge-popup") as progress:
+    with report_progress.display(100, quiet=False, label="edge-popup") as progress:
         assert progress is not None
         for e in range(1, 101):  # 100 epochs of 0.5 s: 50 s in all
             clock.now += 0.5
@@ -182,7 +182,7 @@ def test_fast_epochs_get_the_first_last_and_one_line_per_interval(clock, capsys)
 
 
 def test_drift_steps_are_throttled_like_epochs(clock, capsys):
-    with report_progress.epoch_progress(400, quiet=False, label="drift") as progress:
+    with report_progress.display(400, quiet=False, label="drift") as progress:
         assert progress is not None
         for step in range(0, 401, 10):
             progress({**STATS, "epoch": step, "unit": "step"})
@@ -200,7 +200,7 @@ def test_a_slow_epoch_gets_a_heartbeat_every_interval_with_its_eta(clock, capsys
         for _ in range(5):  # 25 s in steps of 5 s, the heartbeat thread's check at each
             clock.now += 5
             plain.heartbeat()
-        plain.update(report_progress.epoch_line("augmented", 3, {**STATS, "epoch": e}), e, first=e == 1)
+        plain.update(report_progress.progress_line("augmented", 3, {**STATS, "epoch": e}), e, first=e == 1)
     running = "augmented epoch {}/3 running, elapsed {}, ETA {}"
     assert capsys.readouterr().err.splitlines() == [
         running.format(1, "10s", "after the first epoch"),
@@ -265,13 +265,13 @@ def _record(run_id: str) -> SweepRecord:
 
 
 def test_sweep_lines_count_configurations_and_show_ids_literally(clock, capsys):
-    with report_progress.sweep_progress(3, quiet=False) as progress:
+    with report_progress.display(3, quiet=False, label="sweep-k", unit="configuration", items=True) as progress:
         assert progress is not None
         clock.now += 30
-        progress(_record("k=0.3\x1b[31m"), False)
-        progress(_record("k=0.5"), True)  # resumed: done, but not in the rate
+        progress(report_progress.sweep_done(1, 3, _record("k=0.3\x1b[31m"), False))
+        progress(report_progress.sweep_done(2, 3, _record("k=0.5"), True))  # resumed: done, but not in the rate
         clock.now += 30
-        progress(_record("k=0.7"), False)
+        progress(report_progress.sweep_done(3, 3, _record("k=0.7"), False))
     assert capsys.readouterr().err.splitlines() == [
         "sweep-k 1/3 last k=0.3\\x1b[31m (50.00% test), elapsed 30s, ETA 1m00s",
         "sweep-k 3/3 last k=0.7 (50.00% test), elapsed 1m00s",

@@ -257,7 +257,7 @@ def test_keyboard_interrupt_in_process_names_the_epoch(tmp_path, monkeypatch):
     """The same path without a subprocess: the progress callback raises KeyboardInterrupt after epoch 1."""
     from ticketcli.report import progress as report_progress
 
-    real = report_progress.epoch_progress
+    real = report_progress.display
 
     def stopping(total, **kw):
         def stop(stats):
@@ -272,7 +272,7 @@ def test_keyboard_interrupt_in_process_names_the_epoch(tmp_path, monkeypatch):
 
         return Ctx()
 
-    monkeypatch.setattr(report_progress, "epoch_progress", stopping)
+    monkeypatch.setattr(report_progress, "display", stopping)
     out = tmp_path / "t.safetensors"
     err = one_line_error(invoke("extract", *QUICK, "--method", "edge-popup", "--out", str(out)), code=130)
     assert err == "error: interrupted by SIGINT after epoch 1 of 2; no output was written"

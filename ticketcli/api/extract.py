@@ -127,5 +127,5 @@ def _progress(progress: bool | Progress, label: str, epochs: int) -> Iterator[Pr
             yield given
         return
     quiet = not progress or not METHODS.get(label).load().uses_epochs
-    with report_progress.epoch_progress(epochs, quiet=quiet, label=label) as bar:
+    with report_progress.display(epochs, quiet=quiet, label=label) as bar:
         yield bar

@@ -97,7 +97,10 @@ def drift(
             else:
                 spec = request.spec(location)
                 total = spec.steps * (1 if ticket is not None else len(spec.seeds))
-                with report_progress.drift_progress(total, quiet=quiet) as progress, using(request.threads) as used:
+                with (
+                    report_progress.display(total, quiet=quiet, label="drift", unit="step", rated=True) as progress,
+                    using(request.threads) as used,
+                ):
                     plain = drift_run.run_drift(
                         spec,
                         ticket=ticket,
@@ -198,7 +201,10 @@ def run_features(
         per_run += relufy_core.fine_tune_steps(n, spec.batch_size, features.relufy.epochs)
     total = per_run * (1 if request.ticket is not None else len(spec.seeds))
     ticket, weights, policy = request.ticket, request.weights, request.policy
-    with report_progress.drift_progress(total, quiet=quiet) as progress, using(request.threads) as used:
+    with (
+        report_progress.display(total, quiet=quiet, label="drift", unit="step", rated=True) as progress,
+        using(request.threads) as used,
+    ):
         result: DriftResult
         if features.relufy is not None:
             result = relufy_core.run_relufy(
@@ -227,7 +233,7 @@ def _tradeoff(
     specs = request.tradeoff_specs(location)
     tasks = drift_tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)
     done = 0
-    with report_progress.epoch_progress(len(tasks), quiet=quiet, label="tradeoff") as progress:
+    with report_progress.display(len(tasks), quiet=quiet, label="tradeoff") as progress:
         track: Callable[[dict[str, Any]], None] = position.track(progress)
 
         def on_result(r: dict[str, Any]) -> None:

@@ -78,9 +78,9 @@ def evaluate(
         reader = build_reader_spec(**r)
         with (
             using(reader.threads) as result_threads,
-            report_progress.working("evaluate", quiet=quiet, lines=True) as chunks,
+            report_progress.display(None, quiet=quiet, label="evaluate", lines=True) as shown,
         ):
-            result = runs_evaluate.evaluate_ticket(ticket, reader, chunks=chunks)
+            result = runs_evaluate.evaluate_ticket(ticket, reader, chunks=report_progress.phases_of(shown))
         result = replace(result, threads=result_threads)
         warn_unverified(result)
         failures: list[str] = []
@@ -114,7 +114,7 @@ def evaluate_many(
     reader = build_reader_spec(**r)
     with (
         using(reader.threads) as result_threads,
-        report_progress.tickets_progress(len(paths), quiet=quiet, label="evaluate") as progress,
+        report_progress.display(len(paths), quiet=quiet, label="evaluate", unit="ticket", items=True) as progress,
     ):
         result = runs_folder_eval.evaluate_folder(
             paths,

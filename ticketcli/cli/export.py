@@ -37,14 +37,17 @@ def export(
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
         reader = build_reader_spec(**r)
-        with using(reader.threads) as used, report_progress.working("export", quiet=quiet, lines=True) as chunks:
+        with (
+            using(reader.threads) as used,
+            report_progress.display(None, quiet=quiet, label="export", lines=True) as shown,
+        ):
             result = export_core.export_ticket(
                 ticket,
                 fmt=format,
                 out=out,
                 reader=reader,
                 overwrite=force,
-                chunks=chunks,
+                chunks=report_progress.phases_of(shown),
             )
         result = replace(result, threads=used)
         warn_unverified(result)

@@ -71,15 +71,12 @@ def extract(
         warn_low_space({out: n // 8 + (64 << 10), **({ckpt: 16 * n + (64 << 10)} if checkpoint_every else {})})
         with (
             distributed.joined(lambda: runs_inputs.resolve_device(spec.device), rendezvous_s=rendezvous_s) as world,
-            report_progress.epoch_progress(
-                spec.method.epochs,
-                quiet=quiet or not world.main or not METHODS.get(spec.method.name).load().uses_epochs,
+            # methods without epochs (snip, grasp, synflow, random): no loop, a heartbeat only
+            report_progress.display(
+                spec.method.epochs if METHODS.get(spec.method.name).load().uses_epochs else None,
+                quiet=quiet or not world.main,
                 label=spec.method.name,
             ) as progress,
-            # methods without epochs (snip, grasp, synflow, random): a heartbeat only
-            report_progress.working(
-                spec.method.name, quiet=quiet or not world.main or METHODS.get(spec.method.name).load().uses_epochs
-            ) as chunks,
             torch_threads.using(check_threads(settings["threads"])) as used,
             track.tracked(trackers if world.main else (), lambda: track_feed.extract_info(spec), console.warn) as log,
         ):
@@ -92,7 +89,7 @@ def extract(
                 progress=position.track(track.tee(progress, logged)),
                 checkpoint_every=checkpoint_every,
                 resume=resume,
-                chunks=report_progress.phases_of(progress) or chunks,  # the final recalibration and evaluation
+                chunks=report_progress.phases_of(progress),  # the final recalibration and evaluation
             )
             summary = replace(summary, threads=used)
             if log is not None and steps is not None:

@@ -84,20 +84,17 @@ def sweep_k(
         if out_dir is not None:
             warn_low_space({out_dir / "run": len(tasks) * (model_size(base.model) // 8 + (64 << 10))})
         with track.tracked(trackers, lambda: track_feed.sweep_info(base, seed_list), console.warn) as log:
-            with report_progress.sweep_progress(len(tasks), quiet=quiet) as progress:
-                done = position.track(None)
+            shown = report_progress.display(len(tasks), quiet=quiet, label="sweep-k", unit="configuration", items=True)
+            with shown as progress:
+                done = position.track(progress)
                 logged = None if log is None else track_feed.sweep_child(log, console.warn, base.model.to_string())
 
                 def on_result(record: SweepRecord, resumed: bool) -> None:
                     done(
-                        {
-                            "epoch": (position.last or {}).get("epoch", 0) + 1,
-                            "epochs": len(tasks),
-                            "unit": "configuration",
-                        }
+                        report_progress.sweep_done(
+                            (position.last or {}).get("epoch", 0) + 1, len(tasks), record, resumed
+                        )
                     )
-                    if progress is not None:
-                        progress(record, resumed)
                     if logged is not None:
                         logged(record, resumed)
 

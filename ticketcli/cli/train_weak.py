@@ -60,7 +60,7 @@ def train_weak(
                 distributed.joined(
                     lambda: runs_inputs.resolve_device(reader.device), rendezvous_s=rendezvous_s
                 ) as world,
-                report_progress.runs_progress(spec.epochs, quiet=quiet or not world.main) as progress,
+                report_progress.display(spec.epochs, quiet=quiet or not world.main, label="train-weak") as progress,
                 using(reader.threads) as used,
             ):
                 warn_precision(spec.precision, reader.device)

@@ -135,8 +135,8 @@ class PlainProgress:
         """The loop's total, at its first update; a later loop (train-weak's dense run, iterated's next round)
         starts its ETA over, timed from the end of the loop before."""
         pace = self.pace
-        if pace is None or pace.done == 0:
-            self.pace = Pace(total, self.clock, self.started)
+        if pace is None or pace.done == 0:  # a rated loop's rate and ETA count from its first report, not set-up
+            self.pace = Pace(total, self.clock, None if self.rated else self.started)
         else:
             self.pace = Pace(total, self.clock, pace.done_at)
 

@@ -1,6 +1,11 @@
-"""Each command's progress display: a Rich bar on stderr at a terminal, plain lines (plain.py) elsewhere, nothing
-with --quiet or in a torchrun worker but rank 0: `working` for a step without a loop, `epoch_progress`,
-`sweep_progress`, `runs_progress` and `drift_progress` for loops, and the phases over chunks after them."""
+"""Each command's progress display, one for every long loop: `display` draws a Rich bar on stderr at a terminal,
+plain lines (plain.py) elsewhere, nothing with --quiet or in a torchrun worker but rank 0. It yields a Shown, the one
+callback shape (methods.base.Progress): called with each progress record, a dict with "epoch" (the units done) and
+what the loop has of "epochs" (this loop's total), "unit", "round" (iterated), "run" (train-weak's masked and dense
+runs, a row each), "loss", "accuracy" and "sparsity" or "val_accuracy", "last" (the item just done: a sweep's
+configuration, a folder's ticket) and "restored" (done before, not timed); and carrying `phases`, the ChunkProgress
+of the work between or after the loops (BatchNorm recalibration, evaluation), shown on the same display. A step
+without a loop (rebuilding a ticket's network, a method without epochs) is a display with no total: phases only."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from rich.console import RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -30,32 +36,8 @@ if TYPE_CHECKING:
     from ticketcli.sweep.result import SweepRecord
 
 ChunkProgress = Callable[[str, int, int], None]  # (phase, chunks done, chunks in it): batchnorm.ChunkProgress
-
-
-@contextmanager
-def working(label: str, *, quiet: bool, lines: bool = False) -> Iterator[ChunkProgress | None]:
-    """A step without a loop to count (rebuilding a ticket's network, a method without epochs), and the phases over
-    chunks it reports through the callback it yields (BatchNorm recalibration, evaluation). Off a terminal, a line
-    every PLAIN_EVERY_S seconds while nothing else is written, with the running phase and its ETA, and with `lines`
-    a phase's chunk (elapsed, ETA) once PLAIN_EVERY_S passed since the last line, and its last chunk if it showed
-    one (PlainProgress.chunk); on a terminal, a bar row for the phases, from the first one on. Nothing when quiet,
-    or in a torchrun worker but rank 0."""
-    from ticketcli.runtime.world import quiet_rank  # torch-free
-
-    if quiet or quiet_rank():
-        yield None
-        return
-    if plain_progress():
-        plain = PlainProgress(label, None, unit="chunk")
-        with plain.beating():
-            yield partial(plain.chunk, lines=lines)
-        return
-    bar = _bar("{task.description}", "chunks")
-    try:
-        yield _phase_tasks(bar, label)
-    finally:
-        if bar.task_ids:
-            bar.stop()
+Record = dict[str, Any]  # a progress record, as methods.base.Progress is called with
+MEASURED = "loss -  acc -  sparsity -"  # a loop's row before its first measurement
 
 
 class PaceColumn(ProgressColumn):
@@ -67,10 +49,10 @@ class PaceColumn(ProgressColumn):
         super().__init__()
         self.unit, self.remaining = unit, TimeRemainingColumn()
 
-    def render(self, task: Task) -> Text:
+    def render(self, task: Task) -> RenderableType:
         pace = task.fields.get("pace")
         if not isinstance(pace, Pace):
-            return self.remaining.render(task)
+            return self.remaining(task)  # as a bar without paced rows shows it, refreshed as often
         rate, left = pace.rate(), pace.seconds_left()
         shown = "-" if rate is None else rate_text(rate)
         if left is None:
@@ -81,31 +63,30 @@ class PaceColumn(ProgressColumn):
         return Text(f"{shown} {self.unit}s/s ETA {eta}", style="progress.remaining")
 
 
-def _bar(description: str, fields: str, paced: str | None = None) -> Progress:
-    """The progress bar every command draws on stderr: name, bar, done/total, its own fields, elapsed and ETA
-    (paced: the rate in `paced` units per second and the ETA of the rows carrying a Pace, PaceColumn)."""
+def _bar(unit: str) -> Progress:
+    """The progress bar every command draws on stderr: each row's name, bar, done/total, its own fields (`stats`),
+    elapsed time and ETA (the rate in `unit`s per second and the ETA of the rows carrying a Pace, PaceColumn)."""
     columns = [
-        TextColumn(description, style="bold", markup=False),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn(fields, markup=False),
+        TextColumn("{task.fields[stats]}", markup=False),
         TimeElapsedColumn(),
-        TimeRemainingColumn() if paced is None else PaceColumn(paced),
+        PaceColumn(unit),
     ]
     return Progress(*columns, console=stderr(), transient=False)
 
 
-def _phase_tasks(bar: Progress, label: str, **fields: Any) -> ChunkProgress:
+def _phase_tasks(bar: Progress, label: str) -> ChunkProgress:
     """A ChunkProgress that draws the phases on one row of `bar` (`label phase`, chunks done of total, elapsed time
-    and ETA), reset when a phase starts, so that each phase has its own ETA and a run with many leaves one row
-    (`fields`: the bar's other fields); starts the bar if it is not yet running (a bar shared with a loop may
-    start before or after)."""
+    and ETA), reset when a phase starts, so that each phase has its own ETA and a run with many leaves one row;
+    starts the bar if it is not yet running (a bar shared with a loop may start before or after)."""
     row: list[TaskID] = []
 
     def update(phase: str, done: int, total: int) -> None:
         if not row:
             bar.start()  # a no-op once started
-            row.append(bar.add_task(f"{label} {phase}", total=total, **fields))
+            row.append(bar.add_task(f"{label} {phase}", total=total, stats="chunks"))
         elif done == 0:
             bar.reset(row[0], total=total, description=f"{label} {phase}")
         bar.update(row[0], completed=done)
@@ -113,231 +94,116 @@ def _phase_tasks(bar: Progress, label: str, **fields: Any) -> ChunkProgress:
     return update
 
 
-class StatsProgress:
-    """The callback a loop's progress display yields (called with each stats dict[str, Any]), carrying `phases`: the
-    ChunkProgress of the work after or between the loops (the final BatchNorm recalibration and evaluation), shown on
-    the same display."""
+class Shown:
+    """What a progress display yields: called with each progress record, carrying `phases`, the ChunkProgress of
+    the work after or between the loops, shown on the same display."""
 
-    def __init__(self, update: Callable[[dict[str, Any]], None], phases: ChunkProgress):
+    def __init__(self, update: Callable[[Record], None], phases: ChunkProgress):
         self.update, self.phases = update, phases
 
-    def __call__(self, stats: dict[str, Any]) -> None:
+    def __call__(self, stats: Record) -> None:
         self.update(stats)
 
 
 def phases_of(progress: object) -> ChunkProgress | None:
     """The phases' callback of what a progress display yielded (None for a plain function or no display)."""
-    return progress.phases if isinstance(progress, StatsProgress) else None
+    return progress.phases if isinstance(progress, Shown) else None
 
 
-def epoch_line(label: str, total: int, stats: dict[str, Any]) -> str:
-    """One plain progress line of an epoch (or step, or run) loop: `augmented epoch 12/100 loss 0.4123 acc 87.12%
-    sparsity 90.00%` (accuracy and sparsity as percentages, as the tables and the bar print them)."""
-    where = f"{label} round {stats['round']}" if "round" in stats else label
-    unit = stats.get("unit", "epoch")
-    return (
-        f"{where} {unit} {stats['epoch']}/{stats.get('epochs', total)} loss {stats['loss']:.4f}"
-        f" acc {pct(stats['accuracy'])} sparsity {pct(stats['sparsity'])}"
-    )
+def _measured(stats: Record) -> list[str]:
+    """A record's measurement, one item a field: loss and accuracy, and the sparsity or the validation accuracy."""
+    if "val_accuracy" in stats:  # train-weak
+        return [f"loss {stats['loss']:.4f}", f"val acc {pct(stats['val_accuracy'])}"]
+    if "loss" not in stats:
+        return []
+    return [f"loss {stats['loss']:.4f}", f"acc {pct(stats['accuracy'])}", f"sparsity {pct(stats['sparsity'])}"]
 
 
-@contextmanager
-def _stats_bar(label: str, total: int, clock: Callable[[], float] | None = None) -> Iterator[StatsProgress]:
-    """A Rich bar over a loop of `total` units (epochs, steps), started at the first report: the units done, the
-    loss, accuracy and sparsity of the reports that carry them, and the round of iterated's loops; the phases
-    after the loop (StatsProgress.phases) are rows of the same bar. clock (drift): the loop's row shows its steps/s
-    and ETA from a Pace timed by it, started at the first report (a report with "restored" is a position restored
-    from a run dir: done, but not timed)."""
-    bar = _bar("{task.description}", "{task.fields[stats]}", None if clock is None else "step")
-    task: TaskID | None = None
-    pace: Pace | None = None
+def progress_line(label: str, total: int, stats: Record, unit: str = "epoch") -> str:
+    """One plain progress line: `augmented epoch 12/100 loss 0.4123 acc 87.12% sparsity 90.00%` (accuracy and
+    sparsity as percentages, as the tables and the bar print them), `sweep-k 3/8 last k=0.5 (91.20% test)`."""
+    if "last" in stats:
+        return f"{label} {stats['epoch']}/{total} last {literal(stats['last'])}"
+    where = stats["run"] if "run" in stats else f"{label} round {stats['round']}" if "round" in stats else label
+    head = f"{where} {stats.get('unit', unit)} {stats['epoch']}/{stats.get('epochs', total)}"
+    return " ".join([head, *_measured(stats)]) + (" restored" if stats.get("restored") else "")
 
-    def update(stats: dict[str, Any]) -> None:
-        nonlocal task, pace
-        if task is None:
-            bar.start()
-            pace = None if clock is None else Pace(total, clock)
-            task = bar.add_task(label, total=total, stats="loss -  acc -  sparsity -", pace=pace)
-        if "round" in stats:  # iterated: the bar restarts each round
-            bar.update(task, description=f"{label} round {stats['round']}")
-        if pace is not None:
-            pace.advance(stats["epoch"], timed=not stats.get("restored"))
-        bar.update(task, completed=stats["epoch"])
-        if "loss" in stats:  # drift: only the logged steps carry a measurement
-            measured = f"loss {stats['loss']:.4f}  acc {pct(stats['accuracy'])}  sparsity {pct(stats['sparsity'])}"
-            bar.update(task, stats=measured)
 
-    try:
-        yield StatsProgress(update, _phase_tasks(bar, label, stats="chunks"))
-    finally:
-        if bar.task_ids:
-            bar.stop()
+def sweep_done(done: int, total: int, record: SweepRecord, resumed: bool) -> Record:
+    """The progress record of a sweep's configuration just done (resumed: done before, not timed)."""
+    last = f"{record.id} ({'resumed' if resumed else pct(record.test_accuracy) + ' test'})"
+    return {"epoch": done, "epochs": total, "unit": "configuration", "last": last, "restored": resumed}
 
 
 @contextmanager
-def epoch_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[[dict[str, Any]], None] | None]:
-    """A progress bar over epochs (loss, running accuracy, current achieved sparsity), shown from the first epoch
-    on, so that errors before training (bad data, bad spec) are not preceded by an empty bar. Without a terminal,
-    plain lines with elapsed time and ETA: the first and last epoch (step, run) of each loop, at most one every
-    PLAIN_EVERY_S between, and a heartbeat line while an epoch or the work after the last one runs silently."""
-    if quiet:
+def display(
+    total: int | None,
+    *,
+    quiet: bool,
+    label: str,
+    unit: str = "epoch",
+    items: bool = False,
+    lines: bool = False,
+    rated: bool = False,
+    clock: Callable[[], float] | None = None,
+) -> Iterator[Shown | None]:
+    """The progress of a loop over `total` units, shown from the first report on, so that errors before the work
+    (bad data, bad spec) are not preceded by an empty bar; items (a sweep's configurations, a folder's tickets): a
+    bar from the start, with the last item done. Off a terminal, plain lines with elapsed time and ETA: the first
+    and last of each loop (a run, a round), at most one every PLAIN_EVERY_S between, and a heartbeat line while a
+    unit, a phase or the work after the loop runs silently; lines (export, evaluate): a phase's chunk
+    (PlainProgress.chunk) too. rated (drift's steps, told every step, measured at some): a line at every measured
+    or restored report, and the rate in steps/s and the ETA (a bar's PaceColumn) counted from the first report
+    (timed by clock), so that set-up is not in them. Nothing when quiet, or in a torchrun worker but rank 0."""
+    from ticketcli.runtime.world import quiet_rank  # torch-free
+
+    if quiet or quiet_rank():
         yield None
         return
     if plain_progress():
-        plain = PlainProgress(label, total)
-        looped: list[object] = []  # the round of the loop now running (iterated restarts its epochs each round)
+        plain = PlainProgress(label, total, unit=unit, clock=clock)
+        plain.rated = rated
+        loops: list[tuple[object, object]] = []  # the run and round of the loop now running
 
-        def line(stats: dict[str, Any]) -> None:
-            plain.unit = stats.get("unit", "epoch")
-            loop = stats.get("round")
-            first = not looped or looped[-1] != loop
-            if first:
-                looped.append(loop)
+        def line(stats: Record) -> None:
+            assert total is not None, "a display without a total shows only phases"
+            plain.unit = stats.get("unit", unit)
+            loop, restored = (stats.get("run"), stats.get("round")), bool(stats.get("restored"))
+            first = not loops or loops[-1] != loop
+            if first:  # each loop (train-weak's dense run, iterated's next round) with its own first line and ETA
+                loops.append(loop)
                 plain.restart(stats.get("epochs", total))
-            plain.update(epoch_line(label, total, stats), stats["epoch"], first=first)
+                plain.label = label if "run" not in stats else f"{label} {stats['run']}"
+            first = first or (rated and ("loss" in stats or restored))
+            plain.update(progress_line(label, total, stats, unit), stats["epoch"], first=first, timed=not restored)
 
         with plain.beating():
-            yield StatsProgress(line, partial(plain.chunk, lines=False))  # the phases after: in the heartbeat
+            yield Shown(line, partial(plain.chunk, lines=lines))
         return
-    with _stats_bar(label, total) as update:
-        yield update
+    bar, rows = _bar(unit), dict[object, TaskID]()
+    paces: dict[object, Pace] = {}
+    if items:
+        bar.start()
+        rows[None] = bar.add_task(label, total=total, stats="last -")
 
-
-def _sweep_what(record: SweepRecord, resumed: bool) -> str:
-    # ids come from --out-dir files too, hence literal()
-    return literal(f"{record.id} ({'resumed' if resumed else pct(record.test_accuracy) + ' test'})")
-
-
-@contextmanager
-def sweep_progress(total: int, *, quiet: bool) -> Iterator[Callable[[SweepRecord, bool], None] | None]:
-    """A progress bar over a sweep's configurations (resumed ones count as done at once), with ETA; without a
-    terminal, a plain line for the first and last configuration and at most one every PLAIN_EVERY_S between, with a
-    heartbeat while a configuration runs."""
-    if quiet:
-        yield None
-        return
-    if plain_progress():
-        plain, done = PlainProgress("sweep-k", total, unit="configuration"), 0
-
-        def line(record: SweepRecord, resumed: bool) -> None:
-            nonlocal done
-            done += 1
-            text = f"sweep-k {done}/{total} last {_sweep_what(record, resumed)}"
-            plain.update(text, done, first=done == 1, timed=not resumed)
-
-        with plain.beating():
-            yield line
-        return
-    with _bar("sweep-k", "last {task.fields[last]}") as bar:
-        task = bar.add_task("sweep-k", total=total, last="-")
-
-        def update(record: SweepRecord, resumed: bool) -> None:
-            bar.update(task, advance=1, last=_sweep_what(record, resumed))
-
-        yield update
-
-
-@contextmanager
-def tickets_progress(total: int, *, quiet: bool, label: str) -> Iterator[Callable[[str, str], None] | None]:
-    """One progress bar over a folder's tickets (`ticket evaluate DIR`): the callback takes the ticket just done and
-    what came of it; without a terminal, a plain line for the first and last ticket and at most one every
-    PLAIN_EVERY_S between, with a heartbeat while a ticket runs."""
-    if quiet:
-        yield None
-        return
-    if plain_progress():
-        plain, done = PlainProgress(label, total, unit="ticket"), 0
-
-        def line(ticket: str, what: str) -> None:
-            nonlocal done
-            done += 1
-            plain.update(f"{label} {done}/{total} last {literal(ticket)} ({literal(what)})", done, first=done == 1)
-
-        with plain.beating():
-            yield line
-        return
-    with _bar(label, "last {task.fields[last]}") as bar:
-        task = bar.add_task(label, total=total, last="-")
-
-        def update(ticket: str, what: str) -> None:
-            bar.update(task, advance=1, last=literal(f"{ticket} ({what})"))
-
-        yield update
-
-
-@contextmanager
-def runs_progress(total: int, *, quiet: bool) -> Iterator[Callable[[dict[str, Any]], None] | None]:
-    """One progress bar per training run (stats["run"]: masked, dense), each over epochs, with loss and
-    validation accuracy; without a terminal, plain lines as epoch_progress writes them, per run."""
-    if quiet:
-        yield None
-        return
-    if plain_progress():
-        plain = PlainProgress("train-weak", total)
-        runs: list[str] = []
-
-        def line(stats: dict[str, Any]) -> None:
-            first = not runs or runs[-1] != stats["run"]
-            if first:  # each run (masked, then dense) is its own loop, with its own first line and ETA
-                runs.append(stats["run"])
-                plain.restart(total)
-                plain.label = f"train-weak {stats['run']}"
-            text = f"{stats['run']} epoch {stats['epoch']}/{total} loss {stats['loss']:.4f}"
-            text += f" val acc {pct(stats['val_accuracy'])}"
-            plain.update(text, stats["epoch"], first=first)
-
-        with plain.beating():
-            # the measurements before and after each run's epochs: in the heartbeat
-            yield StatsProgress(line, partial(plain.chunk, lines=False))
-        return
-    bar = _bar("{task.description}", "{task.fields[stats]}")
-    tasks: dict[str, TaskID] = {}
-
-    def update(stats: dict[str, Any]) -> None:
-        bar.start()  # a no-op once started
-        if stats["run"] not in tasks:
-            tasks[stats["run"]] = bar.add_task(stats["run"], total=total, stats="loss -  val acc -")
-        measured = f"loss {stats['loss']:.4f}  val acc {pct(stats['val_accuracy'])}"
-        bar.update(tasks[stats["run"]], completed=stats["epoch"], stats=measured)
+    def update(stats: Record) -> None:
+        key = stats.get("run")  # train-weak: a row per run
+        shown = "last " + literal(stats["last"]) if "last" in stats else "  ".join(_measured(stats))
+        if key not in rows:
+            bar.start()  # a no-op once started
+            if rated:
+                paces[key] = Pace(total or 0, report_plain.CLOCK if clock is None else clock)
+            rows[key] = bar.add_task(key or label, total=total, stats=shown or MEASURED, pace=paces.get(key))
+        if "round" in stats:  # iterated: the bar restarts each round
+            bar.update(rows[key], description=f"{label} round {stats['round']}")
+        if key in paces:
+            paces[key].advance(stats["epoch"], timed=not stats.get("restored"))
+        bar.update(rows[key], completed=stats["epoch"])
+        if shown:  # drift: only the logged steps carry a measurement
+            bar.update(rows[key], stats=shown)
 
     try:
-        yield StatsProgress(update, _phase_tasks(bar, "train-weak", stats="chunks"))
+        yield Shown(update, _phase_tasks(bar, label))
     finally:
         if bar.task_ids:
             bar.stop()
-
-
-@contextmanager
-def drift_progress(
-    total: int, *, quiet: bool, label: str = "drift", clock: Callable[[], float] | None = None
-) -> Iterator[Callable[[dict[str, Any]], None] | None]:
-    """drift's progress over training steps, told every step (stats["epoch"]: steps done), with the probe's loss,
-    accuracy and sparsity at the logged ones. On a terminal, a live bar that moves at every step and shows the last
-    measurement; without one, a line at every logged step (as many as --log-every asks for) and between them at
-    most one every PLAIN_EVERY_S (and a heartbeat while a step runs silently). Both show the elapsed time, the rate
-    in steps/s and the ETA, which count from the first report (step 0's measurement, or the restored position of a
-    resumed run): training, measurements included, not set-up. A report with "restored" is a position restored
-    from a run dir (a resume, or a seed it holds whole): its steps count as done, not in the rate."""
-    if quiet:
-        yield None
-        return
-    if plain_progress():
-        plain = PlainProgress(label, total, unit="step", clock=clock)
-        plain.rated = True
-        started = False
-
-        def line(stats: dict[str, Any]) -> None:
-            nonlocal started
-            if not started:
-                started, plain.pace = True, Pace(total, plain.clock)
-            logged, restored = "loss" in stats, bool(stats.get("restored"))
-            text = epoch_line(label, total, stats) if logged else f"{label} step {stats['epoch']}/{total}"
-            plain.update(
-                text + (" restored" if restored else ""), stats["epoch"], first=logged or restored, timed=not restored
-            )
-
-        with plain.beating():
-            yield line
-        return
-    with _stats_bar(label, total, report_plain.CLOCK if clock is None else clock) as update:
-        yield update

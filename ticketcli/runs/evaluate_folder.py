@@ -3,7 +3,7 @@ same --min-accuracy/--max-drop, and report them all: the typed result and the lo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -11,6 +11,7 @@ from typing import ClassVar
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import Interrupted, TicketCliError
+from ticketcli.methods.base import Progress
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs.evaluate import EvaluateResult
 from ticketcli.runs.folder import failures_line, ticket_paths
@@ -90,19 +91,19 @@ def evaluate_folder(
     *,
     min_accuracy: float | None = None,
     max_drop: float | None = None,
-    progress: Callable[[str, str], None] | None = None,
+    progress: Progress | None = None,
 ) -> EvaluateFolderResult:
     """Evaluate every ticket `paths` name (runs.folder.ticket_paths), one at a time, each gated like `ticket
     evaluate TICKET`; a ticket that cannot be evaluated is an error row and the loop goes on (an interrupt stops
-    it). `progress` is told each ticket and its outcome."""
+    it). `progress` is told each ticket and its outcome ("last")."""
     rows = []
-    for path in ticket_paths(paths):
+    for done, path in enumerate(ticket_paths(paths), 1):
         row = _one(path, reader, min_accuracy, max_drop)
         rows.append(row)
         if progress is not None:
             e = row.result
             what = "error" if e is None else f"test {100 * e.test.accuracy:.2f}%" + (" FAILED" if row.failures else "")
-            progress(str(path), what)
+            progress({"epoch": done, "unit": "ticket", "last": f"{path} ({what})"})
     return EvaluateFolderResult(tickets=tuple(rows), min_accuracy=min_accuracy, max_drop=max_drop)
 
 
