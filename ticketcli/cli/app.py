@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
@@ -55,7 +55,7 @@ class Command(TyperCommand):
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         return choices_in_help(without_flag_types(super().get_params(ctx)))
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         check_paths(ctx)
         return super().invoke(ctx)
 
@@ -87,8 +87,8 @@ class OneLineErrors(TyperGroup):
         complete_var: str | None = None,
         standalone_mode: bool = True,
         windows_expand_args: bool = True,
-        **extra: Any,
-    ) -> Any:
+        **extra: object,
+    ) -> object:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
         console.standard_streams()  # a missing or closed stdout/stderr: a closed pipe from here on (exit 141)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -28,7 +27,7 @@ def errors_to_exit_codes() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def warn_unverified(result: Mapping[str, Any]) -> None:
+def warn_unverified(result: Mapping[str, object]) -> None:
     """A ticket written before masks_sha256 existed still works; say once that its masks were not checked."""
     if result.get("integrity") == "not recorded":
         console.warn(

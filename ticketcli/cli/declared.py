@@ -9,7 +9,7 @@ None for what was not given (a switch that is off included), paths as text."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, TypeVar
 
@@ -17,22 +17,23 @@ import typer
 
 from ticketcli.settings.setting import Setting, Table
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
+Given = dict[str, Any]  # settings by name, as resolve.merge_settings takes them: None = not given
 # the attribute `declared` leaves on a command: every setting it was given, its own flags included, so that the
 # generated CLI reference (cli/reference.py) reads each flag's declaration rather than a copy of it
 SETTINGS_ATTRIBUTE = "__ticket_settings__"
 
 
-def choices(names: tuple[str, ...] | list[str]) -> Any:
+def choices(names: tuple[str, ...] | list[str]) -> object:
     """A Literal of a registry's names: Typer lists them in --help and refuses any other; the value is the str."""
     return Literal.__getitem__(tuple(names))
 
 
-def option(s: Setting) -> Any:
+def option(s: Setting) -> object:
     """The annotated type of setting `s`'s flag: its type, help (with its default), panel."""
     decls: tuple[str, ...] = ()
     if s.kind == "negatable":
-        kind: Any = Optional[bool]
+        kind: object = Optional[bool]
         decls = (f"{s.flag}/--no-{s.flag.removeprefix('--')}",)
     elif s.switch:
         kind, decls = bool, (s.flag,)
@@ -52,7 +53,7 @@ def option(s: Setting) -> Any:
     return Annotated[kind, info]
 
 
-def parameter_default(s: Setting) -> Any:
+def parameter_default(s: Setting) -> object:
     """What Typer passes when the flag is not given: False for a switch, else None (a setting's default is applied
     when the settings are merged, so that 'not given' stays visible) or a command-line-only option's own default."""
     if s.required:
@@ -62,7 +63,7 @@ def parameter_default(s: Setting) -> Any:
     return None if s.config else s.value
 
 
-def own_flag(fn: Callable[..., Any], p: inspect.Parameter, s: Setting) -> inspect.Parameter:
+def own_flag(fn: Callable[..., object], p: inspect.Parameter, s: Setting) -> inspect.Parameter:
     """The command's own parameter `p` as the flag of setting `s`; its Python default must be the setting's."""
     expected = parameter_default(s)
     if p.default is not expected and p.default != expected:
@@ -107,16 +108,16 @@ def declared(*tables: Table, flags: Table | None = None) -> Callable[[F], F]:
     return wrap
 
 
-def given_settings(table: Table, given: dict[str, Any]) -> dict[str, Any]:
+def given_settings(table: Table, given: Mapping[str, object]) -> Given:
     """The values of `table`'s settings as resolve.merge_settings takes them: None = not given."""
-    out: dict[str, Any] = {}
+    out: Given = {}
     for s in table:
         value = given[s.name]
         if s.switch and value is False:
             value = None
         elif s.kind is list and not value:  # a repeatable flag not given: Typer passes None or []
             value = None
-        elif s.kind is list:
+        elif s.kind is list and isinstance(value, (list, tuple)):
             value = [str(v) for v in value]
         elif isinstance(value, Path):
             value = str(value)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
-from ticketcli.cli.declared import declared, given_settings
+from ticketcli.cli.declared import Given, declared, given_settings
 from ticketcli.errors import GateFailed
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
@@ -52,7 +52,7 @@ def evaluate(
     max_drop: Optional[float] = None,
     json_out: bool = False,
     quiet: bool = False,
-    **given: Any,  # the reader settings of settings/reader.py (@declared): one flag each
+    **given: object,  # the reader settings of settings/reader.py (@declared): one flag each
 ) -> None:
     """Rebuild a ticket's network from its spec and seed, apply the masks and measure accuracy. For a folder of
     tickets: one row each and a summary; exit 1 when any ticket fails the gate or cannot be evaluated."""
@@ -96,7 +96,7 @@ def evaluate(
 
 def evaluate_many(
     tickets: list[Path],
-    r: dict[str, Any],
+    r: Given,
     *,
     min_accuracy: float | None,
     max_drop: float | None,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
@@ -26,7 +25,7 @@ def export(
     force: bool = False,
     json_out: bool = False,
     quiet: bool = False,
-    **given: Any,  # the reader settings of settings/reader.py (@declared): one flag each
+    **given: object,  # the reader settings of settings/reader.py (@declared): one flag each
 ) -> None:
     """Write a ticket's network for plain PyTorch (masked weights, prune layout, CSR or bool masks) or as an ONNX
     model. BatchNorm statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need

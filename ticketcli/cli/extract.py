@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ticketcli.cli.common import (
     errors_to_exit_codes,
@@ -36,7 +36,7 @@ def extract(
     rendezvous_timeout: Optional[float] = None,
     json_out: bool = False,
     quiet: bool = False,
-    **given: Any,  # the settings of settings/run.py and --log-to (@declared): one flag each; its own: flags.py
+    **given: object,  # the settings of settings/run.py and --log-to (@declared): one flag each; its own: flags.py
 ) -> None:
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
     # torch comes in with these: imported here, when the command runs, so that --help and errors stay fast

@@ -9,7 +9,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import typer
 from typer.core import TyperArgument, TyperGroup, TyperOption
@@ -35,7 +34,7 @@ def commands() -> Iterator[tuple[str, click.Command]]:
 
 def declared_settings(command: click.Command) -> Table:
     """The settings a command's flags were made from (cli/declared.py left them on the function Typer wraps)."""
-    fn: Any = command.callback
+    fn: object = command.callback
     while fn is not None:
         table = getattr(fn, SETTINGS_ATTRIBUTE, None)
         if isinstance(table, Table):
@@ -59,7 +58,7 @@ def type_text(s: Setting) -> str:
         return "choice"
     if s.kind is list:
         return "text, repeatable"
-    names: dict[Any, str] = {int: "integer", float: "number", str: "text", Path: "path"}
+    names: dict[object, str] = {int: "integer", float: "number", str: "text", Path: "path"}
     return names.get(s.kind, str(s.kind))
 
 

@@ -4,12 +4,12 @@ hyperparameter-stability table), over several seeds, locally or on Ray."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, Optional, cast
+from typing import Literal, Optional, cast
 
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space
-from ticketcli.cli.declared import declared, given_settings
+from ticketcli.cli.declared import Given, declared, given_settings
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import check_destination, write_owned
 from ticketcli.report import console
@@ -34,7 +34,7 @@ def sweep_k(
     config: Optional[Path] = None,
     json_out: bool = False,
     quiet: bool = False,
-    **given: Any,  # extract's run settings and sweep-k's own (settings/sweep.py, @declared): one flag each
+    **given: object,  # extract's run settings and sweep-k's own (settings/sweep.py, @declared): one flag each
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
     # torch: imported when the command runs, not for --help
@@ -48,7 +48,7 @@ def sweep_k(
 
     flags = {**given_settings(SWEEP, given), **given_settings(TRACK, given), "method": "edge-popup"}
     table = RUN.plus(TRACK)  # the keys a config file may set
-    seeds, densities, layerwise, band, workers, threads, executor, ray_address = given_settings(OWN, given).values()
+    own = given_settings(OWN, given)  # read by name: a reordered table cannot swap two options
     resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
     with (
         errors_to_exit_codes(),
@@ -57,18 +57,14 @@ def sweep_k(
         ) as position,
     ):
         from_config = load_config(config, table)
-        if threads is None:
-            threads = from_config.get("threads")
-        seed_list, band_range, pool, threads = sweep_options(
-            seeds, band, densities, layerwise, workers, threads, executor
-        )
+        o = sweep_options(own, from_config.get("threads") if own["threads"] is None else own["threads"])
         fixed_by_sweep = sorted({"method", "seed", "layer_densities", "aug_density", "weights"} & set(from_config))
         if fixed_by_sweep:
             raise UsageError(
                 f"{config} sets {', '.join(fixed_by_sweep)}, which sweep-k chooses itself",
                 hint="remove these keys for sweep-k",
             )
-        merged = merge_settings({**flags, "seed": seed_list[0]}, config, table)
+        merged = merge_settings({**flags, "seed": o.seeds[0]}, config, table)
         base = build_extract_spec(merged)
         trackers = track.check(merged["log_to"])
         note = sweep_outputs.load_note(out_dir)
@@ -78,12 +74,12 @@ def sweep_k(
             if note is not None:
                 note.check(force)  # the note the plot goes in
         tasks = build_plan(
-            base, seeds=seed_list, densities=pool, layerwise=layerwise, double_scoring=double_scoring_methods()
+            base, seeds=o.seeds, densities=o.densities, layerwise=o.layerwise, double_scoring=double_scoring_methods()
         )
         # a ticket (a bit per weight, a bounded header) and a small record per configuration, before the work
         if out_dir is not None:
             warn_low_space({out_dir / "run": len(tasks) * (model_size(base.model) // 8 + (64 << 10))})
-        with track.tracked(trackers, lambda: track_feed.sweep_info(base, seed_list), console.warn) as log:
+        with track.tracked(trackers, lambda: track_feed.sweep_info(base, list(o.seeds)), console.warn) as log:
             shown = report_progress.display(len(tasks), quiet=quiet, label="sweep-k", unit="configuration", items=True)
             with shown as progress:
                 done = position.track(progress)
@@ -100,11 +96,11 @@ def sweep_k(
 
                 result = run_sweep_k(
                     tasks,
-                    band=band_range,
-                    workers=workers,
-                    threads=threads,
-                    executor=executor,
-                    ray_address=ray_address,
+                    band=o.band,
+                    workers=o.workers,
+                    threads=o.threads,
+                    executor=o.executor,
+                    ray_address=own["ray_address"],
                     out_dir=out_dir,
                     on_result=on_result,
                     overwrite=force,
@@ -114,17 +110,17 @@ def sweep_k(
                 result,
                 settings=SweepSettings(
                     sparsity=base.method.sparsity,
-                    seeds=tuple(seed_list),
-                    densities=tuple(pool),
-                    layerwise=layerwise,
-                    band=band_range,
+                    seeds=o.seeds,
+                    densities=o.densities,
+                    layerwise=o.layerwise,
+                    band=o.band,
                     model=base.model.to_string(),
                     dataset=base.data.name,
                     epochs=base.method.epochs,
                     double_scoring=tuple(double_scoring_methods()),
-                    workers=workers,
-                    threads=threads,
-                    executor=executor,
+                    workers=o.workers,
+                    threads=o.threads,
+                    executor=o.executor,
                     out_dir=None if out_dir is None else str(out_dir),
                 ),
             )
@@ -135,21 +131,33 @@ def sweep_k(
                 written = write_owned(plot, png, overwrite=force, owned=again, checked_at_start=True)
                 sweep_outputs.remember(out_dir, written, png)
                 result = replace(result, plot=str(plot))
-            result = replace(result, threads=threads)
+            result = replace(result, threads=o.threads)
             if log is not None:
                 track_feed.guarded(track_feed.sweep_final, console.warn)(log, result)
     console.print_json(result.to_document()) if json_out else report_study_tables.sweep_table(result)
 
 
-def sweep_options(
-    seeds: str, band: str, densities: str | None, layerwise: int, workers: int, threads: int | None, executor: Executor
-) -> tuple[list[int], tuple[float, float], tuple[float, ...], int]:
-    """Validate sweep-k's own options: seeds, band, density pool, worker and thread counts; returns the seeds, the
-    band, the pool and each run's torch threads (POOL_THREADS unless given)."""
+@dataclass(frozen=True)
+class SweepOptions:
+    """sweep-k's own options, checked: the seeds, the band, the density pool, the layerwise draws, the workers,
+    each run's torch threads (POOL_THREADS unless given) and the executor."""
+
+    seeds: tuple[int, ...]
+    band: tuple[float, float]
+    densities: tuple[float, ...]
+    layerwise: int
+    workers: int
+    threads: int
+    executor: Executor
+
+
+def sweep_options(own: Given, threads: int | None) -> SweepOptions:
+    """Validate sweep-k's own options (`own`, by name; `threads`: the flag's, else the config file's)."""
     from ticketcli.runtime import threads as torch_threads
     from ticketcli.settings.resolve import parse_floats
     from ticketcli.sweep.plan import PAPER_DENSITIES
 
+    seeds, band, densities = own["seeds"], own["band"], own["densities"]
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
@@ -168,10 +176,10 @@ def sweep_options(
     pool = PAPER_DENSITIES if densities is None else cast(tuple[float, ...], parse_floats(densities, "--densities"))
     if not all(0 < d <= 1 for d in pool):
         raise UsageError(f"--densities must lie in (0, 1], got {densities!r}")
-    layerwise, workers = (check_setting(k, v) for k, v in (("layerwise", layerwise), ("workers", workers)))
+    layerwise, workers = (check_setting(k, own[k]) for k in ("layerwise", "workers"))
     given = check_threads(threads)
-    if executor == "local":
+    if own["executor"] == "local":
         each = torch_threads.per_worker(workers, given)
     else:  # Ray places each run on a node with that many free CPUs (num_cpus)
         each = torch_threads.POOL_THREADS if given is None else given
-    return seed_list, (lo, hi), tuple(pool), each
+    return SweepOptions(tuple(seed_list), (lo, hi), tuple(pool), layerwise, workers, each, own["executor"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ticketcli.cli.common import errors_to_exit_codes, warn_precision, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
@@ -32,7 +32,7 @@ def train_weak(
     rendezvous_timeout: Optional[float] = None,
     json_out: bool = False,
     quiet: bool = False,
-    **given: Any,  # the weight-training settings of settings/weak.py (@declared): one flag each
+    **given: object,  # the weight-training settings of settings/weak.py (@declared): one flag each
 ) -> None:
     """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
     r = given_settings(READER, given)
