@@ -61,22 +61,22 @@ def main() -> None:
     check = {}
     if a.check:
         stored = next(r for r in old["records"] if r.id == a.check)
-        again = sweep_run.run_sweep([t for t in plan if t.id == a.check], threads=st["threads"])["records"][0]
+        again = sweep_run.run_sweep([t for t in plan if t.id == a.check], threads=st["threads"]).records[0]
         keep = lambda r: {k: v for k, v in r.flat().items() if k not in sweep_records.VOLATILE}  # noqa: E731
         check = {"id": a.check, "identical": keep(stored) == keep(again)}
         print(json.dumps(check))
     new = sweep_run.run_sweep(todo, workers=a.workers, threads=st["threads"], out_dir=a.dir / "runs")
-    records = [r for r in old["records"] if r.group not in groups] + new["records"]
+    records = [r for r in old["records"] if r.group not in groups] + new.records
     flat = [r.flat() for r in records]
     result = {
         "settings": {**st, "double_scoring": sweep_plan.double_scoring_methods(), "added_groups": sorted(groups)},
         "records": flat,
-        "resumed": new["resumed"],
+        "resumed": new.resumed,
         "reproduction_check": check,
         "summary": sweep_summary.summarize(flat, band=tuple(st["band"])),
     }
     (a.dir / "stability_combined.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    typed = sweep_result.SweepResult.of(records, new["resumed"], band=tuple(st["band"]))
+    typed = sweep_result.SweepResult.of(records, new.resumed, band=tuple(st["band"]))
     names = [f.name for f in dataclasses.fields(sweep_result.SweepSettings)]
     typed = dataclasses.replace(
         typed,

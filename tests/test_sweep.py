@@ -175,8 +175,8 @@ def test_plan_shares_init_per_seed_and_covers_every_double_scoring_method():
 @pytest.mark.slow
 def test_two_workers_give_exactly_the_records_of_one_worker():
     plan = tiny_plan()
-    one = sweep_run.run_sweep(plan, workers=1, threads=1)["records"]
-    two = sweep_run.run_sweep(plan, workers=2, threads=1)["records"]
+    one = sweep_run.run_sweep(plan, workers=1, threads=1).records
+    two = sweep_run.run_sweep(plan, workers=2, threads=1).records
     assert [r.id for r in one] == [t.id for t in plan]
     assert stable(one) == stable(two)
     assert all(r.threads == 1 for r in two)
@@ -193,7 +193,7 @@ def test_two_workers_give_exactly_the_records_of_one_worker():
 def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_path):
     plan = tiny_plan()
     first = sweep_run.run_sweep(plan, out_dir=tmp_path)
-    assert first["resumed"] == [] and all((tmp_path / f"{t.id}.safetensors").is_file() for t in plan)
+    assert first.resumed == [] and all((tmp_path / f"{t.id}.safetensors").is_file() for t in plan)
     (tmp_path / f"{plan[0].id}.safetensors").unlink()
     (tmp_path / f"{plan[1].id}.safetensors").write_bytes(b"not a ticket")
     with pytest.raises(UsageError, match="not replaced without --force"):  # changed since: no longer the sweep's
@@ -208,9 +208,9 @@ def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_p
         warn=warned.append,
     )
     assert len(warned) == 2 and "is missing" in warned[0] and "not a safetensors file" in warned[1]  # one each
-    assert second["resumed"] == [t.id for t in plan[2:]]
+    assert second.resumed == [t.id for t in plan[2:]]
     assert sorted(i for i, resumed in seen if not resumed) == sorted([plan[0].id, plan[1].id])
-    assert stable(second["records"]) == stable(first["records"])
+    assert stable(second.records) == stable(first.records)
     assert (tmp_path / f"{plan[0].id}.safetensors").is_file()
     assert sweep_records.finished(tmp_path, plan[1])[0] is not None
     changed = tiny_plan(epochs=2)  # other settings: nothing stored matches; refused, or replaced with --force
@@ -219,7 +219,7 @@ def test_resume_skips_finished_runs_and_recomputes_deleted_or_damaged_ones(tmp_p
     with pytest.raises(UsageError, match=r"other settings \(epochs: 1 in the folder, 2 now\)"):
         sweep_run.run_sweep(changed[:1], out_dir=tmp_path)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing recomputed or replaced
-    assert sweep_run.run_sweep(changed[:1], out_dir=tmp_path, overwrite=True)["resumed"] == []
+    assert sweep_run.run_sweep(changed[:1], out_dir=tmp_path, overwrite=True).resumed == []
 
 
 def test_a_record_of_an_older_sweep_resumes_with_its_tickets_digest_and_method(tmp_path):
@@ -227,7 +227,7 @@ def test_a_record_of_an_older_sweep_resumes_with_its_tickets_digest_and_method(t
     (sweep_records.legacy_masks_sha256) still resume, and the document reports the ticket's digest and method record, as
     inspect reads them from the ticket; a digest that is neither is a damaged record, recomputed."""
     plan = tiny_plan(densities=(0.3,), layerwise=0)[:1]
-    first = sweep_run.run_sweep(plan, out_dir=tmp_path)["records"][0]
+    first = sweep_run.run_sweep(plan, out_dir=tmp_path).records[0]
     loaded = ticket_io.load(tmp_path / f"{plan[0].id}.safetensors")
     assert first.masks_sha256 == loaded.masks_sha256 and first.method == loaded.method.to_json()
     _, record_path = sweep_records.paths(tmp_path, plan[0])
@@ -243,8 +243,8 @@ def test_a_record_of_an_older_sweep_resumes_with_its_tickets_digest_and_method(t
     assert old != loaded.masks_sha256
     record_path.write_text(json.dumps(doc))
     again = sweep_run.run_sweep(plan, out_dir=tmp_path)
-    assert again["resumed"] == [plan[0].id]
-    assert again["records"][0].masks_sha256 == loaded.masks_sha256 and again["records"][0].method == first.method
+    assert again.resumed == [plan[0].id]
+    assert again.records[0].masks_sha256 == loaded.masks_sha256 and again.records[0].method == first.method
     doc["record"]["masks_sha256"] = "0" * 64
     record_path.write_text(json.dumps(doc))
     assert "masks differ from its record's" in str(sweep_records.finished(tmp_path, plan[0])[1])
@@ -257,7 +257,7 @@ def test_ray_local_mode_equals_local(tmp_path):
     import ray
 
     plan = tiny_plan(densities=(0.1,), layerwise=0)
-    local = sweep_run.run_sweep(plan)["records"]
+    local = sweep_run.run_sweep(plan).records
     ray.init(
         num_cpus=2,
         include_dashboard=False,
@@ -268,7 +268,7 @@ def test_ray_local_mode_equals_local(tmp_path):
         remote = sweep_run.run_sweep(plan, executor="ray", out_dir=tmp_path)
     finally:
         ray.shutdown()
-    assert stable(remote["records"]) == stable(local)
+    assert stable(remote.records) == stable(local)
     assert all(sweep_records.finished(tmp_path, t)[0] is not None for t in plan)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -155,11 +156,30 @@ def _unpack(saved: torch.Tensor | _Recipe) -> torch.Tensor:
     return w if contiguous else w.as_strided(saved.shape, saved.stride, saved.offset)
 
 
-def mask_stats(masks: dict[str, torch.Tensor]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Kept:
+    """Kept of total mask entries, and their density (0.0 of none)."""
+
+    kept: int
+    total: int
+
+    @property
+    def density(self) -> float:
+        return self.kept / self.total if self.total else 0.0
+
+    def counted(self) -> dict[str, int | float]:
+        """As a ticket's per-layer sparsity records it: kept, total and achieved sparsity."""
+        return {"kept": self.kept, "total": self.total, "achieved": 1.0 - self.density}
+
+
+@dataclass(frozen=True)
+class MaskStats(Kept):
+    """Kept/total counts and achieved density globally, and per parameter."""
+
+    per_param: dict[str, Kept]
+
+
+def mask_stats(masks: dict[str, torch.Tensor]) -> MaskStats:
     """Kept/total counts and achieved density globally and per parameter."""
-    per: dict[str, dict[str, int | float]] = {n: {"kept": int(m.sum()), "total": m.numel()} for n, m in masks.items()}
-    kept = sum(v["kept"] for v in per.values())
-    total = sum(v["total"] for v in per.values())
-    for v in per.values():
-        v["density"] = v["kept"] / v["total"] if v["total"] else 0.0
-    return {"kept": kept, "total": total, "density": kept / total if total else 0.0, "per_param": per}
+    per = {n: Kept(int(m.sum()), m.numel()) for n, m in masks.items()}
+    return MaskStats(sum(v.kept for v in per.values()), sum(v.total for v in per.values()), per)

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.data.datasets import Splits
 from ticketcli.errors import RunFailed, UsageError
 from ticketcli.models.batchnorm import ChunkProgress
@@ -42,7 +43,7 @@ def evaluate(
     *,
     chunks: ChunkProgress | None = None,
     phase: str = "evaluation",
-) -> dict[str, Any]:
+) -> JsonObject:
     """Mean cross-entropy, correct count and accuracy of W * M on (x, y) (BatchNorm on statistics recomputed for
     these masks and weights: MaskedNet.calibrate). `chunks` is told the recalibration's chunks, then this
     evaluation's as `phase` (the counts the loop has anyway: no extra synchronisation)."""

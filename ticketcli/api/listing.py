@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ticketcli.api.extract import NOT_OPTIONS
 from ticketcli.data.registry import DATASETS
 from ticketcli.methods import METHODS
@@ -31,7 +29,7 @@ def list_datasets() -> list[str]:
     return list(DATASETS.names())
 
 
-def extract_options() -> dict[str, Any]:
+def extract_options() -> dict[str, object]:
     """Every extract option by its Python name, with its default (None: decided by the dataset or method)."""
     defaults = RUN.defaults()
     return {k: defaults[k] for k in _option_names()}

@@ -16,6 +16,7 @@ from ticketcli.api import data as api_data
 from ticketcli.api.args import check_module_arg, optional_path, path_arg
 from ticketcli.api.keywords import speaks_keywords
 from ticketcli.api.masks import TicketMasks, apply_masks, check_module, masked
+from ticketcli.contract.schema import JsonObject
 from ticketcli.data.datasets import Splits
 from ticketcli.data.memory import IN_MEMORY
 from ticketcli.errors import UsageError
@@ -57,7 +58,7 @@ class Ticket:
         return TicketMasks({n: m.clone() for n, m in r.masks.items()}, r.weights_sha256, names)
 
     @property
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> JsonObject:
         """Everything the file records beside the masks (model, init, method, data, sparsity, metrics, ...)."""
         r = self._record
         meta: dict[str, Any] = {

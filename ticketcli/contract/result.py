@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from ticketcli.contract.schema import SCHEMAS
+from ticketcli.contract.schema import SCHEMAS, JsonObject
 
 
 class Result(Mapping[str, Any]):
@@ -20,10 +20,10 @@ class Result(Mapping[str, Any]):
 
     COMMAND: ClassVar[str]
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonObject:
         raise NotImplementedError(f"{type(self).__name__} does not define body()")
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         """The `--json` document: `schema` first, then the body."""
         return {"schema": SCHEMAS[self.COMMAND], **{k: v for k, v in self.body().items() if k != "schema"}}
 

@@ -207,7 +207,7 @@ class BatchUnpickler(pickle.Unpickler):
         return text.encode("latin1")
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> dict[str, object]:
     """One CIFAR-10 python file (a batch or batches.meta) as a dict with str keys; any fault is a UsageError."""
     raw = read_regular_file(path, MAX_FILE, "CIFAR-10 file")
     try:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
 from ticketcli.models.gpt import gpt_numbers
@@ -82,7 +83,7 @@ class OnnxInfo:
     output_shape: tuple[int | str, ...]
     max_abs_diff: float  # onnxruntime's logits against the ticket's network, on a batch of synthetic inputs
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The `onnx` object."""
         return {
             "opset": self.opset,

@@ -31,7 +31,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import present
+from ticketcli.contract.schema import JsonObject, present
 from ticketcli.errors import UsageError
 from ticketcli.export import onnx as export_onnx
 from ticketcli.files.atomic import check_destination, write_atomic
@@ -142,7 +142,7 @@ class CsrLayer:
     dense_bytes: int
     csr_bytes: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The `layers[]` item."""
         return {
             "name": self.name,
@@ -180,7 +180,7 @@ class ExportResult(Result):
     def density(self) -> float:
         return self.kept / self.total
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonObject:
         doc: dict[str, Any] = {
             "ticket": self.ticket,
             "format": self.format,

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import UsageError
 from ticketcli.files.uninterrupted import uninterrupted
 
@@ -42,7 +43,7 @@ class Owned:
     def of(cls, path: str | Path, st: os.stat_result) -> Owned:
         return cls(os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod

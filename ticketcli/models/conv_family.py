@@ -4,11 +4,9 @@ conv.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from ticketcli.errors import UsageError
 from ticketcli.models.cost import Cost, Estimate
-from ticketcli.models.family import Family, Shape, no_arguments
+from ticketcli.models.family import Arguments, Family, Shape, no_arguments
 from ticketcli.specs.run import ModelSpec
 
 CONV_LAYERS = {  # Conv-2/4/6: 64-64-pool, +128-128-pool, +256-256-pool; then the fully connected CONV_HEAD
@@ -19,7 +17,7 @@ CONV_LAYERS = {  # Conv-2/4/6: 64-64-pool, +128-128-pool, +256-256-pool; then th
 CONV_HEAD = (256, 256)
 
 
-def vgg_arguments(text: str, name: str, body: str | None, suffix: dict[str, Any]) -> dict[str, Any]:
+def vgg_arguments(text: str, name: str, body: str | None, suffix: Arguments) -> Arguments:
     """A vgg's ':' arguments: positive conv widths and M (2x2 max-pool), starting with a width."""
     if body is None or not all(p == "M" or (p.isdigit() and int(p) > 0) for p in body.split("-")):
         raise UsageError(

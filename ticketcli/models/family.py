@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from torch import nn
 
 Shape = tuple[int, int, int]
+Arguments = dict[str, Any]  # ModelSpec fields by name: those a spec's suffixes set, those its ':' arguments fill
 # (spec text, family name, its ':' arguments or None, its suffixes) -> the ModelSpec fields the arguments fill
-Parse = Callable[[str, str, "str | None", dict[str, Any]], dict[str, Any]]
+Parse = Callable[[str, str, "str | None", Arguments], Arguments]
 # (spec, input shape, classes) -> its cost; an open geometry is estimated as a 1x1x1 input with 1 class
 CostFn = Callable[[ModelSpec, Shape, int], Estimate]
 
@@ -68,7 +69,7 @@ def data_geometry(spec: ModelSpec) -> tuple[Shape, int]:
     return spec.input, spec.classes
 
 
-def no_arguments(text: str, name: str, body: str | None, suffix: dict[str, Any]) -> dict[str, Any]:
+def no_arguments(text: str, name: str, body: str | None, suffix: Arguments) -> Arguments:
     """The grammar of a family without ':' arguments (lenet300, conv6, resnet20)."""
     if body is not None:
         raise UsageError(f"invalid model spec {text!r}: {name} takes no ':' arguments", hint=SPEC_HINT)

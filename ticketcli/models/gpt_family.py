@@ -4,11 +4,10 @@ ratio>][-v<vocabulary>]), its cost from the spec alone and its description; the 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ticketcli.errors import UsageError
 from ticketcli.models.cost import FLOAT, Cost, Estimate
-from ticketcli.models.family import Family, Shape
+from ticketcli.models.family import Arguments, Family, Shape
 from ticketcli.models.vit_family import blocks_cost
 from ticketcli.specs.run import ModelSpec
 from ticketcli.specs.syntax import check_depth
@@ -16,7 +15,7 @@ from ticketcli.specs.syntax import check_depth
 GPT_BODY = r"l([0-9]+)-d([0-9]+)-h([0-9]+)-c([0-9]+)(?:-m([0-9]+))?(?:-v([0-9]+))?"
 
 
-def gpt_arguments(text: str, name: str, body: str | None, suffix: dict[str, Any]) -> dict[str, Any]:
+def gpt_arguments(text: str, name: str, body: str | None, suffix: Arguments) -> Arguments:
     """gpt-nano's ':' arguments, as written (the builder checks the numbers against each other)."""
     if body is None or not re.fullmatch(GPT_BODY, body):
         raise UsageError(

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 from ticketcli.errors import UsageError
 from ticketcli.models.cost import Cost, Estimate
-from ticketcli.models.family import Family, Shape, no_arguments
+from ticketcli.models.family import Arguments, Family, Shape, no_arguments
 from ticketcli.specs.run import ModelSpec
 from ticketcli.specs.syntax import SPEC_HINT
 
 
-def mlp_arguments(text: str, name: str, body: str | None, suffix: dict[str, Any]) -> dict[str, Any]:
+def mlp_arguments(text: str, name: str, body: str | None, suffix: Arguments) -> Arguments:
     """An mlp's ':' arguments as its widths: two or more positive numbers (with +res, two equal hidden ones)."""
     if body is None or not re.fullmatch(r"[0-9]+(?:-[0-9]+)+", body):
         raise UsageError(f"invalid model spec {text!r}", hint=SPEC_HINT)

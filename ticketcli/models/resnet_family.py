@@ -5,16 +5,15 @@ resnet.py."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ticketcli.errors import UsageError
 from ticketcli.models.cost import Cost, Estimate
-from ticketcli.models.family import Family, Shape, no_arguments
+from ticketcli.models.family import Arguments, Family, Shape, no_arguments
 from ticketcli.specs.run import ModelSpec
 from ticketcli.specs.syntax import check_depth
 
 
-def wrn_arguments(text: str, name: str, body: str | None, suffix: dict[str, Any]) -> dict[str, Any]:
+def wrn_arguments(text: str, name: str, body: str | None, suffix: Arguments) -> Arguments:
     """A wide ResNet's ':' arguments: depth 6n+4 (at least 10) and width factor (at least 1)."""
     m = re.fullmatch(r"([0-9]+)-([0-9]+)", body or "")
     if not m:

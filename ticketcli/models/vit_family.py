@@ -5,18 +5,17 @@ network is in vit.py."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ticketcli.errors import UsageError
 from ticketcli.models.cost import FLOAT, Cost, Estimate
-from ticketcli.models.family import Family, Shape
+from ticketcli.models.family import Arguments, Family, Shape
 from ticketcli.specs.run import ModelSpec
 from ticketcli.specs.syntax import check_depth
 
 VIT_BODY = r"p([0-9]+)-d([0-9]+)-l([0-9]+)-h([0-9]+)(?:-m([0-9]+))?"
 
 
-def vit_arguments(text: str, name: str, body: str | None, suffix: dict[str, Any]) -> dict[str, Any]:
+def vit_arguments(text: str, name: str, body: str | None, suffix: Arguments) -> Arguments:
     """A vit's ':' arguments: positive numbers, its width a multiple of its heads and of 4."""
     m = re.fullmatch(VIT_BODY, body or "")
     if not m:

@@ -42,15 +42,12 @@ def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec, details: Deta
     augmented entries that sit on auxiliary coordinates (so a user sees whether the auxiliary scores ever win)."""
     details = details or {}
     stats = mask_stats(masks)
-    per = {
-        n: {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
-        for n, s in stats["per_param"].items()
-    }
+    per = {n: s.counted() for n, s in stats.per_param.items()}
     report = {
         "requested": spec.method.sparsity,
-        "achieved": 1.0 - stats["density"],
-        "kept": stats["kept"],
-        "total": stats["total"],
+        "achieved": 1.0 - stats.density,
+        "kept": stats.kept,
+        "total": stats.total,
         "per_layer": per,
     }
     if spec.method.layer_densities is not None:
@@ -184,8 +181,8 @@ def counted_layers(masks: dict[str, torch.Tensor], stored: SparsityRecord) -> di
     """Per-parameter kept, total and achieved sparsity counted from a loaded ticket's masks (what the file claims is
     not repeated), with the auxiliary share it recorded when that is a number in [0, 1]."""
     layers = {}
-    for name, s in mask_stats(masks)["per_param"].items():
-        entry: JsonObject = {"kept": s["kept"], "total": s["total"], "achieved": 1.0 - s["density"]}
+    for name, s in mask_stats(masks).per_param.items():
+        entry: JsonObject = s.counted()
         share = stored.layer(name).aux_share
         layers[name] = entry if share is None else {**entry, "aux_share": share}
     return layers

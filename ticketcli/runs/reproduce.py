@@ -147,12 +147,12 @@ def _model(path: Path, text: str) -> ModelSpec:
     return model
 
 
-def _checked(path: Path, recorded: dict[str, Any], model: ModelSpec) -> dict[str, Any]:
+def _checked(path: Path, recorded: dict[str, Any], model: ModelSpec) -> dict[str, object]:
     """The recorded settings (in RUN's order, None left out) as extract would accept them: each value in its
     setting's range and kind (a choice among the registry's names), printable text only, and together through the
     checks extract's resolution runs (the options the method reads, --init module against the model); any other is
     one UsageError naming the field."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for s in RUN:  # in the declarations' order, as extract --help lists them
         value = recorded.get(s.name)
         if value is None:

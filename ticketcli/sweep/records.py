@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ticketcli.contract.schema import SWEEP_RUN_RECORD
+from ticketcli.contract.schema import SWEEP_RUN_RECORD, JsonObject
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.atomic import write_owned
 from ticketcli.models.build import planned_shapes
@@ -61,7 +61,7 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-def spec_identity(spec: RunSpec) -> dict[str, Any]:
+def spec_identity(spec: RunSpec) -> JsonObject:
     """What decides a run's result (not where the data files live): a resumed record must match it exactly."""
     data = {k: v for k, v in asdict(spec.data).items() if k not in ("search_dirs", "download", "download_dir")}
     return {

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,14 @@ from ticketcli.ticketfile import ticket as ticket_io
 OnResult = Callable[[SweepRecord, bool], None]  # (record, resumed) after each finished task
 
 
+@dataclass(frozen=True)
+class SweepRun:
+    """A sweep's records, in plan order, and the ids of those taken from out_dir."""
+
+    records: list[SweepRecord]
+    resumed: list[str]
+
+
 def run_sweep(
     tasks: list[SweepTask],
     *,
@@ -36,8 +45,8 @@ def run_sweep(
     on_result: OnResult | None = None,
     overwrite: bool = False,
     warn: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Run (or resume) every task; returns {"records": in plan order, "resumed": ids taken from out_dir}.
+) -> SweepRun:
+    """Run (or resume) every task: its records in plan order, and the ids taken from out_dir.
 
     A file in out_dir the sweep will write is replaced only when the sweep wrote it (its note) or with
     `overwrite` (--force), checked before any run starts; a stored record or ticket that is not what the sweep
@@ -100,7 +109,7 @@ def run_sweep(
                     on_result(rec, True)
             if todo:
                 time.sleep(POLL_S)
-    return {"records": [records[t.id] for t in tasks], "resumed": resumed}
+    return SweepRun([records[t.id] for t in tasks], resumed)
 
 
 def _before_the_work(
@@ -162,4 +171,4 @@ def _before_the_work(
 def sweep_k(tasks: list[SweepTask], *, band: tuple[float, float] = PAPER_BAND, **run: Any) -> SweepResult:
     """Run the planned tasks (see run_sweep for the executor options) and summarise them."""
     result = run_sweep(tasks, **run)
-    return SweepResult.of(result["records"], result["resumed"], band)
+    return SweepResult.of(result.records, result.resumed, band)

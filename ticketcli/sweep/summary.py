@@ -6,13 +6,14 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.settings.sweep import PAPER_BAND as PAPER_BAND  # declared with its help
 
 BAND_TOL = 1e-9  # in percentage points: 100 * 0.95 need not be exactly 95.0 in floating point
 SHOWN_DECIMALS = 2  # tables print achieved sparsity as a percentage with two decimals (report's pct)
 
 
-def _stats(values: list[float]) -> dict[str, Any]:
+def _stats(values: list[float]) -> JsonObject:
     """Mean, sample standard deviation (None below two values: one seed has no spread to show), min and max."""
     return {
         "n": len(values),
@@ -51,9 +52,7 @@ def oracle(records: list[dict[str, Any]], band: tuple[float, float] | None = Non
     return best
 
 
-def _oracle_summary(
-    records: list[dict[str, Any]], seeds: list[int], band: tuple[float, float] | None
-) -> dict[str, Any]:
+def _oracle_summary(records: list[dict[str, Any]], seeds: list[int], band: tuple[float, float] | None) -> JsonObject:
     per_seed = {}
     for seed in seeds:
         r = oracle([x for x in records if x["seed"] == seed], band)
@@ -72,14 +71,14 @@ def _oracle_summary(
     }
 
 
-def _group_summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
+def _group_summary(rs: list[dict[str, Any]]) -> JsonObject:
     return {
         "test": _stats([r["test_accuracy"] for r in rs]),
         "achieved_sparsity": _stats([r["achieved_sparsity"] for r in rs]),
     }
 
 
-def summarize(records: list[dict[str, Any]], *, band: tuple[float, float] = PAPER_BAND) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], *, band: tuple[float, float] = PAPER_BAND) -> JsonObject:
     """Section 6.3's quantities: edge-popup range and std over all sweep runs (all seeds), both oracles per seed
     (aggregated over seeds), and mean ± std over seeds for fixed edge-popup, random and each double-scoring method."""
     seeds = sorted({r["seed"] for r in records})

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import TicketFileError
 from ticketcli.files.nesting import TooDeep, check_depth
 from ticketcli.runtime.machine import created_by_problem
@@ -32,7 +33,7 @@ class TooManyDigits(ValueError):
     pass
 
 
-def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> JsonObject:
     """json object hook: a key given twice is an error, not "the last one wins" (readers would disagree)."""
     out = dict(pairs)
     if len(out) != len(pairs):  # the slow search only for the error message

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.track.info import RunInfo, Scalar, StoreError
 
 OPEN_S = 300.0  # importing mlflow and creating a store's tables takes seconds, longer on a loaded machine
@@ -163,7 +164,7 @@ class Channel:
         self.stderr.close()
 
 
-def info_json(info: RunInfo) -> dict[str, Any]:
+def info_json(info: RunInfo) -> JsonObject:
     return dataclasses.asdict(info)
 
 

@@ -147,9 +147,9 @@ def train_weak(
     stats = mask_stats({n: m.cpu() for n, m in o.masks.items()})
     sparsity = WeakSparsity(
         requested=tk.sparsity.requested,
-        kept=stats["kept"],
-        total=stats["total"],
-        achieved=1.0 - stats["density"],
+        kept=stats.kept,
+        total=stats.total,
+        achieved=1.0 - stats.density,
         per_layer=per_layer,
     )
     ticket_sha = file_sha256(str(path))
