@@ -9,8 +9,6 @@ from pathlib import Path
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.settings.resolve import data_location
-from ticketcli.specs.run import DataSpec
 
 
 def optional_path(p: str | Path | None, what: str = "path") -> str | None:
@@ -32,8 +30,3 @@ def check_module_arg(module: object) -> None:
     """None or a torch.nn.Module (the caller's own architecture)."""
     if module is not None and not isinstance(module, nn.Module):
         raise UsageError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-
-
-def data_spec(data_dir: str | Path | None) -> DataSpec:
-    """Where a ticket's registered dataset is found: data_dir, then $TICKET_DATA, the cache, system copies."""
-    return DataSpec(**data_location(optional_path(data_dir, "data_dir"), False))

@@ -43,6 +43,11 @@ SPLITS = ("train", "val", "test")  # the order a reader expects; a document hold
 JsonObject = dict[str, Any]  # a JSON object: a document, a part of one, or one read from a file (keys by name)
 
 
+def entries(record: object, *names: str) -> JsonObject:
+    """A document's entries that are a record's attributes as they are: by name, in that order."""
+    return {name: getattr(record, name) for name in names}
+
+
 def schema_of(command: str) -> JsonObject:
     """The JSON Schema (draft 2020-12) that `command`'s document validates against."""
     name = SCHEMAS[command].split("/")[0].removeprefix("ticket.")

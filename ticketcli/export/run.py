@@ -31,7 +31,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import JsonObject, present
+from ticketcli.contract.schema import JsonObject, entries, present
 from ticketcli.errors import UsageError
 from ticketcli.export import onnx as export_onnx
 from ticketcli.files.atomic import check_destination, write_atomic
@@ -144,13 +144,7 @@ class CsrLayer:
 
     def to_dict(self) -> JsonObject:
         """The `layers[]` item."""
-        return {
-            "name": self.name,
-            "shape": list(self.shape),
-            "nnz": self.nnz,
-            "dense_bytes": self.dense_bytes,
-            "csr_bytes": self.csr_bytes,
-        }
+        return {"name": self.name, "shape": list(self.shape), **entries(self, "nnz", "dense_bytes", "csr_bytes")}
 
 
 @dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
@@ -181,17 +175,8 @@ class ExportResult(Result):
         return self.kept / self.total
 
     def body(self) -> JsonObject:
-        doc: dict[str, Any] = {
-            "ticket": self.ticket,
-            "format": self.format,
-            "out": self.out,
-            "file_bytes": self.file_bytes,
-            "dense_float32_bytes": self.dense_float32_bytes,
-            "ratio": self.ratio,
-            "ticket_bytes": self.ticket_bytes,
-            "tensors": self.tensors,
-            "integrity": self.integrity,
-        }
+        names = ("ticket", "format", "out", "file_bytes", "dense_float32_bytes", "ratio", "ticket_bytes", "tensors")
+        doc = entries(self, *names, "integrity")
         onnx = None if self.onnx is None else self.onnx.to_dict()
         doc |= present(csr_payload_bytes=self.csr_payload_bytes, threads=self.threads, onnx=onnx)
         doc["sparsity"] = {"achieved": 1.0 - self.kept / self.total, "kept": self.kept, "total": self.total}

@@ -75,9 +75,9 @@ MLP = Family(
     no_geometry="an mlp's widths already fix its input and classes",
 )
 LENET300 = Family(
-    description="LeNet-300-100: an MLP with hidden layers of 300 and 100.",
-    build="ticketcli.models.mlp:build_lenet300",
-    parse=no_arguments,
-    cost=_lenet300,
-    examples=("lenet300@1x8x8-10", "lenet300@3x5x4-7+bias"),
+    "LeNet-300-100: an MLP with hidden layers of 300 and 100.",
+    "ticketcli.models.mlp:build_lenet300",
+    no_arguments,
+    _lenet300,
+    ("lenet300@1x8x8-10", "lenet300@3x5x4-7+bias"),
 )

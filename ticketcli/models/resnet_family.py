@@ -104,27 +104,25 @@ def _wrn(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
     return c.done()
 
 
-def _resnet20(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
-    return resnet_cost((16, 32, 64), (3, 3, 3), shape, classes, spec.bias)
+def _resnet(name: str, description: str, widths: tuple[int, ...], blocks: tuple[int, ...], *examples: str) -> Family:
+    """resnet20 or resnet18: fixed stages (`widths` channels, `blocks` blocks each), sized by the data."""
+
+    def cost(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
+        return resnet_cost(widths, blocks, shape, classes, spec.bias)
+
+    return Family(description, f"ticketcli.models.resnet:build_{name}", no_arguments, cost, examples)
 
 
-def _resnet18(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
-    return resnet_cost((64, 128, 256, 512), (2, 2, 2, 2), shape, classes, spec.bias)
-
-
-RESNET20 = Family(
-    description="ResNet-20 for CIFAR (non-affine BatchNorm).",
-    build="ticketcli.models.resnet:build_resnet20",
-    parse=no_arguments,
-    cost=_resnet20,
-    examples=("resnet20@1x8x8-10",),
+RESNET20 = _resnet(
+    "resnet20", "ResNet-20 for CIFAR (non-affine BatchNorm).", (16, 32, 64), (3, 3, 3), "resnet20@1x8x8-10"
 )
-RESNET18 = Family(
-    description="ResNet-18, CIFAR style (3x3 stem, no max-pool; non-affine BatchNorm).",
-    build="ticketcli.models.resnet:build_resnet18",
-    parse=no_arguments,
-    cost=_resnet18,
-    examples=("resnet18@1x8x8-10", "resnet18@3x9x9-10+bias"),
+RESNET18 = _resnet(
+    "resnet18",
+    "ResNet-18, CIFAR style (3x3 stem, no max-pool; non-affine BatchNorm).",
+    (64, 128, 256, 512),
+    (2, 2, 2, 2),
+    "resnet18@1x8x8-10",
+    "resnet18@3x9x9-10+bias",
 )
 WRN = Family(
     description="Wide ResNet wrn:16-4 (depth-width).",

@@ -67,14 +67,6 @@ def find_sites(module: nn.Module) -> list[ActSite]:
     return [m for m in module.modules() if isinstance(m, ActSite)]
 
 
-def set_activation(module: nn.Module, fn: ActFn) -> int:
-    """Use `fn` at every site of `module`; returns how many sites there are."""
-    sites = find_sites(module)
-    for site in sites:
-        site.fn = fn
-    return len(sites)
-
-
 def traced_linear(name: str, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
     """F.linear with p[name.weight] (and p[name.bias]), recorded in the trace."""
     z = torch.nn.functional.linear(x, p[f"{name}.weight"], p.get(f"{name}.bias"))

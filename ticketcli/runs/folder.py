@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import JsonObject
+from ticketcli.contract.schema import JsonObject, entries
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.runs.header import TicketHeader
 from ticketcli.ticketfile import ticket as ticket_io
@@ -92,13 +92,7 @@ class TicketRow:
 
     def to_dict(self) -> JsonObject:
         return {
-            "ticket": self.ticket,
-            "integrity": self.integrity,
-            "error": self.error,
-            "file_bytes": self.file_bytes,
-            "method": self.method,
-            "model": self.model,
-            "seed": self.seed,
+            **entries(self, "ticket", "integrity", "error", "file_bytes", "method", "model", "seed"),
             "sparsity": {"requested": self.requested_sparsity, "achieved": self.achieved_sparsity},
             "metrics": {
                 split: {"accuracy": acc}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ticketcli.contract.schema import JsonObject
+from ticketcli.contract.schema import JsonObject, entries
 from ticketcli.ticketfile.safetensors_file import popcount_and
 
 
@@ -41,16 +41,7 @@ class Overlap:
         return self.both / self.kept_b if self.kept_b else None
 
     def counts(self) -> JsonObject:
-        return {
-            "total": self.total,
-            "kept_a": self.kept_a,
-            "kept_b": self.kept_b,
-            "both": self.both,
-            "either": self.either,
-            "jaccard": self.jaccard,
-            "a_kept_in_b": self.a_kept_in_b,
-            "b_kept_in_a": self.b_kept_in_a,
-        }
+        return entries(self, "total", "kept_a", "kept_b", "both", "either", "jaccard", "a_kept_in_b", "b_kept_in_a")
 
 
 @dataclass(frozen=True)

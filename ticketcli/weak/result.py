@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import JsonObject, layer_list, present
+from ticketcli.contract.schema import JsonObject, entries, layer_list, present
 from ticketcli.runs.header import OfTicket, TicketHeader
 from ticketcli.runs.parts import SplitMetrics
 from ticketcli.specs.weak import WeakSpec
@@ -77,11 +77,7 @@ class WeightsCheck:
     unchanged: bool
 
     def to_dict(self) -> JsonObject:
-        return {
-            "nonzero_after": self.nonzero_after,
-            "masked_nonzero_after": self.masked_nonzero_after,
-            "unchanged": self.unchanged,
-        }
+        return entries(self, "nonzero_after", "masked_nonzero_after", "unchanged")
 
 
 @dataclass(frozen=True)
@@ -95,7 +91,7 @@ class WeakSparsity:
     per_layer: dict[str, dict[str, float]]  # name -> kept, total, achieved (and a recorded aux_share)
 
     def to_dict(self) -> JsonObject:
-        return {"requested": self.requested, "kept": self.kept, "total": self.total, "achieved": self.achieved}
+        return entries(self, "requested", "kept", "total", "achieved")
 
 
 @dataclass(frozen=True)
