@@ -3,8 +3,7 @@ of flags (the same spec building, resolve.py, and the same run, runs.extract.run
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from ticketcli.api.masks import masked
 from ticketcli.api.ticket import Ticket
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
+from ticketcli.methods.base import Progress
 from ticketcli.models.registry import parse_model
 from ticketcli.report import progress as report_progress
 from ticketcli.report.console import warn
@@ -31,9 +31,6 @@ from ticketcli.specs.run import ModelSpec
 from ticketcli.track import base as track
 from ticketcli.track import feed as track_feed
 
-Progress = Callable[
-    [dict[str, Any]], None
-]  # called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"}
 # extract() takes these as its own arguments (model, data) or not at all (where the ticket goes: Ticket.save)
 NOT_OPTIONS = frozenset({"model", "dataset", "method", "sparsity", "epochs", "seed", "device", "threads", "log_to"})
 UNSAVED = Path("<unsaved ticket>")  # what the trackers record as the ticket of a run whose ticket is not saved yet
@@ -120,12 +117,10 @@ def module_spec(module: nn.Module) -> ModelSpec:
     return parse_model(f"{cls.__module__}:{cls.__name__}")
 
 
-@contextmanager
-def _progress(progress: bool | Progress, label: str, epochs: int) -> Iterator[Progress | None]:
+def _progress(progress: bool | Progress, label: str, epochs: int) -> AbstractContextManager[Progress | None]:
+    """The caller's callable (told each epoch's progress record: "epoch", "epochs", "loss", "accuracy",
+    "sparsity"), or the command line's display (progress=True, for a method with epochs)."""
     if callable(progress):
-        with nullcontext(progress) as given:
-            yield given
-        return
+        return nullcontext(progress)
     quiet = not progress or not METHODS.get(label).load().uses_epochs
-    with report_progress.display(epochs, quiet=quiet, label=label) as bar:
-        yield bar
+    return report_progress.display(epochs, quiet=quiet, label=label)

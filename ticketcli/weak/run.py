@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from safetensors.torch import save as st_save
 from ticketcli.errors import RunFailed
 from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.masking import mask_stats
+from ticketcli.methods.base import Progress
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.header import TicketHeader
@@ -60,7 +60,7 @@ def train_run(
     spec: WeakSpec,
     *,
     label: str,
-    progress: Callable[[dict[str, Any]], None] | None = None,
+    progress: Progress | None = None,
     chunks: ChunkProgress | None = None,
 ) -> tuple[WeakRun, WeightTrainer]:
     """Train from the ticket's init under `masks` (None: dense); returns the run's report and its trainer.
@@ -126,7 +126,7 @@ def train_weak(
     dense_baseline: bool = False,
     out: str | Path | None = None,
     overwrite: bool = False,
-    progress: Callable[[dict[str, Any]], None] | None = None,
+    progress: Progress | None = None,
     chunks: ChunkProgress | None = None,
 ) -> WeakResult:
     """Train a ticket's surviving weights with its mask fixed (and optionally the dense net); write them to `out`.
