@@ -174,8 +174,8 @@ def display(
                 loops.append(loop)
                 plain.restart(stats.get("epochs", total))
                 plain.label = label if "run" not in stats else f"{label} {stats['run']}"
-            first = first or (rated and ("loss" in stats or restored))
-            plain.update(progress_line(label, total, stats, unit), stats["epoch"], first=first, timed=not restored)
+            shown = ("loss" in stats or restored) if rated else first  # rated: every measured or restored report
+            plain.update(progress_line(label, total, stats, unit), stats["epoch"], first=shown, timed=not restored)
 
         with plain.beating():
             yield Shown(line, partial(plain.chunk, lines=lines))
