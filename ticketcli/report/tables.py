@@ -25,13 +25,21 @@ if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's t
     from ticketcli.settings.listing import ListResult
 
 
+def titled(title: str, left: str | tuple[str, ...], *right: str) -> Table:
+    """A table under `title`: its `left` column(s) (names, text), then its `right`-aligned ones (numbers)."""
+    t = Table(title=title)
+    for name in (left,) if isinstance(left, str) else left:
+        t.add_column(name)
+    for name in right:
+        t.add_column(name, justify="right")
+    return t
+
+
 def extract_table(s: ExtractionResult) -> None:
     """`ticket extract`: accuracies, requested and achieved sparsity, then the per-layer table."""
     out = stdout()
     m, sp = s.metrics, s.sparsity
-    t = Table(title=f"{method_name(s.method)} ticket  ->  {s.ticket} ({s.file_bytes} bytes)")
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
+    t = titled(f"{method_name(s.method)} ticket  ->  {s.ticket} ({s.file_bytes} bytes)", "quantity", "value")
     t.add_row("test accuracy", pct(m.test.accuracy))
     t.add_row("validation accuracy", pct(m.val.accuracy))
     if m.trained is not None:
@@ -60,10 +68,7 @@ def extract_table(s: ExtractionResult) -> None:
 
 def layer_table(layers: Sequence[LayerCount]) -> Table:
     """Kept / total and achieved sparsity per masked parameter (with the auxiliary share when there is one)."""
-    t = Table(title="per layer")
-    t.add_column("parameter")
-    t.add_column("kept / total", justify="right")
-    t.add_column("achieved sparsity", justify="right")
+    t = titled("per layer", "parameter", "kept / total", "achieved sparsity")
     aux = any(v.aux_share is not None for v in layers)
     if aux:
         t.add_column("aux share", justify="right")
@@ -77,10 +82,7 @@ def layer_table(layers: Sequence[LayerCount]) -> Table:
 
 def evaluate_table(r: EvaluateResult) -> None:
     """`ticket evaluate`: re-measured accuracy and loss beside the stored ones, and the gate when asked."""
-    t = Table(title=f"{r.ticket}: {method_name(r.method)} on {r.model}, seed {r.seed}")
-    t.add_column("split")
-    t.add_column("accuracy", justify="right")
-    t.add_column("loss", justify="right")
+    t = titled(f"{r.ticket}: {method_name(r.method)} on {r.model}, seed {r.seed}", "split", "accuracy", "loss")
     t.add_column("stored accuracy", justify="right")
     t.add_row("test", pct(r.test.accuracy), f"{r.test.loss:.4f}", pct(r.stored.test_accuracy))
     t.add_row("validation", pct(r.val.accuracy), f"{r.val.loss:.4f}", pct(r.stored.val_accuracy))
@@ -98,9 +100,7 @@ def evaluate_table(r: EvaluateResult) -> None:
 
 def inspect_table(r: InspectResult) -> None:
     """`ticket inspect`: the metadata, then one row per mask (at most MASK_ROWS)."""
-    t = Table(title=f"{r.ticket} ({r.file_bytes} bytes; packed masks {r.packed_mask_bytes} bytes)")
-    t.add_column("field")
-    t.add_column("value")
+    t = titled(f"{r.ticket} ({r.file_bytes} bytes; packed masks {r.packed_mask_bytes} bytes)", ("field", "value"))
     t.add_row("model", r.model.spec)
     init = r.init
     if init.recorded("k"):
@@ -136,11 +136,7 @@ def inspect_table(r: InspectResult) -> None:
     t.add_row("masks integrity", INTEGRITY_NOTES.get(str(r.integrity), str(r.integrity)))
     out = stdout()
     out.print(t)
-    lt = Table(title="masks")
-    lt.add_column("parameter")
-    lt.add_column("shape")
-    lt.add_column("kept / total", justify="right")
-    lt.add_column("density", justify="right")
+    lt = titled("masks", ("parameter", "shape"), "kept / total", "density")
     shown = r.masks[:MASK_ROWS]
     for v in shown:
         lt.add_row(v.name, "x".join(map(str, v.shape)), f"{v.kept} / {v.total}", pct(v.density))
@@ -279,9 +275,7 @@ def evaluate_folder_table(r: EvaluateFolderResult) -> None:
 
 def export_table(r: ExportResult) -> None:
     """`ticket export`: the file written and its size beside the dense float32 checkpoint (per layer for csr)."""
-    t = Table(title=f"{r.format} export  ->  {r.out}")
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
+    t = titled(f"{r.format} export  ->  {r.out}", "quantity", "value")
     t.add_row("file size", f"{r.file_bytes:,} bytes")
     t.add_row("dense float32 checkpoint", f"{r.dense_float32_bytes:,} bytes")
     t.add_row("size / dense", f"{r.ratio:.3f}")
@@ -295,12 +289,7 @@ def export_table(r: ExportResult) -> None:
     out = stdout()
     out.print(t)
     if r.layers:
-        lt = Table(title="csr per layer")
-        lt.add_column("parameter")
-        lt.add_column("shape")
-        lt.add_column("nnz", justify="right")
-        lt.add_column("csr bytes", justify="right")
-        lt.add_column("dense bytes", justify="right")
+        lt = titled("csr per layer", ("parameter", "shape"), "nnz", "csr bytes", "dense bytes")
         for v in r.layers:
             lt.add_row(v.name, "x".join(map(str, v.shape)), f"{v.nnz:,}", f"{v.csr_bytes:,}", f"{v.dense_bytes:,}")
         out.print(lt)
