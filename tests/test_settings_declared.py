@@ -7,7 +7,7 @@ the same derivations: every method's `options` and every command's flags come fr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -35,7 +35,6 @@ from ticketcli.settings.flags import (
     WEAK_FLAGS,
 )
 from ticketcli.settings.listing import ListResult
-from ticketcli.settings.ranges import FLOAT
 from ticketcli.settings.readers import check_method_options, method_options
 from ticketcli.settings.resolve import check_keywords, checked, merge_settings
 from ticketcli.settings.run import RUN
@@ -43,6 +42,7 @@ from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.settings.sweep import OWN, SWEEP
 from ticketcli.settings.track import TRACK
 from ticketcli.settings.weak import WEAK
+from ticketcli.specs.ranges import FLOAT
 from ticketcli.specs.run import MethodSpec
 
 runner = CliRunner()
@@ -62,9 +62,17 @@ PROBE = Setting(
     float,
     FLOAT(0, 1),
     (ProbeSpec, "probe_rate"),
-    methods=("edge-popup", "snip"),
+    per_method=True,
 )
 TABLE = Table(RUN["method"], PROBE)
+
+
+@pytest.fixture(autouse=True)
+def probe_readers(monkeypatch):
+    """edge-popup and snip read the throwaway option: their registry entries name it."""
+    for name in ("edge-popup", "snip"):
+        info = METHODS.get(name)
+        monkeypatch.setitem(METHODS._items, name, replace(info, reads=(*info.reads, "probe_rate")))
 
 
 def probe_app() -> typer.Typer:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Method, Progress, dense_masks
+from ticketcli.methods.registry import option
 from ticketcli.models import batchnorm
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import power_schedule, restricted, select
@@ -25,10 +26,10 @@ Params = dict[str, torch.Tensor]
 
 
 def minibatches(data: Splits, spec: MethodSpec, generator: torch.Generator) -> Batches:
-    """The first spec.saliency_batches minibatches of a seeded shuffle of the extraction split."""
+    """The first --saliency-batches minibatches of a seeded shuffle of the extraction split."""
     n = data.y_extract.numel()
     order = torch.randperm(n, generator=generator).to(data.x_extract.device)
-    idx = [order[i : i + spec.batch_size] for i in range(0, n, spec.batch_size)][: spec.saliency_batches]
+    idx = [order[i : i + spec.batch_size] for i in range(0, n, spec.batch_size)][: option(spec, "saliency_batches")]
     return [(data.x_extract[i], data.y_extract[i]) for i in idx]
 
 
@@ -142,9 +143,10 @@ class Grasp(_Saliency):
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
         g_batches = minibatches(data, spec, generator)  # two independent shuffles: two independent collections
-        h_batches = g_batches if spec.grasp_data == "shared" else minibatches(data, spec, generator)
+        h_batches = g_batches if option(spec, "grasp_data") == "shared" else minibatches(data, spec, generator)
         groups = self.groups(net, spec)
-        scores = grasp_scores(net, g_batches, h_batches, spec.grasp_temperature, spec.grasp_direction)
+        reading = option(spec, "grasp_temperature"), option(spec, "grasp_direction")
+        scores = grasp_scores(net, g_batches, h_batches, *reading)
         return ExtractResult(select(scores, groups))
 
 
@@ -167,7 +169,7 @@ class SynFlow(_Saliency):
     ) -> ExtractResult:
         masks = dense_masks(net)
         groups = self.groups(net, spec)
-        rounds = spec.synflow_rounds
+        rounds = option(spec, "synflow_rounds")
         for r in range(1, rounds + 1):
             scores = synflow_scores(net, {n: m.double() for n, m in masks.items()}, data.x_extract[:1])
             # pruned entries score 0 anyway; -inf makes sure they never come back on ties

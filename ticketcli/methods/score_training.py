@@ -19,6 +19,7 @@ from ticketcli.errors import RunFailed
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.masking import MaskedWeights
 from ticketcli.methods.base import Progress
+from ticketcli.methods.registry import option
 from ticketcli.models.masked import MaskedNet, fan_in, layer_of
 from ticketcli.runtime import distributed
 from ticketcli.selection.scored import Selection
@@ -128,7 +129,7 @@ class ScoreTrainer:
         self.recompute_min = RECOMPUTE_MIN
         self.builtin = type(net.module).__module__.startswith("ticketcli.") and hasattr(net.module, "forward_with")
         self.aux = [s for parts in self.scores.values() for s in parts[1:]]
-        self.aux_trains = spec.weight_decay > 0 and not spec.frozen_aux and bool(self.aux)
+        self.aux_trains = spec.weight_decay > 0 and not option(spec, "frozen_aux") and bool(self.aux)
         for t in self.aux:
             t.requires_grad_(self.aux_trains)
         # Fixed auxiliary scores are read once, by the selection's first call, which keeps what it ranks (sorted

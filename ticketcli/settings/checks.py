@@ -5,13 +5,15 @@ must accept exactly what extract accepts, run the same code."""
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 from typing import Any
 
 from ticketcli.errors import UsageError
+from ticketcli.methods.registry import METHODS, own_options
 from ticketcli.models.init import INIT_SCHEMES
-from ticketcli.settings.ranges import show
 from ticketcli.settings.readers import check_method_options
 from ticketcli.settings.setting import Table
+from ticketcli.specs.ranges import show
 from ticketcli.specs.run import MODULE_INIT, InitSpec, MethodSpec, ModelSpec
 
 
@@ -26,11 +28,11 @@ def method_spec(table: Table, s: dict[str, Any], given: Collection[str] | None, 
     the method does not read among `given` (None: none that differs from its default), movement's schedule < 1."""
     if len(s["betas"]) != 2:
         raise UsageError(f"--betas must be two numbers in [0, 1), got {show(betas)}")
-    method = MethodSpec(**spec_fields(table, MethodSpec, s))
-    check_method_options(method, given, table)
-    if method.movement_warmup + method.movement_cooldown >= 1:
+    every = MethodSpec(**spec_fields(table, MethodSpec, s), options={o.name: s[o.name] for o in own_options()})
+    check_method_options(every, given, table)
+    if s["movement_warmup"] + s["movement_cooldown"] >= 1:
         raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
-    return method
+    return replace(every, options={o.name: s[o.name] for o in METHODS.get(every.name).options})
 
 
 def check_module_init(init: InitSpec, model: ModelSpec, given: Collection[str]) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S
-from ticketcli.settings.ranges import Range, Worded
 from ticketcli.settings.setting import Panel, Setting, Table
+from ticketcli.specs.ranges import Range, Worded
 
 OUT, SCALE, M = Panel.OUTPUT, Panel.SCALE_OUT, Panel.MODEL
 

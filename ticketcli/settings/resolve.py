@@ -25,12 +25,11 @@ from ticketcli.models.masked import layer_of
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.models.user import import_factory, takes_num_classes
 from ticketcli.settings.checks import check_module_init, method_spec, spec_fields
-from ticketcli.settings.ranges import show
 from ticketcli.settings.readers import method_reads
-from ticketcli.settings.registry import check_setting
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table
 from ticketcli.settings.weak import WEAK
+from ticketcli.specs.ranges import show
 from ticketcli.specs.run import (
     MAX_PARAMS,
     PAPER_HIDDEN,
@@ -62,8 +61,8 @@ def build_model_policy(
 ) -> ModelPolicy:
     """A validated ModelPolicy from flag values (None: the default limits; --max-memory's is half the machine's
     physical memory, budget.default_max_memory)."""
-    limit = MAX_PARAMS if max_params is None else check_setting("max_params", max_params)
-    memory = default_max_memory() if max_memory is None else check_setting("max_memory", max_memory)
+    limit = MAX_PARAMS if max_params is None else RUN["max_params"].check(max_params)
+    memory = default_max_memory() if max_memory is None else RUN["max_memory"].check(max_memory)
     return ModelPolicy(trust_model_code=bool(trust_model_code), model=model, max_params=limit, max_memory=memory)
 
 

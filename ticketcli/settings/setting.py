@@ -10,7 +10,7 @@ from typing import Any
 
 from ticketcli.methods.registry import METHODS
 from ticketcli.settings.listing import ListItem
-from ticketcli.settings.ranges import Range
+from ticketcli.specs.ranges import Range
 from ticketcli.specs.run import field_default
 
 
@@ -28,9 +28,6 @@ class Panel:
     ACT_CONTROL = "Activation control"
     RELUFY = "ReLUfication"
     TRADEOFF = "Trade-off sweep"
-
-
-ALL_METHODS: tuple[str, ...] = ()  # `Setting.methods` of a setting every method reads (the default)
 
 
 def show(value: object) -> str:
@@ -67,8 +64,9 @@ class Setting:
     default: the default of a setting no spec field holds (None: not given; the help's `shown` says what happens).
     shown: the help's "Default: ..." text where the default is not a plain value (e.g. "half of the memory"), or ""
         for no default sentence.
-    methods: the methods that read it (a method's hyper-parameter); ALL_METHODS: every method does, or it is no
-        method option.
+    per_method: only the methods whose registry entries name it read it (methods/registry.py; Setting.methods);
+        False: every method does, or it is no method option.
+    example: a method option's valid value other than its default (Option.example).
     config: a config file key and an API keyword, beside the flag (False: a flag only).
     flag_name: the flag, where it is not the name with dashes (drift's --from and --to).
     required: a flag the command cannot run without (export's --format and --out); never a config key.
@@ -84,7 +82,8 @@ class Setting:
     field: tuple[type, str] | None = None
     default: Any = None
     shown: str | None = None
-    methods: tuple[str, ...] = ALL_METHODS
+    per_method: bool = False
+    example: Any = None
     config: bool = True
     flag_name: str | None = None
     required: bool = False
@@ -106,6 +105,11 @@ class Setting:
         for part in rest:
             value = getattr(value, part)
         return value
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The methods that read it, as their registry entries say; (): every method, or it is no method option."""
+        return tuple(n for n in METHODS.names() if self.name in METHODS.get(n).read()) if self.per_method else ()
 
     @property
     def switch(self) -> bool:
@@ -132,7 +136,7 @@ class Setting:
             flag=self.flag,
             default=self.default_text(),
             range=self.range_text(),
-            methods=tuple(sorted(self.methods)),
+            methods=self.methods,
             panel=self.panel,
             config=self.config,
         )
@@ -210,5 +214,5 @@ class Table:
         return tuple(s.name for s in self if s.methods)
 
     def read_by(self, method: str) -> frozenset[str]:
-        """The method options that `method` reads: its Method.options."""
+        """The method options that `method` reads."""
         return frozenset(s.name for s in self if method in s.methods)
