@@ -7,7 +7,7 @@ read and its tickets' records read it without torch."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, cast
 
 from ticketcli.contract.schema import JsonObject
@@ -83,181 +83,144 @@ REGROW = (
 )
 
 METHODS: Registry[MethodInfo] = Registry("method")
-# registered in the order their own options are listed (--help, `ticket list settings`, the ticket's record)
-for _name, _info in (
-    (
-        "augmented",
-        MethodInfo(
-            "Double-scoring (the paper's Algorithm 1): edge-popup over an enlarged score space of width n + m*n.",
-            "scores:Augmented",
-            SCORES,
-            (
-                Option(
-                    "aug_density",
-                    None,
-                    FLOAT(0, 1, lo_open=True),
-                    "Augmented-space keep density; 0.5 is the canonical fixed-density double-scoring. "
-                    "Overrides --sparsity's augmented density.",
-                    0.3,
-                    "Method",
-                    "layer_densities",
-                ),
-                *AUX,
-                Option(
-                    "project_final",
-                    False,
-                    BOOL,
-                    "Train as usual, then keep exactly the requested density of the original coordinates (top-k of "
-                    "the original scores) as the final mask.",
-                    True,
-                    after="signed_scores",
-                ),
-            ),
-        ),
+
+
+def method(name: str, description: str, implementation: str, reads: tuple[str, ...], *options: Option) -> None:
+    """Register a built-in method: its module:Class under ticketcli/methods/, the shared settings it reads and its
+    own options. Registered in the order their own options are listed (--help, `ticket list settings`, records)."""
+    METHODS.register(name)(MethodInfo(description, f"ticketcli.methods.{implementation}", reads, options))
+
+
+method(
+    "augmented",
+    "Double-scoring (the paper's Algorithm 1): edge-popup over an enlarged score space of width n + m*n.",
+    "scores:Augmented",
+    SCORES,
+    Option(
+        "aug_density",
+        None,
+        FLOAT(0, 1, lo_open=True),
+        "Augmented-space keep density; 0.5 is the canonical fixed-density double-scoring. Overrides --sparsity's "
+        "augmented density.",
+        0.3,
+        "Method",
+        "layer_densities",
     ),
-    (
-        "edge-popup",
-        MethodInfo(
-            "Edge-popup: train a score per weight, keep the top-k by |score| (straight-through estimator).",
-            "scores:EdgePopup",
-            ("layer_densities", *SCORES),
-        ),
+    *AUX,
+    Option(
+        "project_final",
+        False,
+        BOOL,
+        "Train as usual, then keep exactly the requested density of the original coordinates (top-k of the original "
+        "scores) as the final mask.",
+        True,
+        after="signed_scores",
     ),
-    (
-        "iterated",
-        MethodInfo(
-            "DoubleScore-Iterated: rounds of augmented training that shrink a cumulative mask to the target.",
-            "iterated:Iterated",
-            SCORES,
-            (
-                *AUX,
-                Option(
-                    "iter_tolerance",
-                    0.02,
-                    FLOAT(0, 1, lo_open=True, hi_open=True),
-                    "Stop once the achieved sparsity is within this of the requested one.",
-                    0.3,
-                    after="global_topk",
-                ),
-                Option(
-                    "max_rounds",
-                    8,
-                    INT(1, 1000),
-                    "At most this many rounds, each a full score training of --epochs.",
-                    1,
-                    after="global_topk",
-                ),
-            ),
-        ),
+)
+method(
+    "edge-popup",
+    "Edge-popup: train a score per weight, keep the top-k by |score| (straight-through estimator).",
+    "scores:EdgePopup",
+    ("layer_densities", *SCORES),
+)
+method(
+    "iterated",
+    "DoubleScore-Iterated: rounds of augmented training that shrink a cumulative mask to the target.",
+    "iterated:Iterated",
+    SCORES,
+    *AUX,
+    Option(
+        "iter_tolerance",
+        0.02,
+        FLOAT(0, 1, lo_open=True, hi_open=True),
+        "Stop once the achieved sparsity is within this of the requested one.",
+        0.3,
+        after="global_topk",
     ),
-    (
-        "grasp",
-        MethodInfo(
-            "GraSP at initialisation: keep the k largest -θ⊙Hg (the paper's reading) or θ⊙Hg (the original's).",
-            "saliency:Grasp",
-            SALIENCY,
-            (
-                SALIENCY_BATCHES,
-                Option("grasp_temperature", 200.0, FLOAT(0, 1e6, lo_open=True), "Logits are divided by this.", 1.0),
-                Option(
-                    "grasp_direction",
-                    "paper",
-                    CHOICE("paper", "original"),
-                    "Which end of the ranking it keeps. paper: the k largest -θ⊙Hg (the double-scoring paper's "
-                    "Appendix B, signed score then top-k); original: the k largest θ⊙Hg, i.e. it removes the largest "
-                    "-θ⊙Hg (Wang et al. 2020, and the Synaptic-Flow code).",
-                    "original",
-                ),
-                Option(
-                    "grasp_data",
-                    "separate",
-                    CHOICE("separate", "shared"),
-                    "separate: g and Hg from two independent collections of --saliency-batches minibatches; shared: "
-                    "both from one collection (the original GraSP code).",
-                    "shared",
-                ),
-            ),
-        ),
+    Option(
+        "max_rounds",
+        8,
+        INT(1, 1000),
+        "At most this many rounds, each a full score training of --epochs.",
+        1,
+        after="global_topk",
     ),
-    (
-        "snip",
-        MethodInfo(
-            "SNIP at initialisation: keep the k largest |W⊙grad| summed over a few minibatches.",
-            "saliency:Snip",
-            SALIENCY,
-            (SALIENCY_BATCHES,),
-        ),
+)
+method(
+    "grasp",
+    "GraSP at initialisation: keep the k largest -θ⊙Hg (the paper's reading) or θ⊙Hg (the original's).",
+    "saliency:Grasp",
+    SALIENCY,
+    SALIENCY_BATCHES,
+    Option("grasp_temperature", 200.0, FLOAT(0, 1e6, lo_open=True), "Logits are divided by this.", 1.0),
+    Option(
+        "grasp_direction",
+        "paper",
+        CHOICE("paper", "original"),
+        "Which end of the ranking it keeps. paper: the k largest -θ⊙Hg (the double-scoring paper's Appendix B, signed "
+        "score then top-k); original: the k largest θ⊙Hg, i.e. it removes the largest -θ⊙Hg (Wang et al. 2020, and "
+        "the Synaptic-Flow code).",
+        "original",
     ),
-    (
-        "synflow",
-        MethodInfo(
-            "Iterative SynFlow: data-free synaptic-flow scores, round r of R keeps density d^(r/R).",
-            "saliency:SynFlow",
-            ("layer_densities",),
-            (Option("synflow_rounds", 100, INT(1, 10_000), "Pruning rounds; round r keeps density d^(r/R).", 1),),
-        ),
+    Option(
+        "grasp_data",
+        "separate",
+        CHOICE("separate", "shared"),
+        "separate: g and Hg from two independent collections of --saliency-batches minibatches; shared: both from one "
+        "collection (the original GraSP code).",
+        "shared",
     ),
-    (
-        "imp",
-        MethodInfo(
-            "Iterative magnitude pruning with rewinding: train, prune by magnitude, rewind to the init, repeat.",
-            "sparse:IMP",
-            WEIGHTS,
-            (
-                Option(
-                    "imp_rounds", 5, INT(1, 1000), "Prune-and-rewind rounds, each training --epochs / rounds epochs.", 2
-                ),
-            ),
-        ),
+)
+method(
+    "snip",
+    "SNIP at initialisation: keep the k largest |W⊙grad| summed over a few minibatches.",
+    "saliency:Snip",
+    SALIENCY,
+    SALIENCY_BATCHES,
+)
+method(
+    "synflow",
+    "Iterative SynFlow: data-free synaptic-flow scores, round r of R keeps density d^(r/R).",
+    "saliency:SynFlow",
+    ("layer_densities",),
+    Option("synflow_rounds", 100, INT(1, 10_000), "Pruning rounds; round r keeps density d^(r/R).", 1),
+)
+method(
+    "imp",
+    "Iterative magnitude pruning with rewinding: train, prune by magnitude, rewind to the init, repeat.",
+    "sparse:IMP",
+    WEIGHTS,
+    Option("imp_rounds", 5, INT(1, 1000), "Prune-and-rewind rounds, each training --epochs / rounds epochs.", 2),
+)
+method(
+    "rigl",
+    "RigL: sparse weight training; prune by magnitude, regrow by gradient magnitude.",
+    "sparse:RigL",
+    WEIGHTS,
+    *REGROW,
+)
+method("set", "SET: sparse weight training; prune by magnitude, regrow at random.", "sparse:SET", WEIGHTS, *REGROW)
+method(
+    "movement",
+    "Movement pruning: weights and movement scores trained jointly, cubic density schedule.",
+    "movement:Movement",
+    (*WEIGHTS, "lr"),
+    Option(
+        "movement_warmup",
+        0.1,
+        FLOAT(0, 1, hi_open=True),
+        "Fraction of steps kept dense before the cubic schedule.",
+        0.5,
     ),
-    (
-        "rigl",
-        MethodInfo(
-            "RigL: sparse weight training; prune by magnitude, regrow by gradient magnitude.",
-            "sparse:RigL",
-            WEIGHTS,
-            REGROW,
-        ),
-    ),
-    (
-        "set",
-        MethodInfo("SET: sparse weight training; prune by magnitude, regrow at random.", "sparse:SET", WEIGHTS, REGROW),
-    ),
-    (
-        "movement",
-        MethodInfo(
-            "Movement pruning: weights and movement scores trained jointly, cubic density schedule.",
-            "movement:Movement",
-            (*WEIGHTS, "lr"),
-            (
-                Option(
-                    "movement_warmup",
-                    0.1,
-                    FLOAT(0, 1, hi_open=True),
-                    "Fraction of steps kept dense before the cubic schedule.",
-                    0.5,
-                ),
-                Option(
-                    "movement_cooldown",
-                    0.1,
-                    FLOAT(0, 1, hi_open=True),
-                    "Final fraction of steps at the target density.",
-                    0.4,
-                ),
-                Option("movement_noise", 1e-6, FLOAT(0, 1), "Std of the Gaussian noise on the zero score init.", 0.5),
-            ),
-        ),
-    ),
-    (
-        "random",
-        MethodInfo(
-            "A seeded random mask: exactly floor(density * n) weights kept per layer (the baseline).",
-            "random:RandomMask",
-            ("layer_densities",),
-        ),
-    ),
-):
-    METHODS.register(_name)(replace(_info, implementation=f"ticketcli.methods.{_info.implementation}"))
+    Option("movement_cooldown", 0.1, FLOAT(0, 1, hi_open=True), "Final fraction of steps at the target density.", 0.4),
+    Option("movement_noise", 1e-6, FLOAT(0, 1), "Std of the Gaussian noise on the zero score init.", 0.5),
+)
+method(
+    "random",
+    "A seeded random mask: exactly floor(density * n) weights kept per layer (the baseline).",
+    "random:RandomMask",
+    ("layer_densities",),
+)
 
 
 def own_options() -> tuple[Option, ...]:
