@@ -22,7 +22,7 @@ from ticketcli.cli.declared import declared, given_settings
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.report.tables import list_table
-from ticketcli.settings.checks import spec_fields
+from ticketcli.settings.checks import build_spec
 from ticketcli.settings.drift import DRIFT, FEATURES
 from ticketcli.settings.flags import (
     DRIFT_FLAGS,
@@ -90,7 +90,7 @@ def probe_app() -> typer.Typer:
         except UsageError as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
-        typer.echo(json.dumps({"spec": ProbeSpec(**spec_fields(TABLE, ProbeSpec, values)).probe_rate}))
+        typer.echo(json.dumps({"spec": build_spec(ProbeSpec, TABLE, values).probe_rate}))
 
     @probe.command()
     def other() -> None:  # a second command, so that Typer keeps `run` as a subcommand

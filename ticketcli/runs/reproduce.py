@@ -23,7 +23,7 @@ from ticketcli.methods.registry import method_document
 from ticketcli.models.registry import parse_model
 from ticketcli.models.user_code import refuse_foreign
 from ticketcli.runtime.world import MAX_WORLD_SIZE
-from ticketcli.settings.checks import check_module_init, method_spec, spec_fields
+from ticketcli.settings.checks import build_spec, check_module_init, method_spec
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Setting
 from ticketcli.specs.ranges import show
@@ -171,7 +171,7 @@ def _checked(path: Path, recorded: dict[str, Any], model: ModelSpec) -> dict[str
     values, given = {**RUN.defaults(), **out}, frozenset(out)
     try:  # what extract's resolution checks beyond each value (settings/checks.py)
         method_spec(RUN, values, given, values["betas"])
-        check_module_init(InitSpec(**spec_fields(RUN, InitSpec, values)), model, given)
+        check_module_init(build_spec(InitSpec, RUN, values), model, given)
     except UsageError as e:
         raise _refuse(path, f"extract refuses its recorded settings: {e}") from None
     return out

@@ -24,7 +24,7 @@ from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.masked import layer_of
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.models.user import import_factory, takes_num_classes
-from ticketcli.settings.checks import check_module_init, method_spec, spec_fields
+from ticketcli.settings.checks import build_spec, check_module_init, method_spec
 from ticketcli.settings.readers import method_reads
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table
@@ -173,14 +173,7 @@ def check_keywords(table: Table, options: Collection[str], command: str, reserve
 def build_weak_spec(settings: dict[str, Any]) -> WeakSpec:
     """train-weak's settings (settings/weak.py; None = not given) checked and frozen into a WeakSpec, the way
     build_extract_spec freezes extract's."""
-    s = checked(WEAK, merge_settings(settings, None, WEAK))
-    default = WeakSpec()
-    return WeakSpec(
-        epochs=s["epochs"],
-        batch_size=s["batch_size"],
-        optim=replace(default.optim, lr=s["lr"]),
-        precision=s["precision"],
-    )
+    return build_spec(WeakSpec, WEAK, merge_settings(settings, None, WEAK))
 
 
 def parse_floats(text: str | list[str | float] | tuple[str | float, ...] | None, what: str) -> tuple[float, ...] | None:
@@ -237,25 +230,12 @@ def build_extract_spec(
         method = matched_sparsity(method, s["match_sparsity"], per_layer=s["match_sparsity_per_layer"])
     elif s["match_sparsity_per_layer"]:
         raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
-    data = DataSpec(
-        name=info.name,
-        n_extract=s["n_extract"],
-        n_val=s["n_val"],
-        split_seed=s["seed"],
-        **data_location(s["data_dir"], s["download"]),
-    )
-    init = InitSpec(**spec_fields(RUN, InitSpec, s))
+    location = data_location(s["data_dir"], s["download"])
+    data = build_spec(DataSpec, RUN, s, name=info.name, split_seed=s["seed"], **location)
+    init = build_spec(InitSpec, RUN, s)
     check_module_init(init, model, given or frozenset())
-    return RunSpec(
-        model=model,
-        init=init,
-        data=data,
-        method=method,
-        device=s["device"],
-        weights=s["weights"],
-        max_params=limits.max_params,
-        max_memory=limits.max_memory,
-    )
+    memory = {"max_params": limits.max_params, "max_memory": limits.max_memory}
+    return build_spec(RunSpec, RUN, s, model=model, init=init, data=data, method=method, **memory)
 
 
 def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:
