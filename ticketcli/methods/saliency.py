@@ -101,12 +101,8 @@ class _Saliency(Method):
     data_parallel = False
     uses_epochs = False  # the progress bar counts epochs; these methods have none
     seeded = True  # minibatches drawn from the generator
-    default_scope = "global"  # one top-k over all parameters (Appendix B), per layer with --layer-densities
     score_init = None
-
-
-class Snip(_Saliency):
-    name = "snip"
+    default_scope = "global"  # one top-k over all parameters (Appendix B), per layer with --layer-densities
 
     def extract(
         self,
@@ -119,8 +115,18 @@ class Snip(_Saliency):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = self.groups(net, spec)
-        return ExtractResult(select(snip_scores(net, minibatches(data, spec, generator)), groups))
+        return ExtractResult(select(self.scores(net, data, spec, generator), self.groups(net, spec)))
+
+    def scores(self, net: MaskedNet, data: Splits, spec: MethodSpec, generator: torch.Generator) -> Params:
+        """One score per weight, from minibatches drawn from `generator`."""
+        raise NotImplementedError
+
+
+class Snip(_Saliency):
+    name = "snip"
+
+    def scores(self, net: MaskedNet, data: Splits, spec: MethodSpec, generator: torch.Generator) -> Params:
+        return snip_scores(net, minibatches(data, spec, generator))
 
 
 class Grasp(_Saliency):
@@ -131,23 +137,12 @@ class Grasp(_Saliency):
 
     name = "grasp"
 
-    def extract(
-        self,
-        net: MaskedNet,
-        data: Splits,
-        spec: MethodSpec,
-        *,
-        device: torch.device,
-        generator: torch.Generator,
-        progress: Progress | None,
-        checkpoint: Checkpointer | None = None,
-    ) -> ExtractResult:
+    def scores(self, net: MaskedNet, data: Splits, spec: MethodSpec, generator: torch.Generator) -> Params:
         g_batches = minibatches(data, spec, generator)  # two independent shuffles: two independent collections
         h_batches = g_batches if option(spec, "grasp_data") == "shared" else minibatches(data, spec, generator)
-        groups = self.groups(net, spec)
-        reading = option(spec, "grasp_temperature"), option(spec, "grasp_direction")
-        scores = grasp_scores(net, g_batches, h_batches, *reading)
-        return ExtractResult(select(scores, groups))
+        return grasp_scores(
+            net, g_batches, h_batches, option(spec, "grasp_temperature"), option(spec, "grasp_direction")
+        )
 
 
 class SynFlow(_Saliency):
