@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
@@ -99,6 +99,13 @@ def seeded_scores(
 # tensor (autograd's saved-tensor hooks) and a product: about 8% of a paper-MLP step if all its layers did it
 # (benchmarks/step_phases.py), little next to a large layer's matrix products.
 RECOMPUTE_MIN = 2**18
+
+
+class ScoreState(TypedDict):
+    """A score trainer's state: what a resumed run loads (ScoreTrainer.load_state_dict)."""
+
+    scores: dict[str, list[torch.Tensor]]  # every part of each parameter's scores, on the CPU
+    optimizer: dict[str, Any]  # Adam's own state_dict
 
 
 class ScoreTrainer:
@@ -200,7 +207,7 @@ class ScoreTrainer:
         # less), drawing them again when a threshold leaves its window
         self.selection.window_aux(lambda name: redraw(name)[name])
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> ScoreState:
         """Scores (every part, on the CPU; released auxiliary parts drawn again, the same bits) and Adam's state:
         with the generator, all a resumed run needs."""
         aux = self.redraw() if self.released and self.redraw is not None else {}

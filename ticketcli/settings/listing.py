@@ -5,9 +5,10 @@ models/init.py), and the run settings' rows (Setting.list_item)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ticketcli.contract.result import Result
+from ticketcli.contract.schema import JsonObject
 from ticketcli.data.registry import DATASETS
 from ticketcli.methods.registry import METHODS
 from ticketcli.models.init import INIT_SCHEMES
@@ -45,8 +46,8 @@ class ListItem:
     panel: str = ""
     config: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "description": self.description}
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {"name": self.name, "description": self.description}
         if self.flag is not None:
             d.update(flag=self.flag, default=self.default, range=self.range, methods=list(self.methods))
             d.update(panel=self.panel, config=self.config)
@@ -63,7 +64,7 @@ class ListResult(Result):
     kind: str
     entries: tuple[ListItem, ...]  # the document's `items` (a Mapping's items() keeps its meaning here)
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonObject:
         return {"kind": self.kind, "items": [e.to_dict() for e in self.entries]}
 
 

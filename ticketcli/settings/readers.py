@@ -4,14 +4,16 @@ the sibling option it reads as the hint."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import TypeVar
 
 from ticketcli.errors import UsageError
 from ticketcli.methods.registry import METHODS, option
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table, option_flag
 from ticketcli.specs.run import MethodSpec
+
+T = TypeVar("T")
 
 # Options whose meaning another option carries for some methods: refusing one names the sibling the method reads.
 SIBLINGS = {
@@ -33,7 +35,7 @@ def method_options(name: str, table: Table = RUN) -> frozenset[str]:
     return frozenset(f for f in table.method_options() if method_reads(name, f, table))
 
 
-def read_by(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+def read_by(name: str, settings: Mapping[str, T]) -> dict[str, T]:
     """`settings` less the method options that method `name` does not read (setting those would be refused): for
     callers that give several methods the same settings."""
     return {k: v for k, v in settings.items() if method_reads(name, k)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from ticketcli.models.user import import_factory, takes_num_classes
 from ticketcli.settings.checks import build_spec, check_module_init, method_spec
 from ticketcli.settings.readers import method_reads
 from ticketcli.settings.run import RUN
-from ticketcli.settings.setting import Table
+from ticketcli.settings.setting import Settings, Table
 from ticketcli.settings.weak import WEAK
 from ticketcli.specs.ranges import show
 from ticketcli.specs.run import (
@@ -97,11 +97,11 @@ def data_location(data_dir: str | None, download: bool) -> dict[str, Any]:
     }
 
 
-def load_config(path: str | Path | None, table: Table = RUN) -> dict[str, Any]:
+def load_config(path: str | Path | None, table: Table = RUN) -> Settings:
     """Read a flat TOML run config; keys are the config keys of `table`'s settings (dashes or underscores), each
     value checked against its setting's range. Only a regular file of at most 1 MiB is read (no FIFO, no device)."""
     if path is None:
-        return {}
+        return Settings()
     p = Path(path)
     raw = read_regular_file(p, MAX_CONFIG, "config file")
     too_deep = f"config file {p} nests arrays or tables too deeply (a run config is flat)"
@@ -116,7 +116,7 @@ def load_config(path: str | Path | None, table: Table = RUN) -> dict[str, Any]:
         raise UsageError(f"config file {p} is not valid TOML: {str(e).splitlines()[0][:200]}") from None
     except RecursionError:  # tomllib recurses once per level: a recursion limit lowered below MAX_CONFIG_NESTING's
         raise UsageError(too_deep) from None
-    out: dict[str, Any] = {}
+    out = Settings()
     keys = table.config_keys()
     for key, value in data.items():
         k = key.replace("-", "_")
@@ -126,14 +126,8 @@ def load_config(path: str | Path | None, table: Table = RUN) -> dict[str, Any]:
             raise UsageError(f"{p} sets {k} twice (with dashes and with underscores)")
         table[k].check(value, f"{p}: {k}")
         out[k] = value
+    out.given = frozenset(out)
     return out
-
-
-class Settings(dict[str, Any]):
-    """Merged settings (key -> value) that also know which keys the user set, by flag or config file: an option
-    the method does not read is refused only when it was set, never for its default."""
-
-    given: frozenset[str] = frozenset()
 
 
 def merge_settings(flags: dict[str, Any], config_path: str | Path | None, table: Table = RUN) -> Settings:
@@ -153,10 +147,12 @@ def suggest(name: str, valid: Collection[str], what: str) -> str:
     return f"did you mean {close[0]}? {listed}" if close else listed
 
 
-def checked(table: Table, settings: dict[str, Any]) -> dict[str, Any]:
+def checked(table: Table, settings: Mapping[str, Any]) -> Settings:
     """`settings` with every value of one of `table`'s settings checked against its range and normalised (None: not
-    given, left for the builder's default rules)."""
-    return {k: v if v is None or k not in table else table[k].check(v) for k, v in settings.items()}
+    given, left for the builder's default rules), knowing which were given if `settings` does."""
+    out = Settings({k: v if v is None or k not in table else table[k].check(v) for k, v in settings.items()})
+    out.given = settings.given if isinstance(settings, Settings) else frozenset()
+    return out
 
 
 def check_keywords(table: Table, options: Collection[str], command: str, reserved: Collection[str] = ()) -> None:

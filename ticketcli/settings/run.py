@@ -262,5 +262,5 @@ SHARED = Table(
 RUN = with_options(SHARED)  # with each method's own options placed among the shared ones
 
 # The config keys (and API keywords) with the defaults the code uses, and the method options: derived from RUN.
-EXTRACT_DEFAULTS: dict[str, Any] = RUN.defaults()
+EXTRACT_DEFAULTS = RUN.defaults()
 METHOD_OPTIONS: tuple[str, ...] = RUN.method_options()

@@ -169,6 +169,14 @@ def readers_prefix(methods: tuple[str, ...]) -> str:
     return f"{', '.join(sorted(methods))}: "
 
 
+class Settings(dict[str, Any]):
+    """Settings by config key (a command's merged settings, a config file's, a table's defaults) that also know which
+    keys the user set, by flag or config file: an option the method does not read is refused only when it was set,
+    never for its default."""
+
+    given: frozenset[str] = frozenset()
+
+
 class Table:
     """The settings of one command (or shared by several), in declaration order, looked up by name."""
 
@@ -205,9 +213,9 @@ class Table:
         """The keys a config file (and the API) may set."""
         return [s.name for s in self if s.config]
 
-    def defaults(self) -> dict[str, Any]:
+    def defaults(self) -> Settings:
         """Config key -> the default the code uses."""
-        return {s.name: s.value for s in self if s.config}
+        return Settings({s.name: s.value for s in self if s.config})
 
     def method_options(self) -> tuple[str, ...]:
         """The settings only some methods read (the others are refused for a method that does not read them)."""

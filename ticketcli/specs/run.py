@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import UsageError
 from ticketcli.specs import syntax
 from ticketcli.specs.ranges import Range
@@ -68,8 +69,8 @@ class ModelSpec:
         suffixes = ("+res" if self.residual else "") + (f"+norm={self.norm}" if self.norm else "")
         return self.arch + body + suffixes + ("+bias" if self.bias else "")
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"spec": self.to_string(), "arch": self.arch}
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {"spec": self.to_string(), "arch": self.arch}
         if self.arch == "mlp":
             d["widths"] = list(self.widths)
         if self.layers:
@@ -114,7 +115,7 @@ class InitSpec:
     k: float = 0.5  # fan_in is scaled by k (paper: k = 1/2)
     seed: int = 0  # the weights' seed; the whole network is rebuilt from it
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         if self.scheme == MODULE_INIT:  # the factory's own weights: no k or gain shaped them, its fixed seed did
             return {"scheme": self.scheme, "factory_seed": FACTORY_SEED, "seed": self.seed}
         return {"scheme": self.scheme, "k": self.k, "gain": "relu", "seed": self.seed}
@@ -201,7 +202,7 @@ class WeightOptim:
     weight_decay: float = 0.0
     momentum: float = 0.0  # sgd only
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = asdict(self)
         d["betas"] = list(self.betas)
         return d
