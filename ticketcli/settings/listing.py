@@ -5,7 +5,7 @@ models/init.py), and the run settings' rows (Setting.list_item)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import JsonObject
@@ -13,21 +13,22 @@ from ticketcli.data.registry import DATASETS
 from ticketcli.methods.registry import METHODS
 from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.registry import MODELS
+from ticketcli.registry import Registry
 
-KINDS = ("methods", "models", "datasets", "inits")  # the registries `ticket list` lists (and the settings)
+# the registries `ticket list` lists (and the settings)
+REGISTRIES: dict[str, Registry[Any]] = {
+    "methods": METHODS,
+    "models": MODELS,
+    "datasets": DATASETS,
+    "inits": INIT_SCHEMES,
+}
+KINDS = tuple(REGISTRIES)
 
 
 def describe(kind: str) -> dict[str, str]:
     """Name -> one-line description of one kind of registry entry (a name in KINDS), sorted by name."""
-    if kind == "methods":
-        return {name: METHODS.get(name).description for name in METHODS.names()}
-    if kind == "models":
-        return {name: MODELS.get(name).description for name in MODELS.names()}
-    if kind == "datasets":
-        return {name: DATASETS.get(name).description for name in DATASETS.names()}
-    if kind == "inits":
-        return {name: INIT_SCHEMES.get(name).description for name in INIT_SCHEMES.names()}
-    raise KeyError(kind)
+    registry = REGISTRIES[kind]
+    return {name: registry.get(name).description for name in registry.names()}
 
 
 @dataclass(frozen=True)

@@ -97,14 +97,7 @@ class Setting:
     @property
     def value(self) -> Any:
         """The default the code uses: the spec field's, else `default`."""
-        if self.field is None:
-            return self.default
-        cls, path = self.field  # "optim.lr": a field of a nested spec's default
-        head, *rest = path.split(".")
-        value = field_default(cls, head)
-        for part in rest:
-            value = getattr(value, part)
-        return value
+        return self.default if self.field is None else field_default(*self.field)
 
     @property
     def methods(self) -> tuple[str, ...]:

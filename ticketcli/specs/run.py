@@ -208,10 +208,15 @@ class WeightOptim:
         return d
 
 
-def field_default(cls: type, name: str) -> Any:
-    """The default of dataclass field `name` of `cls` (calling its default_factory if it has one)."""
+def field_default(cls: type, path: str) -> Any:
+    """The default of dataclass field `path` of `cls` (calling its default_factory if it has one), following dots
+    into a nested spec's default ("optim.lr")."""
+    name, *rest = path.split(".")
     f = next(f for f in fields(cls) if f.name == name)
-    return f.default_factory() if f.default_factory is not MISSING else f.default
+    value = f.default_factory() if f.default_factory is not MISSING else f.default
+    for part in rest:
+        value = getattr(value, part)
+    return value
 
 
 @dataclass(frozen=True)
