@@ -235,12 +235,15 @@ def own_options() -> tuple[Option, ...]:
 
 def placed(names: Iterable[str], options: Sequence[Option]) -> list[str]:
     """`names` (shared settings or MethodSpec fields, in order) with each option's name after the name it follows."""
-    return [n for name in names for n in (name, *(o.name for o in options if o.after == name))]
+    out = [n for name in names for n in (name, *(o.name for o in options if o.after == name))]
+    if lost := [o.name for o in options if o.name not in out]:
+        raise ValueError(f"options {lost} follow no setting (their `after`)")
+    return out
 
 
 def option(spec: MethodSpec, name: str) -> Any:
     """A method's own option `name`: as `spec` holds it, else its declared default."""
-    return spec.options[name] if name in spec.options else next(o.default for o in own_options() if o.name == name)
+    return spec.options[name] if name in spec.options else {o.name: o.default for o in own_options()}[name]
 
 
 def method_document(spec: MethodSpec) -> JsonObject:
