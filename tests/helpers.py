@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from ticketcli.cli.app import app
 from ticketcli.data.datasets import find_idx_dir
 from ticketcli.methods.base import ExtractResult
-from ticketcli.methods.registry import METHODS
+from ticketcli.methods.registry import METHODS, own_options
 from ticketcli.models.build import build_model
 from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
@@ -68,7 +68,8 @@ def quick_method(name: str, **kw) -> MethodSpec:
     small = dict(epochs=2, batch_size=128, imp_rounds=2, synflow_rounds=10, regrow_every=2)  # 2 epochs of 5 steps
     base = dict(name=name, sparsity=0.8, **{k: v for k, v in small.items() if method_reads(name, k)})
     base.update(kw)
-    return MethodSpec(**base)
+    own = {o.name for o in own_options()}  # a method's own options go in `options`, the shared ones are fields
+    return MethodSpec(**{k: v for k, v in base.items() if k not in own}, options={k: base[k] for k in own & set(base)})
 
 
 def flags_for(name: str, args: list[str]) -> list[str]:

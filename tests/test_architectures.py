@@ -299,7 +299,7 @@ def test_every_method_runs_on_a_batchnorm_network(tmp_path, name):
             sparsity=0.7,
             epochs=2,
             batch_size=48,
-            **{
+            options={
                 k: v
                 for k, v in dict(imp_rounds=2, synflow_rounds=5, regrow_every=1).items()
                 if k in method_options(name)

@@ -14,6 +14,7 @@ from ticketcli.cli.app import app
 from ticketcli.data.datasets import load_splits
 from ticketcli.methods import METHODS, movement, saliency, sparse
 from ticketcli.methods.movement import cubic_density
+from ticketcli.methods.registry import option
 from ticketcli.methods.saliency import grasp_scores, hessian_vector_product, loss_gradient, snip_scores, synflow_scores
 from ticketcli.methods.sparse import prune_and_regrow
 from ticketcli.runs.build import build_net
@@ -158,7 +159,10 @@ def test_grasp_keeps_the_largest_signed_scores(digits):
     gen = torch.Generator().manual_seed(0)
     spec = quick_method("grasp")
     s = grasp_scores(
-        net, saliency.minibatches(digits, spec, gen), saliency.minibatches(digits, spec, gen), spec.grasp_temperature
+        net,
+        saliency.minibatches(digits, spec, gen),
+        saliency.minibatches(digits, spec, gen),
+        option(spec, "grasp_temperature"),
     )
     flat = torch.cat([s[n].flatten() for n in net.names])
     expected = topk_mask(flat, keep_count(0.2, flat.numel()))
@@ -175,8 +179,8 @@ def test_grasp_original_reading_keeps_the_other_end_of_the_same_ranking(digits):
     gen = torch.Generator().manual_seed(0)
     spec = quick_method("grasp")
     g, h = saliency.minibatches(digits, spec, gen), saliency.minibatches(digits, spec, gen)
-    s_paper = grasp_scores(net, g, h, spec.grasp_temperature)
-    s_orig = grasp_scores(net, g, h, spec.grasp_temperature, "original")
+    s_paper = grasp_scores(net, g, h, option(spec, "grasp_temperature"))
+    s_orig = grasp_scores(net, g, h, option(spec, "grasp_temperature"), "original")
     assert all(torch.equal(s_orig[n], -s_paper[n]) for n in net.names)
     flat = torch.cat([s_orig[n].flatten() for n in net.names])
     kept = torch.cat([original[n].flatten() for n in net.names])
@@ -193,7 +197,7 @@ def test_grasp_shared_data_takes_g_and_hg_from_one_collection(digits):
     gen = torch.Generator().manual_seed(0)
     spec = quick_method("grasp")
     batches = saliency.minibatches(digits, spec, gen)  # the only draw: the first shuffle, as with separate data
-    s = grasp_scores(net, batches, batches, spec.grasp_temperature)
+    s = grasp_scores(net, batches, batches, option(spec, "grasp_temperature"))
     expected = select_global(s, net.names, 0.2)
     assert all(torch.equal(shared[n], expected[n]) for n in net.names)
     assert any(not torch.equal(shared[n], separate[n]) for n in net.names)  # the second collection matters

@@ -18,7 +18,7 @@ from ticketcli.models.budget import Budget
 from ticketcli.models.build import build_model, planned_shapes
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
-from ticketcli.settings.registry import check_setting
+from ticketcli.settings.run import RUN
 from ticketcli.specs.syntax import MAX_BLOCKS
 
 # Several specs per registered model, its family's examples (variants: bias, residual, norms, odd geometries, causal
@@ -192,13 +192,13 @@ def test_a_factory_is_not_estimated():
     [("512M", 512 << 20), ("8G", 8 << 30), ("1.5g", 3 << 29), ("8 GiB", 8 << 30), (1 << 30, 1 << 30), ("2T", 2 << 40)],
 )
 def test_max_memory_sizes(value, bytes_):
-    assert check_setting("max_memory", value) == bytes_
+    assert RUN["max_memory"].check(value) == bytes_
 
 
 @pytest.mark.parametrize("value", ["8X", "", "G", "-1G", "1K", 100, True, 1.5, "1e9", "9" * 50, [1]])
 def test_bad_max_memory_is_one_line(value):
     with pytest.raises(UsageError, match="--max-memory"):
-        check_setting("max_memory", value)
+        RUN["max_memory"].check(value)
 
 
 def test_declared_params_reads_a_ticket_spec_without_torch_modules():

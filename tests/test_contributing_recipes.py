@@ -10,7 +10,7 @@ import sys
 import textwrap
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from ticketcli.data import registry as data_registry
 from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
 from ticketcli.methods import registry as method_registry
-from ticketcli.methods.registry import METHODS
+from ticketcli.methods.registry import METHODS, option
 from ticketcli.models import registry as model_registry
 from ticketcli.models.build import build_model
 from ticketcli.models.init import init_weights
@@ -33,14 +33,12 @@ from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.selection.exact import keep_count
-from ticketcli.settings import baselines, checks, resolve
 from ticketcli.settings import run as run_settings
 from ticketcli.settings.flags import EXTRACT_FLAGS
 from ticketcli.settings.readers import method_options
 from ticketcli.settings.resolve import build_extract_spec, check_keywords, merge_settings
 from ticketcli.settings.run import RUN
 from ticketcli.settings.track import TRACK
-from ticketcli.specs import run as run_specs
 from ticketcli.specs.run import DataSpec, InitSpec
 from ticketcli.ticketfile.ticket import load
 
@@ -111,7 +109,6 @@ def test_every_recipe_is_marked():
         "model-registry",
         "dataset",
         "dataset-registry",
-        "option-field",
         "option-setting",
     }
     assert set(RECIPES) == expected
@@ -125,15 +122,19 @@ def test_the_parser_finds_a_marked_block_and_only_it():
 # ---- a method -----------------------------------------------------------------------------------------------------
 
 
+def redeclare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Extract's settings and flags declared again from the registry, as importing the edited registry would."""
+    monkeypatch.setattr(RUN, "_by_name", run_settings.with_options(run_settings.SHARED)._by_name)
+    monkeypatch.delattr(cli_extract.extract, "__signature__")  # restored after the test
+    declared(RUN, TRACK, flags=EXTRACT_FLAGS)(cli_extract.extract)
+
+
 def register_method(monkeypatch: pytest.MonkeyPatch) -> str:
-    """The method's file, its registry entry (as the registry's loop registers each entry) and its `methods=`."""
+    """The method's file and its registry entry (the call the registry makes for each method)."""
     module_from("method", "ticketcli.methods.magnitude")
-    name, text, implementation = eval(RECIPES["method-registry"], dict(vars(method_registry)))
-    METHODS.register(name)(method_registry.MethodInfo(text, f"ticketcli.methods.{implementation}"))
-    per_layer = RUN["layer_densities"]
-    assert per_layer.methods == run_settings.PER_LAYER  # the tuple the recipe adds it to
-    monkeypatch.setitem(RUN._by_name, "layer_densities", per_layer.but(methods=(*per_layer.methods, name)))
-    return str(name)
+    exec(RECIPES["method-registry"], dict(vars(method_registry)))
+    redeclare(monkeypatch)
+    return "magnitude"
 
 
 def test_the_method_recipe_lists_loads_and_extracts(registries, monkeypatch, tmp_path):
@@ -148,20 +149,33 @@ def test_the_method_recipe_lists_loads_and_extracts(registries, monkeypatch, tmp
     net.load_weights(init_weights(module, InitSpec(seed=0)))
     from ticketcli.specs.run import MethodSpec
 
-    result = cls().extract(net, None, MethodSpec(name=name, sparsity=0.75), device=None, generator=None, progress=None)
-    for n, w in net.weights.items():
-        kept = result.masks[n]
-        assert int(kept.sum()) == keep_count(0.25, w.numel())
-        assert w.abs()[kept].min() >= w.abs()[~kept].max()  # the largest |W| of each layer
+    for invert in (False, True):
+        method = MethodSpec(name=name, sparsity=0.75, options={"magnitude_invert": invert})
+        result = cls().extract(net, None, method, device=None, generator=None, progress=None)
+        for n, w in net.weights.items():
+            kept, big = result.masks[n], w.abs()
+            assert int(kept.sum()) == keep_count(0.25, w.numel())
+            if invert:  # its option: the smallest |W| of each layer
+                big = -big
+            assert big[kept].min() >= big[~kept].max()  # the largest |W| of each layer
 
-    # a whole run, with the option it reads; the one it does not read is refused
-    assert method_options(name) == {"layer_densities"}
-    run = build_extract_spec(merge_settings({**QUICK, "method": name, "layer_densities": "0.5,0.25"}, None))
+    # a whole run, with the options it reads; one it does not read is refused, and its own for the other methods
+    assert method_options(name) == {"layer_densities", "magnitude_invert"}
+    settings = {**QUICK, "method": name, "layer_densities": "0.5,0.25", "magnitude_invert": True}
+    run = build_extract_spec(merge_settings(settings, None))
     extract_ticket(run, out=tmp_path / "t.safetensors")
     ticket = load(tmp_path / "t.safetensors")
-    assert ticket.method.name == name
+    assert ticket.method.name == name and ticket.method.option("magnitude_invert") is True
     with pytest.raises(UsageError, match=f"--lr applies to .* only, not {name}"):
         build_extract_spec(merge_settings({**QUICK, "method": name, "lr": 0.1}, None))
+    refused = runner.invoke(app, ["extract", "--method", "snip", "--magnitude-invert", "--dataset", "digits"])
+    assert refused.exit_code == 2 and "--magnitude-invert applies to magnitude only, not snip" in refused.output
+    row = next(
+        i
+        for i in json.loads(runner.invoke(app, ["list", "settings", "--json"]).stdout)["items"]
+        if i["name"] == "magnitude_invert"
+    )
+    assert row["methods"] == ["magnitude"] and row["flag"] == "--magnitude-invert"
 
 
 # ---- a model family -----------------------------------------------------------------------------------------------
@@ -211,23 +225,12 @@ def test_the_dataset_recipe_loads_splits_and_lists(registries, monkeypatch, tmp_
 
 
 def declare_option(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The MethodSpec field (in a subclass standing for the edited class) and its Setting in RUN; extract's flags
-    declared again from the table, as importing the edited settings/run.py would declare them."""
-    base = run_specs.MethodSpec
-    ns: dict[str, Any] = {"base": base, "dataclass": dataclass}
-    field = textwrap.indent(RECIPES["option-field"], "    ")
-    exec(f"@dataclass(frozen=True)\nclass MethodSpec(base):\n{field}", ns)
-    spec_cls = ns["MethodSpec"]
-    for module in (baselines, checks, resolve, run_specs):
-        monkeypatch.setattr(module, "MethodSpec", spec_cls)
-    for s in list(RUN):  # the settings the edited class's fields hold, now held by it
-        if s.field is not None and s.field[0] is base:
-            monkeypatch.setitem(RUN._by_name, s.name, s.but(field=(spec_cls, s.field[1])))
-    value = eval(RECIPES["option-setting"], dict(vars(run_settings)))
-    setting = value[0] if isinstance(value, tuple) else value  # a line of RUN's table ends with a comma
-    monkeypatch.setitem(RUN._by_name, setting.name, setting)
-    monkeypatch.delattr(cli_extract.extract, "__signature__")  # restored after the test
-    declared(RUN, TRACK, flags=EXTRACT_FLAGS)(cli_extract.extract)
+    """The Option in snip's registry entry; extract's settings and flags declared again from the registry."""
+    value = eval(RECIPES["option-setting"], dict(vars(method_registry)))
+    option = value[0] if isinstance(value, tuple) else value  # a line of an entry ends with a comma
+    snip = METHODS.get("snip")
+    monkeypatch.setitem(METHODS._items, "snip", replace(snip, options=(*snip.options, option)))
+    redeclare(monkeypatch)
 
 
 def test_the_option_recipe_is_a_flag_a_config_key_a_keyword_and_refused_where_unread(registries, monkeypatch):
@@ -241,9 +244,9 @@ def test_the_option_recipe_is_a_flag_a_config_key_a_keyword_and_refused_where_un
     assert "snip: The fraction of minibatches probed. Default: 0.25." in " ".join(help_text.split())
 
     assert method_options("snip") >= {"probe_rate"} and "probe_rate" not in method_options("augmented")
-    assert build_extract_spec(merge_settings({**QUICK, "method": "snip"}, None)).method.probe_rate == 0.25
+    assert option(build_extract_spec(merge_settings({**QUICK, "method": "snip"}, None)).method, "probe_rate") == 0.25
     given = build_extract_spec(merge_settings({**QUICK, "method": "snip", "probe_rate": 0.5}, None))
-    assert given.method.probe_rate == 0.5
+    assert option(given.method, "probe_rate") == 0.5
     check_keywords(RUN, ["probe_rate"], "extract")  # the API's keyword
 
     refused = runner.invoke(app, ["extract", "--method", "augmented", "--probe-rate", "0.5", "--dataset", "digits"])
@@ -256,7 +259,7 @@ def test_the_option_s_config_key_is_read(registries, monkeypatch, tmp_path):
     declare_option(monkeypatch)
     config = tmp_path / "run.toml"
     config.write_text('method = "snip"\nprobe_rate = 0.75\n')
-    assert build_extract_spec(merge_settings(dict(QUICK), config)).method.probe_rate == 0.75
+    assert option(build_extract_spec(merge_settings(dict(QUICK), config)).method, "probe_rate") == 0.75
     config.write_text('method = "augmented"\nprobe_rate = 0.75\n')
     with pytest.raises(UsageError, match="--probe-rate applies to snip only, not augmented"):
         build_extract_spec(merge_settings(dict(QUICK), config))

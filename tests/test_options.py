@@ -18,48 +18,20 @@ from typer.testing import CliRunner
 from ticketcli.cli.app import app
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
+from ticketcli.methods.registry import method_document
 from ticketcli.runs.evaluate import evaluate_ticket
 from ticketcli.runs.extract import extract_ticket
 from ticketcli.runs.inspect import inspect_ticket
 from ticketcli.settings.readers import method_options
 from ticketcli.settings.resolve import build_extract_spec, merge_settings
-from ticketcli.settings.run import EXTRACT_DEFAULTS, METHOD_OPTIONS
+from ticketcli.settings.run import EXTRACT_DEFAULTS, METHOD_OPTIONS, RUN
 from ticketcli.settings.setting import option_flag
 from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
-# A valid value other than the default for every method option (test_values_cover_every_option keeps it whole).
-# Large where the effect must show after a few steps (eps, weight_decay, betas).
-OTHER = {
-    "layer_densities": "0.5,0.3",
-    "aug_density": 0.3,
-    "aux_width": 2,
-    "frozen_aux": True,
-    "signed_scores": True,
-    "project_final": True,
-    "global_topk": True,
-    "iter_tolerance": 0.3,
-    "max_rounds": 1,
-    "epochs": 3,
-    "lr": 0.5,
-    "batch_size": 32,
-    "betas": "0.5,0.6",
-    "eps": 0.5,
-    "weight_decay": 5.0,
-    "weight_lr": 0.1,
-    "saliency_batches": 1,
-    "grasp_temperature": 1.0,
-    "grasp_direction": "original",
-    "grasp_data": "shared",
-    "synflow_rounds": 1,
-    "imp_rounds": 2,
-    "regrow_every": 2,
-    "regrow_fraction": 0.6,
-    "movement_warmup": 0.5,
-    "movement_cooldown": 0.4,
-    "movement_noise": 0.5,
-    "precision": "bf16",
-}
+# A valid value other than the default for every method option, as each declares it (test_values_cover_every_option
+# keeps it whole). Large where the effect must show after a few steps (eps, weight_decay, betas).
+OTHER = {s.name: s.example for s in RUN if s.methods}
 TINY = {"dataset": "digits", "model": "mlp:64-16-10", "n_extract": 200, "n_val": 100, "device": "cpu", "seed": 0}
 # small settings, given only to the methods that read them: 2 epochs of 4 steps, updates and rounds that happen
 SMALL = {"epochs": 2, "batch_size": 64, "imp_rounds": 1, "synflow_rounds": 3, "regrow_every": 1, "max_rounds": 2}
@@ -266,7 +238,7 @@ def test_an_older_ticket_that_recorded_every_setting_still_loads_and_evaluates(t
     out = tmp_path / "old.safetensors"
     spec = spec_of("snip")
     summary = extract_ticket(spec, out=out)
-    rewrite_method(out, {**spec.method.to_dict(), "score_init": None})
+    rewrite_method(out, {**method_document(spec.method), "score_init": None})
     tk = ticket_io.load(out)
     assert tk.method.option("epochs") == 100 and tk.method.option("lr") == 0.01  # what the old writer recorded
     assert inspect_ticket(out)["method"]["aux_width"] == 1 and inspect_ticket(out)["integrity"] == "ok"

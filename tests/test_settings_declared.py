@@ -7,7 +7,7 @@ the same derivations: every method's `options` and every command's flags come fr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -22,7 +22,7 @@ from ticketcli.cli.declared import declared, given_settings
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.report.tables import list_table
-from ticketcli.settings.checks import spec_fields
+from ticketcli.settings.checks import build_spec
 from ticketcli.settings.drift import DRIFT, FEATURES
 from ticketcli.settings.flags import (
     DRIFT_FLAGS,
@@ -35,7 +35,6 @@ from ticketcli.settings.flags import (
     WEAK_FLAGS,
 )
 from ticketcli.settings.listing import ListResult
-from ticketcli.settings.ranges import FLOAT
 from ticketcli.settings.readers import check_method_options, method_options
 from ticketcli.settings.resolve import check_keywords, checked, merge_settings
 from ticketcli.settings.run import RUN
@@ -43,6 +42,7 @@ from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.settings.sweep import OWN, SWEEP
 from ticketcli.settings.track import TRACK
 from ticketcli.settings.weak import WEAK
+from ticketcli.specs.ranges import FLOAT
 from ticketcli.specs.run import MethodSpec
 
 runner = CliRunner()
@@ -62,9 +62,17 @@ PROBE = Setting(
     float,
     FLOAT(0, 1),
     (ProbeSpec, "probe_rate"),
-    methods=("edge-popup", "snip"),
+    per_method=True,
 )
 TABLE = Table(RUN["method"], PROBE)
+
+
+@pytest.fixture(autouse=True)
+def probe_readers(monkeypatch):
+    """edge-popup and snip read the throwaway option: their registry entries name it."""
+    for name in ("edge-popup", "snip"):
+        info = METHODS.get(name)
+        monkeypatch.setitem(METHODS._items, name, replace(info, reads=(*info.reads, "probe_rate")))
 
 
 def probe_app() -> typer.Typer:
@@ -82,7 +90,7 @@ def probe_app() -> typer.Typer:
         except UsageError as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
-        typer.echo(json.dumps({"spec": ProbeSpec(**spec_fields(TABLE, ProbeSpec, values)).probe_rate}))
+        typer.echo(json.dumps({"spec": build_spec(ProbeSpec, TABLE, values).probe_rate}))
 
     @probe.command()
     def other() -> None:  # a second command, so that Typer keeps `run` as a subcommand

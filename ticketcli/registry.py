@@ -29,6 +29,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._items)
 
+    def registered(self) -> list[T]:
+        """The objects in the order they were registered."""
+        return list(self._items.values())
+
     def get(self, name: str) -> T:
         if name not in self._items:
             raise UsageError(f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}")

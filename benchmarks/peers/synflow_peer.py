@@ -41,6 +41,7 @@ from common import (
 from torch import nn
 
 from ticketcli.methods import METHODS
+from ticketcli.methods.registry import option
 from ticketcli.methods.saliency import grasp_scores, snip_scores, synflow_scores
 from ticketcli.selection.groups import Group, power_schedule, restricted, scope_groups, select
 
@@ -116,7 +117,7 @@ def grasp(ref: Reference, run: Run, d: float) -> list[str]:
     r_scores = ref.scores(run, pruner)
     pruner.mask(d, "global")
     r = ref.masks(run, pruner)
-    ours_shared = grasp_scores(run.net, first, first, run.spec.method.grasp_temperature, "original")
+    ours_shared = grasp_scores(run.net, first, first, option(run.spec.method, "grasp_temperature"), "original")
     err = relative_error_up_to_scale(flat(ours_shared), flat(r_scores))
     out = [line("reference GraSP (one collection)", r, r, run)]
     for direction in ("paper", "original"):

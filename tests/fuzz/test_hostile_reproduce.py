@@ -21,18 +21,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ticketcli.methods.registry import METHODS
+from ticketcli.runs.reproduce import METHOD_KEYS as RECORDED
 from ticketcli.settings.readers import method_reads
 from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.run import RUN
-from ticketcli.specs.run import MethodSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-# every option a method record holds: MethodSpec's fields among extract's settings
-METHOD_KEYS = sorted(s.name for s in RUN if s.field is not None and s.field[0] is MethodSpec and s.name != "method")
+# every option a method record holds: the method settings among extract's settings
+METHOD_KEYS = sorted(RECORDED)
 # a valid value for the options whose default is None (not recorded then)
 VALID = {"aug_density": 0.5, "layer_densities": [0.5, 0.5]}
 # values no option of any kind accepts: text carrying a flag, text carrying a line, a number beyond every range

@@ -15,12 +15,13 @@ import pytest
 from hostile import assert_clean, cli, snapshot
 
 from ticketcli.errors import UsageError
-from ticketcli.settings.registry import RANGES
 from ticketcli.settings.resolve import build_extract_spec, merge_settings
-from ticketcli.settings.run import EXTRACT_DEFAULTS
+from ticketcli.settings.run import EXTRACT_DEFAULTS, RUN
 from ticketcli.settings.setting import option_flag
 
 BASE = ("--dataset", "digits", "--method", "random", "--model", "mlp:64-8-10", "--quiet")
+
+RANGES = {s.name: s.range for s in RUN if s.range is not None}  # each setting's own range, by name
 
 
 def toml_value(v) -> str:

@@ -43,6 +43,7 @@ def extract(
     from ticketcli.files.checkpoint import checkpoint_path
     from ticketcli.files.checkpoint import describe as describe_checkpoint
     from ticketcli.methods import METHODS
+    from ticketcli.methods.registry import option
     from ticketcli.runs import extract as runs_extract
     from ticketcli.runs import inputs as runs_inputs
     from ticketcli.runtime import distributed
@@ -96,5 +97,5 @@ def extract(
                 track_feed.guarded(track_feed.extract_final, console.warn)(log, summary, steps.last)
     if world.main:
         sp = summary.sparsity
-        warn_missed_sparsity(sp.requested, sp.achieved, sp.rounds, spec.method.iter_tolerance)
+        warn_missed_sparsity(sp.requested, sp.achieved, sp.rounds, option(spec.method, "iter_tolerance"))
         console.print_json(summary.to_document()) if json_out else report_tables.extract_table(summary)

@@ -18,7 +18,7 @@ from ticketcli.report import progress as report_progress
 from ticketcli.report import study_tables as report_study_tables
 from ticketcli.runtime.interrupts import stop_on_signals
 from ticketcli.settings.flags import SWEEP_FLAGS
-from ticketcli.settings.registry import check_setting, check_threads
+from ticketcli.settings.registry import check_threads
 from ticketcli.settings.run import RUN
 from ticketcli.settings.sweep import OWN, SWEEP
 from ticketcli.settings.track import TRACK
@@ -164,7 +164,7 @@ def sweep_options(own: Given, threads: int | None) -> SweepOptions:
         raise UsageError(f"--seeds must be comma-separated integers, got {seeds!r}") from None
     if not seed_list or len(set(seed_list)) != len(seed_list):
         raise UsageError(f"--seeds must be distinct non-negative integers, got {seeds!r}")
-    seed_list = [check_setting("seed", s, "--seeds entries") for s in seed_list]
+    seed_list = [RUN["seed"].check(s, "--seeds entries") for s in seed_list]
     parts = band.split("-")
     try:
         lo, hi = (float(parts[0]), float(parts[1])) if len(parts) == 2 else (math.nan, math.nan)
@@ -176,7 +176,7 @@ def sweep_options(own: Given, threads: int | None) -> SweepOptions:
     pool = PAPER_DENSITIES if densities is None else cast(tuple[float, ...], parse_floats(densities, "--densities"))
     if not all(0 < d <= 1 for d in pool):
         raise UsageError(f"--densities must lie in (0, 1], got {densities!r}")
-    layerwise, workers = (check_setting(k, own[k]) for k in ("layerwise", "workers"))
+    layerwise, workers = (OWN[k].check(own[k]) for k in ("layerwise", "workers"))
     given = check_threads(threads)
     if own["executor"] == "local":
         each = torch_threads.per_worker(workers, given)

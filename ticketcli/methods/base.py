@@ -56,10 +56,9 @@ class Method(ABC):
     imported only when the method is used). Nothing else changes: --method's choices and `ticket list` come from
     the registry, and the refusal of options it does not read, --resume and --checkpoint-every, torchrun and the
     progress bar follow these attributes (tests/test_method_contract.py checks that every method declares them).
-    The options it reads besides name and sparsity are declared with each option: a setting's `methods=`
-    (ticketcli/settings/run.py) names the methods that read it, and `settings.run.RUN.read_by(name)` gives a
-    method's; the others are refused when a user sets them and left out of its tickets. A method that reads an
-    existing option adds its name there; a brand-new hyper-parameter is a MethodSpec field plus one Setting.
+    The options it reads besides name and sparsity are declared in its registry entry: the shared settings it reads
+    (`reads`, e.g. WEIGHTS) and its own hyper-parameters (`options`, each an `Option`, read in `extract` as
+    methods.registry.option(spec, name)); the others are refused when a user sets them and left out of its tickets.
     """
 
     name: ClassVar[str]  # the registry name, recorded in the ticket

@@ -10,6 +10,7 @@ import torch
 from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import Details, ExtractResult, Masks, Progress
+from ticketcli.methods.registry import option
 from ticketcli.methods.score_training import ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.methods.scores import ScoreMethod, score_params
 from ticketcli.models.masked import MaskedNet
@@ -58,7 +59,7 @@ class Iterated(ScoreMethod):
                 if any(r[n].shape != cumulative[n].shape for r in round_masks for n in net.names):
                     raise ValueError("a saved round mask does not fit the model")
             cumulative = round_masks[-1] if round_masks else cumulative
-        for r in range(first, spec.max_rounds + 1):
+        for r in range(first, option(spec, "max_rounds") + 1):
             current = sum(int(m.sum()) for m in cumulative.values()) / total
             d = min(spec.density / current, self.ROUND_DENSITY_CAP)
             selection = self.selection(net, spec, d, active=cumulative)
@@ -76,7 +77,7 @@ class Iterated(ScoreMethod):
                 spec,
                 generator,
                 progress,
-                extra={"round": r, "rounds": spec.max_rounds},
+                extra={"round": r, "rounds": option(spec, "max_rounds")},
                 checkpoint=checkpoint,
                 start_epoch=start,
                 context=context,
@@ -87,7 +88,7 @@ class Iterated(ScoreMethod):
             before, cumulative = cumulative, {n: cumulative[n] & masks[n] for n in net.names}
             achieved = 1.0 - sum(int(m.sum()) for m in cumulative.values()) / total
             entry: dict[str, Any] = {"round": r, "aug_density": d, "achieved_sparsity": achieved}
-            past = achieved > spec.sparsity + spec.iter_tolerance
+            past = achieved > spec.sparsity + option(spec, "iter_tolerance")
             if past:  # the round overshot (a short round's scores barely rank): stop at the request instead
                 entry["reselected_density"], cumulative = self.at_request(net, spec, trainer, before, d, total)
                 entry["achieved_sparsity"] = achieved = 1.0 - sum(int(m.sum()) for m in cumulative.values()) / total
@@ -96,7 +97,7 @@ class Iterated(ScoreMethod):
                 )
             round_masks.append(cumulative)
             rounds = [*rounds, entry]
-            if past or abs(achieved - spec.sparsity) <= spec.iter_tolerance or achieved <= 1.0 - current:
+            if past or abs(achieved - spec.sparsity) <= option(spec, "iter_tolerance") or achieved <= 1.0 - current:
                 break
         details["rounds"] = rounds
         return ExtractResult(cumulative, details, trace={"round_masks": round_masks})

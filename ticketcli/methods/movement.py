@@ -16,6 +16,7 @@ import torch
 from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Masks, Progress
+from ticketcli.methods.registry import option
 from ticketcli.methods.sparse import _SparseTraining, epoch_reporter, weight_optim
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, select
@@ -71,12 +72,13 @@ class Movement(_SparseTraining):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        noise = {n: spec.movement_noise * torch.randn(net.weights[n].shape, generator=generator) for n in net.names}
+        std, warmup, cooldown = (option(spec, f"movement_{o}") for o in ("noise", "warmup", "cooldown"))
+        noise = {n: std * torch.randn(net.weights[n].shape, generator=generator) for n in net.names}
         trainer = MovementTrainer(net, spec, self.groups(net, spec), noise)
         total = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
 
         def schedule_at(step: int) -> Callable[[float], float]:
-            return lambda d: cubic_density(step, total, d, spec.movement_warmup, spec.movement_cooldown)
+            return lambda d: cubic_density(step, total, d, warmup, cooldown)
 
         trainer.schedule = schedule_at(0)
         densities: list[float] = []  # the global keep density used by each step

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Method, Progress, dense_masks
+from ticketcli.methods.registry import option
 from ticketcli.models import batchnorm
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import power_schedule, restricted, select
@@ -25,10 +26,10 @@ Params = dict[str, torch.Tensor]
 
 
 def minibatches(data: Splits, spec: MethodSpec, generator: torch.Generator) -> Batches:
-    """The first spec.saliency_batches minibatches of a seeded shuffle of the extraction split."""
+    """The first --saliency-batches minibatches of a seeded shuffle of the extraction split."""
     n = data.y_extract.numel()
     order = torch.randperm(n, generator=generator).to(data.x_extract.device)
-    idx = [order[i : i + spec.batch_size] for i in range(0, n, spec.batch_size)][: spec.saliency_batches]
+    idx = [order[i : i + spec.batch_size] for i in range(0, n, spec.batch_size)][: option(spec, "saliency_batches")]
     return [(data.x_extract[i], data.y_extract[i]) for i in idx]
 
 
@@ -100,12 +101,8 @@ class _Saliency(Method):
     data_parallel = False
     uses_epochs = False  # the progress bar counts epochs; these methods have none
     seeded = True  # minibatches drawn from the generator
-    default_scope = "global"  # one top-k over all parameters (Appendix B), per layer with --layer-densities
     score_init = None
-
-
-class Snip(_Saliency):
-    name = "snip"
+    default_scope = "global"  # one top-k over all parameters (Appendix B), per layer with --layer-densities
 
     def extract(
         self,
@@ -118,8 +115,18 @@ class Snip(_Saliency):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        groups = self.groups(net, spec)
-        return ExtractResult(select(snip_scores(net, minibatches(data, spec, generator)), groups))
+        return ExtractResult(select(self.scores(net, data, spec, generator), self.groups(net, spec)))
+
+    def scores(self, net: MaskedNet, data: Splits, spec: MethodSpec, generator: torch.Generator) -> Params:
+        """One score per weight, from minibatches drawn from `generator`."""
+        raise NotImplementedError
+
+
+class Snip(_Saliency):
+    name = "snip"
+
+    def scores(self, net: MaskedNet, data: Splits, spec: MethodSpec, generator: torch.Generator) -> Params:
+        return snip_scores(net, minibatches(data, spec, generator))
 
 
 class Grasp(_Saliency):
@@ -130,22 +137,12 @@ class Grasp(_Saliency):
 
     name = "grasp"
 
-    def extract(
-        self,
-        net: MaskedNet,
-        data: Splits,
-        spec: MethodSpec,
-        *,
-        device: torch.device,
-        generator: torch.Generator,
-        progress: Progress | None,
-        checkpoint: Checkpointer | None = None,
-    ) -> ExtractResult:
+    def scores(self, net: MaskedNet, data: Splits, spec: MethodSpec, generator: torch.Generator) -> Params:
         g_batches = minibatches(data, spec, generator)  # two independent shuffles: two independent collections
-        h_batches = g_batches if spec.grasp_data == "shared" else minibatches(data, spec, generator)
-        groups = self.groups(net, spec)
-        scores = grasp_scores(net, g_batches, h_batches, spec.grasp_temperature, spec.grasp_direction)
-        return ExtractResult(select(scores, groups))
+        h_batches = g_batches if option(spec, "grasp_data") == "shared" else minibatches(data, spec, generator)
+        return grasp_scores(
+            net, g_batches, h_batches, option(spec, "grasp_temperature"), option(spec, "grasp_direction")
+        )
 
 
 class SynFlow(_Saliency):
@@ -167,7 +164,7 @@ class SynFlow(_Saliency):
     ) -> ExtractResult:
         masks = dense_masks(net)
         groups = self.groups(net, spec)
-        rounds = spec.synflow_rounds
+        rounds = option(spec, "synflow_rounds")
         for r in range(1, rounds + 1):
             scores = synflow_scores(net, {n: m.double() for n, m in masks.items()}, data.x_extract[:1])
             # pruned entries score 0 anyway; -inf makes sure they never come back on ties

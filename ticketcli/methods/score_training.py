@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
@@ -19,6 +19,7 @@ from ticketcli.errors import RunFailed
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.masking import MaskedWeights
 from ticketcli.methods.base import Progress
+from ticketcli.methods.registry import option
 from ticketcli.models.masked import MaskedNet, fan_in, layer_of
 from ticketcli.runtime import distributed
 from ticketcli.selection.scored import Selection
@@ -100,6 +101,13 @@ def seeded_scores(
 RECOMPUTE_MIN = 2**18
 
 
+class ScoreState(TypedDict):
+    """A score trainer's state: what a resumed run loads (ScoreTrainer.load_state_dict)."""
+
+    scores: dict[str, list[torch.Tensor]]  # every part of each parameter's scores, on the CPU
+    optimizer: dict[str, Any]  # Adam's own state_dict
+
+
 class ScoreTrainer:
     """Adam on scores with straight-through gradients through the hard top-k; weights stay frozen.
 
@@ -128,7 +136,7 @@ class ScoreTrainer:
         self.recompute_min = RECOMPUTE_MIN
         self.builtin = type(net.module).__module__.startswith("ticketcli.") and hasattr(net.module, "forward_with")
         self.aux = [s for parts in self.scores.values() for s in parts[1:]]
-        self.aux_trains = spec.weight_decay > 0 and not spec.frozen_aux and bool(self.aux)
+        self.aux_trains = spec.weight_decay > 0 and not option(spec, "frozen_aux") and bool(self.aux)
         for t in self.aux:
             t.requires_grad_(self.aux_trains)
         # Fixed auxiliary scores are read once, by the selection's first call, which keeps what it ranks (sorted
@@ -199,7 +207,7 @@ class ScoreTrainer:
         # less), drawing them again when a threshold leaves its window
         self.selection.window_aux(lambda name: redraw(name)[name])
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> ScoreState:
         """Scores (every part, on the CPU; released auxiliary parts drawn again, the same bits) and Adam's state:
         with the generator, all a resumed run needs."""
         aux = self.redraw() if self.released and self.redraw is not None else {}

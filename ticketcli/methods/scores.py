@@ -15,6 +15,7 @@ import torch
 from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import Details, ExtractResult, Method, Progress
+from ticketcli.methods.registry import option
 from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Scope, scope_groups
@@ -24,7 +25,7 @@ from ticketcli.specs.run import MethodSpec
 
 def augmented_density(spec: MethodSpec) -> float:
     """--aug-density if given, else the targetable variant: augmented keep density = 1 - requested sparsity."""
-    return spec.aug_density if spec.aug_density is not None else spec.density
+    return option(spec, "aug_density") if option(spec, "aug_density") is not None else spec.density
 
 
 class ScoreMethod(Method):
@@ -40,7 +41,7 @@ class ScoreMethod(Method):
     augmented: ClassVar[bool] = False  # auxiliary score tensors?
 
     def parts(self, spec: MethodSpec) -> int:
-        return 1 + spec.aux_width if self.augmented else 1
+        return 1 + option(spec, "aux_width") if self.augmented else 1
 
     def selection(
         self,
@@ -81,7 +82,7 @@ class ScoreMethod(Method):
             details["aux"] = selection.aux_report(trainer.scores)
             details["aug_density"] = augmented_density(spec)
         details["score_params"] = score_params(selection.parts, trainer.aux_trains)
-        if spec.project_final:
+        if option(spec, "project_final"):
             masks = project(net, spec, self.default_scope, trainer.scores)
         return ExtractResult(masks, details)
 

@@ -18,6 +18,7 @@ from ticketcli.errors import UsageError
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.methods.base import ExtractResult, Masks, Method, Progress, dense_masks
 from ticketcli.methods.random import random_masks
+from ticketcli.methods.registry import option
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, power_schedule, restricted, select, select_group
 from ticketcli.specs.run import MethodSpec
@@ -85,7 +86,7 @@ class IMP(_SparseTraining):
         progress: Progress | None,
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
-        rounds = spec.imp_rounds
+        rounds = option(spec, "imp_rounds")
         if spec.epochs % rounds:
             raise UsageError(
                 f"--epochs {spec.epochs} must be a multiple of --imp-rounds {rounds} "
@@ -174,16 +175,17 @@ class _DynamicSparse(_SparseTraining):
         checkpoint: Checkpointer | None = None,
     ) -> ExtractResult:
         total_steps = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
+        every, fraction = option(spec, "regrow_every"), option(spec, "regrow_fraction")
         groups = self.groups(net, spec)
         trainer = WeightTrainer(net, random_masks(net, groups, generator, device), weight_optim(spec))
         updates: list[dict[str, Masks]] = []  # masks before and after each update, and what grew
 
         def on_step(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
-            if step % spec.regrow_every or step >= total_steps:
+            if step % every or step >= total_steps:
                 return
             masks = {k: m.bool() for k, m in masks_of(trainer).items()}
             new, grown = prune_and_regrow(
-                masks, trainer.weights(), self.grow_scores(trainer, x, y, generator), groups, spec.regrow_fraction
+                masks, trainer.weights(), self.grow_scores(trainer, x, y, generator), groups, fraction
             )
             trainer.set_masks(new)
             with torch.no_grad():

@@ -12,6 +12,7 @@ from ticketcli.data.datasets import Splits
 from ticketcli.masking import mask_stats
 from ticketcli.methods import METHODS
 from ticketcli.methods.base import Details, ExtractResult
+from ticketcli.methods.registry import method_document, option
 from ticketcli.models import batchnorm
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
@@ -60,7 +61,7 @@ def sparsity_report(masks: dict[str, torch.Tensor], spec: RunSpec, details: Deta
             per[n]["aux_share"] = a["aux_kept"] / a["aug_kept"] if a["aug_kept"] else 0.0
         aug_kept = sum(a["aug_kept"] for a in aux.values())
         report["aux_share"] = sum(a["aux_kept"] for a in aux.values()) / aug_kept if aug_kept else 0.0
-    if spec.method.project_final:
+    if option(spec.method, "project_final"):
         report["projected"] = True  # aux shares describe the trained augmented selection before projection
     if "rounds" in details:
         report["rounds"] = details["rounds"]
@@ -74,7 +75,7 @@ def run_identity(spec: RunSpec, weights: dict[str, torch.Tensor], device: torch.
         "model": spec.model.to_dict(),
         "init": spec.init.to_dict(),
         "data": data,
-        "method": spec.method.to_dict(),
+        "method": method_document(spec.method),
         "weights_sha256": fingerprint(weights),
         "device": str(device),
         "torch": torch.__version__,
@@ -165,7 +166,7 @@ def method_record(spec: RunSpec, score_init: dict[str, str] | None, details: Det
     """The ticket's `method` field: name, sparsity, the options the method read (settings.readers.method_options;
     the others did not shape the ticket, so they are left out), the matched ticket, how scores started, score
     parameter counts."""
-    method = spec.method.to_dict()
+    method = method_document(spec.method)
     read = method_options(spec.method.name)
     return {
         "name": method["name"],

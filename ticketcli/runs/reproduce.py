@@ -19,13 +19,14 @@ from typing import Any
 
 from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
+from ticketcli.methods.registry import method_document
 from ticketcli.models.registry import parse_model
 from ticketcli.models.user_code import refuse_foreign
 from ticketcli.runtime.world import MAX_WORLD_SIZE
-from ticketcli.settings.checks import check_module_init, method_spec, spec_fields
-from ticketcli.settings.ranges import show
+from ticketcli.settings.checks import build_spec, check_module_init, method_spec
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Setting
+from ticketcli.specs.ranges import show
 from ticketcli.specs.run import MODULE_INIT, InitSpec, MethodSpec, ModelSpec
 from ticketcli.specs.syntax import spec_text
 from ticketcli.ticketfile import ticket as ticket_io
@@ -34,8 +35,8 @@ from ticketcli.version import __version__
 
 ALWAYS = ("method", "sparsity", "model", "dataset", "seed", "epochs", "device")  # in the command even at default
 NOT_IMPORTABLE = ("__main__", "__mp_main__", "builtins")  # a module defined in a script or notebook
-# the method record's entries that are settings: MethodSpec's fields (what extract records there, and nothing else)
-METHOD_KEYS = frozenset(s.name for s in RUN if s.field is not None and s.field[0] is MethodSpec) - {"method"}
+# the method record's entries that are settings: the method settings (what extract records there, and nothing else)
+METHOD_KEYS = frozenset(method_document(MethodSpec())) & frozenset(RUN.names())
 # the devices a ticket records (torch's str(device)), as the --device extract takes: cuda:N runs as cuda
 DEVICE = re.compile(r"(cpu|cuda|mps)(?::[0-9]{1,4})?")
 
@@ -170,7 +171,7 @@ def _checked(path: Path, recorded: dict[str, Any], model: ModelSpec) -> dict[str
     values, given = {**RUN.defaults(), **out}, frozenset(out)
     try:  # what extract's resolution checks beyond each value (settings/checks.py)
         method_spec(RUN, values, given, values["betas"])
-        check_module_init(InitSpec(**spec_fields(RUN, InitSpec, values)), model, given)
+        check_module_init(build_spec(InitSpec, RUN, values), model, given)
     except UsageError as e:
         raise _refuse(path, f"extract refuses its recorded settings: {e}") from None
     return out

@@ -4,21 +4,33 @@ must accept exactly what extract accepts, run the same code."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from ticketcli.errors import UsageError
+from ticketcli.methods.registry import METHODS, own_options
 from ticketcli.models.init import INIT_SCHEMES
-from ticketcli.settings.ranges import show
 from ticketcli.settings.readers import check_method_options
 from ticketcli.settings.setting import Table
-from ticketcli.specs.run import MODULE_INIT, InitSpec, MethodSpec, ModelSpec
+from ticketcli.specs.ranges import show
+from ticketcli.specs.run import MODULE_INIT, InitSpec, MethodSpec, ModelSpec, field_default
+
+T = TypeVar("T")
 
 
-def spec_fields(table: Table, cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of spec dataclass `cls` from the checked `values` of `table`'s settings that fill its
-    fields (each setting declares its field)."""
-    return {s.field[1]: values[s.name] for s in table if s.field is not None and s.field[0] is cls}
+def build_spec(cls: type[T], table: Table, values: Mapping[str, Any], **fixed: Any) -> T:
+    """The one spec builder: spec dataclass `cls` from the `values` of `table`'s settings that declare one of its
+    fields, each checked by its own setting (None: not given, kept), a nested field ("optim.lr") replaced in its
+    default; `fixed`: the fields the caller resolves itself (a registry look-up, another spec)."""
+    kwargs: dict[str, Any] = {}
+    for s in table:
+        if s.field is None or s.field[0] is not cls:
+            continue
+        value = None if values[s.name] is None else s.check(values[s.name])
+        head, _, rest = s.field[1].partition(".")
+        kwargs[head] = replace(kwargs.get(head, field_default(cls, head)), **{rest: value}) if rest else value
+    return cls(**(kwargs | fixed))
 
 
 def method_spec(table: Table, s: dict[str, Any], given: Collection[str] | None, betas: Any) -> MethodSpec:
@@ -26,11 +38,11 @@ def method_spec(table: Table, s: dict[str, Any], given: Collection[str] | None, 
     the method does not read among `given` (None: none that differs from its default), movement's schedule < 1."""
     if len(s["betas"]) != 2:
         raise UsageError(f"--betas must be two numbers in [0, 1), got {show(betas)}")
-    method = MethodSpec(**spec_fields(table, MethodSpec, s))
-    check_method_options(method, given, table)
-    if method.movement_warmup + method.movement_cooldown >= 1:
+    every = build_spec(MethodSpec, table, s, options={o.name: s[o.name] for o in own_options()})
+    check_method_options(every, given, table)
+    if s["movement_warmup"] + s["movement_cooldown"] >= 1:
         raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
-    return method
+    return replace(every, options={o.name: s[o.name] for o in METHODS.get(every.name).options})
 
 
 def check_module_init(init: InitSpec, model: ModelSpec, given: Collection[str]) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ticketcli.models.activations import ACTIVATIONS, LOSSES
-from ticketcli.settings.ranges import FLOAT, INT, TEXT
 from ticketcli.settings.run import BATCH, LR, RUN, SEED
 from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.specs.drift import (
@@ -21,6 +20,7 @@ from ticketcli.specs.drift import (
     Features,
     RelufySpec,
 )
+from ticketcli.specs.ranges import FLOAT, INT, TEXT
 
 T, MEASURE, DATA, MODEL = Panel.TRAINING, Panel.MEASURE, Panel.DATA, Panel.MODEL
 STEPS = INT(1, 10_000_000)

@@ -16,8 +16,8 @@ from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
 from ticketcli.models.activations import ACTIVATIONS, LOSSES
 from ticketcli.models.registry import parse_model, text_model
-from ticketcli.settings.drift import FEATURES
-from ticketcli.settings.registry import check_setting, check_threads
+from ticketcli.settings.drift import DRIFT, FEATURES
+from ticketcli.settings.registry import check_threads
 from ticketcli.settings.resolve import build_model_policy, data_location
 from ticketcli.specs.drift import (
     CONTROL_MODES,
@@ -147,7 +147,7 @@ def build_drift_spec(s: Mapping[str, Any], location: dict[str, Any]) -> DriftSpe
     num = {}
     for path in NUMERIC:
         key = path.removeprefix("optim.")
-        num[key] = check_setting(key, default(DriftSpec, path) if s.get(key) is None else s[key])
+        num[key] = DRIFT[key].check(default(DriftSpec, path) if s.get(key) is None else s[key])
     return DriftSpec(
         model=model,
         data=DataSpec(name=info.name, **location),
@@ -191,7 +191,7 @@ def _text_spec(s: Mapping[str, Any], model: ModelSpec, inputs: str, location: di
 def parse_seeds(text: str) -> tuple[int, ...]:
     """'0,1,2' -> (0, 1, 2): distinct non-negative integers."""
     try:
-        seeds = tuple(check_setting("seeds", int(t), "--seeds entries") for t in str(text).split(",") if t.strip())
+        seeds = tuple(DRIFT["seeds"].check(int(t), "--seeds entries") for t in str(text).split(",") if t.strip())
     except ValueError:
         raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
     if not seeds or len(set(seeds)) != len(seeds):

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S
-from ticketcli.settings.ranges import Range, Worded
 from ticketcli.settings.setting import Panel, Setting, Table
+from ticketcli.specs.ranges import Range, Worded
 
 OUT, SCALE, M = Panel.OUTPUT, Panel.SCALE_OUT, Panel.MODEL
 
@@ -18,6 +18,12 @@ OUT, SCALE, M = Panel.OUTPUT, Panel.SCALE_OUT, Panel.MODEL
 def flag(name: str, help: str, panel: str, kind: Any = str, range: Range | None = None, **more: Any) -> Setting:
     """A command-line-only setting."""
     return Setting(name, help, panel, kind, range, config=False, **more)
+
+
+def checkpoint_every(unit: str, help: str, shown: str) -> Setting:
+    """--checkpoint-every N: a resumable state every N epochs or steps (`unit`), at least 1."""
+    every = Worded("int", 1, None, words=f"must be >= 1 {unit}", described="an integer >= 1")
+    return flag("checkpoint_every", help, SCALE, int, every, shown=shown)
 
 
 JSON = flag("json_out", "Print exactly one JSON document on stdout instead of tables.", OUT, bool, flag_name="--json")
@@ -45,14 +51,11 @@ EXTRACT_FLAGS = Table(
     ),
     flag("out", "Where to write the ticket.", OUT, Path, default=Path("ticket.safetensors")),
     FORCE.but(help="Overwrite --out (and OUT.ckpt, with --checkpoint-every) if it exists."),
-    flag(
-        "checkpoint_every",
+    checkpoint_every(
+        "epoch",
         "Save resumable state to OUT.ckpt every N epochs (atomically; removed once the ticket is written; an "
         "existing OUT.ckpt is only read with --resume, replaced only with --force).",
-        SCALE,
-        int,
-        Worded("int", 1, None, words="must be >= 1 epoch", described="an integer >= 1"),
-        shown="no checkpoints",
+        "no checkpoints",
     ),
     flag(
         "resume",
@@ -213,14 +216,11 @@ DRIFT_FLAGS = Table(
         Path,
         metavar="DIR",
     ),
-    flag(
-        "checkpoint_every",
+    checkpoint_every(
+        "step",
         "With --run-dir: save the resumable state every N training steps (and at the end of each seed); --log-to "
         "trackers get each measurement once a checkpoint keeps it.",
-        SCALE,
-        int,
-        Worded("int", 1, None, words="must be >= 1 step", described="an integer >= 1"),
-        shown="every --log-every steps",
+        "every --log-every steps",
     ),
     flag(
         "resume",

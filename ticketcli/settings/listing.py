@@ -8,25 +8,27 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ticketcli.contract.result import Result
+from ticketcli.contract.schema import JsonObject
 from ticketcli.data.registry import DATASETS
 from ticketcli.methods.registry import METHODS
 from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.registry import MODELS
+from ticketcli.registry import Registry
 
-KINDS = ("methods", "models", "datasets", "inits")  # the registries `ticket list` lists (and the settings)
+# the registries `ticket list` lists (and the settings)
+REGISTRIES: dict[str, Registry[Any]] = {
+    "methods": METHODS,
+    "models": MODELS,
+    "datasets": DATASETS,
+    "inits": INIT_SCHEMES,
+}
+KINDS = tuple(REGISTRIES)
 
 
 def describe(kind: str) -> dict[str, str]:
     """Name -> one-line description of one kind of registry entry (a name in KINDS), sorted by name."""
-    if kind == "methods":
-        return {name: METHODS.get(name).description for name in METHODS.names()}
-    if kind == "models":
-        return {name: MODELS.get(name).description for name in MODELS.names()}
-    if kind == "datasets":
-        return {name: DATASETS.get(name).description for name in DATASETS.names()}
-    if kind == "inits":
-        return {name: INIT_SCHEMES.get(name).description for name in INIT_SCHEMES.names()}
-    raise KeyError(kind)
+    registry = REGISTRIES[kind]
+    return {name: registry.get(name).description for name in registry.names()}
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,8 @@ class ListItem:
     panel: str = ""
     config: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "description": self.description}
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {"name": self.name, "description": self.description}
         if self.flag is not None:
             d.update(flag=self.flag, default=self.default, range=self.range, methods=list(self.methods))
             d.update(panel=self.panel, config=self.config)
@@ -63,7 +65,7 @@ class ListResult(Result):
     kind: str
     entries: tuple[ListItem, ...]  # the document's `items` (a Mapping's items() keeps its meaning here)
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonObject:
         return {"kind": self.kind, "items": [e.to_dict() for e in self.entries]}
 
 

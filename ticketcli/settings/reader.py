@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ticketcli.settings.ranges import TEXT
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table, option_flag
+from ticketcli.specs.ranges import TEXT
 from ticketcli.specs.run import DataSpec, ReaderSpec
 
 READER = Table(

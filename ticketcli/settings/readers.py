@@ -1,17 +1,19 @@
-"""Which methods read which options: an option's declared readers (settings/run.py's `methods=`), the options a
+"""Which methods read which options: what their registry entries declare (methods/registry.py), the options a
 method reads (what its tickets record), and the one-line refusal of an option the chosen method would ignore, with
 the sibling option it reads as the hint."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import TypeVar
 
 from ticketcli.errors import UsageError
-from ticketcli.methods.registry import METHODS
+from ticketcli.methods.registry import METHODS, option
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table, option_flag
 from ticketcli.specs.run import MethodSpec
+
+T = TypeVar("T")
 
 # Options whose meaning another option carries for some methods: refusing one names the sibling the method reads.
 SIBLINGS = {
@@ -24,10 +26,8 @@ SIBLINGS = {
 
 
 def method_reads(name: str, field: str, table: Table = RUN) -> bool:
-    """Whether method `name` reads setting `field`: the setting names it among its readers (or is no method option),
-    or its registry entry lists it in its own `options` (a method registered outside the declarations)."""
-    declared = table[field].methods if field in table else ()
-    return not declared or name in declared or field in METHODS.get(name).options
+    """Whether method `name` reads setting `field`: its registry entry names it, or no method's does."""
+    return field in METHODS.get(name).read() or not (field in table and table[field].methods)
 
 
 def method_options(name: str, table: Table = RUN) -> frozenset[str]:
@@ -35,7 +35,7 @@ def method_options(name: str, table: Table = RUN) -> frozenset[str]:
     return frozenset(f for f in table.method_options() if method_reads(name, f, table))
 
 
-def read_by(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+def read_by(name: str, settings: Mapping[str, T]) -> dict[str, T]:
     """`settings` less the method options that method `name` does not read (setting those would be refused): for
     callers that give several methods the same settings."""
     return {k: v for k, v in settings.items() if method_reads(name, k)}
@@ -43,11 +43,15 @@ def read_by(name: str, settings: dict[str, Any]) -> dict[str, Any]:
 
 def check_method_options(method: MethodSpec, given: Collection[str] | None = None, table: Table = RUN) -> None:
     """Refuse an option that `method` would ignore: one of `given` (the settings a user set, by flag or config file),
-    or without `given` one that differs from its default."""
+    or without `given` one that differs from its default (`method.options` may hold any method's)."""
     for field in table.method_options():
-        was_set = field in given if given is not None else getattr(method, field, None) != table[field].value
+        was_set = field in given if given is not None else _value(method, field) != table[field].value
         if was_set and not method_reads(method.name, field, table):
             raise unused_option(field, method.name, table)
+
+
+def _value(method: MethodSpec, field: str) -> object:
+    return getattr(method, field) if hasattr(method, field) else option(method, field)
 
 
 def unused_option(field: str, name: str, table: Table = RUN) -> UsageError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,13 +24,12 @@ from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.masked import layer_of
 from ticketcli.models.registry import MODELS, parse_model
 from ticketcli.models.user import import_factory, takes_num_classes
-from ticketcli.settings.checks import check_module_init, method_spec, spec_fields
-from ticketcli.settings.ranges import show
+from ticketcli.settings.checks import build_spec, check_module_init, method_spec
 from ticketcli.settings.readers import method_reads
-from ticketcli.settings.registry import check_setting
 from ticketcli.settings.run import RUN
-from ticketcli.settings.setting import Table
+from ticketcli.settings.setting import Settings, Table
 from ticketcli.settings.weak import WEAK
+from ticketcli.specs.ranges import show
 from ticketcli.specs.run import (
     MAX_PARAMS,
     PAPER_HIDDEN,
@@ -62,8 +61,8 @@ def build_model_policy(
 ) -> ModelPolicy:
     """A validated ModelPolicy from flag values (None: the default limits; --max-memory's is half the machine's
     physical memory, budget.default_max_memory)."""
-    limit = MAX_PARAMS if max_params is None else check_setting("max_params", max_params)
-    memory = default_max_memory() if max_memory is None else check_setting("max_memory", max_memory)
+    limit = MAX_PARAMS if max_params is None else RUN["max_params"].check(max_params)
+    memory = default_max_memory() if max_memory is None else RUN["max_memory"].check(max_memory)
     return ModelPolicy(trust_model_code=bool(trust_model_code), model=model, max_params=limit, max_memory=memory)
 
 
@@ -98,11 +97,11 @@ def data_location(data_dir: str | None, download: bool) -> dict[str, Any]:
     }
 
 
-def load_config(path: str | Path | None, table: Table = RUN) -> dict[str, Any]:
+def load_config(path: str | Path | None, table: Table = RUN) -> Settings:
     """Read a flat TOML run config; keys are the config keys of `table`'s settings (dashes or underscores), each
     value checked against its setting's range. Only a regular file of at most 1 MiB is read (no FIFO, no device)."""
     if path is None:
-        return {}
+        return Settings()
     p = Path(path)
     raw = read_regular_file(p, MAX_CONFIG, "config file")
     too_deep = f"config file {p} nests arrays or tables too deeply (a run config is flat)"
@@ -117,7 +116,7 @@ def load_config(path: str | Path | None, table: Table = RUN) -> dict[str, Any]:
         raise UsageError(f"config file {p} is not valid TOML: {str(e).splitlines()[0][:200]}") from None
     except RecursionError:  # tomllib recurses once per level: a recursion limit lowered below MAX_CONFIG_NESTING's
         raise UsageError(too_deep) from None
-    out: dict[str, Any] = {}
+    out = Settings()
     keys = table.config_keys()
     for key, value in data.items():
         k = key.replace("-", "_")
@@ -127,14 +126,8 @@ def load_config(path: str | Path | None, table: Table = RUN) -> dict[str, Any]:
             raise UsageError(f"{p} sets {k} twice (with dashes and with underscores)")
         table[k].check(value, f"{p}: {k}")
         out[k] = value
+    out.given = frozenset(out)
     return out
-
-
-class Settings(dict[str, Any]):
-    """Merged settings (key -> value) that also know which keys the user set, by flag or config file: an option
-    the method does not read is refused only when it was set, never for its default."""
-
-    given: frozenset[str] = frozenset()
 
 
 def merge_settings(flags: dict[str, Any], config_path: str | Path | None, table: Table = RUN) -> Settings:
@@ -154,10 +147,12 @@ def suggest(name: str, valid: Collection[str], what: str) -> str:
     return f"did you mean {close[0]}? {listed}" if close else listed
 
 
-def checked(table: Table, settings: dict[str, Any]) -> dict[str, Any]:
+def checked(table: Table, settings: Mapping[str, Any]) -> Settings:
     """`settings` with every value of one of `table`'s settings checked against its range and normalised (None: not
-    given, left for the builder's default rules)."""
-    return {k: v if v is None or k not in table else table[k].check(v) for k, v in settings.items()}
+    given, left for the builder's default rules), knowing which were given if `settings` does."""
+    out = Settings({k: v if v is None or k not in table else table[k].check(v) for k, v in settings.items()})
+    out.given = settings.given if isinstance(settings, Settings) else frozenset()
+    return out
 
 
 def check_keywords(table: Table, options: Collection[str], command: str, reserved: Collection[str] = ()) -> None:
@@ -174,14 +169,7 @@ def check_keywords(table: Table, options: Collection[str], command: str, reserve
 def build_weak_spec(settings: dict[str, Any]) -> WeakSpec:
     """train-weak's settings (settings/weak.py; None = not given) checked and frozen into a WeakSpec, the way
     build_extract_spec freezes extract's."""
-    s = checked(WEAK, merge_settings(settings, None, WEAK))
-    default = WeakSpec()
-    return WeakSpec(
-        epochs=s["epochs"],
-        batch_size=s["batch_size"],
-        optim=replace(default.optim, lr=s["lr"]),
-        precision=s["precision"],
-    )
+    return build_spec(WeakSpec, WEAK, merge_settings(settings, None, WEAK))
 
 
 def parse_floats(text: str | list[str | float] | tuple[str | float, ...] | None, what: str) -> tuple[float, ...] | None:
@@ -238,25 +226,12 @@ def build_extract_spec(
         method = matched_sparsity(method, s["match_sparsity"], per_layer=s["match_sparsity_per_layer"])
     elif s["match_sparsity_per_layer"]:
         raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
-    data = DataSpec(
-        name=info.name,
-        n_extract=s["n_extract"],
-        n_val=s["n_val"],
-        split_seed=s["seed"],
-        **data_location(s["data_dir"], s["download"]),
-    )
-    init = InitSpec(**spec_fields(RUN, InitSpec, s))
+    location = data_location(s["data_dir"], s["download"])
+    data = build_spec(DataSpec, RUN, s, name=info.name, split_seed=s["seed"], **location)
+    init = build_spec(InitSpec, RUN, s)
     check_module_init(init, model, given or frozenset())
-    return RunSpec(
-        model=model,
-        init=init,
-        data=data,
-        method=method,
-        device=s["device"],
-        weights=s["weights"],
-        max_params=limits.max_params,
-        max_memory=limits.max_memory,
-    )
+    memory = {"max_params": limits.max_params, "max_memory": limits.max_memory}
+    return build_spec(RunSpec, RUN, s, model=model, init=init, data=data, method=method, **memory)
 
 
 def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:

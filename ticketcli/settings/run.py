@@ -1,8 +1,9 @@
 """The settings that shape a ticket: `ticket extract`'s options, which `ticket sweep-k` and `tc.extract` share.
 
-Each is declared once below. The defaults are the spec dataclasses' fields (specs.py); the readers of a method's
-hyper-parameter are listed by method name (`methods=`): Method.options, the refusal of an option a method does not
-read and the help's "augmented, iterated: ..." prefix all come from that list."""
+Each is declared once below, and each method's own options in its registry entry (methods/registry.py), placed
+among them. The defaults are the spec dataclasses' fields (specs/run.py) and the options' declarations; which
+methods read a setting is what their registry entries say (Setting.methods): the refusal of an option a method does
+not read and the help's "augmented, iterated: ..." prefix come from there."""
 
 from __future__ import annotations
 
@@ -11,18 +12,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ticketcli.data.registry import DATASETS
-from ticketcli.methods.registry import METHODS
+from ticketcli.methods.registry import METHODS, own_options, placed
 from ticketcli.models.init import INIT_SCHEMES
-from ticketcli.settings.baselines import BASELINES, SALIENCY, method_setting
-from ticketcli.settings.ranges import BOOL, CHOICE, FLOAT, INT, NUMBERS, SIZE, TEXT
 from ticketcli.settings.setting import Panel, Setting, Table
-from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelSpec, RunSpec
-
-# The method families, by the settings they read
-SCORES = ("augmented", "edge-popup", "iterated")  # score training (Adam on the scores at --lr)
-AUGMENTED = ("augmented", "iterated")  # double-scoring: auxiliary scores
-WEIGHTS = ("imp", "movement", "rigl", "set")  # weight training (Adam on the weights at --weight-lr)
-PER_LAYER = ("edge-popup", "grasp", "imp", "movement", "random", "rigl", "set", "snip", "synflow")
+from ticketcli.specs.ranges import BOOL, CHOICE, FLOAT, INT, NUMBERS, SIZE, TEXT
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelSpec, Option, RunSpec
 
 SEED = INT(0, 2**63, hi_open=True)  # a seed seeds torch generators (64-bit) and is stored in tickets
 EPOCHS, BATCH = INT(1, 100_000), INT(1, 1 << 20)
@@ -38,98 +32,65 @@ def split_sizes(field: Literal["n_extract", "n_val"]) -> str:
     return ", ".join(f"{size} ({', '.join(names)})" for size, names in sorted(groups.items(), reverse=True))
 
 
+def method_setting(name: str, help: str, panel: str, example: object, **kw: Any) -> Setting:
+    """A setting several methods read (their registry entries' `reads`): the MethodSpec field of the same name holds
+    its default; `example`: a valid value other than the default (Option.example)."""
+    return Setting(name, help, panel, field=(MethodSpec, name), per_method=True, example=example, **kw)
+
+
+def option_setting(o: Option) -> Setting:
+    """A method's own option (methods/registry.py) as a setting; its flag parses what its range holds."""
+    kind = {"int": int, "float": float, "bool": bool}.get(o.range.kind, o.range.choices)
+    return Setting(o.name, o.help, o.panel, kind, o.range, default=o.default, per_method=True, example=o.example)
+
+
+def with_options(table: Table) -> Table:
+    """`table` with every method's own options, each after the setting it follows."""
+    own = {o.name: option_setting(o) for o in own_options()}
+    return Table(*(table[n] if n in table else own[n] for n in placed(table.names(), own_options())))
+
+
 M, V, MODEL, DATA, T, S = Panel.METHOD, Panel.VARIANTS, Panel.MODEL, Panel.DATA, Panel.TRAINING, Panel.SCALE_OUT
 
-RUN = Table(
+SHARED = Table(
     # what is extracted
     Setting("method", "Mask extraction method.", M, tuple(METHODS.names()), TEXT, (MethodSpec, "name")),
-    method_setting(
+    Setting(
         "sparsity",
         "Requested sparsity in (0, 1) = 1 - keep density. For augmented it sets the augmented-space keep "
         "density 1 - s; the achieved sparsity is measured and reported.",
         M,
-        kind=float,
-        range=FLOAT(0, 1, lo_open=True, hi_open=True),
+        float,
+        FLOAT(0, 1, lo_open=True, hi_open=True),
+        (MethodSpec, "sparsity"),
     ),
     method_setting(
         "layer_densities",
         "Comma-separated keep density per layer, e.g. 0.1,0.2,0.2,0.5.",
         M,
+        "0.5,0.3",
         range=NUMBERS(0, 1, lo_open=True),
-        methods=PER_LAYER,
-    ),
-    method_setting(
-        "aug_density",
-        "Augmented-space keep density; 0.5 is the canonical fixed-density double-scoring. "
-        "Overrides --sparsity's augmented density.",
-        M,
-        kind=float,
-        range=FLOAT(0, 1, lo_open=True),
-        methods=("augmented",),
-    ),
-    method_setting(
-        "aux_width",
-        "Auxiliary score width as a multiple m of the original, i.e. scores of width n + m*n per layer (the "
-        "paper's Aug-x1/x2/x4).",
-        M,
-        kind=int,
-        range=INT(1, 64),
-        methods=AUGMENTED,
     ),
     # variants and ablations
-    method_setting(
-        "frozen_aux",
-        "Auxiliary scores keep their random init and are never updated. Under Algorithm 1 they get zero gradient "
-        "anyway, so this only differs from the default with --weight-decay > 0.",
-        V,
-        kind=bool,
-        range=BOOL,
-        methods=AUGMENTED,
-    ),
     method_setting(
         "signed_scores",
         "Rank raw scores S instead of |S| (the paper's NoAbs ablation).",
         V,
+        True,
         kind=bool,
         range=BOOL,
-        methods=SCORES,
     ),
     method_setting(
-        "project_final",
-        "Train as usual, then keep exactly the requested density of the original coordinates (top-k of the "
-        "original scores) as the final mask.",
-        V,
-        kind=bool,
-        range=BOOL,
-        methods=("augmented",),
-    ),
-    method_setting(
-        "global_topk",
-        "One top-k across all layers instead of one per layer.",
-        V,
-        kind=bool,
-        range=BOOL,
-        methods=SCORES,
-    ),
-    method_setting(
-        "iter_tolerance",
-        "Stop once the achieved sparsity is within this of the requested one.",
-        V,
-        kind=float,
-        range=FLOAT(0, 1, lo_open=True, hi_open=True),
-        methods=("iterated",),
-    ),
-    method_setting(
-        "max_rounds",
-        "At most this many rounds, each a full score training of --epochs.",
-        V,
-        kind=int,
-        range=INT(1, 1000),
-        methods=("iterated",),
+        "global_topk", "One top-k across all layers instead of one per layer.", V, True, kind=bool, range=BOOL
     ),
     # the network
     Setting(
-        "seed", "Seed of the weights, the data split, score init and batch order.", MODEL, int, SEED, (InitSpec, "seed")
+        "seed",
+        "Seed of the weights, the data split, score init and batch order.",
+        MODEL,
+        int,
+        SEED,
+        (InitSpec, "seed"),
     ),
     Setting(
         "model",
@@ -218,25 +179,23 @@ RUN = Table(
         "epochs",
         "Training epochs: of the scores, or of the weights for imp (split over its rounds), set, rigl, movement.",
         T,
+        3,
         kind=int,
         range=EPOCHS,
-        methods=SCORES + WEIGHTS,
     ),
-    method_setting("lr", "Adam learning rate for the scores.", T, kind=float, range=LR, methods=(*SCORES, "movement")),
-    method_setting("batch_size", "Minibatch size.", T, kind=int, range=BATCH, methods=SCORES + WEIGHTS + SALIENCY),
-    method_setting("betas", "Adam betas as 'b1,b2'.", T, range=NUMBERS(0, 1, hi_open=True), methods=SCORES + WEIGHTS),
-    method_setting("eps", "Adam epsilon.", T, kind=float, range=FLOAT(0, 1, lo_open=True), methods=SCORES + WEIGHTS),
-    method_setting("weight_decay", "Adam weight decay.", T, kind=float, range=FLOAT(0, 100), methods=SCORES + WEIGHTS),
+    method_setting("lr", "Adam learning rate for the scores.", T, 0.5, kind=float, range=LR),
+    method_setting("batch_size", "Minibatch size.", T, 32, kind=int, range=BATCH),
+    method_setting("betas", "Adam betas as 'b1,b2'.", T, "0.5,0.6", range=NUMBERS(0, 1, hi_open=True)),
+    method_setting("eps", "Adam epsilon.", T, 0.5, kind=float, range=FLOAT(0, 1, lo_open=True)),
+    method_setting("weight_decay", "Adam weight decay.", T, 5.0, kind=float, range=FLOAT(0, 100)),
     method_setting(
         "weight_lr",
         "Adam learning rate for the weights (--lr is movement's score rate).",
         T,
+        0.1,
         kind=float,
         range=LR,
-        methods=WEIGHTS,
     ),
-    # the baselines' own settings (settings/baselines.py)
-    *BASELINES,
     # another ticket's sparsity
     Setting(
         "match_sparsity",
@@ -287,8 +246,8 @@ RUN = Table(
         "fp32, or bf16: autocast the training forward pass to bfloat16 (meant for ConvNets on a GPU; usually "
         "slower on the CPU). Accuracies are always measured in fp32.",
         S,
+        "bf16",
         range=CHOICE("fp32", "bf16"),
-        methods=SCORES,
     ),
     Setting(
         "threads",
@@ -300,7 +259,8 @@ RUN = Table(
         shown="torch's own (usually one per core)",
     ),
 )
+RUN = with_options(SHARED)  # with each method's own options placed among the shared ones
 
 # The config keys (and API keywords) with the defaults the code uses, and the method options: derived from RUN.
-EXTRACT_DEFAULTS: dict[str, Any] = RUN.defaults()
+EXTRACT_DEFAULTS = RUN.defaults()
 METHOD_OPTIONS: tuple[str, ...] = RUN.method_options()

@@ -10,7 +10,7 @@ from typing import Any
 
 from ticketcli.methods.registry import METHODS
 from ticketcli.settings.listing import ListItem
-from ticketcli.settings.ranges import Range
+from ticketcli.specs.ranges import Range
 from ticketcli.specs.run import field_default
 
 
@@ -28,9 +28,6 @@ class Panel:
     ACT_CONTROL = "Activation control"
     RELUFY = "ReLUfication"
     TRADEOFF = "Trade-off sweep"
-
-
-ALL_METHODS: tuple[str, ...] = ()  # `Setting.methods` of a setting every method reads (the default)
 
 
 def show(value: object) -> str:
@@ -67,8 +64,9 @@ class Setting:
     default: the default of a setting no spec field holds (None: not given; the help's `shown` says what happens).
     shown: the help's "Default: ..." text where the default is not a plain value (e.g. "half of the memory"), or ""
         for no default sentence.
-    methods: the methods that read it (a method's hyper-parameter); ALL_METHODS: every method does, or it is no
-        method option.
+    per_method: only the methods whose registry entries name it read it (methods/registry.py; Setting.methods);
+        False: every method does, or it is no method option.
+    example: a method option's valid value other than its default (Option.example).
     config: a config file key and an API keyword, beside the flag (False: a flag only).
     flag_name: the flag, where it is not the name with dashes (drift's --from and --to).
     required: a flag the command cannot run without (export's --format and --out); never a config key.
@@ -84,7 +82,8 @@ class Setting:
     field: tuple[type, str] | None = None
     default: Any = None
     shown: str | None = None
-    methods: tuple[str, ...] = ALL_METHODS
+    per_method: bool = False
+    example: Any = None
     config: bool = True
     flag_name: str | None = None
     required: bool = False
@@ -98,14 +97,12 @@ class Setting:
     @property
     def value(self) -> Any:
         """The default the code uses: the spec field's, else `default`."""
-        if self.field is None:
-            return self.default
-        cls, path = self.field  # "optim.lr": a field of a nested spec's default
-        head, *rest = path.split(".")
-        value = field_default(cls, head)
-        for part in rest:
-            value = getattr(value, part)
-        return value
+        return self.default if self.field is None else field_default(*self.field)
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The methods that read it, as their registry entries say; (): every method, or it is no method option."""
+        return tuple(n for n in METHODS.names() if self.name in METHODS.get(n).read()) if self.per_method else ()
 
     @property
     def switch(self) -> bool:
@@ -132,7 +129,7 @@ class Setting:
             flag=self.flag,
             default=self.default_text(),
             range=self.range_text(),
-            methods=tuple(sorted(self.methods)),
+            methods=self.methods,
             panel=self.panel,
             config=self.config,
         )
@@ -163,6 +160,14 @@ def readers_prefix(methods: tuple[str, ...]) -> str:
     if len(others) < len(methods):
         return f"all methods but {', '.join(others)}: "
     return f"{', '.join(sorted(methods))}: "
+
+
+class Settings(dict[str, Any]):
+    """Settings by config key (a command's merged settings, a config file's, a table's defaults) that also know which
+    keys the user set, by flag or config file: an option the method does not read is refused only when it was set,
+    never for its default."""
+
+    given: frozenset[str] = frozenset()
 
 
 class Table:
@@ -201,14 +206,14 @@ class Table:
         """The keys a config file (and the API) may set."""
         return [s.name for s in self if s.config]
 
-    def defaults(self) -> dict[str, Any]:
+    def defaults(self) -> Settings:
         """Config key -> the default the code uses."""
-        return {s.name: s.value for s in self if s.config}
+        return Settings({s.name: s.value for s in self if s.config})
 
     def method_options(self) -> tuple[str, ...]:
         """The settings only some methods read (the others are refused for a method that does not read them)."""
         return tuple(s.name for s in self if s.methods)
 
     def read_by(self, method: str) -> frozenset[str]:
-        """The method options that `method` reads: its Method.options."""
+        """The method options that `method` reads."""
         return frozenset(s.name for s in self if method in s.methods)

@@ -4,9 +4,9 @@ runs fixed methods, so no help names the methods that read an option), and its o
 
 from __future__ import annotations
 
-from ticketcli.settings.ranges import INT
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table, show
+from ticketcli.specs.ranges import INT
 
 SHARED: tuple[str, ...] = ("sparsity", "model", "bias", "init", "init_k", "dataset", "data_dir", "download")
 SHARED += ("n_extract", "n_val", "epochs", "lr", "batch_size", "device", "max_params", "max_memory")
@@ -19,7 +19,7 @@ HELP = {
     "epochs": "Score-training epochs per run.",
 }
 M, S = Panel.METHOD, Panel.SCALE_OUT
-SWEEP = RUN.pick(*SHARED, **{n: {"methods": (), **({"help": HELP[n]} if n in HELP else {})} for n in SHARED})
+SWEEP = RUN.pick(*SHARED, **{n: {"per_method": False, **({"help": HELP[n]} if n in HELP else {})} for n in SHARED})
 
 # sweep-k's own options: the grid, the oracle's band, where it runs (command-line only; --threads is also read from
 # the config file, as extract's key)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ticketcli.errors import UsageError
-from ticketcli.settings.ranges import MAX_TEXT, Range, show
 from ticketcli.settings.setting import Panel, Setting, Table
+from ticketcli.specs.ranges import MAX_TEXT, Range, show
 
 KINDS = ("tensorboard", "mlflow")
 MAX_TRACKERS = 8

@@ -11,5 +11,5 @@ WEAK = Table(
     Setting("epochs", "Weight-training epochs (Appendix B).", Panel.TRAINING, int, EPOCHS, (WeakSpec, "epochs")),
     Setting("lr", "Adam learning rate for the weights.", Panel.TRAINING, float, LR, (WeakSpec, "optim.lr")),
     Setting("batch_size", "Minibatch size.", Panel.TRAINING, int, BATCH, (WeakSpec, "batch_size")),
-    RUN["precision"].but(methods=(), field=(WeakSpec, "precision")),
+    RUN["precision"].but(per_method=False, field=(WeakSpec, "precision")),
 )

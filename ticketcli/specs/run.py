@@ -6,11 +6,14 @@ resolve.py's work."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import UsageError
 from ticketcli.specs import syntax
+from ticketcli.specs.ranges import Range
 
 PAPER_HIDDEN = (256, 256, 256)  # three width-256 hidden layers (paper, Appendix B)
 MAX_PARAMS = 2 * 10**9  # default --max-params: a bigger model is refused before anything is allocated
@@ -66,8 +69,8 @@ class ModelSpec:
         suffixes = ("+res" if self.residual else "") + (f"+norm={self.norm}" if self.norm else "")
         return self.arch + body + suffixes + ("+bias" if self.bias else "")
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"spec": self.to_string(), "arch": self.arch}
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {"spec": self.to_string(), "arch": self.arch}
         if self.arch == "mlp":
             d["widths"] = list(self.widths)
         if self.layers:
@@ -112,7 +115,7 @@ class InitSpec:
     k: float = 0.5  # fan_in is scaled by k (paper: k = 1/2)
     seed: int = 0  # the weights' seed; the whole network is rebuilt from it
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         if self.scheme == MODULE_INIT:  # the factory's own weights: no k or gain shaped them, its fixed seed did
             return {"scheme": self.scheme, "factory_seed": FACTORY_SEED, "seed": self.seed}
         return {"scheme": self.scheme, "k": self.k, "gain": "relu", "seed": self.seed}
@@ -144,18 +147,32 @@ class ReaderSpec:
 
 
 @dataclass(frozen=True)
+class Option:
+    """One method's own hyper-parameter, declared in its registry entry (methods/registry.py): its config key and API
+    keyword `name` (the flag: --name-with-dashes), default, range (the flag parses what the range holds), help and
+    --help panel. `after`: the setting it follows in --help, `ticket list settings` and the ticket's record (None:
+    after the shared training settings, where the baselines' own are). `example`: a valid value other than the
+    default whose effect shows on a tiny run (tests/test_options.py sets it)."""
+
+    name: str
+    default: Any
+    range: Range
+    help: str
+    example: Any
+    panel: str = "Variants"
+    after: str = "weight_lr"
+
+
+@dataclass(frozen=True)
 class MethodSpec:
+    """The method and the settings several methods share; `options`: the chosen method's own hyper-parameters (its
+    registry entry's `Option`s) by name, read through methods.registry.option (a missing one: its default)."""
+
     name: str = "augmented"  # methods registry name
     sparsity: float = 0.9  # requested sparsity = 1 - keep density
     layer_densities: tuple[float, ...] | None = None  # per-layer keep densities (edge-popup, random)
-    aug_density: float | None = None  # augmented-space keep density; None: 1 - sparsity
-    aux_width: int = 1  # auxiliary score width as a multiple of the original (augmented, iterated)
-    frozen_aux: bool = False  # auxiliary scores keep their random init (never updated)
     signed_scores: bool = False  # rank raw scores S instead of |S| (the "NoAbs" ablation)
-    project_final: bool = False  # augmented: final mask = top-k of the original scores at exactly 1 - sparsity
     global_topk: bool = False  # one top-k across all layers instead of one per layer
-    iter_tolerance: float = 0.02  # iterated: stop when achieved sparsity is this close to the requested one
-    max_rounds: int = 8  # iterated: at most this many rounds
     epochs: int = 100  # score-training epochs (Appendix B)
     lr: float = 1e-2  # Adam learning rate for scores (Appendix B)
     batch_size: int = 512
@@ -163,33 +180,15 @@ class MethodSpec:
     eps: float = 1e-8
     weight_decay: float = 0.0
     score_init: str = "kaiming-uniform"  # U[-1/sqrt(fan_in), 1/sqrt(fan_in)], as allenai/hidden-networks
-    # Baselines (Appendix B). Weight-training baselines (imp, set, rigl, movement) train weights with Adam at
-    # weight_lr (scores, where a method has them, at lr); saliency baselines use saliency_batches minibatches.
+    # Weight-training baselines (imp, set, rigl, movement) train weights with Adam at weight_lr (scores at lr)
     weight_lr: float = 1e-3
-    saliency_batches: int = 5  # snip: batches summed; grasp: batches in each of its collections (one or two)
-    grasp_temperature: float = 200.0  # grasp divides the logits by this
-    grasp_direction: str = "paper"  # grasp keeps the largest -θ⊙Hg ("paper", Appendix B) or θ⊙Hg ("original" GraSP)
-    grasp_data: str = "separate"  # grasp: g and Hg from two independent collections ("separate") or one ("shared")
-    synflow_rounds: int = 100  # synflow: pruning rounds on the exponential density schedule
-    imp_rounds: int = 5  # imp: rounds, each trains epochs / imp_rounds epochs (100 / 5 = 20)
-    regrow_every: int = 100  # set, rigl: optimisation steps between prune-and-regrow updates
-    regrow_fraction: float = 0.3  # set, rigl: fraction of active weights pruned (and regrown) per update
-    movement_warmup: float = 0.1  # movement: fraction of steps kept dense before the cubic schedule starts
-    movement_cooldown: float = 0.1  # movement: fraction of final steps at the target density
-    movement_noise: float = 1e-6  # movement: std of the Gaussian noise on the zero score init (tie-breaking)
     matched_to: str | None = None  # --match-sparsity: the ticket whose achieved sparsity this run matches
     precision: str = "fp32"  # fp32, or bf16 autocast of the training forward pass (score methods)
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def density(self) -> float:
         return 1.0 - self.sparsity
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["betas"] = list(self.betas)
-        if self.layer_densities is not None:
-            d["layer_densities"] = list(self.layer_densities)
-        return d
 
 
 @dataclass(frozen=True)
@@ -203,16 +202,21 @@ class WeightOptim:
     weight_decay: float = 0.0
     momentum: float = 0.0  # sgd only
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = asdict(self)
         d["betas"] = list(self.betas)
         return d
 
 
-def field_default(cls: type, name: str) -> Any:
-    """The default of dataclass field `name` of `cls` (calling its default_factory if it has one)."""
+def field_default(cls: type, path: str) -> Any:
+    """The default of dataclass field `path` of `cls` (calling its default_factory if it has one), following dots
+    into a nested spec's default ("optim.lr")."""
+    name, *rest = path.split(".")
     f = next(f for f in fields(cls) if f.name == name)
-    return f.default_factory() if f.default_factory is not MISSING else f.default
+    value = f.default_factory() if f.default_factory is not MISSING else f.default
+    for part in rest:
+        value = getattr(value, part)
+    return value
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,7 @@ __all__ = [
     "InitSpec",
     "DataSpec",
     "MethodSpec",
+    "Option",
     "RunSpec",
     "ModelPolicy",
 ]

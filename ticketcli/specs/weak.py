@@ -5,8 +5,8 @@ it from them (tests/test_defaults.py fails on a default written a second time)."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.specs.run import WeightOptim
 
 
@@ -19,6 +19,6 @@ class WeakSpec:
     optim: WeightOptim = field(default_factory=WeightOptim)  # Adam, lr 1e-3, betas (0.9, 0.999), eps 1e-8
     precision: str = "fp32"  # or bf16 autocast of the training forward pass
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = {"epochs": self.epochs, "batch_size": self.batch_size, "optimizer": self.optim.to_dict()}
         return d | ({"precision": self.precision} if self.precision != "fp32" else {})

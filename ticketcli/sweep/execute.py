@@ -11,6 +11,7 @@ import torch
 
 from ticketcli.errors import RunFailed, TicketCliError, UsageError
 from ticketcli.files.atomic import ScratchFolder
+from ticketcli.methods.registry import option
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runtime.pool import run_pool
 from ticketcli.sweep.plan import SweepTask
@@ -102,4 +103,4 @@ def run_ray(
 def cost(task: SweepTask) -> int:
     """Relative work of a run: score-training epochs, times the rounds for iterated (up to max_rounds)."""
     m = task.spec.method
-    return m.epochs * (m.max_rounds if m.name == "iterated" else 1) if m.name != "random" else 0
+    return m.epochs * (option(m, "max_rounds") if m.name == "iterated" else 1) if m.name != "random" else 0

@@ -74,7 +74,11 @@ def _for_seed(
         init=replace(spec.init, seed=seed),
         data=replace(spec.data, split_seed=seed),
         method=replace(
-            spec.method, name=name, layer_densities=layer_densities, aug_density=aug_density, sparsity=sparsity
+            spec.method,
+            name=name,
+            layer_densities=layer_densities,
+            sparsity=sparsity,
+            options={**spec.method.options, "aug_density": aug_density},
         ),
     )
 

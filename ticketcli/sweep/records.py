@@ -20,6 +20,7 @@ import torch
 from ticketcli.contract.schema import SWEEP_RUN_RECORD, JsonObject
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.atomic import write_owned
+from ticketcli.methods.registry import method_document
 from ticketcli.models.build import planned_shapes
 from ticketcli.runs import build as runs_build
 from ticketcli.seeding import file_sha256
@@ -68,7 +69,7 @@ def spec_identity(spec: RunSpec) -> JsonObject:
         "model": spec.model.to_dict(),
         "init": spec.init.to_dict(),
         "data": data,
-        "method": spec.method.to_dict(),
+        "method": method_document(spec.method),
         "device": spec.device,
     }
 
