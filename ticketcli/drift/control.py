@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ticketcli.specs.drift import ControlSpec
+from ticketcli.drift.spec import ControlSpec
 
 Act = Callable[[torch.Tensor], torch.Tensor]
 

@@ -20,10 +20,10 @@ import torch
 from ticketcli.drift.inputs import Inputs
 from ticketcli.drift.result import DriftRelufyResult
 from ticketcli.drift.run import drift_one, run_drift
+from ticketcli.drift.spec import DriftSpec, RelufySpec
 from ticketcli.errors import UsageError
 from ticketcli.methods.base import Progress
 from ticketcli.models.masked import MaskedNet
-from ticketcli.specs.drift import DriftSpec, RelufySpec
 from ticketcli.specs.run import ModelPolicy
 
 

@@ -23,18 +23,18 @@ import torch
 
 from ticketcli.data.text import Corpus, block_count, load_corpus
 from ticketcli.drift import control as control_
+from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.drift.inputs import Inputs, TextInputs
 from ticketcli.drift.keep import RunKeeper, add_measurement
 from ticketcli.drift.result import DriftControlResult, DriftResult, DriftSummary
 from ticketcli.drift.sites import PerSite, drift_forward, measure_traced
+from ticketcli.drift.spec import ControlSpec, DriftSpec, require_drift_model
 from ticketcli.methods.base import Progress
 from ticketcli.models import batchnorm
-from ticketcli.models.activations import ACTIVATIONS, LOSSES
 from ticketcli.models.gpt import gpt_numbers, perplexity, with_vocab
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import inputs as runs_inputs
-from ticketcli.specs.drift import ControlSpec, DriftSpec, require_drift_model
 from ticketcli.specs.run import DataSpec, ModelPolicy, ModelSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import WeightTrainer

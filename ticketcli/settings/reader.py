@@ -43,8 +43,6 @@ READER = Table(
     RUN["threads"].but(config=False),
 )
 EXPORT_READER = READER.pick(*(n for n in READER.names() if n != "device"))  # export writes on the CPU
-# drift --ticket: drift declares its own --model, --device and --weights (settings/drift.py, cli/drift.py)
-DRIFT_READER = READER.pick("trust_model_code", "max_params", "max_memory", "data_dir", "download", "threads")
 
 
 def build_reader_spec(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ticketcli.settings.drift import DRIFT
 from ticketcli.settings.ranges import Range
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table, option_flag
@@ -25,7 +24,7 @@ def ranges(*tables: Table) -> dict[str, Range]:
     return out
 
 
-RANGES: dict[str, Range] = ranges(RUN, WEAK, DRIFT, OWN)
+RANGES: dict[str, Range] = ranges(RUN, WEAK, OWN)
 
 
 def check_setting(key: str, value: Any, what: str | None = None) -> Any:

@@ -3,7 +3,7 @@
 location is resolved and, for the control flags (activation-sparsity control, ReLUfication, the trade-off sweep),
 Features: each flag's own range, names checked against the torch-free registries, and the combinations that make no
 sense refused with one line, here and not in the command, so that any caller runs the same rules. Every default
-comes from the fields of the specs in specs.drift."""
+comes from the fields of the specs in spec.py, every value's range and choices from its setting in settings.py."""
 
 from __future__ import annotations
 
@@ -13,31 +13,30 @@ from pathlib import Path
 from typing import Any, cast
 
 from ticketcli.data.registry import DATASETS
-from ticketcli.errors import UsageError
-from ticketcli.models.activations import ACTIVATIONS, LOSSES
-from ticketcli.models.registry import parse_model, text_model
-from ticketcli.settings.drift import FEATURES
-from ticketcli.settings.registry import check_setting, check_threads
-from ticketcli.settings.resolve import build_model_policy, data_location
-from ticketcli.specs.drift import (
-    CONTROL_MODES,
+from ticketcli.drift.activations import ACTIVATIONS, LOSSES
+from ticketcli.drift.settings import DRIFT, FEATURES
+from ticketcli.drift.spec import (
     DEFAULT_TEXT_MODEL,
-    INPUTS,
     RELUFY_TARGETS,
     ControlSpec,
     DriftSpec,
     Features,
     RelufySpec,
-    TextSpec,
     default,
     require_drift_model,
 )
+from ticketcli.errors import UsageError
+from ticketcli.models.registry import parse_model, text_model
+from ticketcli.registry import Registry
+from ticketcli.settings.registry import check_threads
+from ticketcli.settings.resolve import build_model_policy, data_location
+from ticketcli.settings.setting import Setting
 from ticketcli.specs.run import PAPER_HIDDEN, DataSpec, ModelPolicy, ModelSpec, WeightOptim
+from ticketcli.specs.text import TextSpec
 
 MAX_TARGETS = 100  # --tradeoff
-OPTIMIZERS = ("adam", "sgd")  # --optimizer
 # drift's numeric settings, each the field of DriftSpec (or of its WeightOptim) of the same name; their ranges are
-# declared with them (settings/drift.py)
+# declared with them (settings.py)
 NUMERIC = ("optim.lr", "optim.momentum", "clip", "batch_size", "steps", "log_every", "probe_size", "zero_threshold")
 
 
@@ -45,7 +44,7 @@ NUMERIC = ("optim.lr", "optim.momentum", "clip", "batch_size", "steps", "log_eve
 class DriftRequest:
     """One `ticket drift` run, its flags checked together: the run's settings (DRIFT's, None: not given; no model
     with --ticket, which fixes it), the validated features (None: plain drift), the ticket it trains on, and how
-    that ticket is rebuilt. Its DriftSpecs are built once the data's location is known (location(), spec())."""
+    that ticket is rebuilt. Its DriftSpecs are built where the data's flags say it is found (spec())."""
 
     run: Mapping[str, Any]
     features: Features | None
@@ -62,19 +61,17 @@ class DriftRequest:
         """--model as given (one spec or, with --tradeoff, a comma list); None with --ticket or by default."""
         return cast("str | None", self.run["model"])
 
-    def location(self) -> dict[str, Any]:
-        """DataSpec's where-to-find-it fields (--data-dir, $TICKET_DATA, the cache, system copies)."""
-        return data_location(self.data_dir, self.download)
-
-    def spec(self, location: dict[str, Any]) -> DriftSpec:
-        """The run's DriftSpec; with --relufy it trains with --from first."""
+    def spec(self) -> DriftSpec:
+        """The run's DriftSpec, its data found where --data-dir, $TICKET_DATA, the cache or a system copy hold it;
+        with --relufy it trains with --from first."""
         relufy = None if self.features is None else self.features.relufy
         run = self.run if relufy is None else {**self.run, "activation": relufy.source}
-        return build_drift_spec(run, location)
+        return build_drift_spec(run, data_location(self.data_dir, self.download))
 
-    def tradeoff_specs(self, location: dict[str, Any]) -> list[DriftSpec]:
+    def tradeoff_specs(self) -> list[DriftSpec]:
         """--tradeoff: one DriftSpec per --model of the comma list."""
         assert self.features is not None
+        location = data_location(self.data_dir, self.download)
         return [build_drift_spec({**self.run, "model": m}, location) for m in self.features.models]
 
 
@@ -125,7 +122,7 @@ def drift_request(
     )
 
 
-def build_drift_spec(s: Mapping[str, Any], location: dict[str, Any]) -> DriftSpec:
+def build_drift_spec(s: Mapping[str, Any], location: Mapping[str, Any]) -> DriftSpec:
     """Validate the command's settings (None = default) and freeze them; location is data_location()'s dict."""
     info = DATASETS.get(s.get("dataset") or default(DataSpec, "name"))
     if s.get("model") is not None:
@@ -135,19 +132,13 @@ def build_drift_spec(s: Mapping[str, Any], location: dict[str, Any]) -> DriftSpe
     else:
         model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes))
     require_drift_model(model.arch)
-    inputs = s.get("inputs") or default(DriftSpec, "inputs")
-    if inputs not in INPUTS:
-        raise UsageError(f"unknown --inputs {inputs!r}; choose one of: {', '.join(INPUTS)}")
+    inputs = choice(DRIFT["inputs"], s.get("inputs"))
     text = _text_spec(s, model, inputs, location)
-    loss = _choose("loss", s.get("loss") or default(DriftSpec, "loss"), tuple(LOSSES.names()))
-    act = _choose("activation", s.get("activation") or default(DriftSpec, "activation"), tuple(ACTIVATIONS.names()))
-    optimizer = s.get("optimizer") or default(DriftSpec, "optim.name")
-    if optimizer not in OPTIMIZERS:
-        raise UsageError(f"unknown --optimizer {optimizer!r}; choose adam or sgd")
+    loss, act, optimizer = (choice(DRIFT[k], s.get(k)) for k in ("loss", "activation", "optimizer"))
     num = {}
     for path in NUMERIC:
         key = path.removeprefix("optim.")
-        num[key] = check_setting(key, default(DriftSpec, path) if s.get(key) is None else s[key])
+        num[key] = DRIFT[key].check(default(DriftSpec, path) if s.get(key) is None else s[key])
     return DriftSpec(
         model=model,
         data=DataSpec(name=info.name, **location),
@@ -167,14 +158,20 @@ def build_drift_spec(s: Mapping[str, Any], location: dict[str, Any]) -> DriftSpe
     )
 
 
-def _choose(kind: str, name: str, names: tuple[str, ...]) -> str:
-    """`name` if drift's registry of `kind` holds it (its names, models/activations.py), as the registry says it."""
-    if name not in names:
-        raise UsageError(f"unknown {kind} {name!r}; choose one of: {', '.join(names)}")
-    return name
+def choice(setting: Setting, name: str | None) -> str:
+    """One of the setting's choices (None: its default); an activation or a loss as its registry (activations.py)
+    names it."""
+    name = name or setting.value
+    registries: dict[str, Registry[Any]] = {"activation": ACTIVATIONS, "relufy_from": ACTIVATIONS, "loss": LOSSES}
+    registry = registries.get(setting.name)
+    if registry is not None:
+        registry.get(name)
+    elif name not in setting.kind:
+        raise UsageError(f"unknown {setting.flag} {name!r}; choose one of: {', '.join(setting.kind)}")
+    return str(name)
 
 
-def _text_spec(s: Mapping[str, Any], model: ModelSpec, inputs: str, location: dict[str, Any]) -> TextSpec | None:
+def _text_spec(s: Mapping[str, Any], model: ModelSpec, inputs: str, location: Mapping[str, Any]) -> TextSpec | None:
     """A character-level model trains on text (--text, or the fortunes files), and only it does."""
     if not text_model(model.arch):
         if s.get("text") is not None:
@@ -191,7 +188,7 @@ def _text_spec(s: Mapping[str, Any], model: ModelSpec, inputs: str, location: di
 def parse_seeds(text: str) -> tuple[int, ...]:
     """'0,1,2' -> (0, 1, 2): distinct non-negative integers."""
     try:
-        seeds = tuple(check_setting("seeds", int(t), "--seeds entries") for t in str(text).split(",") if t.strip())
+        seeds = tuple(DRIFT["seeds"].check(int(t), "--seeds entries") for t in str(text).split(",") if t.strip())
     except ValueError:
         raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
     if not seeds or len(set(seeds)) != len(seeds):
@@ -263,8 +260,7 @@ def build_control_spec(mode: str | None, target: float | None, freeze_after: int
         if given:
             raise UsageError(f"{', '.join(given)} only goes with --act-sparsity topk|percentile")
         return None
-    if mode not in CONTROL_MODES:
-        raise UsageError(f"unknown --act-sparsity {mode!r}; choose one of: {', '.join(CONTROL_MODES)}")
+    choice(FEATURES["act_sparsity"], mode)
     target = default(ControlSpec, "target") if target is None else check_target(target, "--act-target")
     if freeze_after is not None:
         if mode != "percentile":
@@ -289,7 +285,7 @@ def build_relufy_spec(
         return None
     if source is None or target is None:
         raise UsageError("--relufy needs --from (the smooth activation) and --to (relu, relu2 or relu2-clip)")
-    _choose("activation", source, tuple(ACTIVATIONS.names()))
+    choice(FEATURES["relufy_from"], source)
     if target not in RELUFY_TARGETS:
         raise UsageError(f"--to must be a ReLU variant ({', '.join(RELUFY_TARGETS)}), got {target!r}")
     if source == target:
@@ -313,7 +309,7 @@ def parse_targets(text: str) -> tuple[float, ...]:
 
 
 def check_workers(workers: int | None) -> int:
-    """--workers: 1 (in-process) up to the declared maximum of spawned processes (settings/drift.py)."""
+    """--workers: 1 (in-process) up to the declared maximum of spawned processes (settings.py)."""
     if workers is None:
         return cast(int, default(Features, "workers"))
     return int(FEATURES["workers"].check(workers))
