@@ -34,7 +34,7 @@ def drift(
     from ticketcli.drift.command import DriftCommand
     from ticketcli.drift.views import show
 
-    command = DriftCommand()
+    command = DriftCommand(plot, force=force, quiet=quiet, checked=warn_unverified)
     outputs = (plot,) if plot is not None else ()
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs, unit="step", note=command.note) as position:
         groups = {
@@ -44,14 +44,5 @@ def drift(
             "track": given_settings(TRACK_FLAG, given),
             "inputs": {"ticket": ticket, "weights": weights, "checkpoint_every": checkpoint_every},
         }
-        result = command.run(
-            groups,
-            position,
-            run_dir=run_dir,
-            resume=resume,
-            plot=plot,
-            force=force,
-            quiet=quiet,
-            checked=warn_unverified,
-        )
+        result = command.run(groups, position, run_dir=run_dir, resume=resume)
     console.print_json(result.to_document()) if json_out else show(result)

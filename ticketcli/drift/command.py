@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from ticketcli.contract.schema import JsonObject
 from ticketcli.data.registry import DATASETS
@@ -35,28 +34,20 @@ Result = DriftResult | TradeoffResult
 
 
 class DriftCommand:
-    """One `ticket drift` run; `note()` says where an interrupted run continues (its run dir's keeper)."""
+    """One `ticket drift` run, its outputs as the flags say (--plot, --force, --quiet); `checked` sees its result
+    before the plot is written and the trackers are told. `note()` says where an interrupted run continues (its run
+    dir's keeper)."""
 
-    def __init__(self) -> None:
+    def __init__(self, plot: Path | None, *, force: bool, quiet: bool, checked: Callable[[Result], None]) -> None:
+        self.plot, self.force, self.quiet, self.checked = plot, force, quiet, checked
         self.keeper: RunKeeper | None = None
 
     def note(self) -> str | None:
         return None if self.keeper is None else self.keeper.note()
 
-    def run(
-        self,
-        groups: Groups,
-        position: Position,
-        *,
-        run_dir: Path | None,
-        resume: Path | None,
-        plot: Path | None,
-        force: bool,
-        quiet: bool,
-        checked: Callable[[Result], None],
-    ) -> Result:
-        """The result of the run `groups` (the flags by table, None: not given) asks for; `checked` sees it before
-        the plot is written and the trackers are told."""
+    def run(self, groups: Groups, position: Position, *, run_dir: Path | None, resume: Path | None) -> Result:
+        """The result of the run `groups` (the flags by table, None: not given) asks for."""
+        plot, force = self.plot, self.force
         folder, recorded = kept_run(groups, run_dir, resume)
         inputs = groups["inputs"]
         ticket = None if inputs["ticket"] is None else Path(inputs["ticket"])
@@ -81,8 +72,8 @@ class DriftCommand:
         with track.tracked(trackers, info, console.warn, resume_ids, on_open) as log:
             if log is not None and self.keeper is not None:  # logged as the checkpoints keep it, resumed where they do
                 self.keeper.on_kept = live = feed.DriftLive(log, console.warn)
-            result = run_request(request, position, quiet=quiet, keeper=self.keeper)
-            checked(result)
+            result = run_request(request, position, quiet=self.quiet, keeper=self.keeper)
+            self.checked(result)
             if plot is not None:
                 write_atomic(plot, views.figure(result), overwrite=force, checked_at_start=True)
                 result = replace(result, plot=str(plot))
@@ -91,7 +82,7 @@ class DriftCommand:
         return result
 
 
-def kept_run(groups: Groups, run_dir: Path | None, resume: Path | None) -> tuple[Path | None, dict[str, Any] | None]:
+def kept_run(groups: Groups, run_dir: Path | None, resume: Path | None) -> tuple[Path | None, JsonObject | None]:
     """--run-dir (a new run dir) or --resume (the flags it recorded, each given flag checked to agree, replace
     `groups`): the folder and run.json's document on a resume."""
     if resume is not None:
@@ -112,7 +103,7 @@ def kept_run(groups: Groups, run_dir: Path | None, resume: Path | None) -> tuple
     return (resume or run_dir), doc
 
 
-def open_keeper(folder: Path, spec: DriftSpec, groups: Groups, recorded: dict[str, Any] | None) -> RunKeeper:
+def open_keeper(folder: Path, spec: DriftSpec, groups: Groups, recorded: JsonObject | None) -> RunKeeper:
     """The run dir's keeper: a new run dir records the flags and the settings they resolve to; a resumed one must
     resolve to the settings it recorded (the same data, the same defaults)."""
     settings = json.loads(json.dumps({**spec.to_dict(), "seeds": list(spec.seeds), "device": spec.device}))

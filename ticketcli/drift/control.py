@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.drift.spec import ControlSpec
 
 Act = Callable[[torch.Tensor], torch.Tensor]
@@ -101,7 +101,7 @@ class ActivationControl:
         params: dict[str, torch.Tensor],
         x: torch.Tensor,
         zero: Callable[[torch.Tensor], torch.Tensor],
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """Achieved activation sparsity against the target and the negative shares, per site and over all units,
         on the probe batch x with the weights params; zero(a) is drift's zero rule."""
         record: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
@@ -138,7 +138,7 @@ class ActivationControl:
         }
 
 
-def aggregate(spec: ControlSpec, per_run: list[dict[str, Any]]) -> dict[str, Any]:
+def aggregate(spec: ControlSpec, per_run: list[JsonObject]) -> JsonObject:
     """The control's spec and every run's summary, with the mean over runs (seeds) of each number."""
 
     def mean(values: list[float | None]) -> float | None:

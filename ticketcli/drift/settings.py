@@ -20,7 +20,7 @@ from ticketcli.drift.spec import (
     Features,
     RelufySpec,
 )
-from ticketcli.settings.flags import FORCE, OUTPUTS, flag
+from ticketcli.settings.flags import EXTRACT_FLAGS, FORCE, OUTPUTS, flag
 from ticketcli.settings.ranges import FLOAT, INT, TEXT, Worded
 from ticketcli.settings.reader import READER
 from ticketcli.settings.run import BATCH, LR, RUN, SEED
@@ -212,13 +212,10 @@ DRIFT_FLAGS = Table(
         Path,
         metavar="DIR",
     ),
-    flag(
-        "checkpoint_every",
-        "With --run-dir: save the resumable state every N training steps (and at the end of each seed); --log-to "
-        "trackers get each measurement once a checkpoint keeps it.",
-        SCALE,
-        int,
-        Worded("int", 1, None, words="must be >= 1 step", described="an integer >= 1"),
+    EXTRACT_FLAGS["checkpoint_every"].but(
+        help="With --run-dir: save the resumable state every N training steps (and at the end of each seed); "
+        "--log-to trackers get each measurement once a checkpoint keeps it.",
+        range=Worded("int", 1, None, words="must be >= 1 step", described="an integer >= 1"),
         shown="every --log-every steps",
     ),
     flag(
