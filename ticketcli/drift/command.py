@@ -131,23 +131,14 @@ def run_request(request: DriftRequest, position: Position, *, quiet: bool, keepe
         n = spec.data.n_extract or DATASETS.get(spec.data.name).n_extract  # the bar's total; the run counts
         per_run += relufy.fine_tune_steps(n, spec.batch_size, features.relufy.epochs)
     total = per_run * (1 if request.ticket is not None else len(spec.seeds))
-    ticket, weights, policy = request.ticket, request.weights, request.policy
+    run: Callable[..., DriftResult] = (
+        partial(run_drift, spec, control=features.control, keeper=keeper)
+        if features.relufy is None
+        else partial(relufy.run_relufy, spec, features.relufy)
+    )
     with report_progress.drift_progress(total, quiet=quiet) as progress, using(request.threads) as used:
-        result: DriftResult
-        if features.relufy is not None:
-            result = relufy.run_relufy(
-                spec, features.relufy, progress=position.track(progress), ticket=ticket, weights=weights, policy=policy
-            )
-        else:
-            result = run_drift(
-                spec,
-                control=features.control,
-                progress=position.track(progress),
-                ticket=ticket,
-                weights=weights,
-                policy=policy,
-                keeper=keeper,
-            )
+        told = position.track(progress)
+        result = run(progress=told, ticket=request.ticket, weights=request.weights, policy=request.policy)
     return replace(result, threads=used)
 
 

@@ -2,8 +2,8 @@
 (drift_request: which flags go with --ticket, the model policy, threads) whose DriftSpecs follow once the data's
 location is resolved and, for the control flags (activation-sparsity control, ReLUfication, the trade-off sweep),
 Features: each flag's own range, names checked against the torch-free registries, and the combinations that make no
-sense refused with one line, here and not in the command, so that any caller runs the same rules. Every default
-comes from the fields of the specs in spec.py, every value's range and choices from its setting in settings.py."""
+sense refused with one line, here and not in the command, so that any caller runs the same rules. Every value is
+checked, and every default read, by its setting in settings.py (the defaults are the fields of spec.py's specs)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from ticketcli.drift.spec import (
     DriftSpec,
     Features,
     RelufySpec,
-    default,
     require_drift_model,
 )
 from ticketcli.errors import UsageError
@@ -35,9 +34,8 @@ from ticketcli.specs.run import PAPER_HIDDEN, DataSpec, ModelPolicy, ModelSpec, 
 from ticketcli.specs.text import TextSpec
 
 MAX_TARGETS = 100  # --tradeoff
-# drift's numeric settings, each the field of DriftSpec (or of its WeightOptim) of the same name; their ranges are
-# declared with them (settings.py)
-NUMERIC = ("optim.lr", "optim.momentum", "clip", "batch_size", "steps", "log_every", "probe_size", "zero_threshold")
+# drift's numeric settings, each the field of DriftSpec (or of its WeightOptim) of the same name
+NUMERIC = ("lr", "momentum", "clip", "batch_size", "steps", "log_every", "probe_size", "zero_threshold")
 
 
 @dataclass(frozen=True)
@@ -124,7 +122,7 @@ def drift_request(
 
 def build_drift_spec(s: Mapping[str, Any], location: Mapping[str, Any]) -> DriftSpec:
     """Validate the command's settings (None = default) and freeze them; location is data_location()'s dict."""
-    info = DATASETS.get(s.get("dataset") or default(DataSpec, "name"))
+    info = DATASETS.get(s.get("dataset") or DRIFT["dataset"].value)
     if s.get("model") is not None:
         model = parse_model(str(s["model"])).with_data(info.shape, info.classes)
     elif s.get("text") is not None:
@@ -135,10 +133,7 @@ def build_drift_spec(s: Mapping[str, Any], location: Mapping[str, Any]) -> Drift
     inputs = choice(DRIFT["inputs"], s.get("inputs"))
     text = _text_spec(s, model, inputs, location)
     loss, act, optimizer = (choice(DRIFT[k], s.get(k)) for k in ("loss", "activation", "optimizer"))
-    num = {}
-    for path in NUMERIC:
-        key = path.removeprefix("optim.")
-        num[key] = DRIFT[key].check(default(DriftSpec, path) if s.get(key) is None else s[key])
+    num = {k: DRIFT[k].check(DRIFT[k].value if s.get(k) is None else s[k]) for k in NUMERIC}
     return DriftSpec(
         model=model,
         data=DataSpec(name=info.name, **location),
@@ -152,10 +147,15 @@ def build_drift_spec(s: Mapping[str, Any], location: Mapping[str, Any]) -> Drift
         log_every=min(num["log_every"], num["steps"]),
         probe_size=num["probe_size"],
         zero_threshold=num["zero_threshold"],
-        seeds=default(DriftSpec, "seeds") if s.get("seeds") is None else parse_seeds(s["seeds"]),
-        device=str(s.get("device") or default(DriftSpec, "device")),
+        seeds=DRIFT["seeds"].value if s.get("seeds") is None else parse_seeds(s["seeds"]),
+        device=str(s.get("device") or DRIFT["device"].value),
         text=text,
     )
+
+
+def value_of(setting: Setting, value: Any, what: str | None = None) -> Any:
+    """A flag's value checked by its setting (`what` names it in the error), or the setting's default (None)."""
+    return setting.value if value is None else setting.check(value, what)
 
 
 def choice(setting: Setting, name: str | None) -> str:
@@ -223,16 +223,14 @@ def build_features(
     inputs: str | None,
 ) -> Features | None:
     """Validate the flags (None/False: not given); None when none of them is given (plain drift)."""
-    given = (act_sparsity, act_target, freeze_stats_after, relufy_from, relufy_to, relufy_epochs, tradeoff, workers)
-    if not relufy and all(v is None for v in given):
-        if model is not None and "," in model:
-            raise UsageError("several --model specs (a comma list) only go with --tradeoff")
+    flags = (act_sparsity, act_target, freeze_stats_after, relufy_from, relufy_to, relufy_epochs, tradeoff, workers)
+    plain = not relufy and all(v is None for v in flags)
+    if tradeoff is None and workers is not None:
+        raise UsageError("--workers only goes with --tradeoff")
+    if tradeoff is None and model is not None and "," in model:
+        raise UsageError("several --model specs (a comma list) only go with --tradeoff")
+    if plain:
         return None
-    if tradeoff is None:
-        if workers is not None:
-            raise UsageError("--workers only goes with --tradeoff")
-        if model is not None and "," in model:
-            raise UsageError("several --model specs (a comma list) only go with --tradeoff")
     if relufy and (act_sparsity is not None or tradeoff is not None):
         raise UsageError(f"--relufy does not go with {'--tradeoff' if tradeoff is not None else '--act-sparsity'}")
     if relufy and activation is not None:
@@ -248,9 +246,8 @@ def build_features(
         raise UsageError("--tradeoff trains from the seeded init of each --model; it does not go with --ticket")
     targets = parse_targets(tradeoff)
     control = build_control_spec(act_sparsity or "topk", targets[0], freeze_stats_after)
-    return Features(
-        control=control, relufy=None, targets=targets, models=split_models(model), workers=check_workers(workers)
-    )
+    workers = value_of(FEATURES["workers"], workers)
+    return Features(control=control, relufy=None, targets=targets, models=split_models(model), workers=workers)
 
 
 def build_control_spec(mode: str | None, target: float | None, freeze_after: int | None) -> ControlSpec | None:
@@ -261,17 +258,10 @@ def build_control_spec(mode: str | None, target: float | None, freeze_after: int
             raise UsageError(f"{', '.join(given)} only goes with --act-sparsity topk|percentile")
         return None
     choice(FEATURES["act_sparsity"], mode)
-    target = default(ControlSpec, "target") if target is None else check_target(target, "--act-target")
-    if freeze_after is not None:
-        if mode != "percentile":
-            raise UsageError("--freeze-stats-after freezes percentile statistics; top-k keeps none")
-        freeze_after = FEATURES["freeze_stats_after"].check(freeze_after)
-    return ControlSpec(mode=mode, target=target, freeze_after=freeze_after)
-
-
-def check_target(value: float, what: str) -> float:
-    """A target activation sparsity strictly between 0 and 1 (--act-target's range)."""
-    return float(FEATURES["act_target"].check(value, what))
+    target = float(value_of(FEATURES["act_target"], target))
+    if freeze_after is not None and mode != "percentile":
+        raise UsageError("--freeze-stats-after freezes percentile statistics; top-k keeps none")
+    return ControlSpec(mode=mode, target=target, freeze_after=value_of(FEATURES["freeze_stats_after"], freeze_after))
 
 
 def build_relufy_spec(
@@ -292,8 +282,7 @@ def build_relufy_spec(
         raise UsageError(f"--from and --to are both {source}; ReLUfication swaps one activation for another")
     if inputs not in (None, "data"):
         raise UsageError("--relufy fine-tunes for epochs of the dataset; it does not go with --inputs " + inputs)
-    epochs = default(RelufySpec, "epochs") if epochs is None else FEATURES["relufy_epochs"].check(epochs)
-    return RelufySpec(source=source, target=target, epochs=epochs)
+    return RelufySpec(source=source, target=target, epochs=value_of(FEATURES["relufy_epochs"], epochs))
 
 
 def parse_targets(text: str) -> tuple[float, ...]:
@@ -302,14 +291,7 @@ def parse_targets(text: str) -> tuple[float, ...]:
         values = [float(t) for t in str(text).split(",") if t.strip()]
     except ValueError:
         raise UsageError(f"--tradeoff must be comma-separated numbers in (0, 1), got {text!r}") from None
-    targets = tuple(sorted(check_target(v, "--tradeoff targets") for v in values))
+    targets = tuple(sorted(float(FEATURES["act_target"].check(v, "--tradeoff targets")) for v in values))
     if len(targets) < 2 or len(set(targets)) != len(targets) or len(targets) > MAX_TARGETS:
         raise UsageError(f"--tradeoff needs 2 to {MAX_TARGETS} distinct targets, got {text!r}")
     return targets
-
-
-def check_workers(workers: int | None) -> int:
-    """--workers: 1 (in-process) up to the declared maximum of spawned processes (settings.py)."""
-    if workers is None:
-        return cast(int, default(Features, "workers"))
-    return int(FEATURES["workers"].check(workers))

@@ -2,19 +2,18 @@
 TextSpec, a character-level model's corpus), ControlSpec (activation-sparsity control), RelufySpec (ReLUfication)
 and Features (the feature flags together, the trade-off's workers among them), and the choices its flags take.
 
-options.py builds these from the command's flags and falls back to these fields' defaults; the command's
-help texts read them too (`default`), so a default changed here changes everywhere. The command line imports this
+options.py builds these from the command's flags and falls back to these fields' defaults, which the settings read
+(settings.py), so a default changed here changes everywhere. The command line imports this
 module for --help, so it imports nothing that imports torch (tests/test_startup.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
 from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import UsageError
-from ticketcli.specs.run import DataSpec, InitSpec, ModelSpec, WeightOptim, field_default
+from ticketcli.specs.run import DataSpec, InitSpec, ModelSpec, WeightOptim
 from ticketcli.specs.text import TextSpec
 
 INPUTS = ("data", "gaussian", "uniform")  # the dataset's images, N(0, 1) or U[0, 1] features with random labels
@@ -103,17 +102,6 @@ class Features:
     targets: tuple[float, ...] | None  # the trade-off sweep's targets, increasing
     models: tuple[str | None, ...] = (None,)  # trade-off: the models overlaid (None: drift's default model)
     workers: int = 1  # trade-off: 1 runs in-process, more in a local spawn pool
-
-
-def default(cls: type, path: str) -> Any:
-    """The default of a field of one of these specs, following dots into nested specs ("optim.lr")."""
-    name, _, rest = path.partition(".")
-    if name not in {f.name for f in fields(cls)}:
-        raise KeyError(f"{cls.__name__} has no field {name!r}")
-    value = field_default(cls, name)
-    for part in rest.split(".") if rest else ():
-        value = getattr(value, part)
-    return value
 
 
 def require_drift_model(arch: str) -> None:
