@@ -14,10 +14,10 @@ from pathlib import Path
 from ticketcli.contract.schema import JsonObject
 from ticketcli.data.registry import DATASETS
 from ticketcli.drift import feed, relufy, rundir, runflags, tradeoff, views
+from ticketcli.drift import run as drift_run
 from ticketcli.drift.keep import RunKeeper
 from ticketcli.drift.options import DriftRequest, drift_request
 from ticketcli.drift.result import DriftResult, TradeoffResult
-from ticketcli.drift.run import logged_steps, run_drift
 from ticketcli.drift.runflags import Groups
 from ticketcli.drift.settings import DRIFT_FLAGS
 from ticketcli.drift.spec import DriftSpec, Features
@@ -116,7 +116,7 @@ def open_keeper(folder: Path, spec: DriftSpec, groups: Groups, recorded: JsonObj
             hint="start a new run with --run-dir",
         )
     every = groups["inputs"]["checkpoint_every"] or spec.log_every
-    return RunKeeper(folder, every, logged_steps(spec.steps, spec.log_every), resume=recorded is not None)
+    return RunKeeper(folder, every, drift_run.logged_steps(spec.steps, spec.log_every), resume=recorded is not None)
 
 
 def run_request(request: DriftRequest, position: Position, *, quiet: bool, keeper: RunKeeper | None) -> Result:
@@ -132,7 +132,7 @@ def run_request(request: DriftRequest, position: Position, *, quiet: bool, keepe
         per_run += relufy.fine_tune_steps(n, spec.batch_size, features.relufy.epochs)
     total = per_run * (1 if request.ticket is not None else len(spec.seeds))
     run: Callable[..., DriftResult] = (
-        partial(run_drift, spec, control=features.control, keeper=keeper)
+        partial(drift_run.run_drift, spec, control=features.control, keeper=keeper)
         if features.relufy is None
         else partial(relufy.run_relufy, spec, features.relufy)
     )
