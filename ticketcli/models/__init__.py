@@ -2,7 +2,7 @@
 multiplies each masked weight by its mask.
 
 Its modules, by concern, bottom to top:
-- sites.py: activation sites (ActSite) and the Trace a forward pass can record; drift varies and measures them.
+- sites.py: activation sites (ActSite) and the Trace a forward pass can record; a study varies and measures them.
 - cost.py: the terms a family's cost is written in (Estimate, Cost); family.py: Family, a family's torch-free facts.
 - mlp_family.py, conv_family.py, resnet_family.py, vit_family.py, gpt_family.py: each family's Family, torch-free
   (description, the grammar of its ':' arguments, its cost from the spec alone, example specs, its builder's name).
