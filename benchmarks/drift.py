@@ -14,8 +14,8 @@ import time
 
 import torch
 
+from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.run import run_drift
-from ticketcli.settings.drift_options import build_drift_spec
 from ticketcli.settings.resolve import data_location
 
 

@@ -19,8 +19,8 @@ from drift_claims_models import Measure, Row, Summarise, drift_spec, pct, row, v
 
 from ticketcli.drift.relufy import run_relufy
 from ticketcli.drift.run import run_drift
+from ticketcli.drift.spec import ControlSpec, RelufySpec
 from ticketcli.drift.tradeoff import find_cliff
-from ticketcli.specs.drift import ControlSpec, RelufySpec
 
 
 def controlled(s: dict[str, Any], seed: int, model: str, control: ControlSpec) -> dict[str, float]:

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.result import DriftResult
 from ticketcli.drift.run import run_drift
-from ticketcli.settings.drift_options import build_drift_spec
+from ticketcli.drift.spec import DriftSpec
 from ticketcli.settings.resolve import data_location
-from ticketcli.specs.drift import DriftSpec
 
 Row = dict[str, Any]
 

@@ -33,7 +33,7 @@ MODEL, BATCH, EVERY, PROBE = "mlp:784-128-128-128-128-10", 256, 1000, 1024
 
 
 def spec_for(steps: int):
-    from ticketcli.settings.drift_options import build_drift_spec
+    from ticketcli.drift.options import build_drift_spec
     from ticketcli.settings.resolve import data_location
 
     s = {"model": MODEL, "dataset": "fashion-mnist", "batch_size": BATCH, "steps": steps, "log_every": EVERY}
@@ -49,9 +49,9 @@ def child(kind: str, steps: int, threads: int, run_dir: str | None) -> dict:
 
     spec = spec_for(steps)
     if kind == "train":
+        from ticketcli.drift.activations import ACTIVATIONS, LOSSES
         from ticketcli.drift.inputs import Inputs
         from ticketcli.drift.sites import drift_forward
-        from ticketcli.models.activations import ACTIVATIONS, LOSSES
         from ticketcli.runs import build as runs_build
         from ticketcli.specs.run import ModelPolicy
         from ticketcli.train import WeightTrainer

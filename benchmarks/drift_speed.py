@@ -49,11 +49,11 @@ def setup(model: str, probe: int, batch: int, steps: int, text: str):
     """(spec, net, inputs, trainer, forward, loss) the way drift.drift_one sets them up for seed 0."""
     from ticketcli.data.text import load_corpus
     from ticketcli.drift import run as drift
+    from ticketcli.drift.activations import ACTIVATIONS, LOSSES
+    from ticketcli.drift.options import build_drift_spec
     from ticketcli.drift.sites import drift_forward
-    from ticketcli.models.activations import ACTIVATIONS, LOSSES
     from ticketcli.models.gpt import gpt_numbers, with_vocab
     from ticketcli.runs import build as runs_build
-    from ticketcli.settings.drift_options import build_drift_spec
     from ticketcli.settings.resolve import data_location
     from ticketcli.specs.run import ModelPolicy
     from ticketcli.train import WeightTrainer
@@ -78,9 +78,9 @@ def setup(model: str, probe: int, batch: int, steps: int, text: str):
 def time_one(model: str, probe: int, repeats: int, text: str, clock=time.perf_counter) -> dict:
     """Median ms of a training step on a probe-sized batch and of a measurement on the probe."""
     from ticketcli.drift import run as drift
+    from ticketcli.drift.activations import ACTIVATIONS
     from ticketcli.drift.sites import measure_traced
     from ticketcli.models import batchnorm
-    from ticketcli.models.activations import ACTIVATIONS
 
     spec, net, inputs, trainer, forward, loss = setup(model, probe, probe, 1, text)
     act = ACTIVATIONS.get(spec.activation)

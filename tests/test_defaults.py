@@ -16,12 +16,13 @@ import typer
 
 from ticketcli.cli.app import app
 from ticketcli.data.registry import DATASETS
+from ticketcli.drift.spec import ControlSpec, DriftSpec, Features, RelufySpec
 from ticketcli.methods.registry import own_options
 from ticketcli.models.budget import MEMORY_SHARE
 from ticketcli.runtime import world
 from ticketcli.settings.run import EXTRACT_DEFAULTS
-from ticketcli.specs.drift import ControlSpec, DriftSpec, Features, RelufySpec, TextSpec
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
+from ticketcli.specs.text import TextSpec
 from ticketcli.specs.weak import WeakSpec
 
 DESCRIBED = "described"  # the option's value is None and its help describes what happens (e.g. "no plot")
@@ -258,9 +259,7 @@ SCANNED = {  # every module that builds, runs or shows the command's spec (the r
         [
             *sorted((PACKAGE / "drift").glob("*.py")),
             *sorted((PACKAGE / "cli").glob("drift*.py")),
-            *sorted((PACKAGE / "settings").glob("drift*.py")),
-            PACKAGE / "specs/drift.py",
-            PACKAGE / "report/drift_views.py",
+            PACKAGE / "specs/text.py",
             PACKAGE / "data/text.py",
         ],
     ),

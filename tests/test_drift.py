@@ -15,12 +15,12 @@ from helpers import make_net
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
+from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.drift.inputs import Inputs
 from ticketcli.drift.run import drift_one, logged_steps, summarise
 from ticketcli.drift.sites import measure_traced, mlp_sites
-from ticketcli.models.activations import ACTIVATIONS, LOSSES
+from ticketcli.drift.spec import DriftSpec
 from ticketcli.models.mlp import mlp_forward
-from ticketcli.specs.drift import DriftSpec
 from ticketcli.specs.run import DataSpec, ModelSpec
 from ticketcli.train import WeightOptim, WeightTrainer
 

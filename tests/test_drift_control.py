@@ -16,9 +16,9 @@ from ticketcli.drift.control import ActivationControl, keep_count, topk_keep
 from ticketcli.drift.inputs import Inputs
 from ticketcli.drift.relufy import relufy_one
 from ticketcli.drift.run import drift_one, run_drift
+from ticketcli.drift.spec import ControlSpec, DriftSpec, RelufySpec
 from ticketcli.drift.tradeoff import find_cliff, plan, run_tradeoff
 from ticketcli.models.registry import parse_model
-from ticketcli.specs.drift import ControlSpec, DriftSpec, RelufySpec
 from ticketcli.specs.run import DataSpec
 
 DIGITS = DataSpec(name="digits", n_extract=600, n_val=300)

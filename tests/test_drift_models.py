@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
 from ticketcli.data.text import FORTUNES, TextSpec, load_corpus, split_blocks
+from ticketcli.drift.activations import ACTIVATIONS
 from ticketcli.drift.sites import drift_forward, measure_traced
 from ticketcli.errors import UsageError
-from ticketcli.models.activations import ACTIVATIONS
 from ticketcli.models.build import build_model
 from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet

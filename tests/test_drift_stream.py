@@ -17,16 +17,16 @@ import torch
 import torch.nn.functional as F
 
 from ticketcli.drift import run as drift
+from ticketcli.drift.activations import ACTIVATIONS
 from ticketcli.drift.control import ActivationControl
+from ticketcli.drift.options import build_drift_spec
 from ticketcli.drift.sites import drift_forward, measure_traced
-from ticketcli.models.activations import ACTIVATIONS
+from ticketcli.drift.spec import ControlSpec, DriftSpec
 from ticketcli.models.build import build_model
 from ticketcli.models.init import init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
 from ticketcli.models.sites import Trace
-from ticketcli.settings.drift_options import build_drift_spec
-from ticketcli.specs.drift import ControlSpec, DriftSpec
 from ticketcli.specs.run import DataSpec, InitSpec
 
 GPT = "gpt-nano:l2-d16-h2-c8-v12"

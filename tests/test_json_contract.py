@@ -332,7 +332,7 @@ def test_list_schema_takes_the_agreed_shape():
 
 def test_schema_files_ship_in_the_package():
     root = Path(__file__).resolve().parent.parent
-    shipped = {p.stem for p in (root / "ticketcli" / "schemas").glob("*.json")}
+    shipped = {p.stem for p in (root / "ticketcli").glob("**/schemas/*.json")}
     assert shipped == {SCHEMAS[c].split("/")[0].removeprefix("ticket.") for c in SCHEMAS}
     package_data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "schemas/*.json" in package_data["ticketcli"]

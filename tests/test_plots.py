@@ -14,8 +14,9 @@ from helpers import full_record
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
+from ticketcli.drift import views as drift_views
 from ticketcli.drift.result import DriftResult
-from ticketcli.report import drift_views, plots
+from ticketcli.report import plots
 from ticketcli.sweep.result import SweepResult, SweepSettings
 
 if TYPE_CHECKING:  # matplotlib is imported by the commands these tests run, not when the suite is collected
@@ -80,13 +81,13 @@ def test_train_weak_names_the_run_and_counts_whole_epochs(ticket, tmp_path, save
 def drawn(monkeypatch: pytest.MonkeyPatch) -> list[DriftResult]:
     """The drift results the command drew, in order."""
     results: list[DriftResult] = []
-    original = plots.drift_figure
+    original = drift_views.drift_figure
 
     def capture(r: DriftResult) -> Figure:
         results.append(r)
         return original(r)
 
-    monkeypatch.setattr(plots, "drift_figure", capture)
+    monkeypatch.setattr(drift_views, "drift_figure", capture)
     return results
 
 
@@ -99,7 +100,7 @@ def test_drift_relu_draws_one_panel_saying_the_two_shares_are_equal(tmp_path, sa
     for needle in ("drift", "digits", MODEL, "adam lr 0.001", "cross-entropy", "relu", "seed 0"):
         assert needle in title(fig), title(fig)
     (result,) = drawn
-    assert plots.relu_panels_coincide(result) and result.to_document()["summary"] == doc["summary"]
+    assert drift_views.relu_panels_coincide(result) and result.to_document()["summary"] == doc["summary"]
     # the oracle of the claim: the JSON's two series are the same numbers for every hidden layer
     hidden = [s for s in doc["summary"]["layers"] if "sparsity" in s]
     assert hidden and all(s["sparsity"]["mean"] == s["neg_preact_share"]["mean"] for s in hidden)
@@ -110,7 +111,7 @@ def test_drift_keeps_both_panels_when_the_shares_differ(tmp_path, saved, drawn):
     invoke(*DRIFT, "--activation", "gelu", "--plot", str(tmp_path / "d.png"))
     (fig,) = saved
     assert len(fig.axes) == 3 and "gelu" in title(fig)
-    assert not plots.relu_panels_coincide(drawn[0])
+    assert not drift_views.relu_panels_coincide(drawn[0])
     # ReLU with a pre-activation exactly 0 (a unit the mask emptied): sparse but not negative, so two panels
     invoke(*DRIFT, "--activation", "relu", "--plot", str(tmp_path / "r.png"))
     relu = drawn[1]
@@ -120,8 +121,8 @@ def test_drift_keeps_both_panels_when_the_shares_differ(tmp_path, saved, drawn):
     bumped = dataclasses.replace(sp, mean=(*sp.mean[:-1], sp.mean[-1] + 0.25))
     layers = {**relu.summary.layers, name: dataclasses.replace(layer, series={**layer.series, "sparsity": bumped})}
     relu = dataclasses.replace(relu, summary=dataclasses.replace(relu.summary, layers=layers))
-    assert not plots.relu_panels_coincide(relu)
-    assert len(plots.drift_figure(relu).axes) == 3
+    assert not drift_views.relu_panels_coincide(relu)
+    assert len(drift_views.drift_figure(relu).axes) == 3
 
 
 def test_drift_tradeoff_names_data_models_and_control(tmp_path, saved):

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from ticketcli.data.registry import DATASETS
+from ticketcli.drift import spec as drift_spec
+from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.methods.base import Method
 from ticketcli.methods.registry import METHODS
-from ticketcli.models.activations import ACTIVATIONS, LOSSES
 from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.registry import MODELS
 from ticketcli.settings import listing
 from ticketcli.settings.run import RUN
-from ticketcli.specs import drift as drift_spec
 
 REGISTRIES = {"methods": METHODS, "models": MODELS, "datasets": DATASETS, "inits": INIT_SCHEMES}
 REPO = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def test_describe_lists_every_registered_name_sorted(kind):
 
 
 def test_the_registries_import_no_torch():
-    modules = "data.registry methods.registry models.registry models.activations models.init settings.listing"
+    modules = "data.registry methods.registry models.registry drift.activations models.init settings.listing"
     code = "; ".join(f"import ticketcli.{m}" for m in modules.split()) + "; import sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True)
     assert out.stdout.decode().strip() == "False", out.stderr.decode()[-2000:]

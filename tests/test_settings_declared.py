@@ -19,13 +19,12 @@ from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
 from ticketcli.cli.declared import declared, given_settings
+from ticketcli.drift.settings import DRIFT, DRIFT_FLAGS, FEATURES
 from ticketcli.errors import UsageError
 from ticketcli.methods import METHODS
 from ticketcli.report.tables import list_table
 from ticketcli.settings.checks import build_spec
-from ticketcli.settings.drift import DRIFT, FEATURES
 from ticketcli.settings.flags import (
-    DRIFT_FLAGS,
     EVALUATE_FLAGS,
     EXPORT_FLAGS,
     EXTRACT_FLAGS,

@@ -127,7 +127,7 @@ def test_the_runner_sees_torch_when_a_command_computes(files):
 def test_import_ticketcli_alone_is_torch_free():
     code = (
         "import sys, ticketcli, ticketcli.cli.app, ticketcli.settings.listing, ticketcli.models.registry, "
-        "ticketcli.models.activations, ticketcli.methods.registry, ticketcli.data.registry, ticketcli.models.init; "
+        "ticketcli.drift.activations, ticketcli.methods.registry, ticketcli.data.registry, ticketcli.models.init; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ticketcli.contract.schema import SCHEMAS, schema_of
+from ticketcli.drift import views as drift_views
 from ticketcli.drift.relufy import run_relufy
 from ticketcli.drift.result import (
     DriftControlResult,
@@ -23,15 +24,15 @@ from ticketcli.drift.result import (
     named_layers,
 )
 from ticketcli.drift.run import run_drift, summarise
+from ticketcli.drift.spec import ControlSpec, DriftSpec, RelufySpec
 from ticketcli.drift.tradeoff import plan as tradeoff_plan
 from ticketcli.drift.tradeoff import run_tradeoff
+from ticketcli.drift.views import drift_figure, drift_tables
 from ticketcli.models.registry import parse_model
-from ticketcli.report import drift_views
-from ticketcli.report.plots import drift_figure, sweep_figure
-from ticketcli.report.study_tables import drift_tables, sweep_table, weak_table
+from ticketcli.report.plots import sweep_figure
+from ticketcli.report.study_tables import sweep_table, weak_table
 from ticketcli.runs.parts import SplitMetrics as Split
 from ticketcli.settings.resolve import build_extract_spec, data_location, merge_settings
-from ticketcli.specs.drift import ControlSpec, DriftSpec, RelufySpec
 from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.sweep import plan as sweep_plan
 from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSettings, SweepSummary

@@ -11,7 +11,7 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Name -> object; used for methods, models, datasets, init schemes and drift's activations and losses."""
+    """Name -> object; used for methods, models, datasets, init schemes, activations and losses."""
 
     def __init__(self, kind: str):
         self.kind = kind

@@ -1,7 +1,7 @@
 """Evaluation of a masked network, and training of weights under a (fixed or changing) mask.
 
 WeightTrainer is the one weight-training primitive: train-weak, the sparse-training baselines (IMP, SET,
-RigL, movement) and drift build on it. It trains *copies* of the frozen weights; the network itself is
+RigL, movement) and a study's training build on it. It trains *copies* of the frozen weights; the network itself is
 never modified, so rewinding is free. Masked entries are exactly zero throughout: the forward pass uses
 W * M (so masked entries get zero gradient) and every step re-applies the mask (so optimiser state left
 over from before a mask change cannot move them).
@@ -127,7 +127,7 @@ class WeightTrainer:
         self, x: torch.Tensor, y: torch.Tensor, loss_fn: Loss = F.cross_entropy, forward: Forward | None = None
     ) -> tuple[float, int]:
         """One optimiser step; returns (loss, correct predictions). `forward(x, params) -> logits` replaces the
-        network's own forward pass (drift trains the same MLP with other activations). RigL's dense gradient
+        network's own forward pass (e.g. the same MLP with other activations). RigL's dense gradient
         comes from dense_gradient()."""
         if distributed.world().active:
             if forward is not None or loss_fn is not F.cross_entropy:

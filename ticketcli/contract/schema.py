@@ -3,7 +3,8 @@ results share. Every command returns a typed result (result.Result) whose `to_do
 and the same thing sits at the same path everywhere (docs/json.md): `schema` names the document and its version,
 accuracies sit at `metrics.<split>.accuracy` (and `.loss`), sparsity at `sparsity.achieved` /
 `sparsity.requested`, and per-layer data in a list `layers[]` of objects with a `name`. The JSON Schema of each
-document ships in `ticketcli/schemas/` (`schema_of`). Pure dict work: no torch, no package imports."""
+document ships in `ticketcli/schemas/`, or in its command's own package (`schema_of`). Pure dict work: no torch, no
+package imports."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from importlib import resources
 from typing import Any
 
 # Command -> the schema its document carries. The number bumps only when a key a script may read moves, disappears
-# or changes type; adding a key keeps it. drift's feature documents had /1 before the contract moved their layers.
+# or changes type; adding a key keeps it. The feature documents (-control, -relufy, -tradeoff) had /1 before the
+# contract moved their layers.
 SCHEMAS = {
     "extract": "ticket.extract/2",
     "evaluate": "ticket.evaluate/2",
@@ -49,9 +51,12 @@ def entries(record: object, *names: str) -> JsonObject:
 
 
 def schema_of(command: str) -> JsonObject:
-    """The JSON Schema (draft 2020-12) that `command`'s document validates against."""
+    """The JSON Schema (draft 2020-12) that `command`'s document validates against: `schemas/<name>.json`, in the
+    package of the name's first word where that package ships its own (`<package>/schemas/`), else the package's."""
     name = SCHEMAS[command].split("/")[0].removeprefix("ticket.")
-    text = resources.files("ticketcli").joinpath("schemas").joinpath(f"{name}.json").read_text(encoding="utf-8")
+    root = resources.files("ticketcli")
+    own = root / name.split("-")[0] / "schemas" / f"{name}.json"
+    text = (own if own.is_file() else root / "schemas" / f"{name}.json").read_text(encoding="utf-8")
     schema: JsonObject = json.loads(text)
     return schema
 

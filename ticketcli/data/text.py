@@ -19,7 +19,7 @@ import torch
 from ticketcli.errors import UsageError
 from ticketcli.files.bounded import read_regular_file
 from ticketcli.seeding import generator
-from ticketcli.specs.drift import TextSpec
+from ticketcli.specs.text import TextSpec
 
 MAX_TEXT_BYTES = 8 << 20  # ids are int32: at most 32 MiB of them
 MAX_VOCAB = 4096  # distinct characters

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 
-from ticketcli.specs.drift import ControlSpec
+from ticketcli.contract.schema import JsonObject
+from ticketcli.drift.spec import ControlSpec
 
 Act = Callable[[torch.Tensor], torch.Tensor]
 
@@ -101,7 +101,7 @@ class ActivationControl:
         params: dict[str, torch.Tensor],
         x: torch.Tensor,
         zero: Callable[[torch.Tensor], torch.Tensor],
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """Achieved activation sparsity against the target and the negative shares, per site and over all units,
         on the probe batch x with the weights params; zero(a) is drift's zero rule."""
         record: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
@@ -114,31 +114,29 @@ class ActivationControl:
         sites, totals = {}, [0, 0, 0, 0]
         for name, (h, seen, a) in record.items():
             n, zeros, neg, neg_seen = h.numel(), int(zero(a).sum()), int((h < 0).sum()), int((seen < 0).sum())
-            sites[name] = {
-                "sparsity": zeros / n,
-                "error": zeros / n - self.spec.target,
-                "neg_preact_share": neg / n,
-                "neg_act_input_share": neg_seen / n,
-                "centering_mean": float(self.quantiles[name].mean()) if name in self.quantiles else None,
-            }
+            centering = float(self.quantiles[name].mean()) if name in self.quantiles else None
+            sites[name] = {**self._shares(n, zeros, neg, neg_seen), "centering_mean": centering}
             for j, v in enumerate((n, zeros, neg, neg_seen)):
                 totals[j] += v
-        n = max(totals[0], 1)
         return {
             "target": self.spec.target,
             "sites": sites,
-            "overall": {
-                "sparsity": totals[1] / n,
-                "error": totals[1] / n - self.spec.target,
-                "neg_preact_share": totals[2] / n,
-                "neg_act_input_share": totals[3] / n,
-            },
+            "overall": self._shares(max(totals[0], 1), *totals[1:]),
             "statistics_updates": self.updates if self.spec.mode == "percentile" else None,
             "frozen": self.frozen(),
         }
 
+    def _shares(self, n: int, zeros: int, neg: int, neg_seen: int) -> JsonObject:
+        """Of n units: the achieved sparsity and its error against the target, and the negative shares."""
+        return {
+            "sparsity": zeros / n,
+            "error": zeros / n - self.spec.target,
+            "neg_preact_share": neg / n,
+            "neg_act_input_share": neg_seen / n,
+        }
 
-def aggregate(spec: ControlSpec, per_run: list[dict[str, Any]]) -> dict[str, Any]:
+
+def aggregate(spec: ControlSpec, per_run: list[JsonObject]) -> JsonObject:
     """The control's spec and every run's summary, with the mean over runs (seeds) of each number."""
 
     def mean(values: list[float | None]) -> float | None:

@@ -8,10 +8,10 @@ import torch
 from ticketcli.data.datasets import load_splits
 from ticketcli.data.registry import DATASETS
 from ticketcli.data.text import Corpus, split_blocks
+from ticketcli.drift.spec import DriftSpec
 from ticketcli.errors import UsageError
 from ticketcli.runs import inputs as runs_inputs
 from ticketcli.seeding import generator
-from ticketcli.specs.drift import DriftSpec
 from ticketcli.specs.run import DataSpec, ModelSpec
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.drift import state as st
 from ticketcli.drift.control import ActivationControl, _units
 from ticketcli.drift.inputs import Inputs, TextInputs
@@ -25,7 +27,7 @@ from ticketcli.models.masked import MaskedNet
 from ticketcli.train import WeightTrainer
 
 
-def add_measurement(series: dict[str, Any], step: int, m: dict[str, Any], text: bool) -> None:
+def add_measurement(series: JsonObject, step: int, m: JsonObject, text: bool) -> None:
     """One measurement (its layers' statistics with the drift already computed) appended to a seed's series; a
     measurement whose layers or statistics differ from the series' (a replayed record of another run) is refused."""
     layers = series["layers"]
@@ -51,7 +53,7 @@ def _number(v: Any) -> bool:
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
-def check_record(rec: dict[str, Any], seed: int, step: int, text: bool, path: Path) -> dict[str, Any]:
+def check_record(rec: JsonObject, seed: int, step: int, text: bool, path: Path) -> JsonObject:
     """A replayed record, checked to be this seed's measurement at this step with values of the right kinds."""
     layers = rec.get("layers")
     ok = (
@@ -97,6 +99,17 @@ def _generator(inputs: Inputs | TextInputs) -> torch.Generator:
     return epochs.g if epochs is not None else inputs.g  # type: ignore[union-attr]
 
 
+@dataclass(frozen=True)
+class Live:
+    """What a seed trains with, as the keeper saves and restores it."""
+
+    net: MaskedNet
+    trainer: WeightTrainer
+    inputs: Inputs | TextInputs
+    control: ActivationControl | None
+    forward: Callable[..., torch.Tensor]  # the run's own (controlled) forward pass
+
+
 class RunKeeper:
     """One run dir for the seeds of one run, in order (begin() once per seed, from drift_one)."""
 
@@ -108,14 +121,14 @@ class RunKeeper:
         self.owned: Owned | None = None  # the state file this run wrote last, or resumed from
         self.finished: list[Any] = []  # per finished seed: its activation control summary (None without control)
         self.at: tuple[int, int] | None = None  # (seed index, step) of the restored state
-        self.saved: tuple[dict[str, torch.Tensor], dict[str, Any]] | None = None
-        self.replayed: list[dict[str, Any]] = []
+        self.saved: tuple[dict[str, torch.Tensor], JsonObject] | None = None
+        self.replayed: list[JsonObject] = []
         self.settings_sha = hashlib.sha256((folder / SETTINGS).read_bytes()).hexdigest()
-        self.live: tuple[WeightTrainer, Inputs | TextInputs, ActivationControl | None] | None = None
+        self.live: Live | None = None
         # --log-to: told each measurement (seed, step, record) once a checkpoint keeps it, so that a resume, which
         # goes on from the checkpoint, logs each step once; `unsent` holds those taken since the last checkpoint
-        self.on_kept: Callable[[int, int, dict[str, Any]], None] | None = None
-        self.unsent: list[tuple[int, int, dict[str, Any]]] = []
+        self.on_kept: Callable[[int, int, JsonObject], None] | None = None
+        self.unsent: list[tuple[int, int, JsonObject]] = []
 
     @property
     def state_path(self) -> Path:
@@ -127,47 +140,32 @@ class RunKeeper:
             return f"{self.folder} holds no checkpoint yet: ticket drift --resume {self.folder} starts it over"
         return f"{self.folder} keeps the measurements; ticket drift --resume {self.folder} continues the run"
 
-    def begin(
-        self,
-        seed: int,
-        net: MaskedNet,
-        trainer: WeightTrainer,
-        inputs: Inputs | TextInputs,
-        control: ActivationControl | None,
-        series: dict[str, Any],
-        forward: Callable[..., torch.Tensor],
-    ) -> tuple[int, Any] | None:
+    def begin(self, seed: int, live: Live, series: JsonObject) -> tuple[int, Any] | None:
         """Set up one seed: None for a fresh start, else (the step it continues after, the control summary of a
         seed already finished or None) with its measurements replayed into `series` and its state restored."""
         self.index += 1
-        self.live = (trainer, inputs, control)
+        self.live = live
         if self.index == 0 and self.resume:
-            self._load(net, trainer, inputs, control, forward)
+            self._load(live)
         if self.at is None or self.index > self.at[0]:
             return None
         last = self.at[1] if self.index == self.at[0] else self.logged[-1]
         for step in [s for s in self.logged if s <= last]:
             if not self.replayed:
                 raise UsageError(f"{self.folder / MEASUREMENTS} ends before seed {seed} step {step}", hint=RESTART)
-            rec = check_record(self.replayed.pop(0), seed, step, inputs.text, self.folder / MEASUREMENTS)
-            add_measurement(series, step, rec, inputs.text)
+            rec = check_record(self.replayed.pop(0), seed, step, live.inputs.text, self.folder / MEASUREMENTS)
+            add_measurement(series, step, rec, live.inputs.text)
         if self.index == self.at[0] and self.replayed:
             raise UsageError(f"{self.folder / MEASUREMENTS} holds records past its checkpoint", hint=RESTART)
         if self.index < len(self.finished):
             return last, self.finished[self.index]
         assert self.saved is not None
-        self._restore(net, trainer, inputs, control, *self.saved)
+        self._restore(live, *self.saved)
         self.saved = None
         return last, None
 
-    def _expected(
-        self,
-        net: MaskedNet,
-        trainer: WeightTrainer,
-        inputs: Inputs | TextInputs,
-        control: ActivationControl | None,
-        forward: Callable[..., torch.Tensor],
-    ) -> st.Expected:
+    def _expected(self, live: Live) -> st.Expected:
+        net, trainer, inputs, control = live.net, live.trainer, live.inputs, live.control
         e = st.Expected()
         for n, p in trainer.params.items():
             e.add(f"param.{n}", p)
@@ -180,18 +178,11 @@ class RunKeeper:
         if epochs is not None:
             e.add("order", (torch.int64, (epochs.n,)), optional=True)
         if control is not None and control.spec.mode == "percentile":
-            for site, units in _site_units(forward, trainer, inputs, control).items():
+            for site, units in _site_units(live.forward, trainer, inputs, control).items():
                 e.add(f"control.{site}", (torch.float32, (units,)), optional=True)
         return e
 
-    def _load(
-        self,
-        net: MaskedNet,
-        trainer: WeightTrainer,
-        inputs: Inputs | TextInputs,
-        control: ActivationControl | None,
-        forward: Callable[..., torch.Tensor],
-    ) -> None:
+    def _load(self, live: Live) -> None:
         """Read the state (if any) and replay measurements.jsonl up to it; without a state the run starts over."""
         path = self.state_path
         if not path.exists() and not path.is_symlink():
@@ -200,14 +191,16 @@ class RunKeeper:
         if path.is_symlink():
             raise UsageError(f"{path} is a symlink; a run dir holds its own files")
         before = path.lstat()
-        tensors, meta = st.decode(path, self._expected(net, trainer, inputs, control, forward))
+        tensors, meta = st.decode(path, self._expected(live))
         st.check(meta.get("settings_sha256") == self.settings_sha, path, "it was written for other settings")
         m: Any = meta  # hostile JSON: each value checked below before it is used
         index, step, finished = m.get("seed_index"), m.get("step"), m.get("finished")
         st.check(st.whole(index) and st.whole(step, 1, self.logged[-1]), path, "its position is not a step")
         st.check(isinstance(finished, list) and len(finished) in (index, index + 1), path, "bad finished seeds")
         st.check(len(finished) == index or step == self.logged[-1], path, "a finished seed stops early")
-        st.check(all(_summary(f, control) for f in finished), path, "a finished seed's control summary is malformed")
+        st.check(
+            all(_summary(f, live.control) for f in finished), path, "a finished seed's control summary is malformed"
+        )
         pos = m.get("measurements")
         st.check(isinstance(pos, dict), path, "it does not say where measurements.jsonl stood")
         records, size, sha = pos.get("records"), pos.get("bytes"), pos.get("sha256")
@@ -216,15 +209,8 @@ class RunKeeper:
         self.at, self.finished, self.saved = (int(index), int(step)), list(finished), (tensors, meta)
         self.owned = Owned.of(path, before)
 
-    def _restore(
-        self,
-        net: MaskedNet,
-        trainer: WeightTrainer,
-        inputs: Inputs | TextInputs,
-        control: ActivationControl | None,
-        tensors: dict[str, torch.Tensor],
-        meta: dict[str, Any],
-    ) -> None:
+    def _restore(self, live: Live, tensors: dict[str, torch.Tensor], meta: JsonObject) -> None:
+        net, trainer, inputs, control = live.net, live.trainer, live.inputs, live.control
         path, device = self.state_path, trainer.net.device
         with torch.no_grad():
             for n, p in trainer.params.items():
@@ -252,7 +238,7 @@ class RunKeeper:
                 k.removeprefix("control."): v.to(device) for k, v in tensors.items() if k.startswith("control.")
             }
 
-    def record(self, seed: int, step: int, m: dict[str, Any], text: bool) -> None:
+    def record(self, seed: int, step: int, m: JsonObject, text: bool) -> None:
         """Append one measurement (as add_measurement takes it) to measurements.jsonl."""
         self.measurements.append({"seed": seed, "step": step, **m})
         if self.on_kept is not None:
@@ -270,12 +256,12 @@ class RunKeeper:
 
     def _save(self, step: int) -> None:
         assert self.live is not None
-        trainer, inputs, control = self.live
+        trainer, inputs, control = self.live.trainer, self.live.inputs, self.live.control
         tensors: dict[str, torch.Tensor] = {f"param.{n}": p for n, p in trainer.params.items()}
         tensors |= {f"buffer.{n}": b for n, b in trainer.net.module.named_buffers()}
         tensors |= st.optimizer_tensors(trainer.opt)
         tensors |= {"rng.inputs": _generator(inputs).get_state(), "rng.torch": torch.get_rng_state()}
-        meta: dict[str, Any] = {
+        meta: JsonObject = {
             "seed_index": self.index,
             "step": step,
             "finished": self.finished,

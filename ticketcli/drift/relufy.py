@@ -13,17 +13,17 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.drift.inputs import Inputs
 from ticketcli.drift.result import DriftRelufyResult
 from ticketcli.drift.run import drift_one, run_drift
+from ticketcli.drift.spec import DriftSpec, RelufySpec
 from ticketcli.errors import UsageError
 from ticketcli.methods.base import Progress
 from ticketcli.models.masked import MaskedNet
-from ticketcli.specs.drift import DriftSpec, RelufySpec
 from ticketcli.specs.run import ModelPolicy
 
 
@@ -32,7 +32,7 @@ def fine_tune_steps(n_examples: int, batch_size: int, epochs: int) -> int:
     return epochs * math.ceil(n_examples / batch_size)
 
 
-def point(series: dict[str, Any], i: int) -> dict[str, Any]:
+def point(series: JsonObject, i: int) -> JsonObject:
     """One logged step of a series: probe loss, accuracy and post-activation sparsity per hidden layer and mean."""
     hidden = {la: s["sparsity"][i] for la, s in series["layers"].items() if "sparsity" in s}
     return {
@@ -44,9 +44,9 @@ def point(series: dict[str, Any], i: int) -> dict[str, Any]:
     }
 
 
-def _join(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+def _join(first: JsonObject, second: JsonObject) -> JsonObject:
     """Both phases as one series: steps of the second continue the first's, drift measured from the very start."""
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "steps": first["steps"] + [first["steps"][-1] + s for s in second["steps"]],
         "loss": first["loss"] + second["loss"],
         "accuracy": first["accuracy"] + second["accuracy"],
@@ -68,18 +68,18 @@ def relufy_one(
     inputs: Inputs,
     *,
     relu: RelufySpec,
-    on_log: Callable[[int, dict[str, Any], dict[str, torch.Tensor]], None] | None = None,
+    on_log: Callable[[int, JsonObject, dict[str, torch.Tensor]], None] | None = None,
     control: object = None,
     on_step: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """spec.steps with relu.source, then the swap to relu.target and relu.epochs epochs of fine-tuning (drift_one's
     stand-in for run_drift; control must be None). The record's "relufy" holds the three measured points."""
     if control is not None:
         raise UsageError("--relufy does not go with --act-sparsity")
     weights: list[dict[str, torch.Tensor]] = []  # effective weights at the last step of phase 1, first of phase 2
 
-    def watch(phase: int, offset: int) -> Callable[[int, dict[str, Any], dict[str, torch.Tensor]], None]:
-        def log(step: int, m: dict[str, Any], eff: dict[str, torch.Tensor]) -> None:
+    def watch(phase: int, offset: int) -> Callable[[int, JsonObject, dict[str, torch.Tensor]], None]:
+        def log(step: int, m: JsonObject, eff: dict[str, torch.Tensor]) -> None:
             if (phase == 1 and step == spec.steps) or (phase == 2 and step == 0):
                 weights.append({n: w.clone() for n, w in eff.items()})
             if on_log is not None:  # the swap step twice, like the series: before and after the swap

@@ -16,7 +16,7 @@ from typing import Any
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import JsonObject, present
-from ticketcli.specs.drift import DriftSpec
+from ticketcli.drift.spec import DriftSpec
 
 
 def named_layers(node: Any) -> Any:

@@ -14,27 +14,28 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.data.text import Corpus, block_count, load_corpus
 from ticketcli.drift import control as control_
+from ticketcli.drift.activations import ACTIVATIONS, LOSSES
 from ticketcli.drift.inputs import Inputs, TextInputs
-from ticketcli.drift.keep import RunKeeper, add_measurement
+from ticketcli.drift.keep import Live, RunKeeper, add_measurement
 from ticketcli.drift.result import DriftControlResult, DriftResult, DriftSummary
 from ticketcli.drift.sites import PerSite, drift_forward, measure_traced
+from ticketcli.drift.spec import ControlSpec, DriftSpec, require_drift_model
 from ticketcli.methods.base import Progress
 from ticketcli.models import batchnorm
-from ticketcli.models.activations import ACTIVATIONS, LOSSES
 from ticketcli.models.gpt import gpt_numbers, perplexity, with_vocab
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import inputs as runs_inputs
-from ticketcli.specs.drift import ControlSpec, DriftSpec, require_drift_model
 from ticketcli.specs.run import DataSpec, ModelPolicy, ModelSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.train import WeightTrainer
@@ -64,14 +65,14 @@ def drift_one(
     spec: DriftSpec,
     inputs: Inputs | TextInputs,
     *,
-    on_log: Callable[[int, dict[str, Any], dict[str, torch.Tensor]], None] | None = None,
+    on_log: Callable[[int, JsonObject, dict[str, torch.Tensor]], None] | None = None,
     per_site: PerSite | None = None,
     control: control_.ActivationControl | None = None,
     on_step: Callable[[int], None] | None = None,
     keeper: RunKeeper | None = None,
     seed: int = 0,
     on_restore: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Train net's weights (only the kept ones with masks) for spec.steps and return the logged series;
     on_log(step, statistics, effective weights) runs at every logged step, on_step(step) after every other step.
     control: activation-sparsity control at every activation site (in place of per_site), in training and in the
@@ -85,7 +86,7 @@ def drift_one(
     loss_fn = LOSSES.get(spec.loss)
     trainer = WeightTrainer(net, masks, spec.optim)
     keep = None if trainer.masks is None else {n: m.bool() for n, m in trainer.masks.items()}
-    series: dict[str, Any] = {"steps": [], "loss": [], "accuracy": [], "layers": {}}
+    series: JsonObject = {"steps": [], "loss": [], "accuracy": [], "layers": {}}
     todo = set(logged_steps(spec.steps, spec.log_every))
 
     def log(step: int) -> None:
@@ -118,7 +119,8 @@ def drift_one(
     check: Callable[[int], None] = partial(batchnorm.check_batch, hint=hint) if net.batchnorms else (lambda n: None)
     check(inputs.probe[1].numel())
     with batchnorm.statistics(net.batchnorms, net.bn_statistics, "batch"):
-        resumed = None if keeper is None else keeper.begin(seed, net, trainer, inputs, control, series, forward)
+        live = Live(net, trainer, inputs, control, forward)
+        resumed = None if keeper is None else keeper.begin(seed, live, series)
         if resumed is None:
             log(0)
         elif on_restore is not None:
@@ -155,15 +157,15 @@ def _mean_std(values: list[Any]) -> tuple[float | None, float | None]:
     return mean, std
 
 
-def _layer_series(run: dict[str, Any], layer: str, key: str) -> list[Any]:
+def _layer_series(run: JsonObject, layer: str, key: str) -> list[Any]:
     return list(run["layers"][layer][key])
 
 
-def summarise(runs_: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(runs_: list[JsonObject]) -> JsonObject:
     """Mean and (sample) std across seeds of every series, step by step, and per layer the share of seeds whose
     weight mean ended below where it started."""
 
-    def across(get: Callable[[dict[str, Any]], list[Any]]) -> dict[str, Any]:
+    def across(get: Callable[[JsonObject], list[Any]]) -> JsonObject:
         cols = list(zip(*(get(r) for r in runs_)))
         pairs = [_mean_std(list(c)) for c in cols]
         return {"mean": [p[0] for p in pairs], "std": [p[1] for p in pairs]}
@@ -196,10 +198,46 @@ def _inputs(
     return TextInputs(spec, corpus, gpt_numbers(model)["c"], seed, device)
 
 
-def _corpus_record(corpus: Corpus, inputs: Inputs | TextInputs) -> dict[str, Any]:
+def _corpus_record(corpus: Corpus, inputs: Inputs | TextInputs) -> JsonObject:
     """The text a character-level run trained on (the last seed's split sizes: every seed's are the same)."""
     blocks = {"train_blocks": inputs.n_train, "val_blocks": inputs.n_val} if isinstance(inputs, TextInputs) else {}
     return {"sources": list(corpus.sources), "characters": corpus.ids.numel(), "vocab": len(corpus.vocab), **blocks}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One seed's training: its network (a ticket's rebuilt one, or built from the seed), the ticket's masks (None:
+    dense), and the model and data it trains on."""
+
+    seed: int
+    net: MaskedNet
+    masks: dict[str, torch.Tensor] | None
+    model: ModelSpec
+    data: DataSpec
+
+
+@dataclass(frozen=True)
+class Told:
+    """A seed's progress reports, its steps counted after the `base` steps of the seeds before it."""
+
+    progress: Progress | None
+    base: int
+
+    def log(self, step: int, m: JsonObject, _weights: dict[str, torch.Tensor]) -> None:
+        """A logged step: the probe's loss and accuracy, and the mean sparsity of the hidden sites."""
+        if self.progress is not None:
+            hidden = [s["sparsity"] for s in m["layers"].values() if "sparsity" in s]
+            sparsity = sum(hidden) / len(hidden) if hidden else 0.0
+            stats = {"loss": m["loss"], "accuracy": m["accuracy"], "sparsity": sparsity}
+            self.progress({"epoch": self.base + step, "unit": "step", **stats})
+
+    def step(self, step: int) -> None:
+        if self.progress is not None:  # a step between logged ones: the bar moves, the plain lines show the ETA
+            self.progress({"epoch": self.base + step, "unit": "step"})
+
+    def restore(self, step: int) -> None:
+        if self.progress is not None:  # steps the run dir held: done, but not run by this process
+            self.progress({"epoch": self.base + step, "unit": "step", "restored": True})
 
 
 def run_drift(
@@ -210,7 +248,7 @@ def run_drift(
     progress: Progress | None = None,
     policy: ModelPolicy = ModelPolicy(),
     control: ControlSpec | None = None,
-    run_one: Callable[..., dict[str, Any]] | None = None,
+    run_one: Callable[..., JsonObject] | None = None,
     keeper: RunKeeper | None = None,
 ) -> DriftResult:
     """Run spec for every seed (or once on a ticket's rebuilt network, training only its kept weights); a
@@ -221,7 +259,7 @@ def run_drift(
     (relufy.relufy_one). keeper: the --run-dir's (drift/keep.py), which keeps every seed in turn."""
     device = runs_inputs.resolve_device(spec.device)
     policy = replace(policy, train_batch=spec.batch_size)  # what the budget weighs (budget.py)
-    jobs: list[tuple[int, MaskedNet, dict[str, torch.Tensor] | None, ModelSpec, DataSpec]] = []
+    jobs: list[Job] = []
     integrity, corpus = None, None
     if ticket is not None:
         path = Path(ticket)
@@ -233,7 +271,7 @@ def run_drift(
         integrity = tk.integrity
         d = tk.data
         data = replace(spec.data, name=d.dataset, n_extract=d.n_extract, n_val=d.n_val, split_seed=d.split_seed)
-        jobs.append((tk.init.seed, net, tk.masks, model, data))
+        jobs.append(Job(tk.init.seed, net, tk.masks, model, data))
         spec = replace(spec, model=model, data=data, seeds=(tk.init.seed,), init=tk.init.spec())
     else:
         corpus = None if spec.text is None else load_corpus(spec.text)
@@ -244,39 +282,21 @@ def run_drift(
             net, _ = runs_build.build_net(
                 spec.model, replace(spec.init, seed=seed), None, runs_build.policy_budget(policy)
             )
-            jobs.append((seed, net, None, spec.model, replace(spec.data, split_seed=seed)))
+            jobs.append(Job(seed, net, None, spec.model, replace(spec.data, split_seed=seed)))
 
     t0, done, results = time.perf_counter(), 0, []
-    for seed, net, masks, model, data in jobs:
-        inputs = _inputs(spec, corpus, model, data, seed, device)
-        net.to(device)
-        masks = None if masks is None else {n: m.to(device) for n, m in masks.items()}
-
-        def on_log(step: int, m: dict[str, Any], _w: dict[str, Any], base: int = done) -> None:
-            if progress is not None:
-                hidden = [s["sparsity"] for s in m["layers"].values() if "sparsity" in s]
-                progress(
-                    {
-                        "epoch": base + step,
-                        "unit": "step",
-                        "loss": m["loss"],
-                        "accuracy": m["accuracy"],
-                        "sparsity": sum(hidden) / len(hidden) if hidden else 0.0,
-                    }
-                )
-
-        def on_step(step: int, base: int = done) -> None:
-            if progress is not None:  # a step between logged ones: the bar moves, the plain lines show the ETA
-                progress({"epoch": base + step, "unit": "step"})
-
-        def on_restore(step: int, base: int = done) -> None:
-            if progress is not None:  # steps the run dir held: done, but not run by this process
-                progress({"epoch": base + step, "unit": "step", "restored": True})
-
+    for job in jobs:
+        inputs = _inputs(spec, corpus, job.model, job.data, job.seed, device)
+        job.net.to(device)
+        masks = None if job.masks is None else {n: m.to(device) for n, m in job.masks.items()}
+        told = Told(progress, done)
         ctl = None if control is None else control_.ActivationControl(control)
-        kept: dict[str, Any] = {} if keeper is None else {"keeper": keeper, "seed": seed, "on_restore": on_restore}
-        series = (run_one or drift_one)(net, masks, spec, inputs, on_log=on_log, control=ctl, on_step=on_step, **kept)
-        results.append({"seed": seed, "probe_n": int(inputs.probe[1].numel()), **series})
+        kept: dict[str, Any] = (
+            {} if keeper is None else {"keeper": keeper, "seed": job.seed, "on_restore": told.restore}
+        )
+        run = run_one or drift_one
+        series = run(job.net, masks, spec, inputs, on_log=told.log, control=ctl, on_step=told.step, **kept)
+        results.append({"seed": job.seed, "probe_n": int(inputs.probe[1].numel()), **series})
         done += series["steps"][-1]
     kind = DriftResult if control is None else DriftControlResult
     return kind(

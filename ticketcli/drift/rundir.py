@@ -15,8 +15,8 @@ import re
 import stat
 import threading
 from pathlib import Path
-from typing import Any
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import UsageError
 from ticketcli.files.atomic import Owned, write_atomic, write_owned
 from ticketcli.files.bounded import read_regular_file
@@ -32,7 +32,7 @@ RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # and never a path: no separ
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def create(folder: Path, settings: dict[str, Any]) -> None:
+def create(folder: Path, settings: JsonObject) -> None:
     """Start a run dir: `folder` is made (its parent must exist) or is an empty folder; run.json and an empty
     measurements.jsonl are created exclusively."""
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
@@ -52,7 +52,7 @@ def create(folder: Path, settings: dict[str, Any]) -> None:
             raise UsageError(f"cannot create {folder / MEASUREMENTS}: {e.strerror or e}") from None
 
 
-def _json_file(path: Path, limit: int, what: str) -> dict[str, Any]:
+def _json_file(path: Path, limit: int, what: str) -> JsonObject:
     if path.is_symlink():
         raise UsageError(f"{what} {path} is a symlink; a run dir holds its own files")
     data = read_regular_file(path, limit, what)
@@ -65,7 +65,7 @@ def _json_file(path: Path, limit: int, what: str) -> dict[str, Any]:
     return doc
 
 
-def open_settings(folder: Path) -> dict[str, Any]:
+def open_settings(folder: Path) -> JsonObject:
     """run.json of the run dir `folder`, its envelope checked (the flags in it are checked by their settings)."""
     if not folder.is_dir() or folder.is_symlink():
         raise UsageError(f"--resume {folder} is not a run dir (not a folder)")
@@ -92,7 +92,7 @@ class Measurements:
             self.file.close()
             raise UsageError(f"{path} is not a regular file")
 
-    def replay(self, records: int, size: int, sha256: str) -> list[dict[str, Any]]:
+    def replay(self, records: int, size: int, sha256: str) -> list[JsonObject]:
         """The first `records` records, which must be exactly the first `size` bytes (SHA-256 `sha256`); the file
         is cut there, so that it ends like an uninterrupted run's at this point."""
         have = os.fstat(self.file.fileno()).st_size
@@ -122,14 +122,14 @@ class Measurements:
         self.file.truncate(size)
         self.file.seek(size)
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: JsonObject) -> None:
         line = (json.dumps(record) + "\n").encode()
         self.file.write(line)
         self.file.flush()  # in the OS now: a killed process loses nothing that was measured
         self.records, self.size = self.records + 1, self.size + len(line)
         self.digest.update(line)
 
-    def position(self) -> dict[str, Any]:
+    def position(self) -> JsonObject:
         """What a checkpoint records; the file is on disk first (a state never vouches for bytes that are not)."""
         os.fsync(self.file.fileno())
         return {"records": self.records, "bytes": self.size, "sha256": self.digest.hexdigest()}

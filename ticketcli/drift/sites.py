@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.drift.sums import all_but, compare, count, masked_sum64, peak_abs, square_sum64, sum64
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.mlp import MLP, MlpTrace, mlp_forward
@@ -287,7 +288,7 @@ def measure_traced(
     zero_threshold: float,
     loss_fn: Loss,
     chunk: int | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """All statistics of the effective weights `params` (W * M) on the probe batch (x, y), by layer.
 
     Gradients are per-example: g = dℓ_i/dz = B · dL/dz for the batch-mean loss L and the layer output z (with a

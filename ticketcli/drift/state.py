@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from safetensors.torch import save as st_save
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.bounded import read_regular_file
 from ticketcli.files.nesting import shallow_json
@@ -57,13 +58,13 @@ class Expected:
         return body + 8 + MAX_HEADER_BYTES
 
 
-def encode(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> bytes:
+def encode(tensors: dict[str, torch.Tensor], meta: JsonObject) -> bytes:
     """The state file's bytes: contiguous CPU copies of the tensors and the JSON metadata."""
     plain = {n: t.detach().to("cpu").contiguous().clone() for n, t in tensors.items()}
     return st_save(plain, metadata={"state": json.dumps({"format": FORMAT, **meta}, sort_keys=True)})
 
 
-def decode(path: Path, expected: Expected) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def decode(path: Path, expected: Expected) -> tuple[dict[str, torch.Tensor], JsonObject]:
     """The tensors and metadata of the state file at `path`, each tensor checked against `expected`; one line
     (UsageError) for a file that is not such a state, whatever is wrong with it."""
     data = read_regular_file(path, expected.limit(), "drift state")

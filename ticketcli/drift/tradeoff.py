@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.drift.result import TradeoffModel, TradeoffResult
 from ticketcli.drift.run import run_drift
+from ticketcli.drift.spec import ControlSpec, DriftSpec
 from ticketcli.runtime.pool import run_pool
-from ticketcli.specs.drift import ControlSpec, DriftSpec
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def plan(specs: list[DriftSpec], targets: tuple[float, ...], mode: str, freeze_a
     return tasks
 
 
-def run_task(task: TradeoffTask, threads: int) -> dict[str, Any]:
+def run_task(task: TradeoffTask, threads: int) -> JsonObject:
     """One controlled drift run with exactly `threads` torch threads; its record (means over seeds)."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -60,13 +60,13 @@ def run_task(task: TradeoffTask, threads: int) -> dict[str, Any]:
     }
 
 
-def _local(tasks: list[TradeoffTask], workers: int, threads: int) -> Iterator[tuple[TradeoffTask, dict[str, Any]]]:
+def _local(tasks: list[TradeoffTask], workers: int, threads: int) -> Iterator[tuple[TradeoffTask, JsonObject]]:
     return run_pool(
         run_task, tasks, workers=workers, threads=threads, describe=lambda t: f"target {t.control.target:g}"
     )
 
 
-def find_cliff(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
+def find_cliff(curve: list[JsonObject]) -> JsonObject | None:
     """The largest accuracy drop between neighbouring targets of one model's curve (sorted by target); None when
     accuracy never drops."""
     pts = sorted(curve, key=lambda p: p["target"])
@@ -91,16 +91,16 @@ def run_tradeoff(
     *,
     workers: int = 1,
     threads: int = 1,
-    on_result: Callable[[dict[str, Any]], None] | None = None,
+    on_result: Callable[[JsonObject], None] | None = None,
 ) -> TradeoffResult:
     """Every task (in parallel with workers > 1), then per model its curve and cliff."""
-    records: dict[int, dict[str, Any]] = {}
+    records: dict[int, JsonObject] = {}
     for task, record in _local(tasks, workers, threads):
         records[task.index] = record
         if on_result is not None:
             on_result(record)
     ordered = [records[t.index] for t in tasks]
-    curves: dict[str, list[dict[str, Any]]] = {}
+    curves: dict[str, list[JsonObject]] = {}
     for r in ordered:
         curves.setdefault(r["model"], []).append(r)
     first = tasks[0]

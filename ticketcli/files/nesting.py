@@ -11,7 +11,7 @@ import re
 from itertools import accumulate
 from typing import Any
 
-MAX_JSON_DEPTH = 32  # what the project's own JSON files nest (run settings 4, drift states 5) is far below this
+MAX_JSON_DEPTH = 32  # what the project's own JSON files nest (run settings 4, a study's states 5) is far below this
 
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 _NOT_BRACKETS_B = re.compile(_NOT_BRACKETS.pattern.encode())

@@ -2,7 +2,7 @@
 multiplies each masked weight by its mask.
 
 Its modules, by concern, bottom to top:
-- sites.py: activation sites (ActSite) and the Trace a forward pass can record; drift varies and measures them.
+- sites.py: activation sites (ActSite) and the Trace a forward pass can record; a study varies and measures them.
 - cost.py: the terms a family's cost is written in (Estimate, Cost); family.py: Family, a family's torch-free facts.
 - mlp_family.py, conv_family.py, resnet_family.py, vit_family.py, gpt_family.py: each family's Family, torch-free
   (description, the grammar of its ':' arguments, its cost from the spec alone, example specs, its builder's name).
@@ -13,16 +13,15 @@ Its modules, by concern, bottom to top:
 - masked.py: MaskedNet, `masked_names` (which parameters get masks), `layer_of`, `fan_in`.
 - registry.py: MODELS (every family's Family, one line each; torch-free), `parse_model` (spec strings), `estimate`
   and `declared_params` (costs from a spec).
-- init.py: the init schemes registry and init_weights; activations.py: drift's activations and losses registries
-  (both torch-free to import).
+- init.py: the init schemes registry and init_weights (torch-free to import).
 - build.py: a spec to a frozen module (`build_model`, `frozen_copy`) and the budget every built-in model passes
   first (`planned_shapes`, `check_param_count`).
 
 To add a model: write its network with a builder, declare its Family in <family>_family.py and register it with
 one line in registry.py (CONTRIBUTING.md, "Adding a model").
 
-What it may import: torch (never in registry.py, family.py, cost.py, the *_family.py modules, init.py or
-activations.py at import time: --help reads them), the foundations (ticketcli.errors, specs, registry) and
+What it may import: torch (never in registry.py, family.py, cost.py, the *_family.py modules or init.py at
+import time: --help reads them), the foundations (ticketcli.errors, specs, registry) and
 itself; nothing above the building blocks (tests/test_layers.py). This file imports nothing: import the module that
 defines a name.
 """

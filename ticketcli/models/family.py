@@ -36,7 +36,7 @@ class Family:
     cost: its parameters, buffers and activations from the spec alone (tests/test_budget.py checks them exactly).
     examples: small specs the registry-driven tests build, the first for a 1x8x8 input with 10 classes.
     sized: the dataset (or "@CxHxW-K") gives its input shape and classes; False: its spec fixes them.
-    text: a character-level model, trained on a text (`ticket drift --text`), not on images.
+    text: a character-level model, trained on a text (`--text`), not on images.
     suffixes: the "+key" suffixes it takes beside +bias ("res", "norm").
     no_geometry: why it refuses "@CxHxW-K" (None: it takes one).
     """

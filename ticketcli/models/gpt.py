@@ -1,6 +1,6 @@
 """GPT-nano: a character-level decoder-only transformer, "gpt-nano:l2-d64-h4-c64-v96" (2 blocks, width 64, 4 heads,
 context 64 characters, vocabulary 96; "-m2" sets the MLP ratio, 4 by default). The vocabulary is the text's own
-character set: `ticket drift --text` fills in v<vocab> when the spec leaves it out.
+character set: training on a text (--text) fills in v<vocab> when the spec leaves it out.
 
 Layout (nanoGPT's, without dropout, biases only with "+bias"): token embedding plus a fixed 1-D sin-cos position
 embedding, pre-LayerNorm blocks x + attn(LN(x)), x + MLP(LN(x)) with causal self-attention (the ViT's blocks,
@@ -8,7 +8,7 @@ vit.py, with a causal mask), a final LayerNorm and a Linear head to next-charact
 is a Linear layer's, so every parameter is masked and drawn from the seed: the token embedding is a
 Linear(vocab, width) used as a lookup table (its column t is token t's embedding, i.e. the Linear applied to a
 one-hot vector), and LayerNorm is non-affine as in the ViT. Each block's MLP activation is an activation site
-(sites.py), GELU unless drift chooses another.
+(sites.py), GELU unless the caller chooses another.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class GPTNano(nn.Module):
         return cast(torch.Tensor, self.head(self.norm(x)))  # a Module call is typed Any
 
     def forward_with(self, idx: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
-        """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""
+        """The forward pass with these tensors as parameters; with a trace, what a study measures (sites.py)."""
         self._check(idx)
         x = F.embedding(idx, p["tok_embed.weight"].T) + self.pos_embed[: idx.shape[1]]  # (B, T, D)
         for i, block in enumerate(self.blocks):

@@ -1,5 +1,5 @@
 """The MLP family: `mlp:784-512-10` (optionally residual, with parameter-free norms) and LeNet-300-100, and the
-MLP's forward pass from given parameters (`mlp_forward`), which drift varies the activation of and traces."""
+MLP's forward pass from given parameters (`mlp_forward`), whose activation a caller varies and traces."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def mlp_forward(
     norms: nn.ModuleList | None = None,
     skips: frozenset[int] = frozenset(),
 ) -> torch.Tensor:
-    """An MLP's forward pass from its parameters, with `act` between layers (drift varies it; a sequence: one
+    """An MLP's forward pass from its parameters, with `act` between layers (a caller's choice; a sequence: one
     function per hidden layer), norms[i] before
     hidden activation i and identity skips around the hidden layers in `skips`. With a trace list, appends per
     layer (input a, linear output z, activation input h = norm(z), activation output act(h)); the last layer's

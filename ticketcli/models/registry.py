@@ -88,5 +88,5 @@ def declared_params(text: str) -> int | None:
 
 
 def text_model(arch: str) -> bool:
-    """Whether `arch` names a character-level family (trained on a text, `ticket drift --text`)."""
+    """Whether `arch` names a character-level family (trained on a text, `--text`)."""
     return arch in MODELS and MODELS.get(arch).text

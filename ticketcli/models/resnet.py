@@ -101,7 +101,7 @@ class ResNet(nn.Module):
         return cast(torch.Tensor, self.fc(x.mean((2, 3))))  # (B, C) after global average pooling
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
-        """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""
+        """The forward pass with these tensors as parameters; with a trace, what a study measures (sites.py)."""
         x = self.act(self.bn1(traced_conv(self.conv1, "conv1", x, p, trace)), trace)
         for i in range(self.stages):
             for j, block in enumerate(cast(list[BasicBlock], self.stage(i))):

@@ -1,5 +1,5 @@
 """Activation sites: the nonlinearities of a model as small modules whose function can be chosen and whose input
-can be observed (`ticket drift` varies the one and measures the other).
+can be observed (a study of activations varies the one and measures the other).
 
 A site names the Linear/Conv2d layer that feeds it (`source`): the pre-activation it sees is that layer's output,
 after any normalisation and, where a residual sum is activated (a ResNet block's last ReLU), after the sum. A model

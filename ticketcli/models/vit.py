@@ -144,7 +144,7 @@ class VisionTransformer(nn.Module):
         return cast(torch.Tensor, self.head(self.norm(x).mean(1)))
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
-        """The forward pass with these tensors as parameters; with a trace, what drift measures (sites.py)."""
+        """The forward pass with these tensors as parameters; with a trace, what a study measures (sites.py)."""
         x = traced_conv(self.patch_embed.proj, "patch_embed.proj", x, p, trace)  # (B, D, H/p, W/p)
         x = x.flatten(2).transpose(1, 2) + cast(torch.Tensor, self.pos_embed)  # (B, N, D)
         for i, block in enumerate(cast(list[Block], self.blocks)):

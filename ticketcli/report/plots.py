@@ -3,16 +3,15 @@ model, method), and `*_plot(result)` returns it as PNG bytes for the caller to w
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ticketcli.report.console import method_name, pct
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from ticketcli.drift.result import DriftResult
     from ticketcli.sweep.result import SweepResult
     from ticketcli.weak.result import WeakResult
 
@@ -165,85 +164,5 @@ def weak_figure(r: WeakResult) -> Figure:
     data = r.data.get("dataset")
     ticket = f"{method_name(r.method)} ticket (seed {r.seed}, sparsity {pct(r.sparsity.achieved)})"
     fig.suptitle(f"train-weak: {run_title(data, r.model, ticket, f'{r.spec.epochs} epochs')}")
-    fig.tight_layout()
-    return fig
-
-
-def drift_plot(r: DriftResult) -> bytes:
-    """drift_figure as PNG bytes."""
-    return png_bytes(drift_figure(r), dpi=100)
-
-
-def relu_panels_coincide(r: DriftResult) -> bool:
-    """Whether activation sparsity equals the negative pre-activation share in every layer at every step: so for
-    ReLU under the exact-zero rule (relu(h) == 0 exactly when h <= 0), unless a pre-activation is exactly 0 (a unit
-    whose weights the mask removed), which counts as sparse but not as negative."""
-    if r.spec.activation != "relu" or r.settings["zero_threshold"] != 0.0:
-        return False
-    for stats in r.summary.layers.values():
-        if "sparsity" not in stats.series:
-            continue
-        pairs = zip(stats.series["sparsity"].mean, stats.series["neg_preact_share"].mean, strict=True)
-        if any(
-            (a is None) != (b is None) or (a is not None and b is not None and abs(a - b) > 1e-12) for a, b in pairs
-        ):
-            return False
-    return True
-
-
-def drift_data(settings: Mapping[str, Any]) -> str:
-    """What a drift run trained on (its settings: inputs, dataset): the dataset, the text corpus, or random inputs."""
-    if settings.get("inputs", "data") != "data":
-        return f"{settings['inputs']} inputs"
-    return "text corpus" if settings.get("dataset") == "text" else str(settings.get("dataset", ""))
-
-
-def drift_method(settings: Mapping[str, Any], masked: bool = False) -> str:
-    """How a drift run trained (its settings): optimiser, learning rate, loss and activation (`masked`: the ticket's
-    kept weights only)."""
-    opt = settings.get("optimizer") or {}
-    how = f"{opt.get('name', '?')} lr {opt.get('lr', '?'):g}" if opt else None
-    what = "ticket's kept weights" if masked else "weight training"
-    return run_title(what, how, settings.get("loss"), settings.get("activation"))
-
-
-def drift_figure(r: DriftResult) -> Figure:
-    """Weight mean per layer; negative pre-activation share and activation sparsity per hidden layer, in one panel
-    for ReLU, where the two are the same numbers (relu_panels_coincide)."""
-    plt = pyplot()
-
-    sm, zero_rule = r.summary, r.settings["zero_rule"]
-    steps = list(sm.steps)
-    panels: tuple[tuple[str, str], ...] = (
-        ("weight_mean", "weight mean"),
-        ("neg_preact_share", "share of negative pre-activations"),
-        ("sparsity", f"activation sparsity ({zero_rule})"),
-    )
-    if relu_panels_coincide(r):
-        panels = (
-            panels[0],
-            ("sparsity", f"activation sparsity ({zero_rule})\n= share of negative pre-activations (ReLU)"),
-        )
-    fig: Figure  # pyplot is loaded at run time (pyplot()), so its results are typed Any
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2))
-    for ax, (metric, title) in zip(axes, panels):
-        for layer, stats in sm.layers.items():
-            if metric not in stats.series:
-                continue
-            mean = [float("nan") if v is None else v for v in stats.series[metric].mean]
-            std = [0.0 if v is None else v for v in stats.series[metric].std]
-            ax.plot(steps, mean, label=layer)
-            if len(r.seeds) > 1:
-                ax.fill_between(
-                    steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.2
-                )
-        if metric == "weight_mean":
-            ax.axhline(0.0, color="grey", lw=0.5)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.legend(fontsize=8)
-    seeds = f"{len(r.seeds)} seeds (mean ± std)" if len(r.seeds) > 1 else f"seed {r.seeds[0]}"
-    title = run_title(drift_data(r.settings), r.settings["model"], drift_method(r.settings, r.masked), seeds)
-    fig.suptitle(f"drift: {title}")
     fig.tight_layout()
     return fig

@@ -1,5 +1,5 @@
-"""Human-readable results of the studies on stdout: sweep-k's stability table, train-weak's masked vs dense runs and
-drift's per-step statistics, each from the command's typed result."""
+"""Human-readable results of the studies on stdout: sweep-k's stability table and train-weak's masked vs dense runs,
+each from the command's typed result."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from rich.table import Table
 from ticketcli.report.console import method_name, pct, stdout
 
 if TYPE_CHECKING:  # the results' types only: reading them imports no torch
-    from ticketcli.drift.result import DriftResult, MeanStd
     from ticketcli.sweep.result import GroupSummary, OracleSummary, SweepResult
     from ticketcli.weak.result import WeakResult, WeakRun
 
@@ -94,105 +93,3 @@ def weak_table(r: WeakResult) -> None:
         out.print(f"trained weights -> {r.out.path} ({r.out.file_bytes} bytes)")
     if r.plot:
         out.print(f"curves -> {r.plot}")
-
-
-DRIFT_COLUMNS = (  # (metric, row label); hidden-layer statistics are blank for the output layer
-    ("weight_mean", "W mean"),
-    ("weight_drift_std", "drift / σ₀"),
-    ("neg_weight_share", "W < 0"),
-    ("neg_preact_share", "h < 0"),
-    ("sparsity", "a = 0 (sparsity)"),
-    ("dead_units", "dead units"),
-    ("grad_pos_preact", "E[g | h > 0]"),
-    ("grad_mean", "mean dL/dW"),
-    ("grad_outer", "  outer(E g, E a)"),
-    ("grad_cov", "  + Cov(g, a)"),
-    ("spike_ratio", "max|a| / RMS(a)"),
-)
-
-SHARES = {"neg_weight_share", "neg_preact_share", "sparsity", "accuracy"}
-
-
-def compact_indices(n: int, rows: int = 5) -> list[int]:
-    """First, every k-th and last of n logged steps, at most about `rows` of them."""
-    k = max(1, -(-(n - 1) // max(1, rows - 1)))  # ceil
-    return sorted(set(range(0, n, k)) | {n - 1})
-
-
-def _num(metric: str, v: float | None) -> str:
-    if v is None:
-        return "-"
-    if metric in SHARES:
-        return f"{100 * v:.1f}%"
-    if metric == "dead_units":
-        return f"{v:.3g}"
-    if metric == "loss":
-        return f"{v:.4f}"
-    return f"{v:.3g}" if metric in ("spike_ratio", "weight_drift_std") else f"{v:+.3g}"
-
-
-def _cell(metric: str, s: MeanStd, i: int, seeds: int) -> str:
-    mean = s.mean[i]
-    if seeds == 1 or mean is None:
-        return _num(metric, mean)
-    std = s.std[i]
-    if std is None:
-        return _num(metric, mean)
-    spread = f"{100 * std:.1f}%" if metric in SHARES else f"{std:.2g}"
-    return f"{_num(metric, mean)} ± {spread}"
-
-
-def drift_tables(r: DriftResult) -> None:
-    """One table per logged step (first, every k-th, last): a row per statistic, a column per layer, mean ± std
-    across seeds; then the drift from the first to the last step."""
-    out = stdout()
-    sm, n_seeds, st = r.summary, len(r.seeds), r.settings
-    what = f"ticket {r.ticket} (kept weights only)" if r.masked else f"seeds {','.join(map(str, r.seeds))}"
-    clip = f" (c = {r.spec.clip:g})" if r.spec.activation == "relu2-clip" else ""
-    corpus = r.corpus  # a character-level model's text: the probe is validation characters
-    source = (
-        f"({st['dataset']})"
-        if corpus is None
-        else f"(text, {corpus['characters']} characters, {corpus['vocab']} distinct)"
-    )
-    out.print(
-        f"drift: {st['model']}, {r.spec.activation}{clip}, {r.spec.loss}, inputs {r.spec.inputs} "
-        f"{source}, {r.spec.optim.name} lr {r.spec.optim.lr:g}, batch {r.spec.batch_size}, "
-        f"{r.spec.steps} steps, {what}. Statistics on a fixed probe batch of {r.probe_n}; an activation "
-        f"counts as zero when {st['zero_rule']}; g = per-example dℓ/dh; a positive mean gradient pushes the "
-        f"weight mean down."
-    )
-    layers = list(sm.layers)
-    for i in compact_indices(len(sm.steps)):
-        t = Table(
-            title=f"step {sm.steps[i]}: loss {_cell('loss', sm.loss, i, n_seeds)}, "
-            f"accuracy {_cell('accuracy', sm.accuracy, i, n_seeds)}"
-            + (f", perplexity {_cell('loss', sm.perplexity, i, n_seeds)}" if sm.perplexity is not None else "")
-        )
-        t.add_column("statistic")
-        for layer in layers:
-            t.add_column(layer, justify="right")
-        for metric, header in DRIFT_COLUMNS:
-            t.add_row(
-                header,
-                *(
-                    _cell(metric, sm.layers[la].series[metric], i, n_seeds) if metric in sm.layers[la].series else ""
-                    for la in layers
-                ),
-            )
-        out.print(t)
-    t = Table(title="weight drift from step 0 to the last step")
-    for header in ("layer", "W mean first", "W mean last", "drift/σ₀", "seeds with negative drift"):
-        t.add_column(header, justify="left" if header == "layer" else "right")
-    for layer, stats in sm.layers.items():
-        wm = stats.series["weight_mean"]
-        t.add_row(
-            layer,
-            _cell("weight_mean", wm, 0, n_seeds),
-            _cell("weight_mean", wm, -1, n_seeds),
-            _cell("weight_drift_std", stats.series["weight_drift_std"], -1, n_seeds),
-            f"{round(stats.negative_drift_share * n_seeds)} of {n_seeds}",
-        )
-    out.print(t)
-    if r.plot is not None:
-        out.print(f"plot written to {r.plot}")

@@ -14,6 +14,6 @@ torch-free).
 What it may import (tests/test_layers.py places each module): `inspect`, `compare`, `folder` and `reproduce` only the
 ticket file's reader, numpy and the settings' declarations, never torch, so `ticket inspect` and `ticket compare`
 start fast; the others the foundations, the building blocks (models, data, training, masks, the ticket file,
-checkpoints) and the methods' registry. The sweep, drift, export and train-weak workflows, the Python API and the
+checkpoints) and the methods' registry. The other workflows, the Python API and the
 command line import its defining modules; this file exports nothing.
 """

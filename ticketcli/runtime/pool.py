@@ -1,4 +1,4 @@
-"""Run independent tasks in spawned worker processes (sweep-k's and drift --tradeoff's --workers), yielding each
+"""Run independent tasks in spawned worker processes (sweep-k's and a trade-off sweep's --workers), yielding each
 result as it finishes; one worker runs them in this process, in order. Each worker uses `threads` torch threads, so
 a task's result does not depend on how many run at once.
 

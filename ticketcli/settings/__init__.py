@@ -13,14 +13,14 @@ Modules:
 - setting.py: the `Setting` declaration, a `Table` of them and what is derived from one; the help panels.
 - run.py: RUN, the settings that shape a ticket (`extract` and `tc.extract`; `sweep-k` picks from it), with each
   method's own options placed among them.
-- sweep.py: sweep-k's picks of RUN and its own options; weak.py: train-weak's; drift.py: drift's run and feature
-  flags; reader.py: the options of every command that rebuilds a ticket (evaluate, export, train-weak, drift).
-- track.py: --log-to (extract, train-weak, sweep-k, drift): the experiment trackers a run also writes to.
+- sweep.py: sweep-k's picks of RUN and its own options; weak.py: train-weak's; reader.py: the options of every
+  command that rebuilds a ticket (evaluate, export, train-weak, a study's --ticket).
+- track.py: --log-to (every command that trains): the experiment trackers a run also writes to.
 - checks.py: the one spec builder (build_spec: a spec dataclass from a table's declarations, each value checked by
   its setting) and extract's checks beyond each value's range (the method's options, --init module), torch-free,
   so that resolve.py and `inspect --command` run the same ones.
 - registry.py: the check of --threads.
 
 Torch-free and typer-free: it imports the spec dataclasses (for the defaults), the value ranges and the torch-free
-registries' names (methods, models, datasets, init schemes, drift's activations and losses), so that --help can read
+registries' names (methods, models, datasets, init schemes), so that --help can read
 it without importing torch; listing.py is `ticket list`'s result. To add an option, see CONTRIBUTING.md."""

@@ -1,4 +1,4 @@
-"""The options of every command that rebuilds a ticket's network (evaluate, export, train-weak, and drift with
+"""The options of every command that rebuilds a ticket's network (evaluate, export, train-weak, a study with
 --ticket): which checkpoint and model code it may use, the memory budget, where the data is, where it runs. They are
 flags only (these commands take no config file); the shared ones are extract's settings with the same meaning.
 `build_reader_spec` turns them, from the command line or the Python API alike, into one ReaderSpec."""
@@ -43,8 +43,6 @@ READER = Table(
     RUN["threads"].but(config=False),
 )
 EXPORT_READER = READER.pick(*(n for n in READER.names() if n != "device"))  # export writes on the CPU
-# drift --ticket: drift declares its own --model, --device and --weights (settings/drift.py, cli/drift.py)
-DRIFT_READER = READER.pick("trust_model_code", "max_params", "max_memory", "data_dir", "download", "threads")
 
 
 def build_reader_spec(

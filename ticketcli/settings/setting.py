@@ -24,7 +24,7 @@ class Panel:
     TRAINING = "Training"
     OUTPUT = "Output"
     SCALE_OUT = "Scale-out"  # where and how wide it runs: device, precision, workers, checkpoints
-    MEASURE = "Measurement"  # drift's own panels from here on
+    MEASURE = "Measurement"  # a study's own panels from here on
     ACT_CONTROL = "Activation control"
     RELUFY = "ReLUfication"
     TRADEOFF = "Trade-off sweep"
@@ -68,7 +68,7 @@ class Setting:
         False: every method does, or it is no method option.
     example: a method option's valid value other than its default (Option.example).
     config: a config file key and an API keyword, beside the flag (False: a flag only).
-    flag_name: the flag, where it is not the name with dashes (drift's --from and --to).
+    flag_name: the flag, where it is not the name with dashes (--from and --to of a swap).
     required: a flag the command cannot run without (export's --format and --out); never a config key.
     hidden: left out of --help and `ticket list settings` (a deprecated spelling).
     metavar: what --help shows for the value, where the type's name says too little (SECONDS).

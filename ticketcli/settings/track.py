@@ -1,5 +1,5 @@
 """`--log-to`: the experiment trackers a run also writes to (TensorBoard event files, an MLflow store), shared by
-extract, train-weak, sweep-k and drift, and a config key of the commands that read a config file (extract,
+every command that trains, and a config key of the commands that read a config file (extract,
 sweep-k). The value is checked here, torch-free, so that a bad destination is one error line before any work;
 ticketcli/track/ opens the trackers."""
 
@@ -83,7 +83,7 @@ LOG_TO = Setting(
     shown="no tracking",
 )
 TRACK = Table(LOG_TO)  # extract and sweep-k: also a config key
-TRACK_FLAG = Table(LOG_TO.but(config=False))  # train-weak and drift: a flag only (they read no config file)
+TRACK_FLAG = Table(LOG_TO.but(config=False))  # the commands that read no config file: a flag only
 
 
 def destinations(value: Any) -> tuple[Destination, ...]:

@@ -1,4 +1,4 @@
-"""`--log-to`: experiment tracking of extract, train-weak, sweep-k and drift in TensorBoard and MLflow.
+"""`--log-to`: experiment tracking of every command that trains, in TensorBoard and MLflow.
 
 Modules:
 - base.py: the `Tracker`/`RunLog` protocol, `Tracking` (one run in every destination, each tracker's errors turned

@@ -212,7 +212,7 @@ def open_tracking(
     on_open: Opened | None = None,
 ) -> Tracking:
     """The run `info`, opened in every destination on a new Writer's thread; one that cannot open is a warning.
-    resume: destination -> the id of a run to reopen there instead (a resumed drift run); on_open(destination,
+    resume: destination -> the id of a run to reopen there instead (a resumed run); on_open(destination,
     run id) is told each run opened, as soon as it is."""
     writer = Writer()
     runs = [Guarded(d.text, warn) for d in dests]

@@ -1,7 +1,7 @@
 """MLflow: a local store (sqlite:///FILE, or a folder) through mlflow.tracking.MlflowClient, runs in the experiment
 `ticket`; parameters, metrics per step, tags, artifacts (a sqlite store keeps them in FILE's folder, in
 <FILE stem>-artifacts), a sweep's grid points as child runs of one parent run. `mlflow ui --backend-store-uri URI`
-shows them. A run can be reopened by its id (a resumed drift run): its status goes back to RUNNING, and its child
+shows them. A run can be reopened by its id (a resumed run): its status goes back to RUNNING, and its child
 runs are found again by name."""
 
 from __future__ import annotations

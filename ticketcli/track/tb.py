@@ -1,6 +1,6 @@
 """TensorBoard: event files through torch.utils.tensorboard, one run folder per run (a child run in a folder under
 its parent's), scalars per step, the final metrics with the hyperparameters in the hparams plugin, tags as text.
-`tensorboard --logdir DIR` shows them. A run is known by its folder's name; reopening it (a resumed drift run) adds
+`tensorboard --logdir DIR` shows them. A run is known by its folder's name; reopening it (a resumed run) adds
 an event file to the same folder, and its children's, which TensorBoard reads as one run."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`ticket drift --run-dir` and `--resume`: the flags a run dir records (run.json's `flags`), checked back on a
 resume (every value of the kind its setting takes, or the run dir is refused) and merged with the flags given to
 --resume, where a flag that differs from the recorded one is refused, so that a resumed run is the run that was
-started. Torch-free, like the rest of settings/; drift/rundir.py reads and writes the file itself."""
+started. Torch-free, like settings.py; rundir.py reads and writes the file itself."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ticketcli.drift.settings import DRIFT, DRIFT_FLAGS, DRIFT_READER, FEATURES
 from ticketcli.errors import UsageError
-from ticketcli.settings.drift import DRIFT, FEATURES
-from ticketcli.settings.flags import DRIFT_FLAGS
-from ticketcli.settings.reader import DRIFT_READER
 from ticketcli.settings.setting import Setting, Table
 from ticketcli.settings.track import TRACK_FLAG
 
@@ -25,9 +23,10 @@ GROUPS: dict[str, Table] = {
     "inputs": DRIFT_FLAGS.pick("ticket", "weights", "checkpoint_every"),
 }
 MAX_LIST = 64  # entries of a repeatable flag (--log-to)
+Groups = dict[str, dict[str, Any]]  # the command's flags by group (GROUPS' names), each by setting (None: not given)
 
 
-def record(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def record(groups: Mapping[str, Mapping[str, Any]]) -> Groups:
     """The flags as run.json keeps them: every group's every setting (None: not given), as plain JSON values."""
     return {g: {s.name: _plain(groups[g].get(s.name)) for s in table} for g, table in GROUPS.items()}
 
@@ -55,7 +54,7 @@ def _fits(s: Setting, v: Any) -> bool:
     return isinstance(v, str) or (type(v) in (int, float) and s.kind not in (str, Path))
 
 
-def recorded(doc: Mapping[str, Any], where: Path) -> dict[str, dict[str, Any]]:
+def recorded(doc: Mapping[str, Any], where: Path) -> Groups:
     """run.json's flags, each group holding exactly its settings with values of their kinds; one line if not."""
     flags = doc.get("flags")
     if not isinstance(flags, dict) or set(flags) != set(GROUPS):
@@ -70,9 +69,7 @@ def recorded(doc: Mapping[str, Any], where: Path) -> dict[str, dict[str, Any]]:
     return {g: dict(v) for g, v in flags.items()}
 
 
-def merge(
-    recorded: Mapping[str, Mapping[str, Any]], given: Mapping[str, Mapping[str, Any]], where: Path
-) -> dict[str, dict[str, Any]]:
+def merge(recorded: Mapping[str, Mapping[str, Any]], given: Mapping[str, Mapping[str, Any]], where: Path) -> Groups:
     """The recorded flags, with each flag given to --resume checked to say the same (None: not given)."""
     for g, table in GROUPS.items():
         for s in table:

@@ -2,8 +2,8 @@
 (drift_request: which flags go with --ticket, the model policy, threads) whose DriftSpecs follow once the data's
 location is resolved and, for the control flags (activation-sparsity control, ReLUfication, the trade-off sweep),
 Features: each flag's own range, names checked against the torch-free registries, and the combinations that make no
-sense refused with one line, here and not in the command, so that any caller runs the same rules. Every default
-comes from the fields of the specs in specs.drift."""
+sense refused with one line, here and not in the command, so that any caller runs the same rules. Every value is
+checked, and every default read, by its setting in settings.py (the defaults are the fields of spec.py's specs)."""
 
 from __future__ import annotations
 
@@ -13,39 +13,36 @@ from pathlib import Path
 from typing import Any, cast
 
 from ticketcli.data.registry import DATASETS
-from ticketcli.errors import UsageError
-from ticketcli.models.activations import ACTIVATIONS, LOSSES
-from ticketcli.models.registry import parse_model, text_model
-from ticketcli.settings.drift import DRIFT, FEATURES
-from ticketcli.settings.registry import check_threads
-from ticketcli.settings.resolve import build_model_policy, data_location
-from ticketcli.specs.drift import (
-    CONTROL_MODES,
+from ticketcli.drift.activations import ACTIVATIONS, LOSSES
+from ticketcli.drift.settings import DRIFT, FEATURES
+from ticketcli.drift.spec import (
     DEFAULT_TEXT_MODEL,
-    INPUTS,
     RELUFY_TARGETS,
     ControlSpec,
     DriftSpec,
     Features,
     RelufySpec,
-    TextSpec,
-    default,
     require_drift_model,
 )
+from ticketcli.errors import UsageError
+from ticketcli.models.registry import parse_model, text_model
+from ticketcli.registry import Registry
+from ticketcli.settings.registry import check_threads
+from ticketcli.settings.resolve import build_model_policy, data_location
+from ticketcli.settings.setting import Setting
 from ticketcli.specs.run import PAPER_HIDDEN, DataSpec, ModelPolicy, ModelSpec, WeightOptim
+from ticketcli.specs.text import TextSpec
 
 MAX_TARGETS = 100  # --tradeoff
-OPTIMIZERS = ("adam", "sgd")  # --optimizer
-# drift's numeric settings, each the field of DriftSpec (or of its WeightOptim) of the same name; their ranges are
-# declared with them (settings/drift.py)
-NUMERIC = ("optim.lr", "optim.momentum", "clip", "batch_size", "steps", "log_every", "probe_size", "zero_threshold")
+# drift's numeric settings, each the field of DriftSpec (or of its WeightOptim) of the same name
+NUMERIC = ("lr", "momentum", "clip", "batch_size", "steps", "log_every", "probe_size", "zero_threshold")
 
 
 @dataclass(frozen=True)
 class DriftRequest:
     """One `ticket drift` run, its flags checked together: the run's settings (DRIFT's, None: not given; no model
     with --ticket, which fixes it), the validated features (None: plain drift), the ticket it trains on, and how
-    that ticket is rebuilt. Its DriftSpecs are built once the data's location is known (location(), spec())."""
+    that ticket is rebuilt. Its DriftSpecs are built where the data's flags say it is found (spec())."""
 
     run: Mapping[str, Any]
     features: Features | None
@@ -62,19 +59,17 @@ class DriftRequest:
         """--model as given (one spec or, with --tradeoff, a comma list); None with --ticket or by default."""
         return cast("str | None", self.run["model"])
 
-    def location(self) -> dict[str, Any]:
-        """DataSpec's where-to-find-it fields (--data-dir, $TICKET_DATA, the cache, system copies)."""
-        return data_location(self.data_dir, self.download)
-
-    def spec(self, location: dict[str, Any]) -> DriftSpec:
-        """The run's DriftSpec; with --relufy it trains with --from first."""
+    def spec(self) -> DriftSpec:
+        """The run's DriftSpec, its data found where --data-dir, $TICKET_DATA, the cache or a system copy hold it;
+        with --relufy it trains with --from first."""
         relufy = None if self.features is None else self.features.relufy
         run = self.run if relufy is None else {**self.run, "activation": relufy.source}
-        return build_drift_spec(run, location)
+        return build_drift_spec(run, data_location(self.data_dir, self.download))
 
-    def tradeoff_specs(self, location: dict[str, Any]) -> list[DriftSpec]:
+    def tradeoff_specs(self) -> list[DriftSpec]:
         """--tradeoff: one DriftSpec per --model of the comma list."""
         assert self.features is not None
+        location = data_location(self.data_dir, self.download)
         return [build_drift_spec({**self.run, "model": m}, location) for m in self.features.models]
 
 
@@ -125,9 +120,9 @@ def drift_request(
     )
 
 
-def build_drift_spec(s: Mapping[str, Any], location: dict[str, Any]) -> DriftSpec:
+def build_drift_spec(s: Mapping[str, Any], location: Mapping[str, Any]) -> DriftSpec:
     """Validate the command's settings (None = default) and freeze them; location is data_location()'s dict."""
-    info = DATASETS.get(s.get("dataset") or default(DataSpec, "name"))
+    info = DATASETS.get(s.get("dataset") or DRIFT["dataset"].value)
     if s.get("model") is not None:
         model = parse_model(str(s["model"])).with_data(info.shape, info.classes)
     elif s.get("text") is not None:
@@ -135,19 +130,10 @@ def build_drift_spec(s: Mapping[str, Any], location: dict[str, Any]) -> DriftSpe
     else:
         model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes))
     require_drift_model(model.arch)
-    inputs = s.get("inputs") or default(DriftSpec, "inputs")
-    if inputs not in INPUTS:
-        raise UsageError(f"unknown --inputs {inputs!r}; choose one of: {', '.join(INPUTS)}")
+    inputs = choice(DRIFT["inputs"], s.get("inputs"))
     text = _text_spec(s, model, inputs, location)
-    loss = _choose("loss", s.get("loss") or default(DriftSpec, "loss"), tuple(LOSSES.names()))
-    act = _choose("activation", s.get("activation") or default(DriftSpec, "activation"), tuple(ACTIVATIONS.names()))
-    optimizer = s.get("optimizer") or default(DriftSpec, "optim.name")
-    if optimizer not in OPTIMIZERS:
-        raise UsageError(f"unknown --optimizer {optimizer!r}; choose adam or sgd")
-    num = {}
-    for path in NUMERIC:
-        key = path.removeprefix("optim.")
-        num[key] = DRIFT[key].check(default(DriftSpec, path) if s.get(key) is None else s[key])
+    loss, act, optimizer = (choice(DRIFT[k], s.get(k)) for k in ("loss", "activation", "optimizer"))
+    num = {k: DRIFT[k].check(DRIFT[k].value if s.get(k) is None else s[k]) for k in NUMERIC}
     return DriftSpec(
         model=model,
         data=DataSpec(name=info.name, **location),
@@ -161,20 +147,31 @@ def build_drift_spec(s: Mapping[str, Any], location: dict[str, Any]) -> DriftSpe
         log_every=min(num["log_every"], num["steps"]),
         probe_size=num["probe_size"],
         zero_threshold=num["zero_threshold"],
-        seeds=default(DriftSpec, "seeds") if s.get("seeds") is None else parse_seeds(s["seeds"]),
-        device=str(s.get("device") or default(DriftSpec, "device")),
+        seeds=DRIFT["seeds"].value if s.get("seeds") is None else parse_seeds(s["seeds"]),
+        device=str(s.get("device") or DRIFT["device"].value),
         text=text,
     )
 
 
-def _choose(kind: str, name: str, names: tuple[str, ...]) -> str:
-    """`name` if drift's registry of `kind` holds it (its names, models/activations.py), as the registry says it."""
-    if name not in names:
-        raise UsageError(f"unknown {kind} {name!r}; choose one of: {', '.join(names)}")
-    return name
+def value_of(setting: Setting, value: Any, what: str | None = None) -> Any:
+    """A flag's value checked by its setting (`what` names it in the error), or the setting's default (None)."""
+    return setting.value if value is None else setting.check(value, what)
 
 
-def _text_spec(s: Mapping[str, Any], model: ModelSpec, inputs: str, location: dict[str, Any]) -> TextSpec | None:
+def choice(setting: Setting, name: str | None) -> str:
+    """One of the setting's choices (None: its default); an activation or a loss as its registry (activations.py)
+    names it."""
+    name = name or setting.value
+    registries: dict[str, Registry[Any]] = {"activation": ACTIVATIONS, "relufy_from": ACTIVATIONS, "loss": LOSSES}
+    registry = registries.get(setting.name)
+    if registry is not None:
+        registry.get(name)
+    elif name not in setting.kind:
+        raise UsageError(f"unknown {setting.flag} {name!r}; choose one of: {', '.join(setting.kind)}")
+    return str(name)
+
+
+def _text_spec(s: Mapping[str, Any], model: ModelSpec, inputs: str, location: Mapping[str, Any]) -> TextSpec | None:
     """A character-level model trains on text (--text, or the fortunes files), and only it does."""
     if not text_model(model.arch):
         if s.get("text") is not None:
@@ -226,16 +223,14 @@ def build_features(
     inputs: str | None,
 ) -> Features | None:
     """Validate the flags (None/False: not given); None when none of them is given (plain drift)."""
-    given = (act_sparsity, act_target, freeze_stats_after, relufy_from, relufy_to, relufy_epochs, tradeoff, workers)
-    if not relufy and all(v is None for v in given):
-        if model is not None and "," in model:
-            raise UsageError("several --model specs (a comma list) only go with --tradeoff")
+    flags = (act_sparsity, act_target, freeze_stats_after, relufy_from, relufy_to, relufy_epochs, tradeoff, workers)
+    plain = not relufy and all(v is None for v in flags)
+    if tradeoff is None and workers is not None:
+        raise UsageError("--workers only goes with --tradeoff")
+    if tradeoff is None and model is not None and "," in model:
+        raise UsageError("several --model specs (a comma list) only go with --tradeoff")
+    if plain:
         return None
-    if tradeoff is None:
-        if workers is not None:
-            raise UsageError("--workers only goes with --tradeoff")
-        if model is not None and "," in model:
-            raise UsageError("several --model specs (a comma list) only go with --tradeoff")
     if relufy and (act_sparsity is not None or tradeoff is not None):
         raise UsageError(f"--relufy does not go with {'--tradeoff' if tradeoff is not None else '--act-sparsity'}")
     if relufy and activation is not None:
@@ -251,9 +246,8 @@ def build_features(
         raise UsageError("--tradeoff trains from the seeded init of each --model; it does not go with --ticket")
     targets = parse_targets(tradeoff)
     control = build_control_spec(act_sparsity or "topk", targets[0], freeze_stats_after)
-    return Features(
-        control=control, relufy=None, targets=targets, models=split_models(model), workers=check_workers(workers)
-    )
+    workers = value_of(FEATURES["workers"], workers)
+    return Features(control=control, relufy=None, targets=targets, models=split_models(model), workers=workers)
 
 
 def build_control_spec(mode: str | None, target: float | None, freeze_after: int | None) -> ControlSpec | None:
@@ -263,19 +257,11 @@ def build_control_spec(mode: str | None, target: float | None, freeze_after: int
         if given:
             raise UsageError(f"{', '.join(given)} only goes with --act-sparsity topk|percentile")
         return None
-    if mode not in CONTROL_MODES:
-        raise UsageError(f"unknown --act-sparsity {mode!r}; choose one of: {', '.join(CONTROL_MODES)}")
-    target = default(ControlSpec, "target") if target is None else check_target(target, "--act-target")
-    if freeze_after is not None:
-        if mode != "percentile":
-            raise UsageError("--freeze-stats-after freezes percentile statistics; top-k keeps none")
-        freeze_after = FEATURES["freeze_stats_after"].check(freeze_after)
-    return ControlSpec(mode=mode, target=target, freeze_after=freeze_after)
-
-
-def check_target(value: float, what: str) -> float:
-    """A target activation sparsity strictly between 0 and 1 (--act-target's range)."""
-    return float(FEATURES["act_target"].check(value, what))
+    choice(FEATURES["act_sparsity"], mode)
+    target = float(value_of(FEATURES["act_target"], target))
+    if freeze_after is not None and mode != "percentile":
+        raise UsageError("--freeze-stats-after freezes percentile statistics; top-k keeps none")
+    return ControlSpec(mode=mode, target=target, freeze_after=value_of(FEATURES["freeze_stats_after"], freeze_after))
 
 
 def build_relufy_spec(
@@ -289,15 +275,14 @@ def build_relufy_spec(
         return None
     if source is None or target is None:
         raise UsageError("--relufy needs --from (the smooth activation) and --to (relu, relu2 or relu2-clip)")
-    _choose("activation", source, tuple(ACTIVATIONS.names()))
+    choice(FEATURES["relufy_from"], source)
     if target not in RELUFY_TARGETS:
         raise UsageError(f"--to must be a ReLU variant ({', '.join(RELUFY_TARGETS)}), got {target!r}")
     if source == target:
         raise UsageError(f"--from and --to are both {source}; ReLUfication swaps one activation for another")
     if inputs not in (None, "data"):
         raise UsageError("--relufy fine-tunes for epochs of the dataset; it does not go with --inputs " + inputs)
-    epochs = default(RelufySpec, "epochs") if epochs is None else FEATURES["relufy_epochs"].check(epochs)
-    return RelufySpec(source=source, target=target, epochs=epochs)
+    return RelufySpec(source=source, target=target, epochs=value_of(FEATURES["relufy_epochs"], epochs))
 
 
 def parse_targets(text: str) -> tuple[float, ...]:
@@ -306,14 +291,7 @@ def parse_targets(text: str) -> tuple[float, ...]:
         values = [float(t) for t in str(text).split(",") if t.strip()]
     except ValueError:
         raise UsageError(f"--tradeoff must be comma-separated numbers in (0, 1), got {text!r}") from None
-    targets = tuple(sorted(check_target(v, "--tradeoff targets") for v in values))
+    targets = tuple(sorted(float(FEATURES["act_target"].check(v, "--tradeoff targets")) for v in values))
     if len(targets) < 2 or len(set(targets)) != len(targets) or len(targets) > MAX_TARGETS:
         raise UsageError(f"--tradeoff needs 2 to {MAX_TARGETS} distinct targets, got {text!r}")
     return targets
-
-
-def check_workers(workers: int | None) -> int:
-    """--workers: 1 (in-process) up to the declared maximum of spawned processes (settings/drift.py)."""
-    if workers is None:
-        return cast(int, default(Features, "workers"))
-    return int(FEATURES["workers"].check(workers))

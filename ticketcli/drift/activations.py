@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ticketcli.drift.spec import EXACT_ZEROS
 from ticketcli.registry import Registry
-from ticketcli.specs.drift import EXACT_ZEROS
 
 if TYPE_CHECKING:
     import torch

@@ -2,37 +2,28 @@
 TextSpec, a character-level model's corpus), ControlSpec (activation-sparsity control), RelufySpec (ReLUfication)
 and Features (the feature flags together, the trade-off's workers among them), and the choices its flags take.
 
-settings.drift_options builds these from the command's flags and falls back to these fields' defaults; the command's
-help texts read them too (`default`), so a default changed here changes everywhere. The command line imports this
+options.py builds these from the command's flags and falls back to these fields' defaults, which the settings read
+(settings.py), so a default changed here changes everywhere. The command line imports this
 module for --help, so it imports nothing that imports torch (tests/test_startup.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import UsageError
-from ticketcli.specs.run import DataSpec, InitSpec, ModelSpec, WeightOptim, field_default
+from ticketcli.specs.run import DataSpec, InitSpec, ModelSpec, WeightOptim
+from ticketcli.specs.text import TextSpec
 
 INPUTS = ("data", "gaussian", "uniform")  # the dataset's images, N(0, 1) or U[0, 1] features with random labels
 CONTROL_MODES = ("topk", "percentile")  # --act-sparsity
 # activations with exact zeros: sparsity counts a == 0 (the others, smooth: |a| < zero_threshold); they are also
-# what ReLUfication swaps in (models/activations.py registers each activation's function)
+# what ReLUfication swaps in (activations.py registers each activation's function)
 EXACT_ZEROS = ("relu", "relu2", "relu2-clip")
 RELUFY_TARGETS = EXACT_ZEROS
 DRIFT_ARCHS = ("mlp", "lenet300", "resnet20", "resnet18", "vit", "gpt-nano")  # models with activation sites
 DEFAULT_TEXT_MODEL = "gpt-nano:l2-d64-h4-c64"  # --text without --model
-
-
-@dataclass(frozen=True)
-class TextSpec:
-    path: str | None = None  # --text FILE; None: the fortunes files, found in search_dirs
-    search_dirs: tuple[str, ...] = ()  # data_search_dirs(): --data-dir, $TICKET_DATA, the cache, system dirs
-    val_fraction: float = 0.1  # share of blocks held out for validation (at least one block)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "val_fraction": self.val_fraction}
 
 
 @dataclass(frozen=True)
@@ -54,7 +45,7 @@ class DriftSpec:
     device: str = "auto"
     text: TextSpec | None = None  # a character-level model's corpus (then data is unused)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         exact = self.activation in EXACT_ZEROS
         text = {} if self.text is None else {"text": self.text.to_dict()}  # only then: other records stay as they were
         return {
@@ -85,7 +76,7 @@ class ControlSpec:
     # keeps pushing the pre-activations up past a stale q (0.9 undershot a 0.8 target by 9 points)
     ema: float = 0.5
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = asdict(self)
         if self.mode == "percentile":
             d["statistic"] = f"EMA ({self.ema:g}) of each batch's per-unit {self.target:g}-quantile of h"
@@ -100,7 +91,7 @@ class RelufySpec:
     target: str  # the ReLU variant swapped in at every activation site (--to)
     epochs: int = 1  # fine-tuning passes over the extraction split after the swap
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -111,17 +102,6 @@ class Features:
     targets: tuple[float, ...] | None  # the trade-off sweep's targets, increasing
     models: tuple[str | None, ...] = (None,)  # trade-off: the models overlaid (None: drift's default model)
     workers: int = 1  # trade-off: 1 runs in-process, more in a local spawn pool
-
-
-def default(cls: type, path: str) -> Any:
-    """The default of a field of one of these specs, following dots into nested specs ("optim.lr")."""
-    name, _, rest = path.partition(".")
-    if name not in {f.name for f in fields(cls)}:
-        raise KeyError(f"{cls.__name__} has no field {name!r}")
-    value = field_default(cls, name)
-    for part in rest.split(".") if rest else ():
-        value = getattr(value, part)
-    return value
 
 
 def require_drift_model(arch: str) -> None:

@@ -1,16 +1,16 @@
-"""`ticket drift`'s settings: the training run it measures (DRIFT: each a field of DriftSpec, specs/drift.py, which
-holds its default) and the feature flags (FEATURES: activation-sparsity control, ReLUfication, the trade-off sweep;
-their defaults are fields of ControlSpec, RelufySpec and Features). settings/drift_options.py builds the specs from
-them; the combinations that make no sense are its rules, not a setting's."""
+"""`ticket drift`'s settings: the training run it measures (DRIFT: each a field of DriftSpec, spec.py, which holds
+its default), the feature flags (FEATURES: activation-sparsity control, ReLUfication, the trade-off sweep; their
+defaults are fields of ControlSpec, RelufySpec and Features), the options of --ticket's rebuild (DRIFT_READER) and
+the command-line-only flags (DRIFT_FLAGS). Each value is checked by its setting, here only; options.py builds the
+specs from them, and the combinations that make no sense are its rules, not a setting's. Torch-free: --help reads
+them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ticketcli.models.activations import ACTIVATIONS, LOSSES
-from ticketcli.settings.run import BATCH, LR, RUN, SEED
-from ticketcli.settings.setting import Panel, Setting, Table
-from ticketcli.specs.drift import (
+from ticketcli.drift.activations import ACTIVATIONS, LOSSES
+from ticketcli.drift.spec import (
     CONTROL_MODES,
     DEFAULT_TEXT_MODEL,
     INPUTS,
@@ -20,6 +20,10 @@ from ticketcli.specs.drift import (
     Features,
     RelufySpec,
 )
+from ticketcli.settings.flags import FORCE, OUTPUTS, checkpoint_every, flag
+from ticketcli.settings.reader import READER
+from ticketcli.settings.run import BATCH, LR, RUN, SEED
+from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.specs.ranges import FLOAT, INT, TEXT
 
 T, MEASURE, DATA, MODEL = Panel.TRAINING, Panel.MEASURE, Panel.DATA, Panel.MODEL
@@ -76,7 +80,7 @@ DRIFT = Table(
         "Comma-separated seeds of the weights, split and batches; several give mean +- std.",
         MODEL,
         str,
-        SEED,  # each entry's range (settings/drift_options.py parses the list)
+        SEED,  # each entry's range (options.py parses the list)
         (DriftSpec, "seeds"),
     ),
     Setting(
@@ -178,4 +182,50 @@ FEATURES = Table(
         INT(1, 256),
         (Features, "workers"),
     ),
+)
+
+# --ticket: drift declares its own --model, --device and --weights
+DRIFT_READER = READER.pick("trust_model_code", "max_params", "max_memory", "data_dir", "download", "threads")
+
+OUT, SCALE = Panel.OUTPUT, Panel.SCALE_OUT
+DRIFT_FLAGS = Table(
+    flag(
+        "ticket",
+        "Rebuild this ticket's network (fingerprint-checked) and train only its surviving weights.",
+        MODEL,
+        Path,
+    ),
+    flag("weights", "The checkpoint a --ticket was extracted from, if it was.", MODEL, Path),
+    flag(
+        "plot",
+        "Write a PNG: weight mean per layer, negative pre-activation share and sparsity vs step.",
+        OUT,
+        Path,
+    ),
+    FORCE.but(help="Overwrite --plot if it exists."),
+    flag(
+        "run_dir",
+        "Keep the run in this folder (new or empty): its settings (run.json), every measurement as it is taken "
+        "(measurements.jsonl) and a resumable state (state.safetensors, atomically, every --checkpoint-every "
+        "steps); ticket drift --resume DIR continues it after a crash or a signal. Plain drift and --act-sparsity.",
+        SCALE,
+        Path,
+        metavar="DIR",
+    ),
+    checkpoint_every(
+        "step",
+        "With --run-dir: save the resumable state every N training steps (and at the end of each seed); --log-to "
+        "trackers get each measurement once a checkpoint keeps it.",
+        "every --log-every steps",
+    ),
+    flag(
+        "resume",
+        "Continue the run kept in this --run-dir with the settings it recorded (flags that differ from them are "
+        "refused); the measurements and the --json document come out as an uninterrupted run's, and its --log-to "
+        "trackers go on in the same runs.",
+        SCALE,
+        Path,
+        metavar="DIR",
+    ),
+    *OUTPUTS,
 )
