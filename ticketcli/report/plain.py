@@ -129,7 +129,7 @@ class PlainProgress:
         self.started = self.clock()
         self.phase: tuple[str, Pace] | None = None  # a phase over chunks now running (chunk()), with its own ETA
         self.phase_shown = False  # whether it printed a line
-        self.rated = False  # whether the loop's lines show its rate (drift's steps/s) before the ETA
+        self.rated = False  # whether the loop's lines show its rate (a rated loop's steps/s) before the ETA
 
     def restart(self, total: int) -> None:
         """The loop's total, at its first update; a later loop (train-weak's dense run, iterated's next round)

@@ -41,7 +41,7 @@ MEASURED = "loss -  acc -  sparsity -"  # a loop's row before its first measurem
 
 
 class PaceColumn(ProgressColumn):
-    """The rate and ETA of a row that carries a Pace in its `pace` field (drift's steps: `12.3 steps/s ETA 0:01:05`,
+    """The rate and ETA of a row that carries a Pace in its `pace` field (a rated loop: `12.3 steps/s ETA 0:01:05`,
     from the steps this process ran since its first report, so that the periodic measurements are averaged in and
     restored steps are not counted); a row without one shows Rich's own time remaining."""
 
@@ -152,7 +152,7 @@ def display(
     bar from the start, with the last item done. Off a terminal, plain lines with elapsed time and ETA: the first
     and last of each loop (a run, a round), at most one every PLAIN_EVERY_S between, and a heartbeat line while a
     unit, a phase or the work after the loop runs silently; lines (export, evaluate): a phase's chunk
-    (PlainProgress.chunk) too. rated (drift's steps, told every step, measured at some): a line at every measured
+    (PlainProgress.chunk) too. rated (a loop of steps, told every step, measured at some): a line at every measured
     or restored report, and the rate in steps/s and the ETA (a bar's PaceColumn) counted from the first report
     (timed by clock), so that set-up is not in them. Nothing when quiet, or in a torchrun worker but rank 0."""
     from ticketcli.runtime.world import quiet_rank  # torch-free
@@ -199,7 +199,7 @@ def display(
         if key in paces:
             paces[key].advance(stats["epoch"], timed=not stats.get("restored"))
         bar.update(rows[key], completed=stats["epoch"])
-        if shown:  # drift: only the logged steps carry a measurement
+        if shown:  # a rated loop: only the logged steps carry a measurement
             bar.update(rows[key], stats=shown)
 
     try:
