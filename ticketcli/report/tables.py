@@ -101,39 +101,39 @@ def evaluate_table(r: EvaluateResult) -> None:
 def inspect_table(r: InspectResult) -> None:
     """`ticket inspect`: the metadata, then one row per mask (at most MASK_ROWS)."""
     t = titled(f"{r.ticket} ({r.file_bytes} bytes; packed masks {r.packed_mask_bytes} bytes)", ("field", "value"))
-    t.add_row("model", r.model.spec)
-    init = r.init
+    tk = r.record
+    t.add_row("model", tk.model.spec)
+    init = tk.init
     if init.recorded("k"):
         t.add_row("init", f"{readable(init.scheme)} (k={readable(init.k)}, seed {readable(init.seed)})")
     else:  # --init module: the factory's own weights, drawn under its fixed seed; no k shaped them
         factory = readable(init.factory_seed)
         t.add_row("init", f"{readable(init.scheme)} (factory seed {factory}, seed {readable(init.seed)})")
-    t.add_row("weights sha256", r.weights_sha256)
-    if r.checkpoint:
-        digest = r.checkpoint.sha256
+    t.add_row("weights sha256", tk.weights_sha256)
+    if tk.checkpoint:
+        digest = tk.checkpoint.sha256
         short = digest[:16] + "..." if digest else "not recorded"
-        t.add_row("checkpoint", f"{readable(r.checkpoint.path)} (sha256 {short})")
-    method = method_text(r.method)
-    if r.method.name == "grasp" and not r.method.recorded("grasp_direction"):
+        t.add_row("checkpoint", f"{readable(tk.checkpoint.path)} (sha256 {short})")
+    method = method_text(tk.method)
+    if tk.method.name == "grasp" and not tk.method.recorded("grasp_direction"):
         method += " (written before grasp had two readings: paper reading, separate data)"
     t.add_row("method", method)
-    d = r.data
+    d = tk.data
     t.add_row(
         "data",
         f"{readable(d.dataset)}: {readable(d.n_extract)} extraction / {readable(d.n_val)} validation / "
         f"{readable(d.n_test if d.recorded('n_test') else '?')} test, split seed {readable(d.split_seed)}",
     )
-    sp = r.sparsity
-    t.add_row("sparsity", f"requested {pct(sp.requested)}, achieved {pct(1 - r.density)}")
-    m = r.metrics
+    t.add_row("sparsity", f"requested {pct(tk.sparsity.requested)}, achieved {pct(1 - r.density)}")
+    m = tk.metrics
     if m.recorded("test") or m.recorded("val"):  # each split is optional (a hand-made or foreign ticket may lack one)
         device = "-" if m.device is None else m.device
         t.add_row(
             "accuracy at extraction",
             f"test {pct(m.accuracy('test'))}, val {pct(m.accuracy('val'))} on {device}",
         )
-    t.add_row("created by", readable(r.created_by.to_json()))
-    t.add_row("masks integrity", INTEGRITY_NOTES.get(str(r.integrity), str(r.integrity)))
+    t.add_row("created by", readable(tk.created_by.to_json()))
+    t.add_row("masks integrity", INTEGRITY_NOTES.get(str(tk.integrity), str(tk.integrity)))
     out = stdout()
     out.print(t)
     lt = titled("masks", ("parameter", "shape"), "kept / total", "density")

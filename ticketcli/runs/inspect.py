@@ -11,7 +11,6 @@ from typing import ClassVar
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import SPARSITY_KEYS, JsonObject, run_metrics_fields
-from ticketcli.ticketfile import record
 from ticketcli.ticketfile import ticket as ticket_io
 
 
@@ -51,39 +50,30 @@ class InspectResult(Result):
     ticket: str
     file_bytes: int
     format_version: str
-    model: record.ModelRecord
-    init: record.InitRecord
-    weights_sha256: str
-    method: record.MethodRecord
-    data: record.DataRecord
-    sparsity: record.SparsityRecord  # the file's sparsity field (its per-layer part is left to `masks`)
-    metrics: record.MetricsRecord  # the file's metrics field: splits and the facts of the run
-    checkpoint: record.CheckpointRecord | None
-    created_by: record.Provenance
+    record: ticket_io.Ticket  # its metadata, as read (the per-layer sparsity is left to `masks`)
     masks: tuple[MaskCount, ...]  # in the ticket's order
     density: float  # kept / total over every mask
     packed_mask_bytes: int
-    masks_sha256: str | None  # as the file records it (None in tickets written before it existed)
-    integrity: str
 
     def body(self) -> JsonObject:
+        tk = self.record
         doc: JsonObject = {
             "ticket": self.ticket,
             "file_bytes": self.file_bytes,
             "format_version": self.format_version,
-            "model": self.model.to_json(),
-            "init": self.init.to_json(),
-            "weights_sha256": self.weights_sha256,
-            "method": self.method.to_json(),
-            "data": self.data.to_json(),
-            "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json(),
-            "created_by": self.created_by.to_json(),
+            "model": tk.model.to_json(),
+            "init": tk.init.to_json(),
+            "weights_sha256": tk.weights_sha256,
+            "method": tk.method.to_json(),
+            "data": tk.data.to_json(),
+            "checkpoint": None if tk.checkpoint is None else tk.checkpoint.to_json(),
+            "created_by": tk.created_by.to_json(),
             "packed_mask_bytes": self.packed_mask_bytes,
-            "masks_sha256": self.masks_sha256,
-            "integrity": self.integrity,
+            "masks_sha256": tk.masks_sha256,
+            "integrity": tk.integrity,
         }
-        run_metrics_fields(doc, self.metrics.to_json())
-        known = self.sparsity.subset(SPARSITY_KEYS)
+        run_metrics_fields(doc, tk.metrics.to_json())
+        known = tk.sparsity.subset(SPARSITY_KEYS)
         doc["sparsity"] = {**known, "density": self.density}
         doc["layers"] = [m.to_dict() for m in self.masks]  # counted from the packed masks, not taken from the file
         return doc
@@ -105,18 +95,8 @@ def inspect_ticket(path: str | Path) -> InspectResult:
         ticket=str(path),
         file_bytes=path.stat().st_size,
         format_version=ticket_io.FORMAT_VERSION,
-        model=tk.model,
-        init=tk.init,
-        weights_sha256=tk.weights_sha256,
-        method=tk.method,
-        data=tk.data,
-        sparsity=tk.sparsity,
-        metrics=tk.metrics,
-        checkpoint=tk.checkpoint,
-        created_by=tk.created_by,
+        record=tk,
         masks=masks,
         density=kept / total,
         packed_mask_bytes=sum((t + 7) // 8 for _, t in scanned.counts.values()),
-        masks_sha256=tk.masks_sha256,
-        integrity=tk.integrity,
     )

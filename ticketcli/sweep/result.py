@@ -116,10 +116,6 @@ class Stats:
     min: float | None
     max: float | None
 
-    @classmethod
-    def of(cls, s: Mapping[str, Any]) -> Stats:
-        return cls(n=s["n"], mean=s["mean"], std=s["std"], min=s["min"], max=s["max"])
-
     def to_dict(self) -> JsonObject:
         return {"n": self.n, "mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
 
@@ -134,9 +130,7 @@ class GroupSummary:
 
     @classmethod
     def of(cls, g: Mapping[str, Any]) -> GroupSummary:
-        return cls(
-            test=Stats.of(g["test"]), achieved_sparsity=Stats.of(g["achieved_sparsity"]), configs=g.get("configs")
-        )
+        return cls(test=Stats(**g["test"]), achieved_sparsity=Stats(**g["achieved_sparsity"]), configs=g.get("configs"))
 
     def to_dict(self) -> JsonObject:
         doc: JsonObject = {} if self.configs is None else {"configs": self.configs}
@@ -154,16 +148,6 @@ class OraclePick:
     val_accuracy: float
     test_accuracy: float
     achieved_sparsity: float
-
-    @classmethod
-    def of(cls, p: Mapping[str, Any]) -> OraclePick:
-        return cls(
-            id=p["id"],
-            config=p["config"],
-            val_accuracy=p["val_accuracy"],
-            test_accuracy=p["test_accuracy"],
-            achieved_sparsity=p["achieved_sparsity"],
-        )
 
     def to_dict(self) -> JsonObject:
         return {
@@ -189,9 +173,9 @@ class OracleSummary:
         band = o["band"]
         return cls(
             band=None if band is None else (band[0], band[1]),
-            per_seed={s: None if p is None else OraclePick.of(p) for s, p in o["per_seed"].items()},
-            test=Stats.of(o["test"]),
-            achieved_sparsity=Stats.of(o["achieved_sparsity"]),
+            per_seed={s: None if p is None else OraclePick(**p) for s, p in o["per_seed"].items()},
+            test=Stats(**o["test"]),
+            achieved_sparsity=Stats(**o["achieved_sparsity"]),
             seeds_without_candidate=tuple(o["seeds_without_candidate"]),
         )
 

@@ -11,6 +11,7 @@ from ticketcli.settings.sweep import PAPER_BAND as PAPER_BAND  # declared with i
 
 BAND_TOL = 1e-9  # in percentage points: 100 * 0.95 need not be exactly 95.0 in floating point
 SHOWN_DECIMALS = 2  # tables print achieved sparsity as a percentage with two decimals (report's pct)
+PICK_KEYS = ("id", "config", "val_accuracy", "test_accuracy", "achieved_sparsity")  # an oracle's pick, per seed
 
 
 def _stats(values: list[float]) -> JsonObject:
@@ -40,27 +41,15 @@ def oracle(records: list[dict[str, Any]], band: tuple[float, float] | None = Non
 
     Ties on validation accuracy go to the sparser mask (higher achieved sparsity), then to the earlier record in
     plan order, so the choice never depends on the executor's completion order."""
-    best = None
-    for r in records:
-        if r["group"] != "edge-popup" or (band is not None and not in_band(r["achieved_sparsity"], band)):
-            continue
-        if best is None or (r["val_accuracy"], r["achieved_sparsity"]) > (
-            best["val_accuracy"],
-            best["achieved_sparsity"],
-        ):
-            best = r
-    return best
+    candidates = [
+        r for r in records if r["group"] == "edge-popup" and (band is None or in_band(r["achieved_sparsity"], band))
+    ]
+    return max(candidates, key=lambda r: (r["val_accuracy"], r["achieved_sparsity"]), default=None)  # the first of equals
 
 
 def _oracle_summary(records: list[dict[str, Any]], seeds: list[int], band: tuple[float, float] | None) -> JsonObject:
-    per_seed = {}
-    for seed in seeds:
-        r = oracle([x for x in records if x["seed"] == seed], band)
-        per_seed[str(seed)] = (
-            None
-            if r is None
-            else {k: r[k] for k in ("id", "config", "val_accuracy", "test_accuracy", "achieved_sparsity")}
-        )
+    picks = {str(seed): oracle([r for r in records if r["seed"] == seed], band) for seed in seeds}
+    per_seed = {s: None if r is None else {k: r[k] for k in PICK_KEYS} for s, r in picks.items()}
     chosen = [v for v in per_seed.values() if v is not None]
     return {
         "band": None if band is None else list(band),
