@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import ClassVar, cast
 
 import torch
 from safetensors.torch import save as st_save
@@ -71,12 +71,10 @@ def prune_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> dict[str, tor
     return {n: t.detach().contiguous() for n, t in module.state_dict().items()}
 
 
-def csr_state(
-    net: MaskedNet, masks: dict[str, torch.Tensor]
-) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, Any]]]:
+def csr_state(net: MaskedNet, masks: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], tuple[CsrLayer, ...]]:
     """CSR tensors per masked parameter plus a size report (bytes of values + indices vs dense float32)."""
     state = dense_state(net)
-    layers: dict[str, dict[str, Any]] = {}
+    layers = []
     for n in net.names:
         w = state.pop(n)
         m = masks[n].to(torch.bool)
@@ -97,13 +95,8 @@ def csr_state(
             state[f"{n}.{k}"].numel() * state[f"{n}.{k}"].element_size()
             for k in ("crow_indices", "col_indices", "values", "shape")
         )
-        layers[n] = {
-            "shape": list(w.shape),
-            "nnz": int(values.numel()),
-            "dense_bytes": w.numel() * 4,
-            "csr_bytes": csr_bytes,
-        }
-    return state, layers
+        layers.append(CsrLayer(n, tuple(w.shape), int(values.numel()), w.numel() * 4, csr_bytes))
+    return state, tuple(layers)
 
 
 def recalibrate(
@@ -142,9 +135,10 @@ class CsrLayer:
     dense_bytes: int
     csr_bytes: int
 
-    def to_dict(self) -> JsonObject:
-        """The `layers[]` item."""
-        return {"name": self.name, "shape": list(self.shape), **entries(self, "nnz", "dense_bytes", "csr_bytes")}
+    def to_dict(self, metadata: bool = False) -> JsonObject:
+        """The `layers[]` item; metadata: its entry in the file's `layers` metadata, keyed by its name there."""
+        name = {} if metadata else {"name": self.name}
+        return {**name, "shape": list(self.shape), **entries(self, "nnz", "dense_bytes", "csr_bytes")}
 
 
 @dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
@@ -211,35 +205,35 @@ def export_ticket(
     if fmt == "onnx":
         export_onnx.require_onnx()
     check_destination(out, overwrite=overwrite)
-    tk = ticket_io.load(
-        path, max_params=reader.policy.max_params
-    )  # read once: the network, the masks and the calibration split all come from tk
+    # read once: the network, the masks and the calibration split all come from tk
+    tk = ticket_io.load(path, max_params=reader.policy.max_params)
     net, _ = runs_build.rebuild(tk, path, reader.weights, reader.policy)
     masks = {n: tk.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
         recalibrate(net, masks, tk, path, reader.data, chunks)
     meta = {"format": f"ticket-export-{fmt}", "model": tk.model.spec, "ticket_weights_sha256": tk.weights_sha256}
-    layers, onnx = None, None
+    layers: tuple[CsrLayer, ...] = ()
+    onnx = None
     if fmt == "onnx":
         dataset = tk.data.dataset
         meta["masks_sha256"] = tk.masks_sha256 or ""
         example = export_onnx.onnx_example(net, dataset, 2, 0)
-        blob, n_tensors = export_onnx.onnx_bytes(net, masked_state(net, masks), example, meta)
+        blob, tensors = export_onnx.onnx_bytes(net, masked_state(net, masks), example, meta)
         check = export_onnx.onnx_example(net, dataset, export_onnx.ONNX_CHECK_BATCH, 1)
         onnx = export_onnx.check_onnx(blob, net, masks, check, torch.get_num_threads())
-        size = write_atomic(out, blob, overwrite=overwrite, checked_at_start=True)
-        return summary(net, masks, tk, path, fmt, out, size, n_tensors, None, onnx)
-    if fmt == "masked":
-        state = masked_state(net, masks)
-    elif fmt == "prune":
-        state = prune_state(net, masks)
-    elif fmt == "csr":
-        state, layers = csr_state(net, masks)
-        meta["layers"] = json.dumps(layers)
     else:
-        state = {n: m.to(torch.bool).contiguous() for n, m in masks.items()}
-    size = write_atomic(out, encode(state, out, meta), overwrite=overwrite, checked_at_start=True)
-    return summary(net, masks, tk, path, fmt, out, size, len(state), layers, None)
+        if fmt == "masked":
+            state = masked_state(net, masks)
+        elif fmt == "prune":
+            state = prune_state(net, masks)
+        elif fmt == "csr":
+            state, layers = csr_state(net, masks)
+            meta["layers"] = json.dumps({la.name: la.to_dict(metadata=True) for la in layers})
+        else:
+            state = {n: m.to(torch.bool).contiguous() for n, m in masks.items()}
+        blob, tensors = encode(state, out, meta), len(state)
+    size = write_atomic(out, blob, overwrite=overwrite, checked_at_start=True)
+    return summary(net, masks, tk, path, fmt, out, size, tensors, layers, onnx)
 
 
 def summary(
@@ -251,13 +245,11 @@ def summary(
     out: Path,
     size: int,
     tensors: int,
-    layers: dict[str, dict[str, Any]] | None,
+    layers: tuple[CsrLayer, ...],
     onnx: export_onnx.OnnxInfo | None,
 ) -> ExportResult:
     """The export's size report: the file written beside the dense float32 checkpoint."""
     dense = len(st_save(dense_state(net)))
-    kept = sum(int(m.sum()) for m in masks.values())
-    total = sum(m.numel() for m in masks.values())
     return ExportResult(
         ticket=str(path),
         format=fmt,
@@ -266,14 +258,11 @@ def summary(
         dense_float32_bytes=dense,
         ratio=size / dense,
         ticket_bytes=path.stat().st_size,
-        kept=kept,
-        total=total,
+        kept=sum(int(m.sum()) for m in masks.values()),
+        total=sum(m.numel() for m in masks.values()),
         tensors=tensors,
         integrity=tk.integrity,
-        layers=tuple(
-            CsrLayer(n, tuple(v["shape"]), v["nnz"], v["dense_bytes"], v["csr_bytes"])
-            for n, v in (layers or {}).items()
-        ),
-        csr_payload_bytes=None if layers is None else sum(v["csr_bytes"] for v in layers.values()),
+        layers=layers,
+        csr_payload_bytes=sum(la.csr_bytes for la in layers) if fmt == "csr" else None,
         onnx=onnx,
     )
