@@ -60,27 +60,22 @@ def layerwise_tuples(seed: int, pool: tuple[float, ...], n_layers: int, count: i
     return [tuple(pool[i] for i in row.tolist()) for row in idx]
 
 
-def _for_seed(
-    spec: RunSpec,
+def _task(
+    base: RunSpec,
     seed: int,
-    *,
+    stem: str,
+    group: str,
+    config: str,
     name: str,
-    layer_densities: tuple[float, ...] | None,
-    aug_density: float | None,
     sparsity: float,
-) -> RunSpec:
-    return replace(
-        spec,
-        init=replace(spec.init, seed=seed),
-        data=replace(spec.data, split_seed=seed),
-        method=replace(
-            spec.method,
-            name=name,
-            layer_densities=layer_densities,
-            sparsity=sparsity,
-            options={**spec.method.options, "aug_density": aug_density},
-        ),
-    )
+    layer_densities: tuple[float, ...] | None = None,
+    fixed: bool = False,
+) -> SweepTask:
+    """One run of the plan: `base` on the seed's init and split, with the run's method (never an aug_density)."""
+    options = {**base.method.options, "aug_density": None}
+    method = replace(base.method, name=name, layer_densities=layer_densities, sparsity=sparsity, options=options)
+    spec = replace(base, init=replace(base.init, seed=seed), data=replace(base.data, split_seed=seed), method=method)
+    return SweepTask(f"seed{seed}-{stem}", seed, group, config, spec, fixed=fixed)
 
 
 def build_plan(
@@ -93,66 +88,16 @@ def build_plan(
     double_scoring = list(double_scoring)
     tasks = []
     for seed in seeds:
-        p = f"seed{seed}-"
-        has_fixed = False
-        for d in densities:
-            fixed = math.isclose(d, target, rel_tol=0, abs_tol=1e-12)
-            has_fixed |= fixed
+        fixed = [math.isclose(d, target, rel_tol=0, abs_tol=1e-12) for d in densities]
+        for d, is_target in zip(densities, fixed):
+            sp = round(1.0 - d, 12)
             tasks.append(
-                SweepTask(
-                    f"{p}edge-popup-k{d:g}",
-                    seed,
-                    "edge-popup",
-                    f"k={d:g}",
-                    _for_seed(
-                        base,
-                        seed,
-                        name="edge-popup",
-                        layer_densities=None,
-                        aug_density=None,
-                        sparsity=round(1.0 - d, 12),
-                    ),
-                    fixed=fixed,
-                )
+                _task(base, seed, f"edge-popup-k{d:g}", "edge-popup", f"k={d:g}", "edge-popup", sp, fixed=is_target)
             )
         for i, tup in enumerate(layerwise_tuples(seed, densities, n_layers, layerwise)):
-            tasks.append(
-                SweepTask(
-                    f"{p}edge-popup-lw{i}",
-                    seed,
-                    "edge-popup",
-                    f"layerwise {i}",
-                    _for_seed(base, seed, name="edge-popup", layer_densities=tup, aug_density=None, sparsity=s),
-                )
-            )
-        if not has_fixed:
-            tasks.append(
-                SweepTask(
-                    f"{p}fixed",
-                    seed,
-                    "fixed",
-                    f"fixed k={target:g}",
-                    _for_seed(base, seed, name="edge-popup", layer_densities=None, aug_density=None, sparsity=s),
-                    fixed=True,
-                )
-            )
-        tasks.append(
-            SweepTask(
-                f"{p}random",
-                seed,
-                "random",
-                "random",
-                _for_seed(base, seed, name="random", layer_densities=None, aug_density=None, sparsity=s),
-            )
-        )
-        for name in double_scoring:
-            tasks.append(
-                SweepTask(
-                    f"{p}{name}",
-                    seed,
-                    name,
-                    name,
-                    _for_seed(base, seed, name=name, layer_densities=None, aug_density=None, sparsity=s),
-                )
-            )
+            tasks.append(_task(base, seed, f"edge-popup-lw{i}", "edge-popup", f"layerwise {i}", "edge-popup", s, tup))
+        if not any(fixed):
+            tasks.append(_task(base, seed, "fixed", "fixed", f"fixed k={target:g}", "edge-popup", s, fixed=True))
+        for name in ("random", *double_scoring):  # a method's own run: named, grouped and labelled by the method
+            tasks.append(_task(base, seed, name, name, name, name, s))
     return tasks

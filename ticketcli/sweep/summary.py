@@ -44,7 +44,8 @@ def oracle(records: list[dict[str, Any]], band: tuple[float, float] | None = Non
     candidates = [
         r for r in records if r["group"] == "edge-popup" and (band is None or in_band(r["achieved_sparsity"], band))
     ]
-    return max(candidates, key=lambda r: (r["val_accuracy"], r["achieved_sparsity"]), default=None)  # the first of equals
+    # max keeps the first of equal keys: the earlier record in plan order
+    return max(candidates, key=lambda r: (r["val_accuracy"], r["achieved_sparsity"]), default=None)
 
 
 def _oracle_summary(records: list[dict[str, Any]], seeds: list[int], band: tuple[float, float] | None) -> JsonObject:

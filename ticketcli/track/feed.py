@@ -46,15 +46,6 @@ class Steps:
         return self.last
 
 
-def masks_digest(path: str | Path | None) -> str | None:
-    """The masks_sha256 a ticket file records (None without one)."""
-    if path is None:
-        return None
-    from ticketcli.ticketfile import ticket as ticket_io
-
-    return ticket_io.scan(path).ticket.masks_sha256
-
-
 def density_text(sparsity: float | None, layerwise: object = None) -> str:
     if layerwise:
         return "layerwise"
