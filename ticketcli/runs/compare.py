@@ -10,11 +10,11 @@ Overlap only means something between masks over the same parameters: tickets who
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import RUN_FACTS, SPLITS, JsonObject, split_metrics
@@ -26,6 +26,7 @@ from ticketcli.ticketfile.record import CheckpointRecord, DataRecord, InitRecord
 
 __all__ = ["CompareResult", "ComparedTicket", "Difference", "LayerOverlap", "Overlap", "PairComparison"]
 
+T = TypeVar("T")
 SPLIT_KEYS = ("accuracy", "loss", "correct", "n")  # what a stored split may hold in the document (the split shape)
 
 
@@ -138,17 +139,16 @@ class CompareResult(Result):
 
     def jaccard_matrix(self) -> list[list[float]]:
         """Jaccard over every masked entry, ticket by ticket: symmetric, 1.0 on the diagonal (a ticket with itself)."""
-        n = len(self.tickets)
-        cells = [[1.0] * n for _ in range(n)]
-        for p in self.pairs:
-            cells[p.a][p.b] = cells[p.b][p.a] = p.overlap.jaccard
-        return cells
+        return self._matrix(1.0, lambda p: p.overlap.jaccard)
 
     def same_init_matrix(self) -> list[list[bool]]:
-        n = len(self.tickets)
-        cells = [[True] * n for _ in range(n)]
+        return self._matrix(True, lambda p: p.same_init)
+
+    def _matrix(self, diagonal: T, cell: Callable[[PairComparison], T]) -> list[list[T]]:
+        """n x n: `cell` of each pair, on both sides of the diagonal."""
+        cells = [[diagonal] * len(self.tickets) for _ in self.tickets]
         for p in self.pairs:
-            cells[p.a][p.b] = cells[p.b][p.a] = p.same_init
+            cells[p.a][p.b] = cells[p.b][p.a] = cell(p)
         return cells
 
     def body(self) -> JsonObject:

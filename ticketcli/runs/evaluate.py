@@ -28,8 +28,7 @@ def evaluate_ticket(
 ) -> EvaluateResult:
     """Rebuild a ticket's network as `reader` says, apply its masks and re-measure test and validation accuracy;
     `chunks` is told the chunks of the BatchNorm recalibration and of both evaluations as they finish."""
-    opened = open_ticket(path, reader)
-    return evaluate_loaded(opened, Path(path), chunks)
+    return evaluate_loaded(open_ticket(path, reader), Path(path), chunks)
 
 
 def evaluate_loaded(o: OpenTicket, path: Path, chunks: ChunkProgress | None = None) -> EvaluateResult:

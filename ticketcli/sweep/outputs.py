@@ -122,12 +122,8 @@ class Note:
                 "format": FORMAT,
                 "files": {p: {**o.to_dict(), "sha256": h} for p, (o, h) in sorted(self.files.items())},
             }
-            write_atomic(self.path, (_dumps(doc) + "\n").encode(), overwrite=True)
+            write_atomic(self.path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), overwrite=True)
             self.problem = None
-
-
-def _dumps(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=2, sort_keys=True)
 
 
 def remember(out_dir: str | Path | None, owned: Owned, payload: bytes) -> None:

@@ -109,24 +109,15 @@ def store(
     replaces an existing file only with `overwrite` or when `note` shows the sweep wrote it, and goes in the note."""
     ticket, record_path = paths(out_dir, task)
     note = note if note is not None else Note(out_dir)
-    with folder_lock(out_dir):  # another sweep on the folder reads a run's files with their note entries
-        note.reload()
-        return _store(ticket, record_path, task, record, payload, note, overwrite)
-
-
-def _store(
-    ticket: Path, record_path: Path, task: SweepTask, record: SweepRecord, payload: bytes, note: Note, overwrite: bool
-) -> SweepRecord:
-    note.add(
-        write_owned(ticket, payload, overwrite=overwrite, owned=note.owned(ticket), checked_at_start=True), payload
-    )
     record = replace(record, ticket=str(ticket), ticket_sha256=hashlib.sha256(payload).hexdigest())
     # the sweep-k document's record shape (docs/json.md)
     stored = {"schema": SWEEP_RUN_RECORD, "spec": spec_identity(task.spec), "record": record.to_dict()}
     doc = (json.dumps(stored, indent=2, sort_keys=True) + "\n").encode()
-    note.add(
-        write_owned(record_path, doc, overwrite=overwrite, owned=note.owned(record_path), checked_at_start=True), doc
-    )
+    with folder_lock(out_dir):  # another sweep on the folder reads a run's files with their note entries
+        note.reload()
+        for path, data in ((ticket, payload), (record_path, doc)):
+            owned = write_owned(path, data, overwrite=overwrite, owned=note.owned(path), checked_at_start=True)
+            note.add(owned, data)
     return record
 
 

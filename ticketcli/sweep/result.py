@@ -246,21 +246,9 @@ class SweepSettings:
     out_dir: str | None
 
     def to_dict(self) -> JsonObject:
-        return {
-            "sparsity": self.sparsity,
-            "seeds": list(self.seeds),
-            "densities": list(self.densities),
-            "layerwise": self.layerwise,
-            "band": list(self.band),
-            "model": self.model,
-            "dataset": self.dataset,
-            "epochs": self.epochs,
-            "double_scoring": list(self.double_scoring),
-            "workers": self.workers,
-            "threads": self.threads,
-            "executor": self.executor,
-            "out_dir": self.out_dir,
-        }
+        """Every setting by its field's name, in their order (tuples as lists)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
 
 @dataclass(frozen=True)

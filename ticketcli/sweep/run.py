@@ -60,35 +60,23 @@ def run_sweep(
         except OSError as e:
             raise UsageError(f"cannot create --out-dir {out}: {e.strerror or e}") from None
     claims = None if out is None else Claims(out)
+    bound = ticket_bound(tasks[0].spec) if out is not None and tasks else ticket_io.MAX_FILE_BYTES
     with nullcontext() if out is None else folder_lock(out):  # another sweep on the folder stores nothing meanwhile
         note = load_note(out)
-        records, resumed, todo = _before_the_work(tasks, out, note, claims, overwrite, warn)
+        records, resumed, todo = _before_the_work(tasks, out, note, claims, bound, overwrite, warn)
     for t in tasks:
         if on_result and t.id in records:
             on_result(records[t.id], True)
     todo.sort(key=lambda t: -cost(t))  # longest first, so a multi-round run is not the pool's last straggler
-    bound = ticket_bound(tasks[0].spec) if out is not None and tasks else ticket_io.MAX_FILE_BYTES
     with claims or nullcontext():
         while todo:
-            elsewhere: list[SweepTask] = []
-
-            def claimed(waiting: list[SweepTask] = todo, skipped: list[SweepTask] = elsewhere) -> Iterator[SweepTask]:
-                for t in waiting:  # claimed as a worker frees up, so two sweeps on one folder share the runs
-                    if claims is None:
-                        yield t
-                    elif not claims.take(t.id):
-                        skipped.append(t)
-                    elif out is not None and finished(out, t, bound)[0] is not None:
-                        claims.release(t.id)  # another sweep stored it since this one looked: read it back
-                        skipped.append(t)
-                    else:
-                        yield t
-
+            elsewhere: list[SweepTask] = []  # claimed by another sweep on the folder: read back below
+            claimed = _claimed(todo, elsewhere, claims, out, bound)
             if executor == "ray":  # Ray takes every task at once
-                ours = list(claimed())
+                ours = list(claimed)
                 results = run_ray(ours, threads, ray_address) if ours else iter(())
             else:
-                results = run_local(claimed(), workers, threads)
+                results = run_local(claimed, workers, threads)
             for task, (record, payload) in results:
                 if out is not None:
                     record = store(out, task, record, payload, note, overwrite)
@@ -112,11 +100,29 @@ def run_sweep(
     return SweepRun([records[t.id] for t in tasks], resumed)
 
 
+def _claimed(
+    todo: list[SweepTask], elsewhere: list[SweepTask], claims: Claims | None, out: Path | None, bound: int
+) -> Iterator[SweepTask]:
+    """The tasks of `todo` this sweep claims, each as a worker frees up, so two sweeps on one folder share the runs;
+    the others (claimed, or stored by another sweep since this one looked) go to `elsewhere`."""
+    for t in todo:
+        if claims is None:
+            yield t
+        elif not claims.take(t.id):
+            elsewhere.append(t)
+        elif out is not None and finished(out, t, bound)[0] is not None:
+            claims.release(t.id)  # another sweep stored it since this one looked: read it back
+            elsewhere.append(t)
+        else:
+            yield t
+
+
 def _before_the_work(
     tasks: list[SweepTask],
     out: Path | None,
     note: Note | None,
     claims: Claims | None,
+    bound: int,
     overwrite: bool,
     warn: Callable[[str], None] | None,
 ) -> tuple[dict[str, SweepRecord], list[str], list[SweepTask]]:
@@ -136,7 +142,6 @@ def _before_the_work(
             f"--out-dir {out} holds {len(stale)} earlier run(s) that are not in this sweep's plan, kept but left out "
             f"of its results: {listed}"
         )
-    bound = ticket_bound(tasks[0].spec) if out is not None and tasks else ticket_io.MAX_FILE_BYTES
     records: dict[str, SweepRecord] = {}
     resumed = []
     todo = []
