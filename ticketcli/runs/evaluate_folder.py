@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import JsonObject
+from ticketcli.contract.schema import JsonObject, present
 from ticketcli.errors import Interrupted, TicketCliError
 from ticketcli.methods.base import Progress
 from ticketcli.runs import evaluate as runs_evaluate
@@ -69,15 +69,9 @@ class EvaluateFolderResult(Result):
     def body(self) -> JsonObject:
         doc: JsonObject = {"tickets": [t.to_dict() for t in self.tickets], "summary": self.summary()}
         if self.gated:
-            gate: JsonObject = {}
-            if self.min_accuracy is not None:
-                gate["min_accuracy"] = self.min_accuracy
-            if self.max_drop is not None:
-                gate["max_drop"] = self.max_drop
+            gate = present(min_accuracy=self.min_accuracy, max_drop=self.max_drop)
             doc["gate"] = {**gate, "passed": all(t.passed for t in self.tickets)}
-        if self.threads is not None:
-            doc["threads"] = self.threads
-        return doc
+        return doc | present(threads=self.threads)
 
     def failure_line(self) -> str | None:
         """The one line of a folder in which a ticket failed the gate or could not be evaluated (exit 1), or None."""

@@ -140,21 +140,16 @@ class ExtractionResult(OfTicket, Result):
             **self.header.to_dict("method", "seed", "model"),
             "data": self.data,
         }
-        if self.score_params is not None:
-            doc["score_params"] = self.score_params
+        doc |= present(score_params=self.score_params)
         checkpoint = None if self.checkpoint is None else self.checkpoint.to_json()
         doc.update(checkpoint=checkpoint, masks_sha256=self.masks_sha256)
-        if self.threads is not None:
-            doc["threads"] = self.threads
+        doc |= present(threads=self.threads)
         m = self.metrics
         if m.trained is not None:
             t = m.trained
             doc["trained"] = {"metrics": {"test": t.test.to_dict(), "val": t.val.to_dict()}, "note": t.note}
         doc.update(device=m.device, wall_time_s=m.wall_time_s)
-        if m.processes is not None:
-            doc["processes"] = m.processes
-        if m.precision is not None:
-            doc["precision"] = m.precision
+        doc |= present(processes=m.processes, precision=m.precision)
         doc["metrics"] = {"test": m.test.to_dict(), "val": m.val.to_dict()}
         doc["sparsity"] = self.sparsity.to_dict()
         doc["layers"] = [layer.to_dict() for layer in self.sparsity.layers]

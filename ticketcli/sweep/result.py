@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import JsonObject
+from ticketcli.contract.schema import JsonObject, present
 from ticketcli.sweep.summary import PAPER_BAND, summarize
 
 # the flat record's measurements, which the document moves to metrics.<split> and sparsity
@@ -277,10 +277,5 @@ class SweepResult(Result):
             "resumed": list(self.resumed),
             "summary": self.summary.to_dict(),
         }
-        if self.settings is not None:
-            doc["settings"] = self.settings.to_dict()
-        if self.plot is not None:
-            doc["plot"] = self.plot
-        if self.threads is not None:
-            doc["threads"] = self.threads
-        return doc
+        settings = None if self.settings is None else self.settings.to_dict()
+        return doc | present(settings=settings, plot=self.plot, threads=self.threads)

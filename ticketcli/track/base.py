@@ -55,13 +55,6 @@ class Tracker(Protocol):
 MODULES = {"tensorboard": "tensorboard", "mlflow": "mlflow"}  # the module each tracker needs (the [track] extra)
 
 
-def require_extra(dests: Sequence[Destination]) -> None:
-    """Refuse a tracker whose library is not installed, before any work (one line naming the extra)."""
-    for d in dests:
-        if importlib.util.find_spec(MODULES[d.kind]) is None:
-            raise UsageError(f"--log-to {d.kind} needs the {MODULES[d.kind]} package", hint=EXTRA)
-
-
 def tracker(d: Destination) -> Tracker:
     if d.kind == "tensorboard":
         from ticketcli.track.tb import TensorBoard
@@ -225,9 +218,12 @@ def open_tracking(
 
 
 def check(log_to: Any) -> tuple[Destination, ...]:
-    """A --log-to value (None: not given) as its destinations, each tracker's library installed: before any work."""
+    """A --log-to value (None: not given) as its destinations, each tracker's library installed: before any work (a
+    missing one is one line naming the extra)."""
     dests = destinations(log_to)
-    require_extra(dests)
+    for d in dests:
+        if importlib.util.find_spec(MODULES[d.kind]) is None:
+            raise UsageError(f"--log-to {d.kind} needs the {MODULES[d.kind]} package", hint=EXTRA)
     return dests
 
 

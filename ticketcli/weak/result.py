@@ -138,6 +138,4 @@ class WeakResult(OfTicket, Result):
         doc["layers"] = layer_list(self.sparsity.per_layer)
         doc["masked"] = self.masked.to_dict()
         doc["metrics"] = doc["masked"]["metrics"]  # the trained ticket's accuracy, where every other command has it
-        if self.dense is not None:
-            doc["dense"] = self.dense.to_dict()
-        return doc
+        return doc | present(dense=None if self.dense is None else self.dense.to_dict())
