@@ -75,16 +75,8 @@ def _columns(t: Table, *names: str, right_from: int = 1, first_width: int | None
 
 
 def _overlap_row(t: Table, name: str, o: Overlap) -> None:
-    t.add_row(
-        name,
-        str(o.total),
-        str(o.kept_a),
-        str(o.kept_b),
-        str(o.both),
-        share(o.jaccard),
-        share(o.a_kept_in_b),
-        share(o.b_kept_in_a),
-    )
+    counts, shares = (o.total, o.kept_a, o.kept_b, o.both), (o.jaccard, o.a_kept_in_b, o.b_kept_in_a)
+    t.add_row(name, *map(str, counts), *map(share, shares))
 
 
 def _two(r: CompareResult, p: PairComparison) -> None:
