@@ -144,4 +144,4 @@ def test_inspect_without_torch_counts_what_the_torch_loader_unpacks(files):
     for row, mask in zip(result.masks, tk.masks.values()):
         assert (row.kept, row.total, row.shape) == (int(mask.sum()), mask.numel(), tuple(mask.shape))
     assert result.density == sum(int(m.sum()) for m in tk.masks.values()) / sum(m.numel() for m in tk.masks.values())
-    assert result.integrity == tk.integrity == "ok"
+    assert result.record.integrity == tk.integrity == "ok"
