@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import SPARSITY_KEYS, JsonObject, run_metrics_fields
+from ticketcli.contract.schema import SPARSITY_KEYS, JsonObject, present, run_metrics_fields
 from ticketcli.ticketfile import ticket as ticket_io
 
 
@@ -33,8 +33,7 @@ class MaskCount:
         """The `layers[]` item (contract.layer_list's shape for an entry with a shape and a density)."""
         item: JsonObject = {"name": self.name, "shape": list(self.shape), "kept": self.kept, "total": self.total}
         item["density"] = self.density
-        if self.aux_share is not None:
-            item["aux_share"] = self.aux_share
+        item |= present(aux_share=self.aux_share)
         if self.total:
             item["sparsity"] = 1.0 - self.density
         return item

@@ -63,7 +63,8 @@ class Reproduction:
         words = list(prefix)
         for name, value in self.settings.items():
             s = RUN[name]
-            if not self.full and name not in ALWAYS and value == _default(s):
+            # a default is a tuple, as the checked values (_checked) are
+            if not self.full and name not in ALWAYS and value == s.value:
                 continue
             words.extend(_flag(s, value))
         words.extend(["--out", self.out_name()])
@@ -81,10 +82,6 @@ class Reproduction:
         return "\n".join(lines) + "\n"
 
 
-def _default(s: Setting) -> Any:
-    return s.value  # a tuple, as the checked values (_checked) are
-
-
 def _number(value: Any) -> str:
     return repr(float(value)) if isinstance(value, float) else str(value)
 
@@ -93,7 +90,7 @@ def _flag(s: Setting, value: Any) -> list[str]:
     if s.switch:
         if value is True:
             return [s.flag]
-        if value == _default(s):
+        if value == s.value:
             return []
         raise UsageError(f"cannot write {s.flag} off on the command line (its default is on); use --toml")
     if isinstance(value, (list, tuple)):

@@ -142,7 +142,6 @@ def train_weak(
     tk = o.ticket
     masked, trainer = train_run(o, o.masks, spec, label="masked", progress=progress, chunks=chunks)
     trained = state_dict(trainer, o.masks)
-    per_layer = counted_layers(o.masks, tk.sparsity)
     weights_check = check_sparsity(trained, o.masks)
     stats = mask_stats({n: m.cpu() for n, m in o.masks.items()})
     sparsity = WeakSparsity(
@@ -150,7 +149,7 @@ def train_weak(
         kept=stats.kept,
         total=stats.total,
         achieved=1.0 - stats.density,
-        per_layer=per_layer,
+        per_layer=counted_layers(o.masks, tk.sparsity),
     )
     ticket_sha = file_sha256(str(path))
     data_record = tk.data.split()
