@@ -18,6 +18,7 @@ from ticketcli.contract.schema import JsonObject
 from ticketcli.drift.spec import ControlSpec
 
 Act = Callable[[torch.Tensor], torch.Tensor]
+SHARES = ("sparsity", "error", "neg_preact_share", "neg_act_input_share")  # a site's summary: _shares' numbers
 
 
 def keep_count(units: int, target: float) -> int:
@@ -143,11 +144,12 @@ def aggregate(spec: ControlSpec, per_run: list[JsonObject]) -> JsonObject:
         v = [x for x in values if x is not None]
         return sum(v) / len(v) if v else None
 
-    keys = ("sparsity", "error", "neg_preact_share", "neg_act_input_share")
     sites = per_run[0]["sites"]
     return {
         **spec.to_dict(),
-        "overall": {k: mean([r["overall"][k] for r in per_run]) for k in keys},
-        "sites": {s: {k: mean([r["sites"][s][k] for r in per_run]) for k in (*keys, "centering_mean")} for s in sites},
+        "overall": {k: mean([r["overall"][k] for r in per_run]) for k in SHARES},
+        "sites": {
+            s: {k: mean([r["sites"][s][k] for r in per_run]) for k in (*SHARES, "centering_mean")} for s in sites
+        },
         "runs": per_run,
     }

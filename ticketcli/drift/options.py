@@ -99,13 +99,7 @@ def drift_request(
     )
     if ticket is not None:
         run = {**run, "model": None}
-    chosen = build_features(
-        **{**features, "relufy": bool(features["relufy"])},
-        model=run["model"],
-        ticket=ticket is not None,
-        activation=run["activation"],
-        inputs=run["inputs"],
-    )
+    chosen = build_features(features, run, ticket=ticket is not None)
     return DriftRequest(
         run=dict(run),
         features=chosen,
@@ -189,55 +183,31 @@ def split_models(model: str | None) -> tuple[str | None, ...]:
     return items
 
 
-def build_features(
-    *,
-    act_sparsity: str | None,
-    act_target: float | None,
-    freeze_stats_after: int | None,
-    relufy: bool,
-    relufy_from: str | None,
-    relufy_to: str | None,
-    relufy_epochs: int | None,
-    tradeoff: str | None,
-    workers: int | None,
-    model: str | None,
-    ticket: bool,
-    activation: str | None,
-    inputs: str | None,
-) -> Features | None:
-    """Validate the flags (None/False: not given); None when none of them is given (plain drift)."""
-    flags = (act_sparsity, act_target, freeze_stats_after, relufy_from, relufy_to, relufy_epochs, tradeoff, workers)
-    plain = not relufy and all(v is None for v in flags)
-    if tradeoff is None and workers is not None:
+def build_features(f: Mapping[str, Any], run: Mapping[str, Any], *, ticket: bool) -> Features | None:
+    """Validate the feature flags `f` (FEATURES'; None/False: not given) beside the run's --model, --activation and
+    --inputs; None when none of them is given (plain drift)."""
+    relufy, tradeoff, model = bool(f["relufy"]), f["tradeoff"], run["model"]
+    if tradeoff is None and f["workers"] is not None:
         raise UsageError("--workers only goes with --tradeoff")
     if tradeoff is None and model is not None and "," in model:
         raise UsageError("several --model specs (a comma list) only go with --tradeoff")
-    if plain:
+    if not relufy and all(v is None for k, v in f.items() if k != "relufy"):
         return None
-    if relufy and (act_sparsity is not None or tradeoff is not None):
+    if relufy and (f["act_sparsity"] is not None or tradeoff is not None):
         raise UsageError(f"--relufy does not go with {'--tradeoff' if tradeoff is not None else '--act-sparsity'}")
-    if relufy and activation is not None:
+    if relufy and run["activation"] is not None:
         raise UsageError("--relufy trains with --from, then swaps in --to; drop --activation")
-    rel = build_relufy_spec(relufy, relufy_from, relufy_to, relufy_epochs, inputs=inputs)
+    rel = build_relufy_spec(relufy, f["relufy_from"], f["relufy_to"], f["relufy_epochs"], inputs=run["inputs"])
     if tradeoff is None:
-        return Features(
-            control=build_control_spec(act_sparsity, act_target, freeze_stats_after), relufy=rel, targets=None
-        )
-    if act_target is not None:
+        control = build_control_spec(f["act_sparsity"], f["act_target"], f["freeze_stats_after"])
+        return Features(control=control, relufy=rel, targets=None)
+    if f["act_target"] is not None:
         raise UsageError("--act-target is one run's target; --tradeoff lists the targets")
     if ticket:
         raise UsageError("--tradeoff trains from the seeded init of each --model; it does not go with --ticket")
     targets = parse_targets(tradeoff)
-    control = build_control_spec(act_sparsity or "topk", targets[0], freeze_stats_after)
-    return build_spec(
-        Features,
-        FEATURES,
-        {"workers": workers},
-        control=control,
-        relufy=None,
-        targets=targets,
-        models=split_models(model),
-    )
+    control = build_control_spec(f["act_sparsity"] or "topk", targets[0], f["freeze_stats_after"])
+    return build_spec(Features, FEATURES, f, control=control, relufy=None, targets=targets, models=split_models(model))
 
 
 def build_control_spec(mode: str | None, target: float | None, freeze_after: int | None) -> ControlSpec | None:
