@@ -77,7 +77,7 @@ def drift_final(
                 site: {k: v[i] for k, v in series.items() if isinstance(v, list) and i < len(v)}
                 for site, series in run["layers"].items()
             }
-            at = {k: run[k][i] for k in ("loss", "accuracy", "perplexity") if k in run}
+            at: JsonObject = {k: run[k][i] for k in ("loss", "accuracy", "perplexity") if k in run}
             child.scalars(int(step), scalars({**at, "layers": layers}))
         child.close("FINISHED")
     hparams = flat({k: v for k, v in result.settings.items() if not isinstance(v, (dict, list))})
