@@ -117,8 +117,7 @@ class ActivationControl:
             n, zeros, neg, neg_seen = h.numel(), int(zero(a).sum()), int((h < 0).sum()), int((seen < 0).sum())
             centering = float(self.quantiles[name].mean()) if name in self.quantiles else None
             sites[name] = {**self._shares(n, zeros, neg, neg_seen), "centering_mean": centering}
-            for j, v in enumerate((n, zeros, neg, neg_seen)):
-                totals[j] += v
+            totals = [t + v for t, v in zip(totals, (n, zeros, neg, neg_seen), strict=True)]
         return {
             "target": self.spec.target,
             "sites": sites,

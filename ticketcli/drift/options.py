@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from ticketcli.data.registry import DATASETS
 from ticketcli.drift.activations import ACTIVATIONS, LOSSES
@@ -52,11 +52,6 @@ class DriftRequest:
     log_to: Any  # --log-to as given (None: no tracking); the tracker layer checks it
     data_dir: str | None
     download: bool
-
-    @property
-    def model(self) -> str | None:
-        """--model as given (one spec or, with --tradeoff, a comma list); None with --ticket or by default."""
-        return cast("str | None", self.run["model"])
 
     def spec(self) -> DriftSpec:
         """The run's DriftSpec, its data found where --data-dir, $TICKET_DATA, the cache or a system copy hold it;

@@ -189,11 +189,8 @@ def _num(metric: str, v: float | None) -> str:
 
 
 def _cell(metric: str, s: MeanStd, i: int, seeds: int) -> str:
-    mean = s.mean[i]
-    if seeds == 1 or mean is None:
-        return _num(metric, mean)
-    std = s.std[i]
-    if std is None:
+    mean, std = s.mean[i], s.std[i]
+    if seeds == 1 or mean is None or std is None:
         return _num(metric, mean)
     spread = f"{100 * std:.1f}%" if metric in SHARES else f"{std:.2g}"
     return f"{_num(metric, mean)} ± {spread}"
