@@ -70,17 +70,14 @@ def resumed(doc: Mapping[str, Any], given: Mapping[str, Mapping[str, Any]], wher
     for g, table in GROUPS.items():
         for s in table:
             new, old = _plain(given.get(g, {}).get(s.name)), flags[g][s.name]
-            if new is not None and new != old and not (_number(new) and _number(old) and float(new) == float(old)):
+            same = {type(new), type(old)} <= {int, float} and float(new) == float(old)  # 3 and 3.0 alike
+            if new is not None and new != old and not same:
                 was = "not given" if old is None else f"{s.flag} {_shown(old)}"
                 raise UsageError(
                     f"{s.flag} {_shown(new)} conflicts with the run in {where} ({was})",
                     hint="a resumed run keeps its recorded settings: drop the flag",
                 )
     return {g: dict(v) for g, v in flags.items()}
-
-
-def _number(v: Any) -> bool:
-    return type(v) in (int, float)
 
 
 def _shown(v: Any) -> str:

@@ -12,13 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
 
-import torch
-
 from ticketcli.contract.schema import JsonObject
 from ticketcli.drift.result import TradeoffModel, TradeoffResult
 from ticketcli.drift.run import run_drift
 from ticketcli.drift.spec import ControlSpec, DriftSpec
 from ticketcli.runtime.pool import run_pool
+from ticketcli.runtime.threads import using
 
 
 @dataclass(frozen=True)
@@ -36,12 +35,8 @@ def plan(specs: list[DriftSpec], targets: tuple[float, ...], mode: str, freeze_a
 
 def run_task(task: TradeoffTask, threads: int) -> JsonObject:
     """One controlled drift run with exactly `threads` torch threads; its record (means over seeds)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with using(threads):
         r = run_drift(task.spec, control=task.control)
-    finally:
-        torch.set_num_threads(previous)
     ctl, sm = r.act_control, r.summary
     assert ctl is not None  # a controlled run
     return {
