@@ -33,7 +33,7 @@ class DriftLive:
 
     def __init__(self, tracking: Tracking, warn: Warn):
         self.tracking, self.children, self.sent = tracking, dict[int, Tracking](), 0
-        self.log = guarded(self._log, warn)
+        self.log = guarded(lambda seed, step, m: self.child(seed).scalars(step, scalars(m)), warn)
 
     def child(self, seed: int) -> Tracking:
         if seed not in self.children:
@@ -43,9 +43,6 @@ class DriftLive:
     def __call__(self, seed: int, step: int, m: JsonObject) -> None:
         self.sent += 1
         self.log(seed, step, m)
-
-    def _log(self, seed: int, step: int, m: JsonObject) -> None:
-        self.child(seed).scalars(step, scalars(m))
 
 
 def scalars(m: JsonObject) -> dict[str, float]:

@@ -96,13 +96,12 @@ class DriftSummary:
         )
 
     def to_dict(self) -> JsonObject:
-        doc: JsonObject = {
+        return {
             "steps": list(self.steps),
             "loss": self.loss.to_dict(),
             "accuracy": self.accuracy.to_dict(),
             "layers": [{"name": n, **la.to_dict()} for n, la in self.layers.items()],
-        }
-        return doc | present(perplexity=None if self.perplexity is None else self.perplexity.to_dict())
+        } | present(perplexity=None if self.perplexity is None else self.perplexity.to_dict())
 
 
 @dataclass(frozen=True)
@@ -210,7 +209,7 @@ class TradeoffResult(Result):
         return {k: v for k, v in self.spec.to_dict().items() if k != "model"}
 
     def body(self) -> JsonObject:
-        doc: JsonObject = {
+        return {
             **self.settings,
             "models": {name: m.to_dict() for name, m in self.models.items()},
             "targets": list(self.targets),
@@ -220,5 +219,4 @@ class TradeoffResult(Result):
             "workers": self.workers,
             "threads": self.threads,
             "chance": self.chance,
-        }
-        return doc | present(plot=self.plot)
+        } | present(plot=self.plot)
