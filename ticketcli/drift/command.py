@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from itertools import count
 from pathlib import Path
 
 from ticketcli.contract.schema import JsonObject
@@ -66,7 +67,7 @@ class DriftCommand:
         if folder is not None:
             self.keeper = open_keeper(folder, request.spec(), groups, recorded)
             record = rundir.TrackerRecord(folder) if trackers else None
-        info = partial(feed.drift_info, request.model, ticket)
+        info = partial(feed.drift_info, request.run["model"], ticket)
         resume_ids, on_open = (None, None) if record is None else (dict(record.ids), record.opened)
         live = None
         with track.tracked(trackers, info, console.warn, resume_ids, on_open) as log:
@@ -90,7 +91,7 @@ def kept_run(groups: Groups, run_dir: Path | None, resume: Path | None) -> tuple
             raise UsageError("--resume DIR names the run dir; drop --run-dir")
         doc = rundir.open_settings(resume)
         where = resume / rundir.SETTINGS
-        groups.update(runflags.merge(runflags.recorded(doc, where), groups, where))
+        groups.update(runflags.resumed(doc, groups, where))
     elif run_dir is None:
         if groups["inputs"]["checkpoint_every"] is not None:
             raise UsageError("--checkpoint-every only goes with --run-dir (or --resume)")
@@ -151,14 +152,12 @@ def _tradeoff(request: DriftRequest, features: Features, position: Position, *, 
     threads = per_worker(features.workers, request.threads)
     specs = request.tradeoff_specs()
     tasks = tradeoff.plan(specs, features.targets, features.control.mode, features.control.freeze_after)
-    done = 0
+    done = count(1)
     with report_progress.display(len(tasks), quiet=quiet, label="tradeoff") as progress:
         tell = position.track(progress)
 
         def on_result(r: JsonObject) -> None:
-            nonlocal done
-            done += 1
-            sparsity = r["achieved_sparsity"]
-            tell({"epoch": done, "unit": "run", "loss": r["loss"], "accuracy": r["accuracy"], "sparsity": sparsity})
+            stats = {"loss": r["loss"], "accuracy": r["accuracy"], "sparsity": r["achieved_sparsity"]}
+            tell({"epoch": next(done), "unit": "run", **stats})
 
         return tradeoff.run_tradeoff(tasks, workers=features.workers, threads=threads, on_result=on_result)

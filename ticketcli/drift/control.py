@@ -18,6 +18,7 @@ from ticketcli.contract.schema import JsonObject
 from ticketcli.drift.spec import ControlSpec
 
 Act = Callable[[torch.Tensor], torch.Tensor]
+SHARES = ("sparsity", "error", "neg_preact_share", "neg_act_input_share")  # a site's summary: _shares' numbers
 
 
 def keep_count(units: int, target: float) -> int:
@@ -116,8 +117,7 @@ class ActivationControl:
             n, zeros, neg, neg_seen = h.numel(), int(zero(a).sum()), int((h < 0).sum()), int((seen < 0).sum())
             centering = float(self.quantiles[name].mean()) if name in self.quantiles else None
             sites[name] = {**self._shares(n, zeros, neg, neg_seen), "centering_mean": centering}
-            for j, v in enumerate((n, zeros, neg, neg_seen)):
-                totals[j] += v
+            totals = [t + v for t, v in zip(totals, (n, zeros, neg, neg_seen), strict=True)]
         return {
             "target": self.spec.target,
             "sites": sites,
@@ -143,11 +143,12 @@ def aggregate(spec: ControlSpec, per_run: list[JsonObject]) -> JsonObject:
         v = [x for x in values if x is not None]
         return sum(v) / len(v) if v else None
 
-    keys = ("sparsity", "error", "neg_preact_share", "neg_act_input_share")
     sites = per_run[0]["sites"]
     return {
         **spec.to_dict(),
-        "overall": {k: mean([r["overall"][k] for r in per_run]) for k in keys},
-        "sites": {s: {k: mean([r["sites"][s][k] for r in per_run]) for k in (*keys, "centering_mean")} for s in sites},
+        "overall": {k: mean([r["overall"][k] for r in per_run]) for k in SHARES},
+        "sites": {
+            s: {k: mean([r["sites"][s][k] for r in per_run]) for k in (*SHARES, "centering_mean")} for s in sites
+        },
         "runs": per_run,
     }

@@ -33,7 +33,7 @@ class DriftLive:
 
     def __init__(self, tracking: Tracking, warn: Warn):
         self.tracking, self.children, self.sent = tracking, dict[int, Tracking](), 0
-        self.log = guarded(self._log, warn)
+        self.log = guarded(lambda seed, step, m: self.child(seed).scalars(step, scalars(m)), warn)
 
     def child(self, seed: int) -> Tracking:
         if seed not in self.children:
@@ -44,11 +44,13 @@ class DriftLive:
         self.sent += 1
         self.log(seed, step, m)
 
-    def _log(self, seed: int, step: int, m: JsonObject) -> None:
-        values: dict[str, float] = {k: m[k] for k in ("loss", "accuracy", "perplexity") if k in m}
-        for site, stats in m["layers"].items():
-            values |= {f"{site}/{key}": v for key, v in stats.items() if v is not None}
-        self.child(seed).scalars(step, values)
+
+def scalars(m: JsonObject) -> dict[str, float]:
+    """One measurement's scalars: loss, accuracy (and perplexity) and every site's statistics that are set."""
+    values: dict[str, float] = {k: m[k] for k in ("loss", "accuracy", "perplexity") if k in m}
+    for site, stats in m["layers"].items():
+        values |= {f"{site}/{key}": v for key, v in stats.items() if v is not None}
+    return values
 
 
 def drift_final(
@@ -67,13 +69,13 @@ def drift_final(
             live.child(run["seed"]).close("FINISHED")
             continue
         child = tracking.child(seed_run(run["seed"]))
-        for i, step in enumerate(run["steps"]):
-            values: dict[str, float] = {k: run[k][i] for k in ("loss", "accuracy", "perplexity") if k in run}
-            for site, series in run["layers"].items():
-                for key, values_of in series.items():
-                    if isinstance(values_of, list) and i < len(values_of) and values_of[i] is not None:
-                        values[f"{site}/{key}"] = values_of[i]
-            child.scalars(int(step), values)
+        for i, step in enumerate(run["steps"]):  # each logged step's measurement, as DriftLive logs it
+            layers = {
+                site: {k: v[i] for k, v in series.items() if isinstance(v, list) and i < len(v)}
+                for site, series in run["layers"].items()
+            }
+            at: JsonObject = {k: run[k][i] for k in ("loss", "accuracy", "perplexity") if k in run}
+            child.scalars(int(step), scalars({**at, "layers": layers}))
         child.close("FINISHED")
     hparams = flat({k: v for k, v in result.settings.items() if not isinstance(v, (dict, list))})
     last = result.summary

@@ -75,8 +75,7 @@ class TextInputs:
     text = True
 
     def __init__(self, spec: DriftSpec, corpus: Corpus, context: int, seed: int, device: torch.device):
-        if spec.text is None:
-            raise ValueError("TextInputs needs a spec with a text")
+        assert spec.text is not None, "a character-level model's spec"
         train, val = split_blocks(corpus, context, spec.text.val_fraction, seed)
         self.blocks, self.n_train, self.n_val = train.to(device), len(train), len(val)
         self.probe = self._pair(val[: spec.probe_size].to(device))

@@ -18,7 +18,7 @@ import torch
 
 from ticketcli.contract.schema import JsonObject
 from ticketcli.drift import state as st
-from ticketcli.drift.control import ActivationControl, _units
+from ticketcli.drift.control import SHARES, ActivationControl, _units
 from ticketcli.drift.inputs import Inputs, TextInputs
 from ticketcli.drift.rundir import MEASUREMENTS, RESTART, SETTINGS, STATE, Measurements
 from ticketcli.errors import UsageError
@@ -76,15 +76,14 @@ def _summary(s: Any, control: ActivationControl | None) -> bool:
     """A finished seed's activation-control summary as ActivationControl.summary makes it (None without control)."""
     if control is None or s is None:
         return control is None and s is None
-    keys = ("sparsity", "error", "neg_preact_share", "neg_act_input_share")
     sites = s.get("sites") if isinstance(s, dict) else None
     overall = s.get("overall") if isinstance(s, dict) else None
     return (
         isinstance(sites, dict)
         and isinstance(overall, dict)
-        and all(k in overall and _number(overall[k]) for k in keys)
+        and all(k in overall and _number(overall[k]) for k in SHARES)
         and all(
-            isinstance(v, dict) and all(k in v and _number(v[k]) for k in (*keys, "centering_mean"))
+            isinstance(v, dict) and all(k in v and _number(v[k]) for k in (*SHARES, "centering_mean"))
             for v in sites.values()
         )
         and "target" in s
@@ -115,6 +114,7 @@ class RunKeeper:
 
     def __init__(self, folder: Path, every: int, logged: list[int], *, resume: bool):
         self.folder, self.every, self.logged = folder, every, logged
+        self.state_path = folder / STATE
         self.measurements = Measurements(folder / MEASUREMENTS)
         self.resume = resume
         self.index = -1  # the seed being run
@@ -129,10 +129,6 @@ class RunKeeper:
         # goes on from the checkpoint, logs each step once; `unsent` holds those taken since the last checkpoint
         self.on_kept: Callable[[int, int, JsonObject], None] | None = None
         self.unsent: list[tuple[int, int, JsonObject]] = []
-
-    @property
-    def state_path(self) -> Path:
-        return self.folder / STATE
 
     def note(self) -> str:
         """Where the run can continue from, for the interrupt's line."""

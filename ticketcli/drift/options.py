@@ -8,9 +8,9 @@ checked, and every default read, by its setting in settings.py (the defaults are
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from ticketcli.data.registry import DATASETS
 from ticketcli.drift.activations import ACTIVATIONS, LOSSES
@@ -27,15 +27,14 @@ from ticketcli.drift.spec import (
 from ticketcli.errors import UsageError
 from ticketcli.models.registry import parse_model, text_model
 from ticketcli.registry import Registry
+from ticketcli.settings.checks import build_spec
 from ticketcli.settings.registry import check_threads
 from ticketcli.settings.resolve import build_model_policy, data_location
 from ticketcli.settings.setting import Setting
-from ticketcli.specs.run import PAPER_HIDDEN, DataSpec, ModelPolicy, ModelSpec, WeightOptim
+from ticketcli.specs.run import PAPER_HIDDEN, DataSpec, ModelPolicy, ModelSpec
 from ticketcli.specs.text import TextSpec
 
 MAX_TARGETS = 100  # --tradeoff
-# drift's numeric settings, each the field of DriftSpec (or of its WeightOptim) of the same name
-NUMERIC = ("lr", "momentum", "clip", "batch_size", "steps", "log_every", "probe_size", "zero_threshold")
 
 
 @dataclass(frozen=True)
@@ -53,11 +52,6 @@ class DriftRequest:
     log_to: Any  # --log-to as given (None: no tracking); the tracker layer checks it
     data_dir: str | None
     download: bool
-
-    @property
-    def model(self) -> str | None:
-        """--model as given (one spec or, with --tradeoff, a comma list); None with --ticket or by default."""
-        return cast("str | None", self.run["model"])
 
     def spec(self) -> DriftSpec:
         """The run's DriftSpec, its data found where --data-dir, $TICKET_DATA, the cache or a system copy hold it;
@@ -100,13 +94,7 @@ def drift_request(
     )
     if ticket is not None:
         run = {**run, "model": None}
-    chosen = build_features(
-        **{**features, "relufy": bool(features["relufy"])},
-        model=run["model"],
-        ticket=ticket is not None,
-        activation=run["activation"],
-        inputs=run["inputs"],
-    )
+    chosen = build_features(features, run, ticket=ticket is not None)
     return DriftRequest(
         run=dict(run),
         features=chosen,
@@ -121,7 +109,8 @@ def drift_request(
 
 
 def build_drift_spec(s: Mapping[str, Any], location: Mapping[str, Any]) -> DriftSpec:
-    """Validate the command's settings (None = default) and freeze them; location is data_location()'s dict."""
+    """Validate the command's settings (None or absent = default) and freeze them; location is data_location()'s
+    dict. Each value is checked by its setting (build_spec); a choice is one of its names, an empty one the default."""
     info = DATASETS.get(s.get("dataset") or DRIFT["dataset"].value)
     if s.get("model") is not None:
         model = parse_model(str(s["model"])).with_data(info.shape, info.classes)
@@ -132,30 +121,13 @@ def build_drift_spec(s: Mapping[str, Any], location: Mapping[str, Any]) -> Drift
     require_drift_model(model.arch)
     inputs = choice(DRIFT["inputs"], s.get("inputs"))
     text = _text_spec(s, model, inputs, location)
-    loss, act, optimizer = (choice(DRIFT[k], s.get(k)) for k in ("loss", "activation", "optimizer"))
-    num = {k: DRIFT[k].check(DRIFT[k].value if s.get(k) is None else s[k]) for k in NUMERIC}
-    return DriftSpec(
-        model=model,
-        data=DataSpec(name=info.name, **location),
-        inputs=inputs,
-        loss=loss,
-        activation=act,
-        clip=num["clip"],
-        optim=WeightOptim(name=optimizer, lr=num["lr"], momentum=num["momentum"]),
-        batch_size=num["batch_size"],
-        steps=num["steps"],
-        log_every=min(num["log_every"], num["steps"]),
-        probe_size=num["probe_size"],
-        zero_threshold=num["zero_threshold"],
-        seeds=DRIFT["seeds"].value if s.get("seeds") is None else parse_seeds(s["seeds"]),
-        device=str(s.get("device") or DRIFT["device"].value),
-        text=text,
-    )
-
-
-def value_of(setting: Setting, value: Any, what: str | None = None) -> Any:
-    """A flag's value checked by its setting (`what` names it in the error), or the setting's default (None)."""
-    return setting.value if value is None else setting.check(value, what)
+    names = {k: choice(DRIFT[k], s.get(k)) for k in ("loss", "activation", "optimizer")}
+    # the seeds' list is parsed below; the device is the run's to resolve, an empty one the default
+    values = {**s, **names, "inputs": inputs, "seeds": None, "device": None}
+    device = str(s.get("device") or DRIFT["device"].value)
+    spec = build_spec(DriftSpec, DRIFT, values, model=model, data=DataSpec(name=info.name, **location), text=text)
+    seeds = spec.seeds if s.get("seeds") is None else parse_seeds(s["seeds"])
+    return replace(spec, log_every=min(spec.log_every, spec.steps), seeds=seeds, device=device)
 
 
 def choice(setting: Setting, name: str | None) -> str:
@@ -206,48 +178,31 @@ def split_models(model: str | None) -> tuple[str | None, ...]:
     return items
 
 
-def build_features(
-    *,
-    act_sparsity: str | None,
-    act_target: float | None,
-    freeze_stats_after: int | None,
-    relufy: bool,
-    relufy_from: str | None,
-    relufy_to: str | None,
-    relufy_epochs: int | None,
-    tradeoff: str | None,
-    workers: int | None,
-    model: str | None,
-    ticket: bool,
-    activation: str | None,
-    inputs: str | None,
-) -> Features | None:
-    """Validate the flags (None/False: not given); None when none of them is given (plain drift)."""
-    flags = (act_sparsity, act_target, freeze_stats_after, relufy_from, relufy_to, relufy_epochs, tradeoff, workers)
-    plain = not relufy and all(v is None for v in flags)
-    if tradeoff is None and workers is not None:
+def build_features(f: Mapping[str, Any], run: Mapping[str, Any], *, ticket: bool) -> Features | None:
+    """Validate the feature flags `f` (FEATURES'; None/False: not given) beside the run's --model, --activation and
+    --inputs; None when none of them is given (plain drift)."""
+    relufy, tradeoff, model = bool(f["relufy"]), f["tradeoff"], run["model"]
+    if tradeoff is None and f["workers"] is not None:
         raise UsageError("--workers only goes with --tradeoff")
     if tradeoff is None and model is not None and "," in model:
         raise UsageError("several --model specs (a comma list) only go with --tradeoff")
-    if plain:
+    if not relufy and all(v is None for k, v in f.items() if k != "relufy"):
         return None
-    if relufy and (act_sparsity is not None or tradeoff is not None):
+    if relufy and (f["act_sparsity"] is not None or tradeoff is not None):
         raise UsageError(f"--relufy does not go with {'--tradeoff' if tradeoff is not None else '--act-sparsity'}")
-    if relufy and activation is not None:
+    if relufy and run["activation"] is not None:
         raise UsageError("--relufy trains with --from, then swaps in --to; drop --activation")
-    rel = build_relufy_spec(relufy, relufy_from, relufy_to, relufy_epochs, inputs=inputs)
+    rel = build_relufy_spec(relufy, f["relufy_from"], f["relufy_to"], f["relufy_epochs"], inputs=run["inputs"])
     if tradeoff is None:
-        return Features(
-            control=build_control_spec(act_sparsity, act_target, freeze_stats_after), relufy=rel, targets=None
-        )
-    if act_target is not None:
+        control = build_control_spec(f["act_sparsity"], f["act_target"], f["freeze_stats_after"])
+        return Features(control=control, relufy=rel, targets=None)
+    if f["act_target"] is not None:
         raise UsageError("--act-target is one run's target; --tradeoff lists the targets")
     if ticket:
         raise UsageError("--tradeoff trains from the seeded init of each --model; it does not go with --ticket")
     targets = parse_targets(tradeoff)
-    control = build_control_spec(act_sparsity or "topk", targets[0], freeze_stats_after)
-    workers = value_of(FEATURES["workers"], workers)
-    return Features(control=control, relufy=None, targets=targets, models=split_models(model), workers=workers)
+    control = build_control_spec(f["act_sparsity"] or "topk", targets[0], f["freeze_stats_after"])
+    return build_spec(Features, FEATURES, f, control=control, relufy=None, targets=targets, models=split_models(model))
 
 
 def build_control_spec(mode: str | None, target: float | None, freeze_after: int | None) -> ControlSpec | None:
@@ -258,10 +213,10 @@ def build_control_spec(mode: str | None, target: float | None, freeze_after: int
             raise UsageError(f"{', '.join(given)} only goes with --act-sparsity topk|percentile")
         return None
     choice(FEATURES["act_sparsity"], mode)
-    target = float(value_of(FEATURES["act_target"], target))
+    spec = build_spec(ControlSpec, FEATURES, {"act_target": target}, mode=mode)
     if freeze_after is not None and mode != "percentile":
         raise UsageError("--freeze-stats-after freezes percentile statistics; top-k keeps none")
-    return ControlSpec(mode=mode, target=target, freeze_after=value_of(FEATURES["freeze_stats_after"], freeze_after))
+    return build_spec(ControlSpec, FEATURES, {"freeze_stats_after": freeze_after}, mode=mode, target=spec.target)
 
 
 def build_relufy_spec(
@@ -282,7 +237,7 @@ def build_relufy_spec(
         raise UsageError(f"--from and --to are both {source}; ReLUfication swaps one activation for another")
     if inputs not in (None, "data"):
         raise UsageError("--relufy fine-tunes for epochs of the dataset; it does not go with --inputs " + inputs)
-    return RelufySpec(source=source, target=target, epochs=value_of(FEATURES["relufy_epochs"], epochs))
+    return build_spec(RelufySpec, FEATURES, {"relufy_epochs": epochs}, source=source, target=target)
 
 
 def parse_targets(text: str) -> tuple[float, ...]:

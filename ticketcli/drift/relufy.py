@@ -21,7 +21,6 @@ from ticketcli.drift.inputs import Inputs
 from ticketcli.drift.result import DriftRelufyResult
 from ticketcli.drift.run import drift_one, run_drift
 from ticketcli.drift.spec import DriftSpec, RelufySpec
-from ticketcli.errors import UsageError
 from ticketcli.methods.base import Progress
 from ticketcli.models.masked import MaskedNet
 from ticketcli.specs.run import ModelPolicy
@@ -73,9 +72,8 @@ def relufy_one(
     on_step: Callable[[int], None] | None = None,
 ) -> JsonObject:
     """spec.steps with relu.source, then the swap to relu.target and relu.epochs epochs of fine-tuning (drift_one's
-    stand-in for run_drift; control must be None). The record's "relufy" holds the three measured points."""
-    if control is not None:
-        raise UsageError("--relufy does not go with --act-sparsity")
+    stand-in for run_drift, which passes no control with it: --relufy does not go with --act-sparsity). The record's
+    "relufy" holds the three measured points."""
     weights: list[dict[str, torch.Tensor]] = []  # effective weights at the last step of phase 1, first of phase 2
 
     def watch(phase: int, offset: int) -> Callable[[int, JsonObject, dict[str, torch.Tensor]], None]:

@@ -96,15 +96,12 @@ class DriftSummary:
         )
 
     def to_dict(self) -> JsonObject:
-        doc: JsonObject = {
+        return {
             "steps": list(self.steps),
             "loss": self.loss.to_dict(),
             "accuracy": self.accuracy.to_dict(),
             "layers": [{"name": n, **la.to_dict()} for n, la in self.layers.items()],
-        }
-        if self.perplexity is not None:
-            doc["perplexity"] = self.perplexity.to_dict()
-        return doc
+        } | present(perplexity=None if self.perplexity is None else self.perplexity.to_dict())
 
 
 @dataclass(frozen=True)
@@ -139,10 +136,9 @@ class DriftResult(Result):
         return self.spec.to_dict()
 
     def body(self) -> JsonObject:
-        doc: JsonObject = {**self.settings}
-        if self.corpus is not None:
-            doc["corpus"] = self.corpus
-        doc |= {
+        return {
+            **self.settings,
+            **present(corpus=self.corpus),
             "seeds": list(self.seeds),
             "probe_n": self.probe_n,
             "ticket": self.ticket,
@@ -152,14 +148,12 @@ class DriftResult(Result):
             "runs": named_layers(list(self.runs)),
             "summary": self.summary.to_dict(),
             "integrity": self.integrity,
-        }
-        doc |= present(
-            act_control=None if self.act_control is None else named_layers(self.act_control),
-            relufy=None if self.relufy is None else named_layers(self.relufy),
+        } | present(  # named_layers passes None through
+            act_control=named_layers(self.act_control),
+            relufy=named_layers(self.relufy),
             threads=self.threads,
             plot=self.plot,
         )
-        return doc
 
 
 @dataclass(frozen=True)
@@ -215,7 +209,7 @@ class TradeoffResult(Result):
         return {k: v for k, v in self.spec.to_dict().items() if k != "model"}
 
     def body(self) -> JsonObject:
-        doc: JsonObject = {
+        return {
             **self.settings,
             "models": {name: m.to_dict() for name, m in self.models.items()},
             "targets": list(self.targets),
@@ -225,7 +219,4 @@ class TradeoffResult(Result):
             "workers": self.workers,
             "threads": self.threads,
             "chance": self.chance,
-        }
-        if self.plot is not None:
-            doc["plot"] = self.plot
-        return doc
+        } | present(plot=self.plot)

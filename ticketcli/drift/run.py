@@ -157,36 +157,31 @@ def _mean_std(values: list[Any]) -> tuple[float | None, float | None]:
     return mean, std
 
 
-def _layer_series(run: JsonObject, layer: str, key: str) -> list[Any]:
-    return list(run["layers"][layer][key])
-
-
 def summarise(runs_: list[JsonObject]) -> JsonObject:
     """Mean and (sample) std across seeds of every series, step by step, and per layer the share of seeds whose
     weight mean ended below where it started."""
 
-    def across(get: Callable[[JsonObject], list[Any]]) -> JsonObject:
-        cols = list(zip(*(get(r) for r in runs_)))
-        pairs = [_mean_std(list(c)) for c in cols]
+    def across(series: list[list[Any]]) -> JsonObject:
+        pairs = [_mean_std(list(c)) for c in zip(*series)]
         return {"mean": [p[0] for p in pairs], "std": [p[1] for p in pairs]}
 
     first = runs_[0]
     layers = {}
     for layer, metrics in first["layers"].items():
         layers[layer] = {
-            k: across(partial(_layer_series, layer=layer, key=k)) for k, v in metrics.items() if isinstance(v, list)
+            k: across([r["layers"][layer][k] for r in runs_]) for k, v in metrics.items() if isinstance(v, list)
         }
         layers[layer]["negative_drift_share"] = sum(
             r["layers"][layer]["weight_mean"][-1] < r["layers"][layer]["weight_mean"][0] for r in runs_
         ) / len(runs_)
     out = {
         "steps": first["steps"],
-        "loss": across(lambda r: r["loss"]),
-        "accuracy": across(lambda r: r["accuracy"]),
+        "loss": across([r["loss"] for r in runs_]),
+        "accuracy": across([r["accuracy"] for r in runs_]),
         "layers": layers,
     }
     if "perplexity" in first:
-        out["perplexity"] = across(lambda r: r["perplexity"])
+        out["perplexity"] = across([r["perplexity"] for r in runs_])
     return out
 
 

@@ -156,28 +156,20 @@ def read_trackers(folder: Path) -> dict[str, str]:
     return dict(ids)
 
 
-def write_trackers(folder: Path, ids: dict[str, str], owned: Owned | None) -> Owned:
-    """Record the trackers' run ids (replacing the record this run wrote)."""
-    payload = (json.dumps({"ids": ids}, indent=1) + "\n").encode()
-    return write_owned(folder / TRACKERS, payload, owned=owned, overwrite=owned is None and _exists(folder))
-
-
-def _exists(folder: Path) -> bool:
-    return (folder / TRACKERS).is_file() and not (folder / TRACKERS).is_symlink()
-
-
 class TrackerRecord:
     """A run dir's trackers.json for one process: the ids it recorded (`ids`, to reopen on a resume), and each
     tracker's run recorded as soon as it is open (`opened`, called from the trackers' thread)."""
 
     def __init__(self, folder: Path):
-        self.folder, self.ids = folder, read_trackers(folder)
+        self.path, self.ids = folder / TRACKERS, read_trackers(folder)
         self.owned: Owned | None = None
         self.lock = threading.Lock()
 
     def opened(self, destination: str, run_id: str) -> None:
-        """`destination`'s run is `run_id`: recorded, unless the record already says so."""
+        """`destination`'s run is `run_id`: recorded (replacing the record this run wrote), unless it says so."""
         with self.lock:
             if self.ids.get(destination) != run_id:
                 self.ids = {**self.ids, destination: run_id}
-                self.owned = write_trackers(self.folder, self.ids, self.owned)
+                payload = (json.dumps({"ids": self.ids}, indent=1) + "\n").encode()
+                overwrite = self.owned is None and self.path.is_file() and not self.path.is_symlink()
+                self.owned = write_owned(self.path, payload, owned=self.owned, overwrite=overwrite)

@@ -54,8 +54,9 @@ def _fits(s: Setting, v: Any) -> bool:
     return isinstance(v, str) or (type(v) in (int, float) and s.kind not in (str, Path))
 
 
-def recorded(doc: Mapping[str, Any], where: Path) -> Groups:
-    """run.json's flags, each group holding exactly its settings with values of their kinds; one line if not."""
+def resumed(doc: Mapping[str, Any], given: Mapping[str, Mapping[str, Any]], where: Path) -> Groups:
+    """run.json's flags, each group holding exactly its settings with values of their kinds (one line if not), with
+    each flag given to --resume checked to say the same (None: not given)."""
     flags = doc.get("flags")
     if not isinstance(flags, dict) or set(flags) != set(GROUPS):
         raise UsageError(f"{where} does not record a drift run's flags")
@@ -66,25 +67,17 @@ def recorded(doc: Mapping[str, Any], where: Path) -> Groups:
         bad = [s.flag for s in table if not _fits(s, values[s.name])]
         if bad:
             raise UsageError(f"{where}: the recorded {bad[0]} is not a value that flag takes")
-    return {g: dict(v) for g, v in flags.items()}
-
-
-def merge(recorded: Mapping[str, Mapping[str, Any]], given: Mapping[str, Mapping[str, Any]], where: Path) -> Groups:
-    """The recorded flags, with each flag given to --resume checked to say the same (None: not given)."""
     for g, table in GROUPS.items():
         for s in table:
-            new, old = _plain(given.get(g, {}).get(s.name)), recorded[g][s.name]
-            if new is not None and new != old and not (_number(new) and _number(old) and float(new) == float(old)):
+            new, old = _plain(given.get(g, {}).get(s.name)), flags[g][s.name]
+            same = {type(new), type(old)} <= {int, float} and float(new) == float(old)  # 3 and 3.0 alike
+            if new is not None and new != old and not same:
                 was = "not given" if old is None else f"{s.flag} {_shown(old)}"
                 raise UsageError(
                     f"{s.flag} {_shown(new)} conflicts with the run in {where} ({was})",
                     hint="a resumed run keeps its recorded settings: drop the flag",
                 )
-    return {g: dict(v) for g, v in recorded.items()}
-
-
-def _number(v: Any) -> bool:
-    return type(v) in (int, float)
+    return {g: dict(v) for g, v in flags.items()}
 
 
 def _shown(v: Any) -> str:

@@ -8,16 +8,16 @@ numbers do not depend on the number of workers (as in sweep-k).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
+from itertools import product
 
 from ticketcli.contract.schema import JsonObject
 from ticketcli.drift.result import TradeoffModel, TradeoffResult
 from ticketcli.drift.run import run_drift
 from ticketcli.drift.spec import ControlSpec, DriftSpec
 from ticketcli.runtime.pool import run_pool
+from ticketcli.runtime.threads import using
 
 
 @dataclass(frozen=True)
@@ -29,21 +29,14 @@ class TradeoffTask:
 
 def plan(specs: list[DriftSpec], targets: tuple[float, ...], mode: str, freeze_after: int | None) -> list[TradeoffTask]:
     """One task per (model, target), models in the given order, targets increasing."""
-    tasks: list[TradeoffTask] = []
-    for spec in specs:
-        for t in targets:
-            tasks.append(TradeoffTask(len(tasks), spec, ControlSpec(mode=mode, target=t, freeze_after=freeze_after)))
-    return tasks
+    runs = product(specs, (ControlSpec(mode=mode, target=t, freeze_after=freeze_after) for t in targets))
+    return [TradeoffTask(i, spec, control) for i, (spec, control) in enumerate(runs)]
 
 
 def run_task(task: TradeoffTask, threads: int) -> JsonObject:
     """One controlled drift run with exactly `threads` torch threads; its record (means over seeds)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with using(threads):
         r = run_drift(task.spec, control=task.control)
-    finally:
-        torch.set_num_threads(previous)
     ctl, sm = r.act_control, r.summary
     assert ctl is not None  # a controlled run
     return {
@@ -58,12 +51,6 @@ def run_task(task: TradeoffTask, threads: int) -> JsonObject:
         "seeds": list(r.seeds),
         "threads": threads,
     }
-
-
-def _local(tasks: list[TradeoffTask], workers: int, threads: int) -> Iterator[tuple[TradeoffTask, JsonObject]]:
-    return run_pool(
-        run_task, tasks, workers=workers, threads=threads, describe=lambda t: f"target {t.control.target:g}"
-    )
 
 
 def find_cliff(curve: list[JsonObject]) -> JsonObject | None:
@@ -95,14 +82,16 @@ def run_tradeoff(
 ) -> TradeoffResult:
     """Every task (in parallel with workers > 1), then per model its curve and cliff."""
     records: dict[int, JsonObject] = {}
-    for task, record in _local(tasks, workers, threads):
+    done = run_pool(
+        run_task, tasks, workers=workers, threads=threads, describe=lambda t: f"target {t.control.target:g}"
+    )
+    for task, record in done:
         records[task.index] = record
         if on_result is not None:
             on_result(record)
-    ordered = [records[t.index] for t in tasks]
     curves: dict[str, list[JsonObject]] = {}
-    for r in ordered:
-        curves.setdefault(r["model"], []).append(r)
+    for t in tasks:
+        curves.setdefault(records[t.index]["model"], []).append(records[t.index])
     first = tasks[0]
     return TradeoffResult(
         spec=first.spec,

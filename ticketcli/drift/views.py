@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from rich.table import Table
-
 from ticketcli.drift.result import DriftControlResult, DriftRelufyResult, DriftResult, MeanStd, TradeoffResult
 from ticketcli.report.console import stdout
 from ticketcli.report.plots import png_bytes, pyplot, run_title
+from ticketcli.report.tables import titled
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -33,7 +32,7 @@ def show(r: DriftResult | TradeoffResult) -> None:
 
 def figure(r: DriftResult | TradeoffResult) -> bytes:
     """A drift result's plot as PNG bytes: the trade-off curves, or drift's statistics per step."""
-    return tradeoff_plot(r) if isinstance(r, TradeoffResult) else drift_plot(r)
+    return png_bytes(tradeoff_figure(r) if isinstance(r, TradeoffResult) else drift_figure(r), dpi=100)
 
 
 def _pct(x: float | None) -> str:
@@ -53,9 +52,11 @@ def control_table(r: DriftResult) -> None:
     if c.get("freeze_after"):
         how += f", statistics frozen after {c['freeze_after']} steps"
     seeds = f"mean of {len(c['runs'])} runs" if len(c["runs"]) > 1 else "one run"
-    t = Table(title=f"activation-sparsity control: {how}; target {_pct(c['target'])} ({seeds}, probe batch)")
-    for h in ("site", "achieved sparsity", "achieved - target", "h < 0", "activation input < 0", "mean centering q"):
-        t.add_column(h, justify="left" if h == "site" else "right")
+    t = titled(
+        f"activation-sparsity control: {how}; target {_pct(c['target'])} ({seeds}, probe batch)",
+        "site",
+        *("achieved sparsity", "achieved - target", "h < 0", "activation input < 0", "mean centering q"),
+    )
     rows = [*c["sites"].items(), ("overall", {**c["overall"], "centering_mean": None})]
     for site, s in rows:
         q = s.get("centering_mean")
@@ -75,13 +76,13 @@ def relufy_table(r: DriftResult) -> None:
     u = r.relufy
     assert u is not None, "a ReLUfication run"
     n = len(r.runs)
-    t = Table(
-        title=f"ReLUfication {u['source']} -> {u['target']}: {u['epochs']} epoch(s) = {u['fine_tune_steps']} "
+    t = titled(
+        f"ReLUfication {u['source']} -> {u['target']}: {u['epochs']} epoch(s) = {u['fine_tune_steps']} "
         f"fine-tuning steps; weights kept at the swap: {'yes' if u['weights_kept'] else 'NO'}"
-        + (f" (mean of {n} runs)" if n > 1 else "")
+        + (f" (mean of {n} runs)" if n > 1 else ""),
+        ("stage", "activation"),
+        *("probe accuracy", "probe loss", "post-activation sparsity"),
     )
-    for h in ("stage", "activation", "probe accuracy", "probe loss", "post-activation sparsity"):
-        t.add_column(h, justify="left" if h in ("stage", "activation") else "right")
     stages = (
         ("trained", "before", u["source"]),
         ("swapped", "swapped", u["target"]),
@@ -101,9 +102,8 @@ def tradeoff_table(r: TradeoffResult) -> None:
     """Per model: accuracy against the achieved activation sparsity for every target, and the cliff."""
     out = stdout()
     for model, m in r.models.items():
-        t = Table(title=f"trade-off {model}: {r.mode}, {r.spec.steps} steps, seeds {','.join(map(str, r.seeds))}")
-        for h in ("target", "achieved sparsity", "h < 0", "probe accuracy", "probe loss"):
-            t.add_column(h, justify="right")
+        title = f"trade-off {model}: {r.mode}, {r.spec.steps} steps, seeds {','.join(map(str, r.seeds))}"
+        t = titled(title, (), "target", "achieved sparsity", "h < 0", "probe accuracy", "probe loss")
         for p in m.curve:
             t.add_row(
                 _pct(p["target"]),
@@ -124,11 +124,6 @@ def tradeoff_table(r: TradeoffResult) -> None:
         out.print(f"chance accuracy {_pct(r.chance)}")
     if r.plot is not None:
         out.print(f"plot written to {r.plot}")
-
-
-def tradeoff_plot(r: TradeoffResult) -> bytes:
-    """tradeoff_figure as PNG bytes."""
-    return png_bytes(tradeoff_figure(r), dpi=100)
 
 
 def tradeoff_figure(r: TradeoffResult) -> Figure:
@@ -194,11 +189,8 @@ def _num(metric: str, v: float | None) -> str:
 
 
 def _cell(metric: str, s: MeanStd, i: int, seeds: int) -> str:
-    mean = s.mean[i]
-    if seeds == 1 or mean is None:
-        return _num(metric, mean)
-    std = s.std[i]
-    if std is None:
+    mean, std = s.mean[i], s.std[i]
+    if seeds == 1 or mean is None or std is None:
         return _num(metric, mean)
     spread = f"{100 * std:.1f}%" if metric in SHARES else f"{std:.2g}"
     return f"{_num(metric, mean)} ± {spread}"
@@ -226,14 +218,13 @@ def drift_tables(r: DriftResult) -> None:
     )
     layers = list(sm.layers)
     for i in compact_indices(len(sm.steps)):
-        t = Table(
-            title=f"step {sm.steps[i]}: loss {_cell('loss', sm.loss, i, n_seeds)}, "
+        t = titled(
+            f"step {sm.steps[i]}: loss {_cell('loss', sm.loss, i, n_seeds)}, "
             f"accuracy {_cell('accuracy', sm.accuracy, i, n_seeds)}"
-            + (f", perplexity {_cell('loss', sm.perplexity, i, n_seeds)}" if sm.perplexity is not None else "")
+            + (f", perplexity {_cell('loss', sm.perplexity, i, n_seeds)}" if sm.perplexity is not None else ""),
+            "statistic",
+            *layers,
         )
-        t.add_column("statistic")
-        for layer in layers:
-            t.add_column(layer, justify="right")
         for metric, header in DRIFT_COLUMNS:
             t.add_row(
                 header,
@@ -243,9 +234,8 @@ def drift_tables(r: DriftResult) -> None:
                 ),
             )
         out.print(t)
-    t = Table(title="weight drift from step 0 to the last step")
-    for header in ("layer", "W mean first", "W mean last", "drift/σ₀", "seeds with negative drift"):
-        t.add_column(header, justify="left" if header == "layer" else "right")
+    t = titled("weight drift from step 0 to the last step", "layer", "W mean first", "W mean last", "drift/σ₀")
+    t.add_column("seeds with negative drift", justify="right")
     for layer, stats in sm.layers.items():
         wm = stats.series["weight_mean"]
         t.add_row(
@@ -258,11 +248,6 @@ def drift_tables(r: DriftResult) -> None:
     out.print(t)
     if r.plot is not None:
         out.print(f"plot written to {r.plot}")
-
-
-def drift_plot(r: DriftResult) -> bytes:
-    """drift_figure as PNG bytes."""
-    return png_bytes(drift_figure(r), dpi=100)
 
 
 def relu_panels_coincide(r: DriftResult) -> bool:

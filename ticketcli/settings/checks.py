@@ -21,13 +21,14 @@ T = TypeVar("T")
 
 def build_spec(cls: type[T], table: Table, values: Mapping[str, Any], **fixed: Any) -> T:
     """The one spec builder: spec dataclass `cls` from the `values` of `table`'s settings that declare one of its
-    fields, each checked by its own setting (None: not given, kept), a nested field ("optim.lr") replaced in its
-    default; `fixed`: the fields the caller resolves itself (a registry look-up, another spec)."""
+    fields, each checked by its own setting (None or absent: not given, the field's default kept), a nested field
+    ("optim.lr") replaced in its default; `fixed`: the fields the caller resolves itself (a registry look-up, another
+    spec)."""
     kwargs: dict[str, Any] = {}
     for s in table:
-        if s.field is None or s.field[0] is not cls:
+        if s.field is None or s.field[0] is not cls or values.get(s.name) is None:
             continue
-        value = None if values[s.name] is None else s.check(values[s.name])
+        value = s.check(values[s.name])
         head, _, rest = s.field[1].partition(".")
         kwargs[head] = replace(kwargs.get(head, field_default(cls, head)), **{rest: value}) if rest else value
     return cls(**(kwargs | fixed))
