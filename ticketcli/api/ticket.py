@@ -286,7 +286,6 @@ class Ticket:
             data_dir=where,
             device=device,
             threads=threads,
-            named=str,  # the keyword itself: threads, not --threads
         )
 
     def _of_factory(self) -> bool:
