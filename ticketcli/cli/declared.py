@@ -45,8 +45,7 @@ def option(s: Setting) -> object:
         kind = Optional[s.kind]
     if s.flag_name is not None and not decls:
         decls = (s.flag,)
-    metavar = "KIND:WHERE" if s.kind is list else None  # not Typer's <list[str]>
-    metavar = s.metavar or metavar
+    metavar = s.metavar or ("KIND:WHERE" if s.kind is list else None)  # not Typer's <list[str]>
     info = typer.Option(
         *decls, help=s.help_text(), rich_help_panel=s.panel, show_default=False, metavar=metavar, hidden=s.hidden
     )

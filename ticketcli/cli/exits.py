@@ -65,7 +65,7 @@ def _quietly() -> int:
 
 def _reported(e: BaseException, *, debug: bool) -> int:
     """exit_code's work for a run whose outputs are still there: its one line, its code."""
-    if isinstance(e, SystemExit) and e.__context__ is not None and _is_epipe(e.__context__):
+    if isinstance(e, SystemExit) and isinstance(e.__context__, OSError) and e.__context__.errno == errno.EPIPE:
         e = e.__context__  # Typer's exit for a pipe that was not ours
     if isinstance(e, click.exceptions.NoArgsIsHelpError):
         if e.format_message():  # Typer's Rich help prints itself while the error is built; plain click's does not
@@ -159,10 +159,6 @@ def closed_output(e: BaseException, streams: Streams | None = None) -> bool:
     if not any(_is_gone(x) for x in chain):
         return False
     return _std_stream_closed() or (streams is not None and std_streams() != streams)
-
-
-def _is_epipe(e: BaseException | None) -> bool:
-    return isinstance(e, OSError) and e.errno == errno.EPIPE
 
 
 def _is_gone(e: BaseException | None) -> bool:

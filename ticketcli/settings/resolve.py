@@ -172,19 +172,6 @@ def build_weak_spec(settings: dict[str, Any]) -> WeakSpec:
     return build_spec(WeakSpec, WEAK, merge_settings(settings, None, WEAK))
 
 
-def parse_floats(text: str | list[str | float] | tuple[str | float, ...] | None, what: str) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    items = text if isinstance(text, (list, tuple)) else [t for t in str(text).split(",") if t.strip()]
-    try:
-        values = tuple(float(t) for t in items)
-    except (TypeError, ValueError):
-        raise UsageError(f"{what} must be comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise UsageError(f"{what} is empty")
-    return values
-
-
 def build_extract_spec(
     settings: dict[str, Any], dataset: DatasetInfo | None = None, module: str | None = None
 ) -> RunSpec:

@@ -40,11 +40,6 @@ def show(value: object) -> str:
     return str(value)
 
 
-def with_default(text: str, default: object) -> str:
-    """Help text ending in 'Default: X.', X rendered from the value the code really uses."""
-    return f"{text} Default: {show(default)}."
-
-
 def option_flag(name: str) -> str:
     """The flag a user types for setting `name`: --global-topk for global_topk."""
     return "--" + name.replace("_", "-")
@@ -135,13 +130,10 @@ class Setting:
         )
 
     def help_text(self) -> str:
-        """The help --help shows: who reads it, what it does, its default."""
+        """The help --help shows: who reads it, what it does, its default (none for a switch)."""
         text = f"{readers_prefix(self.methods)}{self.help}"
-        if self.shown is not None:
-            return f"{text} Default: {self.shown}." if self.shown else text
-        if self.switch or self.value is None:
-            return text
-        return with_default(text, self.value)
+        default = "" if self.switch and self.shown is None else self.default_text()
+        return f"{text} Default: {default}." if default else text
 
     def check(self, value: Any, what: str | None = None) -> Any:
         """`value` checked against the range and normalised; `what` names it in the error (default: its flag)."""
