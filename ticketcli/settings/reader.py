@@ -37,8 +37,7 @@ READER = Table(
         "The ticket's own model factory pkg.module:function: confirms that it may be imported (like "
         "--trust-model-code, for that factory only). Any other model is refused.",
         Panel.MODEL,
-        str,
-        TEXT,
+        range=TEXT,
         config=False,
     ),
     *(RUN[name].but(config=False) for name in ("max_params", "max_memory", "data_dir", "download")),

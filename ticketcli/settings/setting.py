@@ -52,7 +52,8 @@ class Setting:
     name: the config key and the API keyword (the flag is option_flag(name)).
     help: what it does, without its default (help() appends it) or the methods that read it (help() prefixes them).
     panel: the --help panel (Panel, below).
-    kind: the type the flag parses (int, float, str, bool; a bool is a switch), or "choice" for `range.choices`.
+    kind: the type the flag parses (int, float, str, Path, bool: a switch; a tuple: a choice's names); None: the
+        type its range holds (kind_of).
     range: what a value may be, checked for flags, config keys and API keywords alike; None: not checked here.
     field: (spec dataclass, field name) that holds the default and receives the value ("optim.lr": a field of a
         nested spec); None: `default` holds it.
@@ -72,7 +73,7 @@ class Setting:
     name: str
     help: str
     panel: str
-    kind: Any = str
+    kind: Any = None
     range: Range | None = None
     field: tuple[type, str] | None = None
     default: Any = None
@@ -84,6 +85,10 @@ class Setting:
     required: bool = False
     hidden: bool = False
     metavar: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is None:
+            object.__setattr__(self, "kind", kind_of(self.range))
 
     @property
     def flag(self) -> str:
@@ -142,6 +147,11 @@ class Setting:
     def but(self, **changes: Any) -> Setting:
         """The same setting with another help or panel in one command (its name, default and range stay)."""
         return replace(self, **changes)
+
+
+def kind_of(r: Range | None) -> Any:
+    """The type a flag of range `r` parses: int, float, bool (a switch), a choice's names, else text."""
+    return str if r is None else {"int": int, "float": float, "bool": bool, "choice": r.choices}.get(r.kind, str)
 
 
 def readers_prefix(methods: tuple[str, ...]) -> str:
