@@ -74,15 +74,11 @@ def extract(
         raise UsageError(f"model must be a spec string or a torch.nn.Module, got {type(model).__name__}")
     config = optional_path(config, "config")
     flags = dict(options, method=method, sparsity=sparsity, epochs=epochs, seed=seed, device=device, threads=threads)
-    flags["log_to"] = log_to
-    given = None
-    if isinstance(data, str):
-        flags["dataset"] = data
-    if isinstance(model, str):
-        flags["model"] = model
+    # the caller's own module or examples are no setting: None, not given
+    flags.update(log_to=log_to, dataset=data if isinstance(data, str) else None)
+    flags["model"] = model if isinstance(model, str) else None
     settings = merge_settings(flags, config, RUN.plus(TRACK))
-    if not isinstance(data, str):
-        given = api_data.given(data, settings["seed"])
+    given = None if isinstance(data, str) else api_data.given(data, settings["seed"])
     own = module_spec(model).to_string() if isinstance(model, nn.Module) else None
     spec = build_extract_spec(settings, None if given is None else given.info, own)
     splits = None

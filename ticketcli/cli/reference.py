@@ -48,11 +48,6 @@ def cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def row(cells: list[str]) -> str:
-    """One row of a Markdown table."""
-    return "| " + " | ".join(cell(c) for c in cells) + " |"
-
-
 def type_text(s: Setting) -> str:
     """What a flag takes, in words."""
     if s.kind == "negatable":
@@ -81,14 +76,16 @@ def setting_row(s: Setting) -> str:
         default = "required"
     readers = readers_prefix(s.methods).removesuffix(": ")  # empty: every method, or no method's option
     config = f"`{s.name}`" if s.config else ""
-    return row([flag_text(s), type_text(s), f"`{default}`" if default else "", s.range_text(), readers, config, s.help])
+    cells = [flag_text(s), type_text(s), f"`{default}`" if default else "", s.range_text(), readers, config, s.help]
+    return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
 def other_row(p: TyperOption, ctx: click.Context) -> str:
     """The row of an option no setting declares (the app's own --version and completion options), from Click."""
     default = "" if p.is_flag or p.default is None else f"`{p.default}`"
     kind = "switch" if p.is_flag else p.display_type(ctx).lower()
-    return row([", ".join(f"`{o}`" for o in p.opts), kind, default, "", "", "", p.help or ""])
+    cells = [", ".join(f"`{o}`" for o in p.opts), kind, default, "", "", ""]
+    return "| " + " | ".join(cell(c) for c in [*cells, p.help or ""]) + " |"
 
 
 HEADER = (
