@@ -167,10 +167,10 @@ def test_export_keeps_its_file_beside(ticket, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_drift_keeps_its_plot_beside(ticket, tmp_path, monkeypatch):
-    from ticketcli.cli import drift as cli_drift
+    from ticketcli.drift import command as drift_command
 
     png = tmp_path / "d.png"
-    appears_during_the_run(monkeypatch, cli_drift, png)
+    appears_during_the_run(monkeypatch, drift_command, png)
     run = cli("drift", "--ticket", str(ticket), "--steps", "1", *QUICK, "--plot", str(png))
     assert assert_kept_beside(run, png).read_bytes().startswith(b"\x89PNG")
 

@@ -24,7 +24,7 @@ from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import summary as runs_summary
 from ticketcli.runtime.threads import using
 from ticketcli.settings.registry import check_threads
-from ticketcli.settings.resolve import build_extract_spec, check_keywords, merge_settings
+from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.run import RUN
 from ticketcli.settings.track import TRACK
 from ticketcli.specs.run import ModelSpec
@@ -73,17 +73,12 @@ def extract(
     if not isinstance(model, (str, nn.Module)):
         raise UsageError(f"model must be a spec string or a torch.nn.Module, got {type(model).__name__}")
     config = optional_path(config, "config")
-    check_keywords(RUN, options, "extract", reserved=NOT_OPTIONS)
     flags = dict(options, method=method, sparsity=sparsity, epochs=epochs, seed=seed, device=device, threads=threads)
-    flags["log_to"] = log_to
-    given = None
-    if isinstance(data, str):
-        flags["dataset"] = data
-    if isinstance(model, str):
-        flags["model"] = model
+    # the caller's own module or examples are no setting: None, not given
+    flags.update(log_to=log_to, dataset=data if isinstance(data, str) else None)
+    flags["model"] = model if isinstance(model, str) else None
     settings = merge_settings(flags, config, RUN.plus(TRACK))
-    if not isinstance(data, str):
-        given = api_data.given(data, settings["seed"])
+    given = None if isinstance(data, str) else api_data.given(data, settings["seed"])
     own = module_spec(model).to_string() if isinstance(model, nn.Module) else None
     spec = build_extract_spec(settings, None if given is None else given.info, own)
     splits = None

@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-from ticketcli.api.extract import NOT_OPTIONS
+from ticketcli.api.extract import option_keywords
 from ticketcli.data.registry import DATASETS
 from ticketcli.methods import METHODS
 from ticketcli.models.registry import MODELS
 from ticketcli.settings.run import RUN
-
-
-def _option_names() -> list[str]:
-    return sorted(set(RUN.config_keys()) - NOT_OPTIONS)
 
 
 def list_methods() -> list[str]:
@@ -32,4 +28,4 @@ def list_datasets() -> list[str]:
 def extract_options() -> dict[str, object]:
     """Every extract option by its Python name, with its default (None: decided by the dataset or method)."""
     defaults = RUN.defaults()
-    return {k: defaults[k] for k in _option_names()}
+    return {k: defaults[k] for k in sorted(option_keywords())}

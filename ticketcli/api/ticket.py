@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -61,18 +60,8 @@ class Ticket:
     def metadata(self) -> JsonObject:
         """Everything the file records beside the masks (model, init, method, data, sparsity, metrics, ...)."""
         r = self._record
-        meta: dict[str, Any] = {
-            "model": r.model.to_json(),
-            "init": r.init.to_json(),
-            "weights_sha256": r.weights_sha256,
-            "method": r.method.to_json(),
-            "data": r.data.to_json(),
-            "sparsity": r.sparsity.to_json(),
-            "metrics": r.metrics.to_json(),
-            "created_by": r.created_by.to_json(),
-        }
-        if r.checkpoint is not None:
-            meta["checkpoint"] = r.checkpoint.to_json()
+        keys = ("model", "init", "weights_sha256", "method", "data", "sparsity", "metrics", "created_by", "checkpoint")
+        meta = {k: v if isinstance(v, str) else v.to_json() for k in keys if (v := getattr(r, k)) is not None}
         return {**meta, "shapes": r.shapes, "masks_sha256": r.masks_sha256, "integrity": r.integrity}
 
     @property
@@ -286,7 +275,6 @@ class Ticket:
             data_dir=where,
             device=device,
             threads=threads,
-            named=str,  # the keyword itself: threads, not --threads
         )
 
     def _of_factory(self) -> bool:

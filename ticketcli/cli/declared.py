@@ -45,8 +45,7 @@ def option(s: Setting) -> object:
         kind = Optional[s.kind]
     if s.flag_name is not None and not decls:
         decls = (s.flag,)
-    metavar = "KIND:WHERE" if s.kind is list else None  # not Typer's <list[str]>
-    metavar = s.metavar or metavar
+    metavar = s.metavar or ("KIND:WHERE" if s.kind is list else None)  # not Typer's <list[str]>
     info = typer.Option(
         *decls, help=s.help_text(), rich_help_panel=s.panel, show_default=False, metavar=metavar, hidden=s.hidden
     )
@@ -89,20 +88,14 @@ def declared(*tables: Table, flags: Table | None = None) -> Callable[[F], F]:
         ]
         arguments = [p for p in mine if p.default is inspect.Parameter.empty]  # a command's arguments come first
         options = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in mine if p not in arguments]
-        taken = {p.name for p in mine}
-        declared_params = []
-        for table in tables:
-            for s in table:
-                if s.name in taken:
-                    raise ValueError(f"{fn.__name__} declares {s.name!r} itself and in a table")
-                taken.add(s.name)
-                kind = inspect.Parameter.KEYWORD_ONLY
-                declared_params.append(
-                    inspect.Parameter(s.name, kind, annotation=option(s), default=parameter_default(s))
-                )
-        params = [*arguments, *declared_params, *options]  # in --help, the settings before the command's own options
+        every = Table().plus(*tables)  # a setting in two tables is declared twice
+        if twice := sorted({p.name for p in mine} & set(every.names())):
+            raise ValueError(f"{fn.__name__} declares {twice[0]!r} itself and in a table")
+        kind = inspect.Parameter.KEYWORD_ONLY
+        settings = [inspect.Parameter(s.name, kind, annotation=option(s), default=parameter_default(s)) for s in every]
+        params = [*arguments, *settings, *options]  # in --help, the settings before the command's own options
         fn.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]  # Typer reads it
-        setattr(fn, SETTINGS_ATTRIBUTE, Table().plus(*tables, own_table))
+        setattr(fn, SETTINGS_ATTRIBUTE, every.plus(own_table))
         return fn
 
     return wrap

@@ -65,7 +65,7 @@ def _quietly() -> int:
 
 def _reported(e: BaseException, *, debug: bool) -> int:
     """exit_code's work for a run whose outputs are still there: its one line, its code."""
-    if isinstance(e, SystemExit) and e.__context__ is not None and _is_epipe(e.__context__):
+    if isinstance(e, SystemExit) and isinstance(e.__context__, OSError) and e.__context__.errno == errno.EPIPE:
         e = e.__context__  # Typer's exit for a pipe that was not ours
     if isinstance(e, click.exceptions.NoArgsIsHelpError):
         if e.format_message():  # Typer's Rich help prints itself while the error is built; plain click's does not
@@ -120,11 +120,8 @@ def _std_fds() -> list[int]:
     1 and 2, which a child process or a C library writes to."""
     fds = [1, 2]
     for stream in (sys.stdout, sys.stderr):
-        try:
-            fd = stream.fileno()
-        except (AttributeError, OSError, ValueError):  # CliRunner's streams have none; a closed stream
-            continue
-        if fd not in fds:
+        fd = _fileno(stream)
+        if fd is not None and fd not in fds:
             fds.append(fd)
     return fds
 
@@ -159,10 +156,6 @@ def closed_output(e: BaseException, streams: Streams | None = None) -> bool:
     if not any(_is_gone(x) for x in chain):
         return False
     return _std_stream_closed() or (streams is not None and std_streams() != streams)
-
-
-def _is_epipe(e: BaseException | None) -> bool:
-    return isinstance(e, OSError) and e.errno == errno.EPIPE
 
 
 def _is_gone(e: BaseException | None) -> bool:
@@ -201,7 +194,7 @@ def quiet_exit() -> int:
             stream.flush()
         except (OSError, ValueError):
             try:
-                os.dup2(devnull, _fd_of(stream, fd))
+                os.dup2(devnull, fd if (own := _fileno(stream)) is None else own)
             except OSError:
                 pass
         except AttributeError:  # no stream at all: nothing is buffered
@@ -210,10 +203,11 @@ def quiet_exit() -> int:
     return EXIT_CLOSED_PIPE
 
 
-def _fd_of(stream: object, default: int) -> int:
-    """The stream's fd (report.console.standard_streams may have given it a new one), else the standard one."""
+def _fileno(stream: object) -> int | None:
+    """The stream's fd (report.console.standard_streams may have given it a new one); None where it has none
+    (CliRunner's streams, a closed stream)."""
     try:
-        fd = getattr(stream, "fileno", lambda: default)()
+        fd = getattr(stream, "fileno", lambda: None)()
     except (OSError, ValueError):
-        return default
-    return fd if isinstance(fd, int) else default
+        return None
+    return fd if isinstance(fd, int) else None

@@ -55,9 +55,8 @@ def extract(
     flags = {**given_settings(RUN, given), **given_settings(TRACK, given)}
     if global_old:
         flags["global_topk"] = True
-    ckpt = checkpoint_path(out)
-    if global_old:
         console.warn("--global is deprecated: use --global-topk (as the config key and the Python API call it)")
+    ckpt = checkpoint_path(out)
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
         settings = merge_settings(flags, config, RUN.plus(TRACK))
         spec = build_extract_spec(settings)

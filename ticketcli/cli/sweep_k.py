@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, Optional, cast
+from typing import Literal, Optional
 
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space
 from ticketcli.cli.declared import Given, declared, given_settings
@@ -154,7 +154,6 @@ class SweepOptions:
 def sweep_options(own: Given, threads: int | None) -> SweepOptions:
     """Validate sweep-k's own options (`own`, by name; `threads`: the flag's, else the config file's)."""
     from ticketcli.runtime import threads as torch_threads
-    from ticketcli.settings.resolve import parse_floats
     from ticketcli.sweep.plan import PAPER_DENSITIES
 
     seeds, band, densities = own["seeds"], own["band"], own["densities"]
@@ -172,8 +171,12 @@ def sweep_options(own: Given, threads: int | None) -> SweepOptions:
         lo = hi = math.nan
     if not 0 <= lo <= hi <= 1:  # NaN fails every comparison
         raise UsageError(f"--band must be LO-HI with 0 <= LO <= HI <= 1, got {band!r}")
-    # parse_floats returns None only for None, and densities is a str here
-    pool = PAPER_DENSITIES if densities is None else cast(tuple[float, ...], parse_floats(densities, "--densities"))
+    try:
+        pool = PAPER_DENSITIES if densities is None else tuple(float(t) for t in densities.split(",") if t.strip())
+    except ValueError:
+        raise UsageError(f"--densities must be comma-separated numbers, got {densities!r}") from None
+    if not pool:
+        raise UsageError("--densities is empty")
     if not all(0 < d <= 1 for d in pool):
         raise UsageError(f"--densities must lie in (0, 1], got {densities!r}")
     layerwise, workers = (OWN[k].check(own[k]) for k in ("layerwise", "workers"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
@@ -47,17 +47,28 @@ class ExtractResult:
     trace: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Context:
+    """What an extraction runs with beside the network, data and spec: its device, the generator of every random
+    draw, the progress callback, and a resumable method's checkpoint (only with --checkpoint-every or --resume)."""
+
+    device: torch.device
+    generator: torch.Generator
+    progress: Progress | None
+    checkpoint: Checkpointer | None = None
+
+
 class Method(ABC):
-    """One extraction method: declared capabilities plus `extract`.
+    """One extraction method: declared capabilities plus `masks_for`, which `extract` runs.
 
     Adding a method is one file of at most ~150 lines plus one registry line: write a subclass in
-    ticketcli/methods/<family>.py that sets every class attribute below and implements `extract`, and register it
+    ticketcli/methods/<family>.py that sets every class attribute below and implements `masks_for`, and register it
     in ticketcli/methods/registry.py (its name, one-line description and "ticketcli.methods.<family>:<Class>",
     imported only when the method is used). Nothing else changes: --method's choices and `ticket list` come from
     the registry, and the refusal of options it does not read, --resume and --checkpoint-every, torchrun and the
     progress bar follow these attributes (tests/test_method_contract.py checks that every method declares them).
     The options it reads besides name and sparsity are declared in its registry entry: the shared settings it reads
-    (`reads`, e.g. WEIGHTS) and its own hyper-parameters (`options`, each an `Option`, read in `extract` as
+    (`reads`, e.g. WEIGHTS) and its own hyper-parameters (`options`, each an `Option`, read in `masks_for` as
     methods.registry.option(spec, name)); the others are refused when a user sets them and left out of its tickets.
     """
 
@@ -72,7 +83,6 @@ class Method(ABC):
     default_scope: ClassVar[Scope]
     score_init: ClassVar[dict[str, str] | None]  # how trained scores start (recorded in the ticket); else None
 
-    @abstractmethod
     def extract(
         self,
         net: MaskedNet,
@@ -87,6 +97,11 @@ class Method(ABC):
         """The masks for `net` (weights frozen) from `data`; random draws only from `generator`.
 
         `checkpoint` is given only to a resumable method, and only with --checkpoint-every or --resume."""
+        return self.masks_for(net, data, spec, Context(device, generator, progress, checkpoint))
+
+    def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
+        """extract's work, with its other arguments in one record: what a method implements (or extract itself)."""
+        raise NotImplementedError
 
     def groups(self, net: MaskedNet, spec: MethodSpec, density: float | None = None) -> list[Group]:
         """The groups its top-k runs over: per layer or global by its default_scope (selection.groups.scope_groups);

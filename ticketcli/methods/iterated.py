@@ -8,8 +8,7 @@ from typing import Any
 import torch
 
 from ticketcli.data.datasets import Splits
-from ticketcli.files.checkpoint import Checkpointer
-from ticketcli.methods.base import Details, ExtractResult, Masks, Progress
+from ticketcli.methods.base import Context, Details, ExtractResult, Masks
 from ticketcli.methods.registry import option
 from ticketcli.methods.score_training import ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.methods.scores import ScoreMethod, score_params
@@ -32,17 +31,7 @@ class Iterated(ScoreMethod):
     augmented = True
     ROUND_DENSITY_CAP = 0.5  # a round never keeps more than half of the augmented space
 
-    def extract(
-        self,
-        net: MaskedNet,
-        data: Splits,
-        spec: MethodSpec,
-        *,
-        device: torch.device,
-        generator: torch.Generator,
-        progress: Progress | None,
-        checkpoint: Checkpointer | None = None,
-    ) -> ExtractResult:
+    def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
         total = sum(net.weights[n].numel() for n in net.names)
         cumulative = {
             n: torch.ones(net.weights[n].shape, dtype=torch.bool, device=net.weights[n].device) for n in net.names
@@ -50,12 +39,12 @@ class Iterated(ScoreMethod):
         rounds: list[dict[str, Any]] = []
         round_masks: list[Masks] = []  # the cumulative mask after each round
         details = Details()
-        state = checkpoint.restore() if checkpoint is not None else None
+        state = ctx.checkpoint.restore() if ctx.checkpoint is not None else None
         first = 1
-        if checkpoint is not None and state is not None:  # resume inside round state["round"], from the mask before it
-            with checkpoint.resuming():
+        if ctx.checkpoint is not None and state is not None:  # resume in round state["round"], from the mask before it
+            with ctx.checkpoint.resuming():
                 first, rounds = int(state["round"]), list(state["rounds"])
-                round_masks = [{n: r[n].to(device, torch.bool) for n in net.names} for r in state["round_masks"]]
+                round_masks = [{n: r[n].to(ctx.device, torch.bool) for n in net.names} for r in state["round_masks"]]
                 if any(r[n].shape != cumulative[n].shape for r in round_masks for n in net.names):
                     raise ValueError("a saved round mask does not fit the model")
             cumulative = round_masks[-1] if round_masks else cumulative
@@ -63,9 +52,9 @@ class Iterated(ScoreMethod):
             current = sum(int(m.sum()) for m in cumulative.values()) / total
             d = min(spec.density / current, self.ROUND_DENSITY_CAP)
             selection = self.selection(net, spec, d, active=cumulative)
-            trainer = ScoreTrainer(net, selection, spec, *seeded_scores(net, selection.parts, generator))
-            with checkpoint.resuming() if checkpoint is not None else nullcontext():
-                start = resume(state if r == first else None, trainer, generator)
+            trainer = ScoreTrainer(net, selection, spec, *seeded_scores(net, selection.parts, ctx.generator))
+            with ctx.checkpoint.resuming() if ctx.checkpoint is not None else nullcontext():
+                start = resume(state if r == first else None, trainer, ctx.generator)
             context = {
                 "round": r,
                 "rounds": rounds,
@@ -75,10 +64,10 @@ class Iterated(ScoreMethod):
                 trainer,
                 data,
                 spec,
-                generator,
-                progress,
+                ctx.generator,
+                ctx.progress,
                 extra={"round": r, "rounds": option(spec, "max_rounds")},
-                checkpoint=checkpoint,
+                checkpoint=ctx.checkpoint,
                 start_epoch=start,
                 context=context,
             )

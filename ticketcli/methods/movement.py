@@ -14,8 +14,7 @@ from collections.abc import Callable
 import torch
 
 from ticketcli.data.datasets import Splits
-from ticketcli.files.checkpoint import Checkpointer
-from ticketcli.methods.base import ExtractResult, Masks, Progress
+from ticketcli.methods.base import Context, ExtractResult, Masks
 from ticketcli.methods.registry import option
 from ticketcli.methods.sparse import _SparseTraining, epoch_reporter, weight_optim
 from ticketcli.models.masked import MaskedNet
@@ -61,19 +60,9 @@ class Movement(_SparseTraining):
     trains = frozenset({"weights", "scores"})
     score_init = {"scheme": "zeros+gaussian", "note": "0 plus N(0, movement_noise^2) noise for tie-breaking"}
 
-    def extract(
-        self,
-        net: MaskedNet,
-        data: Splits,
-        spec: MethodSpec,
-        *,
-        device: torch.device,
-        generator: torch.Generator,
-        progress: Progress | None,
-        checkpoint: Checkpointer | None = None,
-    ) -> ExtractResult:
+    def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
         std, warmup, cooldown = (option(spec, f"movement_{o}") for o in ("noise", "warmup", "cooldown"))
-        noise = {n: std * torch.randn(net.weights[n].shape, generator=generator) for n in net.names}
+        noise = {n: std * torch.randn(net.weights[n].shape, generator=ctx.generator) for n in net.names}
         trainer = MovementTrainer(net, spec, self.groups(net, spec), noise)
         total = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
 
@@ -87,8 +76,8 @@ class Movement(_SparseTraining):
             densities.append(trainer.schedule(spec.density))
             trainer.schedule = schedule_at(step)
 
-        on_epoch = epoch_reporter(progress, spec.epochs, trainer.hard_masks)
-        train_on_extract(trainer, data, spec, generator, on_step=on_step, on_epoch=on_epoch)
+        on_epoch = epoch_reporter(ctx.progress, spec.epochs, trainer.hard_masks)
+        train_on_extract(trainer, data, spec, ctx.generator, on_step=on_step, on_epoch=on_epoch)
         final_scores = {n: s.detach() for n, s in trainer.scores.items()}
         final = select(final_scores, trainer.groups)
         return ExtractResult(

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from ticketcli.data.datasets import Splits
-from ticketcli.files.checkpoint import Checkpointer
-from ticketcli.methods.base import ExtractResult, Masks, Method, Progress
+from ticketcli.methods.base import Context, ExtractResult, Masks, Method
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, select
 from ticketcli.specs.run import MethodSpec
@@ -29,15 +28,5 @@ class RandomMask(Method):
     default_scope = "layer"
     score_init = None
 
-    def extract(
-        self,
-        net: MaskedNet,
-        data: Splits,
-        spec: MethodSpec,
-        *,
-        device: torch.device,
-        generator: torch.Generator,
-        progress: Progress | None,
-        checkpoint: Checkpointer | None = None,
-    ) -> ExtractResult:
-        return ExtractResult(random_masks(net, self.groups(net, spec), generator, device))
+    def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
+        return ExtractResult(random_masks(net, self.groups(net, spec), ctx.generator, ctx.device))

@@ -6,11 +6,12 @@ read and its tickets' records read it without torch."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, cast
 
 from ticketcli.contract.schema import JsonObject
+from ticketcli.errors import UsageError
 from ticketcli.registry import Registry, load
 from ticketcli.specs.ranges import BOOL, CHOICE, FLOAT, INT
 from ticketcli.specs.run import MethodSpec, Option
@@ -25,6 +26,7 @@ class MethodInfo:
     implementation: str  # "package.module:Class", a Method subclass
     reads: tuple[str, ...] = ()  # the shared settings it reads beyond name and sparsity (a family's tuple below)
     options: tuple[Option, ...] = ()  # its own hyper-parameters
+    check: Callable[[Mapping[str, Any]], None] = lambda options: None  # what its options must hold together
 
     def load(self) -> type[Method]:
         """Its Method subclass, its module (and torch) imported now."""
@@ -40,6 +42,9 @@ TRAINING = ("epochs", "batch_size", "betas", "eps", "weight_decay")  # an Adam t
 SCORES = ("signed_scores", "global_topk", *TRAINING, "lr", "precision")  # score training (Adam on the scores at --lr)
 WEIGHTS = ("layer_densities", *TRAINING, "weight_lr")  # weight training (Adam on the weights at --weight-lr)
 SALIENCY = ("layer_densities", "batch_size")  # gradients summed over minibatches
+
+# Options whose meaning another option carries for some methods: refusing one names the sibling the method reads
+SIBLINGS = (("lr", "weight_lr"), ("imp_rounds", "max_rounds", "synflow_rounds"))
 
 # Options two methods share
 AUX = (
@@ -85,10 +90,19 @@ REGROW = (
 METHODS: Registry[MethodInfo] = Registry("method")
 
 
-def method(name: str, description: str, implementation: str, reads: tuple[str, ...], *options: Option) -> None:
+def method(
+    name: str, description: str, implementation: str, reads: tuple[str, ...], *options: Option, **kw: Any
+) -> None:
     """Register a built-in method: its module:Class under ticketcli/methods/, the shared settings it reads and its
-    own options. Registered in the order their own options are listed (--help, `ticket list settings`, records)."""
-    METHODS.register(name)(MethodInfo(description, f"ticketcli.methods.{implementation}", reads, options))
+    own options (`check`: what they must hold together). Registered in the order their own options are listed
+    (--help, `ticket list settings`, records)."""
+    METHODS.register(name)(MethodInfo(description, f"ticketcli.methods.{implementation}", reads, options, **kw))
+
+
+def movement_schedule(options: Mapping[str, Any]) -> None:
+    """Warmup and cooldown leave some of the steps to the cubic schedule."""
+    if options["movement_warmup"] + options["movement_cooldown"] >= 1:
+        raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
 
 
 method(
@@ -214,6 +228,7 @@ method(
     ),
     Option("movement_cooldown", 0.1, FLOAT(0, 1, hi_open=True), "Final fraction of steps at the target density.", 0.4),
     Option("movement_noise", 1e-6, FLOAT(0, 1), "Std of the Gaussian noise on the zero score init.", 0.5),
+    check=movement_schedule,
 )
 method(
     "random",

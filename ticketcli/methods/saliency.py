@@ -13,8 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ticketcli.data.datasets import Splits
-from ticketcli.files.checkpoint import Checkpointer
-from ticketcli.methods.base import ExtractResult, Method, Progress, dense_masks
+from ticketcli.methods.base import Context, ExtractResult, Method, dense_masks
 from ticketcli.methods.registry import option
 from ticketcli.models import batchnorm
 from ticketcli.models.masked import MaskedNet
@@ -104,18 +103,8 @@ class _Saliency(Method):
     score_init = None
     default_scope = "global"  # one top-k over all parameters (Appendix B), per layer with --layer-densities
 
-    def extract(
-        self,
-        net: MaskedNet,
-        data: Splits,
-        spec: MethodSpec,
-        *,
-        device: torch.device,
-        generator: torch.Generator,
-        progress: Progress | None,
-        checkpoint: Checkpointer | None = None,
-    ) -> ExtractResult:
-        return ExtractResult(select(self.scores(net, data, spec, generator), self.groups(net, spec)))
+    def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
+        return ExtractResult(select(self.scores(net, data, spec, ctx.generator), self.groups(net, spec)))
 
     def scores(self, net: MaskedNet, data: Splits, spec: MethodSpec, generator: torch.Generator) -> Params:
         """One score per weight, from minibatches drawn from `generator`."""
@@ -151,17 +140,7 @@ class SynFlow(_Saliency):
     name = "synflow"
     seeded = False  # data-free and deterministic: the seed only enters through the weights
 
-    def extract(
-        self,
-        net: MaskedNet,
-        data: Splits,
-        spec: MethodSpec,
-        *,
-        device: torch.device,
-        generator: torch.Generator,
-        progress: Progress | None,
-        checkpoint: Checkpointer | None = None,
-    ) -> ExtractResult:
+    def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
         masks = dense_masks(net)
         groups = self.groups(net, spec)
         rounds = option(spec, "synflow_rounds")

@@ -13,8 +13,7 @@ from typing import ClassVar
 import torch
 
 from ticketcli.data.datasets import Splits
-from ticketcli.files.checkpoint import Checkpointer
-from ticketcli.methods.base import Details, ExtractResult, Method, Progress
+from ticketcli.methods.base import Context, Details, ExtractResult, Method
 from ticketcli.methods.registry import option
 from ticketcli.methods.score_training import SCORE_INIT, ScoreTrainer, resume, seeded_scores, train_scores
 from ticketcli.models.masked import MaskedNet
@@ -57,25 +56,15 @@ class ScoreMethod(Method):
             net, self.groups(net, spec, density), parts=self.parts(spec), signed=spec.signed_scores, active=active
         )
 
-    def extract(
-        self,
-        net: MaskedNet,
-        data: Splits,
-        spec: MethodSpec,
-        *,
-        device: torch.device,
-        generator: torch.Generator,
-        progress: Progress | None,
-        checkpoint: Checkpointer | None = None,
-    ) -> ExtractResult:
+    def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
         selection = self.selection(net, spec)
-        trainer = ScoreTrainer(net, selection, spec, *seeded_scores(net, selection.parts, generator))
+        trainer = ScoreTrainer(net, selection, spec, *seeded_scores(net, selection.parts, ctx.generator))
         start = 0
-        if checkpoint is not None:
-            state = checkpoint.restore()
-            with checkpoint.resuming():
-                start = resume(state, trainer, generator)
-        train_scores(trainer, data, spec, generator, progress, checkpoint=checkpoint, start_epoch=start)
+        if ctx.checkpoint is not None:
+            state = ctx.checkpoint.restore()
+            with ctx.checkpoint.resuming():
+                start = resume(state, trainer, ctx.generator)
+        train_scores(trainer, data, spec, ctx.generator, ctx.progress, checkpoint=ctx.checkpoint, start_epoch=start)
         masks = trainer.masks()
         details = Details()
         if self.augmented:

@@ -15,8 +15,7 @@ import torch
 
 from ticketcli.data.datasets import Splits
 from ticketcli.errors import UsageError
-from ticketcli.files.checkpoint import Checkpointer
-from ticketcli.methods.base import ExtractResult, Masks, Method, Progress, dense_masks
+from ticketcli.methods.base import Context, ExtractResult, Masks, Method, Progress, dense_masks
 from ticketcli.methods.random import random_masks
 from ticketcli.methods.registry import option
 from ticketcli.models.masked import MaskedNet
@@ -75,17 +74,7 @@ class IMP(_SparseTraining):
 
     name = "imp"
 
-    def extract(
-        self,
-        net: MaskedNet,
-        data: Splits,
-        spec: MethodSpec,
-        *,
-        device: torch.device,
-        generator: torch.Generator,
-        progress: Progress | None,
-        checkpoint: Checkpointer | None = None,
-    ) -> ExtractResult:
+    def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
         rounds = option(spec, "imp_rounds")
         if spec.epochs % rounds:
             raise UsageError(
@@ -98,8 +87,8 @@ class IMP(_SparseTraining):
         round_masks: list[Masks] = []
         for r in range(1, rounds + 1):
             trainer = WeightTrainer(net, masks, weight_optim(spec))  # built from net.weights: the original init
-            on_epoch = epoch_reporter(progress, spec.epochs, constant(masks), (r - 1) * per_round)
-            train_on_extract(trainer, data, spec, generator, epochs=per_round, on_epoch=on_epoch)
+            on_epoch = epoch_reporter(ctx.progress, spec.epochs, constant(masks), (r - 1) * per_round)
+            train_on_extract(trainer, data, spec, ctx.generator, epochs=per_round, on_epoch=on_epoch)
             trained = trainer.weights()
             magnitude = restricted({n: w.abs() for n, w in trained.items()}, masks)
             masks = select(magnitude, groups, power_schedule(r, rounds))
@@ -163,21 +152,11 @@ class _DynamicSparse(_SparseTraining):
 
     grow_scores: Growth  # (trainer, x, y, generator) -> the scores regrowth picks the highest of
 
-    def extract(
-        self,
-        net: MaskedNet,
-        data: Splits,
-        spec: MethodSpec,
-        *,
-        device: torch.device,
-        generator: torch.Generator,
-        progress: Progress | None,
-        checkpoint: Checkpointer | None = None,
-    ) -> ExtractResult:
+    def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
         total_steps = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
         every, fraction = option(spec, "regrow_every"), option(spec, "regrow_fraction")
         groups = self.groups(net, spec)
-        trainer = WeightTrainer(net, random_masks(net, groups, generator, device), weight_optim(spec))
+        trainer = WeightTrainer(net, random_masks(net, groups, ctx.generator, ctx.device), weight_optim(spec))
         updates: list[dict[str, Masks]] = []  # masks before and after each update, and what grew
 
         def on_step(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -185,7 +164,7 @@ class _DynamicSparse(_SparseTraining):
                 return
             masks = {k: m.bool() for k, m in masks_of(trainer).items()}
             new, grown = prune_and_regrow(
-                masks, trainer.weights(), self.grow_scores(trainer, x, y, generator), groups, fraction
+                masks, trainer.weights(), self.grow_scores(trainer, x, y, ctx.generator), groups, fraction
             )
             trainer.set_masks(new)
             with torch.no_grad():
@@ -193,8 +172,8 @@ class _DynamicSparse(_SparseTraining):
                     trainer.params[k].masked_fill_(g, 0.0)  # a regrown weight starts at zero
             updates.append({"before": masks, "after": new, "grown": grown})
 
-        on_epoch = epoch_reporter(progress, spec.epochs, lambda: masks_of(trainer))
-        train_on_extract(trainer, data, spec, generator, on_step=on_step, on_epoch=on_epoch)
+        on_epoch = epoch_reporter(ctx.progress, spec.epochs, lambda: masks_of(trainer))
+        train_on_extract(trainer, data, spec, ctx.generator, on_step=on_step, on_epoch=on_epoch)
         final = {k: m.bool() for k, m in masks_of(trainer).items()}
         return ExtractResult(final, trained_weights=trainer.weights(), trace={"updates": updates})
 

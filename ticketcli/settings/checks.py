@@ -36,14 +36,15 @@ def build_spec(cls: type[T], table: Table, values: Mapping[str, Any], **fixed: A
 
 def method_spec(table: Table, s: dict[str, Any], given: Collection[str] | None, betas: Any) -> MethodSpec:
     """The MethodSpec of checked settings `s`: two betas (`betas`: the value as given, for the message), no option
-    the method does not read among `given` (None: none that differs from its default), movement's schedule < 1."""
+    the method does not read among `given` (None: none that differs from its default), its own options' check."""
     if len(s["betas"]) != 2:
         raise UsageError(f"--betas must be two numbers in [0, 1), got {show(betas)}")
     every = build_spec(MethodSpec, table, s, options={o.name: s[o.name] for o in own_options()})
     check_method_options(every, given, table)
-    if s["movement_warmup"] + s["movement_cooldown"] >= 1:
-        raise UsageError("--movement-warmup + --movement-cooldown must be < 1")
-    return replace(every, options={o.name: s[o.name] for o in METHODS.get(every.name).options})
+    info = METHODS.get(every.name)
+    own = {o.name: s[o.name] for o in info.options}
+    info.check(own)
+    return replace(every, options=own)
 
 
 def check_module_init(init: InitSpec, model: ModelSpec, given: Collection[str]) -> None:

@@ -15,8 +15,8 @@ from ticketcli.specs.ranges import Range, Worded
 OUT, SCALE, M = Panel.OUTPUT, Panel.SCALE_OUT, Panel.MODEL
 
 
-def flag(name: str, help: str, panel: str, kind: Any = str, range: Range | None = None, **more: Any) -> Setting:
-    """A command-line-only setting."""
+def flag(name: str, help: str, panel: str, kind: Any = None, range: Range | None = None, **more: Any) -> Setting:
+    """A command-line-only setting (kind None: what its range holds, text without one)."""
     return Setting(name, help, panel, kind, range, config=False, **more)
 
 
@@ -76,16 +76,14 @@ EVALUATE_FLAGS = Table(
         "min_accuracy",
         "Exit with code 1 if the test accuracy is below this (a fraction, e.g. 0.8).",
         OUT,
-        float,
-        FRACTION,
+        range=FRACTION,
     ),
     flag(
         "max_drop",
         "Exit with code 1 if the test accuracy is more than this below the one stored in the ticket (a fraction, "
         "e.g. 0.005): a check that the ticket reproduces on this machine and torch.",
         OUT,
-        float,
-        FRACTION,
+        range=FRACTION,
     ),
     *OUTPUTS,
 )

@@ -5,11 +5,12 @@ flags only (these commands take no config file); the shared ones are extract's s
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from ticketcli.settings.checks import build_spec
 from ticketcli.settings.run import RUN
-from ticketcli.settings.setting import Panel, Setting, Table, option_flag
+from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.specs.ranges import TEXT
 from ticketcli.specs.run import DataSpec, ReaderSpec
 
@@ -20,6 +21,7 @@ READER = Table(
         Panel.MODEL,
         Path,
         TEXT,
+        (ReaderSpec, "weights"),
         config=False,
     ),
     Setting(
@@ -35,39 +37,28 @@ READER = Table(
         "The ticket's own model factory pkg.module:function: confirms that it may be imported (like "
         "--trust-model-code, for that factory only). Any other model is refused.",
         Panel.MODEL,
-        str,
-        TEXT,
+        range=TEXT,
         config=False,
     ),
-    *(RUN[name].but(config=False) for name in ("max_params", "max_memory", "data_dir", "download", "device")),
-    RUN["threads"].but(config=False),
+    *(RUN[name].but(config=False) for name in ("max_params", "max_memory", "data_dir", "download")),
+    *(RUN[name].but(config=False, field=(ReaderSpec, name)) for name in ("device", "threads")),
 )
 EXPORT_READER = READER.pick(*(n for n in READER.names() if n != "device"))  # export writes on the CPU
 
 
-def build_reader_spec(
-    *,
-    weights: str | Path | None = None,
-    trust_model_code: bool = False,
-    model: str | None = None,
-    max_params: int | None = None,
-    max_memory: int | str | None = None,
-    data_dir: str | Path | None = None,
-    download: bool = False,
-    device: str | None = None,
-    threads: int | None = None,
-    named: Callable[[str], str] = option_flag,
-) -> ReaderSpec:
-    """The reader options (None: not given) validated into one ReaderSpec; `named` says what an error calls an
-    option (the flag, or the API's keyword). The limits' defaults, the data's search path (--data-dir,
-    $TICKET_DATA, the cache, system copies) and the model policy are resolved here, once."""
+def build_reader_spec(**values: Any) -> ReaderSpec:
+    """The reader options (READER's, by name; None or absent: not given) validated into one ReaderSpec by the one
+    spec builder. The limits' defaults, the data's search path (--data-dir, $TICKET_DATA, the cache, system copies)
+    and the model policy are resolved here, once."""
     from ticketcli.settings.registry import check_threads
     from ticketcli.settings.resolve import build_model_policy, data_location  # the registries: torch
 
-    n_threads = check_threads(threads, named("threads"))
+    check_threads(values.get("threads"))  # first, as it always was
     policy = build_model_policy(
-        trust_model_code=bool(trust_model_code), model=model, max_params=max_params, max_memory=max_memory
+        trust_model_code=bool(values.get("trust_model_code")),
+        model=values.get("model"),
+        max_params=values.get("max_params"),
+        max_memory=values.get("max_memory"),
     )
-    data = DataSpec(**data_location(None if data_dir is None else str(data_dir), bool(download)))
-    where = None if weights is None else str(weights)
-    return ReaderSpec(data=data, device=device or "auto", weights=where, policy=policy, threads=n_threads)
+    data = DataSpec(**data_location(values.get("data_dir"), bool(values.get("download"))))
+    return build_spec(ReaderSpec, READER, values, data=data, policy=policy)

@@ -1,6 +1,6 @@
 """Which methods read which options: what their registry entries declare (methods/registry.py), the options a
 method reads (what its tickets record), and the one-line refusal of an option the chosen method would ignore, with
-the sibling option it reads as the hint."""
+the sibling option it reads (methods.registry.SIBLINGS) as the hint."""
 
 from __future__ import annotations
 
@@ -8,21 +8,12 @@ from collections.abc import Collection, Mapping
 from typing import TypeVar
 
 from ticketcli.errors import UsageError
-from ticketcli.methods.registry import METHODS, option
+from ticketcli.methods.registry import METHODS, SIBLINGS, option
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Table, option_flag
 from ticketcli.specs.run import MethodSpec
 
 T = TypeVar("T")
-
-# Options whose meaning another option carries for some methods: refusing one names the sibling the method reads.
-SIBLINGS = {
-    "lr": ("weight_lr",),
-    "weight_lr": ("lr",),
-    "imp_rounds": ("max_rounds", "synflow_rounds"),
-    "max_rounds": ("imp_rounds", "synflow_rounds"),
-    "synflow_rounds": ("imp_rounds", "max_rounds"),
-}
 
 
 def method_reads(name: str, field: str, table: Table = RUN) -> bool:
@@ -57,6 +48,7 @@ def _value(method: MethodSpec, field: str) -> object:
 def unused_option(field: str, name: str, table: Table = RUN) -> UsageError:
     """'--lr applies to augmented, edge-popup, ... only, not rigl', with the sibling option rigl reads as the hint."""
     users = [n for n in METHODS.names() if method_reads(n, field, table)]
-    siblings = [option_flag(s) for s in SIBLINGS.get(field, ()) if method_reads(name, s, table)]
+    kin = [s for group in SIBLINGS if field in group for s in group if s != field]
+    siblings = [option_flag(s) for s in kin if method_reads(name, s, table)]
     hint = f"use {' or '.join(siblings)}" if siblings else f"drop {option_flag(field)}; {name} does not read it"
     return UsageError(f"{option_flag(field)} applies to {', '.join(users) or 'no method'} only, not {name}", hint=hint)

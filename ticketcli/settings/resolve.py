@@ -172,19 +172,6 @@ def build_weak_spec(settings: dict[str, Any]) -> WeakSpec:
     return build_spec(WeakSpec, WEAK, merge_settings(settings, None, WEAK))
 
 
-def parse_floats(text: str | list[str | float] | tuple[str | float, ...] | None, what: str) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    items = text if isinstance(text, (list, tuple)) else [t for t in str(text).split(",") if t.strip()]
-    try:
-        values = tuple(float(t) for t in items)
-    except (TypeError, ValueError):
-        raise UsageError(f"{what} must be comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise UsageError(f"{what} is empty")
-    return values
-
-
 def build_extract_spec(
     settings: dict[str, Any], dataset: DatasetInfo | None = None, module: str | None = None
 ) -> RunSpec:
@@ -214,12 +201,9 @@ def build_extract_spec(
             f"invalid model spec {s['model']!r}: unknown model {model.arch!r}",
             hint=f"models: {', '.join(MODELS.names())}, or a factory my_pkg.my_module:build_net",
         )
-    limits = Budget(
-        max_params=MAX_PARAMS if s["max_params"] is None else s["max_params"],
-        max_memory=default_max_memory() if s["max_memory"] is None else s["max_memory"],
-        train_batch=s["batch_size"],
-    )
-    budget.check(model, limits)  # from the spec alone: refused before any data is loaded or anything built
+    memory = default_max_memory() if s["max_memory"] is None else s["max_memory"]  # max_params: merged, never None
+    # from the spec alone: refused before any data is loaded or anything built
+    budget.check(model, Budget(max_params=s["max_params"], max_memory=memory, train_batch=s["batch_size"]))
     given = settings.given if isinstance(settings, Settings) else None
     method = method_spec(RUN, s, given, settings["betas"])
     if s["match_sparsity"] is not None:
@@ -230,8 +214,7 @@ def build_extract_spec(
     data = build_spec(DataSpec, RUN, s, name=info.name, split_seed=s["seed"], **location)
     init = build_spec(InitSpec, RUN, s)
     check_module_init(init, model, given or frozenset())
-    memory = {"max_params": limits.max_params, "max_memory": limits.max_memory}
-    return build_spec(RunSpec, RUN, s, model=model, init=init, data=data, method=method, **memory)
+    return build_spec(RunSpec, RUN, s, model=model, init=init, data=data, method=method, max_memory=memory)
 
 
 def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:

@@ -40,8 +40,7 @@ def method_setting(name: str, help: str, panel: str, example: object, **kw: Any)
 
 def option_setting(o: Option) -> Setting:
     """A method's own option (methods/registry.py) as a setting; its flag parses what its range holds."""
-    kind = {"int": int, "float": float, "bool": bool}.get(o.range.kind, o.range.choices)
-    return Setting(o.name, o.help, o.panel, kind, o.range, default=o.default, per_method=True, example=o.example)
+    return Setting(o.name, o.help, o.panel, range=o.range, default=o.default, per_method=True, example=o.example)
 
 
 def with_options(table: Table) -> Table:
@@ -60,9 +59,8 @@ SHARED = Table(
         "Requested sparsity in (0, 1) = 1 - keep density. For augmented it sets the augmented-space keep "
         "density 1 - s; the achieved sparsity is measured and reported.",
         M,
-        float,
-        FLOAT(0, 1, lo_open=True, hi_open=True),
-        (MethodSpec, "sparsity"),
+        range=FLOAT(0, 1, lo_open=True, hi_open=True),
+        field=(MethodSpec, "sparsity"),
     ),
     method_setting(
         "layer_densities",
@@ -73,24 +71,16 @@ SHARED = Table(
     ),
     # variants and ablations
     method_setting(
-        "signed_scores",
-        "Rank raw scores S instead of |S| (the paper's NoAbs ablation).",
-        V,
-        True,
-        kind=bool,
-        range=BOOL,
+        "signed_scores", "Rank raw scores S instead of |S| (the paper's NoAbs ablation).", V, True, range=BOOL
     ),
-    method_setting(
-        "global_topk", "One top-k across all layers instead of one per layer.", V, True, kind=bool, range=BOOL
-    ),
+    method_setting("global_topk", "One top-k across all layers instead of one per layer.", V, True, range=BOOL),
     # the network
     Setting(
         "seed",
         "Seed of the weights, the data split, score init and batch order.",
         MODEL,
-        int,
-        SEED,
-        (InitSpec, "seed"),
+        range=SEED,
+        field=(InitSpec, "seed"),
     ),
     Setting(
         "model",
@@ -127,9 +117,8 @@ SHARED = Table(
         "init_k",
         "fan_in scale k of the init: bound or std gain/sqrt(k*fan_in).",
         MODEL,
-        float,
-        FLOAT(1e-6, 1e6),
-        (InitSpec, "k"),
+        range=FLOAT(1e-6, 1e6),
+        field=(InitSpec, "k"),
     ),
     Setting(
         "weights",
@@ -152,26 +141,23 @@ SHARED = Table(
         "download",
         "Allow torchvision to download the dataset into ~/.cache/ticketcli if it is not found.",
         DATA,
-        bool,
-        BOOL,
-        (DataSpec, "download"),
+        range=BOOL,
+        field=(DataSpec, "download"),
     ),
     Setting(
         "n_extract",
         "Extraction examples drawn from the training set.",
         DATA,
-        int,
-        INT(1, 10_000_000),
-        (DataSpec, "n_extract"),
+        range=INT(1, 10_000_000),
+        field=(DataSpec, "n_extract"),
         shown=split_sizes("n_extract"),
     ),
     Setting(
         "n_val",
         "Validation examples, disjoint from extraction.",
         DATA,
-        int,
-        INT(1, 10_000_000),
-        (DataSpec, "n_val"),
+        range=INT(1, 10_000_000),
+        field=(DataSpec, "n_val"),
         shown=split_sizes("n_val"),
     ),
     # training
@@ -180,21 +166,15 @@ SHARED = Table(
         "Training epochs: of the scores, or of the weights for imp (split over its rounds), set, rigl, movement.",
         T,
         3,
-        kind=int,
         range=EPOCHS,
     ),
-    method_setting("lr", "Adam learning rate for the scores.", T, 0.5, kind=float, range=LR),
-    method_setting("batch_size", "Minibatch size.", T, 32, kind=int, range=BATCH),
+    method_setting("lr", "Adam learning rate for the scores.", T, 0.5, range=LR),
+    method_setting("batch_size", "Minibatch size.", T, 32, range=BATCH),
     method_setting("betas", "Adam betas as 'b1,b2'.", T, "0.5,0.6", range=NUMBERS(0, 1, hi_open=True)),
-    method_setting("eps", "Adam epsilon.", T, 0.5, kind=float, range=FLOAT(0, 1, lo_open=True)),
-    method_setting("weight_decay", "Adam weight decay.", T, 5.0, kind=float, range=FLOAT(0, 100)),
+    method_setting("eps", "Adam epsilon.", T, 0.5, range=FLOAT(0, 1, lo_open=True)),
+    method_setting("weight_decay", "Adam weight decay.", T, 5.0, range=FLOAT(0, 100)),
     method_setting(
-        "weight_lr",
-        "Adam learning rate for the weights (--lr is movement's score rate).",
-        T,
-        0.1,
-        kind=float,
-        range=LR,
+        "weight_lr", "Adam learning rate for the weights (--lr is movement's score rate).", T, 0.1, range=LR
     ),
     # another ticket's sparsity
     Setting(
@@ -209,8 +189,7 @@ SHARED = Table(
         "match_sparsity_per_layer",
         "With --match-sparsity: match each layer's density (as --layer-densities) instead of the global sparsity.",
         M,
-        bool,
-        BOOL,
+        range=BOOL,
         default=False,
     ),
     # where and how it runs
@@ -218,9 +197,8 @@ SHARED = Table(
         "max_params",
         "Refuse a model with more parameters than this, before anything is built.",
         MODEL,
-        int,
-        INT(1, 10**12),
-        (RunSpec, "max_params"),
+        range=INT(1, 10**12),
+        field=(RunSpec, "max_params"),
     ),
     Setting(
         "max_memory",
@@ -247,6 +225,7 @@ SHARED = Table(
         "slower on the CPU). Accuracies are always measured in fp32.",
         S,
         "bf16",
+        kind=str,  # the flag takes text, refused by its range as the config key is (not a Typer choice)
         range=CHOICE("fp32", "bf16"),
     ),
     Setting(
@@ -254,8 +233,7 @@ SHARED = Table(
         "Torch CPU threads for the run, 1 to 4096. Fewer are often faster on a loaded machine or beside other "
         "jobs (manual: docs/reference/scale.md, Threads).",
         S,
-        int,
-        THREADS,
+        range=THREADS,
         shown="torch's own (usually one per core)",
     ),
 )

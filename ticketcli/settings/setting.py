@@ -40,11 +40,6 @@ def show(value: object) -> str:
     return str(value)
 
 
-def with_default(text: str, default: object) -> str:
-    """Help text ending in 'Default: X.', X rendered from the value the code really uses."""
-    return f"{text} Default: {show(default)}."
-
-
 def option_flag(name: str) -> str:
     """The flag a user types for setting `name`: --global-topk for global_topk."""
     return "--" + name.replace("_", "-")
@@ -57,7 +52,8 @@ class Setting:
     name: the config key and the API keyword (the flag is option_flag(name)).
     help: what it does, without its default (help() appends it) or the methods that read it (help() prefixes them).
     panel: the --help panel (Panel, below).
-    kind: the type the flag parses (int, float, str, bool; a bool is a switch), or "choice" for `range.choices`.
+    kind: the type the flag parses (int, float, str, Path, bool: a switch; a tuple: a choice's names); None: the
+        type its range holds (kind_of).
     range: what a value may be, checked for flags, config keys and API keywords alike; None: not checked here.
     field: (spec dataclass, field name) that holds the default and receives the value ("optim.lr": a field of a
         nested spec); None: `default` holds it.
@@ -77,7 +73,7 @@ class Setting:
     name: str
     help: str
     panel: str
-    kind: Any = str
+    kind: Any = None
     range: Range | None = None
     field: tuple[type, str] | None = None
     default: Any = None
@@ -89,6 +85,10 @@ class Setting:
     required: bool = False
     hidden: bool = False
     metavar: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is None:
+            object.__setattr__(self, "kind", kind_of(self.range))
 
     @property
     def flag(self) -> str:
@@ -135,13 +135,10 @@ class Setting:
         )
 
     def help_text(self) -> str:
-        """The help --help shows: who reads it, what it does, its default."""
+        """The help --help shows: who reads it, what it does, its default (none for a switch)."""
         text = f"{readers_prefix(self.methods)}{self.help}"
-        if self.shown is not None:
-            return f"{text} Default: {self.shown}." if self.shown else text
-        if self.switch or self.value is None:
-            return text
-        return with_default(text, self.value)
+        default = "" if self.switch and self.shown is None else self.default_text()
+        return f"{text} Default: {default}." if default else text
 
     def check(self, value: Any, what: str | None = None) -> Any:
         """`value` checked against the range and normalised; `what` names it in the error (default: its flag)."""
@@ -150,6 +147,11 @@ class Setting:
     def but(self, **changes: Any) -> Setting:
         """The same setting with another help or panel in one command (its name, default and range stay)."""
         return replace(self, **changes)
+
+
+def kind_of(r: Range | None) -> Any:
+    """The type a flag of range `r` parses: int, float, bool (a switch), a choice's names, else text."""
+    return str if r is None else {"int": int, "float": float, "bool": bool, "choice": r.choices}.get(r.kind, str)
 
 
 def readers_prefix(methods: tuple[str, ...]) -> str:

@@ -41,8 +41,7 @@ OWN = Table(
         "layerwise",
         "Random layerwise keep-density tuples per seed, drawn from the density pool.",
         M,
-        int,
-        INT(0, 10_000),
+        range=INT(0, 10_000),
         default=PAPER_LAYERWISE,
     ),
     Setting(
@@ -55,8 +54,7 @@ OWN = Table(
         "workers",
         "Local worker processes (spawned); workers x threads must not exceed the CPU cores.",
         S,
-        int,
-        INT(1, 4096),
+        range=INT(1, 4096),
         default=1,
     ),
     RUN["threads"].but(

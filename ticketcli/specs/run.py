@@ -229,14 +229,3 @@ class RunSpec:
     weights: str | None = None  # frozen weights from this checkpoint instead of the seed
     max_params: int = MAX_PARAMS  # refuse a bigger model before building it
     max_memory: int | None = None  # bytes a built-in model may need (budget.py); None: half the physical memory
-
-
-__all__ = [
-    "ModelSpec",
-    "InitSpec",
-    "DataSpec",
-    "MethodSpec",
-    "Option",
-    "RunSpec",
-    "ModelPolicy",
-]
