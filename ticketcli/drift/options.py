@@ -76,7 +76,7 @@ def drift_request(
     weights: Path | None = None,
     log_to: Any = None,
 ) -> DriftRequest:
-    """drift's flags (settings/drift.py's DRIFT and FEATURES, the reader options of DRIFT_READER; None: not given)
+    """drift's flags (drift/settings.py's DRIFT and FEATURES, the reader options of DRIFT_READER; None: not given)
     checked together: what --ticket fixes, what only goes with it, --threads, the model policy, the features."""
     if ticket is not None:
         clash = [f for f, k in (("--seeds", "seeds"), ("--dataset", "dataset")) if run[k] is not None]
