@@ -4,7 +4,7 @@ What it speeds up: score-based methods (edge-popup, double-scoring) recompute ev
 every step from scores that move only a little. A full selection (exact.joint_topk_masks: numpy's introselect
 over all n scores) costs a few passes over n per step; TopKSelector instead looks for the k-th largest value in a
 narrow band around the previous step's threshold, extrapolated linearly (Adam moves every score by about lr a step,
-so the threshold drifts steadily): counting the entries above the band and partitioning only the band's few values
+so the threshold shifts steadily): counting the entries above the band and partitioning only the band's few values
 (band.py).
 Auxiliary parts that never change (double-scoring's frozen auxiliary scores) are sorted once and bisected; once
 their owner can compute them again (a seeded redraw), only a window of the sorted values around the threshold is
@@ -90,7 +90,7 @@ class TopKSelector:
         else:
             views = [first]  # one part: several live ones took the full selection above
         last = self.state.get(key)
-        # Scores trained by Adam drift steadily (every entry moves by ~lr a step), so the threshold does too:
+        # Scores trained by Adam shift steadily (every entry moves by ~lr a step), so the threshold does too:
         # centre the band on the linear extrapolation and size it by the extrapolation's error, not by the step.
         guess, width = (0.0, 0.0) if last is None else (last[0] + last[2], last[1])  # read only when last is set
         v = None if last is None else band_kth(views, k, guess, width)
