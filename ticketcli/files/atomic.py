@@ -140,16 +140,15 @@ def space_shortfall(folder: str | Path, need: int) -> str | None:
         return None
     if free >= need:
         return None
-    return f"only {_size(free)} free in {folder}; the outputs need about {_size(need)}"
+    return f"only {size_text(free)} free in {folder}; the outputs need about {size_text(need)}"
 
 
-def _size(n: int) -> str:
-    if n < 1024:
-        return f"{n} bytes"
-    x, units = n / 1024, ["KiB", "MiB", "GiB", "TiB"]
-    while x >= 1024 and len(units) > 1:
-        x, units = x / 1024, units[1:]
-    return f"{x:.1f} {units[0]}"
+def size_text(n: int) -> str:
+    """Bytes for an error line: 3.7 GiB, 512 MiB."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _file_kind(mode: int) -> str:

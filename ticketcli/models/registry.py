@@ -71,14 +71,7 @@ def declared_params(text: str) -> int | None:
     """The parameter count of the built-in model a spec string names (a ticket's `model.spec`), torch-free; None
     for a factory or a spec that does not parse (refused with its own message when the model is rebuilt)."""
     try:
-        t = spec_text(text)
-        factory = FACTORY_SPEC.fullmatch(t)
-        if factory and factory.group(1).partition(":")[0] not in MODELS:
-            return None
-        m = BUILTIN_SPEC.fullmatch(t)
-        if m is None or m.group(1) not in MODELS:
-            return None
-        spec = _builtin(t, m, MODELS.get(m.group(1)), None)
+        spec = parse_model(text)
         if not spec.resolved and spec.arch != "mlp":
             return None
         est = estimate(spec)
