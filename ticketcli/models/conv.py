@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import cast
 
 import torch
@@ -63,17 +62,9 @@ class ConvNet(nn.Module):
         return x
 
 
-def conv_family(name: str) -> Callable[[ModelSpec, tuple[int, int, int], int], nn.Module]:
-    """The builder of conv2, conv4 or conv6 (their layers: conv_family.py's CONV_LAYERS)."""
-
-    def build(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
-        return ConvNet(CONV_LAYERS[name], CONV_HEAD, shape, classes, spec.bias)
-
-    build.__doc__ = f"{name}: {'-'.join(CONV_LAYERS[name])}, then FC 256-256-classes."
-    return build
-
-
-build_conv2, build_conv4, build_conv6 = (conv_family(name) for name in ("conv2", "conv4", "conv6"))
+def build_conv(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
+    """conv2, conv4 or conv6: its layers (conv_family.py's CONV_LAYERS), then FC 256-256-classes."""
+    return ConvNet(CONV_LAYERS[spec.arch], CONV_HEAD, shape, classes, spec.bias)
 
 
 def build_vgg(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:

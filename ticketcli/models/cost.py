@@ -16,7 +16,6 @@ FLOAT = 4  # bytes of a float32 element: weights, activations and their gradient
 HELD_BYTES_PER_PARAM = 16  # any command: the weights, their initial copy, the mask and the masked weights W * M
 TRAINED_BYTES_PER_PARAM = 48  # a command that trains: + scores or weights, their gradient, Adam's two moments
 EVAL_BATCH = 2048  # examples per evaluation forward pass (train.EVAL_CHUNK; a test keeps them equal)
-FIXED_BYTES = 64 << 20  # what a run holds besides the model (interpreter objects, small tensors): not counted
 
 
 @dataclass(frozen=True)

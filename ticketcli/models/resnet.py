@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ticketcli.models.resnet_family import RESNET_STAGES
 from ticketcli.models.sites import ActSite, Trace, traced_conv, traced_linear
 from ticketcli.specs.run import ModelSpec
 
@@ -167,14 +168,10 @@ class WideResNet(nn.Module):
         return F.linear(torch.relu(self.bn(x)).mean((2, 3)), p["fc.weight"], p.get("fc.bias"))
 
 
-def build_resnet20(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
-    """ResNet-20 (He et al., CIFAR): three stages of 3 blocks, 16-32-64 channels."""
-    return ResNet((16, 32, 64), (3, 3, 3), shape, classes, spec.bias)
-
-
-def build_resnet18(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
-    """ResNet-18, CIFAR style (3x3 stem, no max-pool; edge-popup's cResNet18): 2-2-2-2 blocks, 64-128-256-512."""
-    return ResNet((64, 128, 256, 512), (2, 2, 2, 2), shape, classes, spec.bias)
+def build_resnet(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
+    """ResNet-20 (He et al., CIFAR: three stages of 3 blocks, 16-32-64 channels) or ResNet-18, CIFAR style (3x3
+    stem, no max-pool; edge-popup's cResNet18: 2-2-2-2 blocks, 64-128-256-512): RESNET_STAGES by name."""
+    return ResNet(*RESNET_STAGES[spec.arch], shape, classes, spec.bias)
 
 
 def build_wrn(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
