@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.models.resnet_family import RESNET_STAGES
@@ -25,11 +24,6 @@ from ticketcli.specs.run import ModelSpec
 
 def _bn(channels: int) -> nn.BatchNorm2d:
     return nn.BatchNorm2d(channels, affine=False)
-
-
-def _conv(m: nn.Conv2d, name: str, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
-    """m's convolution with p[name.weight] (and p[name.bias]) as its parameters."""
-    return F.conv2d(x, p[f"{name}.weight"], p.get(f"{name}.bias"), m.stride, m.padding)
 
 
 class BasicBlock(nn.Module):
@@ -129,9 +123,9 @@ class WideBlock(nn.Module):
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], prefix: str) -> torch.Tensor:
         a = torch.relu(self.bn1(x))
-        out = torch.relu(self.bn2(_conv(self.conv1, f"{prefix}.conv1", a, p)))
-        out = _conv(self.conv2, f"{prefix}.conv2", out, p)
-        return out + (x if self.shortcut is None else _conv(self.shortcut, f"{prefix}.shortcut", a, p))
+        out = torch.relu(self.bn2(traced_conv(self.conv1, f"{prefix}.conv1", a, p)))
+        out = traced_conv(self.conv2, f"{prefix}.conv2", out, p)
+        return out + (x if self.shortcut is None else traced_conv(self.shortcut, f"{prefix}.shortcut", a, p))
 
 
 class WideResNet(nn.Module):
@@ -161,11 +155,11 @@ class WideResNet(nn.Module):
         return cast(torch.Tensor, self.fc(torch.relu(self.bn(x)).mean((2, 3))))
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
-        x = _conv(self.conv1, "conv1", x, p)
+        x = traced_conv(self.conv1, "conv1", x, p)
         for i in range(3):
             for j, block in enumerate(cast(list[WideBlock], self.get_submodule(f"layer{i + 1}"))):
                 x = block.forward_with(x, p, f"layer{i + 1}.{j}")
-        return F.linear(torch.relu(self.bn(x)).mean((2, 3)), p["fc.weight"], p.get("fc.bias"))
+        return traced_linear("fc", torch.relu(self.bn(x)).mean((2, 3)), p)
 
 
 def build_resnet(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
