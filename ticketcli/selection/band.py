@@ -65,8 +65,9 @@ class Sorted:
         self.hi = 0.0
 
     def count_above(self, x: float) -> int:
-        self.hi = x
-        return self.s.size - int(np.searchsorted(self.s, x, "right"))
+        above = self.count_greater(x)
+        self.hi = x  # for between()
+        return above
 
     def between(self, lo: float) -> np.ndarray:
         return self.s[int(np.searchsorted(self.s, lo, "left")) : int(np.searchsorted(self.s, self.hi, "right"))]
@@ -99,11 +100,6 @@ class Window(Sorted):
         # entries below the window are <= s[0] and those above >= s[-1]: exact for s[0] < x < s[-1] (NaN fails)
         if (self.i0 > 0 and not x > self.s[0]) or (self.n_hi > 0 and not x < self.s[-1]):
             raise OutOfWindow
-
-    def count_above(self, x: float) -> int:
-        self._inside(x)
-        self.hi = x
-        return self.n - self.i0 - int(np.searchsorted(self.s, x, "right"))
 
     def between(self, lo: float) -> np.ndarray:
         self._inside(lo)
