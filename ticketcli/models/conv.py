@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
 from ticketcli.models.conv_family import CONV_HEAD, CONV_LAYERS
+from ticketcli.models.sites import traced_conv, traced_linear
 from ticketcli.specs.run import ModelSpec
 
 
@@ -54,9 +54,9 @@ class ConvNet(nn.Module):
         for prefix, seq in (("features", self.features), ("classifier", self.classifier)):
             for i, m in enumerate(seq):
                 if isinstance(m, nn.Conv2d):
-                    x = F.conv2d(x, params[f"{prefix}.{i}.weight"], params.get(f"{prefix}.{i}.bias"), padding=1)
+                    x = traced_conv(m, f"{prefix}.{i}", x, params)
                 elif isinstance(m, nn.Linear):
-                    x = F.linear(x, params[f"{prefix}.{i}.weight"], params.get(f"{prefix}.{i}.bias"))
+                    x = traced_linear(f"{prefix}.{i}", x, params)
                 else:
                     x = m(x)
         return x

@@ -39,14 +39,12 @@ class Estimate:
         """Activations of one forward pass without gradients: three of the largest intermediate at a time."""
         return FLOAT * batch * 3 * self.largest
 
-    def activation_bytes(self, train_batch: int, eval_batch: int) -> int:
-        """Peak activation memory: a training step at train_batch (0: none) or an evaluation pass, the larger."""
-        return max(self.training_bytes(train_batch), self.evaluation_bytes(eval_batch)) + self.fixed_bytes
-
     def memory_bytes(self, train_batch: int = 0, eval_batch: int = EVAL_BATCH) -> int:
         """Parameters (with the copies a run keeps of them), buffers and activations, in bytes."""
         per_param = TRAINED_BYTES_PER_PARAM if train_batch else HELD_BYTES_PER_PARAM
-        return self.params * per_param + self.buffer_bytes + self.activation_bytes(train_batch, eval_batch)
+        # the peak of activations: a training step at train_batch (0: none) or an evaluation pass, the larger
+        activations = max(self.training_bytes(train_batch), self.evaluation_bytes(eval_batch)) + self.fixed_bytes
+        return self.params * per_param + self.buffer_bytes + activations
 
 
 class Cost:
