@@ -86,20 +86,17 @@ class ResNet(nn.Module):
             cin = width
         self.fc = nn.Linear(cin, classes, bias=bias)
 
-    def stage(self, i: int) -> nn.Sequential:
-        return cast(nn.Sequential, self.get_submodule(f"layer{i + 1}"))
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.act(self.bn1(self.conv1(x)))
         for i in range(self.stages):
-            x = self.stage(i)(x)
+            x = self.get_submodule(f"layer{i + 1}")(x)
         return cast(torch.Tensor, self.fc(x.mean((2, 3))))  # (B, C) after global average pooling
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
         """The forward pass with these tensors as parameters; with a trace, what a study measures (sites.py)."""
         x = self.act(self.bn1(traced_conv(self.conv1, "conv1", x, p, trace)), trace)
         for i in range(self.stages):
-            for j, block in enumerate(cast(list[BasicBlock], self.stage(i))):
+            for j, block in enumerate(cast(list[BasicBlock], self.get_submodule(f"layer{i + 1}"))):
                 x = block.forward_with(x, p, f"layer{i + 1}.{j}", trace)
         return traced_linear("fc", x.mean((2, 3)), p, trace)
 
