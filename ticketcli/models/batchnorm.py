@@ -68,12 +68,14 @@ def statistics(layers: list[BatchNorm], mode: str, use: str) -> Iterator[None]:
             m.training, m.track_running_stats, m.momentum = training, track, momentum
 
 
-def check_batch(n: int) -> None:
+EXTRACT_HINT = "choose --batch-size and --n-extract so that no batch (the last one included) holds a single example"
+
+
+def check_batch(n: int, hint: str = EXTRACT_HINT) -> None:
     """Batch statistics need two examples at least (torch refuses one per channel)."""
     if n < 2:
         raise UsageError(
-            "a BatchNorm network normalises with batch statistics, and a batch of 1 example has none",
-            hint="choose --batch-size and --n-extract so that no batch (the last one included) holds a single example",
+            "a BatchNorm network normalises with batch statistics, and a batch of 1 example has none", hint=hint
         )
 
 
