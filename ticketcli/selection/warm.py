@@ -32,11 +32,6 @@ from ticketcli.selection.exact import KTH_ALGORITHMS, joint_topk_masks, kth_nump
 SELECT_ALGORITHMS = (*KTH_ALGORITHMS, "band")
 
 
-def _flat_values(parts: Sequence[torch.Tensor]) -> torch.Tensor:
-    flat = [p.detach().reshape(-1) for p in parts]
-    return flat[0] if len(flat) == 1 else torch.cat(flat)
-
-
 class TopKSelector:
     """joint_topk_masks(...)[0] with a warm start, for masks recomputed every step from slowly moving scores.
 
@@ -98,7 +93,8 @@ class TopKSelector:
         searched = v is not None
         if v is None:
             # a fresh concatenation (several parts) is ours to partition in place: one copy of the scores, not two
-            v = kth_numpy(_flat_values(parts), k, overwrite=len(parts) > 1)
+            flat = [p.detach().reshape(-1) for p in parts]
+            v = kth_numpy(flat[0] if len(flat) == 1 else torch.cat(flat), k, overwrite=len(flat) > 1)
             w = 0.01 * abs(v) + 1e-12 if last is None else max(4 * abs(v - guess), 4 * width)
         else:
             w = max(4 * abs(v - guess), 0.5 * width, 1e-7 * abs(v) + 1e-30)  # wide is cheap, a miss is not
