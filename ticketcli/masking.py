@@ -96,8 +96,6 @@ class MaskedWeights(Mapping[str, torch.Tensor]):
         self._made: dict[int, tuple[weakref.ref[torch.Tensor], str]] = {}  # id(W * H) -> (the tensor, weakly; its name)
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        if name not in self.scores:
-            raise KeyError(name)
         w = cast(
             torch.Tensor,  # apply() is typed Any
             _MaskedWeight.apply(self.scores[name], self.weights[name], self.masks[name], self.signed, self.owned),

@@ -46,11 +46,7 @@ class DatasetInfo:
 
 def loader(name: str) -> Callable[[DataSpec], Pools]:
     """The loader `name` of datasets.py, imported (with torch) when the dataset is first loaded."""
-
-    def load_pools(spec: DataSpec) -> Pools:
-        return cast(Callable[[DataSpec], Pools], load(f"ticketcli.data.datasets:{name}"))(spec)
-
-    return load_pools
+    return lambda spec: cast(Callable[[DataSpec], Pools], load(f"ticketcli.data.datasets:{name}"))(spec)
 
 
 DATASETS: Registry[DatasetInfo] = Registry("dataset")

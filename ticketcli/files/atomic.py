@@ -99,17 +99,14 @@ def check_destination(path: str | Path, *, overwrite: bool = False, owned: Owned
             "replaces regular files)",
             hint="choose another path",
         )
-    if (
-        os.path.lexists(path)
-        and not overwrite
-        and not (owned is not None and _same_name(owned, path) and owned.still_ours())
-    ):
+    if os.path.lexists(path) and not overwrite and not _still_ours(owned, path):
         raise UsageError(f"{path} already exists", hint="pass --force to overwrite it")
     probe_writable(path.parent, path)
 
 
-def _same_name(owned: Owned, path: Path) -> bool:
-    return owned.path == os.path.abspath(path)
+def _still_ours(owned: Owned | None, path: Path) -> bool:
+    """`owned` describes the file at `path`, and it is still that file."""
+    return owned is not None and owned.path == os.path.abspath(path) and owned.still_ours()
 
 
 def probe_writable(folder: Path, for_path: Path | None = None) -> None:
@@ -140,16 +137,15 @@ def space_shortfall(folder: str | Path, need: int) -> str | None:
         return None
     if free >= need:
         return None
-    return f"only {_size(free)} free in {folder}; the outputs need about {_size(need)}"
+    return f"only {size_text(free)} free in {folder}; the outputs need about {size_text(need)}"
 
 
-def _size(n: int) -> str:
-    if n < 1024:
-        return f"{n} bytes"
-    x, units = n / 1024, ["KiB", "MiB", "GiB", "TiB"]
-    while x >= 1024 and len(units) > 1:
-        x, units = x / 1024, units[1:]
-    return f"{x:.1f} {units[0]}"
+def size_text(n: int) -> str:
+    """Bytes for an error line: 3.7 GiB, 512 MiB."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _file_kind(mode: int) -> str:
@@ -185,7 +181,7 @@ def write_owned(
     that work; it is kept as it is, this write's bytes are kept beside it (`NAME.new-PID.EXT`, named in the
     error line) and the error is exit 2. Without it, an existing name is refused before anything is written."""
     path = Path(path)
-    may_replace = overwrite or (owned is not None and _same_name(owned, path) and owned.still_ours())
+    may_replace = overwrite or _still_ours(owned, path)
     if may_replace or not checked_at_start:  # else the start's check stands: anything at the name now is taken
         check_destination(path, overwrite=overwrite, owned=owned)
     tmp: str | None = None

@@ -11,10 +11,6 @@ from ticketcli.errors import UsageError
 from ticketcli.files.uninterrupted import open_descriptor
 
 
-def mib(n: int) -> str:
-    return f"{n / (1 << 20):g} MiB"
-
-
 def read_regular_file(path: str | Path, limit: int, what: str) -> bytes:
     """The bytes of `path`, a regular file of at most `limit` bytes; anything else is a one-line UsageError."""
     p = Path(path)
@@ -48,7 +44,7 @@ def _check_stat(st: os.stat_result, p: Path, limit: int, what: str) -> None:
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise UsageError(f"{what} {p} is {kind}")
     if st.st_size > limit:
-        raise UsageError(f"{what} {p} is larger than {mib(limit)} ({st.st_size} bytes)")
+        raise UsageError(f"{what} {p} is larger than {limit / (1 << 20):g} MiB ({st.st_size} bytes)")
 
 
 PATH_MAX = 4096  # bytes, Linux's limit for a whole path (and what other systems allow at most, roughly)

@@ -14,8 +14,7 @@ from typing import Any
 MAX_JSON_DEPTH = 32  # what the project's own JSON files nest (run settings 4, a study's states 5) is far below this
 
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
-_NOT_BRACKETS_B = re.compile(_NOT_BRACKETS.pattern.encode())
-_STEP: dict[str | int, int] = {"[": 1, "{": 1, "]": -1, "}": -1, ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _TOML_MARKS = re.compile(r"""[\[\]{}"'#]""")
 
 
@@ -46,13 +45,10 @@ def check_depth(text: str | bytes, max_depth: int) -> None:
 def json_nesting(text: str | bytes) -> int:
     """How many arrays and objects a JSON text nests at its deepest (`[]` 1, `[[1], {}]` 2). No regular expression
     runs over whole strings: sre's backtracking state would grow with each string's length."""
-    outside: str | bytes
     if isinstance(text, bytes):
-        unescaped = text.replace(b"\\\\", b"").replace(b'\\"', b"")  # an escaped quote ends no string
-        outside = _NOT_BRACKETS_B.sub(b"", b"".join(unescaped.split(b'"')[0::2]))
-    else:
-        unescaped_text = text.replace("\\\\", "").replace('\\"', "")
-        outside = _NOT_BRACKETS.sub("", "".join(unescaped_text.split('"')[0::2]))
+        text = text.decode("latin-1")  # byte for byte: every bracket, quote and backslash stays where it was
+    unescaped = text.replace("\\\\", "").replace('\\"', "")  # an escaped quote ends no string
+    outside = _NOT_BRACKETS.sub("", "".join(unescaped.split('"')[0::2]))
     return max(accumulate(map(_STEP.__getitem__, outside)), default=0)
 
 

@@ -15,7 +15,7 @@ Its modules, by concern, bottom to top:
   and `declared_params` (costs from a spec).
 - init.py: the init schemes registry and init_weights (torch-free to import).
 - build.py: a spec to a frozen module (`build_model`, `frozen_copy`) and the budget every built-in model passes
-  first (`planned_shapes`, `check_param_count`).
+  first (`planned_shapes`).
 
 To add a model: write its network with a builder, declare its Family in <family>_family.py and register it with
 one line in registry.py (CONTRIBUTING.md, "Adding a model").

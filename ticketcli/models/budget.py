@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 
 from ticketcli.errors import UsageError
+from ticketcli.files.atomic import size_text
 from ticketcli.models.cost import EVAL_BATCH, Estimate
 from ticketcli.models.registry import estimate
 from ticketcli.specs.run import MAX_PARAMS, ModelSpec
@@ -48,14 +49,6 @@ def default_max_memory() -> int | None:
     return None if total is None else int(total * MEMORY_SHARE)
 
 
-def size_text(n: int) -> str:
-    """Bytes for an error line: 3.7 GiB, 512 MiB."""
-    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} bytes"
-
-
 def check(spec: ModelSpec, budget: Budget = Budget()) -> Estimate | None:
     """Refuse a built-in model over the budget, from its spec alone (one line naming the figure and the option
     that raises it); returns the estimate (None for a user's factory, which is counted once built)."""
@@ -65,11 +58,7 @@ def check(spec: ModelSpec, budget: Budget = Budget()) -> Estimate | None:
     name = _short(spec.to_string())
     if est.depth > MAX_BLOCKS:
         raise UsageError(f"model {name} has {est.depth:,} layers or blocks, more than the {MAX_BLOCKS:,} allowed")
-    if est.params > budget.max_params:
-        raise UsageError(
-            f"model {name} has {est.params:,} parameters, more than the limit of {budget.max_params:,}",
-            hint="raise the limit with --max-params N if you mean it",
-        )
+    check_param_count(spec, est.params, budget.max_params)
     limit = default_max_memory() if budget.max_memory is None else budget.max_memory
     need = est.memory_bytes(budget.train_batch, budget.eval_batch)
     if limit is not None and need > limit:
@@ -84,6 +73,15 @@ def check(spec: ModelSpec, budget: Budget = Budget()) -> Estimate | None:
             + (", or use a smaller --batch-size" if training else ""),
         )
     return est
+
+
+def check_param_count(spec: ModelSpec, count: int, max_params: int) -> None:
+    """Refuse a model with more than max_params parameters (one line, naming the limit's flag)."""
+    if count > max_params:
+        raise UsageError(
+            f"model {_short(spec.to_string())} has {count:,} parameters, more than the limit of {max_params:,}",
+            hint="raise the limit with --max-params N if you mean it",
+        )
 
 
 def _short(text: str, n: int = 120) -> str:

@@ -43,15 +43,6 @@ def _frozen(net: nn.Module) -> nn.Module:
     return net.eval()  # BatchNorm's mode is set per forward pass by MaskedNet (batchnorm.py); no dropout anywhere
 
 
-def check_param_count(spec: ModelSpec, count: int, max_params: int) -> None:
-    """Refuse a model with more than max_params parameters (one line, naming the limit's flag)."""
-    if count > max_params:
-        raise UsageError(
-            f"model {_short(spec.to_string())} has {count:,} parameters, more than the limit of {max_params:,}",
-            hint="raise the limit with --max-params N if you mean it",
-        )
-
-
 def planned_shapes(spec: ModelSpec, limits: budget.Budget) -> dict[str, list[int]]:
     """A built-in model's masked parameter shapes, worked out on the meta device (nothing is allocated, whatever
     the spec says), once its cost worked out from the spec alone fits the budget (budget.check): every built-in
@@ -59,10 +50,6 @@ def planned_shapes(spec: ModelSpec, limits: budget.Budget) -> dict[str, list[int
     budget.check(spec, limits)
     with torch.device("meta"):
         module = MODELS.get(spec.arch).builder()(spec)
-    check_param_count(spec, sum(p.numel() for p in module.parameters()), limits.max_params)
+    budget.check_param_count(spec, sum(p.numel() for p in module.parameters()), limits.max_params)
     shapes = dict(module.named_parameters())
     return {n: list(shapes[n].shape) for n in masked_names(module)}
-
-
-def _short(text: str, n: int = 120) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."

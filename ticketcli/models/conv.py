@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
 from ticketcli.models.conv_family import CONV_HEAD, CONV_LAYERS
+from ticketcli.models.sites import traced_conv, traced_linear
 from ticketcli.specs.run import ModelSpec
 
 
@@ -55,25 +54,17 @@ class ConvNet(nn.Module):
         for prefix, seq in (("features", self.features), ("classifier", self.classifier)):
             for i, m in enumerate(seq):
                 if isinstance(m, nn.Conv2d):
-                    x = F.conv2d(x, params[f"{prefix}.{i}.weight"], params.get(f"{prefix}.{i}.bias"), padding=1)
+                    x = traced_conv(m, f"{prefix}.{i}", x, params)
                 elif isinstance(m, nn.Linear):
-                    x = F.linear(x, params[f"{prefix}.{i}.weight"], params.get(f"{prefix}.{i}.bias"))
+                    x = traced_linear(f"{prefix}.{i}", x, params)
                 else:
                     x = m(x)
         return x
 
 
-def conv_family(name: str) -> Callable[[ModelSpec, tuple[int, int, int], int], nn.Module]:
-    """The builder of conv2, conv4 or conv6 (their layers: conv_family.py's CONV_LAYERS)."""
-
-    def build(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
-        return ConvNet(CONV_LAYERS[name], CONV_HEAD, shape, classes, spec.bias)
-
-    build.__doc__ = f"{name}: {'-'.join(CONV_LAYERS[name])}, then FC 256-256-classes."
-    return build
-
-
-build_conv2, build_conv4, build_conv6 = (conv_family(name) for name in ("conv2", "conv4", "conv6"))
+def build_conv(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
+    """conv2, conv4 or conv6: its layers (conv_family.py's CONV_LAYERS), then FC 256-256-classes."""
+    return ConvNet(CONV_LAYERS[spec.arch], CONV_HEAD, shape, classes, spec.bias)
 
 
 def build_vgg(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:

@@ -57,28 +57,24 @@ def convnet_cost(layers: tuple[str, ...], head: tuple[int, ...], shape: Shape, k
     return c.done()
 
 
-def _conv(name: str, description: str, examples: tuple[str, ...]) -> Family:
-    """conv2, conv4 or conv6: fixed layers, sized by the data."""
+def _fixed(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
+    return convnet_cost(CONV_LAYERS[spec.arch], CONV_HEAD, shape, classes, spec.bias)
 
-    def cost(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
-        return convnet_cost(CONV_LAYERS[name], CONV_HEAD, shape, classes, spec.bias)
 
-    return Family(description, f"ticketcli.models.conv:build_{name}", no_arguments, cost, examples)
+def _conv(description: str, *examples: str) -> Family:
+    """conv2, conv4 or conv6: fixed layers (CONV_LAYERS by name), sized by the data."""
+    return Family(description, "ticketcli.models.conv:build_conv", no_arguments, _fixed, examples)
 
 
 def _vgg(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
     return convnet_cost(spec.layers, (), shape, classes, spec.bias)
 
 
-CONV2 = _conv("conv2", "Conv-2: conv 64-64-M, then fully connected 256-256-classes.", ("conv2@1x8x8-10",))
+CONV2 = _conv("Conv-2: conv 64-64-M, then fully connected 256-256-classes.", "conv2@1x8x8-10")
 CONV4 = _conv(
-    "conv4",
-    "Conv-4: conv 64-64-M-128-128-M, then fully connected 256-256-classes.",
-    ("conv4@1x8x8-10", "conv4@3x9x7-10+bias"),
+    "Conv-4: conv 64-64-M-128-128-M, then fully connected 256-256-classes.", "conv4@1x8x8-10", "conv4@3x9x7-10+bias"
 )
-CONV6 = _conv(
-    "conv6", "Conv-6: conv 64-64-M-128-128-M-256-256-M, then fully connected 256-256-classes.", ("conv6@1x8x8-10",)
-)
+CONV6 = _conv("Conv-6: conv 64-64-M-128-128-M-256-256-M, then fully connected 256-256-classes.", "conv6@1x8x8-10")
 VGG = Family(
     description="VGG-style ConvNet from a layer list, e.g. vgg:64-64-M-128-128-M-256-256-M.",
     build="ticketcli.models.conv:build_vgg",

@@ -16,7 +16,6 @@ FLOAT = 4  # bytes of a float32 element: weights, activations and their gradient
 HELD_BYTES_PER_PARAM = 16  # any command: the weights, their initial copy, the mask and the masked weights W * M
 TRAINED_BYTES_PER_PARAM = 48  # a command that trains: + scores or weights, their gradient, Adam's two moments
 EVAL_BATCH = 2048  # examples per evaluation forward pass (train.EVAL_CHUNK; a test keeps them equal)
-FIXED_BYTES = 64 << 20  # what a run holds besides the model (interpreter objects, small tensors): not counted
 
 
 @dataclass(frozen=True)
@@ -40,14 +39,12 @@ class Estimate:
         """Activations of one forward pass without gradients: three of the largest intermediate at a time."""
         return FLOAT * batch * 3 * self.largest
 
-    def activation_bytes(self, train_batch: int, eval_batch: int) -> int:
-        """Peak activation memory: a training step at train_batch (0: none) or an evaluation pass, the larger."""
-        return max(self.training_bytes(train_batch), self.evaluation_bytes(eval_batch)) + self.fixed_bytes
-
     def memory_bytes(self, train_batch: int = 0, eval_batch: int = EVAL_BATCH) -> int:
         """Parameters (with the copies a run keeps of them), buffers and activations, in bytes."""
         per_param = TRAINED_BYTES_PER_PARAM if train_batch else HELD_BYTES_PER_PARAM
-        return self.params * per_param + self.buffer_bytes + self.activation_bytes(train_batch, eval_batch)
+        # the peak of activations: a training step at train_batch (0: none) or an evaluation pass, the larger
+        activations = max(self.training_bytes(train_batch), self.evaluation_bytes(eval_batch)) + self.fixed_bytes
+        return self.params * per_param + self.buffer_bytes + activations
 
 
 class Cost:

@@ -14,7 +14,6 @@ one-hot vector), and LayerNorm is non-affine as in the ViT. Each block's MLP act
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import replace
 from typing import cast
 
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.models.gpt_family import GPT_BODY
+from ticketcli.models.gpt_family import gpt_numbers as gpt_numbers  # re-exported beside the network
 from ticketcli.models.sites import Trace, traced_linear
 from ticketcli.models.vit import Block
 from ticketcli.specs.run import ModelSpec
@@ -77,16 +76,6 @@ class GPTNano(nn.Module):
         for i, block in enumerate(self.blocks):
             x = cast(Block, block).forward_with(x, p, f"blocks.{i}", trace)
         return traced_linear("head", self.norm(x), p, trace)  # (B, T, vocab)
-
-
-def gpt_numbers(spec: ModelSpec) -> dict[str, int]:
-    """The spec's l, d, h, c, m and v values (m defaults to 4; v is absent until the text fills it in)."""
-    m = re.fullmatch(GPT_BODY, "-".join(spec.layers))
-    if m is None:  # specs.py validated the syntax; a spec built by hand may not have been
-        raise UsageError(f"invalid model spec {spec.to_string()!r}", hint="e.g. gpt-nano:l2-d64-h4-c64")
-    out = {k: int(v) for k, v in zip("ldhcmv", m.groups()) if v is not None}
-    out.setdefault("m", 4)
-    return out
 
 
 def build_gpt_nano(spec: ModelSpec) -> nn.Module:

@@ -27,12 +27,19 @@ def gpt_arguments(text: str, name: str, body: str | None, suffix: Arguments) -> 
     return {"layers": tuple(body.split("-"))}
 
 
-def _gpt(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
+def gpt_numbers(spec: ModelSpec) -> dict[str, int]:
+    """The spec's l, d, h, c, m and v values (m defaults to 4; v is absent until the text fills it in)."""
     m = re.fullmatch(GPT_BODY, "-".join(spec.layers))
-    if m is None:
-        raise UsageError(f"invalid gpt-nano arguments {'-'.join(spec.layers)[:80]!r}")
-    n = {k: int(v) for k, v in zip("ldhcmv", m.groups()) if v is not None}
-    depth, dim, heads, context, ratio = n["l"], n["d"], n["h"], n["c"], n.get("m", 4)
+    if m is None:  # specs.py validated the syntax; a spec built by hand may not have been
+        raise UsageError(f"invalid model spec {spec.to_string()!r}", hint="e.g. gpt-nano:l2-d64-h4-c64")
+    out = {k: int(v) for k, v in zip("ldhcmv", m.groups()) if v is not None}
+    out.setdefault("m", 4)
+    return out
+
+
+def _gpt(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
+    n = gpt_numbers(spec)
+    depth, dim, heads, context, ratio = n["l"], n["d"], n["h"], n["c"], n["m"]
     vocab = n.get("v", 256)  # filled in from the text's characters later; 256 bounds a byte-level one
     bias = spec.bias
     c = Cost()

@@ -48,15 +48,13 @@ class MaskedNet:
     (forward) with running statistics, which `calibrate` recomputes from `calibration` (the extraction split's
     inputs) for the masks and weights being evaluated; train.evaluate calls it."""
 
-    def __init__(self, module: nn.Module, spec: ModelSpec | None = None, *, bn_statistics: str = "recalibrate"):
+    def __init__(self, module: nn.Module, spec: ModelSpec | None = None):
         self.module = module
         self.spec = spec
         self.weights: dict[str, torch.Tensor] = {n: p.detach() for n, p in module.named_parameters()}
         self.names: list[str] = masked_names(module)  # Linear/Conv2d parameters (all, in built-in models)
         self.batchnorms = batchnorm.find(module)
-        if bn_statistics not in batchnorm.MODES:
-            raise ValueError(f"unknown BatchNorm statistics {bn_statistics!r}")
-        self.bn_statistics = bn_statistics
+        self.bn_statistics = "recalibrate"  # one of batchnorm.MODES: "frozen" for a ticket without a BatchNorm record
         self.calibration: torch.Tensor | None = None  # inputs the running statistics are recomputed on
         self.calibration_batch = batchnorm.CALIBRATION_BATCH
         self._version = 0  # bumped whenever the weights change, so calibrate knows its statistics are stale

@@ -35,7 +35,6 @@ class MLP(nn.Module):
         super().__init__()
         if len(widths) < 2:
             raise UsageError("an mlp needs at least an input and an output width")
-        self.in_features = widths[0]
         self.layers = nn.ModuleList(nn.Linear(a, b, bias=bias) for a, b in zip(widths[:-1], widths[1:]))
         self.norms = None if norm is None else nn.ModuleList(NORMS[norm](w) for w in widths[1:-1])
         self.skips = frozenset(i for i in range(1, len(widths) - 2) if residual and widths[i] == widths[i + 1])
@@ -43,13 +42,11 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The plain PyTorch forward pass (the oracle for forward_with)."""
         a = x.flatten(1)
-        for i, layer in enumerate(self.layers):
-            z = cast(torch.Tensor, layer(a))  # a Module call is typed Any
-            if i == len(self.layers) - 1:
-                return z
+        for i, layer in enumerate(self.layers[:-1]):
+            z = layer(a)
             out = torch.relu(z if self.norms is None else self.norms[i](z))
             a = a + out if i in self.skips else out
-        raise ValueError("an MLP has at least one layer")
+        return cast(torch.Tensor, self.layers[-1](a))  # a Module call is typed Any
 
     def forward_with(
         self,

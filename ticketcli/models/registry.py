@@ -8,8 +8,6 @@ is built (Family.builder)."""
 
 from __future__ import annotations
 
-import re
-
 from ticketcli.errors import UsageError
 from ticketcli.models import conv_family, gpt_family, mlp_family, resnet_family, vit_family
 from ticketcli.models.cost import Estimate
@@ -41,20 +39,15 @@ def parse_model(text: str, *, bias: bool | None = None) -> ModelSpec:
     m = BUILTIN_SPEC.fullmatch(t)
     if not m:
         raise UsageError(f"invalid model spec {text!r}", hint=SPEC_HINT)
-    family = MODELS.get(m.group(1))  # an unknown name: "unknown model ...; choose one of ..." before any syntax
-    return _builtin(text, m, family, bias)
-
-
-def _builtin(text: str, match: re.Match[str], family: Family, bias: bool | None) -> ModelSpec:
-    """A built-in model's spec from a BUILTIN_SPEC match of `text`, its ':' arguments read by its family."""
-    name, body = match.group(1), match.group(2)
-    suffix = suffixes(text, match.group(7))
+    name, body = m.group(1), m.group(2)
+    family = MODELS.get(name)  # an unknown name: "unknown model ...; choose one of ..." before any syntax
+    suffix = suffixes(text, m.group(7))
     has_bias = suffix["bias"] if bias is None else (bias or suffix["bias"])
     if any(suffix[key] for key in ("res", "norm") if key not in family.suffixes):
         raise UsageError(f"invalid model spec {text!r}: +res and +norm apply to mlp specs only")
-    if match.group(3) is not None and family.no_geometry:
+    if m.group(3) is not None and family.no_geometry:
         raise UsageError(f"invalid model spec {text!r}: {family.no_geometry}")
-    shape, classes = geometry(text, match.group(3, 4, 5, 6))
+    shape, classes = geometry(text, m.group(3, 4, 5, 6))
     fields = {"widths": (), "input": shape, "classes": classes, **family.parse(text, name, body, suffix)}
     return ModelSpec(arch=name, bias=has_bias, sized=family.sized, **fields)
 
@@ -71,14 +64,7 @@ def declared_params(text: str) -> int | None:
     """The parameter count of the built-in model a spec string names (a ticket's `model.spec`), torch-free; None
     for a factory or a spec that does not parse (refused with its own message when the model is rebuilt)."""
     try:
-        t = spec_text(text)
-        factory = FACTORY_SPEC.fullmatch(t)
-        if factory and factory.group(1).partition(":")[0] not in MODELS:
-            return None
-        m = BUILTIN_SPEC.fullmatch(t)
-        if m is None or m.group(1) not in MODELS:
-            return None
-        spec = _builtin(t, m, MODELS.get(m.group(1)), None)
+        spec = parse_model(text)
         if not spec.resolved and spec.arch != "mlp":
             return None
         est = estimate(spec)

@@ -15,20 +15,15 @@ from __future__ import annotations
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from ticketcli.models.resnet_family import RESNET_STAGES
 from ticketcli.models.sites import ActSite, Trace, traced_conv, traced_linear
 from ticketcli.specs.run import ModelSpec
 
 
 def _bn(channels: int) -> nn.BatchNorm2d:
     return nn.BatchNorm2d(channels, affine=False)
-
-
-def _conv(m: nn.Conv2d, name: str, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
-    """m's convolution with p[name.weight] (and p[name.bias]) as its parameters."""
-    return F.conv2d(x, p[f"{name}.weight"], p.get(f"{name}.bias"), m.stride, m.padding)
 
 
 class BasicBlock(nn.Module):
@@ -91,20 +86,17 @@ class ResNet(nn.Module):
             cin = width
         self.fc = nn.Linear(cin, classes, bias=bias)
 
-    def stage(self, i: int) -> nn.Sequential:
-        return cast(nn.Sequential, self.get_submodule(f"layer{i + 1}"))
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.act(self.bn1(self.conv1(x)))
         for i in range(self.stages):
-            x = self.stage(i)(x)
+            x = self.get_submodule(f"layer{i + 1}")(x)
         return cast(torch.Tensor, self.fc(x.mean((2, 3))))  # (B, C) after global average pooling
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], trace: Trace | None = None) -> torch.Tensor:
         """The forward pass with these tensors as parameters; with a trace, what a study measures (sites.py)."""
         x = self.act(self.bn1(traced_conv(self.conv1, "conv1", x, p, trace)), trace)
         for i in range(self.stages):
-            for j, block in enumerate(cast(list[BasicBlock], self.stage(i))):
+            for j, block in enumerate(cast(list[BasicBlock], self.get_submodule(f"layer{i + 1}"))):
                 x = block.forward_with(x, p, f"layer{i + 1}.{j}", trace)
         return traced_linear("fc", x.mean((2, 3)), p, trace)
 
@@ -128,9 +120,9 @@ class WideBlock(nn.Module):
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor], prefix: str) -> torch.Tensor:
         a = torch.relu(self.bn1(x))
-        out = torch.relu(self.bn2(_conv(self.conv1, f"{prefix}.conv1", a, p)))
-        out = _conv(self.conv2, f"{prefix}.conv2", out, p)
-        return out + (x if self.shortcut is None else _conv(self.shortcut, f"{prefix}.shortcut", a, p))
+        out = torch.relu(self.bn2(traced_conv(self.conv1, f"{prefix}.conv1", a, p)))
+        out = traced_conv(self.conv2, f"{prefix}.conv2", out, p)
+        return out + (x if self.shortcut is None else traced_conv(self.shortcut, f"{prefix}.shortcut", a, p))
 
 
 class WideResNet(nn.Module):
@@ -160,21 +152,17 @@ class WideResNet(nn.Module):
         return cast(torch.Tensor, self.fc(torch.relu(self.bn(x)).mean((2, 3))))
 
     def forward_with(self, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
-        x = _conv(self.conv1, "conv1", x, p)
+        x = traced_conv(self.conv1, "conv1", x, p)
         for i in range(3):
             for j, block in enumerate(cast(list[WideBlock], self.get_submodule(f"layer{i + 1}"))):
                 x = block.forward_with(x, p, f"layer{i + 1}.{j}")
-        return F.linear(torch.relu(self.bn(x)).mean((2, 3)), p["fc.weight"], p.get("fc.bias"))
+        return traced_linear("fc", torch.relu(self.bn(x)).mean((2, 3)), p)
 
 
-def build_resnet20(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
-    """ResNet-20 (He et al., CIFAR): three stages of 3 blocks, 16-32-64 channels."""
-    return ResNet((16, 32, 64), (3, 3, 3), shape, classes, spec.bias)
-
-
-def build_resnet18(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
-    """ResNet-18, CIFAR style (3x3 stem, no max-pool; edge-popup's cResNet18): 2-2-2-2 blocks, 64-128-256-512."""
-    return ResNet((64, 128, 256, 512), (2, 2, 2, 2), shape, classes, spec.bias)
+def build_resnet(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:
+    """ResNet-20 (He et al., CIFAR: three stages of 3 blocks, 16-32-64 channels) or ResNet-18, CIFAR style (3x3
+    stem, no max-pool; edge-popup's cResNet18: 2-2-2-2 blocks, 64-128-256-512): RESNET_STAGES by name."""
+    return ResNet(*RESNET_STAGES[spec.arch], shape, classes, spec.bias)
 
 
 def build_wrn(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.Module:

@@ -12,6 +12,11 @@ from ticketcli.models.family import Arguments, Family, Shape, no_arguments
 from ticketcli.specs.run import ModelSpec
 from ticketcli.specs.syntax import check_depth
 
+RESNET_STAGES = {  # resnet20 (He et al., CIFAR) and resnet18 (CIFAR style): each stage's channels, its blocks
+    "resnet20": ((16, 32, 64), (3, 3, 3)),
+    "resnet18": ((64, 128, 256, 512), (2, 2, 2, 2)),
+}
+
 
 def wrn_arguments(text: str, name: str, body: str | None, suffix: Arguments) -> Arguments:
     """A wide ResNet's ':' arguments: depth 6n+4 (at least 10) and width factor (at least 1)."""
@@ -104,23 +109,18 @@ def _wrn(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
     return c.done()
 
 
-def _resnet(name: str, description: str, widths: tuple[int, ...], blocks: tuple[int, ...], *examples: str) -> Family:
-    """resnet20 or resnet18: fixed stages (`widths` channels, `blocks` blocks each), sized by the data."""
-
-    def cost(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
-        return resnet_cost(widths, blocks, shape, classes, spec.bias)
-
-    return Family(description, f"ticketcli.models.resnet:build_{name}", no_arguments, cost, examples)
+def _fixed(spec: ModelSpec, shape: Shape, classes: int) -> Estimate:
+    return resnet_cost(*RESNET_STAGES[spec.arch], shape, classes, spec.bias)
 
 
-RESNET20 = _resnet(
-    "resnet20", "ResNet-20 for CIFAR (non-affine BatchNorm).", (16, 32, 64), (3, 3, 3), "resnet20@1x8x8-10"
-)
+def _resnet(description: str, *examples: str) -> Family:
+    """resnet20 or resnet18: fixed stages (RESNET_STAGES by name), sized by the data."""
+    return Family(description, "ticketcli.models.resnet:build_resnet", no_arguments, _fixed, examples)
+
+
+RESNET20 = _resnet("ResNet-20 for CIFAR (non-affine BatchNorm).", "resnet20@1x8x8-10")
 RESNET18 = _resnet(
-    "resnet18",
     "ResNet-18, CIFAR style (3x3 stem, no max-pool; non-affine BatchNorm).",
-    (64, 128, 256, 512),
-    (2, 2, 2, 2),
     "resnet18@1x8x8-10",
     "resnet18@3x9x9-10+bias",
 )

@@ -156,9 +156,7 @@ def build_vit(spec: ModelSpec, shape: tuple[int, int, int], classes: int) -> nn.
     """vit:pP-dD-lL-hH[-mR] for the spec's input: patches must tile the image exactly."""
     m = re.fullmatch(VIT_BODY, "-".join(spec.layers))
     assert m is not None, spec.layers  # the spec parser accepted only this form
-    values = [int(v) for v in m.groups() if v is not None]
-    patch, dim, depth, heads = values[:4]
-    mlp_ratio = values[4] if len(values) > 4 else 4
+    patch, dim, depth, heads, mlp_ratio = (int(v) if v is not None else 4 for v in m.groups())  # -m: 4 unless given
     c, h, w = shape
     if h % patch or w % patch:
         raise UsageError(

@@ -15,8 +15,8 @@ from ticketcli.data.datasets import Splits, load_splits
 from ticketcli.data.memory import IN_MEMORY
 from ticketcli.data.registry import DATASETS
 from ticketcli.errors import TicketFileError, UsageError
-from ticketcli.models.budget import Budget
-from ticketcli.models.build import build_model, check_param_count, frozen_copy, planned_shapes
+from ticketcli.models.budget import Budget, check_param_count
+from ticketcli.models.build import build_model, frozen_copy, planned_shapes
 from ticketcli.models.init import INIT_SCHEMES, init_weights
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model

@@ -9,8 +9,8 @@ from pathlib import Path
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.checkpoint import recorded_locations
 from ticketcli.models import batchnorm, registry
-from ticketcli.models.budget import Budget
-from ticketcli.models.build import check_param_count, planned_shapes
+from ticketcli.models.budget import Budget, check_param_count
+from ticketcli.models.build import planned_shapes
 from ticketcli.models.masked import MaskedNet
 from ticketcli.seeding import file_sha256
 from ticketcli.specs.run import ModelSpec

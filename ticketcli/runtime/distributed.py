@@ -41,7 +41,6 @@ from ticketcli.errors import RunFailed, UsageError
 from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S, UNSET, note_joined, rendezvous_address
 from ticketcli.runtime.world import World as World
 from ticketcli.runtime.world import from_environment as from_environment
-from ticketcli.runtime.world import quiet_rank as quiet_rank
 
 if TYPE_CHECKING:  # torch.distributed re-exports Store without naming it public; its home module does
     from torch.distributed.distributed_c10d import Store

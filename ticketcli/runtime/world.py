@@ -59,21 +59,17 @@ def _number(env: Mapping[str, str], name: str, default: int, low: int, high: int
 TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def variables_set(env: Mapping[str, str] | None = None) -> str:
+def variables_set(env: Mapping[str, str] = os.environ) -> str:
     """The torchrun variables set in `env`, as NAME=value (a long or odd value shortened and quoted), so that a line
     refusing a command under them lets a stale shell's be recognised."""
-    if env is None:
-        env = os.environ
     shown = [f"{n}={v if _NUMBER.fullmatch(v) else _shown(v)}" for n in TORCHRUN_VARIABLES if (v := env.get(n))]
     return " ".join(shown)
 
 
-def from_environment(env: Mapping[str, str] | None = None) -> World:
+def from_environment(env: Mapping[str, str] = os.environ) -> World:
     """The World torchrun describes in RANK, WORLD_SIZE and LOCAL_RANK (a single process without them): integers
     of ASCII digits, 1 <= WORLD_SIZE <= MAX_WORLD_SIZE, 0 <= RANK < WORLD_SIZE, 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE
     <= WORLD_SIZE; anything else is one UsageError line."""
-    if env is None:
-        env = os.environ
     size = _number(env, "WORLD_SIZE", 1, 1, MAX_WORLD_SIZE)
     rank = _number(env, "RANK", 0, 0, 10**10)
     local_size = _number(env, "LOCAL_WORLD_SIZE", size, 1, 10**10)
@@ -88,10 +84,8 @@ def from_environment(env: Mapping[str, str] | None = None) -> World:
     return World(rank=rank, size=size, local_rank=local)
 
 
-def rendezvous_address(env: Mapping[str, str] | None = None) -> tuple[str, int]:
+def rendezvous_address(env: Mapping[str, str] = os.environ) -> tuple[str, int]:
     """Where the job's processes meet (MASTER_ADDR, MASTER_PORT), checked before anything connects."""
-    if env is None:
-        env = os.environ
     missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
     if missing:
         raise UsageError(f"torchrun environment: WORLD_SIZE > 1 but {' and '.join(missing)} not set", _HINT)
@@ -118,12 +112,10 @@ def note_joined() -> None:
     _JOINED[:] = [True]
 
 
-def rank_zero_speaks(env: Mapping[str, str] | None = None) -> bool:
+def rank_zero_speaks(env: Mapping[str, str] = os.environ) -> bool:
     """Whether rank 0 of this job is known to exist and to report the errors every rank meets alike: the processes
     have met (distributed.joined), or torchrun's agent started this one (TORCHELASTIC_RUN_ID) along with rank 0.
     Otherwise (WORLD_SIZE=2 RANK=1 left in a shell) a rank that kept quiet would fail in silence."""
-    if env is None:
-        env = os.environ
     return bool(_JOINED) or bool(env.get("TORCHELASTIC_RUN_ID"))
 
 

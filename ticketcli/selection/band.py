@@ -57,27 +57,38 @@ class Live:
 
 
 class Sorted:
-    """Values that never change: sorted once, then bisection."""
+    """Values that never change: sorted once, then bisection. `i0` and `n_hi`: how many values lie below and above
+    `s` (none here; a Window holds only part of them)."""
 
     def __init__(self, a: np.ndarray):
         self.s = np.sort(a)
         self.dtype = a.dtype
         self.hi = 0.0
+        self.i0, self.n, self.n_hi = 0, self.s.size, 0
+
+    def _inside(self, x: float) -> None:
+        # entries below the window are <= s[0] and those above >= s[-1]: exact for s[0] < x < s[-1] (NaN fails)
+        if (self.i0 > 0 and not x > self.s[0]) or (self.n_hi > 0 and not x < self.s[-1]):
+            raise OutOfWindow
 
     def count_above(self, x: float) -> int:
-        self.hi = x
-        return self.s.size - int(np.searchsorted(self.s, x, "right"))
+        above = self.count_greater(x)
+        self.hi = x  # for between()
+        return above
 
     def between(self, lo: float) -> np.ndarray:
+        self._inside(lo)
         return self.s[int(np.searchsorted(self.s, lo, "left")) : int(np.searchsorted(self.s, self.hi, "right"))]
 
     def count_at_least(self, x: float) -> int:
-        return self.s.size - int(np.searchsorted(self.s, x, "left"))
+        self._inside(x)
+        return self.n - self.i0 - int(np.searchsorted(self.s, x, "left"))
 
     band_count_at_least = count_at_least  # bisection is cheap anyway
 
     def count_greater(self, x: float) -> int:
-        return self.s.size - int(np.searchsorted(self.s, x, "right"))
+        self._inside(x)
+        return self.n - self.i0 - int(np.searchsorted(self.s, x, "right"))
 
     band_count_above = count_greater
 
@@ -94,32 +105,6 @@ class Window(Sorted):
     def __init__(self, s: np.ndarray, i0: int, n: int):
         self.s, self.dtype, self.hi = s, s.dtype, 0.0
         self.i0, self.n, self.n_hi = i0, n, n - i0 - s.size
-
-    def _inside(self, x: float) -> None:
-        # entries below the window are <= s[0] and those above >= s[-1]: exact for s[0] < x < s[-1] (NaN fails)
-        if (self.i0 > 0 and not x > self.s[0]) or (self.n_hi > 0 and not x < self.s[-1]):
-            raise OutOfWindow
-
-    def count_above(self, x: float) -> int:
-        self._inside(x)
-        self.hi = x
-        return self.n - self.i0 - int(np.searchsorted(self.s, x, "right"))
-
-    def between(self, lo: float) -> np.ndarray:
-        self._inside(lo)
-        return super().between(lo)
-
-    def count_at_least(self, x: float) -> int:
-        self._inside(x)
-        return self.n - self.i0 - int(np.searchsorted(self.s, x, "left"))
-
-    band_count_at_least = count_at_least
-
-    def count_greater(self, x: float) -> int:
-        self._inside(x)
-        return self.n - self.i0 - int(np.searchsorted(self.s, x, "right"))
-
-    band_count_above = count_greater
 
 
 def band_kth(views: Sequence[Live | Sorted], k: int, t: float, w: float) -> float | None:

@@ -4,19 +4,18 @@ What it speeds up: score-based methods (edge-popup, double-scoring) recompute ev
 every step from scores that move only a little. A full selection (exact.joint_topk_masks: numpy's introselect
 over all n scores) costs a few passes over n per step; TopKSelector instead looks for the k-th largest value in a
 narrow band around the previous step's threshold, extrapolated linearly (Adam moves every score by about lr a step,
-so the threshold drifts steadily): counting the entries above the band and partitioning only the band's few values
+so the threshold shifts steadily): counting the entries above the band and partitioning only the band's few values
 (band.py).
 Auxiliary parts that never change (double-scoring's frozen auxiliary scores) are sorted once and bisected; once
 their owner can compute them again (a seeded redraw), only a window of the sorted values around the threshold is
 kept, with the count above it, and rebuilt from a redraw in the rare step whose threshold leaves it.
 
-How it is checked against the plain definition: the result must equal joint_topk_masks(parts, k)[0] (exactly k
-kept, ties to the lowest index in concatenated order), whatever the warm state. The code never trusts the band: a
-band that does not hold the k-th largest value returns None and a full selection runs; ties at the threshold are
-resolved as joint_topk_masks resolves them, and a count that still differs from k falls back to it. The tests
-(tests/test_topk_search.py) compare the selector, cold and warm over many steps with injected ties and jumps,
-against a torch stable-sort oracle and joint_topk_masks, and check that the band search either answers exactly
-or declines.
+How it is checked against the plain definition: the result must equal joint_topk_masks(parts, k)[0] (exactly k kept,
+ties to the lowest index in concatenated order), whatever the warm state. The code never trusts the band: a band
+that does not hold the k-th largest value returns None and a full selection runs; ties at the threshold are resolved
+as joint_topk_masks resolves them. The tests (tests/test_topk_search.py) compare the selector, cold and warm over
+many steps with injected ties and jumps, against a torch stable-sort oracle and joint_topk_masks, and check that the
+band search either answers exactly or declines.
 """
 
 from __future__ import annotations
@@ -31,11 +30,6 @@ from ticketcli.selection.exact import KTH_ALGORITHMS, joint_topk_masks, kth_nump
 
 # Every selection benchmarks/topk_scale.py compares: exact.py's stateless ones and TopKSelector's warm band search.
 SELECT_ALGORITHMS = (*KTH_ALGORITHMS, "band")
-
-
-def _flat_values(parts: Sequence[torch.Tensor]) -> torch.Tensor:
-    flat = [p.detach().reshape(-1) for p in parts]
-    return flat[0] if len(flat) == 1 else torch.cat(flat)
 
 
 class TopKSelector:
@@ -90,37 +84,22 @@ class TopKSelector:
         else:
             views = [first]  # one part: several live ones took the full selection above
         last = self.state.get(key)
-        # Scores trained by Adam drift steadily (every entry moves by ~lr a step), so the threshold does too:
+        # Scores trained by Adam shift steadily (every entry moves by ~lr a step), so the threshold does too:
         # centre the band on the linear extrapolation and size it by the extrapolation's error, not by the step.
         guess, width = (0.0, 0.0) if last is None else (last[0] + last[2], last[1])  # read only when last is set
         v = None if last is None else band_kth(views, k, guess, width)
         self.searches += last is not None
         self.misses += last is not None and v is None
+        searched = v is not None
         if v is None:
             # a fresh concatenation (several parts) is ours to partition in place: one copy of the scores, not two
-            v = kth_numpy(_flat_values(parts), k, overwrite=len(parts) > 1)
+            flat = [p.detach().reshape(-1) for p in parts]
+            v = kth_numpy(flat[0] if len(flat) == 1 else torch.cat(flat), k, overwrite=len(flat) > 1)
             w = 0.01 * abs(v) + 1e-12 if last is None else max(4 * abs(v - guess), 4 * width)
-            x = first.a.dtype.type(v)
-            keep = first.a >= x  # exact: v is one of the values
-            kept = int(np.count_nonzero(keep)) + sum(p.count_at_least(x) for p in views[1:])
-            if kept != k:  # ties at v, resolved as joint_topk_masks does without concatenating again
-                tied = np.flatnonzero(first.a == x)
-                keep[tied[max(k - sum(p.count_greater(x) for p in views), 0) :]] = False
-                kept = k
         else:
             w = max(4 * abs(v - guess), 0.5 * width, 1e-7 * abs(v) + 1e-30)  # wide is cheap, a miss is not
-            keep = first.at_least(v)  # from the band search's passes, without another one over the scores
-            x = first.a.dtype.type(v)
-            kept = sum(p.band_count_at_least(x) for p in views)  # likewise
-            if kept != k:  # ties at v: the first part's come first in concatenated order, lowest index first
-                first.drop_ties(x, k - sum(p.band_count_above(x) for p in views))
-                kept = k
         self.state[key] = (v, w, 0.0 if last is None else v - last[0])
-        if kept != k:
-            return joint_topk_masks(parts, k)[0].to(dtype)  # ties at the threshold: rare, do it exactly
-        if dtype != torch.bool:
-            keep = keep.astype(torch.empty((), dtype=dtype).numpy().dtype)  # ~5x faster than torch's cast
-        return torch.from_numpy(keep).view(parts[0].shape)
+        return _mask_at(first, views, k, v, searched, dtype, parts[0].shape)
 
     def window(self, key: str, source: Callable[[], list[torch.Tensor]]) -> bool:
         """From now on hold the frozen parts of `key` only as windows of their sorted values around the
@@ -184,6 +163,7 @@ class TopKSelector:
         v = band_kth_in(views, k, lo, hi) if lo <= hi else None
         self.searches += 1
         self.misses += v is None
+        searched = v is not None
         if v is None:
             # The k-th largest over the first part and the windows, the entries above the windows counted in:
             # the true k-th largest whenever it lies strictly inside every window (the checks below).
@@ -194,26 +174,34 @@ class TopKSelector:
             v = kth_numpy(torch.from_numpy(vals), kk, overwrite=True)
             del vals
             w = max(4 * abs(v - guess), 4 * width)
-            x = first.a.dtype.type(v)
-            keep = first.a >= x
-            kept = int(np.count_nonzero(keep)) + sum(p.count_at_least(x) for p in views[1:])
-            if kept != k:  # ties at v, resolved as joint_topk_masks does
-                tied = np.flatnonzero(first.a == x)
-                keep[tied[max(k - sum(p.count_greater(x) for p in views), 0) :]] = False
         else:
             w = max(4 * abs(v - guess), 0.5 * width, 1e-7 * abs(v) + 1e-30)
-            x = first.a.dtype.type(v)
-            keep = first.at_least(v)
-            kept = sum(p.band_count_at_least(x) for p in views)
-            if kept != k:  # ties at v: the first part's come first in concatenated order, lowest index first
-                first.drop_ties(x, k - sum(p.band_count_above(x) for p in views))
         self.state[key] = (v, w, v - last[0])
-        if dtype != torch.bool:
-            keep = keep.astype(torch.empty((), dtype=dtype).numpy().dtype)
-        return torch.from_numpy(keep).view(part.shape)
+        return _mask_at(first, views, k, v, searched, dtype, part.shape)
 
     def frozen_values(self, key: str) -> list[torch.Tensor] | None:
         """The frozen parts of `key` as this selector holds them (sorted ascending, shared, not copied), or None
         if it holds none; passing them back instead of the original parts gives the same masks."""
         held = self.sorted.get(key)
         return None if held is None else [torch.from_numpy(p.s) for p in held]
+
+
+def _mask_at(
+    first: Live, views: Sequence[Live | Sorted], k: int, v: float, searched: bool, dtype: torch.dtype, shape: torch.Size
+) -> torch.Tensor:
+    """The first part's mask (as `dtype`) keeping exactly k entries of all the views at the k-th largest value v,
+    ties at v resolved as joint_topk_masks does: the first part's first in concatenated order, lowest index first.
+    `searched`: v came from the band search, whose passes give the mask and counts without another pass."""
+    x = first.a.dtype.type(v)
+    if searched:
+        keep = first.at_least(v)
+        if sum(p.band_count_at_least(x) for p in views) != k:
+            first.drop_ties(x, k - sum(p.band_count_above(x) for p in views))  # in `keep`
+    else:
+        keep = first.a >= x  # exact: v is one of the values
+        if int(np.count_nonzero(keep)) + sum(p.count_at_least(x) for p in views[1:]) != k:
+            tied = np.flatnonzero(first.a == x)  # without concatenating again
+            keep[tied[max(k - sum(p.count_greater(x) for p in views), 0) :]] = False
+    if dtype != torch.bool:
+        keep = keep.astype(torch.empty((), dtype=dtype).numpy().dtype)  # ~5x faster than torch's cast
+    return torch.from_numpy(keep).view(shape)

@@ -45,7 +45,8 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> JsonObject:
     return out
 
 
-def _bounded_int(text: str) -> int:
+def bounded_int(text: str) -> int:
+    """int(text) of at most MAX_INT_DIGITS digits (json.loads's parse_int), else TooManyDigits."""
     if len(text) > MAX_INT_DIGITS and len(text.lstrip("-")) > MAX_INT_DIGITS:  # (a minus sign is no digit)
         raise TooManyDigits(text[:12])
     return int(text)
@@ -55,7 +56,7 @@ def strict_json(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     """json.loads without duplicated keys, integers of more than MAX_INT_DIGITS digits or arrays and objects
     nested more than `max_depth` deep (raises ValueError: TooDeep before any parsing)."""
     check_depth(text, max_depth)
-    return json.loads(text, object_pairs_hook=unique_keys, parse_int=_bounded_int)
+    return json.loads(text, object_pairs_hook=unique_keys, parse_int=bounded_int)
 
 
 def json_error(e: BaseException) -> str:

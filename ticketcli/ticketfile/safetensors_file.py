@@ -19,9 +19,9 @@ from ticketcli.files.nesting import TooDeep, check_depth
 from ticketcli.ticketfile.meta import (
     MAX_DEPTH,
     MAX_DIMS,
-    MAX_INT_DIGITS,
     DuplicateKey,
     TooManyDigits,
+    bounded_int,
     json_error,
     unique_keys,
 )
@@ -56,9 +56,7 @@ class NotInHeader(ValueError):
 def _header_int(text: str) -> int:
     if text.startswith("-"):
         raise NotInHeader("a negative integer")
-    if len(text) > MAX_INT_DIGITS:
-        raise TooManyDigits(text[:12])
-    return int(text)
+    return bounded_int(text)
 
 
 def _no_float(text: str) -> float:
