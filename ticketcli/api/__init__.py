@@ -13,7 +13,7 @@ and `keywords` (the calls speak in keywords: an unknown one names the closest, e
 
 What it may import (tests/test_layers.py places the package above resolution, below the command line): every layer below
 it (the foundations, building blocks, workflows, `report` and `settings/`), never `cli/`; `masks` only torch, the
-foundations, `files.checkpoint` and `models.masked`, so that it stays usable on a module of the caller's own. Nothing
-inside ticketcli imports this package but `ticketcli/__init__.py`, which resolves each public name lazily from its
-defining module (`import ticketcli` does not import torch); this file exports nothing.
+foundations, `files.checkpoint`, `models.masked` and `keywords`, so that it stays usable on a module of the caller's
+own. Nothing inside ticketcli imports this package but `ticketcli/__init__.py`, which resolves each public name lazily
+from its defining module (`import ticketcli` does not import torch); this file exports nothing.
 """

@@ -3,7 +3,9 @@ Dataset, DataLoaders), turned into what `ticket extract` works on (data.draw_spl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -14,10 +16,12 @@ from ticketcli.data.datasets import Splits, draw_splits
 from ticketcli.data.memory import HELD_OUT, IN_MEMORY, memory_pools, memory_splits
 from ticketcli.data.registry import DatasetInfo, Pools
 from ticketcli.errors import UsageError
+from ticketcli.specs.run import ModelSpec
 
 Examples = Union[tuple[torch.Tensor, torch.Tensor], Dataset[Any], DataLoader[Any]]  # one set of (x, y) examples
 Data = Union[str, Examples, Mapping[str, Examples], tuple[Examples, ...]]  # what extract's `data` accepts
 SPLIT_KEYS = ("extract", "val", "test")
+CLASSES = 1 << 16  # labels may go this high however few the examples; beyond it, up to the number of examples
 
 
 @dataclass(frozen=True)
@@ -45,17 +49,37 @@ def examples(source: object, what: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _stack(items: Iterable[Any], what: str, *, batched: bool) -> tuple[torch.Tensor, torch.Tensor]:
     xs, ys = [], []
-    for item in items:
-        if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise UsageError(f"{what}: each {'batch' if batched else 'item'} must be an (x, y) pair")
-        x, y = item
-        xs.append(torch.as_tensor(x))
-        ys.append(torch.as_tensor(y))
-    if not xs:
-        raise UsageError(f"{what} holds no examples")
-    if batched:
-        return torch.cat(xs), torch.cat(ys).reshape(-1)
-    return torch.stack(xs), torch.stack(ys).reshape(-1)
+    try:  # the caller's Dataset or DataLoader: a ragged batch, a string or an object is one UsageError line
+        for item in items:
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise UsageError(f"{what}: each {'batch' if batched else 'item'} must be an (x, y) pair")
+            xs.append(torch.as_tensor(item[0]))
+            ys.append(torch.as_tensor(item[1]))
+        if not xs:
+            raise UsageError(f"{what} holds no examples")
+        if batched:
+            return torch.cat(xs), torch.cat(ys).reshape(-1)
+        return torch.stack(xs), torch.stack(ys).reshape(-1)
+    except (TypeError, ValueError, RuntimeError) as e:
+        ones = "batches" if batched else "items"
+        raise UsageError(f"{what}: its {ones} are not (x, y) tensors of one shape: {first_line(e)}") from None
+
+
+def first_line(e: BaseException) -> str:
+    """An exception's text on one line, shortened."""
+    return " ".join(str(e).split())[:200]
+
+
+@contextmanager
+def labels_within_outputs() -> Iterator[None]:
+    """Where the model's outputs are only known once it runs (the caller's own module): a label beyond them, which
+    torch's loss reports as an IndexError, is one UsageError."""
+    try:
+        yield
+    except IndexError as e:
+        if not str(e).startswith("Target"):
+            raise
+        raise UsageError(f"data: a class label is beyond the model's outputs: {first_line(e)}") from None
 
 
 def given(data: object, seed_for_test: int) -> Given:
@@ -90,15 +114,44 @@ def _pool(pools: Pools) -> Given:
 
 def _info(x: torch.Tensor, labels: tuple[torch.Tensor, ...]) -> DatasetInfo:
     """A registered dataset's description of the caller's data: (C, H, W) as images have it ((1, 1, F) for flat
-    features, so that an MLP is sized by F), classes = the largest label + 1."""
+    features, so that an MLP is sized by F), classes = the largest label + 1, which the data bounds (class_count);
+    the model it sizes then meets the memory budget (settings.resolve)."""
     shape = tuple(x.shape[1:])
     chw = (int(shape[0]), int(shape[1]), int(shape[2])) if len(shape) == 3 else (1, 1, int(x[0].numel()))
-    classes = max(int(y.max()) for y in labels) + 1
+    classes = class_count(labels)
 
     def load(_: object) -> Pools:
         raise UsageError("in-memory data has no files to load")  # never called: runs get the splits themselves
 
     return DatasetInfo(IN_MEMORY, chw, classes, 0, 0, load)
+
+
+def class_count(labels: tuple[torch.Tensor, ...]) -> int:
+    """The largest label + 1, where labels are class indices: below the number of examples, or CLASSES when that is
+    more (a huge label would size a model's output by it); beyond that one UsageError, before anything is built."""
+    top = max(int(y.max()) for y in labels)
+    bound = max(CLASSES, sum(len(y) for y in labels))
+    if top >= bound:
+        raise UsageError(
+            f"data: class label {top} is out of range: labels are class indices, below {bound}",
+            hint=f"number the classes 0, 1, 2, ...: up to {CLASSES} classes, or as many as there are examples",
+        )
+    return top + 1
+
+
+def check_fits(model: ModelSpec, x: torch.Tensor, classes: int) -> None:
+    """The caller's examples fit the model: as many input values per example as its input (where its spec says),
+    and a class label below its number of outputs; else one UsageError naming both."""
+    mlp = model.arch == "mlp" and bool(model.widths)
+    inputs = model.widths[0] if mlp else None if model.input is None else math.prod(model.input)
+    outputs = model.widths[-1] if mlp else model.classes
+    features = int(x[0].numel())
+    if inputs is not None and features != inputs:
+        raise UsageError(f"data: examples of {features} values, but the model {model.to_string()} takes {inputs}")
+    if outputs is not None and classes > outputs:
+        raise UsageError(
+            f"data: class labels up to {classes - 1}, but the model {model.to_string()} has {outputs} outputs"
+        )
 
 
 def splits_for(g: Given, n_extract: int | None, n_val: int | None, split_seed: int) -> Splits:

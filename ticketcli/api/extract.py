@@ -84,11 +84,13 @@ def extract(
     splits = None
     if given is not None:
         splits = api_data.splits_for(given, settings["n_extract"], settings["n_val"], spec.data.split_seed)
+        api_data.check_fits(spec.model, splits.x_extract, given.info.classes)
     trackers = track.check(settings["log_to"])
     with (
         _progress(progress, spec.method.name, spec.method.epochs) as callback,
         using(check_threads(settings["threads"], "threads")),
         track.tracked(trackers, lambda: track_feed.extract_info(spec), warn) as log,
+        api_data.labels_within_outputs(),
     ):
         logged, steps = track_feed.extract_epochs(log, warn) if log is not None else (None, None)
         run = runs_extract.run_extraction(

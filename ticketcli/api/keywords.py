@@ -1,6 +1,8 @@
 """The Python API speaks in keywords, not flags: an unknown keyword of an API call names the closest one (a flag's
 spelling such as `--epochs` or `n-extract`, or a command-line name such as `dataset`, mapped to its keyword), and
-every error a call raises names `epochs=` where the command line's message names `--epochs`."""
+every error a call raises names `epochs=` where the command line's message names `--epochs`. A keyword annotated
+bool, int or float takes only a value of that type (a bool is no int, 'no' and 0 are no bool): one UsageError naming
+the keyword, before the call does anything."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from collections.abc import Callable, Collection
 from typing import ParamSpec, TypeVar
 
 from ticketcli.errors import TicketCliError, UsageError
+from ticketcli.specs.ranges import show
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -51,15 +54,54 @@ def unknown_keyword(name: str, keywords: Collection[str], call: str) -> UsageErr
     )
 
 
+def _accepts(annotation: object) -> Callable[[object], bool] | None:
+    """What an annotation (a string: the modules use `from __future__ import annotations`) lets through when it
+    names bool, int or float (with None and a callable where it names them too); None: not checked here."""
+    parts = {p.strip() for p in str(annotation).split("|")}
+    none, call = "None" in parts, "Progress" in parts
+
+    def other(v: object) -> bool:
+        return (none and v is None) or (call and callable(v))
+
+    if "bool" in parts:
+        return lambda v: isinstance(v, bool) or other(v)
+    if "int" in parts or "float" in parts:
+        kinds = (int, float) if "float" in parts else (int,)
+        return lambda v: (isinstance(v, kinds) and not isinstance(v, bool)) or other(v)
+    return None
+
+
+_NAMES = {"bool": "True or False", "int": "an integer", "float": "a number"}
+
+
+def check_types(sig: inspect.Signature, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    """Refuse an argument of the wrong type for a bool, int or float parameter of `sig` (one UsageError naming it)."""
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as e:  # a missing or doubled argument: Python's own words, as a UsageError
+        raise UsageError(str(e)) from None
+    for name, value in bound.arguments.items():
+        param = sig.parameters[name]
+        accepts = _accepts(param.annotation)
+        if accepts is None or param.kind is param.VAR_KEYWORD or param.kind is param.VAR_POSITIONAL or accepts(value):
+            continue
+        text = str(param.annotation)
+        kind = next(v for k, v in _NAMES.items() if k in text)
+        extra = " or None" if "None" in text else " or a callable" if "Progress" in text else ""
+        raise UsageError(f"{name}= must be {kind}{extra}, got {show(value)}")
+
+
 def speaks_keywords(
     call: str, options: Callable[[], Collection[str]] = tuple
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate an API function (`call`: its name as a user writes it) so that it speaks in keywords: an unknown
-    keyword is one UsageError with the closest keyword, and any TicketCliError it raises names keywords, not flags.
+    keyword is one UsageError with the closest keyword, a bool/int/float keyword of another type one UsageError
+    naming it (check_types), and any TicketCliError it raises names keywords, not flags.
     `options`: the keywords its **options take beyond its named parameters (read when it is called)."""
 
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
-        params = inspect.signature(fn).parameters.values()
+        sig = inspect.signature(fn)
+        params = sig.parameters.values()
         kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         named = frozenset(p.name for p in params if p.kind in kinds) - {"self"}
 
@@ -69,6 +111,7 @@ def speaks_keywords(
             for name in kwargs:
                 if name not in keywords:
                     raise unknown_keyword(name, keywords, call)
+            check_types(sig, args, kwargs)
             try:
                 return fn(*args, **kwargs)
             except TicketCliError as e:  # the same exception, worded for a caller of `call`

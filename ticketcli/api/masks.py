@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn.utils import prune
 
+from ticketcli.api.keywords import speaks_keywords
 from ticketcli.errors import UsageError
 from ticketcli.files.bounded import read_regular_file
 from ticketcli.files.checkpoint import first_sentence, read_torch_file
@@ -131,6 +132,7 @@ def _own(owner: nn.Module) -> list[str]:
     return [h._tensor_name for h in hooks if isinstance(h, prune.BasePruningMethod)]
 
 
+@speaks_keywords("apply_masks")
 def apply_masks(
     module: nn.Module, masks: Mapping[str, torch.Tensor], *, strict: bool = True, check_weights: bool = True
 ) -> nn.Module:
@@ -156,6 +158,7 @@ def apply_masks(
     return module
 
 
+@speaks_keywords("remove_masks")
 def remove_masks(module: nn.Module, *, bake: bool = True) -> nn.Module:
     """Take the masks off again; bake=True leaves W * M as the plain parameter, bake=False restores W."""
     check_module(module)
@@ -168,6 +171,7 @@ def remove_masks(module: nn.Module, *, bake: bool = True) -> nn.Module:
     return module
 
 
+@speaks_keywords("load_pruned")
 def load_pruned(module: nn.Module, state: Mapping[str, torch.Tensor] | str | Path) -> nn.Module:
     """Load a `ticket export --format prune` state dict (or file) into a plain module of the same architecture.
 

@@ -110,6 +110,7 @@ class Ticket:
         """The file the ticket was loaded from or last saved to; None until it is saved."""
         return self._path
 
+    @speaks_keywords("Ticket.save")
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the ticket file (format v1, atomically), which `ticket evaluate/inspect/export` read."""
         # a ticket and its checkpoint shared as a folder find each other: the path is stored relative to the ticket
@@ -242,7 +243,7 @@ class Ticket:
         check_module_arg(module)
         given = self._data_for(data, "evaluate")
         reader = self._reader(device, weights, trust_model_code, data_dir, threads)
-        with using(reader.threads) as used:
+        with using(reader.threads) as used, api_data.labels_within_outputs():
             opened = runs_build.open_loaded(
                 self._record,
                 self._label,
@@ -305,8 +306,12 @@ class Ticket:
             return None
         g = api_data.given(data, d.split_seed)
         if g.pools is None:  # ready splits: taken as they are
-            return api_data.splits_for(g, None, None, d.split_seed)
-        return api_data.splits_for(g, d.n_extract, d.n_val, d.split_seed)
+            splits = api_data.splits_for(g, None, None, d.split_seed)
+        else:
+            splits = api_data.splits_for(g, d.n_extract, d.n_val, d.split_seed)
+        if self._of_factory() or parse_model(self.model).arch != "user":  # a spec that parses
+            api_data.check_fits(parse_model(self.model), splits.x_extract, g.info.classes)
+        return splits
 
 
 def _difference(ours: dict[str, list[int]], theirs: dict[str, list[int]]) -> str:
@@ -319,6 +324,7 @@ def _difference(ours: dict[str, list[int]], theirs: dict[str, list[int]]) -> str
     )
 
 
+@speaks_keywords("load")
 def load(path: str | Path) -> Ticket:
     """Read and validate a ticket file (anything wrong with it raises TicketFileError, one line)."""
     path = path_arg(path, "path")

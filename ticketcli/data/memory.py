@@ -20,6 +20,7 @@ def memory_pools(x: torch.Tensor, y: torch.Tensor, test: tuple[torch.Tensor, tor
     x, y = check_examples(x, y, "data")
     if test is not None:
         xt, yt = check_examples(*test, "test data")
+        check_alike({"train data": x, "test data": xt})
         return Pools(x, y, xt, yt, source="tensors")
     n_test = max(1, int(len(y) * HELD_OUT))
     perm = torch.randperm(len(y), generator=generator(seed, "held-out test"))
@@ -34,6 +35,7 @@ def memory_splits(
     (xe, ye), (xv, yv), (xt, yt) = (
         check_examples(x, y, f"{what} data") for (x, y), what in zip(splits, ("extraction", "validation", "test"))
     )
+    check_alike({"extraction data": xe, "validation data": xv, "test data": xt})
     meta = {"dataset": name, "n_extract": len(ye), "n_val": len(yv), "n_test": len(yt), "split_seed": split_seed}
     return Splits(xe, ye, xv, yv, xt, yt, {**meta, "source": "tensors"})
 
@@ -49,4 +51,16 @@ def check_examples(x: torch.Tensor, y: torch.Tensor, what: str) -> tuple[torch.T
         raise UsageError(f"{what}: x must hold floats and y integer class labels, got {x.dtype} and {y.dtype}")
     if int(y.min()) < 0:
         raise UsageError(f"{what}: class labels must be >= 0, got {int(y.min())}")
-    return x.to(torch.float32), y.to(torch.int64)
+    x = x.to(torch.float32)  # a float64 beyond float32's range is infinite there, and refused with the rest
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise UsageError(f"{what}: x must be finite, got {bad} of {x.numel()} values NaN or infinite")
+    return x, y.to(torch.int64)
+
+
+def check_alike(sets: dict[str, torch.Tensor]) -> None:
+    """The inputs of every split (what -> x) have one shape beyond the first dimension, or one UsageError."""
+    shapes = {what: tuple(x.shape[1:]) for what, x in sets.items()}
+    if len(set(shapes.values())) > 1:
+        listed = ", ".join(f"{what} {list(shape)}" for what, shape in shapes.items())
+        raise UsageError(f"the examples' shapes differ between splits: {listed}")
