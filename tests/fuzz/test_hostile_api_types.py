@@ -14,13 +14,13 @@ from __future__ import annotations
 import inspect
 import math
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import ticketcli as tc
 
@@ -245,6 +245,30 @@ def test_shapes_that_disagree_are_one_usage_error():
                 raise AssertionError(f"{what}: {type(e).__name__}: {e}") from e
     ticket = tc.extract("mlp:8-4", tensors(), **FAST)  # type: ignore[arg-type]
     refused(ticket.evaluate, data=(x9, y))
+
+
+class Endless(IterableDataset):  # type: ignore[type-arg]
+    """An IterableDataset that never ends."""
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            yield torch.zeros(64), torch.tensor(0)
+
+
+class Failing(Items):
+    """A Dataset whose own code fails on one item."""
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if i == 3:
+            raise KeyError(i)
+        return super().__getitem__(i)
+
+
+def test_a_dataset_that_never_ends_or_fails_is_one_usage_error(monkeypatch):
+    monkeypatch.setattr("ticketcli.api.data.default_max_memory", lambda: 1 << 20)
+    x, y = tensors()
+    for data in (Endless(), DataLoader(Endless(), batch_size=16), Failing(x, y), DataLoader(Failing(x, y))):
+        refused(tc.extract, "mlp:64-4", data, **FAST)
 
 
 HOSTILE: list[object] = [object(), "no", -1, 2**62, float("nan"), float("inf"), [], {}, (1, 2), b"x", True]

@@ -16,6 +16,7 @@ from ticketcli.data.datasets import Splits, draw_splits
 from ticketcli.data.memory import HELD_OUT, IN_MEMORY, memory_pools, memory_splits
 from ticketcli.data.registry import DatasetInfo, Pools
 from ticketcli.errors import UsageError
+from ticketcli.models.budget import default_max_memory
 from ticketcli.specs.run import ModelSpec
 
 Examples = Union[tuple[torch.Tensor, torch.Tensor], Dataset[Any], DataLoader[Any]]  # one set of (x, y) examples
@@ -48,21 +49,30 @@ def examples(source: object, what: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _stack(items: Iterable[Any], what: str, *, batched: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The examples of a Dataset or DataLoader, read within the memory budget (an endless one is refused)."""
     xs, ys = [], []
+    held, budget = 0, default_max_memory() or 1 << 62
     try:  # the caller's Dataset or DataLoader: a ragged batch, a string or an object is one UsageError line
         for item in items:
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise UsageError(f"{what}: each {'batch' if batched else 'item'} must be an (x, y) pair")
             xs.append(torch.as_tensor(item[0]))
             ys.append(torch.as_tensor(item[1]))
+            held += sum(t.element_size() * t.numel() for t in (xs[-1], ys[-1]))
+            if held > budget:
+                raise UsageError(f"{what}: its examples pass the memory budget of {budget} bytes; is it endless?")
         if not xs:
             raise UsageError(f"{what} holds no examples")
         if batched:
             return torch.cat(xs), torch.cat(ys).reshape(-1)
         return torch.stack(xs), torch.stack(ys).reshape(-1)
-    except (TypeError, ValueError, RuntimeError) as e:
+    except UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the caller's code, failing inside: one line, as any other bad data
         ones = "batches" if batched else "items"
-        raise UsageError(f"{what}: its {ones} are not (x, y) tensors of one shape: {first_line(e)}") from None
+        raise UsageError(
+            f"{what}: its {ones} could not be read as (x, y) tensors of one shape: {type(e).__name__}: {first_line(e)}"
+        ) from None
 
 
 def first_line(e: BaseException) -> str:

@@ -47,7 +47,7 @@ def check_examples(x: torch.Tensor, y: torch.Tensor, what: str) -> tuple[torch.T
         raise UsageError(f"{what} must be tensors (x, y), got ({type(x).__name__}, {type(y).__name__})")
     if x.dim() < 2 or y.dim() != 1 or len(x) != len(y) or len(y) == 0:
         raise UsageError(f"{what}: x must be (N, ...) and y (N,) with N > 0, got {tuple(x.shape)} and {tuple(y.shape)}")
-    if not x.is_floating_point() or y.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+    if not x.is_floating_point() or y.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise UsageError(f"{what}: x must hold floats and y integer class labels, got {x.dtype} and {y.dtype}")
     if int(y.min()) < 0:
         raise UsageError(f"{what}: class labels must be >= 0, got {int(y.min())}")
