@@ -148,6 +148,14 @@ def test_a_nan_start_is_no_claim(tmp_path):
     taken_over(tmp_path, put(tmp_path, text))
 
 
+@pytest.mark.parametrize("before", [0, 3600, 86400 * 30])
+def test_a_live_pid_that_started_after_its_claim_is_no_claim(tmp_path, sleeper, before):
+    """A live process of this host born after the claim's start did not write it (a reused or a named pid)."""
+    if not Path(f"/proc/{sleeper.pid}/stat").exists():
+        pytest.skip("the system does not say when a process started")
+    taken_over(tmp_path, put(tmp_path, honest(host=HERE, pid=sleeper.pid, started=before and time.time() - before)))
+
+
 # ---- a time in the future is stale ----
 
 

@@ -78,6 +78,19 @@ def _well_formed(doc: Any, run_id: str, now: float) -> bool:
     return type(started) in (int, float) and math.isfinite(started) and 0 <= started <= now + SKEW_S
 
 
+def _born_after(pid: int, started: float) -> bool:
+    """Whether process `pid` of this host started after `started` (so it did not write a claim then: a reused or
+    a named pid); False where the system does not say (Linux's /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            ticks = int(f.read(4096).rpartition(")")[2].split()[19])
+        with open("/proc/stat", encoding="ascii", errors="replace") as f:
+            boot = next(int(row.split()[1]) for row in f if row.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return boot + ticks / os.sysconf("SC_CLK_TCK") > started + SKEW_S
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -137,6 +150,8 @@ class Claims:
             return None  # this pid, reused by us, or an earlier sweep of this process: not running it any more
         if doc["host"] == self.host and doc["pid"] != os.getpid() and not _alive(doc["pid"]):
             return None  # its sweep died (killed): nobody runs it any more
+        if doc["host"] == self.host and _born_after(doc["pid"], doc["started"]):
+            return None  # that pid's process started after the claim: not the sweep that wrote it
         return doc
 
     def waited_on(self, run_id: str) -> str:
