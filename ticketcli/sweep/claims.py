@@ -3,13 +3,17 @@ under the folder's lock) holding its pid, host, start time and a token; it remov
 ticket and record are stored. Another sweep on the same folder skips a claimed run and reads its record back when
 it is done, so two sweeps share the work and each run is done once. A claim whose owner is gone is taken over:
 on this host, a pid that is no longer alive (a killed sweep); from anywhere, a claim its owner stopped touching
-(a heartbeat every HEARTBEAT_S seconds) for STALE_S seconds; anything in an `ID.claim` that is not a claim."""
+(a heartbeat every HEARTBEAT_S seconds) for STALE_S seconds; anything in an `ID.claim` that is not a claim. A
+claim's word is checked, never taken: a symlink or any other non-regular file, fields a sweep does not write (a pid
+this host cannot have, such as 1 or past pid_max), or a start or heartbeat time in the future is no claim."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -18,7 +22,6 @@ from types import TracebackType
 from typing import Any
 
 from ticketcli.errors import UsageError
-from ticketcli.files.bounded import read_regular_file
 from ticketcli.files.nesting import shallow_json
 from ticketcli.files.uninterrupted import uninterrupted
 from ticketcli.sweep.outputs import folder_lock
@@ -28,12 +31,64 @@ HEARTBEAT_S = 60.0
 STALE_S = 600.0  # ten missed heartbeats
 POLL_S = 0.5  # how often a sweep waiting on another's runs looks again
 CLAIM_LIMIT = 4096
+SKEW_S = 5.0  # a start or heartbeat time later than now by more than this is forged (or a broken clock): stale
+FIELDS = {"run", "pid", "host", "started", "token"}
 _LIVE: set[str] = set()  # tokens of the Claims open in this process (two sweeps in one process are two owners)
 
 
 def claim_path(out_dir: Path, run_id: str) -> Path:
     """The claim of run `run_id` in --out-dir."""
     return out_dir / f"{run_id}{SUFFIX}"
+
+
+def _pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max", encoding="ascii") as f:
+            return int(f.read(32))
+    except (OSError, ValueError):
+        return 1 << 22  # Linux's own ceiling; other systems stay well below it
+
+
+def _read_claim(path: Path) -> tuple[Any, os.stat_result] | None:
+    """The JSON of the claim at `path` with its stat, never following a symlink; None when there is none, or when
+    what is there is not a small regular file of JSON (not a claim a sweep wrote)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None  # absent, a symlink (ELOOP), unreadable
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > CLAIM_LIMIT:
+            return None
+        try:
+            return shallow_json(f.read(CLAIM_LIMIT + 1)), st
+        except (OSError, ValueError, RecursionError):
+            return None
+
+
+def _well_formed(doc: Any, run_id: str, now: float) -> bool:
+    """Whether `doc` has the fields a sweep writes in its claim on `run_id`, of their types and ranges."""
+    if not (isinstance(doc, dict) and set(doc) == FIELDS and doc["run"] == run_id):
+        return False
+    pid, host, started, token = doc["pid"], doc["host"], doc["started"], doc["token"]
+    if type(pid) is not int or not 0 < pid < 1 << 31:
+        return False
+    if not (isinstance(host, str) and 0 < len(host) <= 255 and isinstance(token, str) and 0 < len(token) <= 128):
+        return False
+    return type(started) in (int, float) and math.isfinite(started) and 0 <= started <= now + SKEW_S
+
+
+def _born_after(pid: int, started: float) -> bool:
+    """Whether process `pid` of this host started after `started` (so it did not write a claim then: a reused or
+    a named pid); False where the system does not say (Linux's /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            ticks = int(f.read(4096).rpartition(")")[2].split()[19])
+        with open("/proc/stat", encoding="ascii", errors="replace") as f:
+            boot = next(int(row.split()[1]) for row in f if row.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return boot + ticks / os.sysconf("SC_CLK_TCK") > started + SKEW_S
 
 
 def _alive(pid: int) -> bool:
@@ -73,32 +128,38 @@ class Claims:
         while not self._stop.wait(HEARTBEAT_S):
             for run_id in list(self.held):
                 try:
-                    os.utime(claim_path(self.out_dir, run_id))
+                    os.utime(claim_path(self.out_dir, run_id), follow_symlinks=False)
                 except OSError:
                     pass  # taken over (we looked dead) or removed: nothing of ours to keep alive
 
     def owner(self, run_id: str) -> dict[str, Any] | None:
         """The live claim on `run_id` of another sweep, or None when the run is free (or its claim stale)."""
-        path = claim_path(self.out_dir, run_id)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return None
-        try:
-            doc = shallow_json(read_regular_file(path, CLAIM_LIMIT, "sweep-k claim"))
-        except (UsageError, ValueError):
+        now = time.time()
+        read = _read_claim(claim_path(self.out_dir, run_id))
+        if read is None or not _well_formed(read[0], run_id, now):
             return None  # not a claim a sweep wrote (written whole, under the lock): taken over
-        if not (isinstance(doc, dict) and type(doc.get("pid")) is int and isinstance(doc.get("host"), str)):
-            return None
-        if doc.get("token") == self.token:
+        doc: dict[str, Any] = read[0]
+        st = read[1]
+        if not now - STALE_S <= st.st_mtime <= now + SKEW_S:
+            return None  # no heartbeat (a sweep on another host that died, a reused pid here), or a forged one
+        if doc["host"] == self.host and not 1 < doc["pid"] <= _pid_max():
+            return None  # no sweep of this host runs as that pid
+        if doc["token"] == self.token:
             return None  # our own
         if doc["host"] == self.host and doc["pid"] == os.getpid() and doc.get("token") not in _LIVE:
             return None  # this pid, reused by us, or an earlier sweep of this process: not running it any more
         if doc["host"] == self.host and doc["pid"] != os.getpid() and not _alive(doc["pid"]):
             return None  # its sweep died (killed): nobody runs it any more
-        if time.time() - st.st_mtime > STALE_S:
-            return None  # no heartbeat: a sweep on another host that died, or a reused pid here
+        if doc["host"] == self.host and _born_after(doc["pid"], doc["started"]):
+            return None  # that pid's process started after the claim: not the sweep that wrote it
         return doc
+
+    def waited_on(self, run_id: str) -> str:
+        """What a sweep waiting on `run_id` waits for, and how to take the run over."""
+        path = claim_path(self.out_dir, run_id)
+        doc = self.owner(run_id)
+        whose = "another sweep" if doc is None else f"pid {doc['pid']} on {doc['host']}"
+        return f"run {run_id}, claimed by {whose} in {path} (to take it over: stop that sweep, or remove {path})"
 
     def busy(self, run_ids: list[str]) -> set[str]:
         """The runs another live sweep holds now."""
@@ -137,9 +198,6 @@ class Claims:
         path = claim_path(self.out_dir, run_id)
         self.held.discard(run_id)
         with folder_lock(self.out_dir):
-            try:
-                doc = shallow_json(read_regular_file(path, CLAIM_LIMIT, "sweep-k claim"))
-            except (UsageError, ValueError, OSError):
-                return
-            if isinstance(doc, dict) and doc.get("token") == self.token:
+            read = _read_claim(path)
+            if read is not None and isinstance(read[0], dict) and read[0].get("token") == self.token:
                 path.unlink(missing_ok=True)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,47 @@ FORMAT = "ticket-sweep-outputs/2"  # version 1 (path -> sha256 alone) is not tru
 OUTPUTS_LIMIT = 1 << 22  # a note of a few thousand paths; anything bigger is not ours
 MAX_DEPTH = 8  # the note nests 4 deep
 _LOCKED: dict[str, int] = {}  # folders this process holds folder_lock on, with its depth (the lock nests)
+LOCK_WAIT_S = 30.0  # the longest wait for another process's lock on --out-dir (a sweep holds it for moments)
+LOCK_POLL_S = 0.05
+NOTE_FIRST_S = 5.0  # a waiting sweep says what it waits for after this long, then every NOTE_EVERY_S
+NOTE_EVERY_S = 30.0
+LOCK_HOW = "stop that process, or use another --out-dir"
+
+
+class Waiting:
+    """Says on stderr, soon and then every NOTE_EVERY_S, what a sweep waits for and how to take it over."""
+
+    def __init__(self) -> None:
+        self.since = time.monotonic()
+        self._next = self.since + NOTE_FIRST_S
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.since
+
+    def tick(self, line: Callable[[], str]) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + NOTE_EVERY_S
+            try:
+                sys.stderr.write(f"sweep-k: waiting {int(now - self.since)} s for {line()}\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass  # a closed stderr: the wait goes on, unannounced
+
+
+def lock_holder(fd: int) -> str:
+    """Who holds the flock on the open folder `fd`: `pid N` where the system says (Linux's /proc/locks)."""
+    st = os.fstat(fd)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            for row in f.read(1 << 20).splitlines():
+                words = row.split()
+                if len(words) > 5 and words[1] == "FLOCK" and words[5] == inode and words[4].isdigit():
+                    return f"pid {words[4]}"
+    except OSError:
+        pass
+    return "another process"
 
 
 @contextmanager
@@ -54,7 +97,18 @@ def folder_lock(folder: str | Path) -> Iterator[None]:
     try:
         with uninterrupted():  # the descriptor is named before a signal can stop the run (the finally closes it)
             fd = os.open(key, os.O_RDONLY)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes, and by the kernel if the process dies
+        waiting = None
+        while True:  # released when fd closes, and by the kernel if the process dies
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waiting = waiting or Waiting()
+                if waiting.seconds() >= LOCK_WAIT_S:
+                    held = f"--out-dir {folder} is locked by {lock_holder(fd)} (waited {int(waiting.seconds())} s)"
+                    raise UsageError(held, hint=LOCK_HOW) from None
+                waiting.tick(lambda: f"the lock on --out-dir {folder}, held by {lock_holder(fd)} ({LOCK_HOW})")
+                time.sleep(LOCK_POLL_S)
         _LOCKED[key] = 1
         try:
             yield

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from ticketcli.errors import UsageError
 from ticketcli.files.atomic import check_destination
 from ticketcli.sweep.claims import POLL_S, Claims
 from ticketcli.sweep.execute import cost, run_local, run_ray
-from ticketcli.sweep.outputs import Note, folder_lock, load_note
+from ticketcli.sweep.outputs import Note, Waiting, folder_lock, load_note
 from ticketcli.sweep.plan import SweepTask
 from ticketcli.sweep.records import finished, other_settings, paths, stale_runs, store, ticket_bound
 from ticketcli.sweep.result import SweepRecord, SweepResult
@@ -68,6 +69,7 @@ def run_sweep(
         if on_result and t.id in records:
             on_result(records[t.id], True)
     todo.sort(key=lambda t: -cost(t))  # longest first, so a multi-round run is not the pool's last straggler
+    waiting = None  # since when this sweep has had nothing to do but wait on another's runs
     with claims or nullcontext():
         while todo:
             elsewhere: list[SweepTask] = []  # claimed by another sweep on the folder: read back below
@@ -78,6 +80,7 @@ def run_sweep(
             else:
                 results = run_local(claimed, workers, threads)
             for task, (record, payload) in results:
+                waiting = None
                 if out is not None:
                     record = store(out, task, record, payload, note, overwrite)
                 if claims is not None:
@@ -95,7 +98,9 @@ def run_sweep(
                 resumed.append(t.id)
                 if on_result:
                     on_result(rec, True)
-            if todo:
+            if todo and claims is not None:
+                waiting = waiting or Waiting()
+                waiting.tick(partial(claims.waited_on, todo[0].id))
                 time.sleep(POLL_S)
     return SweepRun([records[t.id] for t in tasks], resumed)
 
