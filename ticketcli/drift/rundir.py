@@ -225,18 +225,19 @@ def _writes_to(d: Destination) -> Path:
     if d.kind == "mlflow":
         for scheme in ("sqlite:///", "file://"):
             target = target.removeprefix(scheme)
-    return Path(target).resolve()
+    return Path(os.path.realpath(target))  # symlinks followed, `..` applied; a loop stays a path (never inside)
 
 
 def check_recorded(folder: Path, recorded: tuple[Destination, ...], given: tuple[Destination, ...]) -> None:
     """A resume's recorded --log-to destinations, each named on stderr; one outside the run dir (a `..` escape, an
     absolute path elsewhere, a symlink out) is refused unless the command line names it again."""
-    inside = folder.resolve()
-    for d in recorded:
-        at = _writes_to(d)
-        if at != inside and inside not in at.parents and d.text not in {g.text for g in given}:
+    inside, named = Path(os.path.realpath(folder)), {g.text for g in given}
+    places = [(d, _writes_to(d)) for d in recorded]
+    for d, at in places:
+        if at != inside and inside not in at.parents and d.text not in named:
             raise UsageError(
                 f"{folder / SETTINGS} records --log-to {d.text[:200]}, which writes outside the run dir ({at})",
                 hint=f"to resume logging there, repeat --log-to {d.text[:200]}",
             )
+    for d, at in places:
         write_stderr(one_line(f"drift: --resume logs to its recorded --log-to {d.text} ({at})"))
