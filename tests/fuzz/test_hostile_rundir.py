@@ -88,8 +88,10 @@ def test_a_state_claiming_more_records_than_the_settings_hold_is_refused(finishe
 QUICK = ["drift", "--batch-size", "32", "--probe-size", "64", "--log-every", "10", "--steps", "10", "--quiet"]
 REFUSED = {
     "missing dataset": ["--dataset", "mnist", "--data-dir", "{empty}", "--model", "mlp:784-16-10"],
-    "refused model factory": ["--dataset", "digits", "--model", "no_such_pkg.builders:make"],
+    "missing cifar10": ["--dataset", "cifar10", "--data-dir", "{empty}", "--model", "resnet20"],
+    "model the data does not fit": ["--dataset", "digits", "--model", "mlp:784-16-10"],
     "missing ticket": ["--ticket", "{empty}/missing.safetensors"],
+    "a ticket that is not one": ["--ticket", "{empty}/junk.safetensors"],
 }
 
 
@@ -98,6 +100,7 @@ REFUSED = {
 def test_a_refused_run_leaves_no_run_dir_and_the_retry_starts(case, existing, tmp_path):
     empty, folder = tmp_path / "empty", tmp_path / "deep" / "run"
     empty.mkdir()
+    (empty / "junk.safetensors").write_bytes(b"\x10" + b"\0" * 7 + b"{" * 16)
     folder.parent.mkdir()
     if existing:
         folder.mkdir()
@@ -106,15 +109,6 @@ def test_a_refused_run_leaves_no_run_dir_and_the_retry_starts(case, existing, tm
     assert (folder.is_dir() and not any(folder.iterdir())) if existing else not folder.exists()
     assert_clean(cli(*QUICK, *args, "--run-dir", str(folder)))  # the retry is refused for its own reason again
     assert "not empty" not in cli(*QUICK, *args, "--run-dir", str(folder)).stderr
-
-
-def test_a_run_dir_that_holds_more_than_the_run_made_is_kept(tmp_path):
-    """What the refusal takes back is exactly what the run made: a file someone else put there stays."""
-    folder = tmp_path / "run"
-    folder.mkdir()
-    r = cli(*QUICK, "--dataset", "no-such-set", "--model", "mlp:64-16-10", "--run-dir", str(folder))
-    assert_clean(r)
-    assert folder.is_dir() and not any(folder.iterdir())
 
 
 # ---- a resume writes outside the run dir only where the command line says so -----------------------------------
