@@ -74,7 +74,8 @@ def child(kind: str, steps: int, threads: int, run_dir: str | None) -> dict:
             from ticketcli.drift.keep import RunKeeper
 
             rundir.create(Path(run_dir), {"flags": {}, "settings": {}})
-            keeper = RunKeeper(Path(run_dir), EVERY, drift_run.logged_steps(steps, EVERY), resume=False)
+            logged = drift_run.logged_steps(steps, EVERY)
+            keeper = RunKeeper(Path(run_dir), EVERY, logged, seeds=len(spec.seeds), resume=False)
         wall = drift_run.run_drift(spec, keeper=keeper).wall_time_s
     return {"wall_s": wall, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 

@@ -45,6 +45,11 @@ def client(db: Path):
     return MlflowClient(f"sqlite:///{db}")
 
 
+def again(tb: Path, db: Path) -> list[str]:
+    """The --log-to flags the run was started with: a resume writes outside its run dir only where they are repeated."""
+    return ["--log-to", f"tensorboard:{tb}", "--log-to", f"mlflow:sqlite:///{db}"]
+
+
 def stopped(tmp_path: Path, monkeypatch, at: int) -> tuple[Path, Path, Path]:
     """A run dir whose run got SIGTERM right after step `at` (after its checkpoint at 20, before the next): its
     folder, TensorBoard root and MLflow store."""
@@ -67,7 +72,7 @@ def stopped(tmp_path: Path, monkeypatch, at: int) -> tuple[Path, Path, Path]:
 def test_a_resumed_run_continues_its_tracked_runs_each_step_logged_once(tmp_path, monkeypatch):
     folder, tb, db = stopped(tmp_path, monkeypatch, at=35)  # measured 30, kept up to 20: the tracker has 0..20
     ids = json.loads((folder / "trackers.json").read_text())["ids"]
-    r = runner.invoke(app, ["drift", "--resume", str(folder), "--json"])
+    r = runner.invoke(app, ["drift", "--resume", str(folder), *again(tb, db), "--json"])
     assert r.exit_code == 0, r.output
     assert "warning" not in r.stderr and "drift step 20/60 restored" in r.stderr
     doc = json.loads(r.stdout)
@@ -100,9 +105,10 @@ def test_a_recorded_run_the_store_no_longer_holds_is_one_warning_and_a_new_run(t
     folder, tb, db = stopped(tmp_path, monkeypatch, at=25)
     gone = {f"tensorboard:{tb}": "gone", f"mlflow:sqlite:///{db}": "0" * 32}
     (folder / "trackers.json").write_text(json.dumps({"ids": gone}))
-    r = runner.invoke(app, ["drift", "--resume", str(folder), "--quiet"])
+    r = runner.invoke(app, ["drift", "--resume", str(folder), *again(tb, db), "--quiet"])
     assert r.exit_code == 0, r.output
-    lines = r.stderr.strip().splitlines()
+    named, lines = r.stderr.strip().splitlines()[:2], r.stderr.strip().splitlines()[2:]
+    assert all(x.startswith("drift: --resume logs to its recorded --log-to ") for x in named), named
     assert len(lines) == 2 and all("is no longer in the store; logging to a new run" in x for x in lines), lines
     assert "Traceback" not in r.output
     ids = json.loads((folder / "trackers.json").read_text())["ids"]

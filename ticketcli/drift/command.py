@@ -28,6 +28,7 @@ from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.runtime.interrupts import Position
 from ticketcli.runtime.threads import per_worker, using
+from ticketcli.settings.track import Destination, destinations
 from ticketcli.track import base as track
 from ticketcli.track.feed import guarded
 
@@ -48,7 +49,6 @@ class DriftCommand:
 
     def run(self, groups: Groups, position: Position, *, run_dir: Path | None, resume: Path | None) -> Result:
         """The result of the run `groups` (the flags by table, None: not given) asks for."""
-        plot, force = self.plot, self.force
         folder, recorded = kept_run(groups, run_dir, resume)
         inputs = groups["inputs"]
         ticket = None if inputs["ticket"] is None else Path(inputs["ticket"])
@@ -61,12 +61,29 @@ class DriftCommand:
             log_to=groups["track"]["log_to"],
         )
         trackers = track.check(request.log_to)
-        if plot is not None:
-            check_destination(plot, overwrite=force)  # before the work, not after
-        record = None
+        if self.plot is not None:
+            check_destination(self.plot, overwrite=self.force)  # before the work, not after
+        record, started = None, None
         if folder is not None:
-            self.keeper = open_keeper(folder, request.spec(), groups, recorded)
+            self.keeper, started = open_keeper(folder, request.spec(), groups, recorded)
             record = rundir.TrackerRecord(folder) if trackers else None
+        try:
+            return self._tracked(request, position, trackers, ticket, record)
+        except Exception:  # refused before a measurement was taken (no data, a refused model): the run dir goes
+            if folder is not None and started is not None and self.keeper is not None:
+                self.keeper.close()
+                rundir.undo(folder, started[1], started[0], None if record is None else record.owned)
+            raise
+
+    def _tracked(
+        self,
+        request: DriftRequest,
+        position: Position,
+        trackers: tuple[Destination, ...],
+        ticket: Path | None,
+        record: rundir.TrackerRecord | None,
+    ) -> Result:
+        plot, force = self.plot, self.force
         info = partial(feed.drift_info, request.run["model"], ticket)
         resume_ids, on_open = (None, None) if record is None else (dict(record.ids), record.opened)
         live = None
@@ -91,7 +108,9 @@ def kept_run(groups: Groups, run_dir: Path | None, resume: Path | None) -> tuple
             raise UsageError("--resume DIR names the run dir; drop --run-dir")
         doc = rundir.open_settings(resume)
         where = resume / rundir.SETTINGS
+        given = destinations(groups["track"]["log_to"])
         groups.update(runflags.resumed(doc, groups, where))
+        rundir.check_recorded(resume, destinations(groups["track"]["log_to"]), given)
     elif run_dir is None:
         if groups["inputs"]["checkpoint_every"] is not None:
             raise UsageError("--checkpoint-every only goes with --run-dir (or --resume)")
@@ -104,12 +123,16 @@ def kept_run(groups: Groups, run_dir: Path | None, resume: Path | None) -> tuple
     return (resume or run_dir), doc
 
 
-def open_keeper(folder: Path, spec: DriftSpec, groups: Groups, recorded: JsonObject | None) -> RunKeeper:
-    """The run dir's keeper: a new run dir records the flags and the settings they resolve to; a resumed one must
-    resolve to the settings it recorded (the same data, the same defaults)."""
+def open_keeper(
+    folder: Path, spec: DriftSpec, groups: Groups, recorded: JsonObject | None
+) -> tuple[RunKeeper, tuple[bool, bytes] | None]:
+    """The run dir's keeper: a new run dir records the flags and the settings they resolve to (and what
+    rundir.create says of it, for undo); a resumed one must resolve to the settings it recorded (the same data, the
+    same defaults)."""
     settings = json.loads(json.dumps({**spec.to_dict(), "seeds": list(spec.seeds), "device": spec.device}))
+    started = None
     if recorded is None:
-        rundir.create(folder, {"flags": runflags.record(groups), "settings": settings})
+        started = rundir.create(folder, {"flags": runflags.record(groups), "settings": settings})
     elif recorded.get("settings") != settings:
         raise UsageError(
             f"the run in {folder} recorded settings that its flags no longer resolve to (the data or a default "
@@ -117,7 +140,8 @@ def open_keeper(folder: Path, spec: DriftSpec, groups: Groups, recorded: JsonObj
             hint="start a new run with --run-dir",
         )
     every = groups["inputs"]["checkpoint_every"] or spec.log_every
-    return RunKeeper(folder, every, drift_run.logged_steps(spec.steps, spec.log_every), resume=recorded is not None)
+    logged = drift_run.logged_steps(spec.steps, spec.log_every)
+    return RunKeeper(folder, every, logged, seeds=len(spec.seeds), resume=recorded is not None), started
 
 
 def run_request(request: DriftRequest, position: Position, *, quiet: bool, keeper: RunKeeper | None) -> Result:

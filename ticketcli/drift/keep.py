@@ -26,6 +26,8 @@ from ticketcli.files.atomic import Owned, write_owned
 from ticketcli.models.masked import MaskedNet
 from ticketcli.train import WeightTrainer
 
+RECORD, LAYER_RECORD = 1 << 10, 4 << 10  # bytes of a measurement record at most: its own fields, and per layer
+
 
 def add_measurement(series: JsonObject, step: int, m: JsonObject, text: bool) -> None:
     """One measurement (its layers' statistics with the drift already computed) appended to a seed's series; a
@@ -112,8 +114,8 @@ class Live:
 class RunKeeper:
     """One run dir for the seeds of one run, in order (begin() once per seed, from drift_one)."""
 
-    def __init__(self, folder: Path, every: int, logged: list[int], *, resume: bool):
-        self.folder, self.every, self.logged = folder, every, logged
+    def __init__(self, folder: Path, every: int, logged: list[int], *, seeds: int, resume: bool):
+        self.folder, self.every, self.logged, self.seeds = folder, every, logged, seeds
         self.state_path = folder / STATE
         self.measurements = Measurements(folder / MEASUREMENTS)
         self.resume = resume
@@ -186,12 +188,17 @@ class RunKeeper:
             return
         if path.is_symlink():
             raise UsageError(f"{path} is a symlink; a run dir holds its own files")
+        # the settings bound what the run dir can hold: a record per seed and logged step, each a few numbers per
+        # layer (a layer holds a weight tensor at least), so a larger file is refused before it is read
+        most = self.seeds * len(self.logged)
+        limit = self.measurements.bound(most, RECORD + LAYER_RECORD * len(live.trainer.params), self.seeds)
         before = path.lstat()
         tensors, meta = st.decode(path, self._expected(live))
         st.check(meta.get("settings_sha256") == self.settings_sha, path, "it was written for other settings")
         m: Any = meta  # hostile JSON: each value checked below before it is used
         index, step, finished = m.get("seed_index"), m.get("step"), m.get("finished")
-        st.check(st.whole(index) and st.whole(step, 1, self.logged[-1]), path, "its position is not a step")
+        st.check(st.whole(index, 0, self.seeds - 1), path, f"its seed index is not one of this run's {self.seeds}")
+        st.check(st.whole(step, 1, self.logged[-1]), path, "its position is not a step")
         st.check(isinstance(finished, list) and len(finished) in (index, index + 1), path, "bad finished seeds")
         st.check(len(finished) == index or step == self.logged[-1], path, "a finished seed stops early")
         st.check(
@@ -201,6 +208,12 @@ class RunKeeper:
         st.check(isinstance(pos, dict), path, "it does not say where measurements.jsonl stood")
         records, size, sha = pos.get("records"), pos.get("bytes"), pos.get("sha256")
         st.check(st.whole(records) and st.whole(size) and isinstance(sha, str), path, "bad measurements position")
+        st.check(
+            records <= most and size <= limit,
+            path,
+            f"it vouches for {records} records, {size} bytes of measurements, more than this run's settings allow "
+            f"({most} records, {limit} bytes)",
+        )
         self.replayed = self.measurements.replay(records, size, sha)
         self.at, self.finished, self.saved = (int(index), int(step)), list(finished), (tensors, meta)
         self.owned = Owned.of(path, before)

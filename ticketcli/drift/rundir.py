@@ -3,8 +3,10 @@
 measurement, appended and flushed as it is taken; `trackers.json`, the --log-to runs to continue on a resume.
 
 Every file read back is hostile until checked: regular files only (never through a symlink), read within a bound
-(run.json and trackers.json are small; measurements.jsonl only up to the length the state vouches for, checked by
-its SHA-256), plain JSON with the types expected, and anything else one UsageError line."""
+(run.json and trackers.json are small; measurements.jsonl no larger than the run's own settings allow, checked
+before a byte of it is read, and only up to the length the state vouches for, checked by its SHA-256), plain JSON
+with the types expected, and anything else one UsageError line. What a run dir records of where to write (its
+--log-to) is hostile too: a resume writes outside the run dir only where the command line says so again."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from ticketcli.files.atomic import Owned, write_atomic, write_owned
 from ticketcli.files.bounded import read_regular_file
 from ticketcli.files.nesting import shallow_json
 from ticketcli.files.uninterrupted import open_descriptor, uninterrupted
+from ticketcli.report.console import one_line, write_stderr
+from ticketcli.settings.track import Destination
 
 SETTINGS, STATE, MEASUREMENTS, TRACKERS = "run.json", "state.safetensors", "measurements.jsonl", "trackers.json"
 FORMAT = "ticket-drift-run/1"
@@ -32,9 +36,9 @@ RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # and never a path: no separ
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def create(folder: Path, settings: JsonObject) -> None:
+def create(folder: Path, settings: JsonObject) -> tuple[bool, bytes]:
     """Start a run dir: `folder` is made (its parent must exist) or is an empty folder; run.json and an empty
-    measurements.jsonl are created exclusively."""
+    measurements.jsonl are created exclusively. Whether this call made the folder, and run.json's bytes (undo's)."""
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise UsageError(f"--run-dir {folder} is not a folder")
     if folder.is_dir() and any(folder.iterdir()):
@@ -42,14 +46,41 @@ def create(folder: Path, settings: JsonObject) -> None:
         raise UsageError(f"--run-dir {folder} is not empty", hint=hint)
     with uninterrupted():  # a run dir is started whole (settings and an empty record) or not at all
         try:
+            made = not folder.is_dir()
             folder.mkdir(exist_ok=True)
         except OSError as e:
             raise UsageError(f"cannot create --run-dir {folder}: {e.strerror or e}") from None
-        write_atomic(folder / SETTINGS, (json.dumps({"format": FORMAT, **settings}, indent=1) + "\n").encode())
+        payload = (json.dumps({"format": FORMAT, **settings}, indent=1) + "\n").encode()
+        write_atomic(folder / SETTINGS, payload)
         try:
             os.close(os.open(folder / MEASUREMENTS, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666))
         except OSError as e:
             raise UsageError(f"cannot create {folder / MEASUREMENTS}: {e.strerror or e}") from None
+    return made, payload
+
+
+def undo(folder: Path, settings: bytes, made: bool, trackers: Owned | None) -> None:
+    """A run refused before it measured anything takes back the run dir it started, if it is still as the run made
+    it (its run.json, an empty measurements.jsonl, the trackers.json it wrote; nothing else), so that the same
+    --run-dir can be used again: the files go, and the folder too if the run made it."""
+    names = {SETTINGS: True, MEASUREMENTS: True, TRACKERS: trackers is not None}
+    try:
+        entries = {e.name: e for e in os.scandir(folder)}
+        pristine = (
+            all(names.get(n, False) and e.is_file(follow_symlinks=False) for n, e in entries.items())
+            and (folder / SETTINGS).read_bytes() == settings
+            and entries[MEASUREMENTS].stat(follow_symlinks=False).st_size == 0
+            and (trackers is None or TRACKERS not in entries or trackers.still_ours())
+        )
+        if not pristine:
+            return
+        with uninterrupted():
+            for n in entries:
+                os.unlink(folder / n)
+            if made:
+                folder.rmdir()
+    except (OSError, KeyError):  # changed under us: left as it is
+        return
 
 
 def _json_file(path: Path, limit: int, what: str) -> JsonObject:
@@ -91,6 +122,19 @@ class Measurements:
         if not stat.S_ISREG(os.fstat(self.file.fileno()).st_mode):
             self.file.close()
             raise UsageError(f"{path} is not a regular file")
+
+    def bound(self, most: int, per_record: int, seeds: int) -> int:
+        """The most bytes this run's measurements.jsonl can hold (`most` records, from `seeds` seeds, each within
+        `per_record` bytes), checked against the file's size before any of it is read; one line for a larger
+        file."""
+        limit, have = most * per_record, os.fstat(self.file.fileno()).st_size
+        if have > limit:
+            raise UsageError(
+                f"{self.path} holds {have} bytes, more than this run's settings allow ({limit}: {seeds} seeds x "
+                f"{most // max(seeds, 1)} logged steps x {per_record} bytes a record)",
+                hint=RESTART,
+            )
+        return limit
 
     def replay(self, records: int, size: int, sha256: str) -> list[JsonObject]:
         """The first `records` records, which must be exactly the first `size` bytes (SHA-256 `sha256`); the file
@@ -173,3 +217,27 @@ class TrackerRecord:
                 payload = (json.dumps({"ids": self.ids}, indent=1) + "\n").encode()
                 overwrite = self.owned is None and self.path.is_file() and not self.path.is_symlink()
                 self.owned = write_owned(self.path, payload, owned=self.owned, overwrite=overwrite)
+
+
+def _writes_to(d: Destination) -> Path:
+    """Where a --log-to destination writes, as its tracker resolves it (relative to the working folder)."""
+    target = d.target
+    if d.kind == "mlflow":
+        for scheme in ("sqlite:///", "file://"):
+            target = target.removeprefix(scheme)
+    return Path(os.path.realpath(target))  # symlinks followed, `..` applied; a loop stays a path (never inside)
+
+
+def check_recorded(folder: Path, recorded: tuple[Destination, ...], given: tuple[Destination, ...]) -> None:
+    """A resume's recorded --log-to destinations, each named on stderr; one outside the run dir (a `..` escape, an
+    absolute path elsewhere, a symlink out) is refused unless the command line names it again."""
+    inside, named = Path(os.path.realpath(folder)), {g.text for g in given}
+    places = [(d, _writes_to(d)) for d in recorded]
+    for d, at in places:
+        if at != inside and inside not in at.parents and d.text not in named:
+            raise UsageError(
+                f"{folder / SETTINGS} records --log-to {d.text[:200]}, which writes outside the run dir ({at})",
+                hint=f"to resume logging there, repeat --log-to {d.text[:200]}",
+            )
+    for d, at in places:
+        write_stderr(one_line(f"drift: --resume logs to its recorded --log-to {d.text} ({at})"))
