@@ -270,7 +270,7 @@ def tracked(
     _stop(tracking, WAIT_S, warn)
 
 
-ANNOUNCE_S = 3.0  # a wait for the trackers longer than this is announced on stderr, with its bound
+ANNOUNCE_S = 30.0  # a wait for the trackers longer than this is announced on stderr, with its bound
 
 
 def _wait(wait: Callable[[float], bool], timeout: float, what: str, warn: Warn) -> bool:
