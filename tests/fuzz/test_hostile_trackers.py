@@ -207,6 +207,24 @@ def test_a_fifo_a_socket_or_a_device_is_refused_without_opening_it(what, force, 
             keep.close()  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("side", ["-wal", "-journal"])
+def test_a_store_beside_a_fifo_sqlite_would_open_is_refused(side, tmp_path):
+    db = tmp_path / "m.db"
+    art = (tmp_path / "m-artifacts").as_uri()
+    sqlite_store(db, art, f"{art}/{RUN}")
+    os.mkfifo(tmp_path / f"m.db{side}")
+    r = extract(tmp_path, f"mlflow:sqlite:///{db}")
+    assert_clean(r, contains="not a regular file")
+    assert r.seconds < 10
+
+
+def test_a_symlink_loop_as_a_destination_is_one_line(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for dest in (f"mlflow:sqlite:///{tmp_path / 'a'}", f"mlflow:{tmp_path / 'a'}", f"tensorboard:{tmp_path / 'a'}"):
+        assert_clean(extract(tmp_path, dest), contains=f"--log-to {dest}")
+
+
 @pytest.fixture
 def stuck_writer(monkeypatch):
     """A writer process that never opens its store (stuck as if on a FIFO or a dead server), with short waits;

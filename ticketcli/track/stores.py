@@ -21,6 +21,7 @@ from ticketcli.track.mlflow_store import EXPERIMENT
 
 MAX_META = 1 << 20  # bytes of one meta.yaml read
 SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_SIDES = ("-journal", "-wal", "-shm")
 MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs"})
 FOLDER_ENTRIES = frozenset({".trash", "models"})  # besides the experiments' folders, named by their numeric ids
 
@@ -45,9 +46,16 @@ def check_destination(d: Destination) -> None:
         if st is not None and not stat.S_ISDIR(st.st_mode):
             raise refuse(d, "is not a folder; a TensorBoard destination is a folder (absent or a log folder)")
     elif d.target.startswith("sqlite:///"):
-        _sqlite_store(d, Path(d.target.removeprefix("sqlite:///")).resolve())
+        _sqlite_store(d, _resolved(d, d.target.removeprefix("sqlite:///")))
     else:
-        _folder_store(d, Path(d.target.removeprefix("file://")).resolve())
+        _folder_store(d, _resolved(d, d.target.removeprefix("file://")))
+
+
+def _resolved(d: Destination, path: str) -> Path:
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        raise refuse(d, f"cannot be resolved ({type(e).__name__}: a symlink loop?)") from None
 
 
 def _inside(d: Destination, uri: Any, root: Path, what: str) -> None:
@@ -58,8 +66,11 @@ def _inside(d: Destination, uri: Any, root: Path, what: str) -> None:
         local: str | None = unquote(parts.path)
     else:
         local = text if text and not parts.scheme else None
-    if local is not None and "\0" not in local and Path(local).resolve().is_relative_to(root):
-        return
+    try:
+        if local is not None and "\0" not in local and Path(local).resolve().is_relative_to(root):
+            return
+    except (OSError, RuntimeError):  # a symlink loop: not a place to write to
+        pass
     raise refuse(d, f"{what} keeps its artifacts at {show(uri)}, not inside the store; not opened")
 
 
@@ -71,9 +82,17 @@ def _sqlite_store(d: Destination, db: Path) -> None:
         raise refuse(d, "is not a regular file (a FIFO, a device, a socket or a folder); not opened")
     if st.st_size == 0:
         raise refuse(d, "is an empty file, not an MLflow store; name a new file or an existing MLflow store")
-    with db.open("rb") as f:
-        if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
-            raise refuse(d, "is not an MLflow store (not a SQLite database); name a new file or an MLflow store")
+    for suffix in SQLITE_SIDES:  # SQLite opens these beside the database: they too must be regular files
+        side = _stat(d, db.with_name(db.name + suffix))
+        if side is not None and not stat.S_ISREG(side.st_mode):
+            raise refuse(d, f"its {db.name + suffix} is not a regular file (a FIFO, a device or a socket); not opened")
+    try:
+        with db.open("rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as e:
+        raise refuse(d, f"cannot be read: {e.strerror or e}") from None
+    if head != SQLITE_HEADER:
+        raise refuse(d, "is not an MLflow store (not a SQLite database); name a new file or an MLflow store")
     try:
         con = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=5.0)
         try:
@@ -114,10 +133,14 @@ def _folder_store(d: Destination, folder: Path) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise refuse(d, "is not a folder; an MLflow folder store is a folder (absent or an MLflow store)")
     try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        _experiments(d, folder)
     except OSError as e:
         raise refuse(d, f"cannot be read: {e.strerror or e}") from None
-    for entry in entries:
+
+
+def _experiments(d: Destination, folder: Path) -> None:
+    """Each experiment of a folder store, and each of its runs, keeps its artifacts inside the store."""
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         if entry.name in FOLDER_ENTRIES:
             continue
         if not (entry.name.isdigit() and entry.is_dir()):
