@@ -161,15 +161,27 @@ def test_a_failing_tracker_is_one_warning_and_the_others_go_on():
 
 @pytest.mark.slow
 def test_trackers_that_cannot_write_are_warnings_and_the_run_goes_on(tmp_path):
-    (tmp_path / "file").write_text("not a folder")
-    (tmp_path / "bad.db").write_bytes(b"not a sqlite database" * 100)
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "m.db").write_text("not a folder")  # where the store's folder would be made
     args = ["extract", *TINY, "--out", str(tmp_path / "t.safetensors"), "--quiet", "--json"]
-    args += ["--log-to", f"tensorboard:{tmp_path / 'file'}", "--log-to", f"mlflow:sqlite:///{tmp_path / 'bad.db'}"]
+    args += ["--log-to", f"mlflow:sqlite:///{tmp_path / 'store' / 'm.db' / 'x.db'}"]
     r = invoke(args)
     assert json.loads(r.stdout)["metrics"]["test"]["n"] > 0 and (tmp_path / "t.safetensors").exists()
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("warning: --log-to ") for line in lines), lines
+    assert len(lines) == 1 and all(line.startswith("warning: --log-to ") for line in lines), lines
     assert all("the run goes on without it" in line for line in lines)
+
+
+def test_a_destination_that_is_not_a_store_of_its_tracker_is_one_line_before_any_work(tmp_path):
+    """A file where a TensorBoard folder should be, a file that is not an MLflow store: refused (exit 2), not
+    written."""
+    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "bad.db").write_bytes(b"not a sqlite database" * 100)
+    for dest in (f"tensorboard:{tmp_path / 'file'}", f"mlflow:sqlite:///{tmp_path / 'bad.db'}"):
+        r = runner.invoke(app, ["extract", *TINY, "--out", str(tmp_path / "t.safetensors"), "--log-to", dest])
+        assert r.exit_code == 2 and r.stderr.startswith(f"error: --log-to {dest}: "), r.output
+        assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "t.safetensors").exists()
+    assert (tmp_path / "bad.db").read_bytes() == b"not a sqlite database" * 100
 
 
 # extract -----------------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from ticketcli.errors import UsageError
 from ticketcli.settings.track import EXTRA, Destination, destinations
 from ticketcli.track.info import RunInfo, Scalar, StoreError
+from ticketcli.track.stores import check_destination
 
 Warn = Callable[[str], None]
 
@@ -93,6 +94,9 @@ class Writer:
         """Run what was submitted, then end; False if that took longer than `timeout` seconds (the thread is a
         daemon: it does not keep the process alive)."""
         self.queue.put(None)
+        return self.join(timeout)
+
+    def join(self, timeout: float) -> bool:
         self.thread.join(timeout)
         return not self.thread.is_alive()
 
@@ -107,6 +111,8 @@ class Guarded:
         self.dead = dead if dead is not None else [False]  # shared with the children
 
     def fail(self, e: Exception) -> None:
+        if self.dead[0]:  # stopped at the command's end (tracked): said once there
+            return
         self.dead[0] = True
         self.warn(f"--log-to {self.what}: {first_line(e)}; the run goes on without it")
 
@@ -218,12 +224,14 @@ def open_tracking(
 
 
 def check(log_to: Any) -> tuple[Destination, ...]:
-    """A --log-to value (None: not given) as its destinations, each tracker's library installed: before any work (a
-    missing one is one line naming the extra)."""
+    """A --log-to value (None: not given) as its destinations, each tracker's library installed and each destination
+    absent or a store of its tracker (stores.py): before any work (else one line: a missing library names the
+    extra)."""
     dests = destinations(log_to)
     for d in dests:
         if importlib.util.find_spec(MODULES[d.kind]) is None:
             raise UsageError(f"--log-to {d.kind} needs the {MODULES[d.kind]} package", hint=EXTRA)
+        check_destination(d)
     return dests
 
 
@@ -255,12 +263,37 @@ def tracked(
         if not isinstance(e, Exception):
             # an interrupt early in a run finds a store still opening (importing mlflow, creating its tables takes
             # seconds): what was logged is queued behind it, so the short wait starts once every tracker is open
-            tracking.ready.wait(WAIT_S)
-        tracking.writer.stop(WAIT_INTERRUPTED_S if not isinstance(e, Exception) else WAIT_S)
+            _wait(lambda t: tracking.ready.wait(t), WAIT_S, "to open their stores", warn)
+        _stop(tracking, WAIT_INTERRUPTED_S if not isinstance(e, Exception) else WAIT_S, warn)
         raise
     tracking.close("FINISHED")
-    if not tracking.writer.stop(WAIT_S):
-        warn(f"--log-to: the trackers did not finish writing within {WAIT_S:g} s; the run's own outputs are complete")
+    _stop(tracking, WAIT_S, warn)
+
+
+ANNOUNCE_S = 30.0  # a wait for the trackers longer than this is announced on stderr, with its bound
+
+
+def _wait(wait: Callable[[float], bool], timeout: float, what: str, warn: Warn) -> bool:
+    """wait(seconds) until it returns True or `timeout` seconds have passed; announced once it outlasts ANNOUNCE_S."""
+    if wait(min(ANNOUNCE_S, timeout)):
+        return True
+    warn(f"--log-to: waiting up to {timeout:g} s for the trackers {what}")
+    return wait(max(timeout - ANNOUNCE_S, 0.0))
+
+
+def _stop(tracking: Tracking, timeout: float, warn: Warn) -> None:
+    """The trackers' last writes, awaited at most `timeout` seconds; then no writer process of theirs is left."""
+    writer = tracking.writer
+    writer.queue.put(None)
+    done = _wait(writer.join, timeout, "to finish writing", warn)
+    if not done:
+        for r in tracking.runs:
+            r.dead[0] = True  # what the writer thread still reports is the line below, not a warning per tracker
+        warn(f"--log-to: the trackers did not finish writing within {timeout:g} s; stopped them")
+    if any(r.what.startswith("mlflow:") for r in tracking.runs):
+        from ticketcli.track.mlflow_process import stop_writers
+
+        stop_writers(writer.thread)
 
 
 def tee(*callbacks: Callable[[dict[str, Any]], None] | None) -> Callable[[dict[str, Any]], None] | None:

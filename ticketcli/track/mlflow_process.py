@@ -19,9 +19,11 @@ import dataclasses
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -60,6 +62,8 @@ class Channel:
         self.to_child, self.from_child = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         os.set_blocking(self.to_child, False)  # every write waits in select(), with a deadline
         os.set_blocking(self.from_child, False)
+        self.owner = threading.current_thread()  # the Writer thread of one command's trackers (stop_writers)
+        LIVE.add(self)
         self.replies = b""
         self.error: str | None = None
         self.ready = self.done = self.resumed = False
@@ -98,8 +102,13 @@ class Channel:
         return StoreError(f"the MLflow writer process ended (exit code {code}){why}")
 
     def kill(self) -> None:
-        self.proc.kill()
+        if self.proc.poll() is None:
+            try:  # the writer leads a session of its own: anything it started goes with it
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
         self.proc.wait()
+        LIVE.discard(self)
 
     def wait_ready(self, timeout: float) -> None:
         """Until the writer has opened the store; its error, its end or the deadline raise StoreError."""
@@ -159,9 +168,22 @@ class Channel:
         except subprocess.TimeoutExpired:
             self.kill()
             code = self.proc.returncode
+        LIVE.discard(self)
         if not self.done or code != 0 or self.error is not None:
             raise self.failure()
         self.stderr.close()
+
+
+LIVE: set[Channel] = set()  # the writer processes not yet collected
+
+
+def stop_writers(owner: threading.Thread) -> int:
+    """Kill the writer processes `owner` (a command's Writer thread) started and has not collected: at the end of
+    the command, after its bounded wait, none outlives it. How many were killed."""
+    mine = [c for c in list(LIVE) if c.owner is owner]
+    for c in mine:
+        c.kill()
+    return len(mine)
 
 
 def info_json(info: RunInfo) -> JsonObject:

@@ -13,6 +13,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +88,23 @@ def leave(code: int) -> None:
     os._exit(code)
 
 
+ORPHAN_S = 10.0  # once the training process is gone: how long the writer may still write what it was sent
+
+
+def watch_parent() -> None:
+    """End this process ORPHAN_S seconds after the training process is gone (it was killed, or ended before its
+    writer): no writer outlives its command for longer, whatever it is stuck in."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    time.sleep(ORPHAN_S)
+    leave(1)
+
+
 def main() -> None:
     """The writer's loop, until the end of its input ({"done": true}) or the first error."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=watch_parent, name="watch-parent", daemon=True).start()
     writer = Writer()
     try:
         for line in sys.stdin.buffer:
