@@ -16,10 +16,10 @@ import pytest
 from hostile import assert_clean, child, cli
 
 from ticketcli.errors import UsageError
-from ticketcli.runs import compare as runs_compare
 from ticketcli.runs import folder as runs_folder
 from ticketcli.ticketfile import layout as layout_io
 
+ALL_PAIRS = 8  # up to this many tickets compare compares every pair (docs/json.md)
 REAL = ("a", "sub/b", "sub/deep/c", "other/d")  # the tickets of the tree, each in a real folder
 
 LINKS: dict[str, list[tuple[str, str]]] = {  # links (where, to what) a recursive glob would follow round and round
@@ -136,7 +136,7 @@ def _count_open(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return peak
 
 
-@pytest.mark.parametrize("n", [runs_compare.ALL_PAIRS + 1, 23, 150])
+@pytest.mark.parametrize("n", [ALL_PAIRS + 1, 23, 150])
 def test_compare_beyond_a_count_compares_each_ticket_with_the_first_and_says_so(ticket, tmp_path, monkeypatch, n):
     paths = [tmp_path / f"t{i:03}.safetensors" for i in range(n)]
     for p in paths:
@@ -151,7 +151,7 @@ def test_compare_beyond_a_count_compares_each_ticket_with_the_first_and_says_so(
     assert peak[0] <= 2
 
 
-@pytest.mark.parametrize("n", [2, runs_compare.ALL_PAIRS])
+@pytest.mark.parametrize("n", [2, ALL_PAIRS])
 def test_compare_up_to_the_count_compares_every_pair_silently(ticket, tmp_path, monkeypatch, n):
     paths = [tmp_path / f"t{i}.safetensors" for i in range(n)]
     for p in paths:
@@ -161,11 +161,11 @@ def test_compare_up_to_the_count_compares_every_pair_silently(ticket, tmp_path, 
     assert_clean(run, 0, prefix=None)
     doc = json.loads(run.stdout)
     assert "reference" not in doc and len(doc["pairs"]) == n * (n - 1) // 2 and len(doc["matrix"]["jaccard"]) == n
-    assert peak[0] <= runs_compare.ALL_PAIRS
+    assert peak[0] <= ALL_PAIRS
 
 
 def test_compare_beyond_the_count_refuses_another_model_with_one_line(ticket, tmp_path):
-    paths = [tmp_path / f"t{i:02}.safetensors" for i in range(runs_compare.ALL_PAIRS + 3)]
+    paths = [tmp_path / f"t{i:02}.safetensors" for i in range(ALL_PAIRS + 3)]
     for p in paths:
         shutil.copyfile(ticket, p)
     paths[-1].write_bytes(b"\x07" * 64)
