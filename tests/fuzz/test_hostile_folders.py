@@ -56,6 +56,8 @@ def test_a_glob_through_a_symlinked_folder_named_in_the_pattern_still_matches(ti
     root = tmp_path / "g"
     tree(ticket, root, [("runs", "sub")])  # a link the pattern names (not reached by **) is followed, as by glob
     assert runs_folder.ticket_paths([root / "runs" / "*.safetensors"]) == [root / "runs" / "b.safetensors"]
+    everything = [root / f"{rel}.safetensors" for rel in ("a", "other/d", "sub/b", "sub/deep/c")]
+    assert runs_folder.ticket_paths([root / "**"]) == everything  # a last ** matches the files below, as in glob
 
 
 def _loop(p: Path) -> None:

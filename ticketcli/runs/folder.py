@@ -109,8 +109,12 @@ def _match(folder: str, parts: list[str], listing: _Lister, pattern: str) -> Ite
                 return
             yield from _match(folder, rest, listing, pattern)
             for e in listing(folder, pattern):
-                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False):
+                if e.name.startswith("."):
+                    continue
+                if e.is_dir(follow_symlinks=False):
                     yield from _match(os.path.join(folder, e.name), parts, listing, pattern)
+                elif not rest:  # a last `**` matches every file below too
+                    yield os.path.join(folder, e.name)
         elif glob.has_magic(head):
             for e in listing(folder, pattern):
                 if (head.startswith(".") or not e.name.startswith(".")) and fnmatch.fnmatchcase(e.name, head):
