@@ -19,7 +19,10 @@ from ticketcli.settings.flags import OUTPUTS
 def compare(
     tickets: Annotated[
         list[Path],
-        typer.Argument(help="Two or more ticket files (of one model); more than two: every pair is compared."),
+        typer.Argument(
+            help="Two or more ticket files (of one model); more than two: every pair is compared (beyond 8, each with "
+            "the first)."
+        ),
     ],
     json_out: bool = False,
     quiet: bool = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
@@ -30,6 +33,9 @@ def compare(
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         result = runs_compare.compare_tickets(tickets)
+        bounded = result.bound_line()
+        if bounded is not None:
+            console.warn(bounded)
         for t in result.tickets:
             if t.integrity == "modified":
                 console.warn(f"{t.ticket}: masks were modified after the ticket was written; compared as they are now")

@@ -147,7 +147,7 @@ def _many(r: CompareResult) -> None:
         )
     out.print(t)
     n = len(r.tickets)
-    if n * MATRIX_CELL + 6 > out.width:  # a matrix this wide would fold its numbers: one row per pair instead
+    if r.reference is not None or n * MATRIX_CELL + 6 > out.width:  # one row per pair (a wide matrix would fold)
         pt = Table(title="pairs")
         _columns(pt, "A", "B", "Jaccard", "same init", right_from=2)
         for p in r.pairs:

@@ -1,9 +1,11 @@
 """`ticket compare`'s result: whether tickets share their initial network, how far their masks overlap, layer by
 layer, and how their stored accuracy and sparsity differ. Read with numpy alone, like `inspect` (no torch, no data).
 
-Every ticket is validated exactly as `inspect` validates it (ticketfile's MaskFile runs scan's checks) and kept open;
-each pair's overlap is then counted straight from the packed bytes, a chunk of each file at a time (an AND and a
-popcount per chunk), so memory stays a few MiB whatever the tickets' size.
+Every ticket is validated exactly as `inspect` validates it (ticketfile's MaskFile runs scan's checks) and kept open
+while it is compared; each pair's overlap is then counted straight from the packed bytes, a chunk of each file at a
+time (an AND and a popcount per chunk), so memory stays a few MiB whatever the tickets' size. Up to ALL_PAIRS
+tickets, every pair is compared; beyond, each ticket against the first (the reference), with at most two files
+open at a time, so the work and the files held open grow with the count, not its square.
 
 Overlap only means something between masks over the same parameters: tickets whose masks differ in names or shapes
 (another model) are refused with one line, never compared layer by layer."""
@@ -28,6 +30,7 @@ __all__ = ["CompareResult", "ComparedTicket", "Difference", "LayerOverlap", "Ove
 
 T = TypeVar("T")
 SPLIT_KEYS = ("accuracy", "loss", "correct", "n")  # what a stored split may hold in the document (the split shape)
+ALL_PAIRS = 8  # up to this many tickets every pair is compared (28 pairs); beyond, each against the first
 
 
 @dataclass(frozen=True)
@@ -125,12 +128,14 @@ class PairComparison:
 
 @dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was
 class CompareResult(Result):
-    """What `ticket compare` reports: each ticket, and every pair of them (a < b, in the order given)."""
+    """What `ticket compare` reports: each ticket, and every pair of them (a < b, in the order given); with
+    `reference` (more than ALL_PAIRS tickets), each ticket against that one only."""
 
     COMMAND: ClassVar[str] = "compare"
 
     tickets: tuple[ComparedTicket, ...]
     pairs: tuple[PairComparison, ...]
+    reference: int | None = None
 
     def pair(self, i: int, j: int) -> PairComparison | None:
         """The comparison of tickets i and j (either order); None for i == j."""
@@ -145,7 +150,12 @@ class CompareResult(Result):
         return self._matrix(True, lambda p: p.same_init)
 
     def _matrix(self, diagonal: T, cell: Callable[[PairComparison], T]) -> list[list[T]]:
-        """n x n: `cell` of each pair, on both sides of the diagonal."""
+        """n x n: `cell` of each pair, on both sides of the diagonal; with a reference, its row alone."""
+        if self.reference is not None:
+            row = [diagonal] * len(self.tickets)
+            for p in self.pairs:
+                row[p.b if p.a == self.reference else p.a] = cell(p)
+            return [row]
         cells = [[diagonal] * len(self.tickets) for _ in self.tickets]
         for p in self.pairs:
             cells[p.a][p.b] = cells[p.b][p.a] = cell(p)
@@ -156,15 +166,26 @@ class CompareResult(Result):
             "tickets": [t.to_dict() for t in self.tickets],
             "pairs": [p.to_dict() for p in self.pairs],
             "matrix": {"jaccard": self.jaccard_matrix(), "same_init": self.same_init_matrix()},
-        }
+        } | ({} if self.reference is None else {"reference": self.reference})
+
+    def bound_line(self) -> str | None:
+        """The one line that says the pairs were bounded (each ticket against the reference), or None."""
+        if self.reference is None:
+            return None
+        return (
+            f"{len(self.tickets)} tickets: each compared with the first ({self.tickets[self.reference].ticket}), "
+            f"not every pair (every pair up to {ALL_PAIRS} tickets)"
+        )
 
 
 def compare_tickets(paths: Sequence[str | Path]) -> CompareResult:
-    """Compare two or more ticket files, every pair of them: init, data, mask overlap per layer, accuracy and
-    sparsity. Each file is validated as `inspect` validates it; a bad file is one TicketFileError line, tickets
-    whose masks cover different parameters one UsageError line."""
+    """Compare two or more ticket files, every pair of them (beyond ALL_PAIRS tickets, each against the first):
+    init, data, mask overlap per layer, accuracy and sparsity. Each file is validated as `inspect` validates it; a
+    bad file is one TicketFileError line, tickets whose masks cover different parameters one UsageError line."""
     if len(paths) < 2:
         raise UsageError("compare needs at least two tickets", hint="ticket compare A.safetensors B.safetensors")
+    if len(paths) > ALL_PAIRS:
+        return _against_first(paths)
     with ExitStack() as stack:
         files = [stack.enter_context(ticket_io.MaskFile(p)) for p in paths]
         for f in files[1:]:
@@ -176,6 +197,18 @@ def compare_tickets(paths: Sequence[str | Path]) -> CompareResult:
             for j in range(i + 1, len(files))
         )
     return CompareResult(tickets=tickets, pairs=pairs)
+
+
+def _against_first(paths: Sequence[str | Path]) -> CompareResult:
+    """Each ticket against the first, one file open beside the first at a time."""
+    with ticket_io.MaskFile(paths[0]) as first:
+        tickets, pairs = [_compared(first)], []
+        for j, path in enumerate(paths[1:], 1):
+            with ticket_io.MaskFile(path) as f:
+                _same_layout(first, f)
+                tickets.append(_compared(f))
+                pairs.append(_pair(0, j, first, f, tickets[0], tickets[j]))
+    return CompareResult(tickets=tuple(tickets), pairs=tuple(pairs), reference=0)
 
 
 def _same_layout(a: ticket_io.MaskFile, b: ticket_io.MaskFile) -> None:

@@ -6,6 +6,7 @@ at a time, and only its row is kept, so a folder of thousands of tickets never h
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 from collections.abc import Iterator, Sequence
@@ -36,29 +37,111 @@ def single_file(paths: Sequence[Path]) -> bool:
     return not p.is_dir() and (p.exists() or not is_pattern(str(p)))
 
 
-def _folder(folder: Path) -> Iterator[Path]:
-    """The *.safetensors entries directly in `folder`, by name (its other files, e.g. a sweep's JSON records, and its
-    subfolders are skipped)."""
+MAX_ENTRIES = 1_000_000  # folder entries one command may look through, all its folders and patterns together
+
+
+class _Lister:
+    """Lists folders for one expansion: MAX_ENTRIES entries in all, sorted by name; `**` lists each real folder
+    (device, inode) once per place in its pattern."""
+
+    def __init__(self) -> None:
+        self.left = MAX_ENTRIES
+        self.seen: set[tuple[int, int, int]] = set()
+
+    def __call__(self, folder: str, named: str) -> list[os.DirEntry[str]]:
+        found = []
+        with os.scandir(folder or ".") as it:
+            for e in it:
+                self.left -= 1
+                if self.left < 0:
+                    raise UsageError(
+                        f"{named}: more than {MAX_ENTRIES} folder entries to look through",
+                        hint="name a smaller folder or a narrower pattern",
+                    )
+                found.append(e)
+        return sorted(found, key=lambda e: e.name)
+
+    def once(self, folder: str, place: int) -> bool:
+        """Whether `folder` is met for the first time at this place of a pattern."""
+        st = os.stat(folder or ".")
+        key = (st.st_dev, st.st_ino, place)
+        fresh = key not in self.seen
+        self.seen.add(key)
+        return fresh
+
+
+def _is_dir(path: str | Path) -> bool:
+    """A folder, through symlinks; an entry that cannot be asked (a symlink loop, a path too long) is not one."""
     try:
-        with os.scandir(folder) as entries:
-            # a FIFO or device of that name is listed (and refused unread by the reader), a folder is not
-            names = [e.name for e in entries if e.name.endswith(SUFFIX) and not e.is_dir()]
+        return os.path.isdir(path)
+    except (OSError, ValueError):
+        return False
+
+
+def _folder(folder: Path, listing: _Lister) -> Iterator[Path]:
+    """The *.safetensors entries directly in `folder`, by name (its other files, e.g. a sweep's JSON records, and its
+    subfolders are skipped). An entry that cannot be asked (a symlink loop, a dangling link, a FIFO) is listed: the
+    reader refuses it as that ticket's row, never the whole folder."""
+    try:
+        names = [e.name for e in listing(str(folder), str(folder)) if e.name.endswith(SUFFIX)]
     except OSError as e:
         raise UsageError(f"cannot read the folder {folder} ({e.strerror or e})") from None
-    return (folder / n for n in sorted(names))
+    return (folder / n for n in names if not _is_dir(folder / n))
+
+
+def _glob(pattern: str, listing: _Lister) -> Iterator[str]:
+    """What glob.glob(pattern, recursive=True) matches, except that `**` never descends into a symlinked folder,
+    nor twice into one real folder: no pattern loops, whatever links the folders hold."""
+    parts = pattern.split(os.sep)
+    if parts[0] == "":  # an absolute pattern
+        return _match(os.sep, parts[1:], listing, pattern)
+    return _match("", parts, listing, pattern)
+
+
+def _match(folder: str, parts: list[str], listing: _Lister, pattern: str) -> Iterator[str]:
+    if not parts:
+        yield folder
+        return
+    head, rest = parts[0], parts[1:]
+    try:
+        if head == "**":
+            if not listing.once(folder, len(parts)):
+                return
+            yield from _match(folder, rest, listing, pattern)
+            for e in listing(folder, pattern):
+                if e.name.startswith("."):
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    yield from _match(os.path.join(folder, e.name), parts, listing, pattern)
+                elif not rest:  # a last `**` matches every file below too
+                    yield os.path.join(folder, e.name)
+        elif glob.has_magic(head):
+            for e in listing(folder, pattern):
+                if (head.startswith(".") or not e.name.startswith(".")) and fnmatch.fnmatchcase(e.name, head):
+                    path = os.path.join(folder, e.name)
+                    if not rest or _is_dir(path):
+                        yield from _match(path, rest, listing, pattern)
+        else:
+            path = os.path.join(folder, head)
+            if _is_dir(path) if rest else os.path.lexists(path):
+                yield from _match(path, rest, listing, pattern)
+    except OSError:  # a folder that cannot be listed matches nothing, as in glob
+        return
 
 
 def ticket_paths(paths: Sequence[Path]) -> list[Path]:
     """The ticket files that `paths` name, in order, each once: a folder gives the *.safetensors files directly in
-    it (by name), a glob pattern (quoted, so the shell left it) its matching *.safetensors files, and any other path
-    itself (a missing or foreign file becomes a failed row, not a stop). Nothing at all is one UsageError."""
+    it (by name), a glob pattern (quoted, so the shell left it) its matching *.safetensors files (`**` never through
+    a symlinked folder), and any other path itself (a missing or foreign file becomes a failed row, not a stop).
+    Nothing at all, or more than MAX_ENTRIES folder entries to look through, is one UsageError."""
     found: list[Path] = []
+    listing = _Lister()
     for p in paths:
         if p.is_dir():
-            found.extend(_folder(p))
+            found.extend(_folder(p, listing))
         elif not p.exists() and is_pattern(str(p)):
-            matches = (Path(m) for m in sorted(glob.glob(str(p), recursive=True)) if m.endswith(SUFFIX))
-            found.extend(m for m in matches if not m.is_dir())
+            matches = (Path(m) for m in sorted(_glob(str(p), listing)) if m.endswith(SUFFIX))
+            found.extend(m for m in matches if not _is_dir(m))
         else:
             found.append(p)
     unique = list(dict.fromkeys(found))
