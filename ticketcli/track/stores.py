@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import UsageError
 from ticketcli.settings.track import Destination
 from ticketcli.specs.ranges import show
@@ -110,7 +111,7 @@ def _sqlite_store(d: Destination, db: Path) -> None:
         raise refuse(d, f"cannot be read as an MLflow store: {e}") from None
 
 
-def _meta(d: Destination, path: Path) -> dict[str, Any]:
+def _meta(d: Destination, path: Path) -> JsonObject:
     """A store's meta.yaml (an experiment's or a run's); absent: {}."""
     import yaml  # MLflow's own dependency: present wherever --log-to mlflow: is accepted
 
