@@ -248,6 +248,29 @@ def added_method_keys(before: dict, now: dict) -> str:
     return f" (the method record gained {', '.join(added)})"
 
 
+def added_fields(before: dict, now: dict) -> str:
+    """A --json document or a ticket's metadata may gain fields (a new measurement, a recorded choice) without any
+    value recorded before moving: each field only `now` has is copied into `before`, and the note names them; a
+    changed or dropped field is left for the comparison to show."""
+    added: list[str] = []
+
+    def walk(old, new, where: str) -> None:
+        if isinstance(old, dict) and isinstance(new, dict):
+            for k in new:
+                if k not in old:
+                    old[k] = new[k]
+                    added.append(f"{where}.{k}")
+                else:
+                    walk(old[k], new[k], f"{where}.{k}")
+        elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            for i, (a, b) in enumerate(zip(old, new)):
+                walk(a, b, f"{where}[{i}]")
+
+    for part in ("json", "ticket"):
+        walk(before.get(part), now.get(part), part)
+    return f" (new fields: {', '.join(sorted(set(added))[:6])}{' ...' if len(set(added)) > 6 else ''})" if added else ""
+
+
 def ticket_method(path: Path) -> dict | None:
     """The method record a ticket file stores (None when there is no such file)."""
     from safetensors import safe_open
@@ -342,6 +365,7 @@ def main() -> None:
         note = upgrade(name, before[name], now.get(name, {}), cases(folder)[name][0])
         note += added_method_keys(before[name], now.get(name, {}))
         note += method_objects(name, before[name], now.get(name, {}), before, folder)
+        note += added_fields(before[name], now.get(name, {}))
         rel = DRIFT_REL_TOL if cases(folder)[name][0] == "drift" else 0.0
         same = {part: equal(before[name].get(part), now.get(name, {}).get(part), rel) for part in ("json", "ticket")}
         ok = all(same.values())
