@@ -22,6 +22,7 @@ def export(
     ticket: TicketFile,
     format: str,  # one of the setting's choices: Typer refuses any other
     out: Path,
+    with_preprocessing: bool = False,
     force: bool = False,
     json_out: bool = False,
     quiet: bool = False,
@@ -47,6 +48,7 @@ def export(
                 reader=reader,
                 overwrite=force,
                 chunks=report_progress.phases_of(shown),
+                with_preprocessing=with_preprocessing,
             )
         result = replace(result, threads=used)
         warn_unverified(result)

@@ -19,7 +19,7 @@ import torch
 
 from ticketcli.data import cifar
 from ticketcli.data.digits import digits_arrays
-from ticketcli.data.registry import DATASETS, Pools
+from ticketcli.data.registry import DATASETS, Normalization, Pools
 from ticketcli.errors import UsageError
 from ticketcli.seeding import generator
 from ticketcli.specs.run import DataSpec
@@ -131,7 +131,7 @@ def _idx_path(d: Path, stem: str) -> Path | None:
     return None
 
 
-def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
+def _idx_pools(d: Path, norm: Normalization, classes: int = 10) -> Pools:
     paths: dict[str, Path] = {}
     for key, stem in IDX_FILES.items():
         path = _idx_path(d, stem)
@@ -149,7 +149,7 @@ def _idx_pools(d: Path, mean: float, std: float, classes: int = 10) -> Pools:
             raise UsageError(f"{paths[f'y_{split}']}: labels must lie in 0..{classes - 1}, found {int(y.max())}")
 
     def prepare(x: torch.Tensor) -> torch.Tensor:  # uint8 (N, H, W) -> normalised float32 (N, 1, H, W)
-        return ((x.to(torch.float32) / 255.0 - mean) / std).unsqueeze(1)
+        return ((x.to(torch.float32) / norm.scale - norm.mean[0]) / norm.std[0]).unsqueeze(1)
 
     return Pools(
         torch.from_numpy(arrays["x_train"]),
@@ -184,11 +184,18 @@ def _find_or_download(
     return d
 
 
+def normalization(name: str) -> Normalization:
+    """The registered dataset's normalisation (registry.py declares it, so that exports read it without torch)."""
+    norm = DATASETS.get(name).normalization
+    assert norm is not None, name  # every image dataset declares one
+    return norm
+
+
 def _idx_dataset(
-    title: str, subdirs: tuple[str, ...], tv_class: str, mean: float, std: float, hint: str
+    title: str, subdirs: tuple[str, ...], tv_class: str, name: str, hint: str
 ) -> Callable[[DataSpec], Pools]:
     """A loader for an MNIST-format dataset (four IDX files, plain or gzip'd; torchvision keeps them in
-    <root>/<tv_class>/raw)."""
+    <root>/<tv_class>/raw), normalised as the registry declares dataset `name`."""
 
     def download(root: str) -> Path:
         import torchvision.datasets
@@ -200,7 +207,7 @@ def _idx_dataset(
 
     def load(spec: DataSpec) -> Pools:
         d = _find_or_download(spec, title, subdirs, find_idx_dir, download, hint)
-        return _idx_pools(d, mean=mean, std=std)
+        return _idx_pools(d, normalization(name))
 
     return load
 
@@ -209,24 +216,22 @@ load_fashion_mnist = _idx_dataset(
     "FashionMNIST",
     ("", "fashion-mnist", "FashionMNIST/raw", "fashion_mnist"),
     "FashionMNIST",
-    0.2860,
-    0.3530,
+    "fashion-mnist",
     hint="install it with `apt-get install dataset-fashion-mnist` or pass --data-dir DIR holding the four IDX files",
 )
-load_mnist = _idx_dataset(  # the usual MNIST normalisation
+load_mnist = _idx_dataset(
     "MNIST",
     ("", "mnist", "MNIST/raw"),
     "MNIST",
-    0.1307,
-    0.3081,
+    "mnist",
     hint="pass --data-dir DIR holding the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...)",
 )
 
 
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta")
-CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)  # the standard per-channel statistics of the CIFAR-10 training set
-CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+CIFAR10_MEAN = normalization("cifar10").mean  # the standard per-channel statistics of the CIFAR-10 training set
+CIFAR10_STD = normalization("cifar10").std
 
 
 def find_cifar10_dir(search_dirs: tuple[str, ...], subdirs: tuple[str, ...]) -> Path | None:
@@ -260,11 +265,12 @@ def load_cifar10(spec: DataSpec) -> Pools:
         if len(x) != per_batch:
             raise UsageError(f"{d / f} holds {len(x)} images; batches.meta says every training batch holds {per_batch}")
     x_test, y_test = cifar.read_batch(d / "test_batch")
-    mean = torch.tensor(CIFAR10_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(CIFAR10_STD).view(1, 3, 1, 1)
+    norm = normalization("cifar10")
+    mean = torch.tensor(norm.mean).view(1, 3, 1, 1)
+    std = torch.tensor(norm.std).view(1, 3, 1, 1)
 
     def prepare(x: torch.Tensor) -> torch.Tensor:  # uint8 (N, 3, 32, 32) -> per-channel normalised float32
-        return (x.to(torch.float32) / 255.0 - mean) / std
+        return (x.to(torch.float32) / norm.scale - mean) / std
 
     return Pools(
         torch.from_numpy(np.concatenate([x for x, _ in train])),
@@ -281,12 +287,16 @@ DIGITS_TEST = 397  # scikit-learn's digits has no test split: a fixed one is hel
 
 def load_digits(spec: DataSpec) -> Pools:
     data, target = digits_arrays()
-    x = torch.from_numpy(data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
-    x = (x - 0.3053) / 0.3760  # mean / std of digits / 16
+    norm = normalization("digits")
+    x = torch.from_numpy(data.astype(np.float32) / norm.scale).reshape(-1, 1, 8, 8)  # raw: the counts / 16
     y = torch.from_numpy(target)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(20260101))
     test, train = perm[:DIGITS_TEST], perm[DIGITS_TEST:]
-    return Pools(x[train], y[train], x[test], y[test], source="sklearn.datasets.load_digits")
+
+    def prepare(raw: torch.Tensor) -> torch.Tensor:  # counts / 16 in [0, 1] -> normalised
+        return (raw - norm.mean[0]) / norm.std[0]
+
+    return Pools(x[train], y[train], x[test], y[test], source="sklearn.datasets.load_digits", prepare=prepare)
 
 
 def load_splits(spec: DataSpec) -> Splits:

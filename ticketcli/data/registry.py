@@ -1,6 +1,6 @@
 """DATASETS, the registered datasets by name, torch-free: each declared once below (its description, shape, classes,
-default split sizes) with the loader datasets.py holds, imported only when the dataset is loaded. `--help`,
-`ticket list datasets` and the resolution of --dataset read it without torch."""
+default split sizes, normalisation) with the loader datasets.py holds, imported only when the dataset is loaded.
+`--help`, `ticket list datasets`, the resolution of --dataset and the exports' metadata read it without torch."""
 
 from __future__ import annotations
 
@@ -29,6 +29,25 @@ class Pools:
 
 
 @dataclass(frozen=True)
+class Normalization:
+    """How a dataset's loader turns its raw values into the network's inputs, declared once here so that exports
+    and the manual read it without torch: `raw` is the stored value divided by `scale` (pixels / 255, in [0, 1]),
+    and the network takes (raw - mean) / std, per channel (one value for one channel)."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    scale: float  # the stored values' divisor: raw = stored / scale, in [0, 1]
+    raw: str  # the raw input in words, for the export metadata and the manual
+
+    def to_dict(self) -> dict[str, list[float] | float | str]:
+        """{"mean": [...], "std": [...], "scale": s, "raw": "..."}: one float per channel."""
+        return {"mean": list(self.mean), "std": list(self.std), "scale": self.scale, "raw": self.raw}
+
+
+PIXELS = "pixel values / 255, in [0, 1]"
+
+
+@dataclass(frozen=True)
 class DatasetInfo:
     name: str
     shape: tuple[int, int, int]  # (C, H, W)
@@ -37,6 +56,8 @@ class DatasetInfo:
     n_val: int
     load: Callable[[DataSpec], Pools]
     description: str = ""  # its one line in `ticket list datasets`
+    # what the loader does to the stored values (None: a dataset whose inputs are not scaled, e.g. character ids)
+    normalization: Normalization | None = None
 
     @property
     def in_features(self) -> int:
@@ -59,6 +80,7 @@ DATASETS.register("fashion-mnist")(
         5000,
         loader("load_fashion_mnist"),
         "FashionMNIST: 28x28 clothing images, 10 classes (the paper's dataset).",
+        Normalization((0.2860,), (0.3530,), 255.0, PIXELS),
     )
 )
 DATASETS.register("digits")(
@@ -70,6 +92,8 @@ DATASETS.register("digits")(
         400,
         loader("load_digits"),
         "The 8x8 digits bundled with scikit-learn, 10 classes: needs no files.",
+        # mean / std of the counts / 16 over all 1797 images
+        Normalization((0.3053,), (0.3760,), 16.0, "scikit-learn's 0..16 pixel counts / 16, in [0, 1]"),
     )
 )
 DATASETS.register("mnist")(
@@ -81,6 +105,7 @@ DATASETS.register("mnist")(
         5000,
         loader("load_mnist"),
         "MNIST: 28x28 handwritten digits, 10 classes (files or --download).",
+        Normalization((0.1307,), (0.3081,), 255.0, PIXELS),  # the usual MNIST statistics
     )
 )
 DATASETS.register("cifar10")(
@@ -92,5 +117,7 @@ DATASETS.register("cifar10")(
         5000,
         loader("load_cifar10"),
         "CIFAR-10: 32x32 colour images, 10 classes (files or --download).",
+        # the standard per-channel (R, G, B) statistics of the CIFAR-10 training set
+        Normalization((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 255.0, PIXELS + ", channels R, G, B"),
     )
 )

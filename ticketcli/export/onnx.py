@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
 from ticketcli.contract.schema import JsonObject
-from ticketcli.data.registry import DATASETS
+from ticketcli.data.registry import DATASETS, Normalization
 from ticketcli.errors import UsageError
 from ticketcli.models.gpt import gpt_numbers
 from ticketcli.models.masked import MaskedNet
@@ -71,6 +72,37 @@ def onnx_example(net: MaskedNet, dataset: str, batch: int, seed: int) -> torch.T
     return torch.randn(batch, *shape, generator=g)
 
 
+def raw_example(dataset: str, batch: int, seed: int) -> torch.Tensor:
+    """`batch` raw inputs of a registered dataset's shape, uniform in [0, 1] (what --with-preprocessing's graph
+    takes)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(batch, *DATASETS.get(dataset).shape, generator=g)
+
+
+def normalized(x: torch.Tensor, norm: Normalization) -> torch.Tensor:
+    """Raw (N, C, H, W) inputs as the dataset's loader normalises them: (raw - mean) / std per channel."""
+    channels = len(norm.mean)
+    mean = torch.tensor(norm.mean, dtype=x.dtype).view(1, channels, 1, 1)
+    std = torch.tensor(norm.std, dtype=x.dtype).view(1, channels, 1, 1)
+    return (x - mean) / std
+
+
+class Preprocessed(nn.Module):
+    """The network behind the dataset's normalisation, (raw - mean) / std per channel: the graph
+    --with-preprocessing exports."""
+
+    def __init__(self, module: nn.Module, norm: Normalization):
+        super().__init__()
+        self.network = module
+        shape = (1, len(norm.mean), 1, 1)
+        self.register_buffer("mean", torch.tensor(norm.mean, dtype=torch.float32).view(shape))
+        self.register_buffer("std", torch.tensor(norm.std, dtype=torch.float32).view(shape))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.network((x - self.mean) / self.std)
+        return out
+
+
 @dataclass(frozen=True)
 class OnnxInfo:
     """An onnx export's graph signature (dimension names for the dynamic ones) and its onnxruntime check."""
@@ -120,17 +152,23 @@ def root_cause(e: BaseException) -> str:
 
 
 def onnx_bytes(
-    net: MaskedNet, state: dict[str, torch.Tensor], example: torch.Tensor, metadata: dict[str, str]
+    net: MaskedNet,
+    state: dict[str, torch.Tensor],
+    example: torch.Tensor,
+    metadata: dict[str, str],
+    norm: Normalization | None = None,
 ) -> tuple[bytes, int]:
     """The masked network (W * M in eval mode: BatchNorm on its running statistics, as evaluate runs it) as a
     serialized ONNX model, input and output named, the batch dimension dynamic (and gpt-nano's sequence length, up
     to its context); returns it with its initializer count. `state` is the
-    masked state dict (W * M) loaded into a copy of the module. A network torch.onnx.export cannot trace is refused
-    in one line."""
+    masked state dict (W * M) loaded into a copy of the module; with `norm`, the graph takes raw inputs and
+    normalises them first (Preprocessed). A network torch.onnx.export cannot trace is refused in one line."""
     import onnx
 
-    module = copy.deepcopy(net.module).cpu().eval()
+    module: nn.Module = copy.deepcopy(net.module).cpu().eval()
     module.load_state_dict(state)
+    if norm is not None:
+        module = Preprocessed(module, norm).eval()
     assert net.spec is not None  # runs_build.rebuild records the ticket's parsed model spec
     dims: dict[int, Any] = {0: torch.export.Dim("batch")}
     if text_model(net.spec.arch):
@@ -165,9 +203,17 @@ def onnx_bytes(
     return proto.SerializeToString(), len(proto.graph.initializer)
 
 
-def check_onnx(data: bytes, net: MaskedNet, masks: dict[str, torch.Tensor], x: torch.Tensor, threads: int) -> OnnxInfo:
-    """Run the serialized model with onnxruntime on `x` against the ticket's own network (MaskedNet.forward); a
-    model whose logits differ beyond ONNX_TOLERANCE (relative to their scale) is refused before it is written."""
+def check_onnx(
+    data: bytes,
+    net: MaskedNet,
+    masks: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    threads: int,
+    norm: Normalization | None = None,
+) -> OnnxInfo:
+    """Run the serialized model with onnxruntime on `x` against the ticket's own network (MaskedNet.forward; with
+    `norm`, `x` is raw and the network gets it normalised); a model whose logits differ beyond ONNX_TOLERANCE
+    (relative to their scale) is refused before it is written."""
     import numpy as np
     import onnx
     import onnxruntime as ort
@@ -178,7 +224,7 @@ def check_onnx(data: bytes, net: MaskedNet, masks: dict[str, torch.Tensor], x: t
     options.log_severity_level = 3  # errors only: its warnings about the graph are not the user's
     session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     with torch.no_grad():
-        expected = net.forward(x, masks).numpy()
+        expected = net.forward(x if norm is None else normalized(x, norm), masks).numpy()
     got = session.run([ONNX_OUTPUT], {ONNX_INPUT: x.numpy()})[0]
     diff = float(np.abs(got - expected).max()) if got.shape == expected.shape else float("inf")
     assert net.spec is not None

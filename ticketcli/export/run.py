@@ -14,15 +14,20 @@ onnx    the masked network (W * M, BatchNorm statistics as evaluate recalibrates
 
 safetensors files (`.safetensors`) or torch.save state dicts (anything else, e.g. `.pt`); `prune` is a `.pt` layout
 by nature but is written as safetensors too when asked. An ONNX model is always a `.onnx` file.
+
+Every format's metadata (safetensors' header metadata, a torch.save state dict's `metadata` attribute, ONNX's
+metadata_props) holds the same strings: the format, the model spec, the fingerprints, and what the network expects
+of its input (inputs.input_metadata: the data's name, shape, dtype, classes and normalisation).
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import io
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, cast
 
@@ -33,6 +38,7 @@ from torch import nn
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import JsonObject, entries, present
 from ticketcli.errors import UsageError
+from ticketcli.export import inputs as export_inputs
 from ticketcli.export import onnx as export_onnx
 from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.models.batchnorm import ChunkProgress
@@ -118,11 +124,20 @@ def recalibrate(
 
 
 def encode(state: dict[str, torch.Tensor], out: Path, metadata: dict[str, str] | None = None) -> bytes:
+    """safetensors for a `.safetensors` name (the metadata in its header), else a torch.save state dict: an
+    OrderedDict whose `metadata` attribute holds the metadata (torch.load(..., weights_only=True) restores it;
+    load_state_dict ignores it)."""
     if out.suffix == ".safetensors":
         return st_save(state, metadata=metadata)
+    ordered = collections.OrderedDict(state)
+    if metadata is not None:
+        setattr(ordered, METADATA_ATTRIBUTE, dict(metadata))
     buf = io.BytesIO()
-    torch.save(state, buf)
+    torch.save(ordered, buf)
     return buf.getvalue()
+
+
+METADATA_ATTRIBUTE = "metadata"  # a .pt export's metadata: torch.load(path, weights_only=True).metadata
 
 
 @dataclass(frozen=True)
@@ -163,6 +178,7 @@ class ExportResult(Result):
     csr_payload_bytes: int | None = None  # csr only: the layers' csr_bytes together
     threads: int | None = None  # torch's CPU threads, as the command ran
     onnx: export_onnx.OnnxInfo | None = None  # onnx only: the graph's signature and its onnxruntime check
+    inputs: export_inputs.Inputs | None = None  # what the network expects, as its metadata records it
 
     @property
     def density(self) -> float:
@@ -172,7 +188,8 @@ class ExportResult(Result):
         names = ("ticket", "format", "out", "file_bytes", "dense_float32_bytes", "ratio", "ticket_bytes", "tensors")
         doc = entries(self, *names, "integrity")
         onnx = None if self.onnx is None else self.onnx.to_dict()
-        doc |= present(csr_payload_bytes=self.csr_payload_bytes, threads=self.threads, onnx=onnx)
+        inputs = None if self.inputs is None else self.inputs.to_dict()
+        doc |= present(csr_payload_bytes=self.csr_payload_bytes, threads=self.threads, onnx=onnx, inputs=inputs)
         doc["sparsity"] = {"achieved": 1.0 - self.kept / self.total, "kept": self.kept, "total": self.total}
         doc["layers"] = [layer.to_dict() for layer in self.layers]
         return doc
@@ -186,15 +203,22 @@ def export_ticket(
     reader: ReaderSpec = ReaderSpec(),
     overwrite: bool = False,
     chunks: ChunkProgress | None = None,
+    with_preprocessing: bool = False,
 ) -> ExportResult:
     """Rebuild the ticket's network (fingerprint-checked, as `reader` says; it is written on the CPU, whatever its
     device) and write it in `fmt`; returns its size report.
 
     A network with recalibrated BatchNorm (batchnorm.py) gets the running statistics `evaluate` uses, computed
     on the ticket's extraction split (found through the reader's data search path), so plain PyTorch in eval mode
-    reproduces the ticket; `chunks` is told the recalibration's chunks as they finish."""
+    reproduces the ticket; `chunks` is told the recalibration's chunks as they finish. `with_preprocessing` (onnx
+    only) folds the dataset's normalisation into the graph, which then takes raw values in [0, 1]."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
+    if with_preprocessing and fmt != "onnx":
+        raise UsageError(
+            f"--with-preprocessing applies to --format onnx only, not {fmt}: the other formats hold weights, not a "
+            "graph, and record the normalisation in their metadata"
+        )
     path, out = Path(path), Path(out)
     if (fmt == "onnx") != (out.suffix == ".onnx"):
         raise UsageError(
@@ -211,16 +235,29 @@ def export_ticket(
     masks = {n: tk.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
         recalibrate(net, masks, tk, path, reader.data, chunks)
+    inputs = export_inputs.inputs_of(tk, net, in_graph=with_preprocessing)
+    norm = inputs.normalization if with_preprocessing else None
+    if with_preprocessing and norm is None:
+        raise UsageError(
+            "--with-preprocessing needs the dataset's normalisation, which this ticket does not record: "
+            + inputs.not_recorded.get("input_mean", "its inputs are character ids"),
+            hint="export without it and normalise the inputs as the ticket's data were",
+        )
     meta = {"format": f"ticket-export-{fmt}", "model": tk.model.spec, "ticket_weights_sha256": tk.weights_sha256}
+    meta |= inputs.metadata()  # every format: what the network expects of its input
     layers: tuple[CsrLayer, ...] = ()
     onnx = None
     if fmt == "onnx":
         dataset = tk.data.dataset
         meta["masks_sha256"] = tk.masks_sha256 or ""
-        example = export_onnx.onnx_example(net, dataset, 2, 0)
-        blob, tensors = export_onnx.onnx_bytes(net, masked_state(net, masks), example, meta)
-        check = export_onnx.onnx_example(net, dataset, export_onnx.ONNX_CHECK_BATCH, 1)
-        onnx = export_onnx.check_onnx(blob, net, masks, check, torch.get_num_threads())
+        if norm is None:
+            example = export_onnx.onnx_example(net, dataset, 2, 0)
+            check = export_onnx.onnx_example(net, dataset, export_onnx.ONNX_CHECK_BATCH, 1)
+        else:  # raw values in [0, 1]: the graph normalises them
+            example = export_onnx.raw_example(dataset, 2, 0)
+            check = export_onnx.raw_example(dataset, export_onnx.ONNX_CHECK_BATCH, 1)
+        blob, tensors = export_onnx.onnx_bytes(net, masked_state(net, masks), example, meta, norm)
+        onnx = export_onnx.check_onnx(blob, net, masks, check, torch.get_num_threads(), norm)
     else:
         if fmt == "masked":
             state = masked_state(net, masks)
@@ -233,7 +270,7 @@ def export_ticket(
             state = {n: m.to(torch.bool).contiguous() for n, m in masks.items()}
         blob, tensors = encode(state, out, meta), len(state)
     size = write_atomic(out, blob, overwrite=overwrite, checked_at_start=True)
-    return summary(net, masks, tk, path, fmt, out, size, tensors, layers, onnx)
+    return replace(summary(net, masks, tk, path, fmt, out, size, tensors, layers, onnx), inputs=inputs)
 
 
 def summary(

@@ -133,6 +133,13 @@ EXPORT_FLAGS = Table(
         Path,
         required=True,
     ),
+    flag(
+        "with_preprocessing",
+        "--format onnx only: fold the dataset's normalisation into the graph, so that it takes raw values in [0, 1] "
+        "(pixels / 255; digits: counts / 16) instead of normalised ones.",
+        OUT,
+        bool,
+    ),
     FORCE,
     *OUTPUTS,
 )

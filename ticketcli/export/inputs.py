@@ -1,0 +1,120 @@
+"""What an exported network expects of its input, recorded in every export's metadata (`input_metadata`, the one
+function every format calls): the data's name, one example's shape and dtype, the number of classes, and the
+dataset's normalisation with the raw input it starts from (data/registry.py declares it per dataset). What the
+ticket does not tell (a caller's own tensors, a factory model without `@CxHxW-K`) is named in `not_recorded` with
+the reason, never guessed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ticketcli.contract.schema import JsonObject
+from ticketcli.data.memory import IN_MEMORY
+from ticketcli.data.registry import DATASETS, Normalization
+from ticketcli.models.gpt_family import gpt_numbers
+from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import text_model
+from ticketcli.ticketfile.ticket import Ticket
+
+# where the normalisation is applied: by the caller before the network, in the exported graph, or nowhere (ids)
+BY_CALLER = "by the caller: (raw - input_mean) / input_std per channel"
+IN_GRAPH = "in the graph: feed raw values"
+NONE = "none: the inputs are character ids"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a ticket's network takes, as far as the ticket tells; None where it does not (`not_recorded` says
+    why)."""
+
+    dataset: str
+    shape: tuple[int, ...] | None  # one example's, without the batch dimension
+    dtype: str | None  # "float32", or "int64" for character ids
+    classes: int | None
+    normalization: Normalization | None
+    preprocessing: str | None  # BY_CALLER, IN_GRAPH or NONE; None where the normalisation is not known
+    not_recorded: dict[str, str] = field(default_factory=dict)  # metadata key -> why it is not recorded
+
+    def metadata(self) -> dict[str, str]:
+        """The export file's metadata entries (strings, JSON where the value is a list or an object): `dataset`,
+        `input_shape`, `input_dtype`, `classes`, `input_mean`, `input_std`, `input_raw`, `preprocessing`, and
+        `not_recorded` ({key: reason}) for those the ticket does not tell."""
+        n = self.normalization
+        values: dict[str, object] = {
+            "dataset": self.dataset,
+            "input_shape": None if self.shape is None else list(self.shape),
+            "input_dtype": self.dtype,
+            "classes": self.classes,
+            "input_mean": None if n is None else list(n.mean),
+            "input_std": None if n is None else list(n.std),
+            "input_raw": None if n is None else n.raw,
+            "preprocessing": self.preprocessing,
+        }
+        meta = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items() if v is not None}
+        if self.not_recorded:
+            meta["not_recorded"] = json.dumps(self.not_recorded)
+        return meta
+
+    def to_dict(self) -> JsonObject:
+        """The `inputs` object of `ticket export --json`."""
+        return {
+            "dataset": self.dataset,
+            "shape": None if self.shape is None else list(self.shape),
+            "dtype": self.dtype,
+            "classes": self.classes,
+            "normalization": None if self.normalization is None else dict(self.normalization.to_dict()),
+            "preprocessing": self.preprocessing,
+            "not_recorded": dict(self.not_recorded),
+        }
+
+
+def inputs_of(tk: Ticket, net: MaskedNet, *, in_graph: bool = False) -> Inputs:
+    """What `tk`'s network (rebuilt as `net`) takes; `in_graph`: the export folds the normalisation into its graph,
+    so it takes raw values."""
+    spec = net.spec
+    assert spec is not None  # runs_build.rebuild records the ticket's parsed model spec
+    name = tk.data.dataset
+    missing: dict[str, str] = {}
+    if text_model(spec.arch):
+        n = gpt_numbers(spec)
+        return Inputs(name, (n["c"],), "int64", n.get("v"), None, NONE)
+    info = DATASETS.get(name) if name in DATASETS else None
+    shape: tuple[int, ...] | None
+    if info is not None:
+        shape = info.shape
+    elif spec.input is not None:
+        shape = spec.input
+    elif spec.arch == "mlp":
+        shape = (spec.widths[0],)  # flat examples (an MLP flattens whatever it is given)
+    else:
+        shape = None
+        missing["input_shape"] = f"the factory's model spec gives no @CxHxW and {where(name)}"
+    classes = info.classes if info is not None else spec.classes
+    if classes is None and spec.arch == "mlp":
+        classes = spec.widths[-1]
+    if classes is None:
+        missing["classes"] = f"the factory's model spec gives no @CxHxW-K and {where(name)}"
+    norm = info.normalization if info is not None else None
+    if norm is None:
+        why = (
+            "the ticket's data were the caller's own tensors, taken as given: how they were normalised is not known"
+            if name == IN_MEMORY
+            else where(name)
+        )
+        missing |= {"input_mean": why, "input_std": why, "input_raw": why, "preprocessing": why}
+    preprocessing = None if norm is None else IN_GRAPH if in_graph else BY_CALLER
+    return Inputs(name, shape, "float32", classes, norm, preprocessing, missing)
+
+
+def where(name: str) -> str:
+    """Why the data do not tell a fact: what the ticket records of them."""
+    if name == IN_MEMORY:
+        return "the ticket's data were the caller's own tensors"
+    return f"the ticket's data ({name[:40]!r}) are not a registered dataset"
+
+
+def input_metadata(tk: Ticket, net: MaskedNet, *, in_graph: bool = False) -> dict[str, str]:
+    """The metadata entries every export format writes (Inputs.metadata): one call per export, whatever its
+    format."""
+    return inputs_of(tk, net, in_graph=in_graph).metadata()
