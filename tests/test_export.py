@@ -184,22 +184,27 @@ def test_export_contents_and_sizes(tmp_path):
     assert sorted(sd) == sorted([f"{n}_orig" for n in tk.masks] + [f"{n}_mask" for n in tk.masks])
 
 
-# The csr loading recipe as the README gives it, run verbatim against the exported file.
-CSR_RECIPE = """
-sd = load_file(path)
-state = {}
-for key in sd:
-    if key.endswith(".shape"):
-        name, shape = key[: -len(".shape")], sd[key].tolist()
-        crow, col, values = sd[name + ".crow_indices"], sd[name + ".col_indices"], sd[name + ".values"]
-        csr = torch.sparse_csr_tensor(crow.long(), col.long(), values, size=(shape[0], math.prod(shape[1:])))
-        state[name] = csr.to_dense().reshape(shape)
-    elif not key.endswith((".crow_indices", ".col_indices", ".values")):
-        state[key] = sd[key]
-"""
+# The csr loading recipe as docs/guide/export.md gives it: its block, from `sd = load_file(...)` to the state dict
+# (the model it loads into is the test's), run against the exported file.
+EXPORT_GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "export.md"
 
 
-@pytest.mark.filterwarnings("ignore:Sparse")  # torch: sparse CSR is beta, invariant checks off
+def csr_block() -> str:
+    """The guide's Python block that loads the csr file, whole."""
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", EXPORT_GUIDE.read_text(), re.S)
+    (block,) = [b for b in blocks if 'load_file("csr.safetensors")' in b]
+    return block
+
+
+def csr_recipe() -> str:
+    lines = csr_block().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("sd = load_file("))
+    end = next(i for i, line in enumerate(lines) if line.startswith("model.load_state_dict(state)"))
+    return "\n".join(lines[start:end]).replace('load_file("csr.safetensors")', "load_file(path)")
+
+
 @pytest.mark.parametrize("model", ["mlp:64-16-10+bias", "vgg:8-M-16-M+bias"])
 def test_readme_csr_recipe_restores_masked_weights_and_biases(tmp_path, model):
     """Every masked tensor, 1-D biases included, comes back from the csr file as exactly W * M."""
@@ -211,7 +216,7 @@ def test_readme_csr_recipe_restores_masked_weights_and_biases(tmp_path, model):
     out = tmp_path / "c.safetensors"
     assert runner.invoke(app, ["export", str(ticket), "--format", "csr", "--out", str(out)]).exit_code == 0
     scope = {"load_file": load_file, "torch": torch, "math": math, "path": str(out)}
-    exec(CSR_RECIPE, scope)
+    exec(csr_recipe(), scope)
     net, _ = runs_build.rebuild(tk, ticket, None)
     expected = {n: t * tk.masks[n].to(t.dtype) if n in tk.masks else t for n, t in net.module.state_dict().items()}
     assert sorted(scope["state"]) == sorted(expected)
@@ -220,6 +225,18 @@ def test_readme_csr_recipe_restores_masked_weights_and_biases(tmp_path, model):
     sd = load_file(str(out))
     for n, shape in tk.shapes.items():  # the (shape[0], rest) view: one CSR row per output unit, biases too
         assert sd[f"{n}.crow_indices"].numel() == shape[0] + 1
+
+
+def test_the_guides_csr_recipe_runs_without_a_warning(tmp_path):
+    """The whole block, in a fresh interpreter (torch warns about sparse tensors once per process) with every warning
+    an error: it loads the ticket's module and the csr file the guide's commands write."""
+    ticket = make_ticket(tmp_path, "mlp:64-16-10+bias")
+    r = runner.invoke(app, ["export", str(ticket), "--format", "csr", "--out", str(tmp_path / "csr.safetensors")])
+    assert r.exit_code == 0, r.output
+    p = subprocess.run(
+        [sys.executable, "-W", "error", "-c", csr_block()], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert p.returncode == 0 and p.stderr == "", p.stderr[-3000:]
 
 
 @pytest.mark.slow

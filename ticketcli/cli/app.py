@@ -48,12 +48,34 @@ def choices_in_help(params: list[click.Parameter]) -> list[click.Parameter]:
     return params
 
 
+class Argument(TyperArgument):
+    """A positional argument named as the flags' values are, in capitals: `ticket export [OPTIONS] TICKET`,
+    `evaluate [OPTIONS] TICKETS...`, `Missing argument 'TICKET'`; not Typer's `{ticket}`."""
+
+    @property
+    def display_name_raw(self) -> str:
+        return self.metavar if self.metavar is not None else (self.name or "").upper()
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw
+        return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
+
+
+def capital_arguments(params: list[click.Parameter]) -> list[click.Parameter]:
+    """Each positional argument as an Argument (Typer builds its own class; the instance's behaviour is all
+    that changes)."""
+    for p in params:
+        if type(p) is TyperArgument:
+            p.__class__ = Argument
+    return params
+
+
 class Command(TyperCommand):
-    """Every `ticket` command: its flags shown without a type (without_flag_types), and every path it was given
-    checked before the command runs (check_paths)."""
+    """Every `ticket` command: its flags shown without a type (without_flag_types), its arguments in capitals
+    (capital_arguments), and every path it was given checked before the command runs (check_paths)."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        return choices_in_help(without_flag_types(super().get_params(ctx)))
+        return choices_in_help(capital_arguments(without_flag_types(super().get_params(ctx))))
 
     def invoke(self, ctx: click.Context) -> object:
         check_paths(ctx)

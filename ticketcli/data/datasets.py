@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import math
+import re
 import struct
 import zlib
 from collections.abc import Callable
@@ -175,7 +176,7 @@ def _find_or_download(
         try:
             d = download(spec.download_dir)
         except Exception as e:  # network errors come in many types; all mean the same to the user
-            raise UsageError(f"{title} download failed: {str(e).splitlines()[0][:200]}", hint=hint) from None
+            raise UsageError(f"{title} download failed: {download_reason(e)}", hint=hint) from None
     if d is None:
         looked = ", ".join(spec.search_dirs) or "(nowhere)"
         raise UsageError(
@@ -189,6 +190,25 @@ def normalization(name: str) -> Normalization:
     norm = DATASETS.get(name).normalization
     assert norm is not None, name  # every image dataset declares one
     return norm
+
+
+def download_reason(e: BaseException) -> str:
+    """A failed download's reason as one line. torchvision's is several: "Error downloading FILE:", then for each
+    mirror "Tried URL, got:" and the error (`<urlopen error [Errno -2] Name or service not known>`); the first line
+    alone says nothing, so the last mirror's error follows it."""
+    lines = [plain_error(line.strip()) for line in str(e).splitlines() if line.strip()]
+    if not lines:
+        return f"{type(e).__name__} (no message)"
+    reason = lines[0]
+    if reason.endswith(":") and len(lines) > 1:
+        reason = f"{reason} {lines[-1]}"
+    return reason[:300]
+
+
+def plain_error(line: str) -> str:
+    """urllib's `<urlopen error [Errno -2] Name or service not known>` as `Name or service not known`."""
+    line = re.sub(r"^<urlopen error (.*)>$", r"\1", line)
+    return re.sub(r"^\[Errno -?\d+\] ", "", line)
 
 
 def _idx_dataset(

@@ -91,6 +91,9 @@ class Preprocessed(nn.Module):
     """The network behind the dataset's normalisation, (raw - mean) / std per channel: the graph
     --with-preprocessing exports."""
 
+    mean: torch.Tensor  # buffers, (1, C, 1, 1)
+    std: torch.Tensor
+
     def __init__(self, module: nn.Module, norm: Normalization):
         super().__init__()
         self.network = module

@@ -41,7 +41,8 @@ def import_factory(path: str) -> Callable[..., nn.Module]:
     except ImportError as e:  # (a built-in's name, "mlp:x", never gets here: the spec parser keeps it built-in)
         raise UsageError(
             f"cannot import {module_name} for model {path}: {e}",
-            hint="the module must be importable (on PYTHONPATH or in the current directory)",
+            hint=f"a factory ticket imports its module wherever it is rebuilt: run from the folder that holds "
+            f"{module_name.partition('.')[0]}, put that folder on PYTHONPATH, or install the package",
         ) from None
     except (Exception, SystemExit) as e:  # the user's module raised (or called sys.exit) while importing
         raise UsageError(f"importing {module_name} for model {path} failed: {type(e).__name__}: {e}") from None

@@ -113,8 +113,8 @@ def rebuild(
         raise UsageError(f"{path} was built from seed {init.seed}; it takes no --weights")
     try:
         net, weights = build_net(model, init, weights_path, policy_budget(policy), module)
-    except UsageError as e:
-        raise TicketFileError(f"{path}: {e}") from None
+    except UsageError as e:  # the factory's import among them: its hint says where the module must be
+        raise TicketFileError(f"{path}: {e}", hint=e.hint) from None
     runs_checks.check_user_model(model, tk.model, net, path)
     runs_checks.batchnorm_convention(tk.model, net, path)
     if net.shapes() != tk.shapes:
