@@ -193,22 +193,13 @@ def normalization(name: str) -> Normalization:
 
 
 def download_reason(e: BaseException) -> str:
-    """A failed download's reason as one line. torchvision's is several: "Error downloading FILE:", then for each
-    mirror "Tried URL, got:" and the error (`<urlopen error [Errno -2] Name or service not known>`); the first line
-    alone says nothing, so the last mirror's error follows it."""
-    lines = [plain_error(line.strip()) for line in str(e).splitlines() if line.strip()]
+    """A failed download's reason as one line. torchvision's first line ("Error downloading FILE:") says nothing
+    alone: the last mirror's error, its last line, follows it (urllib's `<urlopen error [Errno -2] X>` as X)."""
+    lines = [re.sub(r"^<urlopen error (.*)>$", r"\1", ln.strip()) for ln in str(e).splitlines() if ln.strip()]
+    lines = [re.sub(r"^\[Errno -?\d+\] ", "", line) for line in lines]
     if not lines:
         return f"{type(e).__name__} (no message)"
-    reason = lines[0]
-    if reason.endswith(":") and len(lines) > 1:
-        reason = f"{reason} {lines[-1]}"
-    return reason[:300]
-
-
-def plain_error(line: str) -> str:
-    """urllib's `<urlopen error [Errno -2] Name or service not known>` as `Name or service not known`."""
-    line = re.sub(r"^<urlopen error (.*)>$", r"\1", line)
-    return re.sub(r"^\[Errno -?\d+\] ", "", line)
+    return (f"{lines[0]} {lines[-1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0])[:300]
 
 
 def _idx_dataset(
