@@ -41,6 +41,17 @@ def make_ticket(tmp_path: Path, model: str, dataset: str = "digits", method: str
     return out
 
 
+def schema_errors(doc: dict) -> list[str]:
+    """The export document against its JSON Schema (the [dev] extra's jsonschema; none without it)."""
+    try:
+        import jsonschema
+    except ImportError:
+        return []
+    from ticketcli.contract.schema import schema_of
+
+    return [e.message[:200] for e in jsonschema.Draft202012Validator(schema_of("export")).iter_errors(doc)]
+
+
 def file_metadata(path: Path) -> dict[str, str]:
     """An export's metadata as a user reads it, without ticketcli."""
     if path.suffix == ".safetensors":
@@ -74,6 +85,7 @@ def test_every_state_format_records_the_inputs_as_the_registry_declares_them(dig
     assert json.loads(meta["input_mean"]) == list(norm.mean) and json.loads(meta["input_std"]) == list(norm.std)
     assert meta["input_raw"] == norm.raw and meta["preprocessing"].startswith("by the caller")
     assert "not_recorded" not in meta
+    assert schema_errors(json.loads(r.stdout)) == []
     doc = json.loads(r.stdout)["inputs"]  # --json reports what the file records
     assert doc["normalization"]["mean"] == list(norm.mean) and doc["shape"] == list(info.shape)
     assert doc["not_recorded"] == {}
@@ -97,7 +109,8 @@ def test_the_recorded_normalisation_is_what_the_loader_does(digits_ticket):
 @pytest.mark.parametrize("fmt", ["masked", "prune", "csr", "masks"])
 def test_with_preprocessing_is_refused_for_a_state_format_in_one_line(digits_ticket, tmp_path, fmt):
     out = tmp_path / "net.safetensors"
-    r = runner.invoke(app, ["export", str(digits_ticket), "--format", fmt, "--out", str(out), "--with-preprocessing"])
+    args = ["export", str(digits_ticket), "--format", fmt, "--out", str(out), "--with-preprocessing", "--quiet"]
+    r = runner.invoke(app, args)
     assert r.exit_code == 2 and not out.exists()
     assert r.stderr.count("\n") == 1 and "--with-preprocessing applies to --format onnx only" in r.stderr
 
@@ -162,8 +175,10 @@ def test_a_ticket_on_the_callers_tensors_says_what_is_not_known(tmp_path):
     assert all("caller's own tensors" in why for why in missing.values())
     assert not {"input_mean", "input_std", "input_raw"} & set(meta)  # nothing guessed
     assert result.to_document()["inputs"]["normalization"] is None
+    assert schema_errors(result.to_document()) == []
     r = runner.invoke(
-        app, ["export", str(path), "--format", "onnx", "--out", str(tmp_path / "n.onnx"), "--with-preprocessing"]
+        app,
+        ["export", str(path), "--format", "onnx", "--out", str(tmp_path / "n.onnx"), "--with-preprocessing", "--quiet"],
     )
     if r.exit_code == 2 and "onnx extra" in r.stderr:
         pytest.skip("the onnx extra is not installed")

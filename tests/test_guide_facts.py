@@ -145,7 +145,7 @@ def test_a_factory_tickets_import_error_says_where_its_module_must_be(tmp_path, 
     monkeypatch.chdir(elsewhere)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in (str(tmp_path), "", ".")])
     monkeypatch.delitem(sys.modules, user_module)
-    r = runner.invoke(app, ["evaluate", str(ticket), "--trust-model-code", "--device", "cpu"])
+    r = runner.invoke(app, ["evaluate", str(ticket), "--trust-model-code", "--device", "cpu", "--quiet"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
     assert f"cannot import {user_module} for model {user_module}:build_net" in r.stderr
     assert f"imports its module wherever it is rebuilt: run from the folder that holds {user_module}" in r.stderr

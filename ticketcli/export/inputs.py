@@ -97,11 +97,14 @@ def inputs_of(tk: Ticket, net: MaskedNet, *, in_graph: bool = False) -> Inputs:
         missing["classes"] = f"the factory's model spec gives no @CxHxW-K and {where(name)}"
     norm = info.normalization if info is not None else None
     if norm is None:
-        why = (
-            "the ticket's data were the caller's own tensors, taken as given: how they were normalised is not known"
-            if name == IN_MEMORY
-            else where(name)
-        )
+        if name == IN_MEMORY:
+            why = (
+                "the ticket's data were the caller's own tensors, taken as given: how they were normalised is not known"
+            )
+        elif info is not None:
+            why = f"dataset {name!r} declares no normalisation in its registry entry"
+        else:
+            why = where(name)
         missing |= {"input_mean": why, "input_std": why, "input_raw": why, "preprocessing": why}
     preprocessing = None if norm is None else IN_GRAPH if in_graph else BY_CALLER
     return Inputs(name, shape, "float32", classes, norm, preprocessing, missing)
