@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ticketcli.contract.schema import JsonObject
 from ticketcli.data.memory import IN_MEMORY
 from ticketcli.data.registry import DATASETS, Normalization
+from ticketcli.errors import UsageError
 from ticketcli.models.gpt_family import gpt_numbers
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import text_model
@@ -108,6 +109,25 @@ def inputs_of(tk: Ticket, net: MaskedNet, *, in_graph: bool = False) -> Inputs:
         missing |= {"input_mean": why, "input_std": why, "input_raw": why, "preprocessing": why}
     preprocessing = None if norm is None else IN_GRAPH if in_graph else BY_CALLER
     return Inputs(name, shape, "float32", classes, norm, preprocessing, missing)
+
+
+def require_normalization(tk: Ticket) -> None:
+    """--with-preprocessing's precondition, checked from the ticket's record before its network is rebuilt: its
+    data are a registered dataset that declares a normalisation (not the caller's tensors, not a text)."""
+    name = tk.data.dataset
+    if name in DATASETS and DATASETS.get(name).normalization is not None:
+        return
+    why = (
+        "the ticket's data were the caller's own tensors, taken as given"
+        if name == IN_MEMORY
+        else f"dataset {name[:40]!r} declares none"
+        if name in DATASETS
+        else where(name)
+    )
+    raise UsageError(
+        f"--with-preprocessing needs the dataset's normalisation, which this ticket does not record: {why}",
+        hint="export without it and normalise the inputs as the ticket's data were",
+    )
 
 
 def where(name: str) -> str:

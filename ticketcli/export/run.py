@@ -231,18 +231,14 @@ def export_ticket(
     check_destination(out, overwrite=overwrite)
     # read once: the network, the masks and the calibration split all come from tk
     tk = ticket_io.load(path, max_params=reader.policy.max_params)
+    if with_preprocessing:
+        export_inputs.require_normalization(tk)  # before the network is rebuilt
     net, _ = runs_build.rebuild(tk, path, reader.weights, reader.policy)
     masks = {n: tk.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate" and fmt != "masks":
         recalibrate(net, masks, tk, path, reader.data, chunks)
     inputs = export_inputs.inputs_of(tk, net, in_graph=with_preprocessing)
     norm = inputs.normalization if with_preprocessing else None
-    if with_preprocessing and norm is None:
-        raise UsageError(
-            "--with-preprocessing needs the dataset's normalisation, which this ticket does not record: "
-            + inputs.not_recorded.get("input_mean", "its inputs are character ids"),
-            hint="export without it and normalise the inputs as the ticket's data were",
-        )
     meta = {"format": f"ticket-export-{fmt}", "model": tk.model.spec, "ticket_weights_sha256": tk.weights_sha256}
     meta |= inputs.metadata()  # every format: what the network expects of its input
     layers: tuple[CsrLayer, ...] = ()
