@@ -5,6 +5,7 @@ banner left out of the CI log."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -157,11 +158,12 @@ def test_ci_builds_the_site_without_the_themes_banner():
     lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     build = next(i for i, line in enumerate(lines) if "-m mkdocs build --strict" in line)
     assert any(line.startswith("export NO_MKDOCS_2_WARNING=1") for line in lines[:build])
-    material = subprocess.run(
-        [sys.executable, "-c", "import importlib.util as u; s = u.find_spec('material'); print(s.origin if s else '')"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    if material:
-        source = (Path(material).parent / "templates" / "__init__.py").read_text()
-        assert 'os.getenv("NO_MKDOCS_2_WARNING")' in source
+    pytest.importorskip("material", reason="the site's theme comes with the docs extra (pip install -e '.[docs]')")
+    banner = "reaches end of life"
+    as_mkdocs = "import sys; sys.argv[0] = '/venv/lib/mkdocs/__main__.py'; import material.templates"
+    env = {k: v for k, v in os.environ.items() if k != "NO_MKDOCS_2_WARNING"}
+    shown = subprocess.run([sys.executable, "-c", as_mkdocs], env=env, capture_output=True, text=True, timeout=60)
+    assert banner in shown.stderr  # the theme prints it when mkdocs runs
+    env["NO_MKDOCS_2_WARNING"] = "1"
+    quiet = subprocess.run([sys.executable, "-c", as_mkdocs], env=env, capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0 and banner not in quiet.stderr
