@@ -24,10 +24,14 @@ def compare(
     their init, their masks' overlap per layer and over all masked weights (Jaccard, and the share of each one's
     kept weights the other keeps), and the change of stored accuracy and sparsity; every pair of them when more
     than two are given. Returns what `ticket compare --json` prints (`CompareResult`, readable as that document)."""
-    return compare_tickets([_path(t, i) for i, t in enumerate((a, b, *more))])
+    return compare_tickets(
+        [saved_path(t, f"ticket {i + 1} of compare()", "compare") for i, t in enumerate((a, b, *more))]
+    )
 
 
-def _path(t: object, i: int) -> Path:
+def saved_path(t: object, what: str, call: str) -> Path:
+    """A path argument, or the file of a Ticket that was loaded or saved (`what`: how the error names the argument,
+    `call`: the call that reads the file); without importing torch when no Ticket exists."""
     if isinstance(t, (str, os.PathLike)):
         text = os.fspath(t)
         if isinstance(text, str):
@@ -37,8 +41,8 @@ def _path(t: object, i: int) -> Path:
         path = getattr(t, "path", None)
         if path is None:
             raise UsageError(
-                f"ticket {i + 1} of compare() has no file: compare reads saved tickets",
-                hint="save it first (t.save('t.safetensors')) and compare the file",
+                f"{what} has no file: {call} reads saved tickets",
+                hint=f"save it first (t.save('t.safetensors')), then {call} the file",
             )
         return Path(path)
-    raise UsageError(f"ticket {i + 1} of compare() must be a path or a saved Ticket, got {type(t).__name__}")
+    raise UsageError(f"{what} must be a path or a saved Ticket, got {type(t).__name__}")

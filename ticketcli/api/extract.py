@@ -15,6 +15,7 @@ from ticketcli.api.keywords import speaks_keywords
 from ticketcli.api.masks import masked
 from ticketcli.api.ticket import Ticket
 from ticketcli.errors import UsageError
+from ticketcli.files.atomic import check_destination
 from ticketcli.methods import METHODS
 from ticketcli.methods.base import Progress
 from ticketcli.models.registry import parse_model
@@ -28,6 +29,7 @@ from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.settings.run import RUN
 from ticketcli.settings.track import TRACK
 from ticketcli.specs.run import ModelSpec
+from ticketcli.ticketfile.ticket import check_ticket_name
 from ticketcli.track import base as track
 from ticketcli.track import feed as track_feed
 
@@ -41,7 +43,7 @@ def option_keywords() -> frozenset[str]:
     return frozenset(RUN.config_keys()) - NOT_OPTIONS
 
 
-@speaks_keywords("extract", option_keywords)
+@speaks_keywords("extract", option_keywords, aliases={"force": "overwrite"})
 def extract(
     model: str | nn.Module,
     data: api_data.Data = "digits",
@@ -55,9 +57,12 @@ def extract(
     threads: int | None = None,
     config: str | Path | None = None,
     log_to: str | list[str] | None = None,
+    out: str | Path | None = None,
+    overwrite: bool = False,
     **options: Any,
 ) -> Ticket:
-    """Extract a ticket, as `ticket extract` does, and return it unsaved (Ticket.save writes it).
+    """Extract a ticket, as `ticket extract` does, and return it: unsaved (Ticket.save writes it), or written to
+    `out` (a .safetensors name; an existing file only with overwrite=True), which is checked before the work.
 
     model: a spec string ("mlp:64-16-10", "resnet20", "pkg.module:factory") or your own nn.Module (its Linear
     and Conv2d weights and biases are masked; their values are redrawn from the seed, as for a factory). data:
@@ -73,6 +78,10 @@ def extract(
     if not isinstance(model, (str, nn.Module)):
         raise UsageError(f"model must be a spec string or a torch.nn.Module, got {type(model).__name__}")
     config = optional_path(config, "config")
+    out = optional_path(out, "out")
+    if out is not None:  # before the work, not after it
+        check_ticket_name(out)
+        check_destination(out, overwrite=overwrite)
     flags = dict(options, method=method, sparsity=sparsity, epochs=epochs, seed=seed, device=device, threads=threads)
     # the caller's own module or examples are no setting: None, not given
     flags.update(log_to=log_to, dataset=data if isinstance(data, str) else None)
@@ -102,7 +111,10 @@ def extract(
         if log is not None and steps is not None:
             summary = runs_summary.extract_summary(spec, run.ticket, UNSAVED, None, run.source, run.details)
             track_feed.guarded(track_feed.extract_final, warn)(log, summary, steps.last)
-    return Ticket(run.ticket)
+    ticket = Ticket(run.ticket)
+    if out is not None:
+        ticket.save(out, overwrite=overwrite)
+    return ticket
 
 
 def module_spec(module: nn.Module) -> ModelSpec:

@@ -1,6 +1,8 @@
 """The Python API speaks in keywords, not flags: an unknown keyword of an API call names the closest one (a flag's
 spelling such as `--epochs` or `n-extract`, or a command-line name such as `dataset`, mapped to its keyword), and
-every error a call raises names `epochs=` where the command line's message names `--epochs`. A keyword annotated
+every error a call raises names `epochs=` where the command line's message names `--epochs` (and, where a call's
+keyword has another name than the flag, that keyword: `--force` is `overwrite=True`, `--out` a call's `out=` or
+`path=`, as the call declares). A keyword annotated
 bool, int or float takes only a value of that type (a bool is no int, 'no' and 0 are no bool): one UsageError naming
 the keyword, before the call does anything."""
 
@@ -10,7 +12,7 @@ import difflib
 import functools
 import inspect
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import ParamSpec, TypeVar
 
 from ticketcli.errors import TicketCliError, UsageError
@@ -21,33 +23,42 @@ R = TypeVar("R")
 
 # a command-line option whose API keyword has another name: --dataset is extract's `data`, as Ticket's calls name it
 CLI_NAMES = {"dataset": "data"}
+EMPTY: Mapping[str, str] = {}
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 
 
-def keyword_of(name: str, keywords: Collection[str]) -> str | None:
-    """The keyword a flag or command-line spelling means (`--epochs`, `n-extract`, `dataset`), or None."""
+def keyword_of(name: str, keywords: Collection[str], aliases: Mapping[str, str] = EMPTY) -> str | None:
+    """The keyword a flag or command-line spelling means (`--epochs`, `n-extract`, `dataset`; `--force` where
+    `aliases` maps it to `overwrite`), or None."""
     key = name.lstrip("-").replace("-", "_")
-    key = CLI_NAMES.get(key, key)
+    key = aliases.get(key, CLI_NAMES.get(key, key))
     return key if key in keywords else None
 
 
-def in_keywords(text: str, keywords: Collection[str]) -> str:
-    """`text` with each flag that is one of `keywords` written as the keyword: `--n-extract` -> `n_extract=`."""
+def in_keywords(
+    text: str, keywords: Collection[str], aliases: Mapping[str, str] = EMPTY, on: Collection[str] = ()
+) -> str:
+    """`text` with each flag that is one of `keywords` written as the keyword: `--n-extract` -> `n_extract=`;
+    a flag `aliases` maps to a keyword of `on` (a switch: `--force` -> `overwrite`) as `overwrite=True`."""
 
     def one(m: re.Match[str]) -> str:
-        key = keyword_of(m.group(1), keywords)
-        return f"{key}=" if key else m.group(0)
+        key = keyword_of(m.group(1), keywords, aliases)
+        if key is None:
+            return m.group(0)
+        switched = key in on and m.group(1).replace("-", "_") in aliases
+        return f"{key}=True" if switched else f"{key}="
 
     return _FLAG.sub(one, text)
 
 
-def unknown_keyword(name: str, keywords: Collection[str], call: str) -> UsageError:
+def unknown_keyword(name: str, keywords: Collection[str], call: str, aliases: Mapping[str, str] = EMPTY) -> UsageError:
     """The error for a keyword `call` does not take: the keyword it spells, else the closest one, then all."""
-    meant = keyword_of(name, keywords)
+    meant = keyword_of(name, keywords, aliases)
     if meant is None:
         spelled = name.lstrip("-").replace("-", "_")
-        close = difflib.get_close_matches(spelled, [*keywords, *CLI_NAMES], n=1, cutoff=0.6)
-        meant = CLI_NAMES.get(close[0], close[0]) if close else None
+        names = {**CLI_NAMES, **aliases}
+        close = difflib.get_close_matches(spelled, [*keywords, *names], n=1, cutoff=0.6)
+        meant = names.get(close[0], close[0]) if close else None
     listed = f"keywords: {', '.join(sorted(keywords))}"
     return UsageError(
         f"unknown keyword {name!r} for {call}()", hint=f"did you mean {meant}=? {listed}" if meant else listed
@@ -92,31 +103,34 @@ def check_types(sig: inspect.Signature, args: tuple[object, ...], kwargs: dict[s
 
 
 def speaks_keywords(
-    call: str, options: Callable[[], Collection[str]] = tuple
+    call: str, options: Callable[[], Collection[str]] = tuple, aliases: Mapping[str, str] = EMPTY
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate an API function (`call`: its name as a user writes it) so that it speaks in keywords: an unknown
     keyword is one UsageError with the closest keyword, a bool/int/float keyword of another type one UsageError
     naming it (check_types), and any TicketCliError it raises names keywords, not flags.
-    `options`: the keywords its **options take beyond its named parameters (read when it is called)."""
+    `options`: the keywords its **options take beyond its named parameters (read when it is called); `aliases`:
+    the command-line names of its keywords that are spelled otherwise (`{"force": "overwrite", "out": "path"}`);
+    an aliased switch reads `overwrite=True` in its messages."""
 
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         sig = inspect.signature(fn)
         params = sig.parameters.values()
         kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         named = frozenset(p.name for p in params if p.kind in kinds) - {"self"}
+        switches = frozenset(p.name for p in params if str(p.annotation) == "bool")
 
         @functools.wraps(fn)
         def speaking(*args: P.args, **kwargs: P.kwargs) -> R:
             keywords = named | frozenset(options())
             for name in kwargs:
                 if name not in keywords:
-                    raise unknown_keyword(name, keywords, call)
+                    raise unknown_keyword(name, keywords, call, aliases)
             check_types(sig, args, kwargs)
             try:
                 return fn(*args, **kwargs)
             except TicketCliError as e:  # the same exception, worded for a caller of `call`
-                e.args = (in_keywords(str(e), keywords), *e.args[1:])
-                e.hint = None if e.hint is None else in_keywords(e.hint, keywords)
+                e.args = (in_keywords(str(e), keywords, aliases, switches), *e.args[1:])
+                e.hint = None if e.hint is None else in_keywords(e.hint, keywords, aliases, switches)
                 raise
 
         return speaking

@@ -13,6 +13,7 @@ from torch import nn
 
 from ticketcli.api import data as api_data
 from ticketcli.api.args import check_module_arg, optional_path, path_arg
+from ticketcli.api.compare import saved_path
 from ticketcli.api.keywords import speaks_keywords
 from ticketcli.api.masks import TicketMasks, apply_masks, check_module, masked
 from ticketcli.contract.schema import JsonObject
@@ -20,11 +21,13 @@ from ticketcli.data.datasets import Splits
 from ticketcli.data.memory import IN_MEMORY
 from ticketcli.errors import UsageError
 from ticketcli.export import run as export
+from ticketcli.export.run import ExportResult
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import parse_model
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import inputs as runs_inputs
+from ticketcli.runs.inspect import InspectResult, inspect_ticket
 from ticketcli.runtime.threads import using
 from ticketcli.settings.reader import build_reader_spec
 from ticketcli.settings.registry import check_threads
@@ -110,7 +113,7 @@ class Ticket:
         """The file the ticket was loaded from or last saved to; None until it is saved."""
         return self._path
 
-    @speaks_keywords("Ticket.save")
+    @speaks_keywords("Ticket.save", aliases={"force": "overwrite"})
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the ticket file (format v1, atomically), which `ticket evaluate/inspect/export` read."""
         # a ticket and its checkpoint shared as a folder find each other: the path is stored relative to the ticket
@@ -253,6 +256,44 @@ class Ticket:
             )
             result = runs_evaluate.evaluate_loaded(opened, self._label)
         return replace(result, threads=used)
+
+    @speaks_keywords("Ticket.export", aliases={"force": "overwrite", "format": "fmt", "out": "path"})
+    def export(
+        self,
+        fmt: str,
+        path: str | Path,
+        *,
+        overwrite: bool = False,
+        with_preprocessing: bool = False,
+        weights: str | Path | None = None,
+        trust_model_code: bool = False,
+        data_dir: str | Path | None = None,
+        threads: int | None = None,
+    ) -> ExportResult:
+        """Write the ticket's network for plain PyTorch or ONNX, as `ticket export` does, and return what `ticket
+        export --json` prints (an ExportResult: file size beside the dense float32 checkpoint, kept/total, and for
+        ONNX the check of the graph against the ticket's network). The ticket must have a file (loaded or saved).
+
+        fmt: "masked" (a state_dict with the pruned weights zeroed), "prune" (torch.nn.utils.prune's weight_orig
+        and weight_mask), "csr" (sparse weights), "masks" (the bool masks alone) or "onnx" (path a .onnx file).
+        overwrite: replace an existing file at `path` (checked before the network is rebuilt).
+        with_preprocessing: ONNX only, the dataset's normalisation folded into the graph, which then takes raw
+        values in [0, 1]. weights, trust_model_code, data_dir, threads: as for build(); the export is written on
+        the CPU."""
+        source = saved_path(self, "this ticket", "export")
+        out = path_arg(path, "path")
+        reader = self._reader("cpu", weights, trust_model_code, data_dir, threads)
+        with using(reader.threads) as used:
+            result = export.export_ticket(
+                source, fmt=fmt, out=out, reader=reader, overwrite=overwrite, with_preprocessing=with_preprocessing
+            )
+        return replace(result, threads=used)
+
+    def inspect(self) -> InspectResult:
+        """What `ticket inspect --json` prints of the ticket's file (metadata, per-layer density, file size,
+        integrity), read from the file, without data or weights: `tc.inspect(t.path)`. The ticket must have a
+        file (loaded or saved)."""
+        return inspect_ticket(saved_path(self, "this ticket", "inspect"))
 
     @property
     def _label(self) -> Path:
