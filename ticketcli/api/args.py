@@ -1,14 +1,18 @@
 """The Python API's own arguments checked as the command line checks its flags: a path, a module, where a dataset
-is found. Anything else is one UsageError line, never a traceback from deeper down."""
+is found; and its `progress` argument, the command line's display or the caller's callable. Anything else is one
+UsageError line, never a traceback from deeper down."""
 
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from torch import nn
 
 from ticketcli.errors import UsageError
+from ticketcli.methods.base import Progress
+from ticketcli.report import progress as report_progress
 
 
 def optional_path(p: str | Path | None, what: str = "path") -> str | None:
@@ -30,3 +34,19 @@ def check_module_arg(module: object) -> None:
     """None or a torch.nn.Module (the caller's own architecture)."""
     if module is not None and not isinstance(module, nn.Module):
         raise UsageError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+
+
+def progress_display(
+    progress: bool | Progress,
+    total: int | None,
+    label: str,
+    *,
+    quiet: bool = False,
+    unit: str = "epoch",
+    items: bool = False,
+) -> AbstractContextManager[Progress | None]:
+    """The caller's callable (told each progress record), or the command line's display on stderr (progress=True,
+    unless `quiet`), or nothing (progress=False)."""
+    if callable(progress):
+        return nullcontext(progress)
+    return report_progress.display(total, quiet=quiet or not progress, label=label, unit=unit, items=items)

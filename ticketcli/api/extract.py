@@ -3,14 +3,14 @@ of flags (the same spec building, resolve.py, and the same run, runs.extract.run
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from ticketcli.api import data as api_data
-from ticketcli.api.args import optional_path
+from ticketcli.api.args import optional_path, progress_display
 from ticketcli.api.keywords import speaks_keywords
 from ticketcli.api.masks import masked
 from ticketcli.api.ticket import Ticket
@@ -19,7 +19,6 @@ from ticketcli.files.atomic import check_destination
 from ticketcli.methods import METHODS
 from ticketcli.methods.base import Progress
 from ticketcli.models.registry import parse_model
-from ticketcli.report import progress as report_progress
 from ticketcli.report.console import warn
 from ticketcli.runs import extract as runs_extract
 from ticketcli.runs import summary as runs_summary
@@ -129,7 +128,4 @@ def module_spec(module: nn.Module) -> ModelSpec:
 def _progress(progress: bool | Progress, label: str, epochs: int) -> AbstractContextManager[Progress | None]:
     """The caller's callable (told each epoch's progress record: "epoch", "epochs", "loss", "accuracy",
     "sparsity"), or the command line's display (progress=True, for a method with epochs)."""
-    if callable(progress):
-        return nullcontext(progress)
-    quiet = not progress or not METHODS.get(label).load().uses_epochs
-    return report_progress.display(epochs, quiet=quiet, label=label)
+    return progress_display(progress, epochs, label, quiet=not METHODS.get(label).load().uses_epochs)

@@ -307,17 +307,8 @@ class Ticket:
         data_dir: str | Path | None,
         threads: int | None,
     ) -> ReaderSpec:
-        """The keywords of build, apply, splits and evaluate as one ReaderSpec, checked as the command line checks
-        the same flags (settings.reader.build_reader_spec), each error naming the keyword."""
-        check_threads(threads, "threads")  # the keywords in the order they were always checked: threads first
-        where = optional_path(data_dir, "data_dir")
-        return build_reader_spec(
-            weights=optional_path(weights, "weights"),
-            trust_model_code=trust_model_code,
-            data_dir=where,
-            device=device,
-            threads=threads,
-        )
+        """The keywords of build, apply, splits and evaluate as one ReaderSpec (reader_spec)."""
+        return reader_spec(device, weights, trust_model_code, data_dir, threads)
 
     def _of_factory(self) -> bool:
         """Whether the ticket's model is the caller's own architecture (a factory or a module), not a built-in."""
@@ -362,6 +353,26 @@ def _difference(ours: dict[str, list[int]], theirs: dict[str, list[int]]) -> str
     parts = (("missing", missing), ("unexpected", extra), ("shapes (ticket vs module)", wrong))
     return "; ".join(
         f"{k}: {', '.join(v[:5])}" + (f" and {len(v) - 5} more" if len(v) > 5 else "") for k, v in parts if v
+    )
+
+
+def reader_spec(
+    device: str,
+    weights: str | Path | None,
+    trust_model_code: bool,
+    data_dir: str | Path | None,
+    threads: int | None,
+) -> ReaderSpec:
+    """The keywords of every call that rebuilds a ticket (Ticket's, train_weak) as one ReaderSpec, checked as the
+    command line checks the same flags (settings.reader.build_reader_spec), each error naming the keyword."""
+    check_threads(threads, "threads")  # the keywords in the order they were always checked: threads first
+    where = optional_path(data_dir, "data_dir")
+    return build_reader_spec(
+        weights=optional_path(weights, "weights"),
+        trust_model_code=trust_model_code,
+        data_dir=where,
+        device=device,
+        threads=threads,
     )
 
 

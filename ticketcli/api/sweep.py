@@ -1,0 +1,111 @@
+"""`sweep_k`: edge-popup over scalar and layerwise keep densities against double-scoring over several seeds, as
+`ticket sweep-k` runs it (the same options, sweep.options; the same plan and run, sweep.plan and sweep.run),
+returning its typed result."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+from ticketcli.api.args import optional_path, progress_display
+from ticketcli.api.keywords import speaks_keywords
+from ticketcli.methods.base import Progress
+from ticketcli.report import console
+from ticketcli.report import progress as report_progress
+from ticketcli.settings.resolve import build_extract_spec, load_config, merge_settings
+from ticketcli.settings.run import RUN
+from ticketcli.settings.sweep import OWN, SWEEP
+from ticketcli.sweep.options import check_config_keys, sweep_options, sweep_settings
+from ticketcli.sweep.plan import build_plan, double_scoring_methods
+from ticketcli.sweep.result import SweepRecord, SweepResult
+from ticketcli.sweep.run import sweep_k as run_sweep_k
+
+NAMED = frozenset({"model", "dataset", "seed", "method", "threads"})  # sweep_k's own arguments, or chosen by it
+
+
+def option_keywords() -> frozenset[str]:
+    """The keywords sweep_k's **options take: extract's settings a sweep shares (`ticket sweep-k`'s flags)."""
+    return frozenset(SWEEP.config_keys()) - NAMED
+
+
+@speaks_keywords("sweep_k", option_keywords, aliases={"force": "overwrite", "dataset": "data"})
+def sweep_k(
+    model: str | None = None,
+    data: str | None = None,
+    *,
+    seeds: Sequence[int] | str | None = None,
+    densities: Sequence[float] | str | None = None,
+    layerwise: int | None = None,
+    band: tuple[float, float] | str | None = None,
+    workers: int | None = None,
+    threads: int | None = None,
+    executor: str | None = None,
+    ray_address: str | None = None,
+    out_dir: str | Path | None = None,
+    overwrite: bool = False,
+    config: str | Path | None = None,
+    progress: bool | Progress = True,
+    **options: Any,
+) -> SweepResult:
+    """Run the hyperparameter-stability sweep, as `ticket sweep-k` does, and return what `ticket sweep-k --json`
+    prints (a SweepResult: `.records`, one per run, and `.summary`, the edge-popup range against double-scoring
+    per seed and over seeds, with `.settings`).
+
+    model: a model spec string (default sweep-k's); data: a dataset name (the runs are worker processes: the
+    caller's own tensors are not swept). seeds: the seeds (each seed's runs share one initialisation; default 0,
+    1, 2); densities: the scalar keep densities, also the pool of the layerwise draws (default the paper's);
+    layerwise: random layerwise tuples per seed; band: (lo, hi), the constrained oracle's achieved-sparsity band.
+    workers: local worker processes; threads: torch threads per run; executor: "local" or "ray" (ray_address:
+    a cluster). out_dir: keep each run's ticket and record there, and resume from them (a file there the sweep did
+    not write is replaced only with overwrite=True). options: extract's settings a sweep shares (sparsity=,
+    epochs=, lr=, n_extract=, ...), as the command's flags. progress: a bar on stderr, False, or a callable per
+    configuration."""
+    own = {
+        "seeds": _listed(seeds) or OWN["seeds"].default,
+        "densities": _listed(densities),
+        "layerwise": OWN["layerwise"].default if layerwise is None else layerwise,
+        "band": _listed(band, "-") or OWN["band"].default,
+        "workers": OWN["workers"].default if workers is None else workers,
+        "executor": executor or OWN["executor"].default,
+    }
+    config = optional_path(config, "config")
+    out = optional_path(out_dir, "out_dir")
+    table = RUN  # the keys a config file may set: extract's
+    from_config = load_config(config, table)
+    o = sweep_options(own, from_config.get("threads") if threads is None else threads)
+    check_config_keys(config, from_config)
+    flags = {**options, "model": model, "dataset": data, "method": "edge-popup", "seed": o.seeds[0]}
+    base = build_extract_spec(merge_settings(flags, config, table))
+    tasks = build_plan(
+        base, seeds=o.seeds, densities=o.densities, layerwise=o.layerwise, double_scoring=double_scoring_methods()
+    )
+    done = count(1)
+    with progress_display(progress, len(tasks), "sweep-k", unit="configuration", items=True) as shown:
+
+        def on_result(record: SweepRecord, resumed: bool) -> None:
+            if shown is not None:
+                shown(report_progress.sweep_done(next(done), len(tasks), record, resumed))
+
+        result = run_sweep_k(
+            tasks,
+            band=o.band,
+            workers=o.workers,
+            threads=o.threads,
+            executor=o.executor,
+            ray_address=ray_address,
+            out_dir=out,
+            on_result=on_result,
+            overwrite=overwrite,
+            warn=console.warn,
+        )
+    return replace(result, settings=sweep_settings(base, o, None if out is None else Path(out)), threads=o.threads)
+
+
+def _listed(value: Sequence[object] | str | None, sep: str = ",") -> str | None:
+    """A sequence argument as the command line's text (seeds (0, 1) -> "0,1", band (0.85, 0.95) -> "0.85-0.95")."""
+    if value is None or isinstance(value, str):
+        return value
+    return sep.join(str(v) for v in value)
