@@ -9,6 +9,8 @@ The public names are listed in __all__ and documented in docs/api.md."""
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from ticketcli.version import __version__
@@ -20,6 +22,10 @@ _PUBLIC = {
     "load": "ticketcli.api.ticket",
     "extract": "ticketcli.api.extract",
     "compare": "ticketcli.api.compare",
+    "inspect": "ticketcli.api.inspection",
+    "train_weak": "ticketcli.api.weak",
+    "sweep_k": "ticketcli.api.sweep",
+    "drift": "ticketcli.api.drift",
     "list_methods": "ticketcli.api.listing",
     "list_models": "ticketcli.api.listing",
     "list_datasets": "ticketcli.api.listing",
@@ -38,6 +44,10 @@ __all__ = [
     "load",
     "extract",
     "compare",
+    "inspect",
+    "train_weak",
+    "sweep_k",
+    "drift",
     "apply_masks",
     "remove_masks",
     "load_pruned",
@@ -53,10 +63,14 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ticketcli.api.compare import compare
+    from ticketcli.api.drift import drift
     from ticketcli.api.extract import extract
+    from ticketcli.api.inspection import inspect
     from ticketcli.api.listing import extract_options, list_datasets, list_methods, list_models
     from ticketcli.api.masks import apply_masks, load_pruned, remove_masks
+    from ticketcli.api.sweep import sweep_k
     from ticketcli.api.ticket import Ticket, load
+    from ticketcli.api.weak import train_weak
     from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
 
 
@@ -71,3 +85,23 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    """`ticketcli` itself, whose public `drift` is the API's function although a subpackage has the same name: the
+    import system names each subpackage on its parent when it is first imported (`ticketcli.drift = <module>`),
+    which would hide the function once anything imported the drift study. The subpackage stays reachable as
+    modules are, through sys.modules: `from ticketcli.drift import run` (not `import ticketcli.drift.run as run`,
+    which reads the attribute)."""
+
+    @property
+    def drift(self) -> Any:
+        return globals()["drift"] if "drift" in globals() else __getattr__("drift")
+
+    @drift.setter
+    def drift(self, value: object) -> None:
+        if not isinstance(value, types.ModuleType):  # the subpackage, named by the import system, is left out
+            globals()["drift"] = value
+
+
+sys.modules[__name__].__class__ = _Package
