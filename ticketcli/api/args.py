@@ -1,6 +1,7 @@
 """The Python API's own arguments checked as the command line checks its flags: a path, a module, where a dataset
-is found; and its `progress` argument, the command line's display or the caller's callable. Anything else is one
-UsageError line, never a traceback from deeper down."""
+is found, the reader keywords of every call that rebuilds a ticket (reader_spec); its `progress` argument, the
+command line's display or the caller's callable; and what differs between a module and a ticket's network. Anything
+else is one UsageError line, never a traceback from deeper down."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from torch import nn
 from ticketcli.errors import UsageError
 from ticketcli.methods.base import Progress
 from ticketcli.report import progress as report_progress
+from ticketcli.settings.reader import build_reader_spec
+from ticketcli.settings.registry import check_threads
+from ticketcli.specs.run import ReaderSpec
 
 
 def optional_path(p: str | Path | None, what: str = "path") -> str | None:
@@ -50,3 +54,33 @@ def progress_display(
     if callable(progress):
         return nullcontext(progress)
     return report_progress.display(total, quiet=quiet or not progress, label=label, unit=unit, items=items)
+
+
+def reader_spec(
+    device: str,
+    weights: str | Path | None,
+    trust_model_code: bool,
+    data_dir: str | Path | None,
+    threads: int | None,
+) -> ReaderSpec:
+    """The keywords of every call that rebuilds a ticket (Ticket's, train_weak) as one ReaderSpec, checked as the
+    command line checks the same flags (settings.reader.build_reader_spec), each error naming the keyword."""
+    check_threads(threads, "threads")  # the keywords in the order they were always checked: threads first
+    where = optional_path(data_dir, "data_dir")
+    return build_reader_spec(
+        weights=optional_path(weights, "weights"),
+        trust_model_code=trust_model_code,
+        data_dir=where,
+        device=device,
+        threads=threads,
+    )
+
+
+def parameter_difference(ours: dict[str, list[int]], theirs: dict[str, list[int]]) -> str:
+    """What differs between a ticket's parameters and a module's, for a one-line error."""
+    missing, extra = [n for n in ours if n not in theirs], [n for n in theirs if n not in ours]
+    wrong = [f"{n} {ours[n]} vs {theirs[n]}" for n in ours if n in theirs and ours[n] != theirs[n]]
+    parts = (("missing", missing), ("unexpected", extra), ("shapes (ticket vs module)", wrong))
+    return "; ".join(
+        f"{k}: {', '.join(v[:5])}" + (f" and {len(v) - 5} more" if len(v) > 5 else "") for k, v in parts if v
+    )

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ticketcli.api.args import optional_path
-from ticketcli.api.compare import saved_path
 from ticketcli.api.keywords import speaks_keywords
+from ticketcli.api.saved import saved_path
 from ticketcli.api.ticket import Ticket
 from ticketcli.drift.command import DriftCommand, Result
 from ticketcli.drift.runflags import GROUPS

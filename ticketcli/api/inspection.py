@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ticketcli.api.compare import saved_path
 from ticketcli.api.keywords import speaks_keywords
+from ticketcli.api.saved import saved_path
 from ticketcli.runs import folder as runs_folder
 from ticketcli.runs import inspect as runs_inspect
 

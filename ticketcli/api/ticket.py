@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 from ticketcli.api import data as api_data
-from ticketcli.api.args import check_module_arg, optional_path, path_arg
-from ticketcli.api.compare import saved_path
+from ticketcli.api.args import check_module_arg, parameter_difference, path_arg, reader_spec
 from ticketcli.api.keywords import speaks_keywords
 from ticketcli.api.masks import TicketMasks, apply_masks, check_module, masked
+from ticketcli.api.saved import saved_path
 from ticketcli.contract.schema import JsonObject
 from ticketcli.data.datasets import Splits
 from ticketcli.data.memory import IN_MEMORY
@@ -29,8 +29,6 @@ from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs import inputs as runs_inputs
 from ticketcli.runs.inspect import InspectResult, inspect_ticket
 from ticketcli.runtime.threads import using
-from ticketcli.settings.reader import build_reader_spec
-from ticketcli.settings.registry import check_threads
 from ticketcli.specs.run import ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.record import MetricsRecord
@@ -178,7 +176,7 @@ class Ticket:
         ours = {n: list(p.shape) for n, p in net.module.named_parameters()}
         if theirs != ours:
             raise UsageError(
-                f"the module is not the ticket's architecture {self.model[:80]}: {_difference(ours, theirs)}"
+                f"the module is not the ticket's architecture {self.model[:80]}: {parameter_difference(ours, theirs)}"
             )
         try:
             module.load_state_dict(net.module.state_dict())
@@ -270,9 +268,9 @@ class Ticket:
         data_dir: str | Path | None = None,
         threads: int | None = None,
     ) -> ExportResult:
-        """Write the ticket's network for plain PyTorch or ONNX, as `ticket export` does, and return what `ticket
-        export --json` prints (an ExportResult: file size beside the dense float32 checkpoint, kept/total, and for
-        ONNX the check of the graph against the ticket's network). The ticket must have a file (loaded or saved).
+        """Write the ticket's network (the ticket loaded or saved) for plain PyTorch or ONNX, as `ticket export`
+        does; returns what `ticket export --json` prints (an ExportResult: the file's size beside the dense float32
+        checkpoint, kept/total, for ONNX the check of the graph against the ticket's network).
 
         fmt: "masked" (a state_dict with the pruned weights zeroed), "prune" (torch.nn.utils.prune's weight_orig
         and weight_mask), "csr" (sparse weights), "masks" (the bool masks alone) or "onnx" (path a .onnx file).
@@ -290,9 +288,8 @@ class Ticket:
         return replace(result, threads=used)
 
     def inspect(self) -> InspectResult:
-        """What `ticket inspect --json` prints of the ticket's file (metadata, per-layer density, file size,
-        integrity), read from the file, without data or weights: `tc.inspect(t.path)`. The ticket must have a
-        file (loaded or saved)."""
+        """What `ticket inspect --json` prints of the ticket's file (loaded or saved), without data or weights:
+        metadata, per-layer density, file size, integrity; as `tc.inspect(t.path)`."""
         return inspect_ticket(saved_path(self, "this ticket", "inspect"))
 
     @property
@@ -307,7 +304,7 @@ class Ticket:
         data_dir: str | Path | None,
         threads: int | None,
     ) -> ReaderSpec:
-        """The keywords of build, apply, splits and evaluate as one ReaderSpec (reader_spec)."""
+        """The keywords of build, apply, splits and evaluate as one ReaderSpec (args.reader_spec)."""
         return reader_spec(device, weights, trust_model_code, data_dir, threads)
 
     def _of_factory(self) -> bool:
@@ -344,36 +341,6 @@ class Ticket:
         if self._of_factory() or parse_model(self.model).arch != "user":  # a spec that parses
             api_data.check_fits(parse_model(self.model), splits.x_extract, g.info.classes)
         return splits
-
-
-def _difference(ours: dict[str, list[int]], theirs: dict[str, list[int]]) -> str:
-    """What differs between the ticket's parameters and a module's, for a one-line error."""
-    missing, extra = [n for n in ours if n not in theirs], [n for n in theirs if n not in ours]
-    wrong = [f"{n} {ours[n]} vs {theirs[n]}" for n in ours if n in theirs and ours[n] != theirs[n]]
-    parts = (("missing", missing), ("unexpected", extra), ("shapes (ticket vs module)", wrong))
-    return "; ".join(
-        f"{k}: {', '.join(v[:5])}" + (f" and {len(v) - 5} more" if len(v) > 5 else "") for k, v in parts if v
-    )
-
-
-def reader_spec(
-    device: str,
-    weights: str | Path | None,
-    trust_model_code: bool,
-    data_dir: str | Path | None,
-    threads: int | None,
-) -> ReaderSpec:
-    """The keywords of every call that rebuilds a ticket (Ticket's, train_weak) as one ReaderSpec, checked as the
-    command line checks the same flags (settings.reader.build_reader_spec), each error naming the keyword."""
-    check_threads(threads, "threads")  # the keywords in the order they were always checked: threads first
-    where = optional_path(data_dir, "data_dir")
-    return build_reader_spec(
-        weights=optional_path(weights, "weights"),
-        trust_model_code=trust_model_code,
-        data_dir=where,
-        device=device,
-        threads=threads,
-    )
 
 
 @speaks_keywords("load")

@@ -8,10 +8,10 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from ticketcli.api.args import optional_path, progress_display
-from ticketcli.api.compare import saved_path
+from ticketcli.api.args import optional_path, progress_display, reader_spec
 from ticketcli.api.keywords import speaks_keywords
-from ticketcli.api.ticket import Ticket, reader_spec
+from ticketcli.api.saved import saved_path
+from ticketcli.api.ticket import Ticket
 from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.methods.base import Progress
 from ticketcli.report import plots as report_plots
