@@ -109,6 +109,31 @@ CASES: dict[str, Callable[[Path], object]] = {
     "extract: a sparsity string": lambda d: tc.extract("mlp:64-16-10", sparsity="x", progress=False),  # type: ignore[arg-type]
     "extract: an unknown option": lambda d: tc.extract("mlp:64-16-10", foo=1, progress=False),
     "extract: data of an int": lambda d: tc.extract("mlp:64-16-10", 5, progress=False),  # type: ignore[arg-type]
+    "extract: out over a file": lambda d: tc.extract("mlp:64-16-10", out=d / "t.safetensors", progress=False),
+    "extract: out a FIFO": lambda d: tc.extract("mlp:64-16-10", out=d / "fifo.safetensors", overwrite=True),
+    "extract: out of an int": lambda d: tc.extract("mlp:64-16-10", out=5, progress=False),  # type: ignore[arg-type]
+    "inspect: a FIFO": lambda d: tc.inspect(d / "fifo.safetensors"),
+    "inspect: a junk file": lambda d: tc.inspect(d / "junk.safetensors"),
+    "inspect: an int": lambda d: tc.inspect(5),  # type: ignore[arg-type]
+    "inspect: a pickle": lambda d: tc.inspect(d / "evil.pt"),
+    "Ticket.export: over a file": lambda d: tc.load(d / "t.safetensors").export("masked", d / "t.safetensors"),
+    "Ticket.export: a FIFO": lambda d: tc.load(d / "t.safetensors").export("prune", d / "fifo.pt", overwrite=True),
+    "Ticket.export: an unknown format": lambda d: tc.load(d / "t.safetensors").export("zip", d / "x.zip"),
+    "Ticket.export: a path of an int": lambda d: tc.load(d / "t.safetensors").export("masked", 5),  # type: ignore[arg-type]
+    "train_weak: a junk ticket": lambda d: tc.train_weak(d / "junk.safetensors", progress=False),
+    "train_weak: a FIFO": lambda d: tc.train_weak(d / "fifo.safetensors", progress=False),
+    "train_weak: a ticket of an int": lambda d: tc.train_weak(5),  # type: ignore[arg-type]
+    "train_weak: a plot over the ticket": lambda d: tc.train_weak(d / "t.safetensors", plot=d / "t.safetensors"),
+    "train_weak: weights of a .pt": lambda d: tc.train_weak(d / "t.safetensors", out=d / "w.pt", progress=False),
+    "sweep_k: seeds of words": lambda d: tc.sweep_k(seeds="a,b", progress=False),
+    "sweep_k: data of tensors": lambda d: tc.sweep_k("mlp:8-4", (torch.zeros(4, 8), torch.zeros(4)), progress=False),  # type: ignore[arg-type]
+    "sweep_k: a config FIFO": lambda d: tc.sweep_k(config=d / "fifo.pt", progress=False),
+    "sweep_k: a model of an int": lambda d: tc.sweep_k(5, progress=False),  # type: ignore[arg-type]
+    "drift: a ticket FIFO": lambda d: tc.drift(ticket=d / "fifo.safetensors", progress=False),
+    "drift: a junk ticket": lambda d: tc.drift(ticket=d / "junk.safetensors", progress=False),
+    "drift: a model of an int": lambda d: tc.drift(5, progress=False),  # type: ignore[arg-type]
+    "drift: a plot over the ticket": lambda d: tc.drift(plot=d / "t.safetensors", progress=False),
+    "drift: steps of a string": lambda d: tc.drift(steps="x", progress=False),
 }
 
 

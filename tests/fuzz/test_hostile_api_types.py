@@ -26,6 +26,10 @@ import ticketcli as tc
 
 PEAK = 64 << 20  # Python-level allocations of one refused call
 FAST = {"method": "random", "progress": False}
+# the commands' runs at their smallest, for the calls whose every keyword is tried
+TINY_SWEEP = {"seeds": [0], "densities": [0.5], "layerwise": 0, "epochs": 1, "n_extract": 50, "n_val": 20}
+TINY_SWEEP |= {"progress": False}
+TINY_DRIFT = {"steps": 1, "log_every": 1, "batch_size": 8, "probe_size": 8, "inputs": "gaussian", "progress": False}
 
 
 def public_calls() -> dict[str, Callable[..., Any]]:
@@ -98,6 +102,7 @@ def calls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Callable[..., A
     x, y = tensors()
     t = tc.extract("mlp:8-4", (x, y), **FAST)  # type: ignore[arg-type]
     t.save(d / "t.safetensors")
+    digits = tc.extract("mlp:64-10", "digits", n_extract=50, n_val=20, **FAST).save(d / "digits.safetensors")
     m = nn.Sequential(nn.Linear(8, 4))
     return {
         "load": lambda **kw: tc.load(d / "t.safetensors", **kw),
@@ -113,6 +118,10 @@ def calls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Callable[..., A
         "Ticket.apply": lambda **kw: t.apply(m, **{"data": (x, y), **kw}),
         "Ticket.splits": lambda **kw: t.splits(**{"data": (x, y), **kw}),
         "Ticket.evaluate": lambda **kw: t.evaluate(**{"data": (x, y), **kw}),
+        "Ticket.export": lambda **kw: t.export("masked", d / "e.safetensors", **{"overwrite": True, **kw}),
+        "train_weak": lambda **kw: tc.train_weak(digits, **{"epochs": 1, "progress": False, **kw}),
+        "sweep_k": lambda **kw: tc.sweep_k("mlp:64-10", **{**TINY_SWEEP, **kw}),
+        "drift": lambda **kw: tc.drift("mlp:64-4-10", **{**TINY_DRIFT, **kw}),
     }
 
 
@@ -274,16 +283,19 @@ def test_a_dataset_that_never_ends_or_fails_is_one_usage_error(monkeypatch):
 HOSTILE: list[object] = [object(), "no", -1, 2**62, float("nan"), float("inf"), [], {}, (1, 2), b"x", True]
 
 
-def test_no_untyped_exception_escapes_any_keyword(calls):
-    """Every keyword of every public call, given each hostile value: success or a TicketCliError, nothing else."""
-    escaped = []
+STUDIES = ("train_weak", "sweep_k", "drift")  # each accepted value runs a command's whole (tiny) study: seconds
+
+
+def escaped(calls: dict[str, Callable[..., Any]], names: set[str]) -> list[str]:
+    """What escaped other than a TicketCliError when each keyword of the calls `names` got each hostile value."""
+    out = []
     for call, fn in public_calls().items():
-        if call not in calls:
+        if call not in calls or call not in names:
             continue
         for p in inspect.signature(fn).parameters.values():
             if p.name == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or p.default is p.empty:
                 continue
-            if p.name in ("progress", "epochs", "seed", "sparsity", "method"):  # runs: covered by the typed test
+            if p.name in ("progress", "epochs", "seed", "sparsity", "method", "lr"):  # runs: covered by the typed test
                 values = [object(), "no", float("nan"), []]
             else:
                 values = HOSTILE
@@ -293,5 +305,18 @@ def test_no_untyped_exception_escapes_any_keyword(calls):
                 except tc.TicketCliError:
                     pass
                 except Exception as e:  # noqa: BLE001 - the point: nothing else may escape
-                    escaped.append(f"{call}({p.name}={value!r}): {type(e).__name__}: {str(e)[:100]}")
-    assert not escaped, escaped
+                    out.append(f"{call}({p.name}={value!r}): {type(e).__name__}: {str(e)[:100]}")
+    return out
+
+
+def test_no_untyped_exception_escapes_any_keyword(calls, tmp_path, monkeypatch):
+    """Every keyword of every public call, given each hostile value: success or a TicketCliError, nothing else."""
+    monkeypatch.chdir(tmp_path)  # an output keyword given "no" writes there
+    assert not escaped(calls, set(calls) - set(STUDIES))
+
+
+@pytest.mark.slow
+def test_no_untyped_exception_escapes_any_keyword_of_a_study(calls, tmp_path, monkeypatch):
+    """The same for train_weak, sweep_k and drift, whose accepted values each run a tiny study."""
+    monkeypatch.chdir(tmp_path)
+    assert not escaped(calls, set(STUDIES))

@@ -16,6 +16,7 @@ from ticketcli.methods.base import Progress
 from ticketcli.report import progress as report_progress
 from ticketcli.settings.reader import build_reader_spec
 from ticketcli.settings.registry import check_threads
+from ticketcli.specs.ranges import show
 from ticketcli.specs.run import ReaderSpec
 
 
@@ -84,3 +85,22 @@ def parameter_difference(ours: dict[str, list[int]], theirs: dict[str, list[int]
     return "; ".join(
         f"{k}: {', '.join(v[:5])}" + (f" and {len(v) - 5} more" if len(v) > 5 else "") for k, v in parts if v
     )
+
+
+def optional_text(value: object, what: str, kind: str) -> str | None:
+    """None or a text argument (a model spec, a dataset's name); anything else is one UsageError naming `what`."""
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f"{what} must be {kind}, got {type(value).__name__}")
+    return value
+
+
+def listed(value: object, what: str, sep: str = ",") -> str | None:
+    """A sequence argument as the command line's text, which then checks it as it checks the flag (seeds (0, 1) ->
+    "0,1", band (0.85, 0.95) -> "0.85-0.95"); text as it is; None: not given."""
+    if value is None or isinstance(value, str):
+        return value
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        raise UsageError(f"{what}= must be a list or tuple of numbers (or the command line's text), got {show(value)}")
+    return sep.join(str(v) for v in value)

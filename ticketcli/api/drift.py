@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ticketcli.api.args import optional_path
+from ticketcli.api.args import listed, optional_path, optional_text
 from ticketcli.api.keywords import speaks_keywords
 from ticketcli.api.saved import saved_path
 from ticketcli.api.ticket import Ticket
@@ -59,7 +59,9 @@ def drift(
     overwrite=True, checked before the work). run_dir: keep the run in this new folder (resumable;
     checkpoint_every: steps between saved states); resume: continue the run kept there, with its recorded
     settings. log_to: experiment trackers, as `--log-to`. progress: a bar on stderr, or False."""
-    given = {"model": model, "dataset": data, "seeds": _listed(seeds), "threads": threads, **options}
+    optional_text(model, "model", "a model spec string")
+    optional_text(data, "data", "a dataset name")
+    given = {"model": model, "dataset": data, "seeds": listed(seeds, "seeds"), "threads": threads, **options}
     groups = {g: {s.name: _value(given.get(s.name), s.switch) for s in GROUPS[g]} for g in OWN_GROUPS}
     groups["track"] = {"log_to": [log_to] if isinstance(log_to, str) else log_to}
     source = None if ticket is None else str(saved_path(ticket, "the ticket", "drift"))
@@ -78,11 +80,6 @@ def _value(value: object, switch: bool) -> object:
     if switch and value is False:
         return None
     return str(value) if isinstance(value, os.PathLike) else value
-
-
-def _listed(value: Sequence[int] | str | None) -> str | None:
-    """seeds as the command line's text: (0, 1) -> "0,1"."""
-    return value if value is None or isinstance(value, str) else ",".join(str(v) for v in value)
 
 
 def _path(text: str | None) -> Path | None:

@@ -10,14 +10,16 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-from ticketcli.api.args import optional_path, progress_display
+from ticketcli.api.args import listed, optional_path, optional_text, progress_display
 from ticketcli.api.keywords import speaks_keywords
+from ticketcli.errors import UsageError
 from ticketcli.methods.base import Progress
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.settings.resolve import build_extract_spec, load_config, merge_settings
 from ticketcli.settings.run import RUN
 from ticketcli.settings.sweep import OWN, SWEEP
+from ticketcli.specs.ranges import show
 from ticketcli.sweep.options import check_config_keys, sweep_options, sweep_settings
 from ticketcli.sweep.plan import build_plan, double_scoring_methods
 from ticketcli.sweep.result import SweepRecord, SweepResult
@@ -63,13 +65,16 @@ def sweep_k(
     not write is replaced only with overwrite=True). options: extract's settings a sweep shares (sparsity=,
     epochs=, lr=, n_extract=, ...), as the command's flags. progress: a bar on stderr, False, or a callable per
     configuration."""
+    optional_text(model, "model", "a model spec string")
+    optional_text(data, "data", "a dataset name (a sweep's runs load it in their own processes)")
+    optional_text(ray_address, "ray_address", "an address string")
     own = {
-        "seeds": _listed(seeds) or OWN["seeds"].default,
-        "densities": _listed(densities),
+        "seeds": _or(listed(seeds, "seeds"), OWN["seeds"].default),
+        "densities": listed(densities, "densities"),
         "layerwise": OWN["layerwise"].default if layerwise is None else layerwise,
-        "band": _listed(band, "-") or OWN["band"].default,
+        "band": _or(listed(band, "band", "-"), OWN["band"].default),
         "workers": OWN["workers"].default if workers is None else workers,
-        "executor": executor or OWN["executor"].default,
+        "executor": OWN["executor"].default if executor is None else _executor(executor),
     }
     config = optional_path(config, "config")
     out = optional_path(out_dir, "out_dir")
@@ -104,8 +109,12 @@ def sweep_k(
     return replace(result, settings=sweep_settings(base, o, None if out is None else Path(out)), threads=o.threads)
 
 
-def _listed(value: Sequence[object] | str | None, sep: str = ",") -> str | None:
-    """A sequence argument as the command line's text (seeds (0, 1) -> "0,1", band (0.85, 0.95) -> "0.85-0.95")."""
-    if value is None or isinstance(value, str):
-        return value
-    return sep.join(str(v) for v in value)
+def _or(value: object, default: object) -> object:
+    return default if value is None else value
+
+
+def _executor(value: object) -> str:
+    choices = OWN["executor"].kind
+    if value not in choices:
+        raise UsageError(f"executor= must be one of {', '.join(choices)}, got {show(value)}")
+    return str(value)
