@@ -21,11 +21,11 @@ def inspect(
     ticket: str | os.PathLike[str] | Ticket, *more: str | os.PathLike[str] | Ticket
 ) -> runs_inspect.InspectResult | runs_folder.InspectFolderResult:
     """What `ticket inspect --json` prints, without data or weights: for one ticket file (a path, or a Ticket that
-    was loaded or saved) an `InspectResult` (`.record`, `.masks` per layer with their density, `.density`,
-    `.file_bytes`, `.integrity`); for a folder (its *.safetensors files, e.g. a sweep-k `out_dir`), a glob pattern
-    or several tickets an `InspectFolderResult`, one row per ticket in `.tickets`, a ticket that fails validation
+    was loaded or saved) an `InspectResult` (`.record`, its metadata as read; `.masks`, per layer with its density;
+    `.density`, `.file_bytes`); for a folder (its *.safetensors files, e.g. a sweep-k `out_dir`), a glob pattern or
+    several tickets an `InspectFolderResult`, one row per ticket in `.tickets`, a ticket that fails validation
     listed with its error (`.failed`) rather than raised. Either reads as its `--json` document
-    (`result.to_document()`, `result["density"]`)."""
+    (`result.to_document()`, `result["sparsity"]`)."""
     paths = [
         saved_path(t, "the ticket" if not i else f"ticket {i + 1}", "inspect") for i, t in enumerate((ticket, *more))
     ]
