@@ -111,9 +111,8 @@ def inspect_table(r: InspectResult) -> None:
         t.add_row("init", f"{readable(init.scheme)} (factory seed {factory}, seed {readable(init.seed)})")
     t.add_row("weights sha256", tk.weights_sha256)
     if tk.checkpoint:
-        digest = tk.checkpoint.sha256
-        short = digest[:16] + "..." if digest else "not recorded"
-        t.add_row("checkpoint", f"{readable(tk.checkpoint.path)} (sha256 {short})")
+        digest = tk.checkpoint.sha256 or "not recorded"
+        t.add_row("checkpoint", f"{readable(tk.checkpoint.path)} (sha256 {digest})")
     method = method_text(tk.method)
     if tk.method.name == "grasp" and not tk.method.recorded("grasp_direction"):
         method += " (written before grasp had two readings: paper reading, separate data)"
