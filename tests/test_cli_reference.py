@@ -80,3 +80,11 @@ def test_the_checks_can_fail():
     m = ROW.match("│ --sparsity <float> Requested sparsity. Default: 0.9. One of: a, b. │")
     assert m and m[1] == "--sparsity" and DEFAULT.search(" ".join(m[3].split()))[1] == "0.9"
     assert rows("| `--seed` | integer | `0` |\n| argument |") == {"--seed": "| `--seed` | integer | `0` |"}
+
+
+def test_the_reference_tables_have_two_columns(reference):
+    """Seven columns clipped their descriptions in a 1280-pixel browser window: each table is the option and what
+    it does, its default, range, readers and config key written after its help."""
+    table_rows = [line for line in reference.splitlines() if line.startswith("|")]
+    assert table_rows and all(len(re.findall(r"(?<!\\)\|", line)) == 3 for line in table_rows)
+    assert "*default* `0.9`" in rows(section(reference, "extract"))["--sparsity"]

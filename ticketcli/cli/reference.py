@@ -69,29 +69,38 @@ def flag_text(s: Setting) -> str:
     return f"`{s.flag}`"
 
 
+def row(flag: str, kind: str, facts: list[tuple[str, str]], help_text: str) -> str:
+    """One option's row of two columns, so that the page reads without scrolling sideways in a browser window:
+    the flag and what it takes, then its help followed by its default, range, readers and config key."""
+    shown = "; ".join(f"*{name}* {value}" for name, value in facts if value)
+    said = help_text.strip().replace("*", "\\*")  # `m*n` in a help is text, not the start of emphasis
+    what = " ".join(x for x in (said, f"({shown})" if shown else "") if x)
+    return f"| {cell(flag)}<br>{cell(kind)} | {cell(what)} |"
+
+
 def setting_row(s: Setting) -> str:
     """One option's table row, from its declaration."""
     default = s.default_text()
     if s.required:
         default = "required"
     readers = readers_prefix(s.methods).removesuffix(": ")  # empty: every method, or no method's option
-    config = f"`{s.name}`" if s.config else ""
-    cells = [flag_text(s), type_text(s), f"`{default}`" if default else "", s.range_text(), readers, config, s.help]
-    return "| " + " | ".join(cell(c) for c in cells) + " |"
+    facts = [
+        ("default", f"`{default}`" if default else ""),
+        ("range", s.range_text()),
+        ("read by", readers),
+        ("config key", f"`{s.name}`" if s.config else ""),
+    ]
+    return row(flag_text(s), type_text(s), facts, s.help)
 
 
 def other_row(p: TyperOption, ctx: click.Context) -> str:
     """The row of an option no setting declares (the app's own --version and completion options), from Click."""
     default = "" if p.is_flag or p.default is None else f"`{p.default}`"
     kind = "switch" if p.is_flag else p.display_type(ctx).lower()
-    cells = [", ".join(f"`{o}`" for o in p.opts), kind, default, "", "", ""]
-    return "| " + " | ".join(cell(c) for c in [*cells, p.help or ""]) + " |"
+    return row(", ".join(f"`{o}`" for o in p.opts), kind, [("default", default)], p.help or "")
 
 
-HEADER = (
-    "| option | type | default | range | read by | config key | what it does |\n"
-    "| --- | --- | --- | --- | --- | --- | --- |"
-)
+HEADER = "| option | what it does |\n| --- | --- |"
 
 
 def command_section(name: str, command: click.Command) -> list[str]:
@@ -125,9 +134,10 @@ def cli_reference() -> str:
         "# Command-line reference",
         "",
         "Generated from the option declarations (`ticketcli/settings/`, `ticketcli/cli/declared.py`) when the site",
-        "is built, so it lists exactly what `ticket COMMAND --help` shows. *Read by*: the methods that read a",
-        "method's hyper-parameter (any other method refuses it). *Config key*: the key of a `--config` TOML file and",
-        "the Python API's keyword for the option. Every command also takes `-h` / `--help`.",
+        "is built, so it lists exactly what `ticket COMMAND --help` shows. Each option is listed with what it takes",
+        "and, after its help, its *default*, its *range*, the methods that read it (*read by*: the methods that read",
+        "a method's hyper-parameter; any other method refuses it) and its *config key* (the key of a `--config` TOML",
+        "file and the Python API's keyword for the option). Every command also takes `-h` / `--help`.",
         "",
         "## `ticket`",
         "",

@@ -13,8 +13,6 @@ from ticketcli.report.values import MASK_ROWS, readable
 if TYPE_CHECKING:  # for the annotations only: compare's tables must not import torch
     from ticketcli.runs.compare import CompareResult, Difference, Overlap, PairComparison
 
-HASH_CHARS = 12  # a fingerprint's first hex digits in a table (--json has all 64)
-
 
 def compare_table(r: CompareResult) -> None:
     """`ticket compare`: one pair in full (two tickets), or the tickets and their pairwise matrices (more)."""
@@ -33,17 +31,10 @@ def share(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
 
-def short_hash(h: Any) -> str:
-    return f"{h[:HASH_CHARS]}..." if isinstance(h, str) and len(h) > HASH_CHARS else readable(h)
-
-
 def differences_text(diffs: tuple[Difference, ...]) -> str:
-    """`weights_sha256 5e0203c306e5... vs 796ebe5b053f...; init.seed 0 vs 1` (fingerprints shortened)."""
-
-    def value(field: str, v: Any) -> str:
-        return short_hash(v) if field.endswith("sha256") else readable(v)
-
-    return "; ".join(f"{d.field} {value(d.field, d.a)} vs {value(d.field, d.b)}" for d in diffs)
+    """`weights_sha256 5e0203c3...(64 digits) vs 796ebe5b...; init.seed 0 vs 1`: every value whole, a fingerprint
+    included (a line wraps in the terminal, it is never cut)."""
+    return "; ".join(f"{d.field} {readable(d.a)} vs {readable(d.b)}" for d in diffs)
 
 
 def run_text(run: dict[str, Any]) -> str:
@@ -89,7 +80,6 @@ def _two(r: CompareResult, p: PairComparison) -> None:
     t.add_row("model", a.model, b.model, "")
     t.add_row("seed", str(a.seed), str(b.seed), "")
     t.add_row("method", method_name(a.method), method_name(b.method), "")
-    t.add_row("weights sha256", short_hash(a.weights_sha256), short_hash(b.weights_sha256), "")
     for split in ("test", "val"):
         t.add_row(
             f"{split} accuracy (stored)",
@@ -102,6 +92,15 @@ def _two(r: CompareResult, p: PairComparison) -> None:
     t.add_row("run", run_text(a.run), run_text(b.run), "")
     t.add_row("masks integrity", a.integrity, b.integrity, "")
     out.print(t)
+    # the fingerprints whole, each on its own row: two beside each other would not fit 80 columns
+    ht = Table(title="weights sha256 (the initial weights' fingerprint)")
+    _columns(ht, "ticket", "sha256", right_from=2)
+    if a.weights_sha256 == b.weights_sha256:
+        ht.add_row("A and B", readable(a.weights_sha256))
+    else:
+        ht.add_row("A", readable(a.weights_sha256))
+        ht.add_row("B", readable(b.weights_sha256))
+    out.print(ht)
     out.print(f"init: {init_text(p)}")
     if p.data_differences:
         out.print(f"data: differs: {differences_text(p.data_differences)}")

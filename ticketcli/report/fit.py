@@ -15,6 +15,8 @@ end in an ellipsis (`+0.0…`, `stat…`). Every table the CLI prints goes throu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console, RenderableType
 from rich.measure import Measurement
 from rich.table import Column, Table
@@ -24,26 +26,10 @@ from rich.text import Text
 def fitted(console: Console, table: Table) -> list[RenderableType]:
     """What to print instead of `table` at the console's width: the table, narrowed, wrapped or stacked."""
     columns = table.columns
-    if not columns:
+    if not columns or narrowed(console, table):
         return [table]
     width = console.width
-    cells = [[column.header, *column.cells] for column in columns]
-    sizes = [[_measure(console, c) for c in column_cells] for column_cells in cells]
-    shortest = [max(lo for lo, _ in s) for s in sizes]  # the longest word: a column never narrower than this
-    longest = [max(hi for _, hi in s) for s in sizes]
-    room = width - _chrome(table, len(columns))
-    if sum(longest) <= room:
-        return [table]
-    if sum(shortest) > room and table.box is not None and (table.show_edge or table.pad_edge):
-        # without its outer border and edge padding the table may fit (a 64-digit hash beside its label at 80)
-        slim = width - _chrome(table, len(columns), edge=False)
-        if sum(shortest) <= slim:
-            table.show_edge = table.pad_edge = False
-            room = slim
-    if sum(shortest) <= room:
-        for column, w in zip(columns, _narrowed(longest, shortest, room), strict=True):
-            column.width, column.overflow = w, "fold"  # fold: only a word longer than w, which none is
-        return [table]
+    shortest = [_extent(console, column)[0] for column in columns]
     groups = _groups(table, shortest, width)
     if len(groups) > 1 and all(_fits(table, shortest, group, width) for group in groups):
         return [
@@ -54,6 +40,45 @@ def fitted(console: Console, table: Table) -> list[RenderableType]:
     return _stacked(table)
 
 
+def narrowed(console: Console, table: Table, first: Sequence[int] = ()) -> bool:
+    """Whether `table` fits the console's width as it is or once narrowed (steps 1 and 2 above: its columns given
+    widths that keep every word whole, its outer border dropped if need be); False leaves it as it was. Any
+    Rich table can be passed, a progress display's grid included; the columns in `first` (a progress bar) give way
+    before any other."""
+    columns = table.columns
+    extents = [_extent(console, column) for column in columns]
+    shortest = [lo for lo, _ in extents]  # the longest word: a column never narrower than this
+    longest = [hi for _, hi in extents]
+    width = console.width
+    room = width - _chrome(table, len(columns))
+    if sum(longest) <= room:
+        return True
+    if sum(shortest) > room and table.box is not None and (table.show_edge or table.pad_edge):
+        # without its outer border and edge padding the table may fit (a 64-digit hash beside its label at 80)
+        slim = width - _chrome(table, len(columns), edge=False)
+        if sum(shortest) <= slim:
+            table.show_edge = table.pad_edge = False
+            room = slim
+    if sum(shortest) > room:
+        return False
+    for column, w, hi in zip(columns, _narrowed(longest, shortest, room, first), longest, strict=True):
+        column.width, column.overflow = w, "fold"  # fold: only a word longer than w, which none is
+        column.no_wrap = column.no_wrap and w >= hi  # a narrowed column wraps between words rather than crop
+    return True
+
+
+def _extent(console: Console, column: Column) -> tuple[int, int]:
+    """The narrowest and widest a column can be without cutting a word: its longest word (header included) and its
+    longest line, within the column's own minimum and maximum widths."""
+    sizes = [_measure(console, c) for c in [column.header, *column.cells]]
+    lo, hi = max(lo for lo, _ in sizes), max(hi for _, hi in sizes)
+    if column.max_width is not None:
+        hi = max(lo, min(hi, column.max_width))
+    if column.min_width is not None:
+        lo, hi = max(lo, column.min_width), max(hi, column.min_width)
+    return lo, hi
+
+
 def _measure(console: Console, cell: RenderableType) -> tuple[int, int]:
     m = Measurement.get(console, console.options, cell)
     return m.minimum, m.maximum
@@ -61,20 +86,27 @@ def _measure(console: Console, cell: RenderableType) -> tuple[int, int]:
 
 def _chrome(table: Table, n: int, edge: bool | None = None) -> int:
     """The width a table of n columns spends on borders and padding (`edge`: with its outer border and edge
-    padding, or without; the table's own setting when None)."""
+    padding, or without; the table's own setting when None), counted as Rich lays it out."""
     box = table.box is not None
     edges = 2 if box and (table.show_edge if edge is None else edge) else 0
     separators = n - 1 if box else 0
     _, right, _, left = table.padding
-    padding = n * (left + right) - (0 if (table.pad_edge if edge is None else edge) else left + right)
+    pad_edge = table.pad_edge if edge is None else edge
+    inner = max(0, left - right) if table.collapse_padding else left  # a column's left padding after the first
+    padding = (left if pad_edge else 0) + (n - 1) * (inner + right) + (right if pad_edge else 0) if n else 0
     return edges + separators + padding
 
 
-def _narrowed(longest: list[int], shortest: list[int], room: int) -> list[int]:
-    """Column widths summing to at most `room`: the widest column loses a character first, none goes below its
-    longest word."""
+def _narrowed(longest: list[int], shortest: list[int], room: int, first: Sequence[int] = ()) -> list[int]:
+    """Column widths summing to at most `room`: the columns in `first` lose characters first, then the widest
+    column loses a character at a time; none goes below its longest word."""
     widths = list(longest)
     excess = sum(widths) - room
+    for j in first:
+        give = min(excess, widths[j] - shortest[j])
+        if give > 0:
+            widths[j] -= give
+            excess -= give
     while excess > 0:
         narrowable = [j for j in range(len(widths)) if widths[j] > shortest[j]]
         if not narrowable:
@@ -111,11 +143,18 @@ def _part(table: Table, indices: list[int], label: str) -> Table:
         show_header=table.show_header,
         padding=table.padding,
         pad_edge=table.pad_edge,
+        collapse_padding=table.collapse_padding,
     )
-    for i in indices:
+    for i in indices:  # add_column, not columns.append: Rich lays out a column by the index add_column gives it
         c = table.columns[i]
-        part.columns.append(
-            Column(header=c.header, justify=c.justify, style=c.style, header_style=c.header_style, no_wrap=c.no_wrap)
+        part.add_column(
+            c.header,
+            justify=c.justify,
+            style=c.style,
+            header_style=c.header_style,
+            no_wrap=c.no_wrap,
+            overflow=c.overflow,
+            min_width=c.min_width,
         )
     rows = [list(column.cells) for column in (table.columns[i] for i in indices)]
     for row in zip(*rows, strict=True):

@@ -9,12 +9,12 @@ without a loop (rebuilding a ticket's network, a method without epochs) is a dis
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -26,10 +26,12 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Column, Table
 from rich.text import Text
 
 from ticketcli.report import plain as report_plain
 from ticketcli.report.console import literal, pct, stderr
+from ticketcli.report.fit import narrowed
 from ticketcli.report.plain import Pace, PlainProgress, plain_progress, rate_text
 
 if TYPE_CHECKING:
@@ -45,8 +47,8 @@ class PaceColumn(ProgressColumn):
     from the steps this process ran since its first report, so that the periodic measurements are averaged in and
     restored steps are not counted); a row without one shows Rich's own time remaining."""
 
-    def __init__(self, unit: str):
-        super().__init__()
+    def __init__(self, unit: str, table_column: Column | None = None):
+        super().__init__(table_column=table_column)
         self.unit, self.remaining = unit, TimeRemainingColumn()
 
     def render(self, task: Task) -> RenderableType:
@@ -66,15 +68,32 @@ class PaceColumn(ProgressColumn):
 def _bar(unit: str) -> Progress:
     """The progress bar every command draws on stderr: each row's name, bar, done/total, its own fields (`stats`),
     elapsed time and ETA (the rate in `unit`s per second and the ETA of the rows carrying a Pace, PaceColumn)."""
+    # Nothing is cut in a narrow terminal: the bar is what gives way (40 cells at most, 4 at least), the name and
+    # the measurements wrap between words, the counts and times never wrap (Rich would end them in `…`).
+    whole = partial(Column, no_wrap=True)
     columns = [
         TextColumn("{task.description}", style="bold", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
+        BarColumn(bar_width=None, table_column=Column(max_width=40)),
+        MofNCompleteColumn(table_column=whole()),
         TextColumn("{task.fields[stats]}", markup=False),
-        TimeElapsedColumn(),
-        PaceColumn(unit),
+        TimeElapsedColumn(table_column=whole()),
+        PaceColumn(unit, table_column=whole()),
     ]
-    return Progress(*columns, console=stderr(), transient=False)
+    return _Fitted(*columns, console=stderr())
+
+
+class _Fitted(Progress):
+    """A Progress whose rows keep every word whole at the terminal's width (fit.narrowed): Rich would squeeze the
+    columns until the times read `0:00:…`."""
+
+    def __init__(self, *columns: ProgressColumn, console: Console):
+        self._fit = console  # Rich lays the rows out once before its own `console` attribute exists
+        super().__init__(*columns, console=console, transient=False)
+
+    def make_tasks_table(self, tasks: Iterable[Task]) -> Table:
+        table = super().make_tasks_table(tasks)
+        narrowed(self._fit, table, first=[1])  # the bar (the second column) gives way first
+        return table
 
 
 def _phase_tasks(bar: Progress, label: str) -> ChunkProgress:

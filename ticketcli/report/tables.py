@@ -64,6 +64,45 @@ def extract_table(s: ExtractionResult) -> None:
     t.add_row("wall time", f"{m.wall_time_s:.1f} s on {m.device}")
     out.print(t)
     out.print(layer_table(sp.layers))
+    note = sparsity_note(s)
+    if note is not None:
+        out.print(note)
+
+
+def sparsity_note(s: ExtractionResult) -> str | None:
+    """One line saying why the achieved sparsity is not the requested one, when they differ by more than the
+    method's tolerance (iterated: --iter-tolerance; the others: one entry per layer, the rounding of a keep
+    count); None when they agree. docs/method.md explains each case."""
+    sp, method = s.sparsity, s.method
+    achieved, requested = pct(sp.achieved), pct(sp.requested)
+    iterated = method.name == "iterated"
+    tolerance = _number(method.option("iter_tolerance"), 0.02) if iterated else len(sp.layers) / max(sp.total, 1)
+    if abs(sp.achieved - sp.requested) <= tolerance:
+        return None
+    head = f"achieved {achieved}, not the requested {requested}:"
+    if iterated:
+        rounds = len(sp.rounds or ())
+        return (
+            f"{head} iterated stopped after {rounds} round{'s' if rounds != 1 else ''}, farther from the request "
+            f"than its tolerance of {100 * tolerance:.2f} points (--iter-tolerance, --max-rounds)"
+        )
+    if sp.aug_density is not None:  # augmented: the kept entries split between the weights and the auxiliary
+        m = _number(method.option("aux_width"), 1.0)
+        share = "-" if sp.aux_share is None else pct(sp.aux_share)
+        keep = (1 + m) * sp.aug_density
+        low, high = 1 - min(1.0, keep), 1 - max(0.0, keep - m)
+        return (
+            f"{head} augmented keeps (1 + {m:g}) x {sp.aug_density:.4f} = {keep:.4g} of each layer's count among "
+            f"its weights and auxiliary scores together and drops the {share} kept on auxiliary ones, so it "
+            f"achieves between {pct(low)} and {pct(high)} (--aug-density sets the augmented density)"
+        )
+    if sp.requested_layer_densities is not None:
+        return f"{head} the per-layer densities (--layer-densities) set each layer's share, not the global one"
+    return f"{head} more than one entry per layer apart (each layer keeps a whole number of entries)"
+
+
+def _number(value: object, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 def layer_table(layers: Sequence[LayerCount]) -> Table:
@@ -111,9 +150,8 @@ def inspect_table(r: InspectResult) -> None:
         t.add_row("init", f"{readable(init.scheme)} (factory seed {factory}, seed {readable(init.seed)})")
     t.add_row("weights sha256", tk.weights_sha256)
     if tk.checkpoint:
-        digest = tk.checkpoint.sha256
-        short = digest[:16] + "..." if digest else "not recorded"
-        t.add_row("checkpoint", f"{readable(tk.checkpoint.path)} (sha256 {short})")
+        digest = tk.checkpoint.sha256 or "not recorded"
+        t.add_row("checkpoint", f"{readable(tk.checkpoint.path)} (sha256 {digest})")
     method = method_text(tk.method)
     if tk.method.name == "grasp" and not tk.method.recorded("grasp_direction"):
         method += " (written before grasp had two readings: paper reading, separate data)"

@@ -14,7 +14,7 @@ from typing import Any
 
 from ticketcli.data import datasets as data_io
 from ticketcli.data.registry import DATASETS, DatasetInfo
-from ticketcli.errors import UsageError
+from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.bounded import check_user_path, read_regular_file
 from ticketcli.files.nesting import toml_nesting
 from ticketcli.methods import METHODS
@@ -207,7 +207,10 @@ def build_extract_spec(
     given = settings.given if isinstance(settings, Settings) else None
     method = method_spec(RUN, s, given, settings["betas"])
     if s["match_sparsity"] is not None:
-        method = matched_sparsity(method, s["match_sparsity"], per_layer=s["match_sparsity_per_layer"])
+        match = str(s["match_sparsity"])
+        if Path(match).is_dir():  # a folder: this seed's ticket of this model in it
+            match = ticket_for_seed(match, seed=int(s["seed"]), model=model.to_string())
+        method = matched_sparsity(method, match, per_layer=s["match_sparsity_per_layer"])
     elif s["match_sparsity_per_layer"]:
         raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
     location = data_location(s["data_dir"], s["download"])
@@ -215,6 +218,36 @@ def build_extract_spec(
     init = build_spec(InitSpec, RUN, s)
     check_module_init(init, model, given or frozenset())
     return build_spec(RunSpec, RUN, s, model=model, init=init, data=data, method=method, max_memory=memory)
+
+
+def ticket_for_seed(folder: str, *, seed: int, model: str) -> str:
+    """The one ticket in `folder` (its *.safetensors files, not its subfolders) drawn with `seed` for `model`: the
+    paper's matched protocol runs each seed's baseline at the achieved sparsity of the same seed's ticket. No such
+    ticket, or several, is a usage error that names what the folder holds."""
+    found: list[str] = []
+    models: set[str] = set()
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            tk = ticket_io.scan(path).ticket
+        except (TicketFileError, OSError):  # not a ticket this run can match: skipped, as inspect DIR lists it
+            continue
+        if tk.init.seed == seed:
+            models.add(tk.model.spec)
+            if tk.model.spec == model:
+                found.append(str(path))
+    if len(found) == 1:
+        return found[0]
+    if found:
+        names = ", ".join(Path(f).name for f in found)
+        raise UsageError(
+            f"--match-sparsity {folder}: {len(found)} tickets of seed {seed} and model {model} ({names})",
+            hint="keep one ticket per seed and model in the folder, or name the ticket to match",
+        )
+    other = f" (seed {seed} has {', '.join(sorted(models))})" if models else ""
+    raise UsageError(
+        f"--match-sparsity {folder}: no ticket of seed {seed} and model {model}{other}",
+        hint="extract that seed's ticket into the folder first, or name the ticket to match",
+    )
 
 
 def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> MethodSpec:

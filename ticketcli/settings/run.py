@@ -180,7 +180,7 @@ SHARED = Table(
     Setting(
         "match_sparsity",
         "Run at the achieved sparsity of this ticket (overrides --sparsity), e.g. a double-scoring ticket "
-        "(paper, Appendix G).",
+        "(paper, Appendix G); a folder: of its one ticket drawn with this --seed for this --model.",
         M,
         Path,
         TEXT,
