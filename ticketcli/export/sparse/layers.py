@@ -5,7 +5,7 @@ W * M is a torch CSR tensor multiplied by `torch.sparse.mm`; `csr_of` builds tha
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -33,27 +33,47 @@ def csr_tensor(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shap
         return torch.sparse_csr_tensor(crow, col, values, shape, check_invariants=False)
 
 
-def csr_of(dense: torch.Tensor, mask: torch.Tensor, rows: int = 4096) -> torch.Tensor:
-    """The CSR tensor of `dense` viewed as (shape[0], rest), storing the entries `mask` keeps (an exact zero that
-    the mask keeps is stored too), built `rows` rows at a time so that no index array as large as the layer is
-    made."""
-    w = dense.reshape(dense.shape[0], -1)
-    m = mask.reshape(w.shape)
+MaskRows = Callable[[int, int], torch.Tensor]  # (start, stop) -> the mask's rows start..stop-1, bool
+
+
+def chunk_rows(cols: int) -> int:
+    """Rows handled at a time: about a million entries, so that no temporary is a sizeable part of a layer."""
+    return max(1, (1 << 20) // max(1, cols))
+
+
+def csr_rows(w: torch.Tensor, mask_rows: MaskRows, *, zero_dropped: bool = False) -> torch.Tensor:
+    """The CSR tensor of the 2-D `w`, storing the entries the mask keeps (an exact zero that it keeps is stored
+    too), built a few rows at a time into arrays allocated once at their final size (the mask's rows are asked
+    for twice: counted, then gathered). `zero_dropped`: also zero the dropped entries of `w` in place, making it
+    the dense W * M."""
     n_rows, n_cols = w.shape
+    step = chunk_rows(n_cols)
     counts = torch.zeros(n_rows + 1, dtype=torch.int64)
-    cols: list[torch.Tensor] = []
-    vals: list[torch.Tensor] = []
-    for start in range(0, n_rows, rows):
-        keep = m[start : start + rows].to(torch.bool)
-        counts[start + 1 : start + 1 + keep.shape[0]] = keep.sum(1)
-        cols.append(keep.nonzero()[:, 1].to(torch.int32 if n_cols < 2**31 - 1 else torch.int64))
-        vals.append(w[start : start + rows][keep].to(torch.float32))
+    for start in range(0, n_rows, step):
+        stop = min(n_rows, start + step)
+        counts[start + 1 : stop + 1] = mask_rows(start, stop).sum(1)
     crow = torch.cumsum(counts, 0)
+    del counts
     nnz = int(crow[-1])
     dtype = index_dtype(nnz, n_rows, n_cols)
-    col = torch.cat(cols).to(dtype) if cols else torch.zeros(0, dtype=dtype)
-    values = torch.cat(vals) if vals else torch.zeros(0)
-    return csr_tensor(crow.to(dtype), col, values.to(dense.device), (n_rows, n_cols))
+    col = torch.empty(nnz, dtype=dtype)
+    values = torch.empty(nnz, dtype=torch.float32, device=w.device)
+    for start in range(0, n_rows, step):
+        stop = min(n_rows, start + step)
+        keep = mask_rows(start, stop).to(w.device, torch.bool)
+        a, b = int(crow[start]), int(crow[stop])
+        col[a:b] = keep.nonzero()[:, 1].to(dtype).cpu()
+        values[a:b] = w[start:stop][keep]
+        if zero_dropped:
+            w[start:stop].mul_(keep)
+    return csr_tensor(crow.to(dtype).to(w.device), col.to(w.device), values, (n_rows, n_cols))
+
+
+def csr_of(dense: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The CSR tensor of `dense` viewed as (shape[0], rest), storing the entries `mask` keeps."""
+    w = dense.reshape(dense.shape[0], -1)
+    m = mask.reshape(w.shape)
+    return csr_rows(w, lambda start, stop: m[start:stop].to(torch.bool))
 
 
 class SparseLinear(nn.Module):
@@ -121,3 +141,30 @@ def sparse_layer(layer: nn.Module, weight: torch.Tensor, bias: torch.Tensor | No
     if isinstance(layer, nn.Conv2d):
         return SparseConv2d(layer, weight, bias)
     return SparseLinear(weight, bias)
+
+
+def dense_layer(layer: SparseLinear | SparseConv2d) -> nn.Module:
+    """The dense nn.Linear or nn.Conv2d computing what a sparse layer computes (W * M dense), on its device."""
+    weight = layer.weight.to_dense()
+    bias = layer.bias
+    dense: nn.Linear | nn.Conv2d
+    if isinstance(layer, SparseConv2d):
+        kh, kw = layer.kernel_size
+        c = weight.shape[1] // (kh * kw)
+        dense = nn.Conv2d(
+            c,
+            layer.out_channels,
+            layer.kernel_size,
+            layer.stride,
+            layer.padding,
+            layer.dilation,
+            bias=bias is not None,
+            device=weight.device,
+        )
+        weight = weight.reshape(layer.out_channels, c, kh, kw)
+    else:
+        dense = nn.Linear(layer.in_features, layer.out_features, bias=bias is not None, device=weight.device)
+    dense.weight = nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        dense.bias = nn.Parameter(bias, requires_grad=False)
+    return dense.eval()

@@ -199,3 +199,36 @@ def check_agreement(out: torch.Tensor, reference: torch.Tensor) -> None:
             f"the sparse form does not reproduce this network (largest difference {diff:.3g} against logits up to "
             f"{scale:.3g}): its forward pass uses a masked layer's weight other than by calling the layer"
         )
+
+
+@torch.no_grad()
+def remeasure(snet: SparseNet, batch: int, input_shape: tuple[int, ...] | None) -> None:
+    """Time every masked layer of `snet` again on its device (its dense form made one layer at a time) and put
+    each in the form that wins there; `snet.layers` is replaced by the new records."""
+    module, dev = snet.module, snet.device
+    names = [r.name for r in snet.layers]
+    example = None if input_shape is None else torch.randn(batch, *input_shape, device=dev)
+    inputs = {} if example is None else layer_inputs(module, names, example)
+    records = []
+    for r in snet.layers:
+        layer = module.get_submodule(r.name)
+        if isinstance(layer, (sparse_layers.SparseLinear, sparse_layers.SparseConv2d)):
+            sparse, dense = layer, sparse_layers.dense_layer(layer)
+        elif sparse_layers.lowerable(layer):
+            weight = layer.weight.detach()
+            mask = weight != 0
+            bias = None if layer.bias is None else layer.bias.detach()
+            sparse, dense = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(weight, mask), bias), layer
+        else:
+            records.append(r)
+            continue
+        x = inputs.get(r.name)
+        if x is None:
+            if isinstance(layer, (nn.Conv2d, sparse_layers.SparseConv2d)):
+                records.append(r)
+                continue
+            x = torch.randn(batch, dense.weight.shape[1], device=dev)
+        record = replace(decide(r.name, r.kind, r.shape, r.nnz, compare(sparse, dense, x), batch, str(dev)))
+        replace_module(module, r.name, sparse if record.form == SPARSE else dense)
+        records.append(record)
+    snet.layers = tuple(records)
