@@ -84,10 +84,11 @@ def _record(name: str, e: Any, layer: nn.Module, path: Path) -> LayerRecord:
 
     if not isinstance(e, dict) or e.get("form") not in (SPARSE, DENSE) or not isinstance(e.get("reason"), str):
         raise _fail(path, f"layer {name[:60]!r}: its record needs form 'sparse' or 'dense' and a reason")
-    shape = tuple(layer.weight.shape)
+    weight = sparse_layers.weight_of(layer)
+    shape, size = tuple(weight.shape), weight.numel()
     nnz = e.get("nnz")
-    if isinstance(nnz, bool) or not isinstance(nnz, int) or not 0 <= nnz <= layer.weight.numel():
-        raise _fail(path, f"layer {name[:60]!r}: nnz is not a count of its {layer.weight.numel()} weights")
+    if isinstance(nnz, bool) or not isinstance(nnz, int) or not 0 <= nnz <= size:
+        raise _fail(path, f"layer {name[:60]!r}: nnz is not a count of its {size} weights")
     batch = e.get("batch")
     device = e.get("device")
     return LayerRecord(
@@ -95,7 +96,7 @@ def _record(name: str, e: Any, layer: nn.Module, path: Path) -> LayerRecord:
         layer_kind(layer),
         shape,
         nnz,
-        nnz / max(1, layer.weight.numel()),
+        nnz / max(1, size),
         e["form"],
         e["reason"][:200],
         number("sparse_ms"),
@@ -126,14 +127,16 @@ def read_export(
     """A sparse export back as a SparseNet on `device`, each layer in the form the file records."""
     path = Path(path)
     try:
-        with safe_open(str(path), framework="pt") as f:  # type: ignore[no-untyped-call]  # safetensors: untyped
+        with safe_open(str(path), framework="pt") as f:
             meta: dict[str, str] = dict(f.metadata() or {})
             if meta.get("format") != FORMAT:
                 raise _fail(path, f"its metadata format is {str(meta.get('format'))[:40]!r}, not {FORMAT!r}")
             if meta.get("format_version") != FORMAT_VERSION:
                 raise _fail(path, f"format_version {str(meta.get('format_version'))[:20]!r} is not {FORMAT_VERSION}")
             module = skeleton(meta.get("model", ""), path, max_params)
-            masked = {n: m for n, m in module.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))}
+            masked: dict[str, nn.Module] = {
+                n: m for n, m in module.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))
+            }
             records = _records(meta, path, masked)
             sparse = {r.name for r in records if r.form == SPARSE}
             for name in sparse:
@@ -142,8 +145,9 @@ def read_export(
             _check_names(f, module, sparse, path)
             for name in sparse:
                 layer = masked[name]
-                weight = _csr(f, f"{name}.weight", tuple(layer.weight.shape), path)
-                bias = None if layer.bias is None else _dense(f, f"{name}.bias", layer.bias, path)
+                weight = _csr(f, f"{name}.weight", tuple(sparse_layers.weight_of(layer).shape), path)
+                like = sparse_layers.param(layer, "bias")
+                bias = None if like is None else _dense(f, f"{name}.bias", like, path)
                 replace_module(module, name, sparse_layers.sparse_layer(layer, weight, bias))
             _fill(f, module, path)
     except SafetensorError as e:

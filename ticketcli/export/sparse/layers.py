@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -76,8 +77,30 @@ def csr_of(dense: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return csr_rows(w, lambda start, stop: m[start:stop].to(torch.bool))
 
 
+def param(layer: nn.Module, name: str) -> torch.Tensor | None:
+    """A layer's weight or bias (None where it has none), typed."""
+    t = getattr(layer, name, None)
+    return t.detach() if isinstance(t, torch.Tensor) else None
+
+
+def weight_of(layer: nn.Module) -> torch.Tensor:
+    w = param(layer, "weight")
+    if w is None:
+        raise TypeError(f"{type(layer).__name__} has no weight")
+    return w
+
+
+def pair(v: object) -> tuple[int, int]:
+    """A Conv2d's kernel size, stride, padding or dilation as two ints."""
+    a, b = cast(tuple[int, int], v)
+    return int(a), int(b)
+
+
 class SparseLinear(nn.Module):
     """y = x W^T + b with W a CSR tensor (out_features, in_features): torch.sparse.mm(W, x^T)^T."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
@@ -89,7 +112,7 @@ class SparseLinear(nn.Module):
         lead = x.shape[:-1]
         flat = x.reshape(-1, self.in_features)
         with quiet_csr():
-            y = torch.sparse.mm(self.weight, flat.t().contiguous()).t()
+            y: torch.Tensor = torch.sparse.mm(self.weight, flat.t().contiguous()).t()
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
@@ -99,13 +122,16 @@ class SparseConv2d(nn.Module):
     """A Conv2d lowered to a matmul: unfold the input into columns (im2col), multiply by the CSR weight
     (out_channels, in_channels * kh * kw) and fold the result back to (B, out, H', W'). One group only."""
 
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
     def __init__(self, conv: nn.Conv2d, weight: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
         self.out_channels = conv.out_channels
-        self.kernel_size = conv.kernel_size
-        self.stride = conv.stride
-        self.padding = conv.padding
-        self.dilation = conv.dilation
+        self.kernel_size = pair(conv.kernel_size)
+        self.stride = pair(conv.stride)
+        self.padding = pair(conv.padding)  # numbers: lowerable() refuses a 'same' or 'valid' padding
+        self.dilation = pair(conv.dilation)
         self.register_buffer("weight", weight)
         self.register_buffer("bias", bias)
 
@@ -116,7 +142,7 @@ class SparseConv2d(nn.Module):
         wo = (w + 2 * self.padding[1] - self.dilation[1] * (self.kernel_size[1] - 1) - 1) // self.stride[1] + 1
         flat = cols.transpose(0, 1).reshape(cols.shape[1], -1)  # (C*kh*kw, B*L)
         with quiet_csr():
-            y = torch.sparse.mm(self.weight, flat)  # (out, B*L)
+            y: torch.Tensor = torch.sparse.mm(self.weight, flat)  # (out, B*L)
         y = y.reshape(self.out_channels, b, ho * wo).transpose(0, 1)
         if self.bias is not None:
             y = y + self.bias[:, None]

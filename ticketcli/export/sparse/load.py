@@ -29,7 +29,7 @@ def file_format(path: Path) -> str:
     if not path.is_file():
         raise UsageError(f"{str(path)[:200]}: no such file")
     try:
-        with safe_open(str(path), framework="pt") as f:  # type: ignore[no-untyped-call]  # safetensors: untyped
+        with safe_open(str(path), framework="pt") as f:
             return str((f.metadata() or {}).get("format", ""))
     except (SafetensorError, OSError, ValueError) as e:
         raise TicketFileError(f"{path}: not a safetensors file ({str(e).splitlines()[0][:120]})") from None
@@ -74,14 +74,15 @@ def load_sparse(
     metadata = inputs.metadata()
     shape = inputs.shape if inputs.dtype == "float32" else None
     if shape is not None and seeded.regenerable(tk, model):
-        return seeded.regenerate(
-            path, policy, device=dev, measure=measure is not False, batch=batch, input_shape=shape, metadata=metadata
-        )
+        snet = seeded.regenerate(path, policy, device=dev, metadata=metadata)
+        if measure is not False:
+            remeasure(snet, batch, shape)
+        return snet
     full = ticket_io.load(path, max_params=max_params)
     net, _ = runs_build.rebuild(full, path, None, policy)
     masks = {n: full.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate":
-        recalibrate(net, masks, full, path, DataSpec() if data_dir is None else DataSpec(data_dir=str(data_dir)))
+        recalibrate(net, masks, full, path, DataSpec() if data_dir is None else DataSpec(search_dirs=(str(data_dir),)))
     snet = sparse_module(net, masks, device=dev, measure=measure is not False, batch=batch, input_shape=shape)
     snet.source, snet.metadata = "ticket", metadata
     return snet

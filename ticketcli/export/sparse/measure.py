@@ -14,8 +14,8 @@ from torch import nn
 from ticketcli.contract.schema import JsonObject
 
 SPARSE, DENSE = "sparse", "dense"
-REPEATS = 5  # interleaved timing rounds per layer; each round times each form over several calls
-MIN_ROUND_S = 0.002  # a round is at least this long (more calls for a fast layer), so the clock's grain is noise
+REPEATS = 7  # interleaved timing rounds per layer; each round times each form over several calls
+MIN_ROUND_S = 0.004  # a round is at least this long (more calls for a fast layer), so the clock's grain is noise
 
 
 @dataclass(frozen=True)

@@ -170,14 +170,14 @@ def _lower(
     dev: torch.device,
 ) -> LayerRecord:
     """One layer's decision, and its replacement in `module` where it is sparse."""
-    weight = layer.weight.detach()
+    weight = sparse_layers.weight_of(layer)
     mask = masks[f"{name}.weight"].to(dev)
     nnz = int(mask.sum())
     kind, shape = layer_kind(layer), tuple(weight.shape)
     if not sparse_layers.lowerable(layer):
         why = "dense: a grouped or non-zero-padded convolution is not lowered"
         return replace(decide(name, kind, shape, nnz, None, batch, str(dev)), form=DENSE, reason=why)
-    bias = None if layer.bias is None else layer.bias.detach()
+    bias = sparse_layers.param(layer, "bias")
     sparse = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(weight, mask), bias)
     times = None
     if measure:
@@ -212,13 +212,13 @@ def remeasure(snet: SparseNet, batch: int, input_shape: tuple[int, ...] | None) 
     records = []
     for r in snet.layers:
         layer = module.get_submodule(r.name)
+        sparse: nn.Module
         if isinstance(layer, (sparse_layers.SparseLinear, sparse_layers.SparseConv2d)):
             sparse, dense = layer, sparse_layers.dense_layer(layer)
         elif sparse_layers.lowerable(layer):
-            weight = layer.weight.detach()
-            mask = weight != 0
-            bias = None if layer.bias is None else layer.bias.detach()
-            sparse, dense = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(weight, mask), bias), layer
+            weight = sparse_layers.weight_of(layer)
+            bias = sparse_layers.param(layer, "bias")
+            sparse, dense = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(weight, weight != 0), bias), layer
         else:
             records.append(r)
             continue
@@ -227,7 +227,7 @@ def remeasure(snet: SparseNet, batch: int, input_shape: tuple[int, ...] | None) 
             if isinstance(layer, (nn.Conv2d, sparse_layers.SparseConv2d)):
                 records.append(r)
                 continue
-            x = torch.randn(batch, dense.weight.shape[1], device=dev)
+            x = torch.randn(batch, sparse_layers.weight_of(dense).shape[1], device=dev)
         record = replace(decide(r.name, r.kind, r.shape, r.nnz, compare(sparse, dense, x), batch, str(dev)))
         replace_module(module, r.name, sparse if record.form == SPARSE else dense)
         records.append(record)

@@ -1,8 +1,9 @@
 """A ticket's network regenerated from its seed straight into the sparse form, one layer at a time: the parameters
 are drawn in the order `models.init.init_weights` draws them, from the same generator, so each is bit for bit the
 full network's; each is hashed into the weights' fingerprint, masked from the ticket's packed bits a few rows at a
-time, turned into its CSR arrays (or kept dense where dense measures faster) and let go before the next is drawn.
-At most one layer is ever dense in memory."""
+time, turned into its CSR arrays and let go before the next is drawn. At most one layer is ever dense in memory.
+Every lowerable layer comes out sparse; load.py then times each against its dense form (net.remeasure: again one
+layer dense at a time) where asked."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from torch import nn
 
 from ticketcli.errors import TicketFileError
 from ticketcli.export.sparse import layers as sparse_layers
-from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
-from ticketcli.export.sparse.net import SparseNet, layer_inputs, layer_kind, replace_module
+from ticketcli.export.sparse.measure import DENSE, LayerRecord, decide
+from ticketcli.export.sparse.net import SparseNet, layer_kind, replace_module
 from ticketcli.models.build import build_model
 from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.masked import fan_in, layer_of, masked_names
@@ -61,19 +62,9 @@ class _Bits:
         return torch.from_numpy(part).reshape(stop - start, self.cols)
 
 
-def regenerate(
-    path: Path,
-    policy: ModelPolicy,
-    *,
-    device: torch.device,
-    measure: bool,
-    batch: int,
-    input_shape: tuple[int, ...],
-    metadata: dict[str, str],
-) -> SparseNet:
+def regenerate(path: Path, policy: ModelPolicy, *, device: torch.device, metadata: dict[str, str]) -> SparseNet:
     """The ticket at `path` in the sparse form on `device`, its network regenerated from the seed one layer at a
-    time, checked against the ticket's fingerprint; each layer measured (on `device`, at `batch` examples of
-    `input_shape`) sparse against dense where `measure`."""
+    time and checked against the ticket's fingerprint."""
     with ticket_io.MaskFile(path) as mf:
         tk = mf.scan.ticket
         ticket_io.require_intact(tk, path)
@@ -85,26 +76,19 @@ def regenerate(
         scheme = INIT_SCHEMES.get(init.scheme)
         g = torch.Generator().manual_seed(init.seed)
         params = dict(module.named_parameters())
-        targets = [n for n, m in module.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
-        shapes = {
-            n: tuple(x.shape)
-            for n, x in layer_inputs(module, targets, torch.empty(batch, *input_shape, device="meta")).items()
-        }
         digest = hashlib.sha256()
         pending: dict[str, dict[str, torch.Tensor]] = {}
         records: list[LayerRecord] = []
-        for name, p in params.items():
+        for name, p in params.items():  # init_weights' order, generator and draws
             owner = layer_of(name)
             weight = params.get(owner + ".weight") if p.dim() == 1 else None
             w = scheme(p.shape, fan_in(p, weight), init.k, g).to(torch.float32).contiguous()
-            digest.update(w.numpy().data)
+            digest.update(w.numpy().data)  # seeding.fingerprint's bytes, without a copy
             pending.setdefault(owner, {})[name.rpartition(".")[2]] = w
             del w
             layer = module.get_submodule(owner)
             if set(pending[owner]) == {n for n, _ in layer.named_parameters(recurse=False)}:
-                drawn = pending.pop(owner)
-                records.append(_layer(module, owner, layer, drawn, mf, shapes.get(owner), measure, batch, device))
-                del drawn
+                records.append(_layer(module, owner, layer, pending.pop(owner), mf, device))
             del layer  # a layer made sparse lets its dense weight go here, before the next is drawn
         if digest.hexdigest() != tk.weights_sha256:
             raise TicketFileError(
@@ -121,34 +105,28 @@ def _layer(
     layer: nn.Module,
     drawn: dict[str, torch.Tensor],
     mf: ticket_io.MaskFile,
-    x_shape: tuple[int, ...] | None,
-    measure: bool,
-    batch: int,
     device: torch.device,
 ) -> LayerRecord:
-    """One layer, its weights drawn: masked (the weight in place, from its packed bits), its CSR built, timed
-    against its dense W * M, and put into `module` in the form that won."""
-    w = drawn["weight"]
+    """One layer, its weights drawn: masked from its packed bits (the bias in place), its weight's CSR built a few
+    rows at a time, and put into `module` sparse (or dense W * M where it cannot be lowered)."""
+    w = drawn.pop("weight")
     bits = _Bits(mf, f"{name}.weight", tuple(w.shape))
-    w2 = w.reshape(w.shape[0], -1)
-    csr = sparse_layers.csr_rows(w2, bits.rows, zero_dropped=True)
-    del bits
-    bias = drawn.get("bias")
+    kind, shape = layer_kind(layer), tuple(w.shape)
+    bias = drawn.pop("bias", None)
     if bias is not None:
         bias.mul_(_Bits(mf, f"{name}.bias", tuple(bias.shape)).rows(0, bias.shape[0]).reshape(-1))
-    for attr, t in drawn.items():
-        setattr(layer, attr, nn.Parameter(t.to(device), requires_grad=False))
+    lowerable = sparse_layers.lowerable(layer)
+    csr = sparse_layers.csr_rows(w.reshape(w.shape[0], -1), bits.rows, zero_dropped=not lowerable)
+    del bits
     nnz = int(csr.values().numel())
-    kind, shape = layer_kind(layer), tuple(w.shape)
-    del w, w2
-    if not sparse_layers.lowerable(layer):
-        why = "dense: a grouped or non-zero-padded convolution is not lowered"
-        return replace(decide(name, kind, shape, nnz, None, batch, str(device)), form=DENSE, reason=why)
-    sparse = sparse_layers.sparse_layer(layer, csr.to(device), None if bias is None else layer.bias.detach())
-    times = None
-    if measure and x_shape is not None:
-        times = compare(sparse, layer, torch.randn(*x_shape, device=device))
-    record = decide(name, kind, shape, nnz, times, batch, str(device))
-    if record.form == SPARSE:
-        replace_module(module, name, sparse)
+    record = decide(name, kind, shape, nnz, None, 0, str(device))
+    if not lowerable:
+        layer.weight = nn.Parameter(w.to(device), requires_grad=False)
+        if bias is not None:
+            layer.bias = nn.Parameter(bias.to(device), requires_grad=False)
+        return replace(record, form=DENSE, reason="dense: a grouped or non-zero-padded convolution is not lowered")
+    del w
+    replace_module(
+        module, name, sparse_layers.sparse_layer(layer, csr.to(device), None if bias is None else bias.to(device))
+    )
     return record
