@@ -185,11 +185,11 @@ def dense_layer(layer: SparseLinear | SparseConv2d) -> nn.Module:
             layer.padding,
             layer.dilation,
             bias=bias is not None,
-            device=weight.device,
+            device="meta",  # its parameters are set below: nothing allocated for the throw-away init
         )
         weight = weight.reshape(layer.out_channels, c, kh, kw)
     else:
-        dense = nn.Linear(layer.in_features, layer.out_features, bias=bias is not None, device=weight.device)
+        dense = nn.Linear(layer.in_features, layer.out_features, bias=bias is not None, device="meta")
     dense.weight = nn.Parameter(weight, requires_grad=False)
     if bias is not None:
         dense.bias = nn.Parameter(bias, requires_grad=False)
