@@ -327,3 +327,12 @@ def test_export_format_sparse_json(tickets, tmp_path):
 def test_export_format_sparse_refuses_a_pickle_name(tickets, tmp_path):
     r = invoke("export", str(tickets["mlp"]), "--format", "sparse", "--out", str(tmp_path / "s.pt"))
     assert "safetensors" in one_line_error(r)
+
+
+def test_dense_of_a_csr_matrix_is_torch_s_to_dense():
+    g = torch.Generator().manual_seed(1)
+    for rows, cols, density in ((1, 1, 1.0), (7, 300_000, 0.001), (513, 40, 0.3), (20, 20, 0.0)):
+        w = torch.randn(rows, cols, generator=g)
+        mask = torch.rand(rows, cols, generator=g) < density
+        csr = sparse_layers.csr_of(w, mask)
+        assert torch.equal(sparse_layers.dense_of(csr), w * mask)
