@@ -33,6 +33,9 @@ _PUBLIC = {
     "apply_masks": "ticketcli.api.masks",
     "remove_masks": "ticketcli.api.masks",
     "load_pruned": "ticketcli.api.masks",
+    "load_sparse": "ticketcli.export.sparse.load",
+    "sparse_module": "ticketcli.export.sparse.net",
+    "SparseNet": "ticketcli.export.sparse.net",
     "TicketCliError": "ticketcli.errors",
     "UsageError": "ticketcli.errors",
     "TicketFileError": "ticketcli.errors",
@@ -51,6 +54,9 @@ __all__ = [
     "apply_masks",
     "remove_masks",
     "load_pruned",
+    "load_sparse",
+    "sparse_module",
+    "SparseNet",
     "list_methods",
     "list_models",
     "list_datasets",
@@ -72,6 +78,8 @@ if TYPE_CHECKING:
     from ticketcli.api.ticket import Ticket, load
     from ticketcli.api.weak import train_weak
     from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
+    from ticketcli.export.sparse.load import load_sparse
+    from ticketcli.export.sparse.net import SparseNet, sparse_module
 
 
 def __getattr__(name: str) -> Any:
