@@ -13,6 +13,7 @@ from ticketcli.data.datasets import Splits
 from ticketcli.files.checkpoint import Checkpointer
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, Scope, scope_groups
+from ticketcli.selection.structure import Pattern, pattern_of
 from ticketcli.specs.run import MethodSpec
 
 # Called after each epoch with {"epoch", "epochs", "loss", "accuracy", "sparsity"} (and "round", "rounds").
@@ -107,3 +108,8 @@ class Method(ABC):
         """The groups its top-k runs over: per layer or global by its default_scope (selection.groups.scope_groups);
         `density`: its own keep density instead of the requested one and --layer-densities."""
         return scope_groups(net, spec, self.default_scope, density)
+
+    @staticmethod
+    def pattern(spec: MethodSpec) -> Pattern | None:
+        """The structure every selection step keeps (--structure, --block), or None: unstructured."""
+        return pattern_of(spec.options)

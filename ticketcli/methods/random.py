@@ -8,14 +8,21 @@ from ticketcli.data.datasets import Splits
 from ticketcli.methods.base import Context, ExtractResult, Masks, Method
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.groups import Group, select
+from ticketcli.selection.structure import Pattern
 from ticketcli.specs.run import MethodSpec
 
 
-def random_masks(net: MaskedNet, groups: list[Group], generator: torch.Generator, device: torch.device) -> Masks:
+def random_masks(
+    net: MaskedNet,
+    groups: list[Group],
+    generator: torch.Generator,
+    device: torch.device,
+    pattern: Pattern | None = None,
+) -> Masks:
     """floor(density * n) entries of each group kept at random (also where SET and RigL start): the top-k of
-    uniform draws made on the CPU, so the same bits on any device."""
+    uniform draws made on the CPU, so the same bits on any device; under a `pattern`, its masks of those draws."""
     draws = {n: torch.rand(net.weights[n].shape, generator=generator) for n in net.names}
-    return {n: m.to(device) for n, m in select(draws, groups).items()}
+    return {n: m.to(device) for n, m in select(draws, groups, pattern=pattern).items()}
 
 
 class RandomMask(Method):
@@ -29,4 +36,4 @@ class RandomMask(Method):
     score_init = None
 
     def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
-        return ExtractResult(random_masks(net, self.groups(net, spec), ctx.generator, ctx.device))
+        return ExtractResult(random_masks(net, self.groups(net, spec), ctx.generator, ctx.device, self.pattern(spec)))

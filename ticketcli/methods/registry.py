@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ticketcli.contract.schema import JsonObject
 from ticketcli.errors import UsageError
 from ticketcli.registry import Registry, load
-from ticketcli.specs.ranges import BOOL, CHOICE, FLOAT, INT
+from ticketcli.specs.ranges import BOOL, CHOICE, FLOAT, INT, TEXT
 from ticketcli.specs.run import MethodSpec, Option
 
 if TYPE_CHECKING:
@@ -68,6 +68,33 @@ AUX = (
         after="layer_densities",
     ),
 )
+# The structured masks (selection/structure.py) of every method that selects by score, at every selection step
+SHAPED = (
+    Option(
+        "structure",
+        None,
+        TEXT,
+        "N:M structured mask, e.g. 2:4: exactly N of every M consecutive weights along each row's input dimension "
+        "kept (a convolution's is in_channels*kh*kw), at every selection step. It implies the sparsity 1 - N/M: "
+        "a different --sparsity is refused. Every layer's input width must be a multiple of M.",
+        "2:4",
+        "Method",
+        "sparsity",
+        when_set=True,
+    ),
+    Option(
+        "block",
+        None,
+        TEXT,
+        "Block-structured mask, e.g. 4x4: whole blocks of R outputs by C inputs kept or dropped, each scored by "
+        "the mean of its scores, at every selection step; --sparsity is the fraction of blocks dropped (edge "
+        "blocks of a layer that R or C does not divide are smaller).",
+        "4x4",
+        "Method",
+        "sparsity",
+        when_set=True,
+    ),
+)
 SALIENCY_BATCHES = Option(
     "saliency_batches",
     5,
@@ -110,6 +137,7 @@ method(
     "Double-scoring (the paper's Algorithm 1): edge-popup over an enlarged score space of width n + m*n.",
     "scores:Augmented",
     SCORES,
+    *SHAPED,
     Option(
         "aug_density",
         None,
@@ -136,12 +164,14 @@ method(
     "Edge-popup: train a score per weight, keep the top-k by |score| (straight-through estimator).",
     "scores:EdgePopup",
     ("layer_densities", *SCORES),
+    *SHAPED,
 )
 method(
     "iterated",
     "DoubleScore-Iterated: rounds of augmented training that shrink a cumulative mask to the target.",
     "iterated:Iterated",
     SCORES,
+    *SHAPED,
     *AUX,
     Option(
         "iter_tolerance",
@@ -165,6 +195,7 @@ method(
     "GraSP at initialisation: keep the k largest -θ⊙Hg (the paper's reading) or θ⊙Hg (the original's).",
     "saliency:Grasp",
     SALIENCY,
+    *SHAPED,
     SALIENCY_BATCHES,
     Option("grasp_temperature", 200.0, FLOAT(0, 1e6, lo_open=True), "Logits are divided by this.", 1.0),
     Option(
@@ -190,6 +221,7 @@ method(
     "SNIP at initialisation: keep the k largest |W⊙grad| summed over a few minibatches.",
     "saliency:Snip",
     SALIENCY,
+    *SHAPED,
     SALIENCY_BATCHES,
 )
 method(
@@ -197,6 +229,7 @@ method(
     "Iterative SynFlow: data-free synaptic-flow scores, round r of R keeps density d^(r/R).",
     "saliency:SynFlow",
     ("layer_densities",),
+    *SHAPED,
     Option("synflow_rounds", 100, INT(1, 10_000), "Pruning rounds; round r keeps density d^(r/R).", 1),
 )
 method(
@@ -235,6 +268,7 @@ method(
     "A seeded random mask: exactly floor(density * n) weights kept per layer (the baseline).",
     "random:RandomMask",
     ("layer_densities",),
+    *SHAPED,
 )
 
 
@@ -269,4 +303,5 @@ def method_document(spec: MethodSpec) -> JsonObject:
     if spec.layer_densities is not None:
         values["layer_densities"] = list(spec.layer_densities)
     shared = [f.name for f in fields(MethodSpec) if f.name != "options"]
-    return {name: values[name] for name in placed(shared, own_options())}
+    off = {o.name for o in own_options() if o.when_set and values[o.name] == o.default}  # left out: Option.when_set
+    return {name: values[name] for name in placed(shared, own_options()) if name not in off}

@@ -104,7 +104,8 @@ class _Saliency(Method):
     default_scope = "global"  # one top-k over all parameters (Appendix B), per layer with --layer-densities
 
     def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
-        return ExtractResult(select(self.scores(net, data, spec, ctx.generator), self.groups(net, spec)))
+        scores = self.scores(net, data, spec, ctx.generator)
+        return ExtractResult(select(scores, self.groups(net, spec), pattern=self.pattern(spec)))
 
     def scores(self, net: MaskedNet, data: Splits, spec: MethodSpec, generator: torch.Generator) -> Params:
         """One score per weight, from minibatches drawn from `generator`."""
@@ -147,5 +148,5 @@ class SynFlow(_Saliency):
         for r in range(1, rounds + 1):
             scores = synflow_scores(net, {n: m.double() for n, m in masks.items()}, data.x_extract[:1])
             # pruned entries score 0 anyway; -inf makes sure they never come back on ties
-            masks = select(restricted(scores, masks), groups, power_schedule(r, rounds))
+            masks = select(restricted(scores, masks), groups, power_schedule(r, rounds), self.pattern(spec))
         return ExtractResult(masks)

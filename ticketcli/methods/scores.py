@@ -53,7 +53,12 @@ class ScoreMethod(Method):
         if density is None and self.augmented:
             density = augmented_density(spec)
         return Selection(
-            net, self.groups(net, spec, density), parts=self.parts(spec), signed=spec.signed_scores, active=active
+            net,
+            self.groups(net, spec, density),
+            parts=self.parts(spec),
+            signed=spec.signed_scores,
+            active=active,
+            pattern=self.pattern(spec),
         )
 
     def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
@@ -87,7 +92,7 @@ def project(
     """--project-final: top-k of the original scores alone at exactly the requested density (per layer or global)."""
     original = {n: parts[:1] for n, parts in scores.items()}
     groups = scope_groups(net, spec, scope, spec.density)
-    return Selection(net, groups, parts=1, signed=spec.signed_scores).select(original)
+    return Selection(net, groups, parts=1, signed=spec.signed_scores, pattern=Method.pattern(spec)).select(original)
 
 
 class EdgePopup(ScoreMethod):

@@ -12,7 +12,7 @@ from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from ticketcli.report.console import method_name, pct, results, stdout
-from ticketcli.report.values import INTEGRITY_NOTES, MASK_ROWS, csv_cell, method_text, readable
+from ticketcli.report.values import INTEGRITY_NOTES, MASK_ROWS, csv_cell, method_text, readable, structure_text
 
 if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's table must not import torch
     from ticketcli.export.run import ExportResult
@@ -121,7 +121,8 @@ def layer_table(layers: Sequence[LayerCount]) -> Table:
 
 def evaluate_table(r: EvaluateResult) -> None:
     """`ticket evaluate`: re-measured accuracy and loss beside the stored ones, and the gate when asked."""
-    t = titled(f"{r.ticket}: {method_name(r.method)} on {r.model}, seed {r.seed}", "split", "accuracy", "loss")
+    title = f"{r.ticket}: {method_name(r.method)}{structure_text(r.method)} on {r.model}, seed {r.seed}"
+    t = titled(title, "split", "accuracy", "loss")
     t.add_column("stored accuracy", justify="right")
     t.add_row("test", pct(r.test.accuracy), f"{r.test.loss:.4f}", pct(r.stored.test_accuracy))
     t.add_row("validation", pct(r.val.accuracy), f"{r.val.loss:.4f}", pct(r.stored.val_accuracy))

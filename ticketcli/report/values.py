@@ -46,6 +46,14 @@ def method_text(method: MethodRecord) -> str:
     return ", ".join(parts)
 
 
+def structure_text(method: MethodRecord) -> str:
+    """' (2:4)' or ' (4x4 blocks)' for a ticket whose record holds --structure or --block (as recorded), else ''."""
+    structure, block = method.option("structure"), method.option("block")
+    if structure is not None:
+        return f" ({readable(structure)})"
+    return "" if block is None else f" ({readable(block)} blocks)"
+
+
 # A spreadsheet reads a cell beginning with one of these as a formula (OWASP's CSV injection list: = + - @, tab,
 # carriage return), and some fold the full-width forms to them, so a text cell never begins with one unescaped.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")

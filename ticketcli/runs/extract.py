@@ -27,6 +27,7 @@ from ticketcli.runs.build import run_budget
 from ticketcli.runs.inputs import check_input_shape, resolve_device
 from ticketcli.runtime import distributed
 from ticketcli.seeding import file_sha256, generator
+from ticketcli.selection.structure import check_fits, pattern_of
 from ticketcli.specs.run import RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
@@ -111,6 +112,8 @@ def run_extraction(
     device = resolve_device(spec.device)
     method_class = runs_inputs.method_for_run(spec.method.name, checkpointing=checkpoint is not None)
     net, weights = runs_build.build_net(spec.model, spec.init, spec.weights, run_budget(spec), module)
+    # a layer the structure cannot tile is refused before any data is read
+    check_fits(pattern_of(spec.method.options), {n: tuple(net.weights[n].shape) for n in net.names})
     # absolute here; saved relative to the ticket's folder (checkpoint.saved_at), wherever the ticket is written
     from_file = None if spec.weights is None else {"path": abspath(spec.weights), "sha256": file_sha256(spec.weights)}
     splits = load_splits(spec.data) if splits is None else splits

@@ -19,7 +19,7 @@ from typing import Any
 
 from ticketcli.data.registry import DATASETS
 from ticketcli.errors import UsageError
-from ticketcli.methods.registry import method_document
+from ticketcli.methods.registry import method_document, own_options
 from ticketcli.models.registry import parse_model
 from ticketcli.models.user_code import refuse_foreign
 from ticketcli.runtime.world import MAX_WORLD_SIZE
@@ -36,7 +36,8 @@ from ticketcli.version import __version__
 ALWAYS = ("method", "sparsity", "model", "dataset", "seed", "epochs", "device")  # in the command even at default
 NOT_IMPORTABLE = ("__main__", "__mp_main__", "builtins")  # a module defined in a script or notebook
 # the method record's entries that are settings: the method settings (what extract records there, and nothing else)
-METHOD_KEYS = frozenset(method_document(MethodSpec())) & frozenset(RUN.names())
+# (and the options recorded only when set, Option.when_set)
+METHOD_KEYS = (frozenset(method_document(MethodSpec())) | {o.name for o in own_options()}) & frozenset(RUN.names())
 # the devices a ticket records (torch's str(device)), as the --device extract takes: cuda:N runs as cuda
 DEVICE = re.compile(r"(cpu|cuda|mps)(?::[0-9]{1,4})?")
 

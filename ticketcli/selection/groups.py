@@ -19,6 +19,8 @@ import torch
 from ticketcli.errors import UsageError
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.exact import joint_topk_masks, keep_count
+from ticketcli.selection.shaped import patterned_masks, units
+from ticketcli.selection.structure import Pattern
 from ticketcli.selection.warm import TopKSelector
 from ticketcli.specs.run import MethodSpec
 
@@ -80,11 +82,15 @@ def select_group(
     warm: TopKSelector | None = None,
     frozen: bool = False,
     dtype: torch.dtype = torch.bool,
+    pattern: Pattern | None = None,
 ) -> dict[str, torch.Tensor]:
     """Masks (as `dtype`) of the first part of each parameter in `names`, keeping exactly the k largest values
     of all their parts together (ties to the lowest index of joint_masks' concatenation). A group of one parameter
     goes through `warm` when given (`frozen`: its further parts have the same values on every call for this name);
-    the bits are the same either way."""
+    the bits are the same either way. Under a `pattern` (--structure, --block) the masks are shaped.py's, `k`
+    counting blocks."""
+    if pattern is not None:
+        return {n: m.to(dtype) for n, m in zip(names, patterned_masks(parts, names, k, pattern))}
     if warm is not None and len(names) == 1:
         (n,) = names
         return {n: warm(n, parts[n], k, dtype, frozen=frozen)}
@@ -92,13 +98,17 @@ def select_group(
 
 
 def select(
-    scores: dict[str, torch.Tensor], groups: list[Group], density: Callable[[float], float] = lambda d: d
+    scores: dict[str, torch.Tensor],
+    groups: list[Group],
+    density: Callable[[float], float] = lambda d: d,
+    pattern: Pattern | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Bool masks keeping floor(density(d) * n) highest scores in each group of n entries with final density d."""
+    """Bool masks keeping floor(density(d) * n) highest scores in each group of n entries (of n blocks under a
+    --block `pattern`; N:M keeps its N of every M whatever the density) with final density d."""
     masks = {}
     for names, d in groups:
-        n = sum(scores[p].numel() for p in names)
-        masks.update(select_group({p: [scores[p]] for p in names}, names, keep_count(density(d), n)))
+        n = sum(units(scores[p].shape, pattern) for p in names)
+        masks.update(select_group({p: [scores[p]] for p in names}, names, keep_count(density(d), n), pattern=pattern))
     return masks
 
 

@@ -15,6 +15,8 @@ import torch
 from ticketcli.models.masked import MaskedNet
 from ticketcli.selection.exact import keep_count
 from ticketcli.selection.groups import Group, joint_masks, select_group
+from ticketcli.selection.shaped import active_units, patterned_masks, units
+from ticketcli.selection.structure import Pattern
 from ticketcli.selection.warm import TopKSelector
 
 
@@ -31,6 +33,8 @@ class Selection:
     one of all of them with --global-topk) keeps floor(density * parts * n) entries of its (augmented) space, ranked by
     |scores| (or signed scores), and the mask is the kept entries on S's coordinates. With `active` (the iterated
     variant) only the active entries of every part compete, and n counts them: the others rank below everything.
+    Under a `pattern` (--structure, --block; shaped.py) n counts blocks, and the masks are the pattern's, found by
+    the full selection (the warm search's shortcuts assume a plain top-k).
     """
 
     def __init__(
@@ -41,9 +45,13 @@ class Selection:
         parts: int,
         signed: bool = False,
         active: dict[str, torch.Tensor] | None = None,
+        pattern: Pattern | None = None,
     ):
-        self.parts, self.signed, self.active = parts, signed, active
-        size = {n: int(active[n].sum()) if active is not None else net.weights[n].numel() for n in net.names}
+        self.parts, self.signed, self.active, self.pattern = parts, signed, active, pattern
+        size = {
+            n: active_units(active[n], pattern) if active is not None else units(net.weights[n].shape, pattern)
+            for n in net.names
+        }
         # (names, k) per group: the entries each group keeps
         self.budgets = [(names, keep_count(d, parts * sum(size[n] for n in names))) for names, d in groups]
         self.topk = TopKSelector()
@@ -73,6 +81,9 @@ class Selection:
         masks = {}
         for names, k in self.budgets:  # one group at a time: per layer, one layer's |S| alive at once
             ranked = {n: self.ranked(n, scores[n], aux_fixed) for n in names}
+            if self.pattern is not None:
+                masks.update(select_group(ranked, names, k, dtype=dtype, pattern=self.pattern))
+                continue
             masks.update(select_group(ranked, names, k, warm=self.topk, frozen=aux_fixed, dtype=dtype))
             (n, *more) = names
             if aux_fixed and not more and n not in self.windowed:
@@ -88,7 +99,7 @@ class Selection:
         threshold (TopKSelector.window) instead of all of it sorted: `redraw(name)` draws that parameter's
         auxiliary scores again, bit for bit, as fresh tensors, for the rare step whose threshold leaves the
         window. Per-parameter top-k on the CPU without active entries only; the masks do not change."""
-        if self.active is not None:
+        if self.active is not None or self.pattern is not None:
             return
         alone = {names[0] for names, _ in self.budgets if len(names) == 1}  # the groups of one parameter
         for n in list(self.frozen):
@@ -106,13 +117,18 @@ class Selection:
         orig: dict[str, int] = {}
         aux: dict[str, int] = {}
         for names, k in self.budgets:
-            if len(names) == 1:  # the group keeps k: those not on S are auxiliary
+            if len(names) == 1 and self.pattern is None:  # the group keeps k: those not on S are auxiliary
                 (n,) = names
                 warm = self.topk if n in self.windowed else None  # only the selector holds a windowed ranking
                 orig[n] = int(select_group(ranked, names, k, warm=warm)[n].sum())
                 aux[n] = k - orig[n]
                 continue
-            masks = joint_masks(ranked, names, k)
+            # every part's mask: the kept entries of the augmented space
+            masks = (
+                joint_masks(ranked, names, k)
+                if self.pattern is None
+                else patterned_masks(ranked, names, k, self.pattern)
+            )
             orig.update({n: int(m.sum()) for n, m in zip(names, masks)})
             aux.update(dict.fromkeys(names, 0))
             for i, m in enumerate(masks[len(names) :]):  # each parameter's parts - 1 auxiliary tensors, in order

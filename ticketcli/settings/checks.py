@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from ticketcli.errors import UsageError
 from ticketcli.methods.registry import METHODS, own_options
 from ticketcli.models.init import INIT_SCHEMES
+from ticketcli.selection.structure import Structure, pattern_of
 from ticketcli.settings.readers import check_method_options
 from ticketcli.settings.setting import Table
 from ticketcli.specs.ranges import show
@@ -44,7 +45,34 @@ def method_spec(table: Table, s: dict[str, Any], given: Collection[str] | None, 
     info = METHODS.get(every.name)
     own = {o.name: s[o.name] for o in info.options}
     info.check(own)
-    return replace(every, options=own)
+    return shaped(replace(every, options=own), given)
+
+
+def shaped(method: MethodSpec, given: Collection[str] | None) -> MethodSpec:
+    """--structure and --block (selection/structure.py) checked and written canonically. N:M fixes the sparsity:
+    the spec takes 1 - N/M, and a --sparsity that says otherwise (given, or with `given` None one that differs
+    from its default), --layer-densities and --aug-density are refused; blocks read --sparsity as the fraction of
+    blocks dropped."""
+    pattern = pattern_of(method.options)
+    if pattern is None:
+        return method
+    key = "structure" if isinstance(pattern, Structure) else "block"
+    method = replace(method, options={**method.options, key: pattern.text()})
+    if not isinstance(pattern, Structure):
+        return method
+    flag = f"--structure {pattern.text()}"
+    was_given = "sparsity" in given if given is not None else method.sparsity != MethodSpec.sparsity
+    if was_given and abs(method.sparsity - pattern.sparsity) > 1e-9:
+        raise UsageError(
+            f"{flag} keeps {pattern.n} of every {pattern.m} weights, the sparsity {pattern.sparsity:g}; "
+            f"--sparsity {method.sparsity:g} contradicts it",
+            hint="drop --sparsity: the structure sets it",
+        )
+    if method.layer_densities is not None:
+        raise UsageError(f"{flag} keeps the same density in every layer; drop --layer-densities")
+    if method.options.get("aug_density") is not None:
+        raise UsageError(f"{flag} fixes every run's count, so there is no augmented density; drop --aug-density")
+    return replace(method, sparsity=pattern.sparsity)
 
 
 def check_module_init(init: InitSpec, model: ModelSpec, given: Collection[str]) -> None:

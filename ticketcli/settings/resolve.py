@@ -254,6 +254,8 @@ def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> Metho
     """The method at another ticket's achieved sparsity: global, or per layer as --layer-densities (Appendix G)."""
     if method.layer_densities is not None:
         raise UsageError("--match-sparsity sets the densities itself; drop --layer-densities")
+    if method.options.get("structure") is not None:
+        raise UsageError(f"--structure {method.options['structure']} sets the sparsity itself; drop --match-sparsity")
     if per_layer and not method_reads(method.name, "layer_densities"):
         raise UsageError(
             f"--match-sparsity-per-layer needs per-layer densities, which {method.name} does not take",

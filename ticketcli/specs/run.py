@@ -152,7 +152,9 @@ class Option:
     keyword `name` (the flag: --name-with-dashes), default, range (the flag parses what the range holds), help and
     --help panel. `after`: the setting it follows in --help, `ticket list settings` and the ticket's record (None:
     after the shared training settings, where the baselines' own are). `example`: a valid value other than the
-    default whose effect shows on a tiny run (tests/test_options.py sets it)."""
+    default whose effect shows on a tiny run (tests/test_options.py sets it). `when_set`: recorded (a ticket's method
+    record, a run's identity) only when it is not at its default, so that the records of runs that leave it off are
+    the same as before it existed."""
 
     name: str
     default: Any
@@ -161,6 +163,7 @@ class Option:
     example: Any
     panel: str = "Variants"
     after: str = "weight_lr"
+    when_set: bool = False
 
 
 @dataclass(frozen=True)
