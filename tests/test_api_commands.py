@@ -239,3 +239,22 @@ def test_inspect_imports_no_torch(saved):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert float(r.stdout) == tc.inspect(saved).density
+
+
+def folders(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir()}
+
+
+@pytest.mark.slow
+def test_train_weak_and_sweep_k_log_the_runs_the_commands_log(saved, tmp_path):
+    pytest.importorskip("tensorboard", reason="the track extra is not installed")
+    api, cli = tmp_path / "api", tmp_path / "cli"
+    tc.train_weak(saved, epochs=1, progress=False, log_to=f"tensorboard:{api}")
+    r = invoke("train-weak", str(saved), "--epochs", "1", "--quiet", "--log-to", f"tensorboard:{cli}")
+    assert r.exit_code == 0, r.output
+    tiny = dict(seeds=[0], densities=[0.5], layerwise=0, epochs=1, n_extract=200, n_val=100, progress=False)
+    tc.sweep_k("mlp:64-16-10", "digits", log_to=[f"tensorboard:{api}"], **tiny)
+    flags = ("--seeds", "0", "--densities", "0.5", "--layerwise", "0", "--quiet", "--log-to", f"tensorboard:{cli}")
+    r = invoke("sweep-k", *SWEEP, *flags)
+    assert r.exit_code == 0, r.output
+    assert folders(api) == folders(cli) and len(folders(api)) > 2  # the same runs, by name

@@ -19,11 +19,14 @@ from ticketcli.report import progress as report_progress
 from ticketcli.settings.resolve import build_extract_spec, load_config, merge_settings
 from ticketcli.settings.run import RUN
 from ticketcli.settings.sweep import OWN, SWEEP
+from ticketcli.settings.track import TRACK
 from ticketcli.specs.ranges import show
 from ticketcli.sweep.options import check_config_keys, sweep_options, sweep_settings
 from ticketcli.sweep.plan import build_plan, double_scoring_methods
 from ticketcli.sweep.result import SweepRecord, SweepResult
 from ticketcli.sweep.run import sweep_k as run_sweep_k
+from ticketcli.track import base as track
+from ticketcli.track import feed as track_feed
 
 NAMED = frozenset({"model", "dataset", "seed", "method", "threads"})  # sweep_k's own arguments, or chosen by it
 
@@ -50,6 +53,7 @@ def sweep_k(
     overwrite: bool = False,
     config: str | Path | None = None,
     progress: bool | Progress = True,
+    log_to: str | list[str] | None = None,
     **options: Any,
 ) -> SweepResult:
     """Run the hyperparameter-stability sweep, as `ticket sweep-k` does, and return what `ticket sweep-k --json`
@@ -64,7 +68,7 @@ def sweep_k(
     a cluster). out_dir: keep each run's ticket and record there, and resume from them (a file there the sweep did
     not write is replaced only with overwrite=True). options: extract's settings a sweep shares (sparsity=,
     epochs=, lr=, n_extract=, ...), as the command's flags. progress: a bar on stderr, False, or a callable per
-    configuration."""
+    configuration. log_to: experiment trackers, as `--log-to` (a parent run and a child run per configuration)."""
     optional_text(model, "model", "a model spec string")
     optional_text(data, "data", "a dataset name (a sweep's runs load it in their own processes)")
     optional_text(ray_address, "ray_address", "an address string")
@@ -78,21 +82,29 @@ def sweep_k(
     }
     config = optional_path(config, "config")
     out = optional_path(out_dir, "out_dir")
-    table = RUN  # the keys a config file may set: extract's
+    table = RUN.plus(TRACK)  # the keys a config file may set: extract's, and log_to
     from_config = load_config(config, table)
     o = sweep_options(own, from_config.get("threads") if threads is None else threads)
     check_config_keys(config, from_config)
     flags = {**options, "model": model, "dataset": data, "method": "edge-popup", "seed": o.seeds[0]}
-    base = build_extract_spec(merge_settings(flags, config, table))
+    merged = merge_settings({**flags, "log_to": log_to}, config, table)
+    base = build_extract_spec(merged)
     tasks = build_plan(
         base, seeds=o.seeds, densities=o.densities, layerwise=o.layerwise, double_scoring=double_scoring_methods()
     )
+    dests = track.check(merged["log_to"])
     done = count(1)
-    with progress_display(progress, len(tasks), "sweep-k", unit="configuration", items=True) as shown:
+    with (
+        track.tracked(dests, lambda: track_feed.sweep_info(base, list(o.seeds)), console.warn) as log,
+        progress_display(progress, len(tasks), "sweep-k", unit="configuration", items=True) as shown,
+    ):
+        logged = None if log is None else track_feed.sweep_child(log, console.warn, base.model.to_string())
 
         def on_result(record: SweepRecord, resumed: bool) -> None:
             if shown is not None:
                 shown(report_progress.sweep_done(next(done), len(tasks), record, resumed))
+            if logged is not None:
+                logged(record, resumed)
 
         result = run_sweep_k(
             tasks,
@@ -106,7 +118,12 @@ def sweep_k(
             overwrite=overwrite,
             warn=console.warn,
         )
-    return replace(result, settings=sweep_settings(base, o, None if out is None else Path(out)), threads=o.threads)
+        result = replace(
+            result, settings=sweep_settings(base, o, None if out is None else Path(out)), threads=o.threads
+        )
+        if log is not None:
+            track_feed.guarded(track_feed.sweep_final, console.warn)(log, result)
+    return result
 
 
 def _or(value: object, default: object) -> object:
