@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 from helpers import invoke
 
@@ -38,9 +39,11 @@ def cli_json(*args: str) -> dict:
 
 
 def same_document(result: Result, *args: str) -> None:
-    """The API's typed result and the command's --json document are one document, times aside."""
+    """The API's typed result and the command's --json document are one document, times aside, valid against the
+    schema tc.schema_of names."""
     assert isinstance(result, Result)
     assert timeless(result.to_document()) == timeless(cli_json(*args))
+    jsonschema.validate(result.to_document(), tc.schema_of(result.COMMAND))
 
 
 @pytest.fixture(scope="module")
