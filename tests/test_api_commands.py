@@ -70,6 +70,19 @@ def test_extract_out_writes_the_ticket_and_an_existing_file_is_refused_before_an
     assert tc.load(out).seed == again.seed == 1
 
 
+def test_extract_out_keeps_a_file_that_appeared_during_the_run_and_writes_the_ticket_beside_it(tmp_path):
+    out = tmp_path / "t.safetensors"
+
+    def appears(stats: dict) -> None:
+        out.write_bytes(b"theirs")
+
+    with pytest.raises(tc.UsageError) as caught:
+        tc.extract("mlp:64-16-10", "digits", out=out, **{**QUICK, "progress": appears})
+    beside = [p for p in tmp_path.iterdir() if p != out]
+    assert out.read_bytes() == b"theirs" and len(beside) == 1 and beside[0].name in str(caught.value)
+    assert tc.load(beside[0]).seed == 0  # the run's ticket, whole
+
+
 def test_extract_out_refuses_a_name_that_is_not_a_ticket_before_the_work(tmp_path):
     epochs: list[dict] = []
     with pytest.raises(tc.UsageError, match="safetensors"):
