@@ -85,9 +85,10 @@ def test_extract_out_keeps_a_file_that_appeared_during_the_run_and_writes_the_ti
 
 def test_extract_out_refuses_a_name_that_is_not_a_ticket_before_the_work(tmp_path):
     epochs: list[dict] = []
-    with pytest.raises(tc.UsageError, match="safetensors"):
+    with pytest.raises(tc.UsageError, match="safetensors") as caught:
         tc.extract("mlp:64-16-10", "digits", out=tmp_path / "t.pt", **{**QUICK, "progress": epochs.append})
     assert epochs == [] and not (tmp_path / "t.pt").exists()
+    assert "--format masked --out t.pt`" in caught.value.hint  # a quoted command line is left as it runs
 
 
 def test_ticket_save_names_overwrite_not_force(saved):
