@@ -195,6 +195,18 @@ def test_sweep_k_is_the_commands_document(tmp_path):
     assert (result.settings.seeds, result.settings.densities, result.settings.layerwise) == ((0,), (0.5,), 0)
 
 
+def test_sweep_k_plot_is_checked_before_the_work_and_drawn_after(tmp_path):
+    png = tmp_path / "s.png"
+    png.write_bytes(b"mine")
+    done: list[dict] = []
+    tiny = dict(seeds=[0], densities=[0.5], layerwise=0, epochs=1, n_extract=200, n_val=100)
+    with pytest.raises(tc.UsageError, match="already exists") as caught:
+        tc.sweep_k("mlp:64-16-10", "digits", plot=png, progress=done.append, **tiny)
+    assert caught.value.hint == "pass overwrite=True to overwrite it" and done == [] and png.read_bytes() == b"mine"
+    result = tc.sweep_k("mlp:64-16-10", "digits", plot=png, overwrite=True, progress=done.append, **tiny)
+    assert result.plot == str(png) and png.read_bytes().startswith(b"\x89PNG") and len(done) == len(result.records)
+
+
 def test_sweep_k_names_keywords(tmp_path):
     with pytest.raises(tc.UsageError, match="seeds= must be distinct"):
         tc.sweep_k(seeds=[0, 0])

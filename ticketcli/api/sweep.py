@@ -15,12 +15,14 @@ from ticketcli.api.keywords import speaks_keywords
 from ticketcli.errors import UsageError
 from ticketcli.methods.base import Progress
 from ticketcli.report import console
+from ticketcli.report import plots as report_plots
 from ticketcli.report import progress as report_progress
 from ticketcli.settings.resolve import build_extract_spec, load_config, merge_settings
 from ticketcli.settings.run import RUN
 from ticketcli.settings.sweep import OWN, SWEEP
 from ticketcli.settings.track import TRACK
 from ticketcli.specs.ranges import show
+from ticketcli.sweep import outputs as sweep_outputs
 from ticketcli.sweep.options import check_config_keys, sweep_options, sweep_settings
 from ticketcli.sweep.plan import build_plan, double_scoring_methods
 from ticketcli.sweep.result import SweepRecord, SweepResult
@@ -50,6 +52,7 @@ def sweep_k(
     executor: str | None = None,
     ray_address: str | None = None,
     out_dir: str | Path | None = None,
+    plot: str | Path | None = None,
     overwrite: bool = False,
     config: str | Path | None = None,
     progress: bool | Progress = True,
@@ -66,7 +69,8 @@ def sweep_k(
     layerwise: random layerwise tuples per seed; band: (lo, hi), the constrained oracle's achieved-sparsity band.
     workers: local worker processes; threads: torch threads per run; executor: "local" or "ray" (ray_address:
     a cluster). out_dir: keep each run's ticket and record there, and resume from them (a file there the sweep did
-    not write is replaced only with overwrite=True). options: extract's settings a sweep shares (sparsity=,
+    not write is replaced only with overwrite=True). plot: a PNG of test accuracy against achieved sparsity
+    (checked before the work, as `out_dir`'s files are). options: extract's settings a sweep shares (sparsity=,
     epochs=, lr=, n_extract=, ...), as the command's flags. progress: a bar on stderr, False, or a callable per
     configuration. log_to: experiment trackers, as `--log-to` (a parent run and a child run per configuration)."""
     optional_text(model, "model", "a model spec string")
@@ -93,6 +97,8 @@ def sweep_k(
         base, seeds=o.seeds, densities=o.densities, layerwise=o.layerwise, double_scoring=double_scoring_methods()
     )
     dests = track.check(merged["log_to"])
+    png = optional_path(plot, "plot")
+    plot_owned = None if png is None else sweep_outputs.check_plot(Path(png), out, overwrite)  # before the work
     done = count(1)
     with (
         track.tracked(dests, lambda: track_feed.sweep_info(base, list(o.seeds)), console.warn) as log,
@@ -121,6 +127,9 @@ def sweep_k(
         result = replace(
             result, settings=sweep_settings(base, o, None if out is None else Path(out)), threads=o.threads
         )
+        if png is not None:
+            sweep_outputs.write_plot(Path(png), report_plots.sweep_plot(result), out, overwrite, plot_owned)
+            result = replace(result, plot=png)
         if log is not None:
             track_feed.guarded(track_feed.sweep_final, console.warn)(log, result)
     return result
