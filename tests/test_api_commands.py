@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 from helpers import invoke
 
@@ -38,9 +39,11 @@ def cli_json(*args: str) -> dict:
 
 
 def same_document(result: Result, *args: str) -> None:
-    """The API's typed result and the command's --json document are one document, times aside."""
+    """The API's typed result and the command's --json document are one document, times aside, valid against the
+    schema tc.schema_of names."""
     assert isinstance(result, Result)
     assert timeless(result.to_document()) == timeless(cli_json(*args))
+    jsonschema.validate(result.to_document(), tc.schema_of(result.COMMAND))
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +70,25 @@ def test_extract_out_writes_the_ticket_and_an_existing_file_is_refused_before_an
     assert tc.load(out).seed == again.seed == 1
 
 
+def test_extract_out_keeps_a_file_that_appeared_during_the_run_and_writes_the_ticket_beside_it(tmp_path):
+    out = tmp_path / "t.safetensors"
+
+    def appears(stats: dict) -> None:
+        out.write_bytes(b"theirs")
+
+    with pytest.raises(tc.UsageError) as caught:
+        tc.extract("mlp:64-16-10", "digits", out=out, **{**QUICK, "progress": appears})
+    beside = [p for p in tmp_path.iterdir() if p != out]
+    assert out.read_bytes() == b"theirs" and len(beside) == 1 and beside[0].name in str(caught.value)
+    assert tc.load(beside[0]).seed == 0  # the run's ticket, whole
+
+
 def test_extract_out_refuses_a_name_that_is_not_a_ticket_before_the_work(tmp_path):
     epochs: list[dict] = []
-    with pytest.raises(tc.UsageError, match="safetensors"):
+    with pytest.raises(tc.UsageError, match="safetensors") as caught:
         tc.extract("mlp:64-16-10", "digits", out=tmp_path / "t.pt", **{**QUICK, "progress": epochs.append})
     assert epochs == [] and not (tmp_path / "t.pt").exists()
+    assert "--format masked --out t.pt`" in caught.value.hint  # a quoted command line is left as it runs
 
 
 def test_ticket_save_names_overwrite_not_force(saved):
@@ -178,6 +195,18 @@ def test_sweep_k_is_the_commands_document(tmp_path):
     assert (result.settings.seeds, result.settings.densities, result.settings.layerwise) == ((0,), (0.5,), 0)
 
 
+def test_sweep_k_plot_is_checked_before_the_work_and_drawn_after(tmp_path):
+    png = tmp_path / "s.png"
+    png.write_bytes(b"mine")
+    done: list[dict] = []
+    tiny = dict(seeds=[0], densities=[0.5], layerwise=0, epochs=1, n_extract=200, n_val=100)
+    with pytest.raises(tc.UsageError, match="already exists") as caught:
+        tc.sweep_k("mlp:64-16-10", "digits", plot=png, progress=done.append, **tiny)
+    assert caught.value.hint == "pass overwrite=True to overwrite it" and done == [] and png.read_bytes() == b"mine"
+    result = tc.sweep_k("mlp:64-16-10", "digits", plot=png, overwrite=True, progress=done.append, **tiny)
+    assert result.plot == str(png) and png.read_bytes().startswith(b"\x89PNG") and len(done) == len(result.records)
+
+
 def test_sweep_k_names_keywords(tmp_path):
     with pytest.raises(tc.UsageError, match="seeds= must be distinct"):
         tc.sweep_k(seeds=[0, 0])
@@ -239,3 +268,22 @@ def test_inspect_imports_no_torch(saved):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert float(r.stdout) == tc.inspect(saved).density
+
+
+def folders(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir()}
+
+
+@pytest.mark.slow
+def test_train_weak_and_sweep_k_log_the_runs_the_commands_log(saved, tmp_path):
+    pytest.importorskip("tensorboard", reason="the track extra is not installed")
+    api, cli = tmp_path / "api", tmp_path / "cli"
+    tc.train_weak(saved, epochs=1, progress=False, log_to=f"tensorboard:{api}")
+    r = invoke("train-weak", str(saved), "--epochs", "1", "--quiet", "--log-to", f"tensorboard:{cli}")
+    assert r.exit_code == 0, r.output
+    tiny = dict(seeds=[0], densities=[0.5], layerwise=0, epochs=1, n_extract=200, n_val=100, progress=False)
+    tc.sweep_k("mlp:64-16-10", "digits", log_to=[f"tensorboard:{api}"], **tiny)
+    flags = ("--seeds", "0", "--densities", "0.5", "--layerwise", "0", "--quiet", "--log-to", f"tensorboard:{cli}")
+    r = invoke("sweep-k", *SWEEP, *flags)
+    assert r.exit_code == 0, r.output
+    assert folders(api) == folders(cli) and len(folders(api)) > 2  # the same runs, by name

@@ -26,6 +26,7 @@ _PUBLIC = {
     "train_weak": "ticketcli.api.weak",
     "sweep_k": "ticketcli.api.sweep",
     "drift": "ticketcli.api.drift",
+    "schema_of": "ticketcli.api.schemas",
     "list_methods": "ticketcli.api.listing",
     "list_models": "ticketcli.api.listing",
     "list_datasets": "ticketcli.api.listing",
@@ -61,6 +62,7 @@ __all__ = [
     "list_models",
     "list_datasets",
     "extract_options",
+    "schema_of",
     "TicketCliError",
     "UsageError",
     "TicketFileError",
@@ -74,6 +76,7 @@ if TYPE_CHECKING:
     from ticketcli.api.inspection import inspect
     from ticketcli.api.listing import extract_options, list_datasets, list_methods, list_models
     from ticketcli.api.masks import apply_masks, load_pruned, remove_masks
+    from ticketcli.api.schemas import schema_of
     from ticketcli.api.sweep import sweep_k
     from ticketcli.api.ticket import Ticket, load
     from ticketcli.api.weak import train_weak

@@ -134,6 +134,8 @@ CASES: dict[str, Callable[[Path], object]] = {
     "drift: a model of an int": lambda d: tc.drift(5, progress=False),  # type: ignore[arg-type]
     "drift: a plot over the ticket": lambda d: tc.drift(plot=d / "t.safetensors", progress=False),
     "drift: steps of a string": lambda d: tc.drift(steps="x", progress=False),
+    "schema_of: an unknown command": lambda d: tc.schema_of("nope"),
+    "schema_of: an int": lambda d: tc.schema_of(5),  # type: ignore[arg-type]
 }
 
 

@@ -178,12 +178,12 @@ def test_drift_keeps_its_plot_beside(ticket, tmp_path, monkeypatch):
 @pytest.mark.parametrize("suffix", [".safetensors", ".json", ".png"])
 @pytest.mark.slow
 def test_sweep_k_keeps_a_runs_ticket_record_or_plot_beside(suffix, tmp_path, monkeypatch):
-    from ticketcli.cli import sweep_k as cli_sweep_k
+    from ticketcli.sweep import outputs as sweep_outputs
     from ticketcli.sweep import run as sweep_run
 
     folder, png = tmp_path / "runs", tmp_path / "s.png"
     target = png if suffix == ".png" else folder / f"seed0-edge-popup-k0.5{suffix}"
-    appears_during_the_run(monkeypatch, cli_sweep_k if suffix == ".png" else sweep_run, target)
+    appears_during_the_run(monkeypatch, sweep_outputs if suffix == ".png" else sweep_run, target)
     assert_kept_beside(cli(*SWEEP, "--out-dir", str(folder), "--plot", str(png)), target)
 
 

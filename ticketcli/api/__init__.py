@@ -11,13 +11,14 @@ saved tickets compared as `ticket compare` compares them, numpy only), `saved` (
 a path or a saved Ticket, torch-free), `data` (the `data` argument: a dataset's name, or the caller's tensors,
 Datasets and DataLoaders turned into seeded splits), `masks` (`apply_masks`, `remove_masks`, `load_pruned`: masks on
 any nn.Module in torch.nn.utils.prune's layout), `listing` (`list_methods`, `list_models`, `list_datasets`,
-`extract_options`), `args` (path, module, reader and data-directory arguments, checked as the command line checks its
-flags, and the progress display) and `keywords` (the calls speak in keywords: an unknown one names the closest, errors
-name `epochs=`, not `--epochs`, and `overwrite=True`, not `--force`).
+`extract_options`), `schemas` (`schema_of`: a --json document's JSON Schema), `args` (path, module, reader and data-
+directory arguments, checked as the command line checks its flags, and the progress display) and `keywords` (the
+calls speak in keywords: an unknown one names the closest, errors name `epochs=`, not `--epochs`, and
+`overwrite=True`, not `--force`).
 
-What it may import (tests/test_layers.py places the package above resolution, below the command line): every layer below
-it (the foundations, building blocks, workflows, `report`, `settings/` and `drift/`), never `cli/`; `masks` only torch,
-the foundations, `files.checkpoint`, `models.masked` and `keywords`, so that it stays usable on a module of the caller's
-own. Nothing inside ticketcli imports this package but `ticketcli/__init__.py`, which resolves each public name lazily
-from its defining module (`import ticketcli` does not import torch); this file exports nothing.
+What it may import (tests/test_layers.py places the package above resolution, below the command line): every layer
+below it (the foundations, building blocks, workflows, `report`, `settings/` and `drift/`), never `cli/`; `masks`
+only torch, the foundations, `files.checkpoint`, `models.masked` and `keywords`, so that it stays usable on a module
+of the caller's own. Nothing inside ticketcli imports this package but `ticketcli/__init__.py`, which resolves each
+public name lazily from its defining module (`import ticketcli` does not import torch); this file exports nothing.
 """

@@ -1,7 +1,7 @@
-"""The Python API's own arguments checked as the command line checks its flags: a path, a module, where a dataset
-is found, the reader keywords of every call that rebuilds a ticket (reader_spec); its `progress` argument, the
-command line's display or the caller's callable; and what differs between a module and a ticket's network. Anything
-else is one UsageError line, never a traceback from deeper down."""
+"""The Python API's own arguments checked as the command line checks its flags: a path, a module, where a dataset is
+found, the reader keywords of every call that rebuilds a ticket (reader_spec); its `progress` argument, the command
+line's display or the caller's callable; its `log_to` trackers; and what differs between a module and a ticket's
+network. Anything else is one UsageError line, never a traceback from deeper down."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from ticketcli.methods.base import Progress
 from ticketcli.report import progress as report_progress
 from ticketcli.settings.reader import build_reader_spec
 from ticketcli.settings.registry import check_threads
+from ticketcli.settings.track import LOG_TO, Destination
 from ticketcli.specs.ranges import show
 from ticketcli.specs.run import ReaderSpec
+from ticketcli.track import base as track
 
 
 def optional_path(p: str | Path | None, what: str = "path") -> str | None:
@@ -104,3 +106,8 @@ def listed(value: object, what: str, sep: str = ",") -> str | None:
     ):
         raise UsageError(f"{what}= must be a list or tuple of numbers (or the command line's text), got {show(value)}")
     return sep.join(str(v) for v in value)
+
+
+def trackers(log_to: object) -> tuple[Destination, ...]:
+    """`log_to=` (a destination, a list of them, or None) checked as `--log-to` is, before the work: its trackers."""
+    return track.check(None if log_to is None else LOG_TO.check(log_to, "--log-to"))

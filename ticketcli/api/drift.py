@@ -17,6 +17,7 @@ from ticketcli.api.ticket import Ticket
 from ticketcli.drift.command import DriftCommand, Result
 from ticketcli.drift.runflags import GROUPS
 from ticketcli.runtime.interrupts import Position
+from ticketcli.settings.track import LOG_TO
 
 # drift's own arguments, and the groups whose keywords it names itself
 NAMED = frozenset({"model", "dataset", "seeds", "threads"})
@@ -63,7 +64,7 @@ def drift(
     optional_text(data, "data", "a dataset name")
     given = {"model": model, "dataset": data, "seeds": listed(seeds, "seeds"), "threads": threads, **options}
     groups = {g: {s.name: _value(given.get(s.name), s.switch) for s in GROUPS[g]} for g in OWN_GROUPS}
-    groups["track"] = {"log_to": [log_to] if isinstance(log_to, str) else log_to}
+    groups["track"] = {"log_to": None if log_to is None else list(LOG_TO.check(log_to, "--log-to"))}
     source = None if ticket is None else str(saved_path(ticket, "the ticket", "drift"))
     groups["inputs"] = {
         "ticket": source,

@@ -111,8 +111,8 @@ def extract(
             summary = runs_summary.extract_summary(spec, run.ticket, UNSAVED, None, run.source, run.details)
             track_feed.guarded(track_feed.extract_final, warn)(log, summary, steps.last)
     ticket = Ticket(run.ticket)
-    if out is not None:
-        ticket.save(out, overwrite=overwrite)
+    if out is not None:  # a file that appeared at `out` during the run is kept, the ticket written beside it
+        ticket._write(out, overwrite, checked_at_start=True)
     return ticket
 
 

@@ -39,7 +39,8 @@ def in_keywords(
     text: str, keywords: Collection[str], aliases: Mapping[str, str] = EMPTY, on: Collection[str] = ()
 ) -> str:
     """`text` with each flag that is one of `keywords` written as the keyword: `--n-extract` -> `n_extract=`;
-    a flag `aliases` maps to a keyword of `on` (a switch: `--force` -> `overwrite`) as `overwrite=True`."""
+    a flag `aliases` maps to a keyword of `on` (a switch: `--force` -> `overwrite`) as `overwrite=True`. A command
+    line quoted in backticks (`ticket export ... --out x.pt`) is left as it is: it is run as written."""
 
     def one(m: re.Match[str]) -> str:
         key = keyword_of(m.group(1), keywords, aliases)
@@ -48,7 +49,8 @@ def in_keywords(
         switched = key in on and m.group(1).replace("-", "_") in aliases
         return f"{key}=True" if switched else f"{key}="
 
-    return _FLAG.sub(one, text)
+    parts = text.split("`")  # the odd parts are quoted
+    return "`".join(p if i % 2 and p.startswith("ticket ") else _FLAG.sub(one, p) for i, p in enumerate(parts))
 
 
 def unknown_keyword(name: str, keywords: Collection[str], call: str, aliases: Mapping[str, str] = EMPTY) -> UsageError:

@@ -15,15 +15,20 @@ from ticketcli.api.keywords import speaks_keywords
 from ticketcli.errors import UsageError
 from ticketcli.methods.base import Progress
 from ticketcli.report import console
+from ticketcli.report import plots as report_plots
 from ticketcli.report import progress as report_progress
 from ticketcli.settings.resolve import build_extract_spec, load_config, merge_settings
 from ticketcli.settings.run import RUN
 from ticketcli.settings.sweep import OWN, SWEEP
+from ticketcli.settings.track import TRACK
 from ticketcli.specs.ranges import show
+from ticketcli.sweep import outputs as sweep_outputs
 from ticketcli.sweep.options import check_config_keys, sweep_options, sweep_settings
 from ticketcli.sweep.plan import build_plan, double_scoring_methods
 from ticketcli.sweep.result import SweepRecord, SweepResult
 from ticketcli.sweep.run import sweep_k as run_sweep_k
+from ticketcli.track import base as track
+from ticketcli.track import feed as track_feed
 
 NAMED = frozenset({"model", "dataset", "seed", "method", "threads"})  # sweep_k's own arguments, or chosen by it
 
@@ -47,9 +52,11 @@ def sweep_k(
     executor: str | None = None,
     ray_address: str | None = None,
     out_dir: str | Path | None = None,
+    plot: str | Path | None = None,
     overwrite: bool = False,
     config: str | Path | None = None,
     progress: bool | Progress = True,
+    log_to: str | list[str] | None = None,
     **options: Any,
 ) -> SweepResult:
     """Run the hyperparameter-stability sweep, as `ticket sweep-k` does, and return what `ticket sweep-k --json`
@@ -62,9 +69,10 @@ def sweep_k(
     layerwise: random layerwise tuples per seed; band: (lo, hi), the constrained oracle's achieved-sparsity band.
     workers: local worker processes; threads: torch threads per run; executor: "local" or "ray" (ray_address:
     a cluster). out_dir: keep each run's ticket and record there, and resume from them (a file there the sweep did
-    not write is replaced only with overwrite=True). options: extract's settings a sweep shares (sparsity=,
+    not write is replaced only with overwrite=True). plot: a PNG of test accuracy against achieved sparsity
+    (checked before the work, as `out_dir`'s files are). options: extract's settings a sweep shares (sparsity=,
     epochs=, lr=, n_extract=, ...), as the command's flags. progress: a bar on stderr, False, or a callable per
-    configuration."""
+    configuration. log_to: experiment trackers, as `--log-to` (a parent run and a child run per configuration)."""
     optional_text(model, "model", "a model spec string")
     optional_text(data, "data", "a dataset name (a sweep's runs load it in their own processes)")
     optional_text(ray_address, "ray_address", "an address string")
@@ -78,21 +86,31 @@ def sweep_k(
     }
     config = optional_path(config, "config")
     out = optional_path(out_dir, "out_dir")
-    table = RUN  # the keys a config file may set: extract's
+    table = RUN.plus(TRACK)  # the keys a config file may set: extract's, and log_to
     from_config = load_config(config, table)
     o = sweep_options(own, from_config.get("threads") if threads is None else threads)
     check_config_keys(config, from_config)
     flags = {**options, "model": model, "dataset": data, "method": "edge-popup", "seed": o.seeds[0]}
-    base = build_extract_spec(merge_settings(flags, config, table))
+    merged = merge_settings({**flags, "log_to": log_to}, config, table)
+    base = build_extract_spec(merged)
     tasks = build_plan(
         base, seeds=o.seeds, densities=o.densities, layerwise=o.layerwise, double_scoring=double_scoring_methods()
     )
+    dests = track.check(merged["log_to"])
+    png = optional_path(plot, "plot")
+    plot_owned = None if png is None else sweep_outputs.check_plot(Path(png), out, overwrite)  # before the work
     done = count(1)
-    with progress_display(progress, len(tasks), "sweep-k", unit="configuration", items=True) as shown:
+    with (
+        track.tracked(dests, lambda: track_feed.sweep_info(base, list(o.seeds)), console.warn) as log,
+        progress_display(progress, len(tasks), "sweep-k", unit="configuration", items=True) as shown,
+    ):
+        logged = None if log is None else track_feed.sweep_child(log, console.warn, base.model.to_string())
 
         def on_result(record: SweepRecord, resumed: bool) -> None:
             if shown is not None:
                 shown(report_progress.sweep_done(next(done), len(tasks), record, resumed))
+            if logged is not None:
+                logged(record, resumed)
 
         result = run_sweep_k(
             tasks,
@@ -106,7 +124,15 @@ def sweep_k(
             overwrite=overwrite,
             warn=console.warn,
         )
-    return replace(result, settings=sweep_settings(base, o, None if out is None else Path(out)), threads=o.threads)
+        result = replace(
+            result, settings=sweep_settings(base, o, None if out is None else Path(out)), threads=o.threads
+        )
+        if png is not None:
+            sweep_outputs.write_plot(Path(png), report_plots.sweep_plot(result), out, overwrite, plot_owned)
+            result = replace(result, plot=png)
+        if log is not None:
+            track_feed.guarded(track_feed.sweep_final, console.warn)(log, result)
+    return result
 
 
 def _or(value: object, default: object) -> object:

@@ -114,11 +114,13 @@ class Ticket:
     @speaks_keywords("Ticket.save", aliases={"force": "overwrite"})
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the ticket file (format v1, atomically), which `ticket evaluate/inspect/export` read."""
-        # a ticket and its checkpoint shared as a folder find each other: the path is stored relative to the ticket
-        path = path_arg(path, "path")
-        cp = self._record.checkpoint
+        return self._write(path_arg(path, "path"), overwrite)
+
+    def _write(self, path: str, overwrite: bool, checked_at_start: bool = False) -> Path:
+        """save(); checked_at_start: extract(out=) checked `path` before its work (files.atomic.write_owned)."""
+        cp = self._record.checkpoint  # stored relative to the ticket: shared as a folder, the two find each other
         record = replace(self._record, checkpoint=None if cp is None else cp.saved_at(path))
-        ticket_io.save(record, path, overwrite=overwrite)
+        ticket_io.save(record, path, overwrite=overwrite, checked_at_start=checked_at_start)
         self._path = Path(path)
         return self._path
 
@@ -272,12 +274,9 @@ class Ticket:
         does; returns what `ticket export --json` prints (an ExportResult: the file's size beside the dense float32
         checkpoint, kept/total, for ONNX the check of the graph against the ticket's network).
 
-        fmt: "masked" (a state_dict with the pruned weights zeroed), "prune" (torch.nn.utils.prune's weight_orig
-        and weight_mask), "csr" (sparse weights), "masks" (the bool masks alone) or "onnx" (path a .onnx file).
-        overwrite: replace an existing file at `path` (checked before the network is rebuilt).
-        with_preprocessing: ONNX only, the dataset's normalisation folded into the graph, which then takes raw
-        values in [0, 1]. weights, trust_model_code, data_dir, threads: as for build(); the export is written on
-        the CPU."""
+        fmt: "masked" (W ⊙ M), "prune" (weight_orig, weight_mask), "csr", "masks" or "onnx" (a .onnx path).
+        overwrite: replace an existing file (checked before the network is rebuilt). with_preprocessing: ONNX
+        only, the normalisation in the graph, which takes raw values in [0, 1]. The rest: as for build()."""
         source = saved_path(self, "this ticket", "export")
         out = path_arg(path, "path")
         reader = self._reader("cpu", weights, trust_model_code, data_dir, threads)

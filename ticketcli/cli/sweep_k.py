@@ -9,7 +9,6 @@ from typing import Optional
 
 from ticketcli.cli.common import errors_to_exit_codes, model_size, warn_low_space
 from ticketcli.cli.declared import declared, given_settings
-from ticketcli.files.atomic import check_destination, write_owned
 from ticketcli.report import console
 from ticketcli.report import plots as report_plots
 from ticketcli.report import progress as report_progress
@@ -58,12 +57,7 @@ def sweep_k(
         merged = merge_settings({**flags, "seed": o.seeds[0]}, config, table)
         base = build_extract_spec(merged)
         trackers = track.check(merged["log_to"])
-        note = sweep_outputs.load_note(out_dir)
-        plot_owned = None if plot is None or note is None else note.owned(plot)  # this sweep's own earlier plot
-        if plot is not None:
-            check_destination(plot, overwrite=force, owned=plot_owned)  # before the work, not after
-            if note is not None:
-                note.check(force)  # the note the plot goes in
+        plot_owned = None if plot is None else sweep_outputs.check_plot(plot, out_dir, force)  # before the work
         tasks = build_plan(
             base, seeds=o.seeds, densities=o.densities, layerwise=o.layerwise, double_scoring=double_scoring_methods()
         )
@@ -99,11 +93,7 @@ def sweep_k(
                 )
             result = replace(result, settings=sweep_settings(base, o, out_dir))
             if plot is not None:
-                png = report_plots.sweep_plot(result)
-                # a plot another sweep on this --out-dir drew meanwhile is in the note: replaced like our own
-                again = plot_owned or sweep_outputs.written_by(out_dir, plot)
-                written = write_owned(plot, png, overwrite=force, owned=again, checked_at_start=True)
-                sweep_outputs.remember(out_dir, written, png)
+                sweep_outputs.write_plot(plot, report_plots.sweep_plot(result), out_dir, force, plot_owned)
                 result = replace(result, plot=str(plot))
             result = replace(result, threads=o.threads)
             if log is not None:

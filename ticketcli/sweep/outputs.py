@@ -23,7 +23,7 @@ except ImportError:  # not POSIX: sweeps sharing a folder are not serialised the
     fcntl = None  # type: ignore[assignment]
 
 from ticketcli.errors import UsageError
-from ticketcli.files.atomic import Owned, check_destination, write_atomic
+from ticketcli.files.atomic import Owned, check_destination, write_atomic, write_owned
 from ticketcli.files.bounded import read_regular_file
 from ticketcli.files.nesting import TooDeep
 from ticketcli.files.uninterrupted import uninterrupted
@@ -185,6 +185,25 @@ def remember(out_dir: str | Path | None, owned: Owned, payload: bytes) -> None:
     note = load_note(out_dir)
     if note is not None:
         note.add(owned, payload)
+
+
+def check_plot(plot: Path, out_dir: str | Path | None, overwrite: bool) -> Owned | None:
+    """Before the work: the plot's destination (this sweep's own earlier plot, which the note in out_dir names, is
+    replaced like its runs' files) and the note it goes in; returns that earlier plot's identity, if any."""
+    note = load_note(out_dir)
+    owned = None if note is None else note.owned(plot)
+    check_destination(plot, overwrite=overwrite, owned=owned)
+    if note is not None:
+        note.check(overwrite)
+    return owned
+
+
+def write_plot(plot: Path, png: bytes, out_dir: str | Path | None, overwrite: bool, owned: Owned | None) -> None:
+    """Write the plot checked by check_plot (`owned`: what it returned) and note it in out_dir; a plot another sweep
+    on out_dir drew meanwhile is in the note, and replaced like this sweep's own."""
+    again = owned or written_by(out_dir, plot)
+    written = write_owned(plot, png, overwrite=overwrite, owned=again, checked_at_start=True)
+    remember(out_dir, written, png)
 
 
 def written_here(out_dir: str | Path | None, path: str | Path) -> bool:
