@@ -32,6 +32,8 @@ ARGS = {
     "evaluate DIR": ["evaluate", "{f}"],
     "inspect": ["inspect", "{a}"],
     "inspect DIR": ["inspect", "{f}"],
+    "inspect DIR --aggregate": ["inspect", "{f}", "--aggregate"],
+    "evaluate DIR --aggregate": ["evaluate", "{f}", "--aggregate"],
     "compare": ["compare", "{a}", "{b}"],
     "compare many": ["compare", "{a}", "{b}", "{a}"],
     "export": ["export", "{a}", "--format", "csr", "--out", "{d}/csr.safetensors"],

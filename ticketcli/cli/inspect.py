@@ -28,6 +28,7 @@ def inspect(
         ),
     ],
     json_out: bool = False,
+    aggregate: bool = False,
     csv_out: bool = False,
     command: bool = False,
     toml: bool = False,
@@ -43,6 +44,8 @@ def inspect(
         if sum((json_out, csv_out, command or toml)) > 1:
             raise UsageError("choose one of --json, --csv and --command/--toml")
         single = runs_folder.single_file(tickets)
+        if aggregate and (single or command or toml):
+            raise UsageError("--aggregate groups the tickets of a folder over their seeds; give a folder")
         if command or toml:
             if not single:
                 raise UsageError("--command and --toml reproduce one ticket; give a single ticket file")
@@ -52,7 +55,7 @@ def inspect(
             result = runs_inspect.inspect_ticket(tickets[0])  # numpy only: no torch
             console.print_json(result.to_document()) if json_out else report_tables.inspect_table(result)
             return
-        listing = runs_folder.inspect_folder(tickets)
+        listing = runs_folder.inspect_folder(tickets, aggregate=aggregate)
         if json_out:
             console.print_json(listing.to_document())
         elif csv_out:

@@ -71,6 +71,16 @@ EXTRACT_FLAGS = Table(
     *OUTPUTS,
 )
 
+AGGREGATE = flag(
+    "aggregate",
+    "For a folder (a glob, several files): also group the tickets over their seeds, one row per method, model "
+    "and requested sparsity (runs made with --match-sparsity: per folder they were matched in), with the mean and "
+    "standard deviation of the achieved sparsity and the accuracies (the table shows the groups instead of the "
+    "tickets; --json adds `aggregate`; --csv writes the groups).",
+    OUT,
+    bool,
+)
+
 EVALUATE_FLAGS = Table(
     flag(
         "min_accuracy",
@@ -85,11 +95,13 @@ EVALUATE_FLAGS = Table(
         OUT,
         range=FRACTION,
     ),
+    AGGREGATE,
     *OUTPUTS,
 )
 
 INSPECT_FLAGS = Table(
     JSON,
+    AGGREGATE,
     flag(
         "csv_out",
         "Print the one-row-per-ticket listing as CSV on stdout (also for a single ticket).",
