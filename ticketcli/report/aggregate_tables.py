@@ -8,6 +8,7 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from ticketcli.report.console import pct, results, stdout
@@ -31,7 +32,14 @@ def asked(g: SeedGroup) -> str:
 def aggregate_table(groups: Sequence[SeedGroup], what: str) -> None:
     """One row per group: method, model, requested sparsity, seeds, and mean ± std of the achieved sparsity and
     the accuracies (`what`: stored or re-measured)."""
-    t = Table(title=f"over seeds: mean ± std (percentage points) of the {what} values")
+    # no vertical rules: at 80 columns the seven columns need the room, and a row stays one group
+    t = Table(
+        title=f"over seeds: mean ± std (percentage points) of the {what} values",
+        box=SIMPLE_HEAD,
+        collapse_padding=True,
+        pad_edge=False,
+        show_edge=False,
+    )
     for name in ("method", "model", "asked", "seeds", "achieved", "test", "val"):
         t.add_column(name, justify="left" if name in ("method", "model", "asked", "seeds") else "right")
     for g in groups:
