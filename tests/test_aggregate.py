@@ -125,3 +125,21 @@ def test_csv_and_table_show_the_documents_groups(folder):
 def test_a_single_ticket_is_refused(command, folder):
     line = one_line_error(runner.invoke(app, [command, str(folder / "augmented-0.safetensors"), "--aggregate"]))
     assert "--aggregate" in line and "folder" in line
+
+
+def test_compare_aggregates_tickets_and_same_seed_overlaps(folder):
+    paths = sorted(str(p) for p in folder.glob("*.safetensors"))
+    doc = document("compare", *paths)
+    assert not list(jsonschema.Draft202012Validator(schema_of("compare")).iter_errors(doc))
+    assert [g["method"] for g in doc["aggregate"]] == ["augmented", "edge-popup"]
+    (group,) = doc["aggregate_pairs"]  # augmented and edge-popup of the same seed; no two tickets of one method do
+    assert group["methods"] == ["augmented", "edge-popup"] and group["seeds"] == [0, 1, 2]
+    same_seed = [
+        p["overlap"]["jaccard"]
+        for p in doc["pairs"]
+        if doc["tickets"][p["a"]]["seed"] == doc["tickets"][p["b"]]["seed"]
+    ]
+    assert group["jaccard"]["mean"] == pytest.approx(statistics.fmean(same_seed), abs=1e-12)
+    assert group["jaccard"]["std"] == pytest.approx(statistics.stdev(same_seed), abs=1e-12)
+    table = runner.invoke(app, ["compare", *paths, "--aggregate"], env={"COLUMNS": "80"}).stdout
+    assert "…" not in table and f"{group['jaccard']['mean']:.4f}" in table, table

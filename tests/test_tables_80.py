@@ -36,6 +36,7 @@ ARGS = {
     "evaluate DIR --aggregate": ["evaluate", "{f}", "--aggregate"],
     "compare": ["compare", "{a}", "{b}"],
     "compare many": ["compare", "{a}", "{b}", "{a}"],
+    "compare --aggregate": ["compare", "{a}", "{b}", "--aggregate"],
     "export": ["export", "{a}", "--format", "csr", "--out", "{d}/csr.safetensors"],
     "train-weak": ["train-weak", "{a}", "--epochs", "1", "--batch-size", "64"],
     "drift": ["drift", "--ticket", "{a}", "--steps", "2", "--log-every", "1", "--batch-size", "64"],

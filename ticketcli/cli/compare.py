@@ -12,10 +12,10 @@ from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared
 from ticketcli.report import console
 from ticketcli.runtime.interrupts import stop_on_signals
-from ticketcli.settings.flags import OUTPUTS
+from ticketcli.settings.flags import COMPARE_FLAGS
 
 
-@declared(flags=OUTPUTS)
+@declared(flags=COMPARE_FLAGS)
 def compare(
     tickets: Annotated[
         list[Path],
@@ -24,6 +24,7 @@ def compare(
             "the first)."
         ),
     ],
+    aggregate: bool = False,
     json_out: bool = False,
     quiet: bool = False,  # no progress to silence here: accepted, as by every command, so scripts can pass it
 ) -> None:
@@ -33,6 +34,10 @@ def compare(
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
         result = runs_compare.compare_tickets(tickets)
+        if aggregate:
+            from ticketcli.runs.compare_aggregate import compared
+
+            result = compared(result)
         bounded = result.bound_line()
         if bounded is not None:
             console.warn(bounded)

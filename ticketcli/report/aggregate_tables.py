@@ -15,7 +15,7 @@ from ticketcli.report.console import pct, results, stdout
 from ticketcli.report.values import csv_cell, csv_number, csv_text
 
 if TYPE_CHECKING:  # for the annotations only: inspect's table must not import torch
-    from ticketcli.runs.aggregate import MeanStd, SeedGroup
+    from ticketcli.runs.aggregate import MeanStd, PairGroup, SeedGroup
 
 
 def mean_std(m: MeanStd) -> str:
@@ -57,6 +57,23 @@ def aggregate_table(groups: Sequence[SeedGroup], what: str) -> None:
     out.print(t)
     for folder in dict.fromkeys(g.matched_in for g in groups if g.matched_in is not None):
         out.print(f"matched: each seed run at the achieved sparsity of the same seed's ticket in {folder}")
+
+
+def pairs_table(groups: Sequence[PairGroup]) -> None:
+    """compare --aggregate: for each two methods, the Jaccard of their same-seed tickets' masks, mean ± std."""
+    out = stdout()
+    if not groups:
+        out.print("no two tickets share a seed and a model: no same-seed overlap to aggregate")
+        return
+    t = Table(title="same-seed mask overlap over seeds: Jaccard mean ± std", box=SIMPLE_HEAD, collapse_padding=True)
+    t.pad_edge = t.show_edge = False
+    for name in ("method A", "method B", "model", "seeds", "Jaccard"):
+        t.add_column(name, justify="right" if name == "Jaccard" else "left")
+    for g in groups:
+        m = g.jaccard
+        jaccard = "-" if m.mean is None else f"{m.mean:.4f}" + ("" if m.std is None else f" ± {m.std:.4f}")
+        t.add_row(g.method_a, g.method_b, g.model, " ".join(map(str, g.seeds)), jaccard)
+    out.print(t)
 
 
 CSV_COLUMNS = (

@@ -1,7 +1,8 @@
-"""Tickets aggregated over seeds (`--aggregate` of `inspect DIR` and `evaluate DIR`): one group per method, model
-and requested sparsity, with the mean and standard deviation of the achieved sparsity and the accuracies over its
-seeds. Runs made with `--match-sparsity` each request their own seed's sparsity, so they are grouped by the folder
-they were matched in instead (the paper's matched protocol: one row per baseline). Torch-free."""
+"""Tickets aggregated over seeds (`--aggregate` of `inspect DIR`, `evaluate DIR` and `compare`): one group per
+method, model and requested sparsity, with the mean and standard deviation of the achieved sparsity and the
+accuracies over its seeds. Runs made with `--match-sparsity` each request their own seed's sparsity, so they are
+grouped by the folder they were matched in instead (the paper's matched protocol: one row per baseline); compare's
+same-seed pairs by their two methods. Torch-free."""
 
 from __future__ import annotations
 
@@ -100,3 +101,24 @@ def seed_groups(samples: Sequence[Sample]) -> tuple[SeedGroup, ...]:
         )
         for (method, model, _, matched), members in groups.items()
     )
+
+
+@dataclass(frozen=True)
+class PairGroup:
+    """compare --aggregate: the pairs of tickets of one model drawn with the same seed, of two methods (each pair's
+    Jaccard over every masked weight), over their seeds."""
+
+    method_a: str
+    method_b: str
+    model: str
+    seeds: tuple[int, ...]
+    jaccard: MeanStd
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "methods": [self.method_a, self.method_b],
+            "model": self.model,
+            "seeds": list(self.seeds),
+            "count": len(self.seeds),
+            "jaccard": self.jaccard.to_dict(),
+        }

@@ -81,6 +81,8 @@ AGGREGATE = flag(
     bool,
 )
 
+COMPARE_FLAGS = Table(AGGREGATE, JSON, QUIET)
+
 EVALUATE_FLAGS = Table(
     flag(
         "min_accuracy",
