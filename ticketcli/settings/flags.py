@@ -81,7 +81,13 @@ AGGREGATE = flag(
     bool,
 )
 
-COMPARE_FLAGS = Table(AGGREGATE, JSON, QUIET)
+COMPARE_FLAGS = Table(
+    AGGREGATE,
+    flag("plot", "Write a PNG: the pairwise mask overlap (Jaccard) as a heat map.", OUT, Path, shown="no plot"),
+    FORCE.but(help="Overwrite --plot if it exists."),
+    JSON,
+    QUIET,
+)
 
 EVALUATE_FLAGS = Table(
     flag(
@@ -104,6 +110,15 @@ EVALUATE_FLAGS = Table(
 INSPECT_FLAGS = Table(
     JSON,
     AGGREGATE,
+    flag(
+        "plot",
+        "Write a PNG of one ticket: each layer's density and, for a convolution, its kept-filter map (the share of "
+        "each output x input kernel kept).",
+        OUT,
+        Path,
+        shown="no plot",
+    ),
+    FORCE.but(help="Overwrite --plot if it exists."),
     flag(
         "csv_out",
         "Print the one-row-per-ticket listing as CSV on stdout (also for a single ticket).",
