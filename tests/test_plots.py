@@ -152,3 +152,53 @@ def test_sweep_names_dataset_model_methods_and_seeds():
     fig = plots.sweep_figure(dataclasses.replace(result, settings=settings))
     for needle in ("sweep-k", "digits", MODEL, "edge-popup sweep vs augmented", "2 epochs", "2 seeds"):
         assert needle in title(fig), title(fig)
+
+
+def images(fig: Figure) -> list:
+    """The arrays the figure's axes show as images (heat maps), in order."""
+    return [im.get_array() for ax in fig.axes for im in ax.get_images()]
+
+
+def test_compare_draws_the_pairwise_overlap_as_a_heat_map(ticket, tmp_path, saved):
+    other = tmp_path / "other.safetensors"
+    args = ["extract", "--dataset", "digits", "--model", MODEL, "--method", "edge-popup", "--epochs", "1"]
+    invoke(*args, "--n-extract", "300", "--n-val", "100", "--seed", "4", "--out", str(other), "--quiet")
+    saved.clear()
+    png = tmp_path / "overlap.png"
+    doc = invoke("compare", str(ticket), str(other), str(ticket), "--plot", str(png))
+    (fig,) = saved
+    assert png.read_bytes().startswith(b"\x89PNG")
+    (shown,) = images(fig)
+    flat = [x for row in doc["matrix"]["jaccard"] for x in row]
+    assert shown.ravel().tolist() == pytest.approx(flat)  # the heat map is the document's matrix
+    assert "mask overlap" in title(fig) and MODEL in title(fig)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[1] == "1: edge-popup, seed 4"
+    again = runner.invoke(app, ["compare", str(ticket), str(other), "--plot", str(png)])
+    assert again.exit_code == 2 and "--force" in again.stderr  # an existing plot is refused before the work
+
+
+def test_inspect_draws_densities_and_a_conv_tickets_kept_filter_map(tmp_path, saved):
+    from ticketcli.ticketfile import ticket as ticket_io
+
+    t = tmp_path / "conv.safetensors"
+    args = ["extract", "--dataset", "digits", "--model", "vgg:8-M-16", "--method", "edge-popup", "--epochs", "1"]
+    invoke(*args, "--n-extract", "200", "--n-val", "100", "--sparsity", "0.7", "--out", str(t), "--quiet")
+    doc = invoke("inspect", str(t), "--plot", str(tmp_path / "i.png"))
+    (fig,) = saved
+    bars = [p.get_height() for p in fig.axes[0].patches]
+    assert bars == pytest.approx([100 * m["density"] for m in doc["layers"]])
+    masks = ticket_io.load(t).masks
+    convs = [name for name, m in masks.items() if m.dim() == 4]
+    maps = images(fig)
+    assert len(convs) == 2 and len(maps) == 2
+    for name, shown in zip(convs, maps, strict=True):  # each filter's kept share, from the unpacked mask
+        oracle = masks[name].float().flatten(2).mean(2)
+        assert shown.shape == tuple(oracle.shape)
+        assert shown.ravel().tolist() == pytest.approx(oracle.ravel().tolist(), abs=1e-6)
+    assert "vgg:8-M-16" in title(fig) and "kept share per filter" in title(fig)
+
+
+def test_inspect_plot_is_for_one_ticket(ticket, tmp_path):
+    r = runner.invoke(app, ["inspect", str(ticket.parent), "--plot", str(tmp_path / "x.png")])
+    assert r.exit_code == 2 and "--plot draws one ticket" in r.stderr

@@ -11,7 +11,7 @@ import typer
 
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import Given, declared, given_settings
-from ticketcli.errors import GateFailed
+from ticketcli.errors import GateFailed, UsageError
 from ticketcli.report import console
 from ticketcli.report import progress as report_progress
 from ticketcli.report import tables as report_tables
@@ -50,6 +50,7 @@ def evaluate(
     tickets: TicketsArgument,
     min_accuracy: Optional[float] = None,
     max_drop: Optional[float] = None,
+    aggregate: bool = False,
     json_out: bool = False,
     quiet: bool = False,
     **given: object,  # the reader settings of settings/reader.py (@declared): one flag each
@@ -69,8 +70,11 @@ def evaluate(
         from ticketcli.runs import folder as runs_folder  # torch-free
 
         if not runs_folder.single_file(tickets):
-            evaluate_many(tickets, r, min_accuracy=min_accuracy, max_drop=max_drop, json_out=json_out, quiet=quiet)
+            gates = {"min_accuracy": min_accuracy, "max_drop": max_drop}
+            evaluate_many(tickets, r, **gates, aggregate=aggregate, json_out=json_out, quiet=quiet)
             return
+        if aggregate:
+            raise UsageError("--aggregate groups the tickets of a folder over their seeds; give a folder")
         ticket = tickets[0]
         ticket_io.check_header(ticket)  # a bad file is refused before torch is imported (seconds)
         from ticketcli.runs import evaluate as runs_evaluate  # torch: imported once there is work to do
@@ -100,6 +104,7 @@ def evaluate_many(
     *,
     min_accuracy: float | None,
     max_drop: float | None,
+    aggregate: bool,
     json_out: bool,
     quiet: bool,
 ) -> None:
@@ -124,6 +129,8 @@ def evaluate_many(
             progress=progress,
         )
     result = runs_folder_eval.with_threads(result, result_threads)
+    if aggregate:
+        result = runs_folder_eval.aggregated(result)
     console.print_json(result.to_document()) if json_out else report_tables.evaluate_folder_table(result)
     failed = result.failure_line()
     if failed is not None:

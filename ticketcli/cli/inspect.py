@@ -4,13 +4,14 @@ glob, or several files) as one row per ticket; the command or TOML that reproduc
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.cli.declared import declared
 from ticketcli.errors import GateFailed, UsageError
+from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.report import console
 from ticketcli.report import tables as report_tables
 from ticketcli.runtime.interrupts import stop_on_signals
@@ -28,6 +29,9 @@ def inspect(
         ),
     ],
     json_out: bool = False,
+    aggregate: bool = False,
+    plot: Optional[Path] = None,
+    force: bool = False,
     csv_out: bool = False,
     command: bool = False,
     toml: bool = False,
@@ -39,10 +43,16 @@ def inspect(
     from ticketcli.runs import folder as runs_folder
     from ticketcli.runs import inspect as runs_inspect
 
-    with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
+    with errors_to_exit_codes(), stop_on_signals(outputs=None if plot is None else (plot,), unit=None):
         if sum((json_out, csv_out, command or toml)) > 1:
             raise UsageError("choose one of --json, --csv and --command/--toml")
         single = runs_folder.single_file(tickets)
+        if aggregate and (single or command or toml):
+            raise UsageError("--aggregate groups the tickets of a folder over their seeds; give a folder")
+        if plot is not None:
+            if not single or command or toml or csv_out:
+                raise UsageError("--plot draws one ticket; give a single ticket file, without --csv, --command, --toml")
+            check_destination(plot, overwrite=force)  # before the work, not after
         if command or toml:
             if not single:
                 raise UsageError("--command and --toml reproduce one ticket; give a single ticket file")
@@ -50,9 +60,14 @@ def inspect(
             return
         if single and not csv_out:
             result = runs_inspect.inspect_ticket(tickets[0])  # numpy only: no torch
+            if plot is not None:
+                from ticketcli.report import plots  # matplotlib, when a figure is drawn
+
+                png = plots.inspect_plot(result, runs_inspect.filter_maps(tickets[0]))
+                write_atomic(plot, png, overwrite=force, checked_at_start=True)
             console.print_json(result.to_document()) if json_out else report_tables.inspect_table(result)
             return
-        listing = runs_folder.inspect_folder(tickets)
+        listing = runs_folder.inspect_folder(tickets, aggregate=aggregate)
         if json_out:
             console.print_json(listing.to_document())
         elif csv_out:

@@ -15,8 +15,14 @@ if TYPE_CHECKING:  # for the annotations only: compare's tables must not import 
 
 
 def compare_table(r: CompareResult) -> None:
-    """`ticket compare`: one pair in full (two tickets), or the tickets and their pairwise matrices (more)."""
-    if len(r.tickets) == 2:
+    """`ticket compare`: one pair in full (two tickets), or the tickets and their pairwise matrices (more); with
+    --aggregate, the tickets over their seeds and the same-seed pairs' overlap over seeds."""
+    if r.aggregate is not None:
+        from ticketcli.report.aggregate_tables import aggregate_table, pairs_table
+
+        aggregate_table(r.aggregate, "stored")
+        pairs_table(r.aggregate_pairs or ())
+    elif len(r.tickets) == 2:
         _two(r, r.pairs[0])
     else:
         _many(r)

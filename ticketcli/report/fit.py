@@ -11,6 +11,13 @@ end in an ellipsis (`+0.0…`, `stat…`). Every table the CLI prints goes throu
    the first (the row labels) again;
 4. a row label and one column that still do not fit are stacked: one `header: value` line per cell, which the
    terminal wraps as it wraps any long line.
+
+A new table needs nothing more: build a `rich.table.Table` (a value as one cell, its words separated by spaces
+where it may wrap: `91.20% ± 0.35`) and print it with `console.stdout().print(table)`. Keep numbers, names and
+hashes as single words and never shorten them; a very long one (a 64-digit hash) is best a row of its own. A
+renderable that is not printed as a table (a progress display's grid) calls `narrowed` itself. What is checked:
+tests/test_tables_80.py runs every command at 80 columns (a new command must be added there) and
+tests/test_narrow_tables.py random tables at any width.
 """
 
 from __future__ import annotations

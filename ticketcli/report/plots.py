@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING
 from ticketcli.report.console import method_name, pct
 
 if TYPE_CHECKING:
+    import numpy as np
     from matplotlib.figure import Figure
 
+    from ticketcli.runs.compare import CompareResult
+    from ticketcli.runs.inspect import InspectResult
     from ticketcli.sweep.result import SweepResult
     from ticketcli.weak.result import WeakResult
 
@@ -164,5 +167,78 @@ def weak_figure(r: WeakResult) -> Figure:
     data = r.data.get("dataset")
     ticket = f"{method_name(r.method)} ticket (seed {r.seed}, sparsity {pct(r.sparsity.achieved)})"
     fig.suptitle(f"train-weak: {run_title(data, r.model, ticket, f'{r.spec.epochs} epochs')}")
+    fig.tight_layout()
+    return fig
+
+
+def overlap_plot(r: CompareResult) -> bytes:
+    """overlap_figure as PNG bytes."""
+    return png_bytes(overlap_figure(r), dpi=110)
+
+
+def overlap_figure(r: CompareResult) -> Figure:
+    """`compare --plot`: the pairwise Jaccard over every masked weight as a heat map, each ticket labelled by its
+    number, method and seed, its file named under the map (with a reference, beyond 8 tickets, its one row)."""
+    from pathlib import PurePath
+
+    plt = pyplot()
+    matrix = r.jaccard_matrix()
+    n = len(r.tickets)
+    short = [f"{i}: {method_name(t.method)}, seed {t.seed}" for i, t in enumerate(r.tickets)]
+    files = [f"{i}: {PurePath(t.ticket).name}" for i, t in enumerate(r.tickets)]
+    side = 2.5 + 0.55 * n
+    fig: Figure
+    fig, ax = plt.subplots(figsize=(side + 3.0, 0.55 * len(matrix) + 2.5 + 0.2 * n), layout="constrained")
+    image = ax.imshow(matrix, vmin=0.0, vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(n), [str(i) for i in range(n)])
+    rows = [r.reference] if r.reference is not None else list(range(n))
+    ax.set_yticks(range(len(rows)), [short[i] for i in rows], fontsize=8)
+    for y, row in enumerate(matrix):
+        for x, value in enumerate(row):
+            ax.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=7, color="w" if value < 0.6 else "k")
+    fig.colorbar(image, ax=ax, label="Jaccard: kept by both / kept by either", shrink=0.8)
+    ax.set_xlabel("ticket\n" + "\n".join(files), fontsize=8, loc="left")
+    models = sorted({t.model for t in r.tickets})
+    ax.set_title(run_title("compare: mask overlap", ", ".join(models)), fontsize=10)
+    return fig
+
+
+def inspect_plot(r: InspectResult, filters: dict[str, np.ndarray]) -> bytes:
+    """inspect_figure as PNG bytes."""
+    return png_bytes(inspect_figure(r, filters), dpi=110)
+
+
+def inspect_figure(r: InspectResult, filters: dict[str, np.ndarray]) -> Figure:
+    """`inspect --plot`: each mask's density (a bar per masked parameter, the overall density dashed) and, for a
+    convolution, the kept-filter map: the share of each (output, input) kernel it keeps."""
+    from pathlib import PurePath
+
+    plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    names = list(filters)
+    fig: Figure
+    fig, axes = plt.subplots(1, 1 + len(names), figsize=(6 + 3.5 * len(names), 4.5), squeeze=False)
+    ax = axes[0][0]
+    ax.bar(range(len(r.masks)), [100 * m.density for m in r.masks], color="tab:blue")
+    ax.axhline(100 * r.density, color="k", linestyle="--", linewidth=1, label=f"overall {pct(r.density)}")
+    ax.set_xticks(range(len(r.masks)), [m.name for m in r.masks], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("density: kept / total (%)")
+    ax.set_title("density per layer")
+    ax.legend(fontsize=8)
+    for ax, name in zip(axes[0][1:], names, strict=True):
+        image = ax.imshow(filters[name], vmin=0.0, vmax=1.0, cmap="magma", aspect="auto", interpolation="nearest")
+        ax.set_title(f"{name}: kept share per filter", fontsize=9)
+        ax.set_xlabel("input channel")
+        ax.set_ylabel("output channel")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        fig.colorbar(image, ax=ax)
+    tk = r.record
+    fig.suptitle(
+        run_title(
+            f"inspect {PurePath(r.ticket).name}", tk.data.dataset, tk.model.spec, tk.method.name, f"seed {tk.init.seed}"
+        )
+    )
     fig.tight_layout()
     return fig

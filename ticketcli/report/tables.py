@@ -11,8 +11,17 @@ from typing import TYPE_CHECKING, Literal
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
+from ticketcli.report.aggregate_tables import aggregate_csv, aggregate_table
 from ticketcli.report.console import method_name, pct, results, stdout
-from ticketcli.report.values import INTEGRITY_NOTES, MASK_ROWS, csv_cell, method_text, readable, structure_text
+from ticketcli.report.values import (
+    INTEGRITY_NOTES,
+    MASK_ROWS,
+    csv_cell,
+    method_text,
+    readable,
+    sparsity_note,
+    structure_text,
+)
 
 if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's table must not import torch
     from ticketcli.export.run import ExportResult
@@ -67,42 +76,6 @@ def extract_table(s: ExtractionResult) -> None:
     note = sparsity_note(s)
     if note is not None:
         out.print(note)
-
-
-def sparsity_note(s: ExtractionResult) -> str | None:
-    """One line saying why the achieved sparsity is not the requested one, when they differ by more than the
-    method's tolerance (iterated: --iter-tolerance; the others: one entry per layer, the rounding of a keep
-    count); None when they agree. docs/method.md explains each case."""
-    sp, method = s.sparsity, s.method
-    achieved, requested = pct(sp.achieved), pct(sp.requested)
-    iterated = method.name == "iterated"
-    tolerance = _number(method.option("iter_tolerance"), 0.02) if iterated else len(sp.layers) / max(sp.total, 1)
-    if abs(sp.achieved - sp.requested) <= tolerance:
-        return None
-    head = f"achieved {achieved}, not the requested {requested}:"
-    if iterated:
-        rounds = len(sp.rounds or ())
-        return (
-            f"{head} iterated stopped after {rounds} round{'s' if rounds != 1 else ''}, farther from the request "
-            f"than its tolerance of {100 * tolerance:.2f} points (--iter-tolerance, --max-rounds)"
-        )
-    if sp.aug_density is not None:  # augmented: the kept entries split between the weights and the auxiliary
-        m = _number(method.option("aux_width"), 1.0)
-        share = "-" if sp.aux_share is None else pct(sp.aux_share)
-        keep = (1 + m) * sp.aug_density
-        low, high = 1 - min(1.0, keep), 1 - max(0.0, keep - m)
-        return (
-            f"{head} augmented keeps (1 + {m:g}) x {sp.aug_density:.4f} = {keep:.4g} of each layer's count among "
-            f"its weights and auxiliary scores together and drops the {share} kept on auxiliary ones, so it "
-            f"achieves between {pct(low)} and {pct(high)} (--aug-density sets the augmented density)"
-        )
-    if sp.requested_layer_densities is not None:
-        return f"{head} the per-layer densities (--layer-densities) set each layer's share, not the global one"
-    return f"{head} more than one entry per layer apart (each layer keeps a whole number of entries)"
-
-
-def _number(value: object, default: float) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 def layer_table(layers: Sequence[LayerCount]) -> Table:
@@ -185,7 +158,23 @@ def inspect_table(r: InspectResult) -> None:
 
 
 def inspect_folder_table(r: InspectFolderResult) -> None:
-    """`ticket inspect DIR`: one row per ticket (what it is, what it stored, whether it is intact), then a count."""
+    """`ticket inspect DIR`: one row per ticket (what it is, what it stored, whether it is intact), then a count;
+    with --aggregate, one row per group of seeds instead of the tickets."""
+    if r.aggregate is not None:
+        aggregate_table(r.aggregate, "stored")
+    else:
+        _inspect_rows(r)
+    out = stdout()
+    for row in r.tickets:  # the reader's one line for each file it refused, below the table: whole, never folded
+        if row.error is not None:
+            out.print(f"invalid: {row.error}")
+    bad = len(r.failed)
+    out.print(
+        f"{len(r.tickets) - bad} of {len(r.tickets)} tickets intact" + (f", {bad} failed validation" if bad else "")
+    )
+
+
+def _inspect_rows(r: InspectFolderResult) -> None:
     folder, names = common_folder([row.ticket for row in r.tickets])
     where = f" in {folder}" if folder else ""
     # no vertical rules: at 80 columns the names need the room, and a row stays one ticket
@@ -210,15 +199,7 @@ def inspect_folder_table(r: InspectFolderResult) -> None:
             readable(row.file_bytes),
             row.integrity,
         )
-    out = stdout()
-    out.print(t)
-    for row in r.tickets:  # the reader's one line for each file it refused, below the table: whole, never folded
-        if row.error is not None:
-            out.print(f"invalid: {row.error}")
-    bad = len(r.failed)
-    out.print(
-        f"{len(r.tickets) - bad} of {len(r.tickets)} tickets intact" + (f", {bad} failed validation" if bad else "")
-    )
+    stdout().print(t)
 
 
 FOLDER_COLUMNS: tuple[tuple[str, Literal["left", "right"], int], ...] = (  # header, justify, min width
@@ -251,6 +232,14 @@ CSV_COLUMNS = (
 
 
 def inspect_folder_csv(r: InspectFolderResult) -> None:
+    """`ticket inspect DIR --csv`: the tickets (inspect_rows_csv), or with --aggregate their groups over seeds."""
+    if r.aggregate is not None:
+        aggregate_csv(r.aggregate)
+    else:
+        inspect_rows_csv(r)
+
+
+def inspect_rows_csv(r: InspectFolderResult) -> None:
     """`ticket inspect DIR --csv`: a header line, then one line per ticket, quoted by the csv module wherever a value
     needs it (commas, quotes); numbers at full precision, empty cells for what a refused file lacks, the method and
     integrity from their fixed vocabularies, and text from files and paths shown literally (control characters
@@ -273,6 +262,28 @@ def common_folder(tickets: Sequence[str]) -> tuple[str, list[str]]:
 
 def evaluate_folder_table(r: EvaluateFolderResult) -> None:
     """`ticket evaluate DIR`: one row per ticket (re-measured beside stored accuracy, the gate), then a summary."""
+    if r.aggregate is not None:
+        aggregate_table(r.aggregate, "re-measured")
+    else:
+        _evaluate_rows(r)
+    out = stdout()
+    for row in r.tickets:  # why each failed, below the table: whole lines, never folded into a narrow column
+        if row.error is not None:
+            out.print(f"error: {row.error}")
+        elif row.failures:
+            out.print(f"FAILED {row.ticket}: {'; '.join(row.failures)}")
+    s = r.summary()
+    line = (
+        f"{s['evaluated']} of {s['count']} tickets evaluated, {s['reproduced']} reproduce their stored accuracy exactly"
+    )
+    if r.gated:
+        line += f"; gate passed by {s['passed']}, failed by {s['failed']}"
+    if s["errors"]:
+        line += f"; {s['errors']} could not be evaluated"
+    out.print(line + ".")
+
+
+def _evaluate_rows(r: EvaluateFolderResult) -> None:
     folder, names = common_folder([row.ticket for row in r.tickets])
     t = Table(title=f"{len(r.tickets)} tickets" + (f" in {folder}" if folder else ""))
     for name in ("ticket", "method", "test acc", "stored", "val acc", "reproduced", "gate"):
@@ -294,22 +305,7 @@ def evaluate_folder_table(r: EvaluateFolderResult) -> None:
             reproduced,
             gate,
         )
-    out = stdout()
-    out.print(t)
-    for row in r.tickets:  # why each failed, below the table: whole lines, never folded into a narrow column
-        if row.error is not None:
-            out.print(f"error: {row.error}")
-        elif row.failures:
-            out.print(f"FAILED {row.ticket}: {'; '.join(row.failures)}")
-    s = r.summary()
-    line = (
-        f"{s['evaluated']} of {s['count']} tickets evaluated, {s['reproduced']} reproduce their stored accuracy exactly"
-    )
-    if r.gated:
-        line += f"; gate passed by {s['passed']}, failed by {s['failed']}"
-    if s["errors"]:
-        line += f"; {s['errors']} could not be evaluated"
-    out.print(line + ".")
+    stdout().print(t)
 
 
 def export_table(r: ExportResult) -> None:

@@ -1,14 +1,20 @@
 """How a ticket's values read in a table: any metadata value as people read it (never a Python repr), a method
 record on one line, the integrity verdicts in words, and how many masks a table lists. inspect's and compare's
-tables share them; and the cells of `inspect DIR --csv`, safe to open in a spreadsheet. Torch-free."""
+tables share them; the cells of `inspect DIR --csv`, safe to open in a spreadsheet; and the line that says why an
+achieved sparsity is not the requested one. Torch-free."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ticketcli.methods.registry import METHODS
-from ticketcli.report.console import literal
+from ticketcli.report.console import literal, pct
 from ticketcli.ticketfile.layout import INTEGRITY
 from ticketcli.ticketfile.meta import HEX64
 from ticketcli.ticketfile.record import MethodRecord
+
+if TYPE_CHECKING:  # the annotation only: the values read no torch
+    from ticketcli.runs.summary import ExtractionResult
 
 MASK_ROWS = 500  # inspect's table shows at most this many masks (Rich takes a minute for 100k rows; --json has all)
 
@@ -95,3 +101,39 @@ def csv_cell(column: str, value: object) -> str:
     if column in CSV_NUMBERS:
         return csv_number(value)
     raise ValueError(f"CSV column {column!r} is none of text, number or vocabulary")  # a new column must choose
+
+
+def sparsity_note(s: ExtractionResult) -> str | None:
+    """One line saying why the achieved sparsity is not the requested one, when they differ by more than the
+    method's tolerance (iterated: --iter-tolerance; the others: one entry per layer, the rounding of a keep
+    count); None when they agree. docs/method.md explains each case."""
+    sp, method = s.sparsity, s.method
+    achieved, requested = pct(sp.achieved), pct(sp.requested)
+    iterated = method.name == "iterated"
+    tolerance = _number(method.option("iter_tolerance"), 0.02) if iterated else len(sp.layers) / max(sp.total, 1)
+    if abs(sp.achieved - sp.requested) <= tolerance:
+        return None
+    head = f"achieved {achieved}, not the requested {requested}:"
+    if iterated:
+        rounds = len(sp.rounds or ())
+        return (
+            f"{head} iterated stopped after {rounds} round{'s' if rounds != 1 else ''}, farther from the request "
+            f"than its tolerance of {100 * tolerance:.2f} points (--iter-tolerance, --max-rounds)"
+        )
+    if sp.aug_density is not None:  # augmented: the kept entries split between the weights and the auxiliary
+        m = _number(method.option("aux_width"), 1.0)
+        share = "-" if sp.aux_share is None else pct(sp.aux_share)
+        keep = (1 + m) * sp.aug_density
+        low, high = 1 - min(1.0, keep), 1 - max(0.0, keep - m)
+        return (
+            f"{head} augmented keeps (1 + {m:g}) x {sp.aug_density:.4f} = {keep:.4g} of each layer's count among "
+            f"its weights and auxiliary scores together and drops the {share} kept on auxiliary ones, so it "
+            f"achieves between {pct(low)} and {pct(high)} (--aug-density sets the augmented density)"
+        )
+    if sp.requested_layer_densities is not None:
+        return f"{head} the per-layer densities (--layer-densities) set each layer's share, not the global one"
+    return f"{head} more than one entry per layer apart (each layer keeps a whole number of entries)"
+
+
+def _number(value: object, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from ticketcli.contract.result import Result
-from ticketcli.contract.schema import RUN_FACTS, SPLITS, JsonObject, split_metrics
+from ticketcli.contract.schema import RUN_FACTS, SPLITS, JsonObject, present, split_metrics
 from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.runs.aggregate import PairGroup, SeedGroup
 from ticketcli.runs.header import OfTicket, TicketHeader
 from ticketcli.runs.overlap import LayerOverlap, Overlap, both_kept
 from ticketcli.ticketfile import ticket as ticket_io
@@ -136,6 +137,8 @@ class CompareResult(Result):
     tickets: tuple[ComparedTicket, ...]
     pairs: tuple[PairComparison, ...]
     reference: int | None = None
+    aggregate: tuple[SeedGroup, ...] | None = None  # --aggregate: the tickets over their seeds
+    aggregate_pairs: tuple[PairGroup, ...] | None = None  # --aggregate: same-seed pairs' overlap over seeds
 
     def pair(self, i: int, j: int) -> PairComparison | None:
         """The comparison of tickets i and j (either order); None for i == j."""
@@ -166,7 +169,11 @@ class CompareResult(Result):
             "tickets": [t.to_dict() for t in self.tickets],
             "pairs": [p.to_dict() for p in self.pairs],
             "matrix": {"jaccard": self.jaccard_matrix(), "same_init": self.same_init_matrix()},
-        } | ({} if self.reference is None else {"reference": self.reference})
+        } | present(
+            reference=self.reference,
+            aggregate=None if self.aggregate is None else [g.to_dict() for g in self.aggregate],
+            aggregate_pairs=None if self.aggregate_pairs is None else [g.to_dict() for g in self.aggregate_pairs],
+        )
 
     def bound_line(self) -> str | None:
         """The one line that says the pairs were bounded (each ticket against the reference), or None."""

@@ -13,6 +13,7 @@ from ticketcli.contract.schema import JsonObject, present
 from ticketcli.errors import Interrupted, TicketCliError
 from ticketcli.methods.base import Progress
 from ticketcli.runs import evaluate as runs_evaluate
+from ticketcli.runs.aggregate import Sample, SeedGroup, matched_folder, seed_groups
 from ticketcli.runs.evaluate import EvaluateResult
 from ticketcli.runs.folder import failures_line, ticket_paths
 from ticketcli.specs.run import ReaderSpec
@@ -50,6 +51,7 @@ class EvaluateFolderResult(Result):
     min_accuracy: float | None = None
     max_drop: float | None = None
     threads: int | None = None
+    aggregate: tuple[SeedGroup, ...] | None = None  # --aggregate: the re-measured accuracies over seeds
 
     @property
     def gated(self) -> bool:
@@ -71,6 +73,8 @@ class EvaluateFolderResult(Result):
         if self.gated:
             gate = present(min_accuracy=self.min_accuracy, max_drop=self.max_drop)
             doc["gate"] = {**gate, "passed": all(t.passed for t in self.tickets)}
+        if self.aggregate is not None:
+            doc["aggregate"] = [g.to_dict() for g in self.aggregate]
         return doc | present(threads=self.threads)
 
     def failure_line(self) -> str | None:
@@ -131,3 +135,27 @@ def with_threads(result: EvaluateFolderResult, threads: int | None) -> EvaluateF
         t if t.result is None else replace(t, result=replace(t.result, threads=threads)) for t in result.tickets
     )
     return replace(result, tickets=rows, threads=threads)
+
+
+def aggregated(result: EvaluateFolderResult) -> EvaluateFolderResult:
+    """The result with its evaluated tickets grouped over seeds: the re-measured accuracies, by method, model and
+    requested sparsity (runs matched with --match-sparsity: by the folder they were matched in)."""
+    samples = [
+        Sample(
+            method=r.method.name,
+            model=r.model,
+            seed=r.seed,
+            requested_sparsity=_fraction(r.requested_sparsity),
+            matched_in=matched_folder(r.method.option("matched_to")),
+            achieved_sparsity=_fraction(r.achieved_sparsity),
+            test_accuracy=r.test.accuracy,
+            val_accuracy=r.val.accuracy,
+        )
+        for r in (t.result for t in result.tickets)
+        if r is not None
+    ]
+    return replace(result, aggregate=seed_groups(samples))
+
+
+def _fraction(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -10,13 +10,14 @@ import fnmatch
 import glob
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import JsonObject, entries
 from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.runs.aggregate import Sample, SeedGroup, matched_folder, seed_groups
 from ticketcli.runs.header import TicketHeader
 from ticketcli.ticketfile import ticket as ticket_io
 
@@ -168,6 +169,7 @@ class TicketRow:
     test_accuracy: float | None = None  # as stored at extraction
     val_accuracy: float | None = None
     masks_sha256: str | None = None
+    matched_to: str | None = field(default=None, compare=False)  # --match-sparsity's ticket (groups, not the row)
 
     @property
     def failed(self) -> bool:
@@ -212,6 +214,27 @@ def inspect_row(path: Path) -> TicketRow:
         test_accuracy=tk.metrics.accuracy("test"),
         val_accuracy=tk.metrics.accuracy("val"),
         masks_sha256=tk.masks_sha256,
+        matched_to=_text(header.method.option("matched_to")),
+    )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def sample(row: TicketRow) -> Sample | None:
+    """A row's values for the seed groups (None for a file that is not a readable ticket)."""
+    if row.method is None or row.model is None:
+        return None
+    return Sample(
+        method=row.method,
+        model=row.model,
+        seed=row.seed,
+        requested_sparsity=row.requested_sparsity,
+        matched_in=matched_folder(row.matched_to),
+        achieved_sparsity=row.achieved_sparsity,
+        test_accuracy=row.test_accuracy,
+        val_accuracy=row.val_accuracy,
     )
 
 
@@ -228,17 +251,21 @@ class InspectFolderResult(Result):
     COMMAND: ClassVar[str] = "inspect-folder"
 
     tickets: tuple[TicketRow, ...]
+    aggregate: tuple[SeedGroup, ...] | None = None  # --aggregate: the tickets over their seeds
 
     @property
     def failed(self) -> list[TicketRow]:
         return [r for r in self.tickets if r.failed]
 
     def body(self) -> JsonObject:
-        return {
+        doc: JsonObject = {
             "tickets": [r.to_dict() for r in self.tickets],
             "count": len(self.tickets),
             "failed": len(self.failed),
         }
+        if self.aggregate is not None:
+            doc["aggregate"] = [g.to_dict() for g in self.aggregate]
+        return doc
 
     def failure_line(self) -> str | None:
         """The one line of a folder with tickets that fail validation (exit 1), or None."""
@@ -248,6 +275,11 @@ class InspectFolderResult(Result):
         return failures_line([(r.ticket, r.integrity) for r in bad], len(self.tickets), "failed validation")
 
 
-def inspect_folder(paths: Sequence[Path]) -> InspectFolderResult:
-    """Every ticket that `paths` name (ticket_paths), validated one at a time."""
-    return InspectFolderResult(tickets=tuple(inspect_row(p) for p in ticket_paths(paths)))
+def inspect_folder(paths: Sequence[Path], *, aggregate: bool = False) -> InspectFolderResult:
+    """Every ticket that `paths` name (ticket_paths), validated one at a time; with `aggregate`, also grouped over
+    their seeds (the readable tickets, by method, model and requested sparsity)."""
+    rows = tuple(inspect_row(p) for p in ticket_paths(paths))
+    if not aggregate:
+        return InspectFolderResult(tickets=rows)
+    samples = [x for x in map(sample, rows) if x is not None]
+    return InspectFolderResult(tickets=rows, aggregate=seed_groups(samples))

@@ -5,9 +5,12 @@ validates the file and counts bits, and should take a fraction of a second."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
+
+import numpy as np
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import SPARSITY_KEYS, JsonObject, present, run_metrics_fields
@@ -99,3 +102,20 @@ def inspect_ticket(path: str | Path) -> InspectResult:
         density=kept / total,
         packed_mask_bytes=sum((t + 7) // 8 for _, t in scanned.counts.values()),
     )
+
+
+MAP_ENTRIES = 16_000_000  # a conv mask above this many entries is not drawn (its bits would be unpacked in memory)
+
+
+def filter_maps(path: str | Path) -> dict[str, np.ndarray]:
+    """`inspect --plot`: for each convolution's mask (4-D: out x in x kh x kw), the share of each filter's kernel
+    entries it keeps, an out x in array; read from the packed bits with numpy, never torch."""
+    maps: dict[str, np.ndarray] = {}
+    with ticket_io.MaskFile(path) as f:
+        for name, shape in f.scan.ticket.shapes.items():
+            if len(shape) != 4 or math.prod(shape) > MAP_ENTRIES:
+                continue
+            packed = np.frombuffer(b"".join(f.pieces(name)), dtype=np.uint8)
+            bits = np.unpackbits(packed, bitorder="big")[: math.prod(shape)].reshape(shape)
+            maps[name] = bits.reshape(shape[0], shape[1], -1).mean(axis=2)
+    return maps

@@ -71,6 +71,24 @@ EXTRACT_FLAGS = Table(
     *OUTPUTS,
 )
 
+AGGREGATE = flag(
+    "aggregate",
+    "For a folder (a glob, several files): also group the tickets over their seeds, one row per method, model "
+    "and requested sparsity (runs made with --match-sparsity: per folder they were matched in), with the mean and "
+    "standard deviation of the achieved sparsity and the accuracies (the table shows the groups instead of the "
+    "tickets; --json adds `aggregate`; --csv writes the groups).",
+    OUT,
+    bool,
+)
+
+COMPARE_FLAGS = Table(
+    AGGREGATE,
+    flag("plot", "Write a PNG: the pairwise mask overlap (Jaccard) as a heat map.", OUT, Path, shown="no plot"),
+    FORCE.but(help="Overwrite --plot if it exists."),
+    JSON,
+    QUIET,
+)
+
 EVALUATE_FLAGS = Table(
     flag(
         "min_accuracy",
@@ -85,11 +103,22 @@ EVALUATE_FLAGS = Table(
         OUT,
         range=FRACTION,
     ),
+    AGGREGATE,
     *OUTPUTS,
 )
 
 INSPECT_FLAGS = Table(
     JSON,
+    AGGREGATE,
+    flag(
+        "plot",
+        "Write a PNG of one ticket: each layer's density and, for a convolution, its kept-filter map (the share of "
+        "each output x input kernel kept).",
+        OUT,
+        Path,
+        shown="no plot",
+    ),
+    FORCE.but(help="Overwrite --plot if it exists."),
     flag(
         "csv_out",
         "Print the one-row-per-ticket listing as CSV on stdout (also for a single ticket).",

@@ -1,0 +1,122 @@
+"""`--aggregate`'s table and CSV: the tickets of a folder over their seeds, one row per method, model and requested
+sparsity (or matched folder), each value as `mean ± std` (the sample standard deviation, in percentage points)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rich.box import SIMPLE_HEAD
+from rich.table import Table
+
+from ticketcli.report.console import pct, results, stdout
+from ticketcli.report.values import csv_cell, csv_number, csv_text
+
+if TYPE_CHECKING:  # for the annotations only: inspect's table must not import torch
+    from ticketcli.runs.aggregate import MeanStd, PairGroup, SeedGroup
+
+
+def mean_std(m: MeanStd) -> str:
+    """`91.20% ± 0.35` (the std in percentage points), `91.20%` for one value, `-` for none."""
+    if m.mean is None:
+        return "-"
+    return pct(m.mean) + ("" if m.std is None else f" ± {100 * m.std:.2f}")
+
+
+def asked(g: SeedGroup) -> str:
+    return "matched" if g.matched_in is not None else pct(g.requested_sparsity)
+
+
+def aggregate_table(groups: Sequence[SeedGroup], what: str) -> None:
+    """One row per group: method, model, requested sparsity, seeds, and mean ± std of the achieved sparsity and
+    the accuracies (`what`: stored or re-measured)."""
+    # no vertical rules: at 80 columns the seven columns need the room, and a row stays one group
+    t = Table(
+        title=f"over seeds: mean ± std (percentage points) of the {what} values",
+        box=SIMPLE_HEAD,
+        collapse_padding=True,
+        pad_edge=False,
+        show_edge=False,
+    )
+    for name in ("method", "model", "asked", "seeds", "achieved", "test", "val"):
+        t.add_column(name, justify="left" if name in ("method", "model", "asked", "seeds") else "right")
+    for g in groups:
+        seeds = " ".join(map(str, g.seeds)) or "-"
+        t.add_row(
+            g.method,
+            g.model,
+            asked(g),
+            seeds,
+            mean_std(g.achieved_sparsity),
+            mean_std(g.test_accuracy),
+            mean_std(g.val_accuracy),
+        )
+    out = stdout()
+    out.print(t)
+    for folder in dict.fromkeys(g.matched_in for g in groups if g.matched_in is not None):
+        out.print(f"matched: each seed run at the achieved sparsity of the same seed's ticket in {folder}")
+
+
+def pairs_table(groups: Sequence[PairGroup]) -> None:
+    """compare --aggregate: for each two methods, the Jaccard of their same-seed tickets' masks, mean ± std."""
+    out = stdout()
+    if not groups:
+        out.print("no two tickets share a seed and a model: no same-seed overlap to aggregate")
+        return
+    t = Table(title="same-seed mask overlap over seeds: Jaccard mean ± std", box=SIMPLE_HEAD, collapse_padding=True)
+    t.pad_edge = t.show_edge = False
+    for name in ("method A", "method B", "model", "seeds", "Jaccard"):
+        t.add_column(name, justify="right" if name == "Jaccard" else "left")
+    for g in groups:
+        m = g.jaccard
+        jaccard = "-" if m.mean is None else f"{m.mean:.4f}" + ("" if m.std is None else f" ± {m.std:.4f}")
+        t.add_row(g.method_a, g.method_b, g.model, " ".join(map(str, g.seeds)), jaccard)
+    out.print(t)
+
+
+CSV_COLUMNS = (
+    "method",
+    "model",
+    "requested_sparsity",
+    "matched_in",
+    "count",
+    "seeds",
+    "achieved_sparsity_mean",
+    "achieved_sparsity_std",
+    "test_accuracy_mean",
+    "test_accuracy_std",
+    "val_accuracy_mean",
+    "val_accuracy_std",
+)
+
+
+def aggregate_csv(groups: Sequence[SeedGroup]) -> None:
+    """A header line, then one line per group; fractions at full precision, the seeds separated by spaces."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for g in groups:
+        values: dict[str, object] = {
+            "method": g.method,
+            "model": g.model,
+            "requested_sparsity": g.requested_sparsity,
+            "matched_in": g.matched_in,
+            "count": len(g.seeds),
+            "seeds": " ".join(map(str, g.seeds)),
+        }
+        for name, m in (("achieved_sparsity", g.achieved_sparsity), ("test_accuracy", g.test_accuracy)):
+            values |= {f"{name}_mean": m.mean, f"{name}_std": m.std}
+        values |= {"val_accuracy_mean": g.val_accuracy.mean, "val_accuracy_std": g.val_accuracy.std}
+        writer.writerow([_cell(c, values[c]) for c in CSV_COLUMNS])
+    results().write(buffer.getvalue())
+
+
+def _cell(column: str, value: object) -> str:
+    """The method from its vocabulary, the model, folder and seeds as neutralised text, the rest as numbers."""
+    if column == "method":
+        return csv_cell(column, value)
+    if column in ("model", "matched_in", "seeds"):
+        return "" if value is None else csv_text(value)
+    return csv_number(value)
