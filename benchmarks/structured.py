@@ -5,6 +5,7 @@ augmented, over seeds; a markdown table of mean ± std test accuracy and achieve
     python benchmarks/structured.py                                  # the full run: 3 seeds, 100 epochs
     nice -n 10 python benchmarks/structured.py --threads 1 --out structured.md --json structured.json
     python benchmarks/structured.py --dataset digits --epochs 2 --seeds 0   # a smoke run in seconds
+    python benchmarks/structured.py --tables-from a.json b.json             # the table of runs split by seed
 
 Each run is `ticket extract --method M --seed N` with the defaults and `--sparsity S` (unstructured, blocks) or
 `--structure N:M` (which implies S = 1 - N/M). Seeds are the outer loop, so an interrupted run still has every
@@ -75,7 +76,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the markdown table here (rewritten after every run)")
     ap.add_argument("--json", type=Path, help="also write every run's summary here")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (1 to share the machine)")
+    ap.add_argument("--tables-from", type=Path, nargs="+", help="only print the table of these --json files' runs")
     args = ap.parse_args()
+    if args.tables_from:  # runs split over processes (one per seed), put together
+        merged = [r for path in args.tables_from for r in json.loads(path.read_text())]
+        print(table(merged, args.methods.split(",")), end="")
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     methods = args.methods.split(",")

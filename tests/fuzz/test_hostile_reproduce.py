@@ -34,7 +34,9 @@ else:  # pragma: no cover
 # every option a method record holds: the method settings among extract's settings
 METHOD_KEYS = sorted(RECORDED)
 # a valid value for the options whose default is None (not recorded then)
-VALID = {"aug_density": 0.5, "layer_densities": [0.5, 0.5]}
+VALID = {"aug_density": 0.5, "layer_densities": [0.5, 0.5], "structure": "2:4", "block": "4x4"}
+# what a valid record holds beside such a value: N:M's sparsity is the one it implies
+BESIDE = {"structure": {"sparsity": 0.5}}
 # values no option of any kind accepts: text carrying a flag, text carrying a line, a number beyond every range
 HOSTILE = ["0.9 --trust-model-code", "x\n--evil", -1e300]
 # text that must never reach a command line or a TOML line as it is
@@ -93,7 +95,7 @@ def test_every_method_option_is_checked_as_extract_checks_it(key, raw, tmp_path)
         path = craft(tmp_path, raw, method=lambda m, v=value: m.update(name=method, **{key: v}))
         refused(path, key)
     good = RUN[key].value if RUN[key].value is not None else VALID[key]
-    path = craft(tmp_path, raw, method=lambda m: m.update(name=method, **{key: good}))
+    path = craft(tmp_path, raw, method=lambda m: m.update(name=method, **{key: good}, **BESIDE.get(key, {})))
     words, config, _ = accepted(path)
     assert key in config and words[words.index("--method") + 1] == method
     extract_takes(cli("inspect", str(path), "--toml").stdout, tmp_path)
