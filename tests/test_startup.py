@@ -89,6 +89,10 @@ WITHOUT_TORCH = {
     "extract-threads": (["extract", "--threads", "0", "--out", "{folder}/x.safetensors"], 2),
     "extract-out-exists": (["extract", "--dataset", "digits", "--out", "{ticket}"], 2),
     "extract-not-a-ticket-name": (["extract", "--dataset", "digits", "--out", "{folder}/x.pt"], 2),
+    "export-out-exists": (["export", "{ticket}", "--format", "masked", "--out", "{ticket}"], 2),
+    "export-format-name": (["export", "{ticket}", "--format", "onnx", "--out", "{folder}/m.pt"], 2),
+    "sweep-k-range": (["sweep-k", "--workers", "0"], 2),
+    "sweep-k-missing-dataset": (["sweep-k", "--dataset", "mnist", "--data-dir", "{empty}"], 2),
     "extract-missing-dataset": (
         ["extract", "--dataset", "mnist", "--data-dir", "{empty}", "--out", "{folder}/m.safetensors"],
         2,

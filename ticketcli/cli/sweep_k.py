@@ -37,25 +37,16 @@ def sweep_k(
     **given: object,  # extract's run settings and sweep-k's own (settings/sweep.py, @declared): one flag each
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
-    # torch: imported when the command runs, not for --help
+    from ticketcli.data import places
     from ticketcli.settings.resolve import build_extract_spec, load_config, merge_settings
-    from ticketcli.sweep import outputs as sweep_outputs
-    from ticketcli.sweep.plan import build_plan, double_scoring_methods
     from ticketcli.sweep.result import SweepRecord, SweepSettings
-    from ticketcli.sweep.run import sweep_k as run_sweep_k
     from ticketcli.track import base as track
     from ticketcli.track import feed as track_feed
 
     flags = {**given_settings(SWEEP, given), **given_settings(TRACK, given), "method": "edge-popup"}
     table = RUN.plus(TRACK)  # the keys a config file may set
     own = given_settings(OWN, given)  # read by name: a reordered table cannot swap two options
-    resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
-    with (
-        errors_to_exit_codes(),
-        stop_on_signals(
-            outputs=(plot,) if plot is not None else (), note=lambda: resumable, unit="configuration"
-        ) as position,
-    ):
+    with errors_to_exit_codes():  # every refusal that needs no torch, before torch is imported
         from_config = load_config(config, table)
         o = sweep_options(own, from_config.get("threads") if own["threads"] is None else own["threads"])
         fixed_by_sweep = sorted({"method", "seed", "layer_densities", "aug_density", "weights"} & set(from_config))
@@ -67,6 +58,20 @@ def sweep_k(
         merged = merge_settings({**flags, "seed": o.seeds[0]}, config, table)
         base = build_extract_spec(merged)
         trackers = track.check(merged["log_to"])
+        places.check_present(base.data)
+
+    # torch: imported once the command line is accepted
+    from ticketcli.sweep import outputs as sweep_outputs
+    from ticketcli.sweep.plan import build_plan, double_scoring_methods
+    from ticketcli.sweep.run import sweep_k as run_sweep_k
+
+    resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
+    with (
+        errors_to_exit_codes(),
+        stop_on_signals(
+            outputs=(plot,) if plot is not None else (), note=lambda: resumable, unit="configuration"
+        ) as position,
+    ):
         note = sweep_outputs.load_note(out_dir)
         plot_owned = None if plot is None or note is None else note.owned(plot)  # this sweep's own earlier plot
         if plot is not None:
@@ -154,7 +159,7 @@ class SweepOptions:
 def sweep_options(own: Given, threads: int | None) -> SweepOptions:
     """Validate sweep-k's own options (`own`, by name; `threads`: the flag's, else the config file's)."""
     from ticketcli.runtime import threads as torch_threads
-    from ticketcli.sweep.plan import PAPER_DENSITIES
+    from ticketcli.settings.sweep import PAPER_DENSITIES
 
     seeds, band, densities = own["seeds"], own["band"], own["densities"]
     try:
