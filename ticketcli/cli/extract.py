@@ -80,6 +80,8 @@ def extract(
         if resume and not ckpt.exists():
             console.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
         n = model_size(spec.model)
+        # --threads auto: the cores free now, no more than a step's multiply-adds (weights x batch) can share
+        auto = None if threads is not None else torch_threads.choose(n * spec.method.batch_size or None)
         # a ticket holds a bit per weight; a checkpoint scores and Adam's two moments in float32 (and auxiliaries)
         warn_low_space({out: n // 8 + (64 << 10), **({ckpt: 16 * n + (64 << 10)} if checkpoint_every else {})})
         with (
@@ -90,7 +92,7 @@ def extract(
                 quiet=quiet or not world.main,
                 label=spec.method.name,
             ) as progress,
-            torch_threads.using(threads) as used,
+            torch_threads.using(threads, auto) as used,
             track.tracked(trackers if world.main else (), lambda: track_feed.extract_info(spec), console.warn) as log,
         ):
             warn_precision(spec.method.precision, spec.device)
@@ -104,7 +106,7 @@ def extract(
                 resume=resume,
                 chunks=report_progress.phases_of(progress),  # the final recalibration and evaluation
             )
-            summary = replace(summary, threads=used)
+            summary = replace(summary, threads=used, threads_auto=auto)
             if log is not None and steps is not None:
                 track_feed.guarded(track_feed.extract_final, console.warn)(log, summary, steps.last)
     if world.main:
