@@ -10,6 +10,7 @@
 #   bash install.sh --torch-index https://download.pytorch.org/whl/cpu   # a CPU-only torch build (about 4 GB less)
 #   bash install.sh --dry-run               # print what would be done, do nothing
 set -euo pipefail
+CALLER=$PWD  # a relative --venv is relative to where the script was called from
 cd "$(dirname "$0")"
 ROOT=$PWD
 
@@ -23,7 +24,7 @@ DATA=1
 DRY=0
 
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   cat <<'EOF'
 
 options:
@@ -68,7 +69,7 @@ fi
 if [ -z "$VENV" ]; then
   VENV=${VIRTUAL_ENV:-$ROOT/.venv}
 fi
-[ "$VENV" = "${VENV#/}" ] && VENV=$PWD/$VENV  # absolute, so that the last line names it exactly
+[ "$VENV" = "${VENV#/}" ] && VENV=$CALLER/$VENV  # absolute, so that the last line names it exactly
 VPY=$VENV/bin/python
 
 run() {  # a command, echoed; only echoed with --dry-run
