@@ -54,8 +54,9 @@ EXTRA_TICKETS = {
 KEYS = ("model", "init", "shapes", "weights_sha256", "method", "data", "sparsity", "masks_sha256")
 # wall-clock fields, and whole-file digests of tickets (their metadata records the wall time; masks, metadata and
 # metrics are compared separately) and their sizes (the wall time's digits vary); threads: torch's thread count, the
-# machine's cores unless --threads is given (a fact of the machine, like the wall time)
-VOLATILE = {"wall_time_s", "seconds", "elapsed_s", "time_s", "ticket_sha256", "file_bytes", "threads"}
+# free cores at the start unless --threads is given, and threads_auto, how it was chosen (facts of the machine and
+# its load, like the wall time)
+VOLATILE = {"wall_time_s", "seconds", "elapsed_s", "time_s", "ticket_sha256", "file_bytes", "threads", "threads_auto"}
 
 
 def run(args: list[str], cwd: Path) -> dict:

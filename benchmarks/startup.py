@@ -5,7 +5,8 @@
 
 Every command is a fresh `python -m ticketcli ...` child with the checkout on PYTHONPATH (so it measures this
 checkout's code, not whatever `ticket` is installed); its time is the best of --runs (the least disturbed by
-other load). A command that should not compute anything (version, help, inspect, a bad file refused) passes when
+other load). A command that should not compute anything (version, help, inspect, a bad file refused, an extraction
+refused for its options, its destination or its missing dataset) passes when
 its best time is at most --limit times that of importing torch. `extract --help` is listed for information.
 The ticket inspected is extracted once, here, on digits with mlp:64-16-10.
 """
@@ -43,12 +44,14 @@ def make_ticket(folder: Path, env: dict[str, str]) -> Path:
     extract += ["--epochs", "1", "--quiet", "--out", str(ticket)]
     subprocess.run(extract, env=env, check=True, capture_output=True)
     (folder / "garbage.safetensors").write_bytes(b"\x07" * 64)
+    (folder / "empty").mkdir()  # no dataset in it (nor in the user cache, $XDG_CACHE_HOME, set there)
     return ticket
 
 
 def cases(ticket: Path) -> list[tuple[str, list[str], int, bool]]:
     """(label, ticket arguments, expected exit code, judged against the limit)."""
     garbage = str(ticket.parent / "garbage.safetensors")
+    fresh, empty = str(ticket.parent / "new" / "x.safetensors"), str(ticket.parent / "empty")
     return [
         ("ticket --version", ["--version"], 0, True),
         ("ticket --help", ["--help"], 0, True),
@@ -56,6 +59,11 @@ def cases(ticket: Path) -> list[tuple[str, list[str], int, bool]]:
         ("ticket inspect TICKET", ["inspect", str(ticket)], 0, True),
         ("ticket inspect GARBAGE", ["inspect", garbage], 2, True),
         ("ticket evaluate GARBAGE", ["evaluate", garbage], 2, True),
+        # a command that would compute, refused before it imports torch
+        ("extract snip --epochs 5", ["extract", "--method", "snip", "--epochs", "5", "--out", fresh], 2, True),
+        ("extract --sparsity 1.5", ["extract", "--sparsity", "1.5", "--out", fresh], 2, True),
+        ("extract --out EXISTING", ["extract", "--dataset", "digits", "--out", str(ticket)], 2, True),
+        ("extract MISSING DATASET", ["extract", "--dataset", "mnist", "--data-dir", empty, "--out", fresh], 2, True),
     ]
 
 
@@ -68,7 +76,9 @@ def main() -> None:
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(args.repo.resolve()), "COLUMNS": "100"}
     env.pop("TICKET_DEBUG", None)
+    env.pop("TICKET_DATA", None)
     with tempfile.TemporaryDirectory() as tmp:
+        env["XDG_CACHE_HOME"] = str(Path(tmp) / "empty")
         ticket = make_ticket(Path(tmp), env)
         torch_s = best_time([sys.executable, "-c", "import torch"], env, args.runs, 0)
         print(f"{'command':<28}{'best s':>9}{'ratio':>8}  (best of {args.runs}; limit {args.limit} x import torch)")

@@ -22,7 +22,7 @@ import torch
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
-from ticketcli.data.datasets import find_idx_dir
+from ticketcli.data.places import find_idx_dir
 from ticketcli.methods.base import ExtractResult
 from ticketcli.methods.registry import METHODS, own_options
 from ticketcli.models.build import build_model

@@ -132,8 +132,12 @@ def test_existing_output_needs_force(tmp_path):
     assert ticket_io.load(out).method.name == "augmented"
 
 
-def test_missing_output_directory(tmp_path):
-    one_line_error(extract(tmp_path / "nope" / "t.safetensors"))
+def test_missing_output_directory_is_made(tmp_path):
+    """--out makes its folders (as --out-dir does); a refused run makes none (its refusals come first)."""
+    one_line_error(extract(tmp_path / "refused" / "t.safetensors", "--sparsity", "2"))
+    assert not (tmp_path / "refused").exists()
+    assert extract(tmp_path / "a" / "b" / "t.safetensors").exit_code == 0
+    assert (tmp_path / "a" / "b" / "t.safetensors").is_file()
 
 
 @pytest.mark.parametrize("content", [b"", b"garbage", b"\xff" * 100])
@@ -217,7 +221,7 @@ def test_pytorch_state_dict_checkpoint(tmp_path):
 
 
 def test_missing_dataset_says_how_to_get_it(tmp_path, isolated_env, monkeypatch):
-    monkeypatch.setattr("ticketcli.data.datasets.SYSTEM_DIRS", ())
+    monkeypatch.setattr("ticketcli.data.places.SYSTEM_DIRS", ())
     r = invoke("extract", "--epochs", "1", "--out", str(tmp_path / "t.safetensors"), "--data-dir", str(tmp_path))
     err = one_line_error(r)
     assert "FashionMNIST not found" in err and "apt-get install dataset-fashion-mnist" in err and "--download" in err

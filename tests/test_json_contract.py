@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import tomllib
-import torch
 import typer.main
 from helpers import flags_for
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
 from ticketcli.contract.schema import SCHEMAS, SPARSITY_KEYS, schema_of
+from ticketcli.runtime import threads as torch_threads
 from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSummary
 
 jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
@@ -241,16 +241,22 @@ def test_drift_layers_are_named_lists_in_every_run_and_the_summary(docs):
 
 
 def test_every_computing_command_reports_the_threads_it_ran_with(docs):
-    """No --threads given: a run keeps this process's torch count; a sweep-k run and a --tradeoff run use one thread
-    each (so that their numbers do not depend on --workers), at the top and in every record."""
-    here = torch.get_num_threads()
+    """No --threads given: a run takes --threads auto's count, within this process's cores (extract's as its
+    threads_auto says it chose); a sweep-k run and a --tradeoff run use one thread each (so that their numbers do
+    not depend on --workers), at the top and in every record."""
     for case in CASES:
         command, doc = docs[case]
         if command in ("inspect", "compare"):  # read files, compute nothing
             assert "threads" not in doc
             continue
-        want = 1 if command in ("sweep-k", "drift-tradeoff") else here
-        assert doc["threads"] == want, case
+        if command in ("sweep-k", "drift-tradeoff"):
+            assert doc["threads"] == 1, case
+            continue
+        assert 1 <= doc["threads"] <= torch_threads.cores(), case
+        if command == "extract":
+            auto = doc["threads_auto"]
+            by_work = max(1, auto["work_per_step"] // torch_threads.GRAIN)
+            assert doc["threads"] == max(1, min(auto["cores"] - round(auto["others_running"]), by_work)), case
     assert {r["threads"] for r in docs["sweep-k"][1]["records"]} == {1}
     assert docs["sweep-k"][1]["settings"]["threads"] == 1
     bad = moved(docs["extract-augmented"][1], lambda d: d.update(threads=0))

@@ -94,9 +94,18 @@ def test_bad_extract_values(tmp_path, case):
     assert listing(tmp_path) == []  # no output, no temp file, no checkpoint
 
 
-def test_output_in_missing_directory(tmp_path):
-    err = one_line_error(invoke("extract", *QUICK, "--out", str(tmp_path / "no" / "t.safetensors")))
-    assert "does not exist" in err and listing(tmp_path) == []
+def test_output_in_missing_directory_creates_it(tmp_path):
+    """--out makes the folders it names, as --out-dir does."""
+    out = tmp_path / "no" / "such" / "t.safetensors"
+    r = invoke("extract", *QUICK, "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert listing(out.parent) == ["t.safetensors"]
+
+
+def test_output_under_a_file_in_a_missing_directory(tmp_path):
+    (tmp_path / "file").write_text("x")
+    err = one_line_error(invoke("extract", *QUICK, "--out", str(tmp_path / "file" / "sub" / "t.safetensors")))
+    assert "does not exist" in err and listing(tmp_path) == ["file"]
 
 
 def test_output_under_a_regular_file(tmp_path):

@@ -33,10 +33,13 @@ sys.exit(code)
 """
 
 
-def run(*args: str) -> tuple[int, str, set[str]]:
-    """(exit code, stdout, the heavy modules the run imported)."""
+def run(*args: str, cache: str | None = None) -> tuple[int, str, set[str]]:
+    """(exit code, stdout, the heavy modules the run imported); `cache`: the user cache folder (no dataset there)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}
     env.pop("TICKET_DEBUG", None)
+    env.pop("TICKET_DATA", None)
+    if cache is not None:
+        env["XDG_CACHE_HOME"] = cache
     done = subprocess.run([sys.executable, "-c", RUNNER, *args], env=env, capture_output=True, text=True, timeout=300)
     word, _, loaded = done.stderr.strip().splitlines()[-1].partition(" ")
     assert word == "LOADED", done.stderr[-2000:]
@@ -80,6 +83,20 @@ WITHOUT_TORCH = {
     "evaluate-missing": (["evaluate", "{missing}"], 2),
     "evaluate-bad-flag": (["evaluate", "{ticket}", "--min-accuracy", "7"], 2),
     "unknown-method": (["extract", "--method", "nope"], 2),
+    # refusals of a command that would compute: before torch, not after it (and before any work)
+    "extract-combination": (["extract", "--method", "snip", "--epochs", "5", "--out", "{folder}/x.safetensors"], 2),
+    "extract-range": (["extract", "--sparsity", "1.5", "--out", "{folder}/x.safetensors"], 2),
+    "extract-threads": (["extract", "--threads", "0", "--out", "{folder}/x.safetensors"], 2),
+    "extract-out-exists": (["extract", "--dataset", "digits", "--out", "{ticket}"], 2),
+    "extract-not-a-ticket-name": (["extract", "--dataset", "digits", "--out", "{folder}/x.pt"], 2),
+    "export-out-exists": (["export", "{ticket}", "--format", "masked", "--out", "{ticket}"], 2),
+    "export-format-name": (["export", "{ticket}", "--format", "onnx", "--out", "{folder}/m.pt"], 2),
+    "sweep-k-range": (["sweep-k", "--workers", "0"], 2),
+    "sweep-k-missing-dataset": (["sweep-k", "--dataset", "mnist", "--data-dir", "{empty}"], 2),
+    "extract-missing-dataset": (
+        ["extract", "--dataset", "mnist", "--data-dir", "{empty}", "--out", "{folder}/m.safetensors"],
+        2,
+    ),
     "list": (["list", "methods", "--json"], 0),
 }
 
@@ -98,7 +115,7 @@ def test_tab_completion_does_not_import_torch():
 
 # one case of each kind (help, a ticket read, a file refused, a listing) in the quick loop, `-m "not slow"`; each
 # case is a child process of its own
-QUICK_CASES = ("help", "inspect", "evaluate-garbage", "list")
+QUICK_CASES = ("help", "inspect", "evaluate-garbage", "list", "extract-combination", "extract-missing-dataset")
 
 
 @pytest.mark.parametrize(
@@ -106,7 +123,7 @@ QUICK_CASES = ("help", "inspect", "evaluate-garbage", "list")
 )
 def test_commands_that_compute_nothing_do_not_import_torch(case, files):
     args, code = WITHOUT_TORCH[case]
-    exit_code, _, loaded = run(*(a.format(**files) for a in args))
+    exit_code, _, loaded = run(*(a.format(**files) for a in args), cache=files["empty"])
     assert exit_code == code
     assert "torch" not in loaded, f"`ticket {' '.join(args)}` imported torch"
 

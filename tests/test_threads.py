@@ -6,6 +6,7 @@ process may use cores: one thread per worker by default, workers x threads refus
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import pytest
 import torch
@@ -60,11 +61,63 @@ def test_extract_runs_with_the_threads_given_and_reports_them(seen, tmp_path):
     assert torch.get_num_threads() == before  # restored for whatever runs next in this process
 
 
-def test_without_threads_torchs_own_count_stays(seen, tmp_path):
+@pytest.mark.parametrize(
+    ("others", "model", "expected"),
+    [
+        (0.0, "mlp:64-512-512-10", 2),  # idle, a step worth sharing: every core
+        (0.0, "mlp:64-16-10", 1),  # a step too small to share
+        (1.4, "mlp:64-512-512-10", 1),  # one core busy elsewhere: the one that is free
+        (5.0, "mlp:64-512-512-10", 1),  # more busy than cores: still one
+    ],
+)
+def test_auto_takes_the_free_cores_and_the_work_per_step(seen, tmp_path, monkeypatch, others, model, expected):
+    """--threads auto (the default, and the word itself): the count run with and reported, and how it was chosen."""
+    monkeypatch.setattr(torch_threads, "cores", lambda: 2)
+    monkeypatch.setattr(torch_threads, "others_running", lambda: others)
     before = torch.get_num_threads()
-    r = runner.invoke(app, ["extract", *TINY, "--out", str(tmp_path / "t.safetensors"), "--json"])
-    assert r.exit_code == 0, r.output
-    assert seen == [before] and json.loads(r.stdout)["threads"] == before
+    args = ["extract", *TINY, "--model", model, "--out", str(tmp_path / "t.safetensors"), "--json"]
+    for extra in ([], ["--threads", "auto"]):
+        r = runner.invoke(app, [*args, *extra, "--force"])
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.stdout)
+        assert doc["threads"] == expected and seen[-1] == expected
+        params = sum(a * b for a, b in pairwise(int(w) for w in model.partition(":")[2].split("-")))
+        assert doc["threads_auto"] == {"cores": 2, "others_running": others, "work_per_step": params * 64}
+    assert torch.get_num_threads() == before
+
+
+def test_auto_is_not_reported_when_threads_are_given(tmp_path):
+    r = runner.invoke(app, ["extract", *TINY, "--threads", "1", "--out", str(tmp_path / "t.safetensors"), "--json"])
+    assert r.exit_code == 0 and "threads_auto" not in json.loads(r.stdout), r.output
+
+
+def test_choose_never_exceeds_the_cores_nor_goes_below_one(monkeypatch):
+    monkeypatch.setattr(torch_threads, "cores", lambda: 8)
+    for others in (0.0, 0.4, 3.0, 7.6, 8.0, 40.0):
+        monkeypatch.setattr(torch_threads, "others_running", lambda o=others: o)
+        for work in (None, 0, 1, torch_threads.GRAIN * 3, torch_threads.GRAIN * 100):
+            c = torch_threads.choose(work)
+            by_work = 8 if not work else max(1, work // torch_threads.GRAIN)
+            assert c.threads == max(1, min(8 - round(others), by_work)), (others, work)
+
+
+def test_others_running_is_read_in_this_process_cores(monkeypatch):
+    """The machine's running tasks (less this one), scaled to the cores this process may use."""
+    monkeypatch.setattr(torch_threads, "cores", lambda: 2)
+    monkeypatch.setattr(torch_threads.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(torch_threads, "SAMPLE_GAP_S", 0.0)
+    reads = iter([5, 7, 5, 9, 6])
+    real_open = open
+
+    def fake_open(path, *a, **k):
+        if path == "/proc/stat":
+            import io
+
+            return io.BytesIO(b"cpu  1 2 3\nprocs_running %d\nprocs_blocked 0\n" % next(reads))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    assert torch_threads.others_running() == (5 - 1) * 2 / 8
 
 
 def test_a_config_file_sets_threads_and_a_flag_overrides_it(seen, tmp_path):
@@ -144,7 +197,7 @@ def test_bad_thread_counts_are_one_usage_line(command, value, ticket, tmp_path):
     assert not (tmp_path / "t.safetensors").exists() and not (tmp_path / "m.safetensors").exists()
 
 
-@pytest.mark.parametrize("value", ["0", '"2"', "true", "[2]"])
+@pytest.mark.parametrize("value", ["0", '"two"', '"2.5"', "true", "[2]"])
 def test_bad_thread_counts_in_a_config_file(value, tmp_path):
     config = tmp_path / "run.toml"
     config.write_text(f"threads = {value}\n")
@@ -153,7 +206,7 @@ def test_bad_thread_counts_in_a_config_file(value, tmp_path):
         assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "threads" in r.stderr, r.output
 
 
-def test_the_api_runs_with_the_threads_given_and_restores_them(ticket):
+def test_the_api_runs_with_the_threads_given_and_restores_them(ticket, monkeypatch):
     before, n = torch.get_num_threads(), other_count()
     per_epoch: list[int] = []
     t = tc.extract(
@@ -165,10 +218,11 @@ def test_the_api_runs_with_the_threads_given_and_restores_them(ticket):
     )
     assert per_epoch == [n, n] and torch.get_num_threads() == before
     assert t.evaluate(threads=n)["threads"] == n and torch.get_num_threads() == before
-    assert tc.load(ticket).evaluate()["threads"] == before
+    monkeypatch.setattr(torch_threads, "others_running", lambda: 0.0)  # an idle machine: auto takes every core
+    assert tc.load(ticket).evaluate()["threads"] == torch_threads.cores() and torch.get_num_threads() == before
 
 
-@pytest.mark.parametrize("value", [0, -2, 5000, "2", True])
+@pytest.mark.parametrize("value", [0, -2, 5000, "two", True])
 def test_the_api_refuses_bad_thread_counts(value, ticket):
     with pytest.raises(UsageError, match="threads"):
         tc.extract("mlp:64-16-10", "digits", epochs=1, threads=value, **API_TINY)

@@ -32,11 +32,19 @@ def export(
     model. BatchNorm statistics are recalibrated on the ticket's extraction split first (so BatchNorm models need
     their data)."""
     r = given_settings(EXPORT_READER, given)
-    from ticketcli.export import run as export_core  # torch: imported when the command runs, not for --help
+    from ticketcli.export.request import check_format
+    from ticketcli.files.atomic import check_destination, make_parents
+
+    with errors_to_exit_codes():  # every refusal that needs no torch, before torch is imported
+        reader = build_reader_spec(**r)
+        check_format(format, out, with_preprocessing=with_preprocessing, load=False)
+        make_parents(out)  # as every --out: its folders are made
+        check_destination(out, overwrite=force)
+
+    from ticketcli.export import run as export_core  # torch: imported once the command line is accepted
     from ticketcli.runtime.threads import using
 
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), unit=None):  # write_atomic: all of --out or none
-        reader = build_reader_spec(**r)
         with (
             using(reader.threads) as used,
             report_progress.display(None, quiet=quiet, label="export", lines=True) as shown,

@@ -39,7 +39,32 @@ def extract(
     **given: object,  # the settings of settings/run.py and --log-to (@declared): one flag each; its own: flags.py
 ) -> None:
     """Extract a strong ticket (a mask over frozen random weights) and save it as a ticket file."""
-    # torch comes in with these: imported here, when the command runs, so that --help and errors stay fast
+    from ticketcli.data import places
+    from ticketcli.files.atomic import check_destination, make_parents
+    from ticketcli.settings.resolve import build_extract_spec, merge_settings
+    from ticketcli.ticketfile.ticket import check_ticket_name
+    from ticketcli.track import base as track
+
+    flags = {**given_settings(RUN, given), **given_settings(TRACK, given)}
+    if global_old:
+        flags["global_topk"] = True
+        console.warn("--global is deprecated: use --global-topk (as the config key and the Python API call it)")
+    # every refusal that needs no torch, before torch is imported: the settings and their combinations, the
+    # destination (its folders made, as --out-dir's are), the dataset's files
+    with errors_to_exit_codes():
+        settings = merge_settings(flags, config, RUN.plus(TRACK))
+        spec = build_extract_spec(settings)
+        trackers = track.check(settings["log_to"])
+        rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
+        if checkpoint_every is not None:
+            EXTRACT_FLAGS["checkpoint_every"].check(checkpoint_every)
+        threads = check_threads(settings["threads"])
+        places.check_present(spec.data)
+        check_ticket_name(out)
+        make_parents(out)
+        check_destination(out, overwrite=force)
+
+    # torch comes in with these: imported here, once the command line is accepted
     from ticketcli.files.checkpoint import checkpoint_path
     from ticketcli.files.checkpoint import describe as describe_checkpoint
     from ticketcli.methods import METHODS
@@ -48,25 +73,15 @@ def extract(
     from ticketcli.runs import inputs as runs_inputs
     from ticketcli.runtime import distributed
     from ticketcli.runtime import threads as torch_threads
-    from ticketcli.settings.resolve import build_extract_spec, merge_settings
-    from ticketcli.track import base as track
     from ticketcli.track import feed as track_feed
 
-    flags = {**given_settings(RUN, given), **given_settings(TRACK, given)}
-    if global_old:
-        flags["global_topk"] = True
-        console.warn("--global is deprecated: use --global-topk (as the config key and the Python API call it)")
     ckpt = checkpoint_path(out)
     with errors_to_exit_codes(), stop_on_signals(outputs=(out,), note=lambda: describe_checkpoint(ckpt)) as position:
-        settings = merge_settings(flags, config, RUN.plus(TRACK))
-        spec = build_extract_spec(settings)
-        trackers = track.check(settings["log_to"])
-        rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
-        if checkpoint_every is not None:
-            EXTRACT_FLAGS["checkpoint_every"].check(checkpoint_every)
         if resume and not ckpt.exists():
             console.warn(f"--resume: no checkpoint at {ckpt}; starting from the beginning")
         n = model_size(spec.model)
+        # --threads auto: the cores free now, no more than a step's multiply-adds (weights x batch) can share
+        auto = None if threads is not None else torch_threads.choose(n * spec.method.batch_size or None)
         # a ticket holds a bit per weight; a checkpoint scores and Adam's two moments in float32 (and auxiliaries)
         warn_low_space({out: n // 8 + (64 << 10), **({ckpt: 16 * n + (64 << 10)} if checkpoint_every else {})})
         with (
@@ -77,7 +92,7 @@ def extract(
                 quiet=quiet or not world.main,
                 label=spec.method.name,
             ) as progress,
-            torch_threads.using(check_threads(settings["threads"])) as used,
+            torch_threads.using(threads, auto) as used,
             track.tracked(trackers if world.main else (), lambda: track_feed.extract_info(spec), console.warn) as log,
         ):
             warn_precision(spec.method.precision, spec.device)
@@ -91,7 +106,7 @@ def extract(
                 resume=resume,
                 chunks=report_progress.phases_of(progress),  # the final recalibration and evaluation
             )
-            summary = replace(summary, threads=used)
+            summary = replace(summary, threads=used, threads_auto=auto)
             if log is not None and steps is not None:
                 track_feed.guarded(track_feed.extract_final, console.warn)(log, summary, steps.last)
     if world.main:

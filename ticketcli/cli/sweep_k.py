@@ -31,19 +31,30 @@ def sweep_k(
     **given: object,  # extract's run settings and sweep-k's own (settings/sweep.py, @declared): one flag each
 ) -> None:
     """Edge-popup over scalar and layerwise keep densities vs double-scoring: the hyperparameter-stability table."""
-    # torch: imported when the command runs, not for --help
+    from ticketcli.data import places
     from ticketcli.settings.resolve import build_extract_spec, load_config, merge_settings
-    from ticketcli.sweep import outputs as sweep_outputs
     from ticketcli.sweep.options import check_config_keys, sweep_options, sweep_settings
-    from ticketcli.sweep.plan import build_plan, double_scoring_methods
     from ticketcli.sweep.result import SweepRecord
-    from ticketcli.sweep.run import sweep_k as run_sweep_k
     from ticketcli.track import base as track
     from ticketcli.track import feed as track_feed
 
     flags = {**given_settings(SWEEP, given), **given_settings(TRACK, given), "method": "edge-popup"}
     table = RUN.plus(TRACK)  # the keys a config file may set
     own = given_settings(OWN, given)  # read by name: a reordered table cannot swap two options
+    with errors_to_exit_codes():  # every refusal that needs no torch, before torch is imported
+        from_config = load_config(config, table)
+        o = sweep_options(own, from_config.get("threads") if own["threads"] is None else own["threads"])
+        check_config_keys(config, from_config)
+        merged = merge_settings({**flags, "seed": o.seeds[0]}, config, table)
+        base = build_extract_spec(merged)
+        trackers = track.check(merged["log_to"])
+        places.check_present(base.data)
+
+    # torch: imported once the command line is accepted
+    from ticketcli.sweep import outputs as sweep_outputs
+    from ticketcli.sweep.plan import build_plan, double_scoring_methods
+    from ticketcli.sweep.run import sweep_k as run_sweep_k
+
     resumable = None if out_dir is None else f"finished runs stay in {out_dir}; the same command resumes"
     with (
         errors_to_exit_codes(),
@@ -51,12 +62,6 @@ def sweep_k(
             outputs=(plot,) if plot is not None else (), note=lambda: resumable, unit="configuration"
         ) as position,
     ):
-        from_config = load_config(config, table)
-        o = sweep_options(own, from_config.get("threads") if own["threads"] is None else own["threads"])
-        check_config_keys(config, from_config)
-        merged = merge_settings({**flags, "seed": o.seeds[0]}, config, table)
-        base = build_extract_spec(merged)
-        trackers = track.check(merged["log_to"])
         plot_owned = None if plot is None else sweep_outputs.check_plot(plot, out_dir, force)  # before the work
         tasks = build_plan(
             base, seeds=o.seeds, densities=o.densities, layerwise=o.layerwise, double_scoring=double_scoring_methods()

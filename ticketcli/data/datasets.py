@@ -20,12 +20,11 @@ import torch
 
 from ticketcli.data import cifar
 from ticketcli.data.digits import digits_arrays
+from ticketcli.data.places import CIFAR10_DIR, CIFAR10_FILES, IDX_FILES, PLACES, idx_path
 from ticketcli.data.registry import DATASETS, Normalization, Pools
 from ticketcli.errors import UsageError
 from ticketcli.seeding import generator
 from ticketcli.specs.run import DataSpec
-
-SYSTEM_DIRS = ("/usr/share/datasets",)  # Debian's dataset-fashion-mnist installs /usr/share/datasets/fashion-mnist
 
 
 @dataclass(frozen=True)
@@ -105,37 +104,14 @@ def _read_exactly(f: io.BufferedIOBase, n: int, path: Path, dims: tuple[int, ...
     return body
 
 
-IDX_FILES = {
-    "x_train": "train-images-idx3-ubyte",
-    "y_train": "train-labels-idx1-ubyte",
-    "x_test": "t10k-images-idx3-ubyte",
-    "y_test": "t10k-labels-idx1-ubyte",
-}
 IDX_SHAPES = {"x": (28, 28), "y": ()}  # MNIST and FashionMNIST: 28x28 images, one label each
 IDX_COUNTS = {"train": 60000, "test": 10000}  # the official files' sizes; a header may declare fewer, never more
-
-
-def find_idx_dir(search_dirs: tuple[str, ...], subdirs: tuple[str, ...]) -> Path | None:
-    """The first directory that holds all four IDX files (plain or .gz)."""
-    for base in search_dirs:
-        for sub in subdirs:
-            d = Path(base) / sub if sub else Path(base)
-            if all(_idx_path(d, stem) is not None for stem in IDX_FILES.values()):
-                return d
-    return None
-
-
-def _idx_path(d: Path, stem: str) -> Path | None:
-    for name in (stem + ".gz", stem):
-        if (d / name).is_file():
-            return d / name
-    return None
 
 
 def _idx_pools(d: Path, norm: Normalization, classes: int = 10) -> Pools:
     paths: dict[str, Path] = {}
     for key, stem in IDX_FILES.items():
-        path = _idx_path(d, stem)
+        path = idx_path(d, stem)
         if path is None:  # the folder was chosen because it held all four files: one went away since
             raise UsageError(f"{d / stem}(.gz) is missing")
         paths[key] = path
@@ -162,26 +138,18 @@ def _idx_pools(d: Path, norm: Normalization, classes: int = 10) -> Pools:
     )
 
 
-def _find_or_download(
-    spec: DataSpec,
-    title: str,
-    subdirs: tuple[str, ...],
-    find: Callable[[tuple[str, ...], tuple[str, ...]], Path | None],
-    download: Callable[[str], Path],
-    hint: str,
-) -> Path:
-    """The first search dir (with one of `subdirs`) holding the dataset, else a torchvision download if allowed."""
-    d = find(spec.search_dirs, subdirs)
+def _find_or_download(spec: DataSpec, name: str, download: Callable[[str], Path]) -> Path:
+    """The first search dir (with one of the dataset's sub-folders, places.py) holding the dataset, else a
+    torchvision download if allowed."""
+    place = PLACES[name]
+    d = place.find(spec.search_dirs)
     if d is None and spec.download and spec.download_dir is not None:
         try:
             d = download(spec.download_dir)
         except Exception as e:  # network errors come in many types; all mean the same to the user
-            raise UsageError(f"{title} download failed: {download_reason(e)}", hint=hint) from None
+            raise UsageError(f"{place.title} download failed: {download_reason(e)}", hint=place.hint) from None
     if d is None:
-        looked = ", ".join(spec.search_dirs) or "(nowhere)"
-        raise UsageError(
-            f"{title} not found (looked in {looked})", hint=hint + ", or add --download to fetch it with torchvision"
-        )
+        raise place.not_found(spec.search_dirs)
     return d
 
 
@@ -202,9 +170,7 @@ def download_reason(e: BaseException) -> str:
     return (f"{lines[0]} {lines[-1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0])[:300]
 
 
-def _idx_dataset(
-    title: str, subdirs: tuple[str, ...], tv_class: str, name: str, hint: str
-) -> Callable[[DataSpec], Pools]:
+def _idx_dataset(tv_class: str, name: str) -> Callable[[DataSpec], Pools]:
     """A loader for an MNIST-format dataset (four IDX files, plain or gzip'd; torchvision keeps them in
     <root>/<tv_class>/raw), normalised as the registry declares dataset `name`."""
 
@@ -217,41 +183,17 @@ def _idx_dataset(
         return Path(root) / tv_class / "raw"
 
     def load(spec: DataSpec) -> Pools:
-        d = _find_or_download(spec, title, subdirs, find_idx_dir, download, hint)
-        return _idx_pools(d, normalization(name))
+        return _idx_pools(_find_or_download(spec, name, download), normalization(name))
 
     return load
 
 
-load_fashion_mnist = _idx_dataset(
-    "FashionMNIST",
-    ("", "fashion-mnist", "FashionMNIST/raw", "fashion_mnist"),
-    "FashionMNIST",
-    "fashion-mnist",
-    hint="install it with `apt-get install dataset-fashion-mnist` or pass --data-dir DIR holding the four IDX files",
-)
-load_mnist = _idx_dataset(
-    "MNIST",
-    ("", "mnist", "MNIST/raw"),
-    "MNIST",
-    "mnist",
-    hint="pass --data-dir DIR holding the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...)",
-)
+load_fashion_mnist = _idx_dataset("FashionMNIST", "fashion-mnist")
+load_mnist = _idx_dataset("MNIST", "mnist")
 
 
-CIFAR10_DIR = "cifar-10-batches-py"
-CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta")
 CIFAR10_MEAN = normalization("cifar10").mean  # the standard per-channel statistics of the CIFAR-10 training set
 CIFAR10_STD = normalization("cifar10").std
-
-
-def find_cifar10_dir(search_dirs: tuple[str, ...], subdirs: tuple[str, ...]) -> Path | None:
-    for base in search_dirs:
-        for sub in subdirs:
-            d = Path(base) / sub if sub else Path(base)
-            if all((d / f).is_file() for f in CIFAR10_FILES):
-                return d
-    return None
 
 
 def load_cifar10(spec: DataSpec) -> Pools:
@@ -261,15 +203,7 @@ def load_cifar10(spec: DataSpec) -> Pools:
         CIFAR10(root=root, train=True, download=True)
         return Path(root) / CIFAR10_DIR
 
-    d = _find_or_download(
-        spec,
-        "CIFAR-10",
-        (CIFAR10_DIR, f"cifar10/{CIFAR10_DIR}", ""),
-        find_cifar10_dir,
-        download,
-        hint=f"pass --data-dir DIR holding {CIFAR10_DIR}/ (the python version: data_batch_1..5, "
-        "test_batch, batches.meta)",
-    )
+    d = _find_or_download(spec, "cifar10", download)
     per_batch = cifar.read_meta(d / "batches.meta")
     train = [cifar.read_batch(d / f) for f in CIFAR10_FILES[:5]]
     for f, (x, _) in zip(CIFAR10_FILES, train):

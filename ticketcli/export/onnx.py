@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import io
 import logging
 import re
@@ -26,24 +25,10 @@ from ticketcli.models.gpt import gpt_numbers
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import text_model
 
-ONNX_EXTRA = "pip install 'ticketcli[onnx]'"
 ONNX_OPSET = 18  # the dynamo exporter's own default opset: every built-in model's operators are in it
 ONNX_INPUT, ONNX_OUTPUT = "input", "logits"
 ONNX_CHECK_BATCH = 3  # examples in the onnxruntime check, one more than the traced batch (the batch dim is dynamic)
 ONNX_TOLERANCE = 1e-4  # onnxruntime's logits against torch's, relative to the logits' scale (at least 1)
-
-
-def require_onnx() -> None:
-    """The onnx extra importable (onnx, onnxruntime, and onnxscript, which torch's exporter runs on), or one error
-    line naming what is missing and the extra that installs it."""
-    missing = []
-    for name in ("onnx", "onnxruntime", "onnxscript"):
-        try:
-            importlib.import_module(name)
-        except Exception:  # ImportError, or a broken install failing as it loads
-            missing.append(name)
-    if missing:
-        raise UsageError(f"--format onnx needs {', '.join(missing)} (the onnx extra)", hint=f"install it: {ONNX_EXTRA}")
 
 
 def onnx_example(net: MaskedNet, dataset: str, batch: int, seed: int) -> torch.Tensor:

@@ -40,13 +40,13 @@ from torch import nn
 
 from ticketcli.contract.result import Result
 from ticketcli.contract.schema import JsonObject, entries, present
-from ticketcli.errors import UsageError
 from ticketcli.export import inputs as export_inputs
 from ticketcli.export import onnx as export_onnx
+from ticketcli.export.request import FORMATS, check_request
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse.measure import LayerRecord
 from ticketcli.export.sparse.net import sparse_module
-from ticketcli.files.atomic import check_destination, write_atomic
+from ticketcli.files.atomic import write_atomic
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
@@ -54,7 +54,6 @@ from ticketcli.runs import inputs as runs_inputs
 from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
-FORMATS = ("masked", "prune", "csr", "masks", "onnx", "sparse")
 STATE_FORMATS = FORMATS[:4]  # the state-dict formats (safetensors or torch.save)
 
 
@@ -221,27 +220,8 @@ def export_ticket(
     on the ticket's extraction split (found through the reader's data search path), so plain PyTorch in eval mode
     reproduces the ticket; `chunks` is told the recalibration's chunks as they finish. `with_preprocessing` (onnx
     only) folds the dataset's normalisation into the graph, which then takes raw values in [0, 1]."""
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
-    if with_preprocessing and fmt != "onnx":
-        raise UsageError(
-            f"--with-preprocessing applies to --format onnx only, not {fmt}: the other formats hold weights, not a "
-            "graph, and record the normalisation in their metadata"
-        )
+    check_request(fmt, out, with_preprocessing=with_preprocessing, overwrite=overwrite)
     path, out = Path(path), Path(out)
-    if (fmt == "onnx") != (out.suffix == ".onnx"):
-        raise UsageError(
-            f"--format {fmt} cannot be written to {str(out)[:200]}: "
-            + ("an ONNX model is a .onnx file" if fmt == "onnx" else "a .onnx file holds an ONNX model"),
-            hint="--format onnx --out NAME.onnx; the state-dict formats: .safetensors or .pt",
-        )
-    if fmt == "onnx":
-        export_onnx.require_onnx()
-    if fmt == "sparse" and out.suffix != ".safetensors":
-        raise UsageError(
-            f"--format sparse is written as safetensors, not {str(out)[:200]}", hint="--out NAME.safetensors"
-        )
-    check_destination(out, overwrite=overwrite)
     # read once: the network, the masks and the calibration split all come from tk
     tk = ticket_io.load(path, max_params=reader.policy.max_params)
     if with_preprocessing:

@@ -72,6 +72,20 @@ class Owned:
         return True
 
 
+def make_parents(path: str | Path) -> None:
+    """Create the folders a file is to be written in (as --out-dir creates its own), before the work; a name that
+    cannot be a folder is refused in one line."""
+    parent = Path(path).parent
+    if "\0" in str(parent) or os.path.lexists(parent):
+        return  # a NUL, or a file in the way: check_destination refuses it
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        return  # a file on the way: as above
+    except OSError as e:
+        raise UsageError(f"cannot create the folder {str(parent)[:200]}: {e.strerror or e}") from None
+
+
 def check_destination(path: str | Path, *, overwrite: bool = False, owned: Owned | None = None) -> None:
     """Refuse a path a file cannot be written to (callers check before long work, write_atomic checks again).
 

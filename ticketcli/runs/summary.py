@@ -12,6 +12,7 @@ from ticketcli.contract.schema import JsonObject, present
 from ticketcli.methods.base import Details
 from ticketcli.runs.header import OfTicket, TicketHeader
 from ticketcli.runs.parts import LayerCount, SplitMetrics
+from ticketcli.runtime.threads import AutoThreads
 from ticketcli.specs.run import RunSpec
 from ticketcli.ticketfile import record
 from ticketcli.ticketfile import ticket as ticket_io
@@ -132,6 +133,7 @@ class ExtractionResult(OfTicket, Result):
     checkpoint: CheckpointRecord | None
     masks_sha256: str
     threads: int | None = None  # torch's CPU threads, as the command ran
+    threads_auto: AutoThreads | None = None  # how --threads auto chose them (None: given)
 
     def body(self) -> JsonObject:
         doc: JsonObject = {
@@ -144,6 +146,8 @@ class ExtractionResult(OfTicket, Result):
         checkpoint = None if self.checkpoint is None else self.checkpoint.to_json()
         doc.update(checkpoint=checkpoint, masks_sha256=self.masks_sha256)
         doc |= present(threads=self.threads)
+        if self.threads_auto is not None:
+            doc["threads_auto"] = self.threads_auto.to_dict()
         m = self.metrics
         if m.trained is not None:
             t = m.trained

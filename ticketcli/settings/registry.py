@@ -6,5 +6,6 @@ from ticketcli.settings.run import RUN
 
 
 def check_threads(value: object, what: str = "--threads") -> int | None:
-    """--threads as given (None: not given), checked: a whole number from 1 to 4096."""
-    return None if value is None else int(RUN["threads"].check(value, what))
+    """--threads as given, checked: a whole number from 1 to 4096, or None for auto (or not given: the default)."""
+    checked = RUN["threads"].check(value, what)
+    return None if checked is None else int(checked)

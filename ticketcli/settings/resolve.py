@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ticketcli.data import datasets as data_io
+from ticketcli.data import places as data_places
 from ticketcli.data.registry import DATASETS, DatasetInfo
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.files.bounded import check_user_path, read_regular_file
@@ -21,9 +21,7 @@ from ticketcli.methods import METHODS
 from ticketcli.models import budget
 from ticketcli.models.budget import Budget, default_max_memory
 from ticketcli.models.init import INIT_SCHEMES
-from ticketcli.models.masked import layer_of
 from ticketcli.models.registry import MODELS, parse_model
-from ticketcli.models.user import import_factory, takes_num_classes
 from ticketcli.settings.checks import build_spec, check_module_init, method_spec
 from ticketcli.settings.readers import method_reads
 from ticketcli.settings.run import RUN
@@ -81,10 +79,10 @@ def user_cache_dir() -> Path:
 
 def data_search_dirs(data_dir: str | None) -> tuple[str, ...]:
     """The data resolution order: --data-dir, $TICKET_DATA, the user cache, then system copies."""
-    # read at call time, not import time: data.SYSTEM_DIRS is the one list (tests empty it)
+    # read at call time, not import time: data.places.SYSTEM_DIRS is the one list (tests empty it)
     if data_dir is not None:
         check_user_path(data_dir, "--data-dir")  # also from a --config file, where a NUL byte can be written
-    dirs = [data_dir, _env_path("TICKET_DATA"), str(user_cache_dir()), *data_io.SYSTEM_DIRS]
+    dirs = [data_dir, _env_path("TICKET_DATA"), str(user_cache_dir()), *data_places.SYSTEM_DIRS]
     return tuple(str(d) for d in dirs if d)
 
 
@@ -193,9 +191,12 @@ def build_extract_spec(
         model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes), bias=s["bias"])
     else:
         model = parse_model(str(s["model"]), bias=bool(s["bias"])).with_data(info.shape, info.classes)
-        if model.arch == "user" and model.classes is None and takes_num_classes(import_factory(str(model.factory))):
-            # e.g. torchvision.models:resnet18 -> torchvision.models:resnet18@3x32x32-10, built with num_classes=10
-            model = replace(model, input=info.shape, classes=info.classes)  # a registered shape is a tuple
+        if model.arch == "user" and model.classes is None:
+            from ticketcli.models.user import import_factory, takes_num_classes  # the factory is imported: torch too
+
+            if takes_num_classes(import_factory(str(model.factory))):
+                # e.g. torchvision.models:resnet18 -> torchvision.models:resnet18@3x32x32-10, with num_classes=10
+                model = replace(model, input=info.shape, classes=info.classes)  # a registered shape is a tuple
     if model.arch != "user" and model.arch not in MODELS:
         raise UsageError(
             f"invalid model spec {s['model']!r}: unknown model {model.arch!r}",
@@ -263,6 +264,8 @@ def matched_sparsity(method: MethodSpec, path: str, *, per_layer: bool) -> Metho
         )
     counts = ticket_io.scan(path).counts  # counted from the packed bits: nothing imported, built or unpacked
     if per_layer:
+        from ticketcli.models.masked import layer_of  # (torch with it)
+
         kept: dict[str, list[int]] = {}
         for name, (k_, n_) in counts.items():  # in named_parameters order, so layers come out in order
             k = kept.setdefault(layer_of(name), [0, 0])

@@ -15,13 +15,13 @@ from ticketcli.data.registry import DATASETS
 from ticketcli.methods.registry import METHODS, own_options, placed
 from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.settings.setting import Panel, Setting, Table
-from ticketcli.specs.ranges import BOOL, CHOICE, FLOAT, INT, NUMBERS, SIZE, TEXT
+from ticketcli.specs.ranges import BOOL, CHOICE, FLOAT, INT, NUMBERS, SIZE, TEXT, OrAuto
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelSpec, Option, RunSpec
 
 SEED = INT(0, 2**63, hi_open=True)  # a seed seeds torch generators (64-bit) and is stored in tickets
 EPOCHS, BATCH = INT(1, 100_000), INT(1, 1 << 20)
 LR = FLOAT(0, math.inf, lo_open=True, hi_open=True)  # any finite rate: a too large one diverges (runs catch it)
-THREADS = INT(1, 4096)  # torch CPU threads (threads.py), every command that computes
+THREADS = OrAuto("int", 1, 4096)  # torch CPU threads (threads.py), every command that computes; auto: chosen
 
 
 def split_sizes(field: Literal["n_extract", "n_val"]) -> str:
@@ -230,11 +230,13 @@ SHARED = Table(
     ),
     Setting(
         "threads",
-        "Torch CPU threads for the run, 1 to 4096. Fewer are often faster on a loaded machine or beside other "
-        "jobs (manual: docs/reference/scale.md, Threads).",
+        "Torch CPU threads for the run: auto, or 1 to 4096. auto takes the cores that are free when the run "
+        "starts, fewer for a model with little work per step; the result reports the count "
+        "(manual: docs/reference/scale.md, Threads).",
         S,
+        kind=str,  # auto or a number: the range reads the text
         range=THREADS,
-        shown="torch's own (usually one per core)",
+        shown="auto",
     ),
 )
 RUN = with_options(SHARED)  # with each method's own options placed among the shared ones

@@ -151,6 +151,26 @@ class Worded(Range):
         return value
 
 
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class OrAuto(Range):
+    """An integer range that also takes the word `auto` (the run chooses; checked as None, which is the default)."""
+
+    def describe(self) -> str:
+        return f"{AUTO} or {super().describe()}"
+
+    def check(self, value: Any, what: str) -> Any:
+        if value is None or value == AUTO:
+            return None
+        if isinstance(value, str):  # the flag's text: a whole number, else refused as text is
+            value = int(value) if value.strip().isdigit() and len(value) <= 12 else value
+            if isinstance(value, str):
+                raise UsageError(f"{what} must be {AUTO} or an integer, got {show(value)}")
+        return self._int(value, what)
+
+
 def INT(lo: int, hi: int, *, hi_open: bool = False) -> Range:
     return Range("int", lo, hi, hi_open=hi_open)
 

@@ -14,9 +14,8 @@ from ticketcli.errors import UsageError
 from ticketcli.runtime import threads as torch_threads
 from ticketcli.settings.registry import check_threads
 from ticketcli.settings.run import RUN
-from ticketcli.settings.sweep import OWN
+from ticketcli.settings.sweep import OWN, PAPER_DENSITIES
 from ticketcli.specs.run import RunSpec
-from ticketcli.sweep.plan import PAPER_DENSITIES, double_scoring_methods
 from ticketcli.sweep.result import SweepSettings
 
 Executor = Literal["local", "ray"]
@@ -83,6 +82,8 @@ def check_config_keys(config: object, from_config: dict[str, Any]) -> None:
 
 def sweep_settings(base: RunSpec, o: SweepOptions, out_dir: Path | None) -> SweepSettings:
     """What a sweep of `base` (its first seed's run spec) over the options `o` reports as its settings."""
+    from ticketcli.sweep.plan import double_scoring_methods  # torch: the settings are built once the work starts
+
     return SweepSettings(
         sparsity=base.method.sparsity,
         seeds=o.seeds,
