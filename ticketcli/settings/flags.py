@@ -10,6 +10,8 @@ from typing import Any
 
 from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S
 from ticketcli.settings.setting import Panel, Setting, Table
+from ticketcli.specs.bench import FORMS as BENCH_FORMS
+from ticketcli.specs.bench import BenchSpec
 from ticketcli.specs.ranges import Range, Worded
 
 OUT, SCALE, M = Panel.OUTPUT, Panel.SCALE_OUT, Panel.MODEL
@@ -141,6 +143,36 @@ EXPORT_FLAGS = Table(
         bool,
     ),
     FORCE,
+    *OUTPUTS,
+)
+
+BENCH_FLAGS = Table(
+    flag(
+        "batch",
+        "Comma-separated batch sizes at which the forms are timed.",
+        Panel.MEASURE,
+        str,
+        shown=",".join(str(b) for b in BenchSpec().batches),
+        metavar="SIZES",
+    ),
+    flag(
+        "repeats",
+        "Timed samples per form and batch size (their median is the latency, their interquartile range the spread).",
+        Panel.MEASURE,
+        int,
+        shown=str(BenchSpec().repeats),
+    ),
+    flag(
+        "forms",
+        "Comma-separated forms to measure besides dense (which is always measured: speed-ups are over it). One of: "
+        + ", ".join(BENCH_FORMS)
+        + ".",
+        Panel.MEASURE,
+        str,
+        shown="every form",
+    ),
+    flag("plot", "Write a PNG of latency against batch size, one line per form.", OUT, Path, shown="no plot"),
+    FORCE.but(help="Overwrite --plot if it exists."),
     *OUTPUTS,
 )
 

@@ -1,0 +1,49 @@
+"""`ticket bench`'s spec without importing torch: the batch sizes, repeats and forms it measures, its defaults
+written once as BenchSpec's fields, and `bench_spec`, which reads them from the command line's text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ticketcli.errors import UsageError
+
+FORMS = ("dense", "sparse", "onnx", "bsr", "2:4")  # every form, in the order measured and shown; dense first
+MAX_BATCH = 1 << 16
+MAX_REPEATS = 10_000
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What `ticket bench` measures: the forms (dense always among them: every speed-up is over dense), at each
+    batch size, each timed `repeats` times interleaved with the others."""
+
+    batches: tuple[int, ...] = (1, 64, 512)
+    repeats: int = 15
+    forms: tuple[str, ...] = FORMS
+
+
+def bench_spec(batch: str | None = None, repeats: int | None = None, forms: str | None = None) -> BenchSpec:
+    """A BenchSpec from --batch "1,64,512", --repeats and --forms "sparse,onnx" (None: the default); a bad value is
+    one usage error."""
+    d = BenchSpec()
+    batches = d.batches
+    if batch is not None:
+        try:
+            batches = tuple(int(b) for b in batch.split(","))
+        except ValueError:
+            raise UsageError(
+                f"--batch takes comma-separated batch sizes, not {batch[:40]!r}", hint="--batch 1,64,512"
+            ) from None
+    bad = [b for b in batches if not 1 <= b <= MAX_BATCH]
+    if bad or len(set(batches)) != len(batches):
+        raise UsageError(
+            f"--batch takes distinct batch sizes from 1 to {MAX_BATCH}, not {batch}", hint="--batch 1,64,512"
+        )
+    n = d.repeats if repeats is None else repeats
+    if not 3 <= n <= MAX_REPEATS:
+        raise UsageError(f"--repeats must be from 3 to {MAX_REPEATS}, not {n}")
+    names = d.forms if forms is None else tuple(f.strip() for f in forms.split(",") if f.strip())
+    unknown = [f for f in names if f not in FORMS]
+    if unknown or not names:
+        raise UsageError(f"unknown form {(unknown or [forms])[0]!r}; choose from {', '.join(FORMS)}")
+    return BenchSpec(batches, n, ("dense", *(f for f in FORMS if f in names and f != "dense")))
