@@ -95,7 +95,7 @@ class Pick:
 
     batch: int
     fastest: str
-    speedup: float
+    speedup: float | None  # None where dense was not timed (it disagreed with the ticket's network)
     recommended: str
     within_noise: bool
 
@@ -105,6 +105,8 @@ class Pick:
     def line(self) -> str:
         if self.fastest == DENSE:
             return f"dense is fastest at batch {self.batch}"
+        if self.speedup is None:
+            return f"{self.fastest} is fastest at batch {self.batch} (dense was not timed)"
         if self.within_noise:
             return f"at batch {self.batch} {self.fastest} ({self.speedup:.2f}x) is within noise of dense: keep dense"
         return f"{self.fastest} is fastest at batch {self.batch} ({self.speedup:.2f}x dense)"

@@ -69,7 +69,7 @@ def pick(timings: dict[str, Timing]) -> Pick:
     best = timings[fastest]
     dense = timings.get(DENSE)
     if dense is None:
-        return Pick(best.batch, fastest, float("nan"), fastest, within_noise=False)
+        return Pick(best.batch, fastest, None, fastest, within_noise=False)
     speedup = dense.median_s / best.median_s
     if fastest == DENSE:
         return Pick(best.batch, DENSE, 1.0, DENSE, within_noise=False)

@@ -97,7 +97,9 @@ def ticket_tables(r: BenchResult, t: TicketBench) -> None:
 def cell(p: Pick | None) -> str:
     if p is None:
         return "-"
-    return "dense" if p.recommended == "dense" else f"{p.recommended} {p.speedup:.2f}x"
+    if p.recommended == "dense" or p.speedup is None:
+        return p.recommended
+    return f"{p.recommended} {p.speedup:.2f}x"
 
 
 def folder_table(r: BenchResult) -> None:
