@@ -14,7 +14,7 @@ from ticketcli.bench import timing
 from ticketcli.bench.result import DENSE, Agreement, BenchResult, FormReport, TicketBench, Timing
 from ticketcli.errors import Interrupted, TicketCliError
 from ticketcli.methods.base import Progress
-from ticketcli.runs.build import open_ticket
+from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.inputs import resolve_device
 from ticketcli.specs.bench import FORMS, BenchSpec
 from ticketcli.specs.run import ReaderSpec
@@ -70,8 +70,12 @@ def bench_ticket(
     spec: BenchSpec = BenchSpec(),
 ) -> TicketBench:
     """Bench one ticket: dense and every other form of the spec's, each checked, then timed interleaved."""
-    path = Path(path)
-    o = open_ticket(path, reader)
+    return bench_opened(open_ticket(path, reader), Path(path), spec)
+
+
+def bench_opened(o: OpenTicket, path: Path, spec: BenchSpec = BenchSpec()) -> TicketBench:
+    """bench_ticket for a ticket already opened (the Python API's Ticket.bench opens it with runs.build.open_loaded);
+    `path` names it in the result."""
     net, masks, dev = o.net, o.masks, o.device
     x, y = o.splits.x_test, o.splits.y_test
     reports: dict[str, FormReport] = {}
@@ -150,6 +154,11 @@ def bench_paths(
             rows.append(TicketBench(str(path), "", None, error=str(e) + (f" ({e.hint})" if e.hint else "")))
         if progress is not None:
             progress({"epoch": done, "unit": "ticket", "last": f"{path} ({rows[-1].verdict_line()[:60]})"})
+    return bench_result(rows, reader, spec)
+
+
+def bench_result(rows: Sequence[TicketBench], reader: ReaderSpec, spec: BenchSpec) -> BenchResult:
+    """The result of the tickets benched, with where and how they were measured."""
     dev = resolve_device(reader.device)
     return BenchResult(
         device=str(dev),

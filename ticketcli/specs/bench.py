@@ -3,6 +3,7 @@ written once as BenchSpec's fields, and `bench_spec`, which reads them from the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ticketcli.errors import UsageError
@@ -22,28 +23,33 @@ class BenchSpec:
     forms: tuple[str, ...] = FORMS
 
 
-def bench_spec(batch: str | None = None, repeats: int | None = None, forms: str | None = None) -> BenchSpec:
-    """A BenchSpec from --batch "1,64,512", --repeats and --forms "sparse,onnx" (None: the default); a bad value is
-    one usage error."""
+def bench_spec(
+    batch: str | Sequence[int] | None = None, repeats: int | None = None, forms: str | Sequence[str] | None = None
+) -> BenchSpec:
+    """A BenchSpec from --batch "1,64,512" (or the API's sequence of sizes), --repeats and --forms "sparse,onnx" (or
+    a sequence of names); None: the default. A bad value is one usage error."""
     d = BenchSpec()
     batches = d.batches
     if batch is not None:
         try:
-            batches = tuple(int(b) for b in batch.split(","))
-        except ValueError:
+            batches = tuple(int(b) for b in (batch.split(",") if isinstance(batch, str) else batch))
+        except (TypeError, ValueError):
+            shown = str(batch)[:40]
             raise UsageError(
-                f"--batch takes comma-separated batch sizes, not {batch[:40]!r}", hint="--batch 1,64,512"
+                f"--batch takes comma-separated batch sizes, not {shown!r}", hint="--batch 1,64,512"
             ) from None
     bad = [b for b in batches if not 1 <= b <= MAX_BATCH]
-    if bad or len(set(batches)) != len(batches):
+    if bad or not batches or len(set(batches)) != len(batches):
         raise UsageError(
-            f"--batch takes distinct batch sizes from 1 to {MAX_BATCH}, not {batch}", hint="--batch 1,64,512"
+            f"--batch takes distinct batch sizes from 1 to {MAX_BATCH}, not {','.join(map(str, batches))}",
+            hint="--batch 1,64,512",
         )
     n = d.repeats if repeats is None else repeats
-    if not 3 <= n <= MAX_REPEATS:
-        raise UsageError(f"--repeats must be from 3 to {MAX_REPEATS}, not {n}")
-    names = d.forms if forms is None else tuple(f.strip() for f in forms.split(",") if f.strip())
+    if isinstance(n, bool) or not isinstance(n, int) or not 3 <= n <= MAX_REPEATS:
+        raise UsageError(f"--repeats must be an integer from 3 to {MAX_REPEATS}, not {n}")
+    listed = d.forms if forms is None else forms.split(",") if isinstance(forms, str) else forms
+    names = tuple(str(f).strip() for f in listed if str(f).strip())
     unknown = [f for f in names if f not in FORMS]
     if unknown or not names:
-        raise UsageError(f"unknown form {(unknown or [forms])[0]!r}; choose from {', '.join(FORMS)}")
+        raise UsageError(f"unknown form {(unknown or [''])[0]!r} in --forms; choose from {', '.join(FORMS)}")
     return BenchSpec(batches, n, ("dense", *(f for f in FORMS if f in names and f != "dense")))
