@@ -27,6 +27,9 @@ _PUBLIC = {
     "apply_masks": "ticketcli.api.masks",
     "remove_masks": "ticketcli.api.masks",
     "load_pruned": "ticketcli.api.masks",
+    "load_sparse": "ticketcli.export.sparse.load",
+    "sparse_module": "ticketcli.export.sparse.net",
+    "SparseNet": "ticketcli.export.sparse.net",
     "TicketCliError": "ticketcli.errors",
     "UsageError": "ticketcli.errors",
     "TicketFileError": "ticketcli.errors",
@@ -41,6 +44,9 @@ __all__ = [
     "apply_masks",
     "remove_masks",
     "load_pruned",
+    "load_sparse",
+    "sparse_module",
+    "SparseNet",
     "list_methods",
     "list_models",
     "list_datasets",
@@ -58,6 +64,8 @@ if TYPE_CHECKING:
     from ticketcli.api.masks import apply_masks, load_pruned, remove_masks
     from ticketcli.api.ticket import Ticket, load
     from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
+    from ticketcli.export.sparse.load import load_sparse
+    from ticketcli.export.sparse.net import SparseNet, sparse_module
 
 
 def __getattr__(name: str) -> Any:

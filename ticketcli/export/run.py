@@ -8,6 +8,9 @@ csr     every masked parameter as CSR of its (shape[0], rest) view (`<name>.crow
         `.values`, float32; `.shape`, int64), other parameters and buffers dense under their own names. A bias of
         shape (n,) is the (n, 1) view, so one loading recipe serves every parameter.
 masks   the unpacked bool masks keyed by parameter name.
+sparse  the sparse runtime form (export/sparse/): per masked layer that measured faster sparse than dense on this
+        CPU, its weight's CSR arrays; every other tensor dense (W * M for dense layers); the metadata records which
+        layers are sparse and why. Always safetensors; `tc.load_sparse` reads it.
 onnx    the masked network (W * M, BatchNorm statistics as evaluate recalibrates them) as an ONNX model with one
         input and one output, named, and a dynamic batch dimension; checked with onnxruntime before it is written.
         Needs the `onnx` extra (onnx, onnxruntime, onnxscript: torch's dynamo-based exporter).
@@ -40,6 +43,9 @@ from ticketcli.contract.schema import JsonObject, entries, present
 from ticketcli.errors import UsageError
 from ticketcli.export import inputs as export_inputs
 from ticketcli.export import onnx as export_onnx
+from ticketcli.export.sparse import file as sparse_file
+from ticketcli.export.sparse.measure import LayerRecord
+from ticketcli.export.sparse.net import sparse_module
 from ticketcli.files.atomic import check_destination, write_atomic
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
@@ -48,7 +54,7 @@ from ticketcli.runs import inputs as runs_inputs
 from ticketcli.specs.run import DataSpec, ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
-FORMATS = ("masked", "prune", "csr", "masks", "onnx")
+FORMATS = ("masked", "prune", "csr", "masks", "onnx", "sparse")
 STATE_FORMATS = FORMATS[:4]  # the state-dict formats (safetensors or torch.save)
 
 
@@ -179,6 +185,7 @@ class ExportResult(Result):
     threads: int | None = None  # torch's CPU threads, as the command ran
     onnx: export_onnx.OnnxInfo | None = None  # onnx only: the graph's signature and its onnxruntime check
     inputs: export_inputs.Inputs | None = None  # what the network expects, as its metadata records it
+    sparse_layers: tuple[LayerRecord, ...] = ()  # sparse only: each masked layer's form and why
 
     @property
     def density(self) -> float:
@@ -192,6 +199,8 @@ class ExportResult(Result):
         doc |= present(csr_payload_bytes=self.csr_payload_bytes, threads=self.threads, onnx=onnx, inputs=inputs)
         doc["sparsity"] = {"achieved": 1.0 - self.kept / self.total, "kept": self.kept, "total": self.total}
         doc["layers"] = [layer.to_dict() for layer in self.layers]
+        if self.format == "sparse":
+            doc["sparse_layers"] = [record.to_dict() for record in self.sparse_layers]
         return doc
 
 
@@ -228,6 +237,10 @@ def export_ticket(
         )
     if fmt == "onnx":
         export_onnx.require_onnx()
+    if fmt == "sparse" and out.suffix != ".safetensors":
+        raise UsageError(
+            f"--format sparse is written as safetensors, not {str(out)[:200]}", hint="--out NAME.safetensors"
+        )
     check_destination(out, overwrite=overwrite)
     # read once: the network, the masks and the calibration split all come from tk
     tk = ticket_io.load(path, max_params=reader.policy.max_params)
@@ -243,6 +256,7 @@ def export_ticket(
     meta |= inputs.metadata()  # every format: what the network expects of its input
     layers: tuple[CsrLayer, ...] = ()
     onnx = None
+    records: tuple[LayerRecord, ...] = ()
     if fmt == "onnx":
         dataset = tk.data.dataset
         meta["masks_sha256"] = tk.masks_sha256 or ""
@@ -262,11 +276,17 @@ def export_ticket(
         elif fmt == "csr":
             state, layers = csr_state(net, masks)
             meta["layers"] = json.dumps({la.name: la.to_dict(metadata=True) for la in layers})
+        elif fmt == "sparse":
+            shape = inputs.shape if inputs.dtype == "float32" else None  # timed on examples of the input's shape
+            snet = sparse_module(net, masks, device="cpu", input_shape=shape)
+            state, records = sparse_file.sparse_tensors(snet), snet.layers
+            meta |= sparse_file.sparse_metadata(snet) | {"masks_sha256": tk.masks_sha256 or ""}
         else:
             state = {n: m.to(torch.bool).contiguous() for n, m in masks.items()}
         blob, tensors = encode(state, out, meta), len(state)
     size = write_atomic(out, blob, overwrite=overwrite, checked_at_start=True)
-    return replace(summary(net, masks, tk, path, fmt, out, size, tensors, layers, onnx), inputs=inputs)
+    result = summary(net, masks, tk, path, fmt, out, size, tensors, layers, onnx)
+    return replace(result, inputs=inputs, sparse_layers=records)
 
 
 def summary(

@@ -114,14 +114,15 @@ INSPECT_FLAGS = Table(
     QUIET,
 )
 
-EXPORT_FORMATS = ("masked", "prune", "csr", "masks", "onnx")
+EXPORT_FORMATS = ("masked", "prune", "csr", "masks", "onnx", "sparse")
 EXPORT_FLAGS = Table(
     flag(
         "format",
         "masked: W*M state dict for plain load_state_dict; prune: torch.nn.utils.prune layout (<name>_orig + "
         "<name>_mask); csr: per-layer crow/col/values + a size report; masks: unpacked bool masks keyed by parameter "
         "name; onnx: the masked network as an ONNX model (input 'input', output 'logits', dynamic batch), checked "
-        "with onnxruntime (needs the onnx extra).",
+        "with onnxruntime (needs the onnx extra); sparse: the sparse runtime form, CSR where a layer measured faster "
+        "sparse than dense on this CPU (safetensors; tc.load_sparse reads it).",
         OUT,
         EXPORT_FORMATS,
         Range("choice", choices=EXPORT_FORMATS),

@@ -1,0 +1,196 @@
+"""The sparse runtime form's layers: a Linear, and a Conv2d lowered to a matmul (unfold, im2col), whose masked weight
+W * M is a torch CSR tensor multiplied by `torch.sparse.mm`; `csr_of` builds that tensor from a dense W * M and
+`csr_tensor` from its three arrays (checked by the caller: file.py)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@contextmanager
+def quiet_csr() -> Iterator[None]:
+    """torch's one-time warnings about CSR tensors (a beta feature; invariant checks off by default): the layers
+    check their indices themselves (file.py), and the warnings would reach the user's terminal."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+        yield
+
+
+def index_dtype(nnz: int, rows: int, cols: int) -> torch.dtype:
+    """int32 indices where they fit (half the bytes, and the kernels take them), else int64."""
+    return torch.int32 if max(nnz, rows, cols) < 2**31 - 1 else torch.int64
+
+
+def csr_tensor(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """The CSR tensor of these arrays, without copying them (they must already hold a valid CSR matrix)."""
+    with quiet_csr():
+        return torch.sparse_csr_tensor(crow, col, values, shape, check_invariants=False)
+
+
+MaskRows = Callable[[int, int], torch.Tensor]  # (start, stop) -> the mask's rows start..stop-1, bool
+
+
+def chunk_rows(cols: int) -> int:
+    """Rows handled at a time: about a million entries, so that no temporary is a sizeable part of a layer."""
+    return max(1, (1 << 20) // max(1, cols))
+
+
+def csr_rows(w: torch.Tensor, mask_rows: MaskRows, *, zero_dropped: bool = False) -> torch.Tensor:
+    """The CSR tensor of the 2-D `w`, storing the entries the mask keeps (an exact zero that it keeps is stored
+    too), built a few rows at a time into arrays allocated once at their final size (the mask's rows are asked
+    for twice: counted, then gathered). `zero_dropped`: also zero the dropped entries of `w` in place, making it
+    the dense W * M."""
+    n_rows, n_cols = w.shape
+    step = chunk_rows(n_cols)
+    counts = torch.zeros(n_rows + 1, dtype=torch.int64)
+    for start in range(0, n_rows, step):
+        stop = min(n_rows, start + step)
+        counts[start + 1 : stop + 1] = mask_rows(start, stop).sum(1)
+    crow = torch.cumsum(counts, 0)
+    del counts
+    nnz = int(crow[-1])
+    dtype = index_dtype(nnz, n_rows, n_cols)
+    col = torch.empty(nnz, dtype=dtype)
+    values = torch.empty(nnz, dtype=torch.float32, device=w.device)
+    for start in range(0, n_rows, step):
+        stop = min(n_rows, start + step)
+        keep = mask_rows(start, stop).to(w.device, torch.bool)
+        a, b = int(crow[start]), int(crow[stop])
+        col[a:b] = keep.nonzero()[:, 1].to(dtype).cpu()
+        values[a:b] = w[start:stop][keep]
+        if zero_dropped:
+            w[start:stop].mul_(keep)
+    return csr_tensor(crow.to(dtype).to(w.device), col.to(w.device), values, (n_rows, n_cols))
+
+
+def csr_of(dense: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The CSR tensor of `dense` viewed as (shape[0], rest), storing the entries `mask` keeps."""
+    w = dense.reshape(dense.shape[0], -1)
+    m = mask.reshape(w.shape)
+    return csr_rows(w, lambda start, stop: m[start:stop].to(torch.bool))
+
+
+def param(layer: nn.Module, name: str) -> torch.Tensor | None:
+    """A layer's weight or bias (None where it has none), typed."""
+    t = getattr(layer, name, None)
+    return t.detach() if isinstance(t, torch.Tensor) else None
+
+
+def weight_of(layer: nn.Module) -> torch.Tensor:
+    w = param(layer, "weight")
+    if w is None:
+        raise TypeError(f"{type(layer).__name__} has no weight")
+    return w
+
+
+def pair(v: object) -> tuple[int, int]:
+    """A Conv2d's kernel size, stride, padding or dilation as two ints."""
+    a, b = cast(tuple[int, int], v)
+    return int(a), int(b)
+
+
+class SparseLinear(nn.Module):
+    """y = x W^T + b with W a CSR tensor (out_features, in_features): torch.sparse.mm(W, x^T)^T."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = int(weight.shape[0]), int(weight.shape[1])
+        self.register_buffer("weight", weight)
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        flat = x.reshape(-1, self.in_features)
+        with quiet_csr():
+            y: torch.Tensor = torch.sparse.mm(self.weight, flat.t().contiguous()).t()
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*lead, self.out_features)
+
+
+class SparseConv2d(nn.Module):
+    """A Conv2d lowered to a matmul: unfold the input into columns (im2col), multiply by the CSR weight
+    (out_channels, in_channels * kh * kw) and fold the result back to (B, out, H', W'). One group only."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(self, conv: nn.Conv2d, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.out_channels = conv.out_channels
+        self.kernel_size = pair(conv.kernel_size)
+        self.stride = pair(conv.stride)
+        self.padding = pair(conv.padding)  # numbers: lowerable() refuses a 'same' or 'valid' padding
+        self.dilation = pair(conv.dilation)
+        self.register_buffer("weight", weight)
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = x.shape
+        cols = F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)  # (B, C*kh*kw, L)
+        ho = (h + 2 * self.padding[0] - self.dilation[0] * (self.kernel_size[0] - 1) - 1) // self.stride[0] + 1
+        wo = (w + 2 * self.padding[1] - self.dilation[1] * (self.kernel_size[1] - 1) - 1) // self.stride[1] + 1
+        flat = cols.transpose(0, 1).reshape(cols.shape[1], -1)  # (C*kh*kw, B*L)
+        with quiet_csr():
+            y: torch.Tensor = torch.sparse.mm(self.weight, flat)  # (out, B*L)
+        y = y.reshape(self.out_channels, b, ho * wo).transpose(0, 1)
+        if self.bias is not None:
+            y = y + self.bias[:, None]
+        return y.reshape(b, self.out_channels, ho, wo)
+
+
+def lowerable(layer: nn.Module) -> bool:
+    """A layer the sparse form can compute: a Linear, or a Conv2d with one group and numeric, not 'same', padding
+    (the unfold takes numbers) in zero padding mode."""
+    if isinstance(layer, nn.Linear):
+        return True
+    return (
+        isinstance(layer, nn.Conv2d)
+        and layer.groups == 1
+        and layer.padding_mode == "zeros"
+        and not isinstance(layer.padding, str)
+    )
+
+
+def sparse_layer(layer: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
+    """The sparse counterpart of a lowerable `layer` with CSR `weight` (its (out, rest) view) and dense `bias`."""
+    if isinstance(layer, nn.Conv2d):
+        return SparseConv2d(layer, weight, bias)
+    return SparseLinear(weight, bias)
+
+
+def dense_layer(layer: SparseLinear | SparseConv2d) -> nn.Module:
+    """The dense nn.Linear or nn.Conv2d computing what a sparse layer computes (W * M dense), on its device."""
+    weight = layer.weight.to_dense()
+    bias = layer.bias
+    dense: nn.Linear | nn.Conv2d
+    if isinstance(layer, SparseConv2d):
+        kh, kw = layer.kernel_size
+        c = weight.shape[1] // (kh * kw)
+        dense = nn.Conv2d(
+            c,
+            layer.out_channels,
+            layer.kernel_size,
+            layer.stride,
+            layer.padding,
+            layer.dilation,
+            bias=bias is not None,
+            device=weight.device,
+        )
+        weight = weight.reshape(layer.out_channels, c, kh, kw)
+    else:
+        dense = nn.Linear(layer.in_features, layer.out_features, bias=bias is not None, device=weight.device)
+    dense.weight = nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        dense.bias = nn.Parameter(bias, requires_grad=False)
+    return dense.eval()

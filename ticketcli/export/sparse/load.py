@@ -1,0 +1,105 @@
+"""`load_sparse`: a sparse export (`ticket export --format sparse`) or a ticket file to the sparse runtime form."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from torch import nn
+
+from ticketcli.errors import TicketFileError, UsageError
+from ticketcli.export import inputs as export_inputs
+from ticketcli.export.run import recalibrate
+from ticketcli.export.sparse import file as sparse_file
+from ticketcli.export.sparse import seeded
+from ticketcli.export.sparse.net import SparseNet, remeasure, sparse_module
+from ticketcli.models.build import build_model
+from ticketcli.models.masked import MaskedNet
+from ticketcli.runs import build as runs_build
+from ticketcli.runs.inputs import resolve_device
+from ticketcli.specs.run import MAX_PARAMS, DataSpec, ModelPolicy, ModelSpec
+from ticketcli.ticketfile import ticket as ticket_io
+from ticketcli.ticketfile.layout import FORMAT as TICKET_FORMAT
+from ticketcli.ticketfile.meta import strict_json
+
+
+def file_format(path: Path) -> str:
+    """The `format` a safetensors file's metadata names ("" when it names none); one line for an unreadable file."""
+    if not path.is_file():
+        raise UsageError(f"{str(path)[:200]}: no such file")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return str((f.metadata() or {}).get("format", ""))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise TicketFileError(f"{path}: not a safetensors file ({str(e).splitlines()[0][:120]})") from None
+
+
+def load_sparse(
+    path: str | Path,
+    *,
+    device: str = "cpu",
+    measure: bool | None = None,
+    batch: int = 64,
+    max_params: int = MAX_PARAMS,
+    trust_model_code: bool = False,
+    data_dir: str | Path | None = None,
+) -> SparseNet:
+    """The sparse runtime form (a SparseNet: call it like the network) of a sparse export or of a ticket file.
+
+    A sparse export (`ticket export --format sparse`) is read as hostile input, every tensor checked before use,
+    and its layers take the form the file records, unless `measure=True`, which times each layer again on
+    `device` at `batch` examples and keeps it sparse only where sparse is faster there.
+
+    A ticket file is turned into the sparse form directly: a built-in model drawn from its seed is regenerated one
+    layer at a time (never more than one layer dense in memory; `SparseNet.layer_by_layer` is True) and checked
+    against the ticket's weights fingerprint; a ticket of a model factory, of a checkpoint or with BatchNorm
+    statistics to recompute (from its dataset, found through `data_dir`) is rebuilt whole first. Its layers are
+    measured unless `measure=False` (every layer sparse). `trust_model_code`: allow importing the factory a ticket
+    names; `max_params`: refuse a bigger model before anything is built."""
+    path = Path(path)
+    dev = resolve_device(device)
+    fmt = file_format(path)
+    if fmt == sparse_file.FORMAT:
+        snet = sparse_file.read_export(path, device=dev, max_params=max_params, file_bytes=path.stat().st_size)
+        if measure:
+            remeasure(snet, batch, export_shape(snet.metadata))
+        return snet
+    if fmt != TICKET_FORMAT:
+        raise TicketFileError(f"{path}: neither a ticket nor a sparse export (its format is {fmt[:40]!r})")
+    policy = ModelPolicy(max_params=max_params, trust_model_code=trust_model_code)
+    tk = ticket_io.scan(path).ticket  # the records, validated; the masks are read later, one layer at a time
+    model = runs_build.ticket_model(tk, path, policy)
+    inputs = export_inputs.inputs_of(tk, MaskedNet(_meta(model) if model.arch != "user" else nn.Identity(), model))
+    metadata = inputs.metadata()
+    shape = inputs.shape if inputs.dtype == "float32" else None
+    if shape is not None and seeded.regenerable(tk, model):
+        snet = seeded.regenerate(path, policy, device=dev, metadata=metadata)
+        if measure is not False:
+            remeasure(snet, batch, shape)
+        return snet
+    full = ticket_io.load(path, max_params=max_params)
+    net, _ = runs_build.rebuild(full, path, None, policy)
+    masks = {n: full.masks[n] for n in net.names}
+    if net.batchnorms and net.bn_statistics == "recalibrate":
+        recalibrate(net, masks, full, path, DataSpec() if data_dir is None else DataSpec(search_dirs=(str(data_dir),)))
+    snet = sparse_module(net, masks, device=dev, measure=measure is not False, batch=batch, input_shape=shape)
+    snet.source, snet.metadata = "ticket", metadata
+    return snet
+
+
+def _meta(model: ModelSpec) -> nn.Module:
+    with torch.device("meta"):
+        return build_model(model)
+
+
+def export_shape(metadata: dict[str, str]) -> tuple[int, ...] | None:
+    """One example's shape as an export's metadata records it (None when it does not, or for character ids)."""
+    if metadata.get("input_dtype") != "float32":
+        return None
+    try:
+        shape = strict_json(metadata.get("input_shape", ""))
+    except ValueError:
+        return None
+    ok = isinstance(shape, list) and 0 < len(shape) <= 4 and all(isinstance(d, int) and 0 < d < 2**20 for d in shape)
+    return tuple(shape) if ok else None

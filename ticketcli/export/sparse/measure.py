@@ -1,0 +1,115 @@
+"""Per layer, sparse against dense: both forms timed interleaved at a representative batch on the device they run
+on, and the decision kept as a typed record (LayerRecord): the layer stays dense where the sparse kernel loses."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ticketcli.contract.schema import JsonObject
+
+SPARSE, DENSE = "sparse", "dense"
+REPEATS = 7  # interleaved timing rounds per layer; each round times each form over several calls
+MIN_ROUND_S = 0.004  # a round is at least this long (more calls for a fast layer), so the clock's grain is noise
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    """One masked layer of the sparse form: where it lies, its weight's shape and density, the form it computes in
+    and why (the two forms' median times per call at `batch`, when measured)."""
+
+    name: str  # the module's name in the network ("layers.0", "features.3")
+    kind: str  # "linear" or "conv2d"
+    shape: tuple[int, ...]  # the weight's
+    nnz: int  # entries the mask keeps
+    density: float
+    form: str  # SPARSE or DENSE
+    reason: str  # "sparse 2.3x faster", "dense: sparse 0.8x", ...
+    sparse_ms: float | None = None  # median time per call at `batch`, None when not measured
+    dense_ms: float | None = None
+    batch: int | None = None
+    device: str | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """dense time over sparse time (> 1: sparse is faster), when measured."""
+        if self.sparse_ms is None or self.dense_ms is None or self.sparse_ms <= 0:
+            return None
+        return self.dense_ms / self.sparse_ms
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "shape": list(self.shape),
+            "nnz": self.nnz,
+            "density": self.density,
+            "form": self.form,
+            "reason": self.reason,
+            "sparse_ms": self.sparse_ms,
+            "dense_ms": self.dense_ms,
+            "batch": self.batch,
+            "device": self.device,
+        }
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _round(f: Callable[[], object], calls: int, device: torch.device) -> float:
+    """Seconds per call over `calls` calls."""
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        f()
+    sync(device)
+    return (time.perf_counter() - start) / calls
+
+
+@torch.no_grad()
+def compare(sparse: nn.Module, dense: nn.Module, x: torch.Tensor, repeats: int = REPEATS) -> tuple[float, float]:
+    """Median seconds per call of (sparse, dense) on x: one warm-up call each, then `repeats` rounds, alternating
+    which form goes first, so that a busy machine slows both alike."""
+    device = x.device
+
+    def s() -> object:
+        return sparse(x)
+
+    def d() -> object:
+        return dense(x)
+
+    s(), d()
+    once = max(_round(s, 1, device), _round(d, 1, device), 1e-7)
+    calls = max(1, min(1000, int(MIN_ROUND_S / once)))
+    ts: list[float] = []
+    td: list[float] = []
+    for i in range(repeats):
+        pair = (s, d) if i % 2 == 0 else (d, s)
+        first, second = (_round(f, calls, device) for f in pair)
+        (ts, td)[i % 2].append(first)
+        (td, ts)[i % 2].append(second)
+    return statistics.median(ts), statistics.median(td)
+
+
+def decide(
+    name: str, kind: str, shape: tuple[int, ...], nnz: int, times: tuple[float, float] | None, batch: int, device: str
+) -> LayerRecord:
+    """The layer's record: sparse where it measured faster than dense (or was not measured), dense otherwise."""
+    total = 1
+    for d in shape:
+        total *= d
+    density = nnz / total if total else 0.0
+    if times is None:
+        return LayerRecord(name, kind, shape, nnz, density, SPARSE, "sparse: not measured")
+    ts, td = times
+    ratio = td / ts if ts > 0 else float("inf")
+    form = SPARSE if ratio > 1.0 else DENSE
+    reason = f"sparse {ratio:.2g}x faster" if form == SPARSE else f"dense: sparse {ratio:.2g}x"
+    return LayerRecord(name, kind, shape, nnz, density, form, reason, ts * 1e3, td * 1e3, batch, device)

@@ -1,0 +1,234 @@
+"""SparseNet, the sparse runtime form of a masked network, and `sparse_module`, which makes it from a network and
+its masks: every masked Linear (and Conv2d, lowered to a matmul) computes with a CSR kernel where that measured
+faster than dense on the device, and stays a plain dense layer holding W * M elsewhere; everything else (biases,
+norms, pooling) computes as in the original network."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from ticketcli.errors import UsageError
+from ticketcli.export.sparse import layers as sparse_layers
+from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
+from ticketcli.models.masked import MaskedNet
+
+AGREEMENT = 1e-5  # outputs agree when their largest difference is at most this fraction of the largest |logit|
+
+
+class SparseNet(nn.Module):
+    """A network whose masked layers compute with sparse kernels where that pays (`layers` says which and why).
+
+    Call it like the original network (it runs without gradients). `module` is the network itself (its masked
+    Linear/Conv2d layers replaced by SparseLinear/SparseConv2d where sparse, dense layers holding W * M elsewhere);
+    `file_bytes` is the size of the sparse export it was loaded from (None otherwise); `source` says how it was
+    made ("module", "export" or "ticket"), and `layer_by_layer` whether a ticket's network was regenerated one layer
+    at a time; `metadata` holds the export metadata (the inputs the network expects, among them)."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        layers: tuple[LayerRecord, ...],
+        *,
+        source: str,
+        file_bytes: int | None = None,
+        layer_by_layer: bool = False,
+        metadata: Mapping[str, str] | None = None,
+    ):
+        super().__init__()
+        self.module = module
+        self.layers = layers
+        self.source = source
+        self.file_bytes = file_bytes
+        self.layer_by_layer = layer_by_layer
+        self.metadata: dict[str, str] = dict(metadata or {})
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with sparse_layers.quiet_csr():
+            out: torch.Tensor = self.module(x)
+        return out
+
+    @property
+    def sparse_layers(self) -> tuple[str, ...]:
+        """The names of the layers that compute with a sparse kernel."""
+        return tuple(r.name for r in self.layers if r.form == SPARSE)
+
+    @property
+    def device(self) -> torch.device:
+        for t in (*self.module.parameters(), *self.module.buffers()):
+            return t.device
+        return torch.device("cpu")
+
+    def nbytes(self) -> int:
+        """Bytes the form's own tensors hold: CSR values and indices, dense layers, the other parameters and
+        buffers."""
+        total = 0
+        for t in (*self.module.parameters(), *self.module.buffers()):
+            if t.layout == torch.sparse_csr:
+                parts = (t.crow_indices(), t.col_indices(), t.values())
+                total += sum(p.numel() * p.element_size() for p in parts)
+            else:
+                total += t.numel() * t.element_size()
+        return total
+
+
+def layer_kind(layer: nn.Module) -> str:
+    return "conv2d" if isinstance(layer, nn.Conv2d) else "linear"
+
+
+def replace_module(root: nn.Module, name: str, new: nn.Module) -> None:
+    parent, _, attr = name.rpartition(".")
+    setattr(root.get_submodule(parent) if parent else root, attr, new)
+
+
+def masked_layers(module: nn.Module, masks: Mapping[str, torch.Tensor]) -> list[tuple[str, nn.Module]]:
+    """The Linear/Conv2d layers whose weight has a mask, in module order."""
+    return [
+        (name, m)
+        for name, m in module.named_modules()
+        if isinstance(m, (nn.Linear, nn.Conv2d)) and f"{name}.weight" in masks
+    ]
+
+
+def layer_inputs(module: nn.Module, names: list[str], example: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each named layer's input for `example`, caught by forward pre-hooks."""
+    seen: dict[str, torch.Tensor] = {}
+    handles = []
+    for name in names:
+
+        def hook(_: nn.Module, args: tuple[torch.Tensor, ...], name: str = name) -> None:
+            seen.setdefault(name, args[0].detach())
+
+        handles.append(module.get_submodule(name).register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            module(example)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
+@torch.no_grad()
+def sparse_module(
+    net: nn.Module | MaskedNet,
+    masks: Mapping[str, torch.Tensor],
+    *,
+    device: str | torch.device = "cpu",
+    measure: bool = True,
+    batch: int = 64,
+    input_shape: tuple[int, ...] | None = None,
+) -> SparseNet:
+    """The sparse runtime form of `net` (an nn.Module holding the ticket's weights, or a MaskedNet) under `masks`
+    (parameter name -> bool mask, as a ticket holds them): a copy on `device` in which every masked Linear and
+    Conv2d computes W * M, with a CSR kernel where `measure` found it faster than dense at `batch` examples (both
+    timed interleaved, per layer, on `device`), densely where it did not. `measure=False` makes every lowerable
+    layer sparse. `input_shape` (one example's, without the batch) is needed to time convolutions; a MaskedNet of a
+    built-in model knows it. The copy's outputs are checked against the dense W * M on a random example."""
+    module = net.module if isinstance(net, MaskedNet) else net
+    if input_shape is None and isinstance(net, MaskedNet) and net.spec is not None:
+        input_shape = net.spec.input
+    dev = torch.device(device)
+    module = copy.deepcopy(module).to(dev).eval()
+    params = dict(module.named_parameters())
+    for n, m in masks.items():
+        if n not in params:
+            raise UsageError(f"mask {n[:80]!r} names no parameter of the network")
+        if tuple(m.shape) != tuple(params[n].shape):
+            raise UsageError(f"mask {n[:80]!r} has shape {list(m.shape)}, its parameter {list(params[n].shape)}")
+        params[n].mul_(m.to(dev, params[n].dtype))
+    targets = masked_layers(module, masks)
+    if not targets:
+        raise UsageError("the network has no masked nn.Linear or nn.Conv2d layer")
+    convs = any(isinstance(m, nn.Conv2d) for _, m in targets)
+    if convs and input_shape is None:
+        raise UsageError("sparse_module needs input_shape= (one example's shape) for a network with convolutions")
+    example = None if input_shape is None else torch.randn(batch, *input_shape, device=dev)
+    inputs = {} if example is None else layer_inputs(module, [n for n, _ in targets], example)
+    reference = None if example is None else module(example)
+    records = []
+    for name, layer in targets:
+        records.append(_lower(module, name, layer, masks, inputs.get(name), measure, batch, dev))
+    if example is not None and reference is not None:
+        check_agreement(module(example), reference)
+    return SparseNet(module, tuple(records), source="module")
+
+
+def _lower(
+    module: nn.Module,
+    name: str,
+    layer: nn.Module,
+    masks: Mapping[str, torch.Tensor],
+    x: torch.Tensor | None,
+    measure: bool,
+    batch: int,
+    dev: torch.device,
+) -> LayerRecord:
+    """One layer's decision, and its replacement in `module` where it is sparse."""
+    weight = sparse_layers.weight_of(layer)
+    mask = masks[f"{name}.weight"].to(dev)
+    nnz = int(mask.sum())
+    kind, shape = layer_kind(layer), tuple(weight.shape)
+    if not sparse_layers.lowerable(layer):
+        why = "dense: a grouped or non-zero-padded convolution is not lowered"
+        return replace(decide(name, kind, shape, nnz, None, batch, str(dev)), form=DENSE, reason=why)
+    bias = sparse_layers.param(layer, "bias")
+    sparse = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(weight, mask), bias)
+    times = None
+    if measure:
+        if x is None:  # a Linear-only network without a known input shape: its own in_features
+            x = torch.randn(batch, weight.shape[1], device=dev)
+        times = compare(sparse, layer, x)
+    record = decide(name, kind, shape, nnz, times, batch, str(dev))
+    if record.form == SPARSE:
+        replace_module(module, name, sparse)
+    return record
+
+
+def check_agreement(out: torch.Tensor, reference: torch.Tensor) -> None:
+    """The sparse form's outputs against the dense W * M's: float32 rounding apart, or the form is refused."""
+    scale = float(reference.abs().max()) if reference.numel() else 0.0
+    diff = float((out - reference).abs().max()) if reference.numel() else 0.0
+    if diff > AGREEMENT * max(scale, 1e-30) * 10:
+        raise UsageError(
+            f"the sparse form does not reproduce this network (largest difference {diff:.3g} against logits up to "
+            f"{scale:.3g}): its forward pass uses a masked layer's weight other than by calling the layer"
+        )
+
+
+@torch.no_grad()
+def remeasure(snet: SparseNet, batch: int, input_shape: tuple[int, ...] | None) -> None:
+    """Time every masked layer of `snet` again on its device (its dense form made one layer at a time) and put
+    each in the form that wins there; `snet.layers` is replaced by the new records."""
+    module, dev = snet.module, snet.device
+    names = [r.name for r in snet.layers]
+    example = None if input_shape is None else torch.randn(batch, *input_shape, device=dev)
+    inputs = {} if example is None else layer_inputs(module, names, example)
+    records = []
+    for r in snet.layers:
+        layer = module.get_submodule(r.name)
+        sparse: nn.Module
+        if isinstance(layer, (sparse_layers.SparseLinear, sparse_layers.SparseConv2d)):
+            sparse, dense = layer, sparse_layers.dense_layer(layer)
+        elif sparse_layers.lowerable(layer):
+            weight = sparse_layers.weight_of(layer)
+            bias = sparse_layers.param(layer, "bias")
+            sparse, dense = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(weight, weight != 0), bias), layer
+        else:
+            records.append(r)
+            continue
+        x = inputs.get(r.name)
+        if x is None:
+            if isinstance(layer, (nn.Conv2d, sparse_layers.SparseConv2d)):
+                records.append(r)
+                continue
+            x = torch.randn(batch, sparse_layers.weight_of(dense).shape[1], device=dev)
+        record = replace(decide(r.name, r.kind, r.shape, r.nnz, compare(sparse, dense, x), batch, str(dev)))
+        replace_module(module, r.name, sparse if record.form == SPARSE else dense)
+        records.append(record)
+    snet.layers = tuple(records)

@@ -1,0 +1,132 @@
+"""A ticket's network regenerated from its seed straight into the sparse form, one layer at a time: the parameters
+are drawn in the order `models.init.init_weights` draws them, from the same generator, so each is bit for bit the
+full network's; each is hashed into the weights' fingerprint, masked from the ticket's packed bits a few rows at a
+time, turned into its CSR arrays and let go before the next is drawn. At most one layer is ever dense in memory.
+Every lowerable layer comes out sparse; load.py then times each against its dense form (net.remeasure: again one
+layer dense at a time) where asked."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ticketcli.errors import TicketFileError
+from ticketcli.export.sparse import layers as sparse_layers
+from ticketcli.export.sparse.measure import DENSE, LayerRecord, decide
+from ticketcli.export.sparse.net import SparseNet, layer_kind, replace_module
+from ticketcli.models.build import build_model
+from ticketcli.models.init import INIT_SCHEMES
+from ticketcli.models.masked import fan_in, layer_of, masked_names
+from ticketcli.runs import build as runs_build
+from ticketcli.runs import checks as runs_checks
+from ticketcli.specs.run import ModelPolicy, ModelSpec
+from ticketcli.ticketfile import ticket as ticket_io
+
+
+def regenerable(tk: ticket_io.Ticket, model: ModelSpec) -> bool:
+    """A ticket whose network can be regenerated a layer at a time: a built-in model drawn from its seed (no
+    checkpoint) whose every parameter is masked and which holds no buffer (no BatchNorm statistics to recompute
+    from data). Others are rebuilt whole (load.py)."""
+    if model.arch == "user" or tk.checkpoint is not None:
+        return False
+    with torch.device("meta"):
+        module = build_model(model)
+    names = [n for n, _ in module.named_parameters()]
+    return names == masked_names(module) and not list(module.buffers())
+
+
+class _Bits:
+    """One parameter's packed mask bits (as the ticket stores them: row-major, first element in the MSB), unpacked
+    a few rows at a time."""
+
+    def __init__(self, mf: ticket_io.MaskFile, name: str, shape: tuple[int, ...]):
+        self.cols = math.prod(shape[1:]) if len(shape) > 1 else 1
+        self.packed = np.empty((math.prod(shape) + 7) // 8, dtype=np.uint8)
+        at = 0
+        for piece in mf.pieces(name):
+            self.packed[at : at + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
+            at += len(piece)
+        if at != self.packed.size:
+            raise TicketFileError(f"{mf.path}: mask {name[:60]!r} holds {at} bytes, not {self.packed.size}")
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        first, last = start * self.cols, stop * self.cols
+        bits = np.unpackbits(self.packed[first // 8 : (last + 7) // 8], bitorder="big")
+        part = bits[first % 8 : first % 8 + (last - first)].view(np.bool_)
+        return torch.from_numpy(part).reshape(stop - start, self.cols)
+
+
+def regenerate(path: Path, policy: ModelPolicy, *, device: torch.device, metadata: dict[str, str]) -> SparseNet:
+    """The ticket at `path` in the sparse form on `device`, its network regenerated from the seed one layer at a
+    time and checked against the ticket's fingerprint."""
+    with ticket_io.MaskFile(path) as mf:
+        tk = mf.scan.ticket
+        ticket_io.require_intact(tk, path)
+        model = runs_build.ticket_model(tk, path, policy)
+        runs_checks.check_planned(tk, model, path, runs_build.policy_budget(policy))
+        with torch.device("meta"):
+            module = build_model(model)
+        init = tk.init.spec()
+        scheme = INIT_SCHEMES.get(init.scheme)
+        g = torch.Generator().manual_seed(init.seed)
+        params = dict(module.named_parameters())
+        digest = hashlib.sha256()
+        pending: dict[str, dict[str, torch.Tensor]] = {}
+        records: list[LayerRecord] = []
+        for name, p in params.items():  # init_weights' order, generator and draws
+            owner = layer_of(name)
+            weight = params.get(owner + ".weight") if p.dim() == 1 else None
+            w = scheme(p.shape, fan_in(p, weight), init.k, g).to(torch.float32).contiguous()
+            digest.update(w.numpy().data)  # seeding.fingerprint's bytes, without a copy
+            pending.setdefault(owner, {})[name.rpartition(".")[2]] = w
+            del w
+            layer = module.get_submodule(owner)
+            if set(pending[owner]) == {n for n, _ in layer.named_parameters(recurse=False)}:
+                records.append(_layer(module, owner, layer, pending.pop(owner), mf, device))
+            del layer  # a layer made sparse lets its dense weight go here, before the next is drawn
+        if digest.hexdigest() != tk.weights_sha256:
+            raise TicketFileError(
+                f"{path}: weights fingerprint mismatch (rebuilt {digest.hexdigest()[:12]}, ticket "
+                f"{tk.weights_sha256[:12]}); the network cannot be reproduced here (ticket made with torch "
+                f"{tk.created_by.torch}, this is torch {torch.__version__})"
+            )
+    return SparseNet(module.to(device), tuple(records), source="ticket", layer_by_layer=True, metadata=metadata)
+
+
+def _layer(
+    module: nn.Module,
+    name: str,
+    layer: nn.Module,
+    drawn: dict[str, torch.Tensor],
+    mf: ticket_io.MaskFile,
+    device: torch.device,
+) -> LayerRecord:
+    """One layer, its weights drawn: masked from its packed bits (the bias in place), its weight's CSR built a few
+    rows at a time, and put into `module` sparse (or dense W * M where it cannot be lowered)."""
+    w = drawn.pop("weight")
+    bits = _Bits(mf, f"{name}.weight", tuple(w.shape))
+    kind, shape = layer_kind(layer), tuple(w.shape)
+    bias = drawn.pop("bias", None)
+    if bias is not None:
+        bias.mul_(_Bits(mf, f"{name}.bias", tuple(bias.shape)).rows(0, bias.shape[0]).reshape(-1))
+    lowerable = sparse_layers.lowerable(layer)
+    csr = sparse_layers.csr_rows(w.reshape(w.shape[0], -1), bits.rows, zero_dropped=not lowerable)
+    del bits
+    nnz = int(csr.values().numel())
+    record = decide(name, kind, shape, nnz, None, 0, str(device))
+    if not lowerable:
+        layer.weight = nn.Parameter(w.to(device), requires_grad=False)
+        if bias is not None:
+            layer.bias = nn.Parameter(bias.to(device), requires_grad=False)
+        return replace(record, form=DENSE, reason="dense: a grouped or non-zero-padded convolution is not lowered")
+    del w
+    replace_module(
+        module, name, sparse_layers.sparse_layer(layer, csr.to(device), None if bias is None else bias.to(device))
+    )
+    return record
