@@ -53,7 +53,7 @@ class Built:
 
     run: Run
     file_bytes: int
-    load_s: float
+    load_s: float | None  # None: not loaded from its file (a model factory's sparse form)
     memory_bytes: int
     detail: str = ""  # what the form holds, e.g. "3 of 4 Linear layers as 4x4 blocks"
 
@@ -84,12 +84,11 @@ def dense(src: Source) -> Built:
 
 
 def sparse(src: Source) -> Built:
-    """The sparse runtime form: masked Linear layers computing with CSR weights."""
-    path = written(src, "sparse.safetensors", bench_sparse.sparse_bytes(src.net, src.masks))
-    skeleton = src.skeleton()
-    module, load_s = timed_load(path, lambda p: bench_sparse.load_into(skeleton, p, src.device))
-    n = sum(isinstance(m, kernels.SparseLinear) for m in module.modules())
-    return Built(module, path.stat().st_size, load_s, kernels.module_bytes(module), f"{n} layers as CSR")
+    """The sparse runtime form (export/sparse/): each masked layer with a CSR kernel where it measured faster than
+    dense on this device, dense where it did not."""
+    module, size, load_s = bench_sparse.sparse_form(src.net, src.masks, src.device, src.dataset, src.workdir)
+    detail = f"{len(module.sparse_layers)} of {len(module.layers)} masked layers sparse"
+    return Built(module, size, load_s, module.nbytes(), detail)
 
 
 def linear_weights(src: Source) -> dict[str, nn.Linear]:
@@ -214,7 +213,7 @@ FORMS = {
     f.name: f
     for f in (
         Form("dense", "W * M as a plain state dict, dense kernels", dense),
-        Form("sparse", "the sparse runtime form: masked Linear layers as CSR", sparse),
+        Form("sparse", "the sparse runtime form (export --format sparse), CSR where it pays", sparse),
         Form("onnx", "the onnx export run by ONNX Runtime", onnx),
         Form("bsr", "block-sparse (BSR) Linear layers where the masks are whole blocks", bsr),
         Form("2:4", "semi-structured 2:4 Linear layers (CUDA only)", semi_structured),

@@ -1,55 +1,46 @@
-"""The sparse runtime form as the bench writes and loads it: the `csr` export's file (every masked parameter as
-CSR of its (shape[0], rest) view, the rest dense), loaded with each masked Linear layer computing with its CSR
-weight and every other masked parameter made dense again. The one place the bench makes this form."""
+"""The sparse runtime form as the bench makes it: `sparse_module` on the bench's device (each masked layer timed
+sparse against dense there, kept sparse only where that pays), written as `ticket export --format sparse` writes
+it, and read back from that file as `tc.load_sparse` reads an export. The one place the bench makes this form."""
 
 from __future__ import annotations
 
-import math
-import warnings
+import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from safetensors.torch import save as st_save
-from torch import nn
 
-from ticketcli.bench import kernels
-from ticketcli.export import run as export_run
+from ticketcli.data.registry import DATASETS
+from ticketcli.errors import TicketFileError
+from ticketcli.export.sparse import file as sparse_file
+from ticketcli.export.sparse.net import SparseNet, sparse_module
 from ticketcli.models.masked import MaskedNet
 
-PARTS = ("crow_indices", "col_indices", "values", "shape")
+
+def input_shape(net: MaskedNet, dataset: str) -> tuple[int, ...] | None:
+    """One example's shape, to time convolutions on: the dataset's, or the model spec's (None: a Linear-only or
+    text network, whose layers are timed on their own widths)."""
+    if net.spec is not None and net.spec.input is not None:
+        return tuple(net.spec.input)
+    return DATASETS.get(dataset).shape if dataset in DATASETS else None
 
 
-def sparse_bytes(net: MaskedNet, masks: dict[str, torch.Tensor]) -> bytes:
-    """The form's file: the csr export's state (safetensors)."""
-    state, _ = export_run.csr_state(net, masks)
-    return st_save(state)
-
-
-def load_into(module: nn.Module, path: Path, device: torch.device) -> nn.Module:
-    """Load the form's file into `module` (the ticket's architecture on `device`): masked Linear weights become
-    CSR layers (kernels.SparseLinear), other masked parameters dense tensors; returns the module."""
-    state = load_file(path, device=str(device))
-    masked = sorted({k.removesuffix(".crow_indices") for k in state if k.endswith(".crow_indices")})
-    owners = dict(module.named_modules())
-    dense = {k: v for k, v in state.items() if not any(k == f"{n}.{p}" for n in masked for p in PARTS)}
-    sparse: dict[str, torch.Tensor] = {}
-    for n in masked:
-        shape = [int(s) for s in state[f"{n}.shape"].tolist()]
-        crow, col = state[f"{n}.crow_indices"].to(torch.int64), state[f"{n}.col_indices"].to(torch.int64)
-        rows = shape[0] if shape else 1
-        size = (rows, math.prod(shape) // rows)
-        with warnings.catch_warnings():  # torch calls its CSR support beta, once per process: not ours to show
-            warnings.simplefilter("ignore")
-            m = torch.sparse_csr_tensor(crow, col, state[f"{n}.values"], size=size, check_invariants=True)
-        owner, _, attr = n.rpartition(".")
-        if attr == "weight" and isinstance(owners.get(owner), nn.Linear) and len(shape) == 2:
-            sparse[owner] = m
-        else:
-            dense[n] = m.to_dense().reshape(shape)
-    module.load_state_dict({k: v for k, v in dense.items() if k.rpartition(".")[0] not in sparse}, strict=False)
-    for owner, weight in sparse.items():
-        bias = dense.get(f"{owner}.bias")
-        parent, _, attr = owner.rpartition(".")
-        setattr(module.get_submodule(parent) if parent else module, attr, kernels.SparseLinear(weight, bias))
-    return module
+def sparse_form(
+    net: MaskedNet, masks: dict[str, torch.Tensor], device: torch.device, dataset: str, workdir: Path
+) -> tuple[SparseNet, int, float | None]:
+    """(the form loaded back from its file, the file's bytes, the load's seconds). A model factory's network is
+    not rebuilt from an export (its code is the caller's): its form is the one made here, and its load time None."""
+    made = sparse_module(net, masks, device=device, input_shape=input_shape(net, dataset))
+    assert net.spec is not None  # runs_build.rebuild records the ticket's parsed model spec
+    meta = {"model": net.spec.to_string()} | sparse_file.sparse_metadata(made)
+    path = workdir / "sparse.safetensors"
+    path.write_bytes(st_save(sparse_file.sparse_tensors(made), metadata=meta))
+    size = path.stat().st_size
+    if net.spec.arch == "user":
+        return made, size, None
+    t0 = time.perf_counter()
+    try:
+        loaded = sparse_file.read_export(path, device=device, file_bytes=size)
+    except TicketFileError:  # a spec the export's reader does not rebuild: the form as made
+        return made, size, None
+    return loaded, size, time.perf_counter() - t0
