@@ -135,11 +135,12 @@ def bsr_layer(block: tuple[int, int]) -> Layer:
 
 
 def bsr(src: Source) -> Built:
-    """Block-sparse: each masked Linear layer whose mask is whole blocks as BSR of its largest block."""
-    blocks = {n: kernels.block_of(src.masks[n]) for n in linear_weights(src)}
+    """Block-sparse: each masked Linear layer whose mask is whole square blocks (torch's BSR product takes square
+    blocks only) as BSR of its largest such block; the other layers dense."""
+    blocks = {n: kernels.block_of(src.masks[n], square=True) for n in linear_weights(src)}
     found = {n: b for n, b in blocks.items() if b is not None}
     if not found:
-        raise Unavailable("no masked Linear layer's mask is whole blocks of 2x2 (or 1x4, 4x1) or larger")
+        raise Unavailable("no masked Linear layer's mask is whole square blocks of 2x2 or larger")
     layers: dict[str, Layer] = {n: bsr_layer(b) for n, b in found.items()}
     built = structured(src, "bsr", layers)
     sizes = sorted({f"{r}x{c}" for r, c in found.values()})

@@ -14,15 +14,21 @@ BLOCK_SIDES = (32, 16, 8, 4, 2, 1)
 MIN_BLOCK = 4  # a block of fewer entries is no block structure (1x1 is every mask; 1x2 gains nothing)
 
 
-def block_of(mask: torch.Tensor) -> tuple[int, int] | None:
-    """The largest block R x C (at least MIN_BLOCK entries, R and C powers of two dividing the 2-D mask's sides)
-    such that the mask keeps or drops every block whole; None when there is none. Ties: the squarer block."""
+def block_of(mask: torch.Tensor, *, square: bool = False) -> tuple[int, int] | None:
+    """The largest block R x C (at least MIN_BLOCK entries, R and C powers of two dividing the 2-D mask's sides;
+    R = C with `square`, all torch's CPU BSR product takes) such that the mask keeps or drops every block whole;
+    None when there is none. Ties: the squarer block."""
     if mask.dim() != 2:
         return None
     rows, cols = mask.shape
     m = mask.to(torch.bool)
     shapes = sorted(
-        ((r, c) for r in BLOCK_SIDES for c in BLOCK_SIDES if r * c >= MIN_BLOCK and rows % r == 0 and cols % c == 0),
+        (
+            (r, c)
+            for r in BLOCK_SIDES
+            for c in BLOCK_SIDES
+            if r * c >= MIN_BLOCK and rows % r == 0 and cols % c == 0 and (r == c or not square)
+        ),
         key=lambda rc: (-rc[0] * rc[1], abs(rc[0] - rc[1])),
     )
     for r, c in shapes:

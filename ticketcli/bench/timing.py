@@ -6,6 +6,7 @@ timings, so it is tested with made-up ones."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ def calls_per_sample(run: Forward, clock: Callable[[], float] = time.perf_counte
     t0 = clock()
     run()
     once = max(clock() - t0, 1e-7)
-    return max(1, min(10_000, int(MIN_SAMPLE_S / once) + 1))
+    return max(1, min(10_000, math.ceil(MIN_SAMPLE_S / once)))
 
 
 def quartiles(samples: Sequence[float]) -> tuple[float, float, float]:
