@@ -30,8 +30,8 @@ from pathlib import Path
 from ticketcli.bench.result import DENSE, TicketBench
 from ticketcli.bench.run import bench_paths
 from ticketcli.runtime.threads import using
+from ticketcli.settings.reader import build_reader_spec
 from ticketcli.specs.bench import BenchSpec
-from ticketcli.specs.run import ReaderSpec
 
 WIDE = "mlp:784-1024-1024-1024-10"
 PAPER = "mlp:784-256-256-256-10"
@@ -130,10 +130,11 @@ def main() -> None:
     batches = tuple(int(b) for b in args.batches.split(","))
     spec = BenchSpec(batches=batches, repeats=args.repeats)
     rows = []
+    reader = build_reader_spec(device="cpu", threads=1)  # the data's search path, as the command line finds it
     with using(1):
         for path in tickets.values():
             t1 = time.perf_counter()
-            rows += bench_paths([path], ReaderSpec(device="cpu", threads=1), spec).tickets
+            rows += bench_paths([path], reader, spec).tickets
             print(f"benched {path.name} in {time.perf_counter() - t1:.0f} s", file=sys.stderr)
     print(f"one torch thread, {args.repeats} interleaved repeats; latency in ms (median), iqr = interquartile range\n")
     for model in (PAPER, WIDE):
