@@ -64,7 +64,7 @@ def table(rows: list[TicketBench], batches: tuple[int, ...]) -> None:
         for f in t.forms:
             if not f.timings:
                 why = f.reason or "-"
-                print(f"{t.model:27} {100 * (t.sparsity or 0):7.1f}% {f.name:7} | not timed: {why[:100]}")
+                print(f"{t.model:27} {100 * (t.sparsity or 0):7.1f}% {f.name:7} | not available: {why[:100]}")
                 continue
             cells = ""
             for b in batches:

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 import ticketcli as tc
 from ticketcli.bench import forms as bench_forms
 from ticketcli.bench import kernels, timing
-from ticketcli.bench.result import BenchResult, Timing
-from ticketcli.bench.run import agreement, logits
+from ticketcli.bench.result import Agreement, BenchResult, FormReport, Timing
+from ticketcli.bench.run import agreeing, agreement, logits
 from ticketcli.cli.app import app
 from ticketcli.contract.schema import schema_of
 from ticketcli.errors import UsageError
@@ -152,6 +152,16 @@ def test_the_verdict_names_the_fastest_form_and_keeps_dense_within_noise():
     noisy = timing.pick({"dense": t(1, 1.0, 0.8, 1.3), "sparse": t(1, 0.95, 0.7, 1.2)})
     assert (noisy.fastest, noisy.recommended, noisy.within_noise) == ("sparse", "dense", True)
     assert "within noise of dense: keep dense" in noisy.line()
+
+
+def test_a_form_that_disagrees_is_timed_but_never_the_verdict():
+    def report(name: str, diff: float) -> FormReport:
+        return FormReport(name, name, True, agreement=Agreement(diff, 1e-4, 0.9, 0.9, 10))
+
+    reports = {"dense": report("dense", 0.0), "2:4": report("2:4", 3e-3), "sparse": report("sparse", 1e-6)}
+    timings = {64: {"dense": t(64, 4.0, 3.9, 4.1), "2:4": t(64, 1.0, 1.0, 1.0), "sparse": t(64, 2.0, 2.0, 2.0)}}
+    (pick,) = timing.verdict(agreeing(timings, reports))
+    assert (pick.fastest, pick.recommended, pick.speedup) == ("sparse", "sparse", 2.0)
 
 
 def test_forms_are_timed_interleaved_and_the_speedup_is_over_dense():

@@ -60,12 +60,13 @@ class Timing:
 @dataclass(frozen=True)
 class FormReport:
     """One form of one ticket: available or why not, its agreement with the ticket's network, what it costs on disk
-    and to load, the bytes of its own tensors, and its timings (empty when it is unavailable or disagrees)."""
+    and to load, the bytes of its own tensors, and its timings (empty when it is unavailable; a form that disagrees
+    is timed, and flagged: the verdict never names it)."""
 
     name: str
     description: str
     available: bool
-    reason: str | None = None  # why it is unavailable, or why it was not timed
+    reason: str | None = None  # why it is unavailable, or that it disagrees with the ticket's network
     agreement: Agreement | None = None
     file_bytes: int | None = None
     load_s: float | None = None

@@ -100,10 +100,9 @@ def bench_opened(o: OpenTicket, path: Path, spec: BenchSpec = BenchSpec()) -> Ti
                 continue
             agreed = agreement(logits(built.run, x), ref, y)
             description = form.description + (f" ({built.detail})" if built.detail else "")
-            why = None if agreed.agrees else "not timed: its outputs differ from the ticket's network"
+            why = None if agreed.agrees else "its outputs differ from the ticket's network: timed, never recommended"
             reports[name] = FormReport(name, description, True, why, agreed, built.file_bytes, built.load_s, memory)
-            if agreed.agrees:
-                runs[name] = built.run
+            runs[name] = built.run
         per_batch = {b: time_forms(runs, batch_of(x, b), repeats, dev) for b in batches}
     for name, report in reports.items():
         timings = tuple(t[name] for t in per_batch.values() if name in t)
@@ -114,8 +113,14 @@ def bench_opened(o: OpenTicket, path: Path, spec: BenchSpec = BenchSpec()) -> Ti
         model=o.ticket.model.spec,
         sparsity=float(sparsity) if isinstance(sparsity, (int, float)) else None,
         forms=tuple(reports[n] for n in names),
-        verdict=timing.verdict(per_batch),
+        verdict=timing.verdict(agreeing(per_batch, reports)),
     )
+
+
+def agreeing(per_batch: dict[int, dict[str, Timing]], reports: dict[str, FormReport]) -> dict[int, dict[str, Timing]]:
+    """The timings of the forms whose outputs agree with the ticket's network: the only ones a verdict may name."""
+    good = {n for n, r in reports.items() if r.agreement is not None and r.agreement.agrees}
+    return {b: {n: t for n, t in timings.items() if n in good} for b, timings in per_batch.items()}
 
 
 def time_forms(

@@ -88,8 +88,8 @@ def ticket_tables(r: BenchResult, t: TicketBench) -> None:
         elif f.reason is not None and f.agreement is not None:
             a = f.agreement
             out.print(
-                f"{f.name}: {f.reason} (largest difference {a.max_abs_diff:.2e} > {a.tolerance:.2e}, or accuracy "
-                f"{pct(a.accuracy)} against {pct(a.reference_accuracy)})"
+                f"{f.name}: {f.reason} (largest difference {a.max_abs_diff:.2e} against at most {a.tolerance:.2e}; "
+                f"accuracy {pct(a.accuracy)} against {pct(a.reference_accuracy)})"
             )
     out.print(t.verdict_line())
 
