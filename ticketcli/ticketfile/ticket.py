@@ -295,6 +295,16 @@ class MaskFile:
         except OSError as e:
             raise TicketFileError(f"{self.path}: cannot read ({e.strerror or e})") from None
 
+    def read(self, name: str, start: int, stop: int) -> bytes:
+        """The packed bytes [start, stop) of mask `name` (a part of it: the sparse form reads a layer's rows so)."""
+        begin, end = self._spans[name]
+        if not 0 <= start <= stop <= end - begin:
+            raise ValueError(f"bytes {start}..{stop} lie outside mask {name!r}")
+        try:
+            return b"".join(chunks(self._f, begin + start, begin + stop))
+        except OSError as e:
+            raise TicketFileError(f"{self.path}: cannot read ({e.strerror or e})") from None
+
     def close(self) -> None:
         self._f.close()
 

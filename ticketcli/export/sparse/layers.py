@@ -169,9 +169,25 @@ def sparse_layer(layer: nn.Module, weight: torch.Tensor, bias: torch.Tensor | No
     return SparseLinear(weight, bias)
 
 
+def dense_of(csr: torch.Tensor) -> torch.Tensor:
+    """The dense matrix of a CSR tensor, filled a few rows at a time (torch's to_dense peaks at about twice the
+    dense size)."""
+    crow, col, values = csr.crow_indices(), csr.col_indices(), csr.values()
+    rows, cols = int(csr.shape[0]), int(csr.shape[1])
+    out = torch.zeros(rows, cols, dtype=values.dtype, device=values.device)
+    step = chunk_rows(cols)
+    for start in range(0, rows, step):
+        stop = min(rows, start + step)
+        a, b = int(crow[start]), int(crow[stop])
+        counts = (crow[start + 1 : stop + 1] - crow[start:stop]).long()
+        r = torch.repeat_interleave(torch.arange(start, stop, device=out.device), counts)
+        out[r, col[a:b].long()] = values[a:b]
+    return out
+
+
 def dense_layer(layer: SparseLinear | SparseConv2d) -> nn.Module:
     """The dense nn.Linear or nn.Conv2d computing what a sparse layer computes (W * M dense), on its device."""
-    weight = layer.weight.to_dense()
+    weight = dense_of(layer.weight)
     bias = layer.bias
     dense: nn.Linear | nn.Conv2d
     if isinstance(layer, SparseConv2d):
@@ -185,11 +201,11 @@ def dense_layer(layer: SparseLinear | SparseConv2d) -> nn.Module:
             layer.padding,
             layer.dilation,
             bias=bias is not None,
-            device=weight.device,
+            device="meta",  # its parameters are set below: nothing allocated for the throw-away init
         )
         weight = weight.reshape(layer.out_channels, c, kh, kw)
     else:
-        dense = nn.Linear(layer.in_features, layer.out_features, bias=bias is not None, device=weight.device)
+        dense = nn.Linear(layer.in_features, layer.out_features, bias=bias is not None, device="meta")
     dense.weight = nn.Parameter(weight, requires_grad=False)
     if bias is not None:
         dense.bias = nn.Parameter(bias, requires_grad=False)

@@ -228,7 +228,8 @@ def remeasure(snet: SparseNet, batch: int, input_shape: tuple[int, ...] | None) 
                 records.append(r)
                 continue
             x = torch.randn(batch, sparse_layers.weight_of(dense).shape[1], device=dev)
-        record = replace(decide(r.name, r.kind, r.shape, r.nnz, compare(sparse, dense, x), batch, str(dev)))
+        record = decide(r.name, r.kind, r.shape, r.nnz, compare(sparse, dense, x), batch, str(dev))
         replace_module(module, r.name, sparse if record.form == SPARSE else dense)
         records.append(record)
+        del sparse, dense, layer, x  # the losing form goes before the next layer's dense form is made
     snet.layers = tuple(records)

@@ -42,22 +42,17 @@ def regenerable(tk: ticket_io.Ticket, model: ModelSpec) -> bool:
 
 
 class _Bits:
-    """One parameter's packed mask bits (as the ticket stores them: row-major, first element in the MSB), unpacked
-    a few rows at a time."""
+    """One parameter's packed mask bits (as the ticket stores them: row-major, first element in the MSB), read
+    from the open ticket and unpacked a few rows at a time: a layer's mask is never whole in memory."""
 
     def __init__(self, mf: ticket_io.MaskFile, name: str, shape: tuple[int, ...]):
+        self.mf, self.name = mf, name
         self.cols = math.prod(shape[1:]) if len(shape) > 1 else 1
-        self.packed = np.empty((math.prod(shape) + 7) // 8, dtype=np.uint8)
-        at = 0
-        for piece in mf.pieces(name):
-            self.packed[at : at + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
-            at += len(piece)
-        if at != self.packed.size:
-            raise TicketFileError(f"{mf.path}: mask {name[:60]!r} holds {at} bytes, not {self.packed.size}")
 
     def rows(self, start: int, stop: int) -> torch.Tensor:
         first, last = start * self.cols, stop * self.cols
-        bits = np.unpackbits(self.packed[first // 8 : (last + 7) // 8], bitorder="big")
+        packed = np.frombuffer(self.mf.read(self.name, first // 8, (last + 7) // 8), dtype=np.uint8)
+        bits = np.unpackbits(packed, bitorder="big")
         part = bits[first % 8 : first % 8 + (last - first)].view(np.bool_)
         return torch.from_numpy(part).reshape(stop - start, self.cols)
 
