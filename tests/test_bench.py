@@ -113,6 +113,7 @@ def test_the_block_sparse_form_reproduces_a_network_with_block_masks(tmp_path):
     with torch.inference_mode():
         a = agreement(logits(built.run, x), logits(lambda xb: net(xb, masks), x), y)
     assert a.agrees and a.max_abs_diff <= a.tolerance
+    assert built.file_bytes < bench_forms.dense(src).file_bytes  # the file holds the kept blocks only
     unstructured = {n: torch.rand(net.weights[n].shape, generator=g) < 0.3 for n in net.names}
     with pytest.raises(bench_forms.Unavailable, match="whole square blocks"):
         bench_forms.bsr(bench_forms.Source(net, unstructured, torch.device("cpu"), tmp_path, "digits"))

@@ -130,22 +130,44 @@ def structured(src: Source, name: str, layers: dict[str, Layer]) -> Built:
     return Built(module, path.stat().st_size, load_s, kernels.module_bytes(module))
 
 
-def bsr_layer(block: tuple[int, int]) -> Layer:
-    return lambda w, bias: kernels.SparseLinear(kernels.bsr(w, block), bias)
+BSR_PARTS = ("crow_indices", "col_indices", "values", "shape")
+
+
+def bsr_state(src: Source, blocks: dict[str, tuple[int, int]]) -> dict[str, torch.Tensor]:
+    """W * M with each weight of `blocks` as its BSR arrays (`<name>.crow_indices`, `.col_indices`, `.values` of
+    shape (blocks, R, C), `.shape`), the rest dense: the form's file."""
+    state = src.masked_state()
+    for n, block in blocks.items():
+        w = state.pop(n)
+        b = kernels.bsr(w, block)
+        parts = (b.crow_indices(), b.col_indices(), b.values(), torch.tensor(list(w.shape)))
+        state |= {f"{n}.{p}": t.contiguous() for p, t in zip(BSR_PARTS, parts)}
+    return state
 
 
 def bsr(src: Source) -> Built:
     """Block-sparse: each masked Linear layer whose mask is whole square blocks (torch's BSR product takes square
-    blocks only) as BSR of its largest such block; the other layers dense."""
+    blocks only) as BSR of its largest such block, in its file too; the other layers dense."""
     blocks = {n: kernels.block_of(src.masks[n], square=True) for n in linear_weights(src)}
     found = {n: b for n, b in blocks.items() if b is not None}
     if not found:
         raise Unavailable("no masked Linear layer's mask is whole square blocks of 2x2 or larger")
-    layers: dict[str, Layer] = {n: bsr_layer(b) for n, b in found.items()}
-    built = structured(src, "bsr", layers)
+    path = written(src, "bsr.safetensors", st_save(bsr_state(src, found)))
+    skeleton = src.skeleton()
+
+    def load(p: Path) -> nn.Module:
+        state = load_file(p, device=str(src.device))
+        skeleton.load_state_dict({k: v for k, v in state.items() if k.rpartition(".")[0] not in found}, strict=False)
+        for n in found:
+            crow, col, values, shape = (state[f"{n}.{part}"] for part in BSR_PARTS)
+            weight = kernels.bsr_tensor(crow, col, values, (int(shape[0]), int(shape[1])))
+            replaced(skeleton, n, kernels.SparseLinear(weight, state.get(n.rpartition(".")[0] + ".bias")))
+        return skeleton
+
+    module, load_s = timed_load(path, load)
     sizes = sorted({f"{r}x{c}" for r, c in found.values()})
-    built.detail = f"{len(found)} of {len(blocks)} Linear layers as {', '.join(sizes)} blocks"
-    return built
+    detail = f"{len(found)} of {len(blocks)} Linear layers as {', '.join(sizes)} blocks"
+    return Built(module, path.stat().st_size, load_s, kernels.module_bytes(module), detail)
 
 
 def semi_structured(src: Source) -> Built:

@@ -87,6 +87,13 @@ def bsr(weight: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
         return weight.to_sparse_bsr(block)
 
 
+def bsr_tensor(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """A BSR matrix from its arrays (read from a file: its invariants checked)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.sparse_bsr_tensor(crow, col, values, size=shape, check_invariants=True)
+
+
 class SemiStructuredLinear(nn.Module):
     """y = x W^T + b with W in torch's semi-structured (2:4) sparse format (CUDA only)."""
 
