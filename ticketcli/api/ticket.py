@@ -263,6 +263,7 @@ class Ticket:
         batch: Sequence[int] | None = None,
         repeats: int | None = None,
         forms: Sequence[str] | None = None,
+        clock: str | None = None,
         device: str = "auto",
         weights: str | Path | None = None,
         trust_model_code: bool = False,
@@ -273,14 +274,16 @@ class Ticket:
         checked against the ticket's network on its test split and timed interleaved with the others (latency,
         throughput, memory, load time, bytes on disk, speed-up over dense), and the verdict per batch size
         (`result.tickets[0].verdict`). batch: the batch sizes (None: 1, 64 and 512); forms: the forms besides dense
-        (None: every form); threads: torch CPU threads (None: torch's own). Needs the ticket's own dataset."""
+        (None: every form); clock: "wall" (None) or "thread" (the timing thread's CPU time: device="cpu", threads=1);
+        threads: torch CPU threads (None: torch's own). Needs the ticket's own dataset."""
         from ticketcli.bench import run as bench_run  # the bench's forms import the exporters: only when used
         from ticketcli.specs.bench import bench_spec
 
-        spec = bench_spec(batch, repeats, forms)
+        spec = bench_spec(batch, repeats, forms, clock)
         self._data_for(None, "bench")
         reader = self._reader(device, weights, trust_model_code, data_dir, threads)
         with using(reader.threads):
+            bench_run.check_clock(spec.clock, runs_inputs.resolve_device(reader.device))
             opened = runs_build.open_loaded(self._record, self._label, reader)
             row = bench_run.bench_opened(opened, self._label, spec)
             return bench_run.bench_result([row], reader, spec)

@@ -152,6 +152,7 @@ class BenchResult(Result):
     repeats: int
     memory_measure: str  # "tensors" (the form's own tensors' bytes) or "cuda-peak" (torch.cuda's peak allocation)
     tickets: tuple[TicketBench, ...]
+    clock: str = "wall"  # "wall", or "thread": the timing thread's CPU time
     plot: str | None = None
 
     @property
@@ -159,7 +160,7 @@ class BenchResult(Result):
         return tuple(t for t in self.tickets if t.error is not None)
 
     def body(self) -> JsonObject:
-        doc = entries(self, "device", "threads", "repeats", "memory_measure")
+        doc = entries(self, "device", "threads", "repeats", "clock", "memory_measure")
         doc["batches"] = list(self.batches)
         doc |= present(plot=self.plot)
         doc["tickets"] = [t.to_dict() for t in self.tickets]

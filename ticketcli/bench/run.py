@@ -4,6 +4,7 @@ network on the test split, time the forms that agree interleaved at each batch s
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import torch
 from ticketcli.bench import forms as bench_forms
 from ticketcli.bench import timing
 from ticketcli.bench.result import DENSE, Agreement, BenchResult, FormReport, TicketBench, Timing
-from ticketcli.errors import Interrupted, TicketCliError
+from ticketcli.errors import Interrupted, TicketCliError, UsageError
 from ticketcli.methods.base import Progress
 from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.inputs import resolve_device
@@ -103,7 +104,7 @@ def bench_opened(o: OpenTicket, path: Path, spec: BenchSpec = BenchSpec()) -> Ti
             why = None if agreed.agrees else "its outputs differ from the ticket's network: timed, never recommended"
             reports[name] = FormReport(name, description, True, why, agreed, built.file_bytes, built.load_s, memory)
             runs[name] = built.run
-        per_batch = {b: time_forms(runs, batch_of(x, b), repeats, dev) for b in batches}
+        per_batch = {b: time_forms(runs, batch_of(x, b), repeats, dev, spec.clock) for b in batches}
     for name, report in reports.items():
         timings = tuple(t[name] for t in per_batch.values() if name in t)
         reports[name] = FormReport(**{**report.__dict__, "timings": timings})
@@ -123,9 +124,24 @@ def agreeing(per_batch: dict[int, dict[str, Timing]], reports: dict[str, FormRep
     return {b: {n: t for n, t in timings.items() if n in good} for b, timings in per_batch.items()}
 
 
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+
+
+def check_clock(clock: str, device: torch.device) -> None:
+    """The thread clock counts the timing thread's CPU time: all the work only with one torch thread on the CPU."""
+    if clock == "thread" and (device.type != "cpu" or torch.get_num_threads() != 1):
+        raise UsageError(
+            f"--clock thread counts only the calling thread's CPU time: it needs --device cpu and --threads 1, not "
+            f"{device} with {torch.get_num_threads()} thread(s)",
+            hint="--clock wall measures any device and thread count",
+        )
+
+
 def time_forms(
-    runs: dict[str, bench_forms.Run], xb: torch.Tensor, repeats: int, dev: torch.device
+    runs: dict[str, bench_forms.Run], xb: torch.Tensor, repeats: int, dev: torch.device, clock: str = "wall"
 ) -> dict[str, Timing]:
+    """Each form's timings on the batch `xb`, interleaved, by `clock` (a key of CLOCKS)."""
+
     def call(run: bench_forms.Run) -> timing.Forward:
         def once() -> object:
             out = run(xb)
@@ -134,7 +150,7 @@ def time_forms(
 
         return once
 
-    return timing.interleaved({n: call(r) for n, r in runs.items()}, len(xb), repeats)
+    return timing.interleaved({n: call(r) for n, r in runs.items()}, len(xb), repeats, clock=CLOCKS[clock])
 
 
 def bench_paths(
@@ -146,6 +162,7 @@ def bench_paths(
 ) -> BenchResult:
     """Bench every ticket in turn (a folder's: one entry each; one that cannot be benched is an error entry and the
     loop goes on; an interrupt stops it)."""
+    check_clock(spec.clock, resolve_device(reader.device))  # before any ticket is opened
     rows = []
     for done, path in enumerate(paths, 1):
         try:
@@ -171,5 +188,6 @@ def bench_result(rows: Sequence[TicketBench], reader: ReaderSpec, spec: BenchSpe
         batches=spec.batches,
         repeats=spec.repeats,
         memory_measure="cuda-peak" if dev.type == "cuda" else "tensors",
+        clock=spec.clock,
         tickets=tuple(rows),
     )

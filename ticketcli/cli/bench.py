@@ -35,6 +35,7 @@ def bench(
     batch: Optional[str] = None,
     repeats: Optional[int] = None,
     forms: Optional[str] = None,
+    clock: Optional[str] = None,
     plot: Optional[Path] = None,
     force: bool = False,
     json_out: bool = False,
@@ -53,7 +54,7 @@ def bench(
 
     outputs = () if plot is None else (plot,)
     with errors_to_exit_codes(), stop_on_signals(outputs=outputs, unit=None):
-        spec = bench_spec(batch, repeats, forms)
+        spec = bench_spec(batch, repeats, forms, clock)
         check_threads(r["threads"])
         from ticketcli.runs import folder as runs_folder  # torch-free
 

@@ -56,7 +56,10 @@ def bench_tables(r: BenchResult) -> None:
         folder_table(r)
     else:
         ticket_tables(r, r.tickets[0])
-    out.print(f"on {r.device}, {r.threads} torch thread(s), {r.repeats} repeats; {MEMORY[r.memory_measure]}.")
+    timed = "the timing thread's CPU time" if r.clock == "thread" else "wall-clock time"
+    out.print(
+        f"on {r.device}, {r.threads} torch thread(s), {r.repeats} repeats of {timed}; {MEMORY[r.memory_measure]}."
+    )
 
 
 def ticket_tables(r: BenchResult, t: TicketBench) -> None:

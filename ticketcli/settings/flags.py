@@ -10,6 +10,7 @@ from typing import Any
 
 from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S
 from ticketcli.settings.setting import Panel, Setting, Table
+from ticketcli.specs.bench import CLOCKS as BENCH_CLOCKS
 from ticketcli.specs.bench import FORMS as BENCH_FORMS
 from ticketcli.specs.bench import BenchSpec
 from ticketcli.specs.ranges import Range, Worded
@@ -171,6 +172,16 @@ BENCH_FLAGS = Table(
         Panel.MEASURE,
         str,
         shown="every form",
+    ),
+    flag(
+        "clock",
+        "wall: latency by the wall clock. thread: the timing thread's CPU time, which other processes' load does not "
+        "inflate; it counts all the work only with one torch thread on the CPU (--threads 1), and is refused "
+        "otherwise.",
+        Panel.MEASURE,
+        BENCH_CLOCKS,
+        Range("choice", choices=BENCH_CLOCKS),
+        shown=BenchSpec().clock,
     ),
     flag("plot", "Write a PNG of latency against batch size, one line per form.", OUT, Path, shown="no plot"),
     FORCE.but(help="Overwrite --plot if it exists."),

@@ -11,6 +11,7 @@ from ticketcli.errors import UsageError
 FORMS = ("dense", "sparse", "onnx", "bsr", "2:4")  # every form, in the order measured and shown; dense first
 MAX_BATCH = 1 << 16
 MAX_REPEATS = 10_000
+CLOCKS = ("wall", "thread")  # wall-clock latency; or the timing thread's CPU time (one torch thread, on the CPU)
 
 
 @dataclass(frozen=True)
@@ -21,10 +22,14 @@ class BenchSpec:
     batches: tuple[int, ...] = (1, 64, 512)
     repeats: int = 15
     forms: tuple[str, ...] = FORMS
+    clock: str = "wall"  # one of CLOCKS
 
 
 def bench_spec(
-    batch: str | Sequence[int] | None = None, repeats: int | None = None, forms: str | Sequence[str] | None = None
+    batch: str | Sequence[int] | None = None,
+    repeats: int | None = None,
+    forms: str | Sequence[str] | None = None,
+    clock: str | None = None,
 ) -> BenchSpec:
     """A BenchSpec from --batch "1,64,512" (or the API's sequence of sizes), --repeats and --forms "sparse,onnx" (or
     a sequence of names); None: the default. A bad value is one usage error."""
@@ -52,4 +57,7 @@ def bench_spec(
     unknown = [f for f in names if f not in FORMS]
     if unknown or not names:
         raise UsageError(f"unknown form {(unknown or [''])[0]!r} in --forms; choose from {', '.join(FORMS)}")
-    return BenchSpec(batches, n, ("dense", *(f for f in FORMS if f in names and f != "dense")))
+    timer = d.clock if clock is None else clock
+    if timer not in CLOCKS:
+        raise UsageError(f"--clock must be one of {', '.join(CLOCKS)}, not {str(timer)[:40]!r}")
+    return BenchSpec(batches, n, ("dense", *(f for f in FORMS if f in names and f != "dense")), timer)
