@@ -61,7 +61,7 @@ def docs(tmp_path_factory) -> dict[str, tuple[str, dict]]:
         out[f"export-{fmt}"] = ("export", run("export", aug, "--format", fmt, "--out", str(d / f"{fmt}.st"), "--json"))
     out["export-onnx"] = ("export", run("export", aug, "--format", "onnx", "--out", str(d / "m.onnx"), "--json"))
     bench = ["bench", "--batch", "1,16", "--repeats", "3", "--json"]
-    out["bench"] = ("bench", run(*bench, aug))
+    out["bench"] = ("bench", run(*bench, "--forms", "sparse,bsr,2:4", aug))  # with ONNX: tests/test_bench.py
     out["bench-folder"] = (
         "bench",
         run(*bench, "--forms", "sparse,bsr", str(d / "augmented.safetensors"), ticket["random"]),
