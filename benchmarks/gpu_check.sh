@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU checks for a machine with CUDA (any CUDA machine): a ticket extracted on the GPU re-evaluated on the
-# CPU (the README promises agreement within 0.2 points), fp32 vs bf16 timings of a ConvNet, and the GPU suite.
+# CPU (the README promises agreement within 0.2 points), fp32 vs bf16 timings of a ConvNet, the GPU suite, and
+# `ticket bench` on CUDA (dense, CSR, 2:4, blocks) for the paper MLP and ResNet-20, its tables in OUT_DIR/bench.
 #
-#   bash benchmarks/gpu_check.sh [OUT_DIR]        # about 5 minutes on one modern GPU
+#   bash benchmarks/gpu_check.sh [OUT_DIR]        # about 8 minutes on one modern GPU
 set -euo pipefail
 out=${1:-gpu-check}
 mkdir -p "$out"
@@ -36,3 +37,30 @@ done
 # 3. the tests that need a GPU
 python3 -m pytest -q tests/test_distributed.py -k gpu
 python3 -m pytest -q tests/test_masked_step.py -k gpu
+
+# 4. ticket bench on CUDA: dense against CSR (the sparse form), 2:4 semi-structured and 4x4 blocks, on the paper MLP
+# and ResNet-20 (FashionMNIST, sized to it). Random masks (the speed depends on the pattern, not on which weights
+# are kept): unstructured at 95%, --structure 2:4 (50%), --block 4x4 at 90%. A structure a model cannot take is
+# one line and skipped (ResNet-20's stem convolution has 9 inputs per output: no 2:4). Tables, plots and one JSON
+# document per model in $out/bench.
+bench="$out/bench"
+mkdir -p "$bench"
+for model in mlp:784-256-256-256-10 resnet20; do
+  tag=${model%%:*}
+  for t in u95 2of4 4x4; do
+    case $t in
+      u95) shape=(--sparsity 0.95) ;;
+      2of4) shape=(--structure 2:4) ;;
+      4x4) shape=(--block 4x4 --sparsity 0.9) ;;
+    esac
+    if ! python3 -m ticketcli extract --method random --model "$model" "${shape[@]}" --device cuda \
+        --out "$bench/$tag-$t.safetensors" --force --quiet > /dev/null; then
+      echo "skipped: $model ${shape[*]} (refused above)"
+      continue
+    fi
+    python3 -m ticketcli bench "$bench/$tag-$t.safetensors" --device cuda --batch 1,256,4096 --repeats 20 \
+        --plot "$bench/$tag-$t.png" --force --quiet | tee "$bench/$tag-$t.txt"
+  done
+  python3 -m ticketcli bench "$bench"/"$tag"-*.safetensors --device cuda --batch 1,256,4096 --repeats 10 --json \
+      --quiet > "$bench/$tag.json"
+done

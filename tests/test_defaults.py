@@ -111,6 +111,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "checkpoint_every": DESCRIBED,  # every --log-every steps
     },
     "evaluate": TICKET_READER,
+    "bench": {**TICKET_READER, "batch": DESCRIBED, "repeats": DESCRIBED, "forms": DESCRIBED, "plot": DESCRIBED},
     "export": TICKET_READER,
     "inspect": {},
     "compare": {},

@@ -23,6 +23,7 @@ ARGS = {
     "train-weak": ["train-weak", "{t}", "--epochs", "1", "--batch-size", "64"],
     "drift": ["drift", "--ticket", "{t}", "--steps", "2", "--log-every", "1", "--batch-size", "64"],
     "list": ["list", "methods"],
+    "bench": ["bench", "{t}", "--batch", "1,8", "--repeats", "3", "--forms", "sparse"],
     "sweep-k": ["sweep-k", *TINY, "--seeds", "0", "--densities", "0.5", "--layerwise", "0", "--device", "cpu"],
 }
 

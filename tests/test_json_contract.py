@@ -60,6 +60,12 @@ def docs(tmp_path_factory) -> dict[str, tuple[str, dict]]:
     for fmt in ("csr", "masked"):
         out[f"export-{fmt}"] = ("export", run("export", aug, "--format", fmt, "--out", str(d / f"{fmt}.st"), "--json"))
     out["export-onnx"] = ("export", run("export", aug, "--format", "onnx", "--out", str(d / "m.onnx"), "--json"))
+    bench = ["bench", "--batch", "1,16", "--repeats", "3", "--json"]
+    out["bench"] = ("bench", run(*bench, "--forms", "sparse,bsr,2:4", aug))  # with ONNX: tests/test_bench.py
+    out["bench-folder"] = (
+        "bench",
+        run(*bench, "--forms", "sparse,bsr", str(d / "augmented.safetensors"), ticket["random"]),
+    )
     sweep = ["sweep-k", *DATA, *MODEL, "--seeds", "0", "--densities", "0.1,0.3", "--layerwise", "0"]
     out["sweep-k"] = ("sweep-k", run(*sweep, "--out-dir", str(d / "sweep"), "--json"))
     out["drift"] = ("drift", run(*DRIFT))
@@ -99,6 +105,8 @@ CASES = [
     "drift-tradeoff",
     "compare",
     "compare-3",
+    "bench",
+    "bench-folder",
 ]
 
 

@@ -35,7 +35,7 @@ LAYERS: list[list[str]] = [
     ["ticketcli.methods"],  # one module per method family, behind one registry
     ["ticketcli.settings"],  # every option declared once, and flags, config files and defaults -> validated specs
     # workflows: what a command does, from specs to a typed result
-    ["ticketcli.runs", "ticketcli.weak", "ticketcli.export", "ticketcli.sweep"],
+    ["ticketcli.runs", "ticketcli.weak", "ticketcli.export", "ticketcli.sweep", "ticketcli.bench"],
     ["ticketcli.report", "ticketcli.track"],  # presentation: tables, JSON, plots; experiment trackers (--log-to)
     # drift, a second study whole in one package: its settings and spec, workflow, run dir, and its own views and
     # tracker feed, so it sits above presentation and trackers; only the API and the command line import it

@@ -1,7 +1,7 @@
 """Every table the CLI prints keeps its numbers and names whole in a narrow terminal: no `…`, no word cut, no line
 wider than the terminal except a stacked `label: value` line (which the terminal wraps without losing it). The
 mechanism (report/fit.py, called by the console's print) is checked on random tables; the commands' own tables
-(inspect, evaluate, export, drift's per-layer statistics, sweep-k, list) at 80 and 60 columns."""
+(inspect, evaluate, export, bench, drift's per-layer statistics, sweep-k, list) at 80 and 60 columns."""
 
 from __future__ import annotations
 
@@ -122,11 +122,15 @@ def values(doc: object) -> list[str]:
         ["export", "{t}", "--format", "csr", "--out", "{d}/c.safetensors", "--force"],
         ["list", "settings"],
         ["list", "models"],
+        ["bench", "{t}", "--batch", "1,8,64", "--repeats", "3", "--forms", "sparse,bsr,2:4"],
+        ["bench", "{t}", "{t2}", "--batch", "1,8,64", "--repeats", "3", "--forms", "sparse"],
     ],
     ids=lambda a: "-".join(a[:2]) if isinstance(a, list) else a,
 )
 def test_command_tables_cut_nothing(args, width, ticket, tmp_path):
-    args = [a.format(t=ticket, d=tmp_path) for a in args]
+    if "{t2}" in args:  # a second ticket (a copy), for the one-row-each table
+        (tmp_path / "copy.safetensors").write_bytes(ticket.read_bytes())
+    args = [a.format(t=ticket, d=tmp_path, t2=tmp_path / "copy.safetensors") for a in args]
     r = runner.invoke(app, [*args, "--quiet"], env={"COLUMNS": str(width)})
     assert r.exit_code == 0, r.output
     assert "…" not in r.stdout

@@ -14,7 +14,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.core import _click as click
 
 import ticketcli
-from ticketcli.cli import compare, drift, evaluate, exits, export, extract, inspect, listing, sweep_k, train_weak
+from ticketcli.cli import bench, compare, drift, evaluate, exits, export, extract, inspect, listing, sweep_k, train_weak
 from ticketcli.cli.common import errors_to_exit_codes
 from ticketcli.errors import UsageError
 from ticketcli.files.bounded import check_user_path
@@ -177,6 +177,7 @@ app.command("sweep-k", cls=Command)(sweep_k.sweep_k)
 app.command("train-weak", cls=Command)(train_weak.train_weak)
 app.command(cls=Command)(drift.drift)
 app.command(cls=Command)(export.export)
+app.command(cls=Command)(bench.bench)
 app.command("list", cls=Command)(listing.list_kind)  # listing.py: a module named list would shadow list()
 
 

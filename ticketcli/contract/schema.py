@@ -31,6 +31,7 @@ SCHEMAS = {
     "inspect-folder": "ticket.inspect-folder/1",
     "evaluate-folder": "ticket.evaluate-folder/1",
     "compare": "ticket.compare/1",
+    "bench": "ticket.bench/1",
 }
 # sweep-k's record of one run in --out-dir (<id>.json): {"schema", "spec", "record"}, its record in the shape of
 # the sweep-k document's records[] ($defs.record of schemas/sweep-k.json). Files without `schema` are version 0.

@@ -10,6 +10,9 @@ from typing import Any
 
 from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S
 from ticketcli.settings.setting import Panel, Setting, Table
+from ticketcli.specs.bench import CLOCKS as BENCH_CLOCKS
+from ticketcli.specs.bench import FORMS as BENCH_FORMS
+from ticketcli.specs.bench import BenchSpec
 from ticketcli.specs.ranges import Range, Worded
 
 OUT, SCALE, M = Panel.OUTPUT, Panel.SCALE_OUT, Panel.MODEL
@@ -171,6 +174,46 @@ EXPORT_FLAGS = Table(
         bool,
     ),
     FORCE,
+    *OUTPUTS,
+)
+
+BENCH_FLAGS = Table(
+    flag(
+        "batch",
+        "Comma-separated batch sizes at which the forms are timed.",
+        Panel.MEASURE,
+        str,
+        shown=",".join(str(b) for b in BenchSpec().batches),
+        metavar="SIZES",
+    ),
+    flag(
+        "repeats",
+        "Timed samples per form and batch size (their median is the latency, their interquartile range the spread).",
+        Panel.MEASURE,
+        int,
+        shown=str(BenchSpec().repeats),
+    ),
+    flag(
+        "forms",
+        "Comma-separated forms to measure besides dense (which is always measured: speed-ups are over it). One of: "
+        + ", ".join(BENCH_FORMS)
+        + ".",
+        Panel.MEASURE,
+        str,
+        shown="every form",
+    ),
+    flag(
+        "clock",
+        "wall: latency by the wall clock. thread: the timing thread's CPU time, which other processes' load does not "
+        "inflate; it counts all the work only with one torch thread on the CPU (--threads 1), and is refused "
+        "otherwise.",
+        Panel.MEASURE,
+        BENCH_CLOCKS,
+        Range("choice", choices=BENCH_CLOCKS),
+        shown=BenchSpec().clock,
+    ),
+    flag("plot", "Write a PNG of latency against batch size, one line per form.", OUT, Path, shown="no plot"),
+    FORCE.but(help="Overwrite --plot if it exists."),
     *OUTPUTS,
 )
 
