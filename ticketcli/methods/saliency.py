@@ -26,7 +26,7 @@ Params = dict[str, torch.Tensor]
 
 def minibatches(data: Splits, spec: MethodSpec, generator: torch.Generator) -> Batches:
     """The first --saliency-batches minibatches of a seeded shuffle of the extraction split."""
-    n = data.y_extract.numel()
+    n = len(data.y_extract)  # examples (text: blocks, each of many targets)
     order = torch.randperm(n, generator=generator).to(data.x_extract.device)
     idx = [order[i : i + spec.batch_size] for i in range(0, n, spec.batch_size)][: option(spec, "saliency_batches")]
     return [(data.x_extract[i], data.y_extract[i]) for i in idx]
