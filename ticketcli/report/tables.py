@@ -42,6 +42,9 @@ def extract_table(s: ExtractionResult) -> None:
     t = titled(f"{method_name(s.method)} ticket  ->  {s.ticket} ({s.file_bytes} bytes)", "quantity", "value")
     t.add_row("test accuracy", pct(m.test.accuracy))
     t.add_row("validation accuracy", pct(m.val.accuracy))
+    if m.test.bits_per_char is not None and m.val.bits_per_char is not None:  # a language model's ticket
+        for split, sm in (("test", m.test), ("validation", m.val)):
+            t.add_row(f"{split} bits per character", f"{sm.bits_per_char:.4f} (perplexity {sm.perplexity:.2f})")
     if m.trained is not None:
         t.add_row("trained sparse network test accuracy (info)", pct(m.trained.test.accuracy))
     t.add_row("requested sparsity", pct(sp.requested))
@@ -83,9 +86,14 @@ def layer_table(layers: Sequence[LayerCount]) -> Table:
 def evaluate_table(r: EvaluateResult) -> None:
     """`ticket evaluate`: re-measured accuracy and loss beside the stored ones, and the gate when asked."""
     t = titled(f"{r.ticket}: {method_name(r.method)} on {r.model}, seed {r.seed}", "split", "accuracy", "loss")
+    lm = r.test.bits_per_char is not None  # a language model's ticket: loss in nats, bits per character, perplexity
+    if lm:
+        t.add_column("bits/char", justify="right")
+        t.add_column("perplexity", justify="right")
     t.add_column("stored accuracy", justify="right")
-    t.add_row("test", pct(r.test.accuracy), f"{r.test.loss:.4f}", pct(r.stored.test_accuracy))
-    t.add_row("validation", pct(r.val.accuracy), f"{r.val.loss:.4f}", pct(r.stored.val_accuracy))
+    for name, sm, stored in (("test", r.test, r.stored.test_accuracy), ("validation", r.val, r.stored.val_accuracy)):
+        lm_cells = [f"{sm.bits_per_char:.4f}", f"{sm.perplexity:.2f}"] if lm else []
+        t.add_row(name, pct(sm.accuracy), f"{sm.loss:.4f}", *lm_cells, pct(stored))
     out = stdout()
     out.print(t)
     verdict = "reproduces the stored accuracy exactly" if r.reproduced else "differs from the stored accuracy"
@@ -95,6 +103,8 @@ def evaluate_table(r: EvaluateResult) -> None:
         asked = [f"test accuracy >= {g.min_accuracy}"] if g.min_accuracy is not None else []
         if g.max_drop is not None and g.drop is not None:
             asked.append(f"drop from the stored {pct(g.stored_accuracy)} <= {g.max_drop} (drop {100 * g.drop:.2f} pts)")
+        if g.max_bits_per_char is not None:
+            asked.append(f"test bits per character <= {g.max_bits_per_char}")
         out.print(f"gate: {'; '.join(asked)}: {'passed' if g.passed else 'FAILED'}")
 
 

@@ -5,12 +5,13 @@ come from one place. A command reads them as typed parameters (cli.declared's `f
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from ticketcli.runtime.world import RENDEZVOUS_TIMEOUT_S
 from ticketcli.settings.setting import Panel, Setting, Table
-from ticketcli.specs.ranges import Range, Worded
+from ticketcli.specs.ranges import FLOAT, Range, Worded
 
 OUT, SCALE, M = Panel.OUTPUT, Panel.SCALE_OUT, Panel.MODEL
 
@@ -84,6 +85,13 @@ EVALUATE_FLAGS = Table(
         "e.g. 0.005): a check that the ticket reproduces on this machine and torch.",
         OUT,
         range=FRACTION,
+    ),
+    flag(
+        "max_bits_per_char",
+        "A language model's ticket (--dataset text): exit with code 1 if the test loss is above this many bits "
+        "per character (e.g. 2.5).",
+        OUT,
+        range=FLOAT(0, math.inf, lo_open=True, hi_open=True),
     ),
     *OUTPUTS,
 )
