@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ticketcli.data.datasets import Splits
+from ticketcli.errors import UsageError
 from ticketcli.methods.base import Context, ExtractResult, Method, dense_masks
 from ticketcli.methods.registry import option
 from ticketcli.models import batchnorm
@@ -141,6 +142,11 @@ class SynFlow(_Saliency):
     seeded = False  # data-free and deterministic: the seed only enters through the weights
 
     def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
+        if net.sequence:  # its input is a tensor of ones, which character ids cannot be
+            raise UsageError(
+                "synflow scores a network on an all-ones input, and a character-level model takes character ids",
+                hint="use snip or grasp, the saliency methods that read the text",
+            )
         masks = dense_masks(net)
         groups = self.groups(net, spec)
         rounds = option(spec, "synflow_rounds")
