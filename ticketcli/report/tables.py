@@ -219,6 +219,7 @@ CSV_COLUMNS = (
     "error",
     "masks_sha256",
 )
+CSV_LM_COLUMNS = ("test_bits_per_char", "val_bits_per_char")  # only when a listed ticket is a language model's
 
 
 def inspect_folder_csv(r: InspectFolderResult) -> None:
@@ -228,9 +229,11 @@ def inspect_folder_csv(r: InspectFolderResult) -> None:
     escaped, as in every output of ticket) and never as a spreadsheet formula (values.csv_cell)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    lm = any(row.test_bits_per_char is not None for row in r.tickets)  # language models' tickets among them
+    columns = (*CSV_COLUMNS, *CSV_LM_COLUMNS) if lm else CSV_COLUMNS
+    writer.writerow(columns)
     for row in r.tickets:
-        writer.writerow([csv_cell(c, getattr(row, c)) for c in CSV_COLUMNS])
+        writer.writerow([csv_cell(c, getattr(row, c)) for c in columns])
     results().write(buffer.getvalue())
 
 

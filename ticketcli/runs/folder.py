@@ -168,6 +168,8 @@ class TicketRow:
     test_accuracy: float | None = None  # as stored at extraction
     val_accuracy: float | None = None
     masks_sha256: str | None = None
+    test_bits_per_char: float | None = None  # a language model's ticket (--dataset text), as stored
+    val_bits_per_char: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -178,8 +180,11 @@ class TicketRow:
             **entries(self, "ticket", "integrity", "error", "file_bytes", "method", "model", "seed"),
             "sparsity": {"requested": self.requested_sparsity, "achieved": self.achieved_sparsity},
             "metrics": {
-                split: {"accuracy": acc}
-                for split, acc in (("test", self.test_accuracy), ("val", self.val_accuracy))
+                split: {"accuracy": acc, **({"bits_per_char": bits} if bits is not None else {})}
+                for split, acc, bits in (
+                    ("test", self.test_accuracy, self.test_bits_per_char),
+                    ("val", self.val_accuracy, self.val_bits_per_char),
+                )
                 if acc is not None
             },
             "masks_sha256": self.masks_sha256,
@@ -212,6 +217,8 @@ def inspect_row(path: Path) -> TicketRow:
         test_accuracy=tk.metrics.accuracy("test"),
         val_accuracy=tk.metrics.accuracy("val"),
         masks_sha256=tk.masks_sha256,
+        test_bits_per_char=None if tk.metrics.test is None else tk.metrics.test.bits_per_char,
+        val_bits_per_char=None if tk.metrics.val is None else tk.metrics.val.bits_per_char,
     )
 
 
