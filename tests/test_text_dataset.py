@@ -18,6 +18,7 @@ from ticketcli.specs.run import DataSpec
 
 runner = CliRunner()
 MODEL = "gpt-nano:l1-d16-h2-c16"
+SLOW = pytest.mark.slow  # each method once more: the fast set keeps a score method and the random baseline
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jumbo vats of ale. "
 
 
@@ -118,3 +119,96 @@ def test_splits_are_disjoint_whole_blocks(tmp_path) -> None:
 def test_mismatches_are_one_line(args, words, tmp_path) -> None:
     r = runner.invoke(app, ["extract", *args, "--out", str(tmp_path / "t.safetensors")])
     assert r.exit_code == 2 and words in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+@pytest.mark.parametrize(
+    "method, flags",
+    [
+        ("edge-popup", ["--epochs", "1"]),
+        pytest.param("iterated", ["--epochs", "2"], marks=SLOW),
+        ("random", []),
+        pytest.param("snip", [], marks=SLOW),
+        pytest.param("grasp", [], marks=SLOW),
+        pytest.param("imp", ["--epochs", "2", "--imp-rounds", "2"], marks=SLOW),
+        pytest.param("set", ["--epochs", "1"], marks=SLOW),
+        pytest.param("rigl", ["--epochs", "1"], marks=SLOW),
+        pytest.param("movement", ["--epochs", "1"], marks=SLOW),
+    ],
+)
+def test_every_method_that_reads_text_makes_a_ticket(made, method, flags, tmp_path) -> None:
+    """Each method's ticket masks every parameter of the GPT (embedding, attention, MLP, head) near the sparsity,
+    and its bits per character are a loss over the text's characters: below a uniform guess's log2(vocab) plus a
+    margin, and above zero."""
+    text, _, _ = made
+    out = tmp_path / "t.safetensors"
+    doc = run(
+        "extract", "--model", MODEL, "--dataset", "text", "--text", str(text), "--method", method, *flags,
+        "--sparsity", "0.7", "--device", "cpu", "--quiet", "--out", str(out), "--json",
+    )  # fmt: skip
+    names = [layer["name"] for layer in doc["layers"]]
+    assert names[0] == "tok_embed.weight" and names[-1] == "head.weight"
+    assert {"blocks.0.attn.qkv.weight", "blocks.0.attn.proj.weight", "blocks.0.mlp.fc1.weight"} <= set(names)
+    assert 0.6 < doc["sparsity"]["achieved"] < 0.8
+    vocab = int(doc["model"].rsplit("-v", 1)[1])
+    assert 0 < doc["metrics"]["test"]["bits_per_char"] < math.log2(vocab) + 4
+
+
+def test_synflow_is_refused_in_one_line(made, tmp_path) -> None:
+    text, _, _ = made
+    args = ["--model", MODEL, "--dataset", "text", "--text", str(text), "--method", "synflow"]
+    r = runner.invoke(app, ["extract", *args, "--out", str(tmp_path / "t.safetensors")])
+    assert r.exit_code == 2 and "synflow" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_inspect_command_reproduces_the_ticket(made, tmp_path, monkeypatch) -> None:
+    text, ticket, doc = made
+    line = runner.invoke(app, ["inspect", str(ticket), "--command"]).stdout.strip()
+    args = line.split()[1:]  # less "ticket"
+    assert args[args.index("--text") + 1] == str(text) and "--dataset" in args
+    monkeypatch.chdir(tmp_path)
+    again = run(*args, "--quiet", "--json")
+    assert again["masks_sha256"] == doc["masks_sha256"]
+    assert again["metrics"]["test"]["bits_per_char"] == doc["metrics"]["test"]["bits_per_char"]
+
+
+def test_inspect_csv_adds_bits_per_char(made) -> None:
+    _, ticket, doc = made
+    header, row = runner.invoke(app, ["inspect", str(ticket), "--csv"]).stdout.splitlines()[:2]
+    cells = dict(zip(header.split(","), row.split(",")))
+    assert float(cells["test_bits_per_char"]) == doc["metrics"]["test"]["bits_per_char"]
+
+
+def test_train_weak_and_its_dense_baseline_read_the_text(made) -> None:
+    _, ticket, _ = made
+    doc = run("train-weak", str(ticket), "--epochs", "1", "--dense-baseline", "--device", "cpu", "--quiet", "--json")
+    for part in (doc, doc["dense"]):
+        assert part["metrics"]["test"]["bits_per_char"] > 0
+
+
+@pytest.mark.parametrize("fmt", ["masked", "prune", "csr", "masks"])
+def test_every_export_format_takes_the_ticket(made, fmt, tmp_path) -> None:
+    _, ticket, _ = made
+    r = runner.invoke(app, ["export", str(ticket), "--format", fmt, "--out", str(tmp_path / f"e.{fmt}"), "--quiet"])
+    assert r.exit_code == 0, r.output
+
+
+def test_the_api_and_a_config_file_take_text(made, tmp_path) -> None:
+    import ticketcli as tc
+
+    text, _, doc = made
+    t = tc.extract(MODEL, "text", text=str(text), sparsity=0.8, epochs=1, device="cpu")
+    assert t.metrics.test is not None and t.metrics.test.bits_per_char == doc["metrics"]["test"]["bits_per_char"]
+    config = tmp_path / "c.toml"
+    config.write_text(f'model = "{MODEL}"\ndataset = "text"\ntext = "{text}"\nsparsity = 0.8\nepochs = 1\n')
+    again = run(
+        "extract",
+        "--config",
+        str(config),
+        "--device",
+        "cpu",
+        "--quiet",
+        "--out",
+        str(tmp_path / "c.safetensors"),
+        "--json",
+    )
+    assert again["masks_sha256"] == doc["masks_sha256"]
