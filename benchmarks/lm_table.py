@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--sparsities", type=float, nargs="+", default=list(SPARSITIES))
     ap.add_argument("--epochs", type=int, default=10, help="training epochs of every method that trains")
+    ap.add_argument("--batch-size", type=int, default=512, help="blocks per training step (every method and dense)")
     ap.add_argument("--imp-rounds", type=int, default=None, help="IMP's rounds (default: --epochs, one epoch each)")
     ap.add_argument("--chars", type=int, default=None, help="only the corpus's first N characters")
     ap.add_argument("--threads", type=int, default=None)
@@ -86,7 +87,7 @@ def one_seed(model: str, seed: int, args: argparse.Namespace, common: list[str],
 
     def run(method: str, sparsity: float | None, *extra: str) -> dict[str, Any]:
         out = folder / f"{method}-{sparsity}-{seed}.safetensors"
-        flags = [] if method == "random" else ["--epochs", str(args.epochs)]
+        flags = [] if method == "random" else ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size)]
         flags += [] if sparsity is None else ["--sparsity", str(sparsity)]
         doc = cli(
             "extract", "--dataset", "text", "--model", model, "--method", method, "--seed", str(seed), *flags, *extra,
@@ -123,7 +124,8 @@ def one_seed(model: str, seed: int, args: argparse.Namespace, common: list[str],
         imp = run("imp", sparsity, "--imp-rounds", str(args.imp_rounds or args.epochs))
         trained = (imp.get("trained") or {}).get("metrics", imp.get("trained") or {}).get("test", {})
         record("imp", sparsity, imp, trained_bits_per_char=trained.get("bits_per_char"))
-    weak = cli("train-weak", random_ticket, "--epochs", str(args.epochs), "--dense-baseline", *common)
+    train = ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--dense-baseline"]
+    weak = cli("train-weak", random_ticket, *train, *common)
     dense = weak["dense"]
     rows.append(
         {
