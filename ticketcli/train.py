@@ -49,18 +49,26 @@ def evaluate(
     evaluation's as `phase` (the counts the loop has anyway: no extra synchronisation)."""
     net.calibrate(masks, chunks)
     loss_sum, correct = 0.0, 0
-    n = y.numel()
-    total = math.ceil(n / EVAL_CHUNK)
+    n, rows = y.numel(), len(y)  # targets, examples (text: characters, blocks)
+    total = math.ceil(rows / EVAL_CHUNK)
     if chunks is not None:
         chunks(phase, 0, total)
-    for i in range(0, n, EVAL_CHUNK):
+    for i in range(0, rows, EVAL_CHUNK):
         logits = net(x[i : i + EVAL_CHUNK], masks)
         yb = y[i : i + EVAL_CHUNK]
         loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
         correct += int((logits.argmax(1) == yb).sum())
         if chunks is not None:
             chunks(phase, i // EVAL_CHUNK + 1, total)
-    return {"accuracy": correct / n, "loss": loss_sum / n, "correct": correct, "n": n}
+    measured: JsonObject = {"accuracy": correct / n, "loss": loss_sum / n, "correct": correct, "n": n}
+    if y.dim() == 2:  # next-character prediction: the loss per character in bits, and its perplexity
+        measured.update(language_metrics(loss_sum / n))
+    return measured
+
+
+def language_metrics(loss: float) -> JsonObject:
+    """A language model's numbers beside its mean loss in nats per character: bits per character and perplexity."""
+    return {"bits_per_char": loss / math.log(2), "perplexity": math.exp(loss) if loss < 700 else math.inf}
 
 
 def precision_context(device: torch.device, precision: str) -> Callable[[], AbstractContextManager[Any]]:
@@ -185,7 +193,7 @@ def train_weights(
 
     Returns one record per epoch: {"epoch", "loss", "accuracy"} (training loss/accuracy over the epoch);
     on_epoch gets each record as it is made (add validation there)."""
-    n = y.numel()
+    n = len(y)  # examples (text: blocks)
     history, step = [], 0
     for epoch in range(epochs):
         order = torch.randperm(n, generator=generator).to(x.device)
@@ -199,7 +207,7 @@ def train_weights(
                 on_step(step, xb, yb)
             loss_sum += loss * idx.numel()
             correct += c
-        record = {"epoch": epoch + 1, "loss": loss_sum / n, "accuracy": correct / n}
+        record = {"epoch": epoch + 1, "loss": loss_sum / n, "accuracy": correct / y.numel()}  # per target
         history.append(record)
         if on_epoch is not None:
             on_epoch(record)

@@ -51,6 +51,7 @@ def evaluate(
     min_accuracy: Optional[float] = None,
     max_drop: Optional[float] = None,
     aggregate: bool = False,
+    max_bits_per_char: Optional[float] = None,
     json_out: bool = False,
     quiet: bool = False,
     **given: object,  # the reader settings of settings/reader.py (@declared): one flag each
@@ -63,13 +64,16 @@ def evaluate(
     from ticketcli.ticketfile import ticket as ticket_io  # numpy: not needed for --help
 
     with errors_to_exit_codes(), stop_on_signals(outputs=None, unit=None):
-        for name, bound in (("min_accuracy", min_accuracy), ("max_drop", max_drop)):
+        bounds = (("min_accuracy", min_accuracy), ("max_drop", max_drop), ("max_bits_per_char", max_bits_per_char))
+        for name, bound in bounds:
             if bound is not None:
                 EVALUATE_FLAGS[name].check(bound)
         check_threads(r["threads"])  # before the tickets are looked at, as every flag
         from ticketcli.runs import folder as runs_folder  # torch-free
 
         if not runs_folder.single_file(tickets):
+            if max_bits_per_char is not None:
+                raise UsageError("--max-bits-per-char gates one ticket at a time", hint="evaluate each ticket alone")
             gates = {"min_accuracy": min_accuracy, "max_drop": max_drop}
             evaluate_many(tickets, r, **gates, aggregate=aggregate, json_out=json_out, quiet=quiet)
             return
@@ -88,8 +92,10 @@ def evaluate(
         result = replace(result, threads=result_threads)
         warn_unverified(result)
         failures: list[str] = []
-        if min_accuracy is not None or max_drop is not None:
-            gate, failures = runs_evaluate.evaluation_gate(result, min_accuracy=min_accuracy, max_drop=max_drop)
+        if min_accuracy is not None or max_drop is not None or max_bits_per_char is not None:
+            gate, failures = runs_evaluate.evaluation_gate(
+                result, min_accuracy=min_accuracy, max_drop=max_drop, max_bits_per_char=max_bits_per_char
+            )
             result = replace(result, gate=gate)
         console.print_json(result.to_document()) if json_out else report_tables.evaluate_table(result)
         if not result.reproduced and result.device == "cpu" and result.stored.device == "cpu":

@@ -248,8 +248,9 @@ def load_splits(spec: DataSpec) -> Splits:
     """Shuffle the training pool with the split seed: first n_extract for extraction, next n_val for validation."""
     info = DATASETS.get(spec.name)
     pools = info.load(spec)
-    n_e = spec.n_extract if spec.n_extract is not None else info.n_extract
-    n_v = spec.n_val if spec.n_val is not None else info.n_val
+    sizes = pools.sizes or (info.n_extract, info.n_val)
+    n_e = spec.n_extract if spec.n_extract is not None else sizes[0]
+    n_v = spec.n_val if spec.n_val is not None else sizes[1]
     return draw_splits(pools, spec.name, n_e, n_v, spec.split_seed)
 
 
@@ -258,7 +259,8 @@ def draw_splits(pools: Pools, name: str, n_e: int, n_v: int, split_seed: int) ->
     memory or registered, is split by this one function)."""
     n = len(pools.y_train)
     if n_e + n_v > n:
-        raise UsageError(f"{name} has {n} training examples; cannot draw {n_e} extraction + {n_v} validation")
+        what = "training blocks" if pools.record is not None and "text" in pools.record else "training examples"
+        raise UsageError(f"{name} has {n} {what}; cannot draw {n_e} extraction + {n_v} validation")
     perm = torch.randperm(n, generator=generator(split_seed, "split"))
     ext, val = perm[:n_e], perm[n_e : n_e + n_v]
     meta = {
@@ -268,6 +270,7 @@ def draw_splits(pools: Pools, name: str, n_e: int, n_v: int, split_seed: int) ->
         "n_test": len(pools.y_test),
         "split_seed": split_seed,
         "source": pools.source,
+        **(pools.record or {}),
     }
     prep = pools.prepare
     return Splits(

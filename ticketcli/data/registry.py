@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ticketcli.registry import Registry, load
 from ticketcli.specs.run import DataSpec
@@ -26,6 +26,8 @@ class Pools:
     y_test: torch.Tensor
     source: str  # where the files came from, for reports
     prepare: Callable[[torch.Tensor], torch.Tensor] = lambda x: x
+    sizes: tuple[int, int] | None = None  # default (extraction, validation) sizes, where the data decides them
+    record: dict[str, Any] | None = None  # what the ticket's `data` records beside the split (the text's digest)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class DatasetInfo:
     description: str = ""  # its one line in `ticket list datasets`
     # what the loader does to the stored values (None: a dataset whose inputs are not scaled, e.g. character ids)
     normalization: Normalization | None = None
+    text: bool = False  # character ids for a character-level model, next-character targets (data/lm.py)
 
     @property
     def in_features(self) -> int:
@@ -119,5 +122,17 @@ DATASETS.register("cifar10")(
         "CIFAR-10: 32x32 colour images, 10 classes (files or --download).",
         # the standard per-channel (R, G, B) statistics of the CIFAR-10 training set
         Normalization((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 255.0, PIXELS + ", channels R, G, B"),
+    )
+)
+DATASETS.register("text")(
+    DatasetInfo(
+        "text",
+        (1, 1, 1),  # unused: a block's length is the model's context
+        0,  # the vocabulary comes from the text
+        0,  # 0: the split sizes come from the text (90% / 10% of the blocks left after the test set)
+        0,
+        lambda spec: cast(Callable[[DataSpec], Pools], load("ticketcli.data.lm:load_text"))(spec),
+        "Next-character prediction for gpt-nano: the fortunes files, or --text FILE (any UTF-8 text).",
+        text=True,
     )
 )

@@ -9,6 +9,7 @@ distinct characters (the model's embedding and head grow with it). Anything else
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ class Corpus:
     ids: torch.Tensor  # (n,) int32 character ids
     vocab: str  # the characters, sorted by code point; id i is vocab[i]
     sources: tuple[str, ...]  # the files read
+    sha256: str = ""  # of the text as encoded (UTF-8, after fortunes' separators are dropped)
 
     def decode(self, ids: torch.Tensor) -> str:
         return "".join(self.vocab[int(i)] for i in ids)
@@ -82,7 +84,8 @@ def load_corpus(spec: TextSpec) -> Corpus:
     if len(chars) > MAX_VOCAB:
         raise UsageError(f"text {paths[0]} has {len(chars)} distinct characters, more than {MAX_VOCAB}")
     vocab = "".join(chr(int(c)) for c in chars)
-    return Corpus(torch.from_numpy(ids.astype(np.int32)), vocab, tuple(str(p) for p in paths))
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return Corpus(torch.from_numpy(ids.astype(np.int32)), vocab, tuple(str(p) for p in paths), digest)
 
 
 def block_count(corpus: Corpus, context: int) -> int:

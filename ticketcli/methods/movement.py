@@ -64,7 +64,7 @@ class Movement(_SparseTraining):
         std, warmup, cooldown = (option(spec, f"movement_{o}") for o in ("noise", "warmup", "cooldown"))
         noise = {n: std * torch.randn(net.weights[n].shape, generator=ctx.generator) for n in net.names}
         trainer = MovementTrainer(net, spec, self.groups(net, spec), noise)
-        total = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
+        total = spec.epochs * math.ceil(len(data.y_extract) / spec.batch_size)
 
         def schedule_at(step: int) -> Callable[[float], float]:
             return lambda d: cubic_density(step, total, d, warmup, cooldown)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ticketcli.data.datasets import Splits
+from ticketcli.errors import UsageError
 from ticketcli.methods.base import Context, ExtractResult, Method, dense_masks
 from ticketcli.methods.registry import option
 from ticketcli.models import batchnorm
@@ -26,7 +27,7 @@ Params = dict[str, torch.Tensor]
 
 def minibatches(data: Splits, spec: MethodSpec, generator: torch.Generator) -> Batches:
     """The first --saliency-batches minibatches of a seeded shuffle of the extraction split."""
-    n = data.y_extract.numel()
+    n = len(data.y_extract)  # examples (text: blocks, each of many targets)
     order = torch.randperm(n, generator=generator).to(data.x_extract.device)
     idx = [order[i : i + spec.batch_size] for i in range(0, n, spec.batch_size)][: option(spec, "saliency_batches")]
     return [(data.x_extract[i], data.y_extract[i]) for i in idx]
@@ -142,6 +143,11 @@ class SynFlow(_Saliency):
     seeded = False  # data-free and deterministic: the seed only enters through the weights
 
     def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
+        if net.sequence:  # its input is a tensor of ones, which character ids cannot be
+            raise UsageError(
+                "synflow scores a network on an all-ones input, and a character-level model takes character ids",
+                hint="use snip or grasp, the saliency methods that read the text",
+            )
         masks = dense_masks(net)
         groups = self.groups(net, spec)
         rounds = option(spec, "synflow_rounds")

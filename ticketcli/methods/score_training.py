@@ -269,7 +269,7 @@ def train_scores(
     the trainer, the generator and `context` (a method's own state, e.g. iterated's round) are saved after every
     `checkpoint.every` epochs; a resumed run passes the saved epoch as `start_epoch`. A non-finite loss or score
     stops the run naming the epoch and the first offending parameter."""
-    n = data.y_extract.numel()
+    n = len(data.y_extract)  # examples (text: blocks, each of many targets)
     total_weights = sum(trainer.net.weights[n].numel() for n in trainer.net.names)
     for epoch in range(start_epoch, spec.epochs):
         order = torch.randperm(n, generator=generator).to(data.x_extract.device)
@@ -301,7 +301,7 @@ def train_scores(
                     "epoch": epoch + 1,
                     "epochs": spec.epochs,
                     "loss": loss_sum / n,
-                    "accuracy": correct / n,
+                    "accuracy": correct / data.y_extract.numel(),  # per target (text: per character)
                     "sparsity": 1.0 - kept / total_weights,
                     "densities": {name: k / max(hard[name].numel(), 1) for name, k in each.items()},  # for --log-to
                     **(extra or {}),

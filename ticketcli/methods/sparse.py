@@ -153,7 +153,7 @@ class _DynamicSparse(_SparseTraining):
     grow_scores: Growth  # (trainer, x, y, generator) -> the scores regrowth picks the highest of
 
     def masks_for(self, net: MaskedNet, data: Splits, spec: MethodSpec, ctx: Context) -> ExtractResult:
-        total_steps = spec.epochs * math.ceil(data.y_extract.numel() / spec.batch_size)
+        total_steps = spec.epochs * math.ceil(len(data.y_extract) / spec.batch_size)
         every, fraction = option(spec, "regrow_every"), option(spec, "regrow_fraction")
         groups = self.groups(net, spec)
         trainer = WeightTrainer(net, random_masks(net, groups, ctx.generator, ctx.device), weight_optim(spec))

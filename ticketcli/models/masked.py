@@ -57,6 +57,10 @@ class MaskedNet:
         self.bn_statistics = "recalibrate"  # one of batchnorm.MODES: "frozen" for a ticket without a BatchNorm record
         self.calibration: torch.Tensor | None = None  # inputs the running statistics are recomputed on
         self.calibration_batch = batchnorm.CALIBRATION_BATCH
+        # next-character prediction (--dataset text): a (B, T, V) output is returned as (B, V, T), the layout of
+        # cross_entropy's and argmax(1)'s K-dimensional case, so that every loss and count reads it as it reads
+        # (B, classes) logits against (B, T) targets; runs.inputs.check_input_shape sets it from the data
+        self.sequence = False
         self._version = 0  # bumped whenever the weights change, so calibrate knows its statistics are stale
         self._calibrated: _CalibrationKey | None = None
 
@@ -98,7 +102,10 @@ class MaskedNet:
     def forward(self, x: torch.Tensor, masks: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """Evaluation: W * M (or the module's own weights without masks), BatchNorm on running statistics."""
         with batchnorm.statistics(self.batchnorms, self.bn_statistics, "running"):
-            return self.module(x) if masks is None else self._run(x, self.masked(masks))
+            if masks is None:
+                out = cast(torch.Tensor, self.module(x))  # a Module call is typed Any
+                return out.transpose(1, 2) if self.sequence else out
+            return self._run(x, self.masked(masks))
 
     def forward_with(
         self, x: torch.Tensor, params: Mapping[str, torch.Tensor], *, batch_statistics: bool = True, **options: Any
@@ -116,10 +123,11 @@ class MaskedNet:
     def _run(self, x: torch.Tensor, params: Mapping[str, torch.Tensor], **options: Any) -> torch.Tensor:
         fast = getattr(self.module, "forward_with", None)  # our own models skip functional_call's overhead
         # both typed Any: a model's forward_with is found by name, functional_call returns what the module does
-        return cast(
+        out = cast(
             torch.Tensor,
             fast(x, params, **options) if fast is not None else functional_call(self.module, dict(params), (x,)),
         )
+        return out.transpose(1, 2) if self.sequence else out
 
     def calibrate(self, masks: dict[str, torch.Tensor] | None, chunks: batchnorm.ChunkProgress | None = None) -> None:
         """Recompute BatchNorm's running statistics for these masks (None: the dense weights) and the current

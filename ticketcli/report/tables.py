@@ -51,6 +51,9 @@ def extract_table(s: ExtractionResult) -> None:
     t = titled(f"{method_name(s.method)} ticket  ->  {s.ticket} ({s.file_bytes} bytes)", "quantity", "value")
     t.add_row("test accuracy", pct(m.test.accuracy))
     t.add_row("validation accuracy", pct(m.val.accuracy))
+    if m.test.bits_per_char is not None and m.val.bits_per_char is not None:  # a language model's ticket
+        for split, sm in (("test", m.test), ("validation", m.val)):
+            t.add_row(f"{split} bits per character", f"{sm.bits_per_char:.4f} (perplexity {sm.perplexity:.2f})")
     if m.trained is not None:
         t.add_row("trained sparse network test accuracy (info)", pct(m.trained.test.accuracy))
     t.add_row("requested sparsity", pct(sp.requested))
@@ -96,9 +99,14 @@ def evaluate_table(r: EvaluateResult) -> None:
     """`ticket evaluate`: re-measured accuracy and loss beside the stored ones, and the gate when asked."""
     title = f"{r.ticket}: {method_name(r.method)}{structure_text(r.method)} on {r.model}, seed {r.seed}"
     t = titled(title, "split", "accuracy", "loss")
+    lm = r.test.bits_per_char is not None  # a language model's ticket: loss in nats, bits per character, perplexity
+    if lm:
+        t.add_column("bits/char", justify="right")
+        t.add_column("perplexity", justify="right")
     t.add_column("stored accuracy", justify="right")
-    t.add_row("test", pct(r.test.accuracy), f"{r.test.loss:.4f}", pct(r.stored.test_accuracy))
-    t.add_row("validation", pct(r.val.accuracy), f"{r.val.loss:.4f}", pct(r.stored.val_accuracy))
+    for name, sm, stored in (("test", r.test, r.stored.test_accuracy), ("validation", r.val, r.stored.val_accuracy)):
+        lm_cells = [f"{sm.bits_per_char:.4f}", f"{sm.perplexity:.2f}"] if lm else []
+        t.add_row(name, pct(sm.accuracy), f"{sm.loss:.4f}", *lm_cells, pct(stored))
     out = stdout()
     out.print(t)
     verdict = "reproduces the stored accuracy exactly" if r.reproduced else "differs from the stored accuracy"
@@ -108,6 +116,8 @@ def evaluate_table(r: EvaluateResult) -> None:
         asked = [f"test accuracy >= {g.min_accuracy}"] if g.min_accuracy is not None else []
         if g.max_drop is not None and g.drop is not None:
             asked.append(f"drop from the stored {pct(g.stored_accuracy)} <= {g.max_drop} (drop {100 * g.drop:.2f} pts)")
+        if g.max_bits_per_char is not None:
+            asked.append(f"test bits per character <= {g.max_bits_per_char}")
         out.print(f"gate: {'; '.join(asked)}: {'passed' if g.passed else 'FAILED'}")
 
 
@@ -229,6 +239,7 @@ CSV_COLUMNS = (
     "error",
     "masks_sha256",
 )
+CSV_LM_COLUMNS = ("test_bits_per_char", "val_bits_per_char")  # only when a listed ticket is a language model's
 
 
 def inspect_folder_csv(r: InspectFolderResult) -> None:
@@ -246,9 +257,11 @@ def inspect_rows_csv(r: InspectFolderResult) -> None:
     escaped, as in every output of ticket) and never as a spreadsheet formula (values.csv_cell)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    lm = any(row.test_bits_per_char is not None for row in r.tickets)  # language models' tickets among them
+    columns = (*CSV_COLUMNS, *CSV_LM_COLUMNS) if lm else CSV_COLUMNS
+    writer.writerow(columns)
     for row in r.tickets:
-        writer.writerow([csv_cell(c, getattr(row, c)) for c in CSV_COLUMNS])
+        writer.writerow([csv_cell(c, getattr(row, c)) for c in columns])
     results().write(buffer.getvalue())
 
 

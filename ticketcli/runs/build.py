@@ -202,4 +202,12 @@ def ticket_splits(tk: ticket_io.Ticket, path: Path, data: DataSpec) -> Splits:
     is (data.py)."""
     check_own_dataset(tk, path)
     d = tk.data
-    return load_splits(replace(data, name=d.dataset, n_extract=d.n_extract, n_val=d.n_val, split_seed=d.split_seed))
+    data = replace(data, name=d.dataset, n_extract=d.n_extract, n_val=d.n_val, split_seed=d.split_seed)
+    if DATASETS.get(d.dataset).text:
+        from ticketcli.runs.text import same_text, text_location
+
+        data = text_location(tk, path, data)
+        splits = load_splits(data)
+        same_text(tk, path, splits, data)
+        return splits
+    return load_splits(data)

@@ -57,6 +57,7 @@ class Gate:
     max_drop: float | None = None
     stored_accuracy: float | None = None  # with max_drop: the stored test accuracy it compared with
     drop: float | None = None  # stored - measured, rounded to 12 places
+    max_bits_per_char: float | None = None  # a language model's ticket: the test bits per character at most this
 
     def to_dict(self) -> JsonObject:
         doc: JsonObject = {}
@@ -64,6 +65,8 @@ class Gate:
             doc["min_accuracy"] = self.min_accuracy
         if self.max_drop is not None:
             doc.update(max_drop=self.max_drop, stored_accuracy=self.stored_accuracy, drop=self.drop)
+        if self.max_bits_per_char is not None:
+            doc["max_bits_per_char"] = self.max_bits_per_char
         doc["passed"] = self.passed
         return doc
 
@@ -131,7 +134,11 @@ GATE_TOL = 1e-9  # accuracies are ratios of counts: a drop of exactly --max-drop
 
 
 def evaluation_gate(
-    result: EvaluateResult, *, min_accuracy: float | None, max_drop: float | None
+    result: EvaluateResult,
+    *,
+    min_accuracy: float | None,
+    max_drop: float | None,
+    max_bits_per_char: float | None = None,
 ) -> tuple[Gate, list[str]]:
     """`evaluate`'s gates on the re-measured test accuracy: at least min_accuracy, and at most max_drop below the
     test accuracy the ticket stored (drop = stored - measured; a gain never fails). Returns the `gate` for the
@@ -154,5 +161,21 @@ def evaluation_gate(
                 f"test accuracy {measured:.4f} is {drop:.4f} below the stored {stored:.4f}, "
                 f"more than --max-drop {max_drop}"
             )
-    gate = Gate(not failures, min_accuracy=min_accuracy, max_drop=max_drop, stored_accuracy=stored, drop=drop)
+    if max_bits_per_char is not None:
+        bits = result.test.bits_per_char
+        if bits is None:
+            raise UsageError(
+                f"{result.ticket} is not a language model's ticket: it has no bits per character to gate on",
+                hint="--max-bits-per-char gates a --dataset text ticket; gate this one with --min-accuracy",
+            )
+        if bits > max_bits_per_char:
+            failures.append(f"test bits per character {bits:.4f} is above --max-bits-per-char {max_bits_per_char}")
+    gate = Gate(
+        not failures,
+        min_accuracy=min_accuracy,
+        max_drop=max_drop,
+        stored_accuracy=stored,
+        drop=drop,
+        max_bits_per_char=max_bits_per_char,
+    )
     return gate, failures

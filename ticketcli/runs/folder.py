@@ -170,6 +170,8 @@ class TicketRow:
     val_accuracy: float | None = None
     masks_sha256: str | None = None
     matched_to: str | None = field(default=None, compare=False)  # --match-sparsity's ticket (groups, not the row)
+    test_bits_per_char: float | None = None  # a language model's ticket (--dataset text), as stored
+    val_bits_per_char: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -180,8 +182,11 @@ class TicketRow:
             **entries(self, "ticket", "integrity", "error", "file_bytes", "method", "model", "seed"),
             "sparsity": {"requested": self.requested_sparsity, "achieved": self.achieved_sparsity},
             "metrics": {
-                split: {"accuracy": acc}
-                for split, acc in (("test", self.test_accuracy), ("val", self.val_accuracy))
+                split: {"accuracy": acc, **({"bits_per_char": bits} if bits is not None else {})}
+                for split, acc, bits in (
+                    ("test", self.test_accuracy, self.test_bits_per_char),
+                    ("val", self.val_accuracy, self.val_bits_per_char),
+                )
                 if acc is not None
             },
             "masks_sha256": self.masks_sha256,
@@ -215,6 +220,8 @@ def inspect_row(path: Path) -> TicketRow:
         val_accuracy=tk.metrics.accuracy("val"),
         masks_sha256=tk.masks_sha256,
         matched_to=_text(header.method.option("matched_to")),
+        test_bits_per_char=None if tk.metrics.test is None else tk.metrics.test.bits_per_char,
+        val_bits_per_char=None if tk.metrics.val is None else tk.metrics.val.bits_per_char,
     )
 
 

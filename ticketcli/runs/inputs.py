@@ -151,6 +151,9 @@ def check_input_shape(model: ModelSpec, data: Splits, net: MaskedNet | None = No
         )
     if net is None:
         return
+    if data.y_test.dim() == 2:  # next-character targets (data/lm.py): the model must be a character-level one
+        check_text_model(model, data, net)
+        return
     try:
         with torch.no_grad():
             logits = net(data.x_test[:1].to(net.device))
@@ -163,3 +166,18 @@ def check_input_shape(model: ModelSpec, data: Splits, net: MaskedNet | None = No
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or (classes and logits.shape[1] != classes):
         got = tuple(logits.shape[1:]) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise UsageError(f"model {model.to_string()} outputs {got} per example but {name} has {classes} classes")
+
+
+def check_text_model(model: ModelSpec, data: Splits, net: MaskedNet) -> None:
+    """A character-level model on text blocks: its context holds a block, its vocabulary the text's characters; its
+    logits are then read in (B, V, T) layout (MaskedNet.sequence)."""
+    vocab, context = getattr(net.module, "vocab", None), getattr(net.module, "context", None)
+    if not isinstance(vocab, int) or not isinstance(context, int):
+        raise UsageError(f"model {model.to_string()[:80]} is not a character-level model; --dataset text needs one")
+    block, seen = int(data.x_test.shape[1]), int(data.x_test.max())
+    if block > context or seen >= vocab:
+        raise UsageError(
+            f"model {model.to_string()[:80]} (context {context}, vocabulary {vocab}) does not fit the text's blocks "
+            f"({block} characters, ids up to {seen})"
+        )
+    net.sequence = True

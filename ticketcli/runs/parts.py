@@ -16,25 +16,37 @@ from ticketcli.ticketfile.record import SplitRecord
 class SplitMetrics:
     """One split measured by train.evaluate: accuracy (a fraction), mean loss, correct predictions out of n."""
 
-    accuracy: float
-    loss: float
+    accuracy: float  # text: next-character accuracy
+    loss: float  # mean cross-entropy in nats (text: per character)
     correct: int
     n: int
+    bits_per_char: float | None = None  # text only: loss / ln 2
+    perplexity: float | None = None  # text only: exp(loss)
 
     @classmethod
     def of(cls, measured: Mapping[str, Any]) -> SplitMetrics:
         """From train.evaluate's dict (this package's own measurement, never a file's)."""
-        return cls(accuracy=measured["accuracy"], loss=measured["loss"], correct=measured["correct"], n=measured["n"])
+        return cls(
+            accuracy=measured["accuracy"],
+            loss=measured["loss"],
+            correct=measured["correct"],
+            n=measured["n"],
+            bits_per_char=measured.get("bits_per_char"),
+            perplexity=measured.get("perplexity"),
+        )
 
     @classmethod
     def stored(cls, split: SplitRecord) -> SplitMetrics:
         """From a ticket this package has just written (its splits hold every value)."""
         assert split.accuracy is not None and split.loss is not None and split.correct is not None
         assert split.n is not None
-        return cls(accuracy=split.accuracy, loss=split.loss, correct=split.correct, n=split.n)
+        return cls(split.accuracy, split.loss, split.correct, split.n, split.bits_per_char, split.perplexity)
 
     def to_dict(self) -> JsonObject:
-        return {"accuracy": self.accuracy, "loss": self.loss, "correct": self.correct, "n": self.n}
+        d: JsonObject = {"accuracy": self.accuracy, "loss": self.loss, "correct": self.correct, "n": self.n}
+        if self.bits_per_char is not None:  # a language model's: only then, so image documents stay as they were
+            d["bits_per_char"], d["perplexity"] = self.bits_per_char, self.perplexity
+        return d
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,11 @@ def reproduction(path: str | Path) -> Reproduction:
     )
     if init.scheme != MODULE_INIT:
         recorded["init_k"] = init.k
+    text = data.stored.get("text")
+    if dataset == "text" and isinstance(text, dict) and isinstance(text.get("sources"), list):
+        if len(text["sources"]) == 1 and isinstance(text["sources"][0], str):  # --text FILE (else: the fortunes)
+            recorded["text"] = text["sources"][0]
+            # (the text's digest in the ticket says whether it is still the same text)
     notes: list[str] = []
     if model.arch == "user":
         notes.append(

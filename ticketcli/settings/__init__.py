@@ -20,6 +20,7 @@ Modules:
   its setting) and extract's checks beyond each value's range (the method's options, --init module), torch-free,
   so that resolve.py and `inspect --command` run the same ones.
 - registry.py: the check of --threads.
+- lm.py: the model and text of a `--dataset text` run (the text is read, with torch, only for such a run).
 
 Torch-free and typer-free: it imports the spec dataclasses (for the defaults), the value ranges and the torch-free
 registries' names (methods, models, datasets, init schemes), so that --help can read

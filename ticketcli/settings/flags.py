@@ -5,6 +5,7 @@ come from one place. A command reads them as typed parameters (cli.declared's `f
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from ticketcli.settings.setting import Panel, Setting, Table
 from ticketcli.specs.bench import CLOCKS as BENCH_CLOCKS
 from ticketcli.specs.bench import FORMS as BENCH_FORMS
 from ticketcli.specs.bench import BenchSpec
-from ticketcli.specs.ranges import Range, Worded
+from ticketcli.specs.ranges import FLOAT, Range, Worded
 
 OUT, SCALE, M = Panel.OUTPUT, Panel.SCALE_OUT, Panel.MODEL
 
@@ -107,6 +108,13 @@ EVALUATE_FLAGS = Table(
         range=FRACTION,
     ),
     AGGREGATE,
+    flag(
+        "max_bits_per_char",
+        "A language model's ticket (--dataset text): exit with code 1 if the test loss is above this many bits "
+        "per character (e.g. 2.5).",
+        OUT,
+        range=FLOAT(0, math.inf, lo_open=True, hi_open=True),
+    ),
     *OUTPUTS,
 )
 

@@ -5,6 +5,7 @@ flags only (these commands take no config file); the shared ones are extract's s
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ READER = Table(
         range=TEXT,
         config=False,
     ),
-    *(RUN[name].but(config=False) for name in ("max_params", "max_memory", "data_dir", "download")),
+    *(RUN[name].but(config=False) for name in ("max_params", "max_memory", "data_dir", "download", "text")),
     *(RUN[name].but(config=False, field=(ReaderSpec, name)) for name in ("device", "threads")),
 )
 EXPORT_READER = READER.pick(*(n for n in READER.names() if n != "device"))  # export writes on the CPU
@@ -60,5 +61,9 @@ def build_reader_spec(**values: Any) -> ReaderSpec:
         max_params=values.get("max_params"),
         max_memory=values.get("max_memory"),
     )
-    data = DataSpec(**data_location(values.get("data_dir"), bool(values.get("download"))))
+    text = values.get("text")
+    data = DataSpec(
+        **data_location(values.get("data_dir"), bool(values.get("download"))),
+        text=None if text is None else os.path.abspath(str(RUN["text"].check(text))),
+    )
     return build_spec(ReaderSpec, READER, values, data=data, policy=policy)

@@ -21,8 +21,9 @@ from ticketcli.methods import METHODS
 from ticketcli.models import budget
 from ticketcli.models.budget import Budget, default_max_memory
 from ticketcli.models.init import INIT_SCHEMES
-from ticketcli.models.registry import MODELS, parse_model
+from ticketcli.models.registry import MODELS, parse_model, text_model
 from ticketcli.settings.checks import build_spec, check_module_init, method_spec
+from ticketcli.settings.lm import text_model_spec
 from ticketcli.settings.readers import method_reads
 from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Settings, Table
@@ -182,11 +183,16 @@ def build_extract_spec(
     METHODS.get(s["method"])
     INIT_SCHEMES.get(s["init"])
     info = DATASETS.get(s["dataset"]) if dataset is None else dataset
+    text_fields: dict[str, Any] = {}
 
     if module is not None:  # already built by the caller: nothing to size, nothing to import
         model = parse_model(module, bias=bool(s["bias"]))
         if model.arch != "user":
             raise UsageError(f"the module's class {module[:80]} reads as a built-in model spec, not a factory")
+    elif info.text or (s["model"] is not None and text_model(parse_model(str(s["model"])).arch)):
+        given_model = None if s["model"] is None else parse_model(str(s["model"]), bias=bool(s["bias"]))
+        location = data_location(s["data_dir"], s["download"])
+        model, text_fields = text_model_spec(info, given_model, s["text"], location["search_dirs"], bias=s["bias"])
     elif s["model"] is None:
         model = ModelSpec(widths=(info.in_features, *PAPER_HIDDEN, info.classes), bias=s["bias"])
     else:
@@ -215,7 +221,9 @@ def build_extract_spec(
     elif s["match_sparsity_per_layer"]:
         raise UsageError("--match-sparsity-per-layer needs --match-sparsity TICKET")
     location = data_location(s["data_dir"], s["download"])
-    data = build_spec(DataSpec, RUN, s, name=info.name, split_seed=s["seed"], **location)
+    if not info.text and s["text"] is not None:
+        raise UsageError(f"--text is read with --dataset text, not {info.name}", hint="add --dataset text")
+    data = build_spec(DataSpec, RUN, s, name=info.name, split_seed=s["seed"], **location, **text_fields)
     init = build_spec(InitSpec, RUN, s)
     check_module_init(init, model, given or frozenset())
     return build_spec(RunSpec, RUN, s, model=model, init=init, data=data, method=method, max_memory=memory)

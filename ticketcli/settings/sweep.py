@@ -8,7 +8,7 @@ from ticketcli.settings.run import RUN
 from ticketcli.settings.setting import Panel, Setting, Table, show
 from ticketcli.specs.ranges import INT
 
-SHARED: tuple[str, ...] = ("sparsity", "model", "bias", "init", "init_k", "dataset", "data_dir", "download")
+SHARED: tuple[str, ...] = ("sparsity", "model", "bias", "init", "init_k", "dataset", "text", "data_dir", "download")
 SHARED += ("n_extract", "n_val", "epochs", "lr", "batch_size", "device", "max_params", "max_memory")
 HELP = {
     "sparsity": "Requested sparsity of fixed edge-popup, random and the double-scoring methods.",

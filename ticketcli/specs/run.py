@@ -130,6 +130,8 @@ class DataSpec:
     search_dirs: tuple[str, ...] = ()  # where to look for files, in order (not stored in tickets)
     download: bool = False  # allow a torchvision download (not stored in tickets)
     download_dir: str | None = None  # where a download goes (the user cache)
+    text: str | None = None  # --dataset text: --text FILE (None: the fortunes files, found in search_dirs)
+    context: int | None = None  # --dataset text: characters per block, the model's context (from its spec)
 
 
 @dataclass(frozen=True)

@@ -229,11 +229,15 @@ class SplitRecord:
     loss: float | None
     correct: int | None
     n: int | None
+    bits_per_char: float | None = None  # a language model's (--dataset text)
+    perplexity: float | None = None
 
     @classmethod
     def of(cls, entry: JsonValue) -> SplitRecord:
         e = _object(entry)
-        return cls(_number(e.get("accuracy")), _number(e.get("loss")), _int(e.get("correct")), _int(e.get("n")))
+        numbers = (_number(e.get(k)) for k in ("accuracy", "loss"))
+        lm = (_number(e.get(k)) for k in ("bits_per_char", "perplexity"))
+        return cls(*numbers, _int(e.get("correct")), _int(e.get("n")), *lm)
 
 
 @dataclass(frozen=True, kw_only=True)
