@@ -267,15 +267,6 @@ class Ticket:
         *,
         overwrite: bool = False,
         with_preprocessing: bool = False,
-    @speaks_keywords("Ticket.bench")
-    def bench(
-        self,
-        *,
-        batch: Sequence[int] | None = None,
-        repeats: int | None = None,
-        forms: Sequence[str] | None = None,
-        clock: str | None = None,
-        device: str = "auto",
         weights: str | Path | None = None,
         trust_model_code: bool = False,
         data_dir: str | Path | None = None,
@@ -301,6 +292,20 @@ class Ticket:
         """What `ticket inspect --json` prints of the ticket's file (loaded or saved), without data or weights:
         metadata, per-layer density, file size, integrity; as `tc.inspect(t.path)`."""
         return inspect_ticket(saved_path(self, "this ticket", "inspect"))
+
+    @speaks_keywords("Ticket.bench")
+    def bench(
+        self,
+        *,
+        batch: Sequence[int] | None = None,
+        repeats: int | None = None,
+        forms: Sequence[str] | None = None,
+        clock: str | None = None,
+        device: str = "auto",
+        weights: str | Path | None = None,
+        trust_model_code: bool = False,
+        data_dir: str | Path | None = None,
+        threads: int | None = None,
     ) -> BenchResult:
         """What `ticket bench` reports, as a BenchResult: the ticket's network in every form that runs here, each
         checked against the ticket's network on its test split and timed interleaved with the others (latency,
