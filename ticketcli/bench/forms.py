@@ -197,10 +197,10 @@ def semi_structured(src: Source) -> Built:
 
 def onnx(src: Source) -> Built:
     """The masked network as an ONNX model (the `onnx` export), run by onnxruntime with torch's thread count."""
-    from ticketcli.export import onnx as export_onnx
+    from ticketcli.export.request import require_onnx
 
     try:
-        export_onnx.require_onnx()
+        require_onnx()
     except Exception as e:  # a UsageError naming what is missing
         raise Unavailable(str(e)) from None
     import onnxruntime as ort
