@@ -126,8 +126,11 @@ def test_export_is_the_commands_document_and_refuses_an_existing_file_by_keyword
 
 def test_export_names_keywords_and_needs_a_saved_ticket(saved, tmp_path):
     t = tc.load(saved)
-    with pytest.raises(tc.UsageError, match="with_preprocessing= applies to fmt= onnx only"):
+    with pytest.raises(tc.UsageError, match="with_preprocessing= applies to fmt='onnx' only"):
         t.export("masked", tmp_path / "m.safetensors", with_preprocessing=True)
+    with pytest.raises(tc.UsageError, match="^fmt='masked' cannot be written to ") as caught:
+        t.export("masked", tmp_path / "m.onnx")
+    assert caught.value.hint.startswith("fmt='onnx' path='NAME.onnx'; ")  # the keywords with their values
     with pytest.raises(tc.UsageError, match="has no file") as caught:
         tc.extract("mlp:64-16-10", "digits", **QUICK).export("masked", tmp_path / "u.safetensors")
     assert "t.save(" in caught.value.hint
