@@ -20,7 +20,7 @@ from ticketcli.contract.result import Result
 
 REPO = Path(__file__).resolve().parent.parent
 QUICK = dict(method="augmented", sparsity=0.5, epochs=1, seed=0, progress=False, device="cpu")
-CLOCK = {"wall_time_s", "seconds", "elapsed_s", "steps_per_s"}  # wall-clock times: they differ run to run
+CLOCK = {"wall_time_s"}  # the documents' one wall-clock field (schemas/), which differs run to run
 
 
 def timeless(doc: object) -> object:
@@ -126,8 +126,11 @@ def test_export_is_the_commands_document_and_refuses_an_existing_file_by_keyword
 
 def test_export_names_keywords_and_needs_a_saved_ticket(saved, tmp_path):
     t = tc.load(saved)
-    with pytest.raises(tc.UsageError, match="with_preprocessing= applies to fmt= onnx only"):
+    with pytest.raises(tc.UsageError, match="with_preprocessing= applies to fmt='onnx' only"):
         t.export("masked", tmp_path / "m.safetensors", with_preprocessing=True)
+    with pytest.raises(tc.UsageError, match="^fmt='masked' cannot be written to ") as caught:
+        t.export("masked", tmp_path / "m.onnx")
+    assert caught.value.hint.startswith("fmt='onnx' path='NAME.onnx'; ")  # the keywords with their values
     with pytest.raises(tc.UsageError, match="has no file") as caught:
         tc.extract("mlp:64-16-10", "digits", **QUICK).export("masked", tmp_path / "u.safetensors")
     assert "t.save(" in caught.value.hint
@@ -257,11 +260,12 @@ def test_inspect_a_ticket_and_a_folder(saved):
 
 
 @pytest.mark.slow
-def test_inspect_imports_no_torch(saved):
+def test_inspect_and_schema_of_import_no_torch(saved):
     code = (
         "import sys, ticketcli as tc\n"
         f"r = tc.inspect({str(saved)!r})\n"
-        "assert 'torch' not in sys.modules, 'tc.inspect imported torch'\n"
+        "assert tc.schema_of('inspect')['type'] == 'object'\n"
+        "assert 'torch' not in sys.modules, 'tc.inspect or tc.schema_of imported torch'\n"
         "print(r.density)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -24,7 +24,8 @@ R = TypeVar("R")
 # a command-line option whose API keyword has another name: --dataset is extract's `data`, as Ticket's calls name it
 CLI_NAMES = {"dataset": "data"}
 EMPTY: Mapping[str, str] = {}
-_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+# a flag, and the word after it (its value, where the message gives one)
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: ([^\s;,:()'\"`-][^\s;,:()'\"`]*))?")
 
 
 def keyword_of(name: str, keywords: Collection[str], aliases: Mapping[str, str] = EMPTY) -> str | None:
@@ -36,18 +37,29 @@ def keyword_of(name: str, keywords: Collection[str], aliases: Mapping[str, str] 
 
 
 def in_keywords(
-    text: str, keywords: Collection[str], aliases: Mapping[str, str] = EMPTY, on: Collection[str] = ()
+    text: str,
+    keywords: Collection[str],
+    aliases: Mapping[str, str] = EMPTY,
+    on: Collection[str] = (),
+    valued: Collection[str] = (),
 ) -> str:
     """`text` with each flag that is one of `keywords` written as the keyword: `--n-extract` -> `n_extract=`;
-    a flag `aliases` maps to a keyword of `on` (a switch: `--force` -> `overwrite`) as `overwrite=True`. A command
-    line quoted in backticks (`ticket export ... --out x.pt`) is left as it is: it is run as written."""
+    a flag `aliases` maps to a keyword of `on` (a switch: `--force` -> `overwrite`) as `overwrite=True`, and one
+    that maps to a keyword of `valued` with the word after it as its value (`--format onnx` -> `fmt='onnx'`). A
+    command line quoted in backticks (`ticket export ... --out x.pt`) is left as it is: it is run as written."""
 
     def one(m: re.Match[str]) -> str:
         key = keyword_of(m.group(1), keywords, aliases)
+        after = "" if m.group(2) is None else " " + m.group(2)
         if key is None:
             return m.group(0)
-        switched = key in on and m.group(1).replace("-", "_") in aliases
-        return f"{key}=True" if switched else f"{key}="
+        aliased = m.group(1).replace("-", "_") in aliases
+        if aliased and key in on:
+            return f"{key}=True{after}"
+        if aliased and key in valued and m.group(2) is not None:
+            value = m.group(2).rstrip(".")  # a sentence's full stop is not part of the value
+            return f"{key}={value!r}" + m.group(2)[len(value) :]
+        return f"{key}={after}"
 
     parts = text.split("`")  # the odd parts are quoted
     return "`".join(p if i % 2 and p.startswith("ticket ") else _FLAG.sub(one, p) for i, p in enumerate(parts))
@@ -105,14 +117,18 @@ def check_types(sig: inspect.Signature, args: tuple[object, ...], kwargs: dict[s
 
 
 def speaks_keywords(
-    call: str, options: Callable[[], Collection[str]] = tuple, aliases: Mapping[str, str] = EMPTY
+    call: str,
+    options: Callable[[], Collection[str]] = tuple,
+    aliases: Mapping[str, str] = EMPTY,
+    valued: Collection[str] = (),
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate an API function (`call`: its name as a user writes it) so that it speaks in keywords: an unknown
     keyword is one UsageError with the closest keyword, a bool/int/float keyword of another type one UsageError
     naming it (check_types), and any TicketCliError it raises names keywords, not flags.
     `options`: the keywords its **options take beyond its named parameters (read when it is called); `aliases`:
     the command-line names of its keywords that are spelled otherwise (`{"force": "overwrite", "out": "path"}`);
-    an aliased switch reads `overwrite=True` in its messages."""
+    an aliased switch reads `overwrite=True` in its messages, and an aliased keyword of `valued` takes the word after
+    the flag as its value (`--format onnx` -> `fmt='onnx'`)."""
 
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         sig = inspect.signature(fn)
@@ -131,8 +147,8 @@ def speaks_keywords(
             try:
                 return fn(*args, **kwargs)
             except TicketCliError as e:  # the same exception, worded for a caller of `call`
-                e.args = (in_keywords(str(e), keywords, aliases, switches), *e.args[1:])
-                e.hint = None if e.hint is None else in_keywords(e.hint, keywords, aliases, switches)
+                e.args = (in_keywords(str(e), keywords, aliases, switches, valued), *e.args[1:])
+                e.hint = None if e.hint is None else in_keywords(e.hint, keywords, aliases, switches, valued)
                 raise
 
         return speaking

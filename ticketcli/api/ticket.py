@@ -36,6 +36,7 @@ from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.record import MetricsRecord
 
 UNSAVED = Path("<unsaved ticket>")  # how messages name a ticket that extract() returned and nobody saved yet
+EXPORT_FLAGS = {"force": "overwrite", "format": "fmt", "out": "path"}  # `ticket export`'s flags, Ticket.export's words
 
 
 class Ticket:
@@ -259,7 +260,7 @@ class Ticket:
             result = runs_evaluate.evaluate_loaded(opened, self._label)
         return replace(result, threads=used)
 
-    @speaks_keywords("Ticket.export", aliases={"force": "overwrite", "format": "fmt", "out": "path"})
+    @speaks_keywords("Ticket.export", aliases=EXPORT_FLAGS, valued=("fmt", "path"))
     def export(
         self,
         fmt: str,
