@@ -338,3 +338,12 @@ def test_dense_of_a_csr_matrix_is_torch_s_to_dense():
         mask = torch.rand(rows, cols, generator=g) < density
         csr = sparse_layers.csr_of(w, mask)
         assert torch.equal(sparse_layers.dense_of(csr), w * mask)
+
+
+def test_a_text_model_has_no_sparse_form():
+    from ticketcli.export.inputs import Inputs
+    from ticketcli.export.sparse.net import image_shape
+
+    assert image_shape(Inputs("digits", SHAPE, "float32", 10, None, None)) == SHAPE
+    with pytest.raises(TicketCliError, match="text model"):
+        image_shape(Inputs("fortunes", (8,), "int64", 12, None, None))

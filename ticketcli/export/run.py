@@ -45,7 +45,7 @@ from ticketcli.export import onnx as export_onnx
 from ticketcli.export.request import FORMATS, check_request
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse.measure import LayerRecord
-from ticketcli.export.sparse.net import sparse_module
+from ticketcli.export.sparse.net import image_shape, sparse_module
 from ticketcli.files.atomic import write_atomic
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
@@ -257,8 +257,7 @@ def export_ticket(
             state, layers = csr_state(net, masks)
             meta["layers"] = json.dumps({la.name: la.to_dict(metadata=True) for la in layers})
         elif fmt == "sparse":
-            shape = inputs.shape if inputs.dtype == "float32" else None  # timed on examples of the input's shape
-            snet = sparse_module(net, masks, device="cpu", input_shape=shape)
+            snet = sparse_module(net, masks, device="cpu", input_shape=image_shape(inputs))
             state, records = sparse_file.sparse_tensors(snet), snet.layers
             meta |= sparse_file.sparse_metadata(snet) | {"masks_sha256": tk.masks_sha256 or ""}
         else:

@@ -24,7 +24,7 @@ from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord
 from ticketcli.export.sparse.net import SparseNet, layer_kind, replace_module
 from ticketcli.models.budget import Budget
 from ticketcli.models.build import build_model, planned_shapes
-from ticketcli.models.registry import parse_model
+from ticketcli.models.registry import parse_model, text_model
 from ticketcli.specs.run import MAX_PARAMS
 from ticketcli.ticketfile.meta import strict_json
 
@@ -110,6 +110,8 @@ def skeleton(spec_text: str, path: Path, max_params: int) -> nn.Module:
     """The model spec's network on the meta device (nothing allocated), after its budget; built-in models only."""
     try:
         spec = parse_model(spec_text)
+        if text_model(spec.arch):
+            raise UsageError("it names a text model, which has no sparse form")
         if spec.arch == "user":
             raise UsageError(
                 f"it names the model factory {spec.factory}, and a sparse export is rebuilt from built-in models only"

@@ -13,7 +13,7 @@ from ticketcli.export import inputs as export_inputs
 from ticketcli.export.run import recalibrate
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse import seeded
-from ticketcli.export.sparse.net import SparseNet, remeasure, sparse_module
+from ticketcli.export.sparse.net import SparseNet, image_shape, remeasure, sparse_module
 from ticketcli.models.build import build_model
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
@@ -72,7 +72,7 @@ def load_sparse(
     model = runs_build.ticket_model(tk, path, policy)
     inputs = export_inputs.inputs_of(tk, MaskedNet(_meta(model) if model.arch != "user" else nn.Identity(), model))
     metadata = inputs.metadata()
-    shape = inputs.shape if inputs.dtype == "float32" else None
+    shape = image_shape(inputs)
     if shape is not None and seeded.regenerable(tk, model):
         timed = measure is not False
         snet = seeded.regenerate(path, policy, device=dev, batch=batch if timed else None, metadata=metadata)

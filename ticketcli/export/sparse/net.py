@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ticketcli.errors import UsageError
+from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
 from ticketcli.models.masked import MaskedNet
@@ -75,6 +76,18 @@ class SparseNet(nn.Module):
             else:
                 total += t.numel() * t.element_size()
         return total
+
+
+def image_shape(inputs: Inputs) -> tuple[int, ...] | None:
+    """One example's shape, for timing the layers on examples of it; a text model (character ids, whose embedding
+    multiplies by a Linear layer's weight outside the layer's call) is refused: it has no sparse form."""
+    if inputs.dtype == "int64":
+        raise UsageError(
+            "the sparse runtime form is for networks of real-valued inputs; a text model's embedding reads its "
+            "Linear layer's weight directly",
+            hint="export it with --format csr or masked",
+        )
+    return inputs.shape
 
 
 def layer_kind(layer: nn.Module) -> str:
