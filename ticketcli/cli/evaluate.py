@@ -51,6 +51,7 @@ def evaluate(
     min_accuracy: Optional[float] = None,
     max_drop: Optional[float] = None,
     aggregate: bool = False,
+    csv_out: bool = False,
     json_out: bool = False,
     quiet: bool = False,
     **given: object,  # the reader settings of settings/reader.py (@declared): one flag each
@@ -70,11 +71,15 @@ def evaluate(
         from ticketcli.runs import folder as runs_folder  # torch-free
 
         if not runs_folder.single_file(tickets):
+            if json_out and csv_out:
+                raise UsageError("choose one of --json and --csv")
             gates = {"min_accuracy": min_accuracy, "max_drop": max_drop}
-            evaluate_many(tickets, r, **gates, aggregate=aggregate, json_out=json_out, quiet=quiet)
+            shown = {"aggregate": aggregate, "csv_out": csv_out, "json_out": json_out}
+            evaluate_many(tickets, r, **gates, **shown, quiet=quiet)
             return
-        if aggregate:
-            raise UsageError("--aggregate groups the tickets of a folder over their seeds; give a folder")
+        if aggregate or csv_out:
+            flag = "--aggregate groups" if aggregate else "--csv lists"
+            raise UsageError(f"{flag} the tickets of a folder; give a folder (a glob, several files)")
         ticket = tickets[0]
         ticket_io.check_header(ticket)  # a bad file is refused before torch is imported (seconds)
         from ticketcli.runs import evaluate as runs_evaluate  # torch: imported once there is work to do
@@ -105,6 +110,7 @@ def evaluate_many(
     min_accuracy: float | None,
     max_drop: float | None,
     aggregate: bool,
+    csv_out: bool,
     json_out: bool,
     quiet: bool,
 ) -> None:
@@ -131,7 +137,14 @@ def evaluate_many(
     result = runs_folder_eval.with_threads(result, result_threads)
     if aggregate:
         result = runs_folder_eval.aggregated(result)
-    console.print_json(result.to_document()) if json_out else report_tables.evaluate_folder_table(result)
+    if json_out:
+        console.print_json(result.to_document())
+    elif csv_out:
+        from ticketcli.report.aggregate_tables import evaluate_folder_csv
+
+        evaluate_folder_csv(result)
+    else:
+        report_tables.evaluate_folder_table(result)
     failed = result.failure_line()
     if failed is not None:
         raise GateFailed(failed)

@@ -104,6 +104,14 @@ EVALUATE_FLAGS = Table(
         range=FRACTION,
     ),
     AGGREGATE,
+    flag(
+        "csv_out",
+        "For a folder (a glob, several files): print one CSV line per ticket on stdout instead of the table (with "
+        "--aggregate: one per group).",
+        OUT,
+        bool,
+        flag_name="--csv",
+    ),
     *OUTPUTS,
 )
 
