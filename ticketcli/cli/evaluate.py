@@ -73,9 +73,16 @@ def evaluate(
         if not runs_folder.single_file(tickets):
             if json_out and csv_out:
                 raise UsageError("choose one of --json and --csv")
-            gates = {"min_accuracy": min_accuracy, "max_drop": max_drop}
-            shown = {"aggregate": aggregate, "csv_out": csv_out, "json_out": json_out}
-            evaluate_many(tickets, r, **gates, **shown, quiet=quiet)
+            evaluate_many(
+                tickets,
+                r,
+                min_accuracy=min_accuracy,
+                max_drop=max_drop,
+                aggregate=aggregate,
+                csv_out=csv_out,
+                json_out=json_out,
+                quiet=quiet,
+            )
             return
         if aggregate or csv_out:
             flag = "--aggregate groups" if aggregate else "--csv lists"
