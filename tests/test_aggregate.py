@@ -143,3 +143,15 @@ def test_compare_aggregates_tickets_and_same_seed_overlaps(folder):
     assert group["jaccard"]["std"] == pytest.approx(statistics.stdev(same_seed), abs=1e-12)
     table = runner.invoke(app, ["compare", *paths, "--aggregate"], env={"COLUMNS": "80"}).stdout
     assert "…" not in table and f"{group['jaccard']['mean']:.4f}" in table, table
+
+
+def test_evaluate_csv_holds_the_documents_rows_and_groups(folder):
+    doc = document("evaluate", str(folder), "--threads", "1")
+    rows = list(csv.DictReader(io.StringIO(runner.invoke(app, ["evaluate", str(folder), "--csv", "--quiet"]).stdout)))
+    assert [r["ticket"] for r in rows] == [t["ticket"] for t in doc["tickets"]]
+    for row, t in zip(rows, doc["tickets"], strict=True):
+        assert float(row["test_accuracy"]) == t["metrics"]["test"]["accuracy"] and row["reproduced"] == "yes"
+        assert row["method"] == name_of(t) and int(row["seed"]) == t["seed"] and row["gate"] == ""
+    args = ["evaluate", str(folder), "--csv", "--aggregate", "--quiet"]
+    groups = list(csv.DictReader(io.StringIO(runner.invoke(app, args).stdout)))
+    assert [float(g["test_accuracy_mean"]) for g in groups] == [g["metrics"]["test"]["mean"] for g in doc["aggregate"]]

@@ -123,7 +123,10 @@ def test_every_command_is_covered():
     assert sorted({args[0] for args in ARGS.values()}) == command_names()
 
 
-@pytest.mark.parametrize("name", sorted(ARGS))
+SLOW = ("extract", "train-weak", "drift", "sweep-k")  # they train: seconds each, three runs per test
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(ARGS)])
 def test_tables_at_80_columns_cut_nothing(name, tickets, tmp_path):
     args = [a.format(d=tmp_path, **tickets) for a in ARGS[name]]
     args += ["--force"] if "--out" in args else []
@@ -180,7 +183,7 @@ def in_terminal(args: list[str], columns: int) -> str:
     return "\n".join(part for line in text.split("\n") for part in line.split("\r"))
 
 
-@pytest.mark.parametrize("columns", [80, 60])
+@pytest.mark.parametrize("columns", [80, pytest.param(60, marks=pytest.mark.slow)])
 def test_progress_bar_and_tables_in_a_terminal_cut_nothing(columns, tmp_path):
     out = tmp_path / "t.safetensors"
     text = in_terminal(["extract", *TINY, "--epochs", "3", "--threads", "1", "--out", str(out)], columns)

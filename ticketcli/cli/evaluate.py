@@ -52,6 +52,7 @@ def evaluate(
     max_drop: Optional[float] = None,
     aggregate: bool = False,
     max_bits_per_char: Optional[float] = None,
+    csv_out: bool = False,
     json_out: bool = False,
     quiet: bool = False,
     **given: object,  # the reader settings of settings/reader.py (@declared): one flag each
@@ -74,11 +75,22 @@ def evaluate(
         if not runs_folder.single_file(tickets):
             if max_bits_per_char is not None:
                 raise UsageError("--max-bits-per-char gates one ticket at a time", hint="evaluate each ticket alone")
-            gates = {"min_accuracy": min_accuracy, "max_drop": max_drop}
-            evaluate_many(tickets, r, **gates, aggregate=aggregate, json_out=json_out, quiet=quiet)
+            if json_out and csv_out:
+                raise UsageError("choose one of --json and --csv")
+            evaluate_many(
+                tickets,
+                r,
+                min_accuracy=min_accuracy,
+                max_drop=max_drop,
+                aggregate=aggregate,
+                csv_out=csv_out,
+                json_out=json_out,
+                quiet=quiet,
+            )
             return
-        if aggregate:
-            raise UsageError("--aggregate groups the tickets of a folder over their seeds; give a folder")
+        if aggregate or csv_out:
+            flag = "--aggregate groups" if aggregate else "--csv lists"
+            raise UsageError(f"{flag} the tickets of a folder; give a folder (a glob, several files)")
         ticket = tickets[0]
         ticket_io.check_header(ticket)  # a bad file is refused before torch is imported (seconds)
         from ticketcli.runs import evaluate as runs_evaluate  # torch: imported once there is work to do
@@ -111,6 +123,7 @@ def evaluate_many(
     min_accuracy: float | None,
     max_drop: float | None,
     aggregate: bool,
+    csv_out: bool,
     json_out: bool,
     quiet: bool,
 ) -> None:
@@ -137,7 +150,14 @@ def evaluate_many(
     result = runs_folder_eval.with_threads(result, result_threads)
     if aggregate:
         result = runs_folder_eval.aggregated(result)
-    console.print_json(result.to_document()) if json_out else report_tables.evaluate_folder_table(result)
+    if json_out:
+        console.print_json(result.to_document())
+    elif csv_out:
+        from ticketcli.report.aggregate_tables import evaluate_folder_csv
+
+        evaluate_folder_csv(result)
+    else:
+        report_tables.evaluate_folder_table(result)
     failed = result.failure_line()
     if failed is not None:
         raise GateFailed(failed)

@@ -1,5 +1,6 @@
 """`--aggregate`'s table and CSV: the tickets of a folder over their seeds, one row per method, model and requested
-sparsity (or matched folder), each value as `mean ± std` (the sample standard deviation, in percentage points)."""
+sparsity (or matched folder), each value as `mean ± std` (the sample standard deviation, in percentage points);
+and `evaluate DIR --csv`'s rows."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ticketcli.report.values import csv_cell, csv_number, csv_text
 
 if TYPE_CHECKING:  # for the annotations only: inspect's table must not import torch
     from ticketcli.runs.aggregate import MeanStd, PairGroup, SeedGroup
+    from ticketcli.runs.evaluate_folder import EvaluateFolderResult
 
 
 def mean_std(m: MeanStd) -> str:
@@ -114,9 +116,57 @@ def aggregate_csv(groups: Sequence[SeedGroup]) -> None:
 
 
 def _cell(column: str, value: object) -> str:
-    """The method from its vocabulary, the model, folder and seeds as neutralised text, the rest as numbers."""
+    """The method from its vocabulary, paths, the model, errors and seeds as neutralised text, the rest numbers."""
     if column == "method":
         return csv_cell(column, value)
-    if column in ("model", "matched_in", "seeds"):
+    if column in ("model", "matched_in", "seeds", "ticket", "error"):
         return "" if value is None else csv_text(value)
+    if column in ("reproduced", "gate"):  # their own vocabularies: yes/no, passed/FAILED
+        return value if value in ("yes", "no", "passed", "FAILED") else ""
     return csv_number(value)
+
+
+EVALUATE_CSV = (
+    "ticket",
+    "method",
+    "model",
+    "seed",
+    "requested_sparsity",
+    "achieved_sparsity",
+    "test_accuracy",
+    "stored_test_accuracy",
+    "val_accuracy",
+    "reproduced",
+    "gate",
+    "error",
+)
+
+
+def evaluate_folder_csv(r: EvaluateFolderResult) -> None:
+    """`ticket evaluate DIR --csv`: one line per ticket (re-measured beside the stored test accuracy, whether it
+    reproduced, the gate: passed, FAILED or empty), or with --aggregate one line per group (aggregate_csv)."""
+    if r.aggregate is not None:
+        aggregate_csv(r.aggregate)
+        return
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(EVALUATE_CSV)
+    for row in r.tickets:
+        e = row.result
+        values: dict[str, object] = {"ticket": row.ticket, "error": row.error}
+        if e is not None:
+            gate = None if e.gate is None else "passed" if e.gate.passed else "FAILED"
+            values |= {
+                "method": e.method.name,
+                "model": e.model,
+                "seed": e.seed,
+                "requested_sparsity": e.requested_sparsity,
+                "achieved_sparsity": e.achieved_sparsity,
+                "test_accuracy": e.test.accuracy,
+                "stored_test_accuracy": e.stored.test_accuracy,
+                "val_accuracy": e.val.accuracy,
+                "reproduced": "yes" if e.reproduced else "no",
+                "gate": gate,
+            }
+        writer.writerow([_cell(c, values.get(c)) for c in EVALUATE_CSV])
+    results().write(buffer.getvalue())

@@ -127,9 +127,9 @@ def sparsity_note(s: ExtractionResult) -> str | None:
         keep = (1 + m) * sp.aug_density
         low, high = 1 - min(1.0, keep), 1 - max(0.0, keep - m)
         return (
-            f"{head} augmented keeps (1 + {m:g}) x {sp.aug_density:.4f} = {keep:.4g} of each layer's count among "
-            f"its weights and auxiliary scores together and drops the {share} kept on auxiliary ones, so it "
-            f"achieves between {pct(low)} and {pct(high)} (--aug-density sets the augmented density)"
+            f"{head} augmented keeps (1 + {m:g}) x {sp.aug_density:.4f} = {pct(keep)} of each layer's count over its "
+            f"weights and auxiliary scores, {share} of it on auxiliary ones (dropped), so its sparsity lies between "
+            f"{pct(low)} and {pct(high)} (--aug-density)"
         )
     if sp.requested_layer_densities is not None:
         return f"{head} the per-layer densities (--layer-densities) set each layer's share, not the global one"

@@ -115,6 +115,14 @@ EVALUATE_FLAGS = Table(
         OUT,
         range=FLOAT(0, math.inf, lo_open=True, hi_open=True),
     ),
+    flag(
+        "csv_out",
+        "For a folder (a glob, several files): print one CSV line per ticket on stdout instead of the table (with "
+        "--aggregate: one per group).",
+        OUT,
+        bool,
+        flag_name="--csv",
+    ),
     *OUTPUTS,
 )
 
