@@ -91,6 +91,8 @@ WITHOUT_TORCH = {
     "extract-not-a-ticket-name": (["extract", "--dataset", "digits", "--out", "{folder}/x.pt"], 2),
     "export-out-exists": (["export", "{ticket}", "--format", "masked", "--out", "{ticket}"], 2),
     "export-format-name": (["export", "{ticket}", "--format", "onnx", "--out", "{folder}/m.pt"], 2),
+    "train-weak-range": (["train-weak", "{ticket}", "--epochs", "0"], 2),
+    "train-weak-out-exists": (["train-weak", "{ticket}", "--out", "{ticket}"], 2),
     "sweep-k-range": (["sweep-k", "--workers", "0"], 2),
     "sweep-k-missing-dataset": (["sweep-k", "--dataset", "mnist", "--data-dir", "{empty}"], 2),
     "extract-missing-dataset": (

@@ -158,6 +158,8 @@ def test_existing_outputs_need_force(ticket, tmp_path):
     r = invoke("train-weak", str(ticket), *TRAIN, "--out", str(out), "--plot", str(png), "--force")
     assert r.exit_code == 0, r.output
     assert set(load_file(str(out))) == set(ticket_io.load(ticket).masks)
+    deeper = tmp_path / "new" / "folder" / "w.safetensors"  # --out makes its folders, as extract's does
+    assert invoke("train-weak", str(ticket), *TRAIN, "--out", str(deeper)).exit_code == 0 and deeper.is_file()
 
 
 @pytest.mark.parametrize(
@@ -169,7 +171,7 @@ def test_existing_outputs_need_force(ticket, tmp_path):
         (["--lr", "nan"], "--lr"),
         (["--weights", "x.safetensors"], "takes no --weights"),
         (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
-        (["--out", "/nonexistent/dir/w.safetensors"], "does not exist"),
+        (["--out", "/dev/null/dir/w.safetensors"], "does not exist"),  # a file on the way: no folder made
     ],
 )
 def test_bad_values_are_one_line_errors(ticket, args, needle):

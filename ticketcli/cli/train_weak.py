@@ -36,24 +36,33 @@ def train_weak(
 ) -> None:
     """Rewind a ticket to its init and train only its surviving weights with the mask fixed (a weak ticket)."""
     r = given_settings(READER, given)
-    from ticketcli.runs import inputs as runs_inputs
-    from ticketcli.runtime import distributed
+    from ticketcli.files.atomic import make_parents
     from ticketcli.runtime.threads import using
     from ticketcli.settings.registry import check_threads
     from ticketcli.settings.resolve import build_weak_spec
+    from ticketcli.ticketfile.safetensors_file import check_safetensors_name
     from ticketcli.track import base as track
     from ticketcli.track import feed as track_feed
-    from ticketcli.weak import run as weak  # torch: imported when the command runs, not for --help
 
-    outputs = tuple(p for p in (out, plot) if p is not None)
-    with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
+    with errors_to_exit_codes():  # every refusal that needs no torch, before torch is imported
         spec = build_weak_spec(given_settings(WEAK, given))
         check_threads(r["threads"])  # before --rendezvous-timeout, as the flags are checked
         rendezvous_s = check_rendezvous_timeout(rendezvous_timeout)
         reader = build_reader_spec(**r)
         trackers = track.check(given_settings(TRACK_FLAG, given)["log_to"])
+        if out is not None:
+            check_safetensors_name(out, "the trained weights file", hint=f"name it {out.stem or 'weights'}.safetensors")
+            make_parents(out)  # as every --out: its folders are made
+            check_destination(out, overwrite=force)
         if plot is not None:
             check_destination(plot, overwrite=force)  # before the work, not after
+
+    from ticketcli.runs import inputs as runs_inputs  # torch: imported once the command line is accepted
+    from ticketcli.runtime import distributed
+    from ticketcli.weak import run as weak
+
+    outputs = tuple(p for p in (out, plot) if p is not None)
+    with errors_to_exit_codes(), stop_on_signals(outputs=outputs) as position:
         track_ranks = () if quiet_rank() else trackers  # rank 0 alone logs under torchrun
         with track.tracked(track_ranks, lambda: track_feed.weak_info(ticket), console.warn) as log:
             with (
