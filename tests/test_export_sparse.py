@@ -133,7 +133,9 @@ def test_export_round_trips_with_its_records_and_inputs(tickets, kind, tmp_path)
         w = op.net.weights[f"{r.name}.weight"] * op.masks[f"{r.name}.weight"]
         if r.form == SPARSE:
             crow, col = tensors[f"{r.name}.weight.crow_indices"], tensors[f"{r.name}.weight.col_indices"]
-            rebuilt = torch.sparse_csr_tensor(crow.long(), col.long(), tensors[f"{r.name}.weight.values"])
+            size = (w.shape[0], w[0].numel())
+            values = tensors[f"{r.name}.weight.values"]
+            rebuilt = torch.sparse_csr_tensor(crow.long(), col.long(), values, size, check_invariants=True)
             assert torch.equal(rebuilt.to_dense().reshape(w.shape), w)
         else:
             assert torch.equal(tensors[f"{r.name}.weight"], w)

@@ -112,7 +112,8 @@ class SparseLinear(nn.Module):
         lead = x.shape[:-1]
         flat = x.reshape(-1, self.in_features)
         with quiet_csr():
-            y: torch.Tensor = torch.sparse.mm(self.weight, flat.t().contiguous()).t()
+            # contiguous out, as a dense layer's: the next layer's timing and speed do not depend on this one's form
+            y: torch.Tensor = torch.sparse.mm(self.weight, flat.t().contiguous()).t().contiguous()
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)

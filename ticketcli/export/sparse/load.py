@@ -74,9 +74,10 @@ def load_sparse(
     metadata = inputs.metadata()
     shape = inputs.shape if inputs.dtype == "float32" else None
     if shape is not None and seeded.regenerable(tk, model):
-        snet = seeded.regenerate(path, policy, device=dev, metadata=metadata)
-        if measure is not False:
-            remeasure(snet, batch, shape)
+        timed = measure is not False
+        snet = seeded.regenerate(path, policy, device=dev, batch=batch if timed else None, metadata=metadata)
+        if timed:
+            remeasure(snet, batch, shape, unmeasured_only=True)  # the convolutions
         return snet
     full = ticket_io.load(path, max_params=max_params)
     net, _ = runs_build.rebuild(full, path, None, policy)

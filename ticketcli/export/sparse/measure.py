@@ -98,6 +98,21 @@ def compare(sparse: nn.Module, dense: nn.Module, x: torch.Tensor, repeats: int =
     return statistics.median(ts), statistics.median(td)
 
 
+@torch.no_grad()
+def median_time(f: nn.Module, x: torch.Tensor, repeats: int = REPEATS) -> float:
+    """Median seconds per call of f(x) over `repeats` rounds, after one warm-up call: one form timed alone, where
+    the two cannot both be in memory (seeded.py times a big layer's dense form, lets it go, then times its sparse
+    form, so that the sparse kernel's workspace never comes on top of the dense weight)."""
+    device = x.device
+
+    def call() -> object:
+        return f(x)
+
+    call()
+    calls = max(1, min(1000, int(MIN_ROUND_S / max(_round(call, 1, device), 1e-7))))
+    return statistics.median(_round(call, calls, device) for _ in range(repeats))
+
+
 def decide(
     name: str, kind: str, shape: tuple[int, ...], nnz: int, times: tuple[float, float] | None, batch: int, device: str
 ) -> LayerRecord:

@@ -202,15 +202,24 @@ def check_agreement(out: torch.Tensor, reference: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def remeasure(snet: SparseNet, batch: int, input_shape: tuple[int, ...] | None) -> None:
+def remeasure(
+    snet: SparseNet, batch: int, input_shape: tuple[int, ...] | None, *, unmeasured_only: bool = False
+) -> None:
     """Time every masked layer of `snet` again on its device (its dense form made one layer at a time) and put
-    each in the form that wins there; `snet.layers` is replaced by the new records."""
+    each in the form that wins there; `snet.layers` is replaced by the new records. `unmeasured_only`: only the
+    layers not timed yet."""
     module, dev = snet.module, snet.device
-    names = [r.name for r in snet.layers]
+    todo = [r for r in snet.layers if not unmeasured_only or r.sparse_ms is None]
+    if not todo:
+        return
+    names = [r.name for r in todo]
     example = None if input_shape is None else torch.randn(batch, *input_shape, device=dev)
     inputs = {} if example is None else layer_inputs(module, names, example)
     records = []
     for r in snet.layers:
+        if r.name not in names:
+            records.append(r)
+            continue
         layer = module.get_submodule(r.name)
         sparse: nn.Module
         if isinstance(layer, (sparse_layers.SparseLinear, sparse_layers.SparseConv2d)):
