@@ -3,13 +3,14 @@ script. It is the command line without the flags: the same spec building (`setti
 (`runs.extract.run_extraction`, `runs.evaluate.evaluate_loaded`, `runs.build.rebuild`), the same errors, raised instead
 of turned into exit codes. docs/api.md documents it.
 
-Its modules, by concern: `ticket` (the `Ticket` class: masks, metadata, save, build, evaluate; and `load`), `extract`
-(`extract`: a ticket from keyword options, returned unsaved), `compare` (`compare`: saved tickets compared as `ticket
-compare` compares them, numpy only), `data` (the `data` argument: a dataset's name, or the caller's tensors, Datasets
-and DataLoaders turned into seeded splits), `masks` (`apply_masks`, `remove_masks`, `load_pruned`: masks on any
-nn.Module in torch.nn.utils.prune's layout), `listing` (`list_methods`, `list_models`, `list_datasets`,
-`extract_options`), `args` (path, module and data-directory arguments, checked as the command line checks its flags)
-and `keywords` (the calls speak in keywords: an unknown one names the closest, errors name `epochs=`, not `--epochs`).
+Its modules, by concern: `ticket` (the `Ticket` class: masks, metadata, save, build, evaluate; and `load`), `bench`
+(`Ticket.bench`, defined beside it), `extract` (`extract`: a ticket from keyword options, returned unsaved), `compare`
+(`compare`: saved tickets compared as `ticket compare` compares them, numpy only), `data` (the `data` argument: a
+dataset's name, or the caller's tensors, Datasets and DataLoaders turned into seeded splits), `masks` (`apply_masks`,
+`remove_masks`, `load_pruned`: masks on any nn.Module in torch.nn.utils.prune's layout), `listing` (`list_methods`,
+`list_models`, `list_datasets`, `extract_options`), `args` (path, module and data-directory arguments, checked as the
+command line checks its flags) and `keywords` (the calls speak in keywords: an unknown one names the closest, errors
+name `epochs=`, not `--epochs`).
 
 What it may import (tests/test_layers.py places the package above resolution, below the command line): every layer below
 it (the foundations, building blocks, workflows, `report` and `settings/`), never `cli/`; `masks` only torch, the
