@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
-from ticketcli.errors import TicketFileError
+from ticketcli.errors import TicketCliError, TicketFileError
 from ticketcli.runs import extract as runs_extract
 from ticketcli.settings.resolve import build_extract_spec, merge_settings
 from ticketcli.ticketfile import ticket as ticket_io
@@ -530,6 +530,16 @@ def _drift(path: Path) -> tuple[int, str]:
     return result.exit_code, result.stderr
 
 
+def _load_sparse(path: Path) -> tuple[int, str]:
+    from ticketcli.export.sparse.load import load_sparse
+
+    try:
+        load_sparse(path, measure=False)
+    except TicketCliError as e:
+        return e.exit_code, f"error: {e}"
+    return 0, ""
+
+
 READERS: dict[str, Callable[[Path], tuple[int, str]]] = {
     "load": _load,
     "inspect": _cli("inspect", "--json"),
@@ -538,8 +548,10 @@ READERS: dict[str, Callable[[Path], tuple[int, str]]] = {
     "export": _cli("export", "--format", "masks", "--force", "--out", str(_EXPORT_DIR / "x.safetensors")),
     "train-weak": _cli("train-weak", "--epochs", "1", "--device", "cpu", "--quiet"),
     "drift": _drift,
+    "load_sparse": _load_sparse,  # the sparse runtime form, regenerated from the seed one layer at a time
 }
-MASK_READERS = ("evaluate", "export", "train-weak", "drift")  # they use the masks: a modified one is refused
+# they use the masks: a modified one is refused
+MASK_READERS = ("evaluate", "export", "train-weak", "drift", "load_sparse")
 
 
 def run_ok(*args: str):
