@@ -53,6 +53,7 @@ for model in mlp:784-256-256-256-10 resnet20; do
       2of4) shape=(--structure 2:4) ;;
       4x4) shape=(--block 4x4 --sparsity 0.9) ;;
     esac
+    rm -f "$bench/$tag-$t.safetensors"  # a ticket an earlier run left must not stand in for a refused one
     if ! python3 -m ticketcli extract --method random --model "$model" "${shape[@]}" --device cuda \
         --out "$bench/$tag-$t.safetensors" --force --quiet > /dev/null; then
       echo "skipped: $model ${shape[*]} (refused above)"

@@ -21,6 +21,7 @@ from ticketcli.methods.registry import own_options
 from ticketcli.models.budget import MEMORY_SHARE
 from ticketcli.runtime import world
 from ticketcli.settings.run import EXTRACT_DEFAULTS
+from ticketcli.specs.bench import BenchSpec
 from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, ModelPolicy, ModelSpec, RunSpec
 from ticketcli.specs.text import TextSpec
 from ticketcli.specs.weak import WeakSpec
@@ -111,7 +112,11 @@ SOURCES: dict[str, dict[str, Any]] = {
         "checkpoint_every": DESCRIBED,  # every --log-every steps
     },
     "evaluate": TICKET_READER,
-    "bench": {**TICKET_READER, "batch": DESCRIBED, "repeats": DESCRIBED, "forms": DESCRIBED, "plot": DESCRIBED},
+    "bench": {
+        **TICKET_READER,
+        **{f: (BenchSpec, f) for f in ("repeats", "clock")},
+        **{f: DESCRIBED for f in ("batch", "forms", "plot")},
+    },
     "export": TICKET_READER,
     "inspect": {},
     "compare": {},

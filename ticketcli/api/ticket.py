@@ -5,19 +5,18 @@ with the same errors, raised instead of turned into exit codes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from ticketcli.api import bench as api_bench
 from ticketcli.api import data as api_data
 from ticketcli.api.args import check_module_arg, parameter_difference, path_arg, reader_spec
 from ticketcli.api.keywords import speaks_keywords
 from ticketcli.api.masks import TicketMasks, apply_masks, check_module, masked
 from ticketcli.api.saved import saved_path
-from ticketcli.bench.result import BenchResult
 from ticketcli.contract.schema import JsonObject
 from ticketcli.data.datasets import Splits
 from ticketcli.data.memory import IN_MEMORY
@@ -294,37 +293,7 @@ class Ticket:
         metadata, per-layer density, file size, integrity; as `tc.inspect(t.path)`."""
         return inspect_ticket(saved_path(self, "this ticket", "inspect"))
 
-    @speaks_keywords("Ticket.bench")
-    def bench(
-        self,
-        *,
-        batch: Sequence[int] | None = None,
-        repeats: int | None = None,
-        forms: Sequence[str] | None = None,
-        clock: str | None = None,
-        device: str = "auto",
-        weights: str | Path | None = None,
-        trust_model_code: bool = False,
-        data_dir: str | Path | None = None,
-        threads: int | None = None,
-    ) -> BenchResult:
-        """What `ticket bench` reports, as a BenchResult: the ticket's network in every form that runs here, each
-        checked against the ticket's network on its test split and timed interleaved with the others (latency,
-        throughput, memory, load time, bytes on disk, speed-up over dense), and the verdict per batch size
-        (`result.tickets[0].verdict`). batch: the batch sizes (None: 1, 64 and 512); forms: the forms besides dense
-        (None: every form); clock: "wall" (None) or "thread" (the timing thread's CPU time: device="cpu", threads=1);
-        threads: torch CPU threads (None: torch's own). Needs the ticket's own dataset."""
-        from ticketcli.bench import run as bench_run  # the bench's forms import the exporters: only when used
-        from ticketcli.specs.bench import bench_spec
-
-        spec = bench_spec(batch, repeats, forms, clock)
-        self._data_for(None, "bench")
-        reader = self._reader(device, weights, trust_model_code, data_dir, threads)
-        with using(reader.threads):
-            bench_run.check_clock(spec.clock, runs_inputs.resolve_device(reader.device))
-            opened = runs_build.open_loaded(self._record, self._label, reader)
-            row = bench_run.bench_opened(opened, self._label, spec)
-            return bench_run.bench_result([row], reader, spec)
+    bench = api_bench.bench  # what `ticket bench` reports (api/bench.py)
 
     @property
     def _label(self) -> Path:
