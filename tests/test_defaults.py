@@ -45,6 +45,7 @@ SETTINGS: dict[str, Any] = {
     "max_memory": (RunSpec, "max_memory"),  # None: half the machine's physical memory (budget.MEMORY_SHARE)
     "model": DESCRIBED,  # the paper's MLP sized to the dataset
     "match_sparsity": (MethodSpec, "matched_to"),
+    "text": DESCRIBED,  # --dataset text: the fortunes files
 }
 # The settings of the config file no spec field holds, with their defaults.
 UNSPECCED = {
@@ -53,6 +54,7 @@ UNSPECCED = {
     "match_sparsity": None,
     "match_sparsity_per_layer": False,
     "threads": None,
+    "text": None,  # resolved with the model (settings/lm.py): the file's absolute path
 }
 # --threads (every command that computes): not given keeps torch's own count (sweep-k: one per run); help says so
 TICKET_READER = {
@@ -61,6 +63,7 @@ TICKET_READER = {
     "device": (RunSpec, "device"),
     "threads": DESCRIBED,
 }
+TEXT_READER = {**TICKET_READER, "text": DESCRIBED}  # a text ticket's own text (drift's --text is its own)
 SOURCES: dict[str, dict[str, Any]] = {
     "extract": {
         **SETTINGS,
@@ -84,7 +87,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "log_to": DESCRIBED,
     },
     "train-weak": {
-        **TICKET_READER,
+        **TEXT_READER,
         "epochs": (WeakSpec, "epochs"),
         "lr": (WeakSpec, "optim.lr"),
         "batch_size": (WeakSpec, "batch_size"),
@@ -111,13 +114,13 @@ SOURCES: dict[str, dict[str, Any]] = {
         "log_to": DESCRIBED,
         "checkpoint_every": DESCRIBED,  # every --log-every steps
     },
-    "evaluate": TICKET_READER,
+    "evaluate": TEXT_READER,
     "bench": {
         **TICKET_READER,
         **{f: (BenchSpec, f) for f in ("repeats", "clock")},
         **{f: DESCRIBED for f in ("batch", "forms", "plot")},
     },
-    "export": TICKET_READER,
+    "export": TEXT_READER,
     "inspect": {},
     "compare": {},
     "list": {},

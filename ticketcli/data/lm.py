@@ -3,7 +3,8 @@
 The text is cut into whole blocks of context + 1 characters (the tail dropped). A fixed permutation, the same for
 every seed, holds out TEST_FRACTION of the blocks as the test set, so that tickets of different seeds are measured
 on the same characters; the rest is the training pool, which datasets.draw_splits shuffles with the split seed into
-extraction and validation blocks, as for an image dataset. A block's input is its first `context` characters and
+extraction and validation blocks, as for an image dataset: by default 90% and 10% of the pool, at most the
+registry's 6000 and 600 blocks. A block's input is its first `context` characters and
 its targets are the `context` characters that follow each of them: x is (N, context) ids, y is (N, context).
 
 The ticket records what the blocks were cut from (TextRecord): the text's sha256, its files, its length, its
@@ -15,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ticketcli.contract.schema import JsonObject
-from ticketcli.data.registry import Pools
+from ticketcli.data.registry import DATASETS, Pools
 from ticketcli.data.text import Corpus, block_count, load_corpus
 from ticketcli.errors import UsageError
 from ticketcli.seeding import generator
@@ -60,13 +61,14 @@ def load_text(spec: DataSpec) -> Pools:
     order = torch.randperm(n, generator=generator(TEST_SEED, "text-test"))
     n_test = min(n - 2, max(1, round(TEST_FRACTION * n)))
     test, pool = blocks[order[:n_test]], blocks[order[n_test:]]
-    n_val = min(len(pool) - 1, max(1, round(VAL_FRACTION * len(pool))))
+    info = DATASETS.get("text")  # its default sizes, at most; a shorter text gives 90% / 10% of its pool
+    n_val = min(info.n_val, len(pool) - 1, max(1, round(VAL_FRACTION * len(pool))))
     return Pools(
         pool[:, :-1].contiguous(),
         pool[:, 1:].contiguous(),
         test[:, :-1].contiguous(),
         test[:, 1:].contiguous(),
         source=", ".join(corpus.sources),
-        sizes=(len(pool) - n_val, n_val),
+        sizes=(min(info.n_extract, len(pool) - n_val), n_val),
         record={"text": text_record(corpus, c, n)},
     )

@@ -129,10 +129,10 @@ DATASETS.register("text")(
         "text",
         (1, 1, 1),  # unused: a block's length is the model's context
         0,  # the vocabulary comes from the text
-        0,  # 0: the split sizes come from the text (90% / 10% of the blocks left after the test set)
-        0,
+        6000,  # blocks, at most: a shorter text gives 90% / 10% of the blocks left after the test set (data/lm.py)
+        600,
         lambda spec: cast(Callable[[DataSpec], Pools], load("ticketcli.data.lm:load_text"))(spec),
-        "Next-character prediction for gpt-nano: the fortunes files, or --text FILE (any UTF-8 text).",
+        "Next-character prediction for gpt-nano: the fortunes files or --text FILE (sizes in blocks, at most).",
         text=True,
     )
 )

@@ -67,8 +67,8 @@ CSV_INTEGRITY = (*INTEGRITY, "invalid")  # the integrity column's whole vocabula
 UNKNOWN = "unknown"  # a vocabulary column's cell for a value outside its vocabulary
 # every column of `inspect DIR --csv`, decided once: free text (neutralised), a number, or a fixed vocabulary
 CSV_TEXT = ("ticket", "model", "error")
-CSV_NUMBERS: tuple[str, ...] = ("seed", "requested_sparsity", "achieved_sparsity", "test_accuracy", "val_accuracy", "file_bytes")
-CSV_NUMBERS += ("test_bits_per_char", "val_bits_per_char")  # a language model's tickets
+CSV_NUMBERS: tuple[str, ...] = ("seed", "requested_sparsity", "achieved_sparsity", "test_accuracy", "val_accuracy")
+CSV_NUMBERS += ("file_bytes", "test_bits_per_char", "val_bits_per_char")  # the last two: a language model's tickets
 CSV_VOCABULARY = ("method", "integrity", "masks_sha256")
 
 

@@ -18,9 +18,9 @@ DEFAULT_TEXT_MODEL = "gpt-nano:l2-d64-h4-c64"  # --dataset text without --model
 
 def text_model_spec(
     info: DatasetInfo, model: ModelSpec | None, text: Any, search_dirs: tuple[str, ...], *, bias: bool
-) -> tuple[ModelSpec | None, dict[str, Any]]:
-    """(the model, the DataSpec fields for the text) of a run on `info`; for an image dataset (model unchanged,
-    {}) after refusing --text and a character-level model."""
+) -> tuple[ModelSpec, dict[str, Any]]:
+    """(the model, the DataSpec fields for the text) of a run on `info`, which is text or has a character-level
+    model: for an image dataset, --text and the character-level model are refused."""
     if not info.text:
         if text is not None:
             raise UsageError(f"--text is read with --dataset text, not {info.name}", hint="add --dataset text")
@@ -29,7 +29,7 @@ def text_model_spec(
                 f"{model.arch} is a character-level language model and takes no {info.name} images",
                 hint="pass --dataset text (the fortunes files, or --text FILE)",
             )
-        return model, {}
+        raise UsageError(f"--dataset {info.name} has no text")  # the caller asks only for text or a text model
     model = parse_model(DEFAULT_TEXT_MODEL, bias=bias) if model is None else model
     if not text_model(model.arch):
         raise UsageError(

@@ -29,10 +29,7 @@ def split_sizes(field: Literal["n_extract", "n_val"]) -> str:
     groups: dict[int, list[str]] = {}
     for name in DATASETS.names():
         groups.setdefault(getattr(DATASETS.get(name), field), []).append(name)
-    share = "90% of the blocks left after the test set" if field == "n_extract" else "10% of them"
-    return ", ".join(
-        f"{size if size else share} ({', '.join(names)})" for size, names in sorted(groups.items(), reverse=True)
-    )
+    return ", ".join(f"{size} ({', '.join(names)})" for size, names in sorted(groups.items(), reverse=True))
 
 
 def method_setting(name: str, help: str, panel: str, example: object, **kw: Any) -> Setting:
@@ -154,7 +151,6 @@ SHARED = Table(
         DATA,
         Path,
         TEXT,
-        (DataSpec, "text"),
         shown="the fortunes files literature, science, computers and wisdom",
     ),
     Setting(

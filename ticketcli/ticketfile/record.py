@@ -235,9 +235,10 @@ class SplitRecord:
     @classmethod
     def of(cls, entry: JsonValue) -> SplitRecord:
         e = _object(entry)
-        numbers = (_number(e.get(k)) for k in ("accuracy", "loss"))
-        lm = (_number(e.get(k)) for k in ("bits_per_char", "perplexity"))
-        return cls(*numbers, _int(e.get("correct")), _int(e.get("n")), *lm)
+        accuracy, loss, bits, perplexity = (
+            _number(e.get(k)) for k in ("accuracy", "loss", "bits_per_char", "perplexity")
+        )
+        return cls(accuracy, loss, _int(e.get("correct")), _int(e.get("n")), bits, perplexity)
 
 
 @dataclass(frozen=True, kw_only=True)
