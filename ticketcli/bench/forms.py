@@ -197,6 +197,7 @@ def semi_structured(src: Source) -> Built:
 
 def onnx(src: Source) -> Built:
     """The masked network as an ONNX model (the `onnx` export), run by onnxruntime with torch's thread count."""
+    from ticketcli.export import onnx as export_onnx
     from ticketcli.export.request import require_onnx
 
     try:
