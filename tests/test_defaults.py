@@ -116,13 +116,13 @@ SOURCES: dict[str, dict[str, Any]] = {
     },
     "evaluate": TEXT_READER,
     "bench": {
-        **TICKET_READER,
+        **TEXT_READER,
         **{f: (BenchSpec, f) for f in ("repeats", "clock")},
         **{f: DESCRIBED for f in ("batch", "forms", "plot")},
     },
     "export": TEXT_READER,
-    "inspect": {},
-    "compare": {},
+    "inspect": {"plot": DESCRIBED},  # no plot unless asked
+    "compare": {"plot": DESCRIBED},
     "list": {},
 }
 CONFIG_COMMANDS = ("extract", "sweep-k")  # the commands that read --config TOML files
