@@ -246,3 +246,22 @@ def test_bad_options_are_one_line(tickets, args, said):
 def test_the_spec_keeps_dense_first_and_the_forms_in_order():
     assert bench_spec(forms="onnx,sparse").forms == ("dense", "sparse", "onnx")
     assert bench_spec() == BenchSpec() and bench_spec("8,2").batches == (8, 2)
+
+
+def test_a_block_ticket_runs_block_sparse_and_a_two_of_four_ticket_is_recognised(tmp_path):
+    """Tickets made with --block and --structure: the block ticket's masks run as BSR and agree with the ticket's
+    network; the 2:4 ticket's masks are told to be 2:4 (its kernels need CUDA, which the bench says)."""
+    made = {}
+    for name, pattern in (("block", ["--block", "4x4", "--sparsity", "0.75"]), ("nm", ["--structure", "2:4"])):
+        out = tmp_path / f"{name}.safetensors"
+        args = ["extract", *DATA[:-2], "--method", "random", "--model", "mlp:64-32-16-10", *pattern, "--out", str(out)]
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0, r.output
+        made[name] = out
+    forms = {f["name"]: f for f in bench_json(str(made["block"]), "--forms", "bsr")["tickets"][0]["forms"]}
+    assert forms["bsr"]["available"] and forms["bsr"]["agreement"]["agrees"], forms["bsr"]
+    assert "4x4" in forms["bsr"]["description"], forms["bsr"]
+    t = tc.load(made["nm"])
+    assert all(kernels.is_n_of_m(m) for m in t.masks.values())
+    forms = {f["name"]: f for f in bench_json(str(made["nm"]), "--forms", "2:4")["tickets"][0]["forms"]}
+    assert not forms["2:4"]["available"] and "CUDA only" in forms["2:4"]["reason"]
