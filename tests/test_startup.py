@@ -93,6 +93,8 @@ WITHOUT_TORCH = {
     "export-format-name": (["export", "{ticket}", "--format", "onnx", "--out", "{folder}/m.pt"], 2),
     "train-weak-range": (["train-weak", "{ticket}", "--epochs", "0"], 2),
     "train-weak-out-exists": (["train-weak", "{ticket}", "--out", "{ticket}"], 2),
+    "drift-range": (["drift", "--steps", "0"], 2),
+    "drift-plot-exists": (["drift", "--dataset", "digits", "--plot", "{ticket}"], 2),
     "sweep-k-range": (["sweep-k", "--workers", "0"], 2),
     "sweep-k-missing-dataset": (["sweep-k", "--dataset", "mnist", "--data-dir", "{empty}"], 2),
     "extract-missing-dataset": (

@@ -158,10 +158,10 @@ def test_train_weak_keeps_its_weights_and_plot_beside(ticket, tmp_path, monkeypa
 
 
 def test_export_keeps_its_file_beside(ticket, tmp_path, monkeypatch):
-    from ticketcli.export import run as export_run
+    from ticketcli.export import request as export_request  # export_ticket's check, after the command line's
 
     out = tmp_path / "e.safetensors"
-    appears_during_the_run(monkeypatch, export_run, out)
+    appears_during_the_run(monkeypatch, export_request, out)
     assert_kept_beside(cli("export", str(ticket), "--format", "masked", "--out", str(out), "--quiet"), out)
 
 

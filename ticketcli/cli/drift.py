@@ -30,7 +30,7 @@ def drift(
     **given: object,  # the settings of drift/settings.py (@declared): one flag each
 ) -> None:
     """Train weights from the init and measure weight drift, negative pre-activations and activation sparsity."""
-    # torch: imported when the command runs, not for --help
+    # the command checks every flag before it imports what runs (torch with it)
     from ticketcli.drift.command import DriftCommand
     from ticketcli.drift.views import show
 

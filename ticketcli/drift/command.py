@@ -1,7 +1,8 @@
 """`ticket drift` from its flags to its result: the run dir it keeps or resumes (--run-dir, --resume), the flags
 checked together (options.drift_request), the run the request asks for (plain drift, activation control,
 ReLUfication or the trade-off sweep) with its progress display, the plot and the --log-to trackers. The command
-line only declares the flags, hands them here and shows the result (views.show)."""
+line only declares the flags, hands them here and shows the result (views.show). The modules that run anything
+(torch with them) are imported once the flags are checked, so that a refusal comes before torch is imported."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ from dataclasses import replace
 from functools import partial
 from itertools import count
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ticketcli.contract.schema import JsonObject
 from ticketcli.data.registry import DATASETS
-from ticketcli.drift import feed, relufy, rundir, runflags, tradeoff, views
-from ticketcli.drift import run as drift_run
-from ticketcli.drift.keep import RunKeeper
+from ticketcli.drift import feed, rundir, runflags, views
 from ticketcli.drift.options import DriftRequest, drift_request
 from ticketcli.drift.result import DriftResult, TradeoffResult
 from ticketcli.drift.runflags import Groups
@@ -31,6 +31,9 @@ from ticketcli.runtime.threads import per_worker, using
 from ticketcli.settings.track import Destination, destinations
 from ticketcli.track import base as track
 from ticketcli.track.feed import guarded
+
+if TYPE_CHECKING:
+    from ticketcli.drift.keep import RunKeeper
 
 Result = DriftResult | TradeoffResult
 
@@ -61,6 +64,8 @@ class DriftCommand:
             log_to=groups["track"]["log_to"],
         )
         trackers = track.check(request.log_to)
+        targets = None if request.features is None else request.features.targets
+        request.spec() if targets is None else request.tradeoff_specs()  # each value in range, before torch
         if self.plot is not None:
             check_destination(self.plot, overwrite=self.force)  # before the work, not after
         record, started = None, None
@@ -139,6 +144,9 @@ def open_keeper(
             "changed)",
             hint="start a new run with --run-dir",
         )
+    from ticketcli.drift import run as drift_run  # torch: once the flags are checked
+    from ticketcli.drift.keep import RunKeeper
+
     every = groups["inputs"]["checkpoint_every"] or spec.log_every
     logged = drift_run.logged_steps(spec.steps, spec.log_every)
     return RunKeeper(folder, every, logged, seeds=len(spec.seeds), resume=recorded is not None), started
@@ -147,6 +155,9 @@ def open_keeper(
 def run_request(request: DriftRequest, position: Position, *, quiet: bool, keeper: RunKeeper | None) -> Result:
     """Run what the request asks for with its torch threads (None: torch's own; --tradeoff: per worker, default 1);
     its result's class says which document, tables and plot it has (views.show, .figure)."""
+    from ticketcli.drift import relufy  # torch: once the flags are checked
+    from ticketcli.drift import run as drift_run
+
     features = request.features or Features(control=None, relufy=None, targets=None)
     if features.targets is not None:
         return _tradeoff(request, features, position, quiet=quiet)
@@ -172,6 +183,8 @@ def run_request(request: DriftRequest, position: Position, *, quiet: bool, keepe
 
 def _tradeoff(request: DriftRequest, features: Features, position: Position, *, quiet: bool) -> TradeoffResult:
     """--tradeoff: one controlled run per target and model, in `features.workers` processes of --threads each."""
+    from ticketcli.drift import tradeoff  # torch: once the flags are checked
+
     assert features.control is not None and features.targets is not None
     threads = per_worker(features.workers, request.threads)
     specs = request.tradeoff_specs()
