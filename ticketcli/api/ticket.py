@@ -1,7 +1,6 @@
-"""A ticket in the Python API: `Ticket` (its masks, provenance and metadata; save, build as a plain nn.Module,
-apply to a module of the caller's, its data splits, evaluate) and `load`, which reads and validates a ticket
-file. Building and evaluating are the command line's `runs.build.rebuild` and `runs.evaluate.evaluate_loaded`,
-with the same errors, raised instead of turned into exit codes."""
+"""A ticket in the Python API: `Ticket` (masks, provenance, metadata; save, build as a plain nn.Module, apply to a
+module of the caller's, data splits, evaluate, export, inspect, bench) and `load`, which reads and validates a ticket
+file: the command line's own workflows, with its errors raised instead of turned into exit codes."""
 
 from __future__ import annotations
 
@@ -272,15 +271,13 @@ class Ticket:
         data_dir: str | Path | None = None,
         threads: int | None = None,
     ) -> ExportResult:
-        """Write the ticket's network (the ticket loaded or saved) for plain PyTorch or ONNX, as `ticket export`
-        does; returns what `ticket export --json` prints (an ExportResult: the file's size beside the dense float32
-        checkpoint, kept/total, for ONNX the check of the graph against the ticket's network).
-
-        fmt: "masked" (W ⊙ M), "prune" (weight_orig, weight_mask), "csr", "masks" or "onnx" (a .onnx path).
-        overwrite: replace an existing file (checked before the network is rebuilt). with_preprocessing: ONNX
-        only, the normalisation in the graph, which takes raw values in [0, 1]. The rest: as for build()."""
-        source = saved_path(self, "this ticket", "export")
-        out = path_arg(path, "path")
+        """Write the ticket's network (loaded or saved) as `ticket export` does; returns what its --json prints (an
+        ExportResult: the file's size beside the dense checkpoint, kept/total, for ONNX the graph's check).
+        fmt: "masked" (W ⊙ M), "prune" (weight_orig, weight_mask), "csr", "masks", "sparse" (the sparse runtime
+        form, read by tc.load_sparse) or "onnx" (a .onnx path). overwrite: replace an existing file (checked before
+        the network is rebuilt). with_preprocessing: ONNX only, the normalisation in the graph, which then takes raw
+        values in [0, 1]. The rest: as for build()."""
+        source, out = saved_path(self, "this ticket", "export"), path_arg(path, "path")
         reader = self._reader("cpu", weights, trust_model_code, data_dir, threads)
         with using(reader.threads) as used:
             result = export.export_ticket(

@@ -225,20 +225,8 @@ FOLDER_COLUMNS: tuple[tuple[str, Literal["left", "right"], int], ...] = (  # hea
 )
 
 
-CSV_COLUMNS = (
-    "ticket",
-    "method",
-    "model",
-    "seed",
-    "requested_sparsity",
-    "achieved_sparsity",
-    "test_accuracy",
-    "val_accuracy",
-    "file_bytes",
-    "integrity",
-    "error",
-    "masks_sha256",
-)
+CSV_COLUMNS: tuple[str, ...] = ("ticket", "method", "model", "seed", "requested_sparsity", "achieved_sparsity")
+CSV_COLUMNS += ("test_accuracy", "val_accuracy", "file_bytes", "integrity", "error", "masks_sha256")
 CSV_LM_COLUMNS = ("test_bits_per_char", "val_bits_per_char")  # only when a listed ticket is a language model's
 
 
