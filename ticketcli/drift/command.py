@@ -153,8 +153,12 @@ def open_keeper(
 
 
 def run_request(request: DriftRequest, position: Position, *, quiet: bool, keeper: RunKeeper | None) -> Result:
-    """Run what the request asks for with its torch threads (None: torch's own; --tradeoff: per worker, default 1);
-    its result's class says which document, tables and plot it has (views.show, .figure)."""
+    """Run what the request asks for with its torch threads (None: torch's own count, never auto's choice from the
+    load: drift's sums move in their last digits with the count, and a rerun on the same machine must give the same
+    numbers; --tradeoff: per worker, default 1); its result's class says which document, tables and plot it has
+    (views.show, .figure)."""
+    import torch
+
     from ticketcli.drift import relufy  # torch: once the flags are checked
     from ticketcli.drift import run as drift_run
 
@@ -174,7 +178,7 @@ def run_request(request: DriftRequest, position: Position, *, quiet: bool, keepe
     )
     with (
         report_progress.display(total, quiet=quiet, label="drift", unit="step", rated=True) as progress,
-        using(request.threads) as used,
+        using(torch.get_num_threads() if request.threads is None else request.threads) as used,
     ):
         told = position.track(progress)
         result = run(progress=told, ticket=request.ticket, weights=request.weights, policy=request.policy)

@@ -185,7 +185,21 @@ FEATURES = Table(
 )
 
 # --ticket: drift declares its own --model, --device and --weights
-DRIFT_READER = READER.pick("trust_model_code", "max_params", "max_memory", "data_dir", "download", "threads")
+# --threads: torch's own count unless given, never chosen from the load (drift's sums move with the count)
+DRIFT_READER = READER.pick(
+    "trust_model_code",
+    "max_params",
+    "max_memory",
+    "data_dir",
+    "download",
+    "threads",
+    threads={
+        "help": "Torch CPU threads for the run: 1 to 4096, or auto, which for drift is torch's own count, not one "
+        "chosen from the load: drift's sums move in their last digits with the count, and a rerun on the same "
+        "machine gives the same numbers; the result reports it (manual: docs/reference/scale.md, Threads).",
+        "shown": "torch's own count",
+    },
+)
 
 OUT, SCALE = Panel.OUTPUT, Panel.SCALE_OUT
 DRIFT_FLAGS = Table(
