@@ -111,7 +111,7 @@ def test_splits_are_disjoint_whole_blocks(tmp_path) -> None:
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--dataset", "digits", "--model", MODEL], "takes no digits images"),
+        (["--dataset", "digits", "--model", MODEL], "character ids, not digits images"),
         (["--dataset", "text", "--model", "mlp:64-16-10"], "character-level model"),
         (["--dataset", "digits", "--text", "x.txt"], "--dataset text"),
     ],
