@@ -111,7 +111,7 @@ def test_splits_are_disjoint_whole_blocks(tmp_path) -> None:
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--dataset", "digits", "--model", MODEL], "takes no digits images"),
+        (["--dataset", "digits", "--model", MODEL], "character ids, not digits images"),
         (["--dataset", "text", "--model", "mlp:64-16-10"], "character-level model"),
         (["--dataset", "digits", "--text", "x.txt"], "--dataset text"),
     ],
@@ -212,3 +212,17 @@ def test_the_api_and_a_config_file_take_text(made, tmp_path) -> None:
         "--json",
     )
     assert again["masks_sha256"] == doc["masks_sha256"]
+
+
+@pytest.mark.slow  # the ONNX export and its onnxruntime check take seconds
+def test_onnx_export_takes_any_sequence_length_up_to_the_context(made, tmp_path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    _, ticket, _ = made
+    out = tmp_path / "t.onnx"
+    r = runner.invoke(app, ["export", str(ticket), "--format", "onnx", "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    session = ort.InferenceSession(str(out))
+    name = session.get_inputs()[0].name
+    for length in (5, 16):
+        (logits,) = session.run(None, {name: torch.zeros(2, length, dtype=torch.int64).numpy()})
+        assert logits.shape[:2] == (2, length)

@@ -47,6 +47,7 @@ class Normalization:
 
 
 PIXELS = "pixel values / 255, in [0, 1]"
+IDS = "character ids (int64) into the text's sorted characters, not scaled"
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,8 @@ DATASETS.register("text")(
         600,
         lambda spec: cast(Callable[[DataSpec], Pools], load("ticketcli.data.lm:load_text"))(spec),
         "Next-character prediction for gpt-nano: the fortunes files or --text FILE (sizes in blocks, at most).",
+        # the identity: ids are taken as they are (an export's --with-preprocessing has nothing to fold in)
+        Normalization((0.0,), (1.0,), 1.0, IDS),
         text=True,
     )
 )

@@ -115,11 +115,13 @@ def require_normalization(tk: Ticket) -> None:
     """--with-preprocessing's precondition, checked from the ticket's record before its network is rebuilt: its
     data are a registered dataset that declares a normalisation (not the caller's tensors, not a text)."""
     name = tk.data.dataset
-    if name in DATASETS and DATASETS.get(name).normalization is not None:
+    if name in DATASETS and DATASETS.get(name).normalization is not None and not DATASETS.get(name).text:
         return
     why = (
         "the ticket's data were the caller's own tensors, taken as given"
         if name == IN_MEMORY
+        else "its inputs are character ids, which nothing normalises"
+        if name in DATASETS and DATASETS.get(name).text
         else f"dataset {name[:40]!r} declares none"
         if name in DATASETS
         else where(name)

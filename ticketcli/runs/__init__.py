@@ -7,9 +7,9 @@ with its masks and data), `extract` (one extraction: method, rewind, evaluation,
 alone), `compare` (tickets' init and mask overlap, pair by pair, with numpy alone), `record` (what an extraction
 records in its ticket), `summary` (the typed result extract prints), `parts` (the typed pieces the results share),
 `checks` (a loaded ticket against the network rebuilt for it), `inputs` (a run's weights file, method, device and
-data shape) and `text` (a text ticket's text found again, another text refused); for several tickets, `folder` (the ticket files a folder or glob names and inspect's rows, torch-free),
-`evaluate_folder` (each evaluated and gated) and `reproduce` (the extract command and TOML that make a ticket again,
-torch-free).
+data shape) and `text` (a text ticket's text found again, another text refused); for several tickets, `folder`
+(the ticket files a folder or glob names and inspect's rows, torch-free), `evaluate_folder` (each evaluated and
+gated) and `reproduce` (the extract command and TOML that make a ticket again, torch-free).
 
 What it may import (tests/test_layers.py places each module): `inspect`, `compare`, `folder` and `reproduce` only the
 ticket file's reader, numpy and the settings' declarations, never torch, so `ticket inspect` and `ticket compare`

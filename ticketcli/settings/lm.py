@@ -26,7 +26,7 @@ def text_model_spec(
             raise UsageError(f"--text is read with --dataset text, not {info.name}", hint="add --dataset text")
         if model is not None and text_model(model.arch):
             raise UsageError(
-                f"{model.arch} is a character-level language model and takes no {info.name} images",
+                f"{model.arch} is a character-level language model: it takes character ids, not {info.name} images",
                 hint="pass --dataset text (the fortunes files, or --text FILE)",
             )
         raise UsageError(f"--dataset {info.name} has no text")  # the caller asks only for text or a text model
