@@ -347,3 +347,25 @@ def test_a_text_model_has_no_sparse_form():
     assert image_shape(Inputs("digits", SHAPE, "float32", 10, None, None)) == SHAPE
     with pytest.raises(TicketCliError, match="text model"):
         image_shape(Inputs("fortunes", (8,), "int64", 12, None, None))
+
+
+def test_a_dense_layer_after_a_sparse_one_reads_a_contiguous_input_and_the_output_is_contiguous():
+    """A SparseLinear hands over its product's transpose (no copy); a Linear kept dense gets it contiguous, and so
+    does the caller."""
+    from torch import nn
+
+    from ticketcli.export.sparse import layers as sparse_layers
+    from ticketcli.export.sparse.net import SparseNet
+
+    g = torch.Generator().manual_seed(0)
+    first = nn.Linear(32, 16, bias=False)
+    w = first.weight.detach() * (torch.rand(16, 32, generator=g) < 0.2)
+    last = nn.Linear(16, 4)
+    module = nn.Sequential(sparse_layers.sparse_layer(first, sparse_layers.csr_of(w, w != 0), None), nn.ReLU(), last)
+    net = SparseNet(module, (), source="module")
+    seen: list[bool] = []
+    last.register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))  # after SparseNet's own
+    x = torch.randn(8, 32, generator=g)
+    y = net(x)
+    assert seen == [True] and y.is_contiguous()
+    assert torch.allclose(y, last(torch.relu(x @ w.t())), atol=1e-6)
