@@ -14,7 +14,7 @@ from ticketcli.cli.app import app
 from ticketcli.data.datasets import load_splits
 from ticketcli.methods import METHODS, movement, saliency, sparse
 from ticketcli.methods.movement import cubic_density
-from ticketcli.methods.registry import option
+from ticketcli.methods.registry import option, own_options
 from ticketcli.methods.saliency import grasp_scores, hessian_vector_product, loss_gradient, snip_scores, synflow_scores
 from ticketcli.methods.sparse import prune_and_regrow
 from ticketcli.runs.build import build_net
@@ -98,7 +98,8 @@ def test_ticket_is_evaluated_on_the_rewound_init(name, tmp_path):
     splits = load_splits(spec.data)
     assert evaluate(net, tk.masks, splits.x_test, splits.y_test) == summary["metrics"]["test"]
     recorded = tk.method.to_json()
-    assert tk.method.name == name and set(recorded) >= method_options(name)  # hyper-parameters are recorded
+    when_set = {o.name for o in own_options() if o.when_set}  # recorded only when given (Option.when_set)
+    assert tk.method.name == name and set(recorded) >= method_options(name) - when_set  # hyper-parameters recorded
     assert ("weight_lr" in recorded) == ("weights" in METHODS.get(name).load().trains)  # only those that shaped it
     if name in TRAINS_WEIGHTS:  # the trained network is reported, and it is not the ticket
         trained = summary.metrics.trained

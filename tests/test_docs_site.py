@@ -42,8 +42,8 @@ def test_readme_is_a_front_page():
 def test_readme_keeps_the_two_commands_and_serves_the_manual():
     text = README.read_text()
     main = (
-        "bash .ci/setup && ticket extract --method augmented --sparsity 0.9 --seed 0 --download --out "
-        "ticket.safetensors && ticket evaluate ticket.safetensors"
+        "bash install.sh && source .venv/bin/activate && ticket extract --method augmented --sparsity 0.9 --seed 0 "
+        "--download --out ticket.safetensors && ticket evaluate ticket.safetensors"
     )
     assert main in text.splitlines()
     assert "bash .ci/run" in text.splitlines() and any(

@@ -34,8 +34,8 @@ _PUBLIC = {
     "apply_masks": "ticketcli.api.masks",
     "remove_masks": "ticketcli.api.masks",
     "load_pruned": "ticketcli.api.masks",
-    "load_sparse": "ticketcli.export.sparse.load",
-    "sparse_module": "ticketcli.export.sparse.net",
+    "load_sparse": "ticketcli.api.sparse",
+    "sparse_module": "ticketcli.api.sparse",
     "SparseNet": "ticketcli.export.sparse.net",
     "TicketCliError": "ticketcli.errors",
     "UsageError": "ticketcli.errors",
@@ -77,12 +77,12 @@ if TYPE_CHECKING:
     from ticketcli.api.listing import extract_options, list_datasets, list_methods, list_models
     from ticketcli.api.masks import apply_masks, load_pruned, remove_masks
     from ticketcli.api.schemas import schema_of
+    from ticketcli.api.sparse import load_sparse, sparse_module
     from ticketcli.api.sweep import sweep_k
     from ticketcli.api.ticket import Ticket, load
     from ticketcli.api.weak import train_weak
     from ticketcli.errors import RunFailed, TicketCliError, TicketFileError, UsageError
-    from ticketcli.export.sparse.load import load_sparse
-    from ticketcli.export.sparse.net import SparseNet, sparse_module
+    from ticketcli.export.sparse.net import SparseNet
 
 
 def __getattr__(name: str) -> Any:

@@ -120,6 +120,18 @@ CASES: dict[str, Callable[[Path], object]] = {
     "Ticket.export: a FIFO": lambda d: tc.load(d / "t.safetensors").export("prune", d / "fifo.pt", overwrite=True),
     "Ticket.export: an unknown format": lambda d: tc.load(d / "t.safetensors").export("zip", d / "x.zip"),
     "Ticket.export: a path of an int": lambda d: tc.load(d / "t.safetensors").export("masked", 5),  # type: ignore[arg-type]
+    "load_sparse: a FIFO": lambda d: tc.load_sparse(d / "fifo.safetensors"),
+    "load_sparse: a junk file": lambda d: tc.load_sparse(d / "junk.safetensors"),
+    "load_sparse: a pickle": lambda d: tc.load_sparse(d / "evil.pt"),
+    "load_sparse: an int": lambda d: tc.load_sparse(5),  # type: ignore[arg-type]
+    "load_sparse: a NUL in the path": lambda d: tc.load_sparse("a\0b"),
+    "sparse_module: not a module": lambda d: tc.sparse_module(object(), {}),  # type: ignore[arg-type]
+    "sparse_module: a mask of no parameter": lambda d: tc.sparse_module(
+        torch.nn.Linear(2, 2), {"nope": torch.ones(2, 2, dtype=torch.bool)}
+    ),
+    "sparse_module: a mask of another shape": lambda d: tc.sparse_module(
+        torch.nn.Linear(2, 2), {"weight": torch.ones(3, 2, dtype=torch.bool)}
+    ),
     "train_weak: a junk ticket": lambda d: tc.train_weak(d / "junk.safetensors", progress=False),
     "train_weak: a FIFO": lambda d: tc.train_weak(d / "fifo.safetensors", progress=False),
     "train_weak: a ticket of an int": lambda d: tc.train_weak(5),  # type: ignore[arg-type]

@@ -122,6 +122,11 @@ def calls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Callable[..., A
         "train_weak": lambda **kw: tc.train_weak(digits, **{"epochs": 1, "progress": False, **kw}),
         "sweep_k": lambda **kw: tc.sweep_k("mlp:64-10", **{**TINY_SWEEP, **kw}),
         "drift": lambda **kw: tc.drift("mlp:64-4-10", **{**TINY_DRIFT, **kw}),
+        "load_sparse": lambda **kw: tc.load_sparse(digits, **{"measure": False, **kw}),
+        "sparse_module": lambda **kw: tc.sparse_module(
+            nn.Sequential(nn.Linear(8, 4)), {"0.weight": torch.eye(4, 8, dtype=torch.bool)}, **kw
+        ),
+        "Ticket.bench": lambda **kw: tc.load(digits).bench(**{"batch": [1], "repeats": 1, "forms": ["sparse"], **kw}),
     }
 
 

@@ -147,6 +147,8 @@ def mask_reader(reader: str, path: Path, out: Path) -> list[str]:
         "export": ["export", str(path), "--format", "masked", "--out", str(out)],
         "train-weak": ["train-weak", str(path), "--epochs", "1", "--device", "cpu", "--quiet", "--out", str(out)],
         "drift": ["drift", "--ticket", str(path), "--steps", "1", "--device", "cpu", "--quiet", "--plot", str(out)],
+        # tc.load_sparse's command-line road: the ticket regenerated into the sparse form and written
+        "load_sparse": ["export", str(path), "--format", "sparse", "--out", str(out)],
     }[reader]
 
 

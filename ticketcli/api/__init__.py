@@ -11,10 +11,10 @@ numpy only), `compare` (`compare`: saved tickets compared as `ticket compare` co
 ticket argument read from its file: a path or a saved Ticket, torch-free), `data` (the `data` argument: a dataset's
 name, or the caller's tensors, Datasets and DataLoaders turned into seeded splits), `masks` (`apply_masks`,
 `remove_masks`, `load_pruned`: masks on any nn.Module in torch.nn.utils.prune's layout), `listing` (`list_methods`,
-`list_models`, `list_datasets`, `extract_options`), `schemas` (`schema_of`: a --json document's JSON Schema), `args`
-(path, module, reader and data- directory arguments, checked as the command line checks its flags, and the progress
-display) and `keywords` (the calls speak in keywords: an unknown one names the closest, errors name `epochs=`, not
-`--epochs`, and `overwrite=True`, not `--force`).
+`list_models`, `list_datasets`, `extract_options`), `schemas` (`schema_of`: a --json document's JSON Schema), `sparse`
+(`load_sparse`, `sparse_module`), `args` (path, module, reader and data- directory arguments, checked as the command
+line checks its flags, and the progress display) and `keywords` (the calls speak in keywords: an unknown one names the
+closest, errors name `epochs=`, not `--epochs`, and `overwrite=True`, not `--force`).
 
 What it may import (tests/test_layers.py places the package above resolution, below the command line): every layer
 below it (the foundations, building blocks, workflows, `report`, `settings/` and `drift/`), never `cli/`; `masks`

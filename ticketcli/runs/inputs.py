@@ -107,8 +107,8 @@ def resolve_device(name: str) -> torch.device:
         name = "cuda"
     try:
         dev = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"unknown device {name!r}; use {DEVICES}") from None
+    except (RuntimeError, TypeError):  # TypeError: not a name at all (the Python API takes any object)
+        raise UsageError(f"unknown device {str(name)[:80]!r}; use {DEVICES}") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise UsageError(f"device {name!r} requested but CUDA is not available here", hint="use --device cpu")

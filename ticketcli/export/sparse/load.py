@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -13,7 +14,7 @@ from ticketcli.export import inputs as export_inputs
 from ticketcli.export.run import recalibrate
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse import seeded
-from ticketcli.export.sparse.net import SparseNet, image_shape, remeasure, sparse_module
+from ticketcli.export.sparse.net import SparseNet, check_batch, image_shape, remeasure, sparse_module
 from ticketcli.models.build import build_model
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
@@ -57,6 +58,9 @@ def load_sparse(
     statistics to recompute (from its dataset, found through `data_dir`) is rebuilt whole first. Its layers are
     measured unless `measure=False` (every layer sparse). `trust_model_code`: allow importing the factory a ticket
     names; `max_params`: refuse a bigger model before anything is built."""
+    batch = check_batch(batch)
+    if not isinstance(path, (str, os.PathLike)):
+        raise UsageError(f"path= must be a file name, got {type(path).__name__}")
     path = Path(path)
     dev = resolve_device(device)
     fmt = file_format(path)

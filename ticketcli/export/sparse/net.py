@@ -6,6 +6,7 @@ norms, pooling) computes as in the original network."""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -17,6 +18,7 @@ from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
 from ticketcli.models.masked import MaskedNet
+from ticketcli.runs.inputs import resolve_device
 
 AGREEMENT = 1e-5  # outputs agree when their largest difference is at most this fraction of the largest |logit|
 
@@ -128,6 +130,29 @@ def layer_inputs(module: nn.Module, names: list[str], example: torch.Tensor) -> 
     return seen
 
 
+MAX_BATCH = 1 << 16  # examples a layer is timed at
+MAX_EXAMPLE = 1 << 24  # values in one example of input_shape
+
+
+def check_batch(batch: object) -> int:
+    """`batch=` a whole number from 1 to MAX_BATCH, or one UsageError (the Python API takes any object)."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise UsageError(f"batch= must be a whole number from 1 to {MAX_BATCH}, got {str(batch)[:40]}")
+    return batch
+
+
+def check_input_shape(shape: object) -> tuple[int, ...] | None:
+    """`input_shape=` None or one example's shape: positive whole numbers, at most MAX_EXAMPLE values in all."""
+    if shape is None:
+        return None
+    dims = tuple(shape) if isinstance(shape, (tuple, list)) else ()
+    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
+        raise UsageError(f"input_shape= must be one example's shape, e.g. (1, 28, 28), got {str(shape)[:40]}")
+    if math.prod(dims) > MAX_EXAMPLE:
+        raise UsageError(f"input_shape= {list(dims)} holds more than {MAX_EXAMPLE} values per example")
+    return dims
+
+
 @torch.no_grad()
 def sparse_module(
     net: nn.Module | MaskedNet,
@@ -144,10 +169,15 @@ def sparse_module(
     timed interleaved, per layer, on `device`), densely where it did not. `measure=False` makes every lowerable
     layer sparse. `input_shape` (one example's, without the batch) is needed to time convolutions; a MaskedNet of a
     built-in model knows it. The copy's outputs are checked against the dense W * M on a random example."""
+    if not isinstance(net, (nn.Module, MaskedNet)):
+        raise UsageError(f"net= must be an nn.Module or a MaskedNet, got {type(net).__name__}")
+    if not isinstance(masks, Mapping) or not all(isinstance(m, torch.Tensor) for m in masks.values()):
+        raise UsageError("masks= must map parameter names to bool tensors, as a ticket's masks do")
+    batch, input_shape = check_batch(batch), check_input_shape(input_shape)
     module = net.module if isinstance(net, MaskedNet) else net
     if input_shape is None and isinstance(net, MaskedNet) and net.spec is not None:
         input_shape = net.spec.input
-    dev = torch.device(device)
+    dev = device if isinstance(device, torch.device) else resolve_device(device)  # a name checked: one line
     module = copy.deepcopy(module).to(dev).eval()
     params = dict(module.named_parameters())
     for n, m in masks.items():
@@ -163,8 +193,11 @@ def sparse_module(
     if convs and input_shape is None:
         raise UsageError("sparse_module needs input_shape= (one example's shape) for a network with convolutions")
     example = None if input_shape is None else torch.randn(batch, *input_shape, device=dev)
-    inputs = {} if example is None else layer_inputs(module, [n for n, _ in targets], example)
-    reference = None if example is None else module(example)
+    try:
+        inputs = {} if example is None else layer_inputs(module, [n for n, _ in targets], example)
+        reference = None if example is None else module(example)
+    except RuntimeError as e:  # the caller's input_shape and network disagree: say so in one line
+        raise UsageError(f"input_shape= {list(input_shape or ())} does not fit the network: {str(e)[:120]}") from None
     records = []
     for name, layer in targets:
         records.append(_lower(module, name, layer, masks, inputs.get(name), measure, batch, dev))
