@@ -345,10 +345,31 @@ def test_a_digits_file_that_is_not_the_table_is_not_used(tmp_path, body):
     assert read_bundled(p) is None
 
 
-def test_digits_fall_back_to_scikit_learns_loader_where_its_file_is_not(monkeypatch, sklearn_digits):
-    monkeypatch.setattr(digits, "bundled_file", lambda: None)
-    data, target = digits.digits_arrays()
+def test_the_shipped_table_is_scikit_learns_digits(sklearn_digits):
+    """ticket ships the digits table itself (no scikit-learn needed to install or run): the same numbers."""
+    found = read_bundled(digits.SHIPPED)
+    assert found is not None
+    assert np.array_equal(found[0], sklearn_digits[0]) and np.array_equal(found[1], sklearn_digits[1])
+
+
+def test_digits_fall_back_to_scikit_learns_file_then_its_loader(monkeypatch, tmp_path, sklearn_digits):
+    monkeypatch.setattr(digits, "SHIPPED", tmp_path / "missing.csv.gz")
+    data, target = digits.digits_arrays()  # scikit-learn's copy of the file
     assert np.array_equal(data, sklearn_digits[0]) and np.array_equal(target, sklearn_digits[1])
+    monkeypatch.setattr(digits, "bundled_file", lambda: None)
+    data, target = digits.digits_arrays()  # its loader
+    assert np.array_equal(data, sklearn_digits[0]) and np.array_equal(target, sklearn_digits[1])
+
+
+def test_without_the_shipped_table_or_scikit_learn_digits_is_one_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(digits, "SHIPPED", tmp_path / "missing.csv.gz")
+    monkeypatch.setattr(digits, "bundled_file", lambda: None)
+    real = digits.importlib.util.find_spec
+    monkeypatch.setattr(
+        digits.importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else real(name, *a)
+    )
+    with pytest.raises(UsageError, match="missing or unreadable, and scikit-learn"):
+        digits.digits_arrays()
 
 
 # ---------------------------------------------------------------------------------------------- regressions
