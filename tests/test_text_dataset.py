@@ -160,6 +160,13 @@ def test_synflow_is_refused_in_one_line(made, tmp_path) -> None:
     assert r.exit_code == 2 and "synflow" in r.output and len(r.output.strip().splitlines()) == 1, r.output
 
 
+def test_bench_refuses_a_language_models_ticket_in_one_line(made) -> None:
+    """Its outputs are per position and its sparse forms are not built: refused, never an internal error."""
+    text, ticket, _ = made
+    r = runner.invoke(app, ["bench", str(ticket), "--text", str(text), "--batch", "1", "--repeats", "3"])
+    assert r.exit_code == 2 and "language model" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
 def test_inspect_command_reproduces_the_ticket(made, tmp_path, monkeypatch) -> None:
     text, ticket, doc = made
     line = runner.invoke(app, ["inspect", str(ticket), "--command"]).stdout.strip()

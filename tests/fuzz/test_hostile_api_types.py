@@ -126,7 +126,7 @@ def calls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Callable[..., A
         "sparse_module": lambda **kw: tc.sparse_module(
             nn.Sequential(nn.Linear(8, 4)), {"0.weight": torch.eye(4, 8, dtype=torch.bool)}, **kw
         ),
-        "Ticket.bench": lambda **kw: tc.load(digits).bench(**{"batch": [1], "repeats": 1, "forms": ["sparse"], **kw}),
+        "Ticket.bench": lambda **kw: tc.load(digits).bench(**{"batch": [1], "repeats": 3, "forms": ["sparse"], **kw}),
     }
 
 

@@ -15,6 +15,7 @@ from ticketcli.bench import timing
 from ticketcli.bench.result import DENSE, Agreement, BenchResult, FormReport, TicketBench, Timing
 from ticketcli.errors import Interrupted, TicketCliError, UsageError
 from ticketcli.methods.base import Progress
+from ticketcli.models.registry import text_model
 from ticketcli.runs.build import OpenTicket, open_ticket
 from ticketcli.runs.inputs import resolve_device
 from ticketcli.specs.bench import FORMS, BenchSpec
@@ -78,6 +79,12 @@ def bench_opened(o: OpenTicket, path: Path, spec: BenchSpec = BenchSpec()) -> Ti
     """bench_ticket for a ticket already opened (the Python API's Ticket.bench opens it with runs.build.open_loaded);
     `path` names it in the result."""
     net, masks, dev = o.net, o.masks, o.device
+    if net.spec is not None and text_model(net.spec.arch):  # its outputs are per position, its forms unbuilt here
+        raise UsageError(
+            f"{str(path)[:200]}: a language model's ticket ({net.spec.arch}) is not benched yet: bench times image "
+            "classifiers' forms",
+            hint="ticket evaluate reports its bits per character; ticket export --format onnx runs it elsewhere",
+        )
     x, y = o.splits.x_test, o.splits.y_test
     reports: dict[str, FormReport] = {}
     runs: dict[str, bench_forms.Run] = {}
