@@ -53,6 +53,10 @@ def bench_spec(
     if isinstance(n, bool) or not isinstance(n, int) or not 3 <= n <= MAX_REPEATS:
         raise UsageError(f"--repeats must be an integer from 3 to {MAX_REPEATS}, not {n}")
     listed = d.forms if forms is None else forms.split(",") if isinstance(forms, str) else forms
+    if not isinstance(listed, (list, tuple)):  # the Python API takes any object: a name list or nothing
+        raise UsageError(
+            f"--forms takes comma-separated form names, not {str(forms)[:40]!r}", hint="--forms sparse,onnx"
+        )
     names = tuple(str(f).strip() for f in listed if str(f).strip())
     unknown = [f for f in names if f not in FORMS]
     if unknown or not names:
