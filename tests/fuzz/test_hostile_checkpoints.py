@@ -13,6 +13,8 @@ import json
 import math
 import os
 import pickle
+import tracemalloc
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,8 @@ from hostile import assert_clean, cli, snapshot
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
-from ticketcli.files.checkpoint import Checkpointer
+from ticketcli.errors import UsageError
+from ticketcli.files.checkpoint import Checkpointer, read_torch_file
 from ticketcli.methods import METHODS
 from ticketcli.models.build import build_model
 from ticketcli.models.registry import parse_model
@@ -133,11 +136,61 @@ def hostile_weights(kind: str, folder: Path) -> Path:
         save(good["layers.0.weight"], path)
     elif kind == "corrupt-safetensors":
         path.write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a": [1, 2, 3]}')
+    elif kind in LENGTH_FIELDS:
+        path.write_bytes(LENGTH_FIELDS[kind][0])
+    elif kind == "compressed-zip":
+        path.write_bytes(inflating(torch_bytes(good)))
+    elif kind == "zip-entry-declares-more":
+        path.write_bytes(overdeclared(torch_bytes(good)))
     elif kind == "fifo":
         os.mkfifo(path)
     elif kind == "directory":
         path.mkdir()
     return path
+
+
+# A pickle stream's length fields, far beyond the few bytes that follow: torch's legacy reader asks the file for
+# read(n), which allocates n up front on a real file. Nothing may allocate beyond what the file's size justifies.
+LENGTH_FIELDS = {  # name -> (the file, a fragment of the one line for a weights file, for a checkpoint)
+    "string-declares-4gib": (b"X\xff\xff\xff\xff" + b"\0" * 64, "cannot read weights from", "cannot read checkpoint"),
+    "frame-declares-1tib": (
+        b"\x80\x04\x95" + (1 << 40).to_bytes(8, "little") + b"\0" * 64,  # FRAME
+        "safe loader cannot read",
+        "safe loader cannot read",
+    ),
+    "proto-then-string": (
+        b"\x80\x02X\xfe\xff\xff\x7f" + b"\0" * 64,
+        "cannot read weights from",
+        "cannot read checkpoint",
+    ),
+}
+
+
+def inflating(stored: bytes, extra: int = 96 << 20) -> bytes:
+    """torch.save's zip with data.pkl deflated and `extra` zero bytes after its STOP: a zip bomb that loads."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(stored)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if not info.filename.endswith("data.pkl"):
+                dst.writestr(info, data)
+                continue
+            deflated = zipfile.ZipInfo(info.filename)
+            deflated.compress_type = zipfile.ZIP_DEFLATED
+            with dst.open(deflated, "w", force_zip64=True) as f:
+                f.write(data)
+                for _ in range(extra >> 20):
+                    f.write(bytes(1 << 20))
+    return out.getvalue()
+
+
+def overdeclared(stored: bytes) -> bytes:
+    """torch.save's zip whose central directory says data.pkl holds 2 GiB (its uncompressed-size field)."""
+    raw = bytearray(stored)
+    at = raw.index(b"PK\x01\x02")  # the first central directory entry: data.pkl, as torch writes it first
+    assert raw[at + 46 :].startswith(b"archive/data.pkl") or b"data.pkl" in raw[at + 46 : at + 46 + 64]
+    raw[at + 24 : at + 28] = (0x7FFFFFFF).to_bytes(4, "little")
+    return bytes(raw)
 
 
 WEIGHTS_CASES = {
@@ -153,6 +206,9 @@ WEIGHTS_CASES = {
     "corrupt-safetensors": "cannot read weights from",
     "fifo": "is not a regular file",
     "directory": "is not a regular file",
+    **{k: v[1] for k, v in LENGTH_FIELDS.items()},
+    "compressed-zip": "is compressed",
+    "zip-entry-declares-more": "declares 2147483647 bytes",
 }
 
 
@@ -202,6 +258,9 @@ RESUME_CASES = {  # name -> (the OUT.ckpt's bytes from the genuine ones, a fragm
     "truncated": (lambda raw: raw[: len(raw) // 2], "cannot read checkpoint"),
     "random-bytes": (lambda raw: os.urandom(len(raw)), "cannot read checkpoint"),
     "empty": (lambda raw: b"", "cannot read checkpoint"),
+    **{k: (lambda raw, v=v: v[0], v[2]) for k, v in LENGTH_FIELDS.items()},
+    "compressed-zip": (inflating, "is compressed"),
+    "zip-entry-declares-more": (overdeclared, "declares 2147483647 bytes"),
     "state-dict-of-tensors": (lambda raw: torch_bytes({"layers.0.weight": torch.zeros(3)}), "not a ticket checkpoint"),
     "a-list": (lambda raw: torch_bytes([1, 2, 3]), "not a ticket checkpoint"),
     "identity-not-json": (lambda raw: edited(raw, lambda s: s.update(identity="{oops")), "not a ticket checkpoint"),
@@ -251,3 +310,19 @@ def test_the_genuine_checkpoint_resumes(real_checkpoint, tmp_path):
     r = CliRunner().invoke(app, ["extract", *RESUMABLE, "--resume", "--json", "--out", str(out)])
     assert r.exit_code == 0 and out.is_file(), r.stderr
     assert json.loads(r.stdout)["ticket"] == str(out)
+
+
+@pytest.mark.parametrize("opcode", range(256))
+def test_no_first_byte_makes_the_torch_reader_allocate_beyond_the_file(opcode, tmp_path):
+    """Every opcode a stream can start with, followed by all-ones length fields: whatever the reader makes of it,
+    it refuses in one UsageError and allocates no more than a few times the file (random bytes found 'X' once)."""
+    path = tmp_path / "w.pt"
+    path.write_bytes(bytes([opcode]) + b"\xff" * 16 + bytes(range(256)))
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError):
+            read_torch_file(path, "weights from")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak

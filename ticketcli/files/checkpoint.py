@@ -16,6 +16,7 @@ import os
 import pickle
 import re
 import warnings
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,10 +41,11 @@ def read_torch_file(path: str | Path, what: str, hint: str | None = None, data: 
     torch's own refusal advises weights_only=False, i.e. running whatever code the file names: that advice is not
     passed on."""
     path = Path(path)
+    source = _bounded_source(path, what, hint, data)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch warns on stderr about old pickle protocols
-            return torch.load(path if data is None else io.BytesIO(data), map_location="cpu", weights_only=True)
+            return torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         named = re.search(r"GLOBAL ([\w.]+)", str(e))
         if named:
@@ -60,6 +62,51 @@ def read_torch_file(path: str | Path, what: str, hint: str | None = None, data: 
         raise UsageError(f"cannot read {what} {path}: not a PyTorch file", hint=hint) from None
     except Exception as e:  # a torn or foreign file raises many types (RuntimeError, EOFError, KeyError, ...)
         raise UsageError(f"cannot read {what} {path}: {first_sentence(e)}", hint=hint) from None
+
+
+ZIP_MAGIC = b"PK\x03\x04"  # what torch.load checks to choose its zip reader over the legacy pickle stream
+
+
+def _bounded_source(path: Path, what: str, hint: str | None, data: bytes | None) -> Path | io.BytesIO:
+    """What torch.load reads, such that nothing it allocates can outgrow the file.
+
+    - A zip archive (torch.save's format) is read from its path, once every entry is stored as is (torch.save never
+      compresses) and declares no more bytes than the file holds: an inflated entry could be any size.
+    - Anything else goes to torch's legacy reader, a pickle stream whose length fields ask for read(n): on a file,
+      read(n) allocates n bytes up front (4 GiB from a 5-byte string header), from memory it returns what there is.
+    """
+    try:
+        if data is None:
+            with open(path, "rb") as f:
+                head = f.read(len(ZIP_MAGIC))
+                if head != ZIP_MAGIC:
+                    f.seek(0)
+                    data = f.read()  # the file's own size: what a legacy stream needs anyway
+        if data is not None and not data.startswith(ZIP_MAGIC):
+            return io.BytesIO(data)
+        size = len(data) if data is not None else os.path.getsize(path)
+        with zipfile.ZipFile(io.BytesIO(data) if data is not None else path) as archive:
+            entries = archive.infolist()
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {path}: {e.strerror or first_sentence(e)}", hint=hint) from None
+    except Exception as e:  # zipfile's many refusals of a torn or forged directory
+        raise UsageError(
+            f"cannot read {what} {path}: not a zip archive torch can read ({first_sentence(e)})", hint=hint
+        ) from None
+    for entry in entries:
+        if entry.compress_type != zipfile.ZIP_STORED:
+            raise UsageError(
+                f"cannot read {what} {path}: its entry {entry.filename[:80]!r} is compressed "
+                f"(torch.save stores entries as they are)",
+                hint=hint or RESAVE,
+            )
+        if max(entry.file_size, entry.compress_size) > size:
+            raise UsageError(
+                f"cannot read {what} {path}: its entry {entry.filename[:80]!r} declares {entry.file_size} bytes "
+                f"in a {size}-byte file",
+                hint=hint,
+            )
+    return io.BytesIO(data) if data is not None else path
 
 
 def first_sentence(e: BaseException) -> str:
