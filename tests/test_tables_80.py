@@ -101,6 +101,8 @@ MEASURED = re.compile(r"[\d.]+(e[+-]?\d+)?(x|k/s|M/s|/s)?")  # bench's timings, 
 def tokens(text: str, measured: bool = False) -> set[str]:
     """The words of a command's text: split at spaces and table rules, outer punctuation stripped (`measured`:
     numbers remeasured at every run left out too)."""
+    if measured:  # bench's verdict follows the timings: one run may find a form fastest, the next within noise
+        text = "\n".join(line for line in text.splitlines() if not line.startswith("verdict:"))
     found = {w.strip(",;:()[]") for w in re.split(r"[\s│┃━─┏┓┗┛┡┩┣┫╇┳┻┼╋└┘┌┐├┤┬┴]+", text)}
     return {w for w in found if w and not TIMES.fullmatch(w) and not (measured and MEASURED.fullmatch(w))}
 

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -252,8 +253,31 @@ def test_a_sweep_waiting_on_a_claim_says_what_it_waits_for_until_it_takes_it_ove
     monkeypatch.setattr(sweep_outputs, "NOTE_EVERY_S", 0.5)
     folder = tmp_path / "sw"
     folder.mkdir()
-    path = put(folder, honest(pid=31337, host="far-away"))  # fresh now, never beating again: stale in 2 s
-    run = cli(*SWEEP, "--out-dir", str(folder), "--json")
+    path = put(folder, honest(pid=31337, host="far-away"))
+    # The other sweep beats until this one has said once what it waits for, then dies: its claim goes stale 2 s
+    # after that first note, however long this sweep took to start (seconds on a loaded machine), so the notes
+    # every 0.5 s in between always come.
+    noted = threading.Event()
+    tick = sweep_outputs.Waiting.tick
+
+    def tick_and_tell(self, line):
+        tick(self, line)
+        if self._next > self.since + sweep_outputs.NOTE_FIRST_S:
+            noted.set()
+
+    monkeypatch.setattr(sweep_outputs.Waiting, "tick", tick_and_tell)
+
+    def beat():
+        while not noted.wait(0.2):
+            os.utime(path)
+
+    beating = threading.Thread(target=beat, daemon=True)
+    beating.start()
+    try:
+        run = cli(*SWEEP, "--out-dir", str(folder), "--json")
+    finally:
+        noted.set()
+        beating.join()
     assert run.exit_code == 0, run.stderr[-2000:]
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(lines) >= 2, run.stderr  # the first soon, then every NOTE_EVERY_S
