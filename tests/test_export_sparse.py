@@ -369,3 +369,24 @@ def test_a_dense_layer_after_a_sparse_one_reads_a_contiguous_input_and_the_outpu
     y = net(x)
     assert seen == [True] and y.is_contiguous()
     assert torch.allclose(y, last(torch.relu(x @ w.t())), atol=1e-6)
+
+
+@pytest.mark.parametrize("index", [torch.int32, torch.int64])
+def test_csr_matmul_is_the_dense_product_on_both_kernels(index):
+    """Narrow right-hand sides go to torch.sparse.mm, wide ones to the embedding bag: both give W @ X, empty rows
+    and an all-zero weight included."""
+    g = torch.Generator().manual_seed(3)
+    for rows, cols, density in ((40, 70, 0.05), (9, 300, 0.3), (16, 16, 0.0), (1, 5, 1.0)):
+        w = torch.randn(rows, cols, generator=g)
+        mask = torch.rand(rows, cols, generator=g) < density
+        mask[rows // 2] = False  # a row with nothing kept
+        dense = w * mask
+        csr = sparse_layers.csr_of(w, mask)
+        csr = sparse_layers.csr_tensor(
+            csr.crow_indices().to(index), csr.col_indices().to(index), csr.values(), (rows, cols)
+        )
+        for n in (1, sparse_layers.NARROW - 1, sparse_layers.NARROW, 97):
+            x = torch.randn(cols, n, generator=g)
+            y = sparse_layers.csr_matmul(csr, x)
+            assert y.shape == (rows, n)
+            assert torch.allclose(y, dense @ x, atol=1e-5, rtol=1e-5)
