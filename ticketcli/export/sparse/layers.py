@@ -95,7 +95,10 @@ def csr_matmul(weight: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
             per_sample_weights=weight.values(),
             include_last_offset=True,
         )
-    return torch.sparse.mm(weight, dense)
+    if weight.device.type == "cpu":  # no warning on the CPU: not worth a warnings context per call
+        return torch.sparse.mm(weight, dense)
+    with quiet_csr():
+        return torch.sparse.mm(weight, dense)
 
 
 def param(layer: nn.Module, name: str) -> torch.Tensor | None:

@@ -53,8 +53,7 @@ class SparseNet(nn.Module):
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with sparse_layers.quiet_csr():
-            out: torch.Tensor = self.module(x)
+        out: torch.Tensor = self.module(x)
         return out.contiguous()  # a last Linear after a sparse layer returns a transposed view (layers)
 
     @property
