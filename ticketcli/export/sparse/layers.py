@@ -96,9 +96,11 @@ def csr_matmul(weight: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
             include_last_offset=True,
         )
     if weight.device.type == "cpu":  # no warning on the CPU: not worth a warnings context per call
-        return torch.sparse.mm(weight, dense)
+        y: torch.Tensor = torch.sparse.mm(weight, dense)
+        return y
     with quiet_csr():
-        return torch.sparse.mm(weight, dense)
+        y = torch.sparse.mm(weight, dense)
+    return y
 
 
 def param(layer: nn.Module, name: str) -> torch.Tensor | None:
