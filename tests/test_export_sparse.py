@@ -349,23 +349,51 @@ def test_a_text_model_has_no_sparse_form():
         image_shape(Inputs("fortunes", (8,), "int64", 12, None, None))
 
 
-def test_a_dense_layer_after_a_sparse_one_reads_a_contiguous_input_and_the_output_is_contiguous():
-    """A SparseLinear hands over its product's transpose (no copy); a Linear kept dense gets it contiguous, and so
-    does the caller."""
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_dense_layer_after_a_sparse_one_takes_its_transposed_product_and_the_output_is_contiguous(bias):
+    """A SparseLinear hands over its product's transpose (no copy); a Linear kept dense multiplies it as it comes
+    (W x^T) and hands over the same layout, a dense Linear on a contiguous input computes as nn.Linear, and the
+    caller gets a contiguous output. The dense layers keep their class's behaviour, parameters and state dict."""
     from torch import nn
-
-    from ticketcli.export.sparse import layers as sparse_layers
-    from ticketcli.export.sparse.net import SparseNet
 
     g = torch.Generator().manual_seed(0)
     first = nn.Linear(32, 16, bias=False)
     w = first.weight.detach() * (torch.rand(16, 32, generator=g) < 0.2)
-    last = nn.Linear(16, 4)
-    module = nn.Sequential(sparse_layers.sparse_layer(first, sparse_layers.csr_of(w, w != 0), None), nn.ReLU(), last)
+    mid, last = nn.Linear(16, 24, bias=bias), nn.Linear(24, 4, bias=bias)
+    keys = {**mid.state_dict(), **{f"l.{k}": v for k, v in last.state_dict().items()}}
+    sparse = sparse_layers.sparse_layer(first, sparse_layers.csr_of(w, w != 0), None)
+    module = nn.Sequential(nn.Linear(32, 32), sparse, nn.ReLU(), mid, nn.ReLU(), last)
     net = SparseNet(module, (), source="module")
     seen: list[bool] = []
-    last.register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))  # after SparseNet's own
-    x = torch.randn(8, 32, generator=g)
-    y = net(x)
-    assert seen == [True] and y.is_contiguous()
-    assert torch.allclose(y, last(torch.relu(x @ w.t())), atol=1e-6)
+    mid.register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
+    for n in (1, 8, sparse_layers.NARROW, 40):
+        x = torch.randn(n, 32, generator=g)
+        y = net(x)
+        with torch.no_grad():
+            h = torch.relu(torch.relu(module[0](x) @ w.t()) @ mid.weight.t() + (mid.bias if bias else 0))
+            ref = h @ last.weight.t() + (last.bias if bias else 0)
+        assert y.is_contiguous() and torch.allclose(y, ref, atol=1e-5)
+    assert seen == [True, False, False, False]  # a single row's transpose is contiguous too
+    assert all(isinstance(m, nn.Linear) for m in (module[0], mid, last))
+    assert {**mid.state_dict(), **{f"l.{k}": v for k, v in last.state_dict().items()}}.keys() == keys.keys()
+
+
+@pytest.mark.parametrize("index", [torch.int32, torch.int64])
+def test_csr_matmul_is_the_dense_product_on_both_kernels(index):
+    """Narrow right-hand sides go to torch.sparse.mm, wide ones to the embedding bag: both give W @ X, empty rows
+    and an all-zero weight included."""
+    g = torch.Generator().manual_seed(3)
+    for rows, cols, density in ((40, 70, 0.05), (9, 300, 0.3), (16, 16, 0.0), (1, 5, 1.0)):
+        w = torch.randn(rows, cols, generator=g)
+        mask = torch.rand(rows, cols, generator=g) < density
+        mask[rows // 2] = False  # a row with nothing kept
+        dense = w * mask
+        csr = sparse_layers.csr_of(w, mask)
+        csr = sparse_layers.csr_tensor(
+            csr.crow_indices().to(index), csr.col_indices().to(index), csr.values(), (rows, cols)
+        )
+        for n in (1, sparse_layers.NARROW - 1, sparse_layers.NARROW, 97):
+            x = torch.randn(cols, n, generator=g)
+            y = sparse_layers.csr_matmul(csr, x)
+            assert y.shape == (rows, n)
+            assert torch.allclose(y, dense @ x, atol=1e-5, rtol=1e-5)

@@ -49,13 +49,12 @@ class SparseNet(nn.Module):
         self.file_bytes = file_bytes
         self.layer_by_layer = layer_by_layer
         self.metadata: dict[str, str] = dict(metadata or {})
-        sparse_layers.contiguous_dense_inputs(module)
+        sparse_layers.dense_linears_take_transposed_inputs(module)
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with sparse_layers.quiet_csr():
-            out: torch.Tensor = self.module(x)
-        return out.contiguous()  # a sparse last layer's output is a transposed view (layers.SparseLinear)
+        out: torch.Tensor = self.module(x)
+        return out.contiguous()  # a last Linear after a sparse layer returns a transposed view (layers)
 
     @property
     def sparse_layers(self) -> tuple[str, ...]:
@@ -289,4 +288,4 @@ def remeasure(
         records.append(record)
         del sparse, dense, layer, x  # the losing form goes before the next layer's dense form is made
     snet.layers = tuple(records)
-    sparse_layers.contiguous_dense_inputs(module)
+    sparse_layers.dense_linears_take_transposed_inputs(module)
