@@ -140,6 +140,7 @@ EVALUATE_CSV = (
     "gate",
     "error",
 )
+EVALUATE_LM_CSV = ("test_bits_per_char", "val_bits_per_char")  # re-measured; only when a language model's is listed
 
 
 def evaluate_folder_csv(r: EvaluateFolderResult) -> None:
@@ -150,7 +151,8 @@ def evaluate_folder_csv(r: EvaluateFolderResult) -> None:
         return
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(EVALUATE_CSV)
+    columns = (*EVALUATE_CSV, *EVALUATE_LM_CSV) if r.language_model else EVALUATE_CSV
+    writer.writerow(columns)
     for row in r.tickets:
         e = row.result
         values: dict[str, object] = {"ticket": row.ticket, "error": row.error}
@@ -167,6 +169,8 @@ def evaluate_folder_csv(r: EvaluateFolderResult) -> None:
                 "val_accuracy": e.val.accuracy,
                 "reproduced": "yes" if e.reproduced else "no",
                 "gate": gate,
+                "test_bits_per_char": e.test.bits_per_char,
+                "val_bits_per_char": e.val.bits_per_char,
             }
-        writer.writerow([_cell(c, values.get(c)) for c in EVALUATE_CSV])
+        writer.writerow([_cell(c, values.get(c)) for c in columns])
     results().write(buffer.getvalue())

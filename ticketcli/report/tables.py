@@ -287,22 +287,26 @@ def evaluate_folder_table(r: EvaluateFolderResult) -> None:
 def _evaluate_rows(r: EvaluateFolderResult) -> None:
     folder, names = common_folder([row.ticket for row in r.tickets])
     t = Table(title=f"{len(r.tickets)} tickets" + (f" in {folder}" if folder else ""))
-    for name in ("ticket", "method", "test acc", "stored", "val acc", "reproduced", "gate"):
+    lm = r.language_model  # language models' tickets among them: their re-measured test bits per character too
+    columns = ("ticket", "method", "test acc", "stored", "val acc", *(("bits/char",) if lm else ()), "reproduced")
+    for name in (*columns, "gate"):
         left = name in ("ticket", "method", "gate")
         t.add_column(name, justify="left" if left else "right", overflow="fold", min_width=max(len(name), 7))
     for row, name in zip(r.tickets, names):
         e = row.result
         if e is None:
-            t.add_row(name, "-", "-", "-", "-", "-", "ERROR")
+            t.add_row(name, *["-"] * (len(columns) - 1), "ERROR")
             continue
         gate = "-" if e.gate is None else "passed" if e.gate.passed else "FAILED"
         reproduced = "yes" if e.reproduced else "no"
+        bits = e.test.bits_per_char
         t.add_row(
             name,
             method_name(e.method),
             pct(e.test.accuracy),
             pct(e.stored.test_accuracy),
             pct(e.val.accuracy),
+            *((("-" if bits is None else f"{bits:.4f}"),) if lm else ()),
             reproduced,
             gate,
         )

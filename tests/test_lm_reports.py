@@ -1,0 +1,160 @@
+"""Language models' tickets (--dataset text) in the commands that report several tickets at once: `evaluate DIR`
+(bits per character per ticket, `--max-bits-per-char` as the folder's gate), `compare` (bits per character beside
+accuracy, and their change) and `sweep-k` (bits per character per run, in its records, table, document and resume).
+Every number is checked against its oracle: what the ticket stores and what `evaluate` re-measures."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import TEXT_MODEL, write_text
+from typer.testing import CliRunner
+
+from ticketcli.api.schemas import schema_of
+from ticketcli.cli.app import app
+from ticketcli.ticketfile import ticket as ticket_io
+
+jsonschema = pytest.importorskip("jsonschema")  # the [dev] extra
+
+runner = CliRunner()
+TEXT = ["--model", TEXT_MODEL, "--dataset", "text", "--epochs", "1", "--device", "cpu", "--quiet"]
+IMAGE = ["--model", "mlp:64-16-10", "--dataset", "digits", "--n-extract", "200", "--n-val", "100", "--epochs", "1"]
+
+
+def run(*args: str) -> dict:
+    r = runner.invoke(app, list(args))
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def valid(command: str, doc: dict) -> None:
+    errors = [e.message[:200] for e in jsonschema.Draft202012Validator(schema_of(command)).iter_errors(doc)]
+    assert errors == [], errors
+
+
+def stored_bits(path: Path, split: str = "test") -> float:
+    """The oracle: the bits per character the ticket file stores for a split."""
+    record = getattr(ticket_io.load(path).metrics, split)
+    assert record is not None and record.bits_per_char is not None
+    return float(record.bits_per_char)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> dict[str, Path]:
+    """A text, two language-model tickets of one model (edge-popup, seeds 0 and 1) in a folder, and an image
+    ticket beside them in another folder with a copy of the first."""
+    d = tmp_path_factory.mktemp("lm")
+    text = write_text(d / "a.txt", 0)
+    lm = d / "lm"
+    for seed in (0, 1):
+        out = lm / f"edge-popup-seed-{seed}.safetensors"
+        args = ["extract", *TEXT, "--text", str(text), "--method", "edge-popup", "--sparsity", "0.8"]
+        r = runner.invoke(app, [*args, "--seed", str(seed), "--out", str(out)])
+        assert r.exit_code == 0, r.output
+    mixed = d / "mixed"
+    mixed.mkdir()
+    r = runner.invoke(app, ["extract", *IMAGE, "--quiet", "--out", str(mixed / "image.safetensors")])
+    assert r.exit_code == 0, r.output
+    shutil.copy(lm / "edge-popup-seed-0.safetensors", mixed / "text.safetensors")
+    return {"text": text, "lm": lm, "mixed": mixed, "a": lm / "edge-popup-seed-0.safetensors"}
+
+
+# ---- evaluate DIR ----
+
+
+def test_evaluate_folder_reports_each_tickets_bits_per_char(made) -> None:
+    doc = run("evaluate", str(made["lm"]), "--json", "--device", "cpu", "--quiet")
+    valid("evaluate-folder", doc)
+    for t in doc["tickets"]:
+        assert t["reproduced"]
+        one = run("evaluate", t["ticket"], "--json", "--device", "cpu", "--quiet")
+        assert t["metrics"] == one["metrics"]  # what evaluate TICKET reports, split for split
+        assert t["metrics"]["test"]["bits_per_char"] == stored_bits(Path(t["ticket"]))
+    r = runner.invoke(app, ["evaluate", str(made["lm"]), "--quiet"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "bits/char" in r.stdout
+    for t in doc["tickets"]:
+        assert f"{t['metrics']['test']['bits_per_char']:.4f}" in r.stdout
+
+
+def test_evaluate_folder_csv_adds_bits_per_char_only_for_language_models(made) -> None:
+    rows = list(csv.DictReader(io.StringIO(runner.invoke(app, ["evaluate", str(made["mixed"]), "--csv"]).stdout)))
+    by_name = {Path(row["ticket"]).name: row for row in rows}
+    assert by_name["image.safetensors"]["test_bits_per_char"] == ""
+    text = by_name["text.safetensors"]
+    assert float(text["test_bits_per_char"]) == stored_bits(made["a"])
+    assert float(text["val_bits_per_char"]) == stored_bits(made["a"], "val")
+    image = made["mixed"] / "image.safetensors"
+    only = runner.invoke(app, ["evaluate", str(image), str(image), "--csv"]).stdout.splitlines()[0]
+    assert "bits_per_char" not in only  # image tickets alone: the columns they always had
+
+
+@pytest.mark.parametrize("margin, code", [(1e-9, 0), (-1e-9, 1)])
+def test_max_bits_per_char_gates_a_folder(made, margin, code) -> None:
+    """The folder's gate on the test bits per character: a bound just above the worst ticket passes them all
+    (exit 0), one just below it fails that ticket (exit 1), as --min-accuracy does on a folder."""
+    worst = max(stored_bits(p) for p in made["lm"].glob("*.safetensors"))
+    bound = str(worst + margin)
+    r = runner.invoke(app, ["evaluate", str(made["lm"]), "--max-bits-per-char", bound, "--json", "--quiet"])
+    assert r.exit_code == code, r.output
+    doc = json.loads(r.stdout)
+    valid("evaluate-folder", doc)
+    assert doc["gate"] == {"max_bits_per_char": float(bound), "passed": code == 0}
+    failed = [t["ticket"] for t in doc["tickets"] if not t["gate"]["passed"]]
+    assert failed == (
+        [] if code == 0 else [str(p) for p in made["lm"].glob("*.safetensors") if stored_bits(p) == worst]
+    )
+
+
+def test_an_image_ticket_fails_the_bits_gate_of_a_folder(made) -> None:
+    """Under --max-bits-per-char, an image model's ticket (no bits per character) fails the gate in one clause,
+    its re-measured accuracy still shown; the language model's ticket beside it passes."""
+    r = runner.invoke(app, ["evaluate", str(made["mixed"]), "--max-bits-per-char", "100", "--quiet"])
+    assert r.exit_code == 1
+    assert "FAILED" in r.stdout and "not a language model's ticket" in r.stdout
+    assert "image.safetensors (gate)" in r.output  # the one error line names it
+    doc = json.loads(
+        runner.invoke(app, ["evaluate", str(made["mixed"]), "--max-bits-per-char", "100", "--json"]).stdout
+    )
+    gates = {Path(t["ticket"]).name: t["gate"]["passed"] for t in doc["tickets"]}
+    assert gates == {"image.safetensors": False, "text.safetensors": True}
+
+
+# ---- compare ----
+
+
+def test_compare_shows_stored_bits_per_char_and_their_change(made) -> None:
+    a, b = sorted(made["lm"].glob("*.safetensors"))
+    doc = run("compare", str(a), str(b), "--json")
+    valid("compare", doc)
+    for ticket, path in zip(doc["tickets"], (a, b)):
+        for split in ("test", "val"):
+            stored = getattr(ticket_io.load(path).metrics, split)
+            assert ticket["metrics"][split]["bits_per_char"] == stored.bits_per_char
+            assert ticket["metrics"][split]["perplexity"] == stored.perplexity
+    change = doc["pairs"][0]["change"]["bits_per_char"]
+    assert change == {s: stored_bits(b, s) - stored_bits(a, s) for s in ("test", "val")}
+    text = runner.invoke(app, ["compare", str(a), str(b)], env={"COLUMNS": "200"}).stdout
+    assert "test bits/char (stored)" in text and f"{stored_bits(a):.4f}" in text and f"{change['test']:+.4f}" in text
+    many = runner.invoke(app, ["compare", str(a), str(b), str(a)], env={"COLUMNS": "200"}).stdout
+    assert "test bits/char" in many and f"{stored_bits(b):.4f}" in many
+
+
+def test_compare_of_image_tickets_has_no_bits_per_char(made) -> None:
+    image = str(made["mixed"] / "image.safetensors")
+    doc = run("compare", image, image, "--json")
+    assert "bits_per_char" not in doc["pairs"][0]["change"]
+    assert all("bits_per_char" not in t["metrics"]["test"] for t in doc["tickets"])
+    assert "bits/char" not in runner.invoke(app, ["compare", image, image, image]).stdout
+
+
+def test_a_text_and_an_image_ticket_are_refused_in_one_line(made) -> None:
+    """Their masks cover other parameters (an embedding and attention against an MLP's layers): no overlap to
+    count, so compare refuses the pair in one line naming both models, as for any two architectures."""
+    r = runner.invoke(app, ["compare", str(made["a"]), str(made["mixed"] / "image.safetensors")])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and "mlp:64-16-10" in lines[0] and TEXT_MODEL in lines[0]
