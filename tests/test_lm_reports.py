@@ -158,3 +158,132 @@ def test_a_text_and_an_image_ticket_are_refused_in_one_line(made) -> None:
     r = runner.invoke(app, ["compare", str(made["a"]), str(made["mixed"] / "image.safetensors")])
     lines = r.output.strip().splitlines()
     assert r.exit_code == 2 and len(lines) == 1 and "mlp:64-16-10" in lines[0] and TEXT_MODEL in lines[0]
+
+
+# ---- sweep-k ----
+
+SWEEP = ["sweep-k", *TEXT, "--seeds", "0", "--densities", "0.1,0.3", "--layerwise", "0"]
+
+
+@pytest.fixture(scope="module")
+def swept(made, tmp_path_factory) -> tuple[Path, dict]:
+    """A language model's sweep in a folder (edge-popup at two densities, fixed, random and double-scoring) and its
+    --json document."""
+    out = tmp_path_factory.mktemp("sweep") / "runs"
+    return out, run(*SWEEP, "--text", str(made["text"]), "--out-dir", str(out), "--json")
+
+
+def lm_plan(made):
+    from ticketcli.settings.resolve import build_extract_spec, merge_settings
+    from ticketcli.sweep.plan import build_plan, double_scoring_methods
+
+    settings = dict(method="edge-popup", dataset="text", text=str(made["text"]), model=TEXT_MODEL, epochs=1)
+    base = build_extract_spec(merge_settings({**settings, "device": "cpu"}, None))
+    return build_plan(base, seeds=(0,), densities=(0.1, 0.3), layerwise=0, double_scoring=double_scoring_methods())
+
+
+def test_sweep_records_carry_their_tickets_bits_per_char(swept) -> None:
+    out, doc = swept
+    valid("sweep-k", doc)
+    for record in doc["records"]:
+        ticket = out / f"{record['id']}.safetensors"
+        for split in ("test", "val"):
+            assert record["metrics"][split]["bits_per_char"] == stored_bits(ticket, split)
+        stored = json.loads((out / f"{record['id']}.json").read_text())["record"]
+        assert stored["metrics"] == record["metrics"]  # the record file holds the document's record
+
+
+def test_sweep_summary_of_bits_per_char(swept) -> None:
+    """Each group's test bits per character are its runs' (mean, min, max); the oracles pick the lowest validation
+    bits per character among the edge-popup sweep's runs (the unconstrained one among all of them)."""
+    _, doc = swept
+    records, summary = doc["records"], doc["summary"]
+    sweep = [r for r in records if r["group"] == "edge-popup"]
+    bits = [r["metrics"]["test"]["bits_per_char"] for r in sweep]
+    stats = summary["edge_popup"]["metrics"]["test"]["bits_per_char"]
+    assert (stats["n"], stats["min"], stats["max"]) == (len(sweep), min(bits), max(bits))
+    assert stats["mean"] == pytest.approx(sum(bits) / len(bits))
+    best = min(sweep, key=lambda r: (r["metrics"]["val"]["bits_per_char"], -r["sparsity"]["achieved"]))
+    pick = summary["oracle_unconstrained"]["per_seed"]["0"]
+    assert pick["id"] == best["id"] and pick["metrics"]["test"] == {
+        "accuracy": best["metrics"]["test"]["accuracy"],
+        "bits_per_char": best["metrics"]["test"]["bits_per_char"],
+    }
+    random = next(r for r in records if r["group"] == "random")
+    assert (
+        summary["methods"]["random"]["metrics"]["test"]["bits_per_char"]["mean"]
+        == (random["metrics"]["test"]["bits_per_char"])
+    )
+
+
+def test_sweep_table_and_plot_show_bits_per_char(made, swept, tmp_path) -> None:
+    out, doc = swept
+    png = tmp_path / "sweep.png"
+    args = [*SWEEP, "--text", str(made["text"]), "--out-dir", str(out), "--plot", str(png)]
+    r = runner.invoke(app, args, env={"COLUMNS": "80"})  # every run resumed from the folder: no training
+    assert r.exit_code == 0, r.output
+    assert "test bits/char" in r.stdout and "lowest validation bits per character" in r.stdout
+    stats = doc["summary"]["edge_popup"]["metrics"]["test"]["bits_per_char"]
+    assert f"{stats['min']:.4f} – {stats['max']:.4f}" in r.stdout
+    assert all(len(line) <= 80 for line in r.stdout.splitlines() if "│" in line)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_record_without_bits_per_char_resumes_with_its_tickets(made, swept) -> None:
+    """A language model's record written before records had bits per character resumes: the sweep reads them from
+    its ticket, as it reads the method record and the masks digest."""
+    from ticketcli.sweep import records as sweep_records
+
+    out, doc = swept
+    task = lm_plan(made)[0]
+    _, path = sweep_records.paths(out, task)
+    original = path.read_text()
+    stored = json.loads(original)
+    try:
+        for split in ("test", "val"):
+            del stored["record"]["metrics"][split]["bits_per_char"]
+        path.write_text(json.dumps(stored))
+        record, why = sweep_records.finished(out, task)
+        assert why is None and record is not None
+        assert record.test_bits_per_char == stored_bits(out / f"{task.id}.safetensors")
+        assert record.to_dict() == next(r for r in doc["records"] if r["id"] == task.id)
+    finally:
+        path.write_text(original)
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda m: m["test"].update(bits_per_char="4.2"), "test_bits_per_char is not a"),
+        (lambda m: m["test"].update(bits_per_char=-1.0), "negative"),
+        (lambda m: m["val"].pop("bits_per_char"), "not a sweep-k record's"),
+        (lambda m: m["test"].update(bits_per_char=m["test"]["bits_per_char"] + 0.5), "differ from its record's"),
+        (lambda m: m["test"].update(bits_per_char=[1.0]), "test_bits_per_char is not a"),
+    ],
+)
+def test_a_hostile_bits_per_char_is_one_line_and_recomputed(made, swept, change, words) -> None:
+    from ticketcli.sweep import records as sweep_records
+
+    out, _ = swept
+    task = lm_plan(made)[0]
+    _, path = sweep_records.paths(out, task)
+    original = path.read_text()
+    stored = json.loads(original)
+    change(stored["record"]["metrics"])
+    try:
+        path.write_text(json.dumps(stored))
+        record, why = sweep_records.finished(out, task)
+        assert record is None and why is not None and len(why.splitlines()) == 1
+        assert words in why, why
+    finally:
+        path.write_text(original)
+
+
+def test_an_image_sweeps_record_has_no_bits_per_char() -> None:
+    from helpers import full_record
+
+    hand_made = {"id": "r0", "seed": 0, "group": "random", "config": "random", "fixed": False}
+    record = full_record({**hand_made, "val_accuracy": 0.5, "test_accuracy": 0.5, "achieved_sparsity": 0.9})
+    doc = record.to_dict()
+    assert doc["metrics"] == {"val": {"accuracy": 0.5}, "test": {"accuracy": 0.5, "loss": 1.0}}
+    assert "test_bits_per_char" not in record.flat()
