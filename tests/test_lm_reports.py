@@ -287,3 +287,37 @@ def test_an_image_sweeps_record_has_no_bits_per_char() -> None:
     doc = record.to_dict()
     assert doc["metrics"] == {"val": {"accuracy": 0.5}, "test": {"accuracy": 0.5, "loss": 1.0}}
     assert "test_bits_per_char" not in record.flat()
+
+
+# ---- --aggregate (inspect DIR, evaluate DIR, compare) ----
+
+
+@pytest.mark.parametrize("command", ["inspect", "evaluate", "compare"])
+def test_aggregate_over_seeds_has_bits_per_char(made, command) -> None:
+    """The two seeds' group: the mean and sample std of their stored (inspect, compare) or re-measured (evaluate,
+    reproduced exactly) test bits per character; an image model's group has none."""
+    tickets = sorted(made["lm"].glob("*.safetensors"))
+    image = made["mixed"] / "image.safetensors"
+    paths = [*map(str, tickets), str(image)] if command != "compare" else list(map(str, tickets))
+    doc = run(
+        command, *paths, "--aggregate", "--json", *(["--device", "cpu", "--quiet"] if command == "evaluate" else [])
+    )
+    valid({"inspect": "inspect-folder", "evaluate": "evaluate-folder"}.get(command, command), doc)
+    groups = {g["model"]: g for g in doc["aggregate"]}
+    bits = [stored_bits(t) for t in tickets]
+    lm = groups[next(m for m in groups if m.startswith("gpt-nano"))]["bits_per_char"]["test"]
+    assert lm["n"] == 2 and lm["mean"] == pytest.approx(sum(bits) / 2)
+    assert lm["std"] == pytest.approx(abs(bits[0] - bits[1]) / 2**0.5)
+    if command != "compare":
+        assert "bits_per_char" not in groups["mlp:64-16-10"]
+        header = runner.invoke(app, [command, *paths, "--aggregate", "--csv"]).stdout.splitlines()[0]
+        assert "test_bits_per_char_mean" in header
+    text = runner.invoke(app, [command, *paths, "--aggregate"], env={"COLUMNS": "200"}).stdout
+    assert f"{lm['mean']:.4f} ± {lm['std']:.4f}" in text
+
+
+def test_inspect_folder_table_shows_stored_bits_per_char(made) -> None:
+    text = runner.invoke(app, ["inspect", str(made["mixed"])], env={"COLUMNS": "200"}).stdout
+    assert "bits/char" in text and f"{stored_bits(made['a']):.4f}" in text
+    image = str(made["mixed"] / "image.safetensors")
+    assert "bits/char" not in runner.invoke(app, ["inspect", image, image], env={"COLUMNS": "200"}).stdout

@@ -151,14 +151,14 @@ def evaluate_many(
     result = runs_folder_eval.with_threads(result, result_threads)
     if aggregate:
         result = runs_folder_eval.aggregated(result)
+    from ticketcli.report.aggregate_tables import evaluate_folder_csv, evaluate_folder_table
+
     if json_out:
         console.print_json(result.to_document())
     elif csv_out:
-        from ticketcli.report.aggregate_tables import evaluate_folder_csv
-
         evaluate_folder_csv(result)
     else:
-        report_tables.evaluate_folder_table(result)
+        evaluate_folder_table(result)
     failed = result.failure_line()
     if failed is not None:
         raise GateFailed(failed)

@@ -193,6 +193,8 @@ def aggregated(result: EvaluateFolderResult) -> EvaluateFolderResult:
             achieved_sparsity=_fraction(r.achieved_sparsity),
             test_accuracy=r.test.accuracy,
             val_accuracy=r.val.accuracy,
+            test_bits_per_char=r.test.bits_per_char,
+            val_bits_per_char=r.val.bits_per_char,
         )
         for r in (t.result for t in result.tickets)
         if r is not None
