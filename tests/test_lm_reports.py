@@ -321,3 +321,34 @@ def test_inspect_folder_table_shows_stored_bits_per_char(made) -> None:
     assert "bits/char" in text and f"{stored_bits(made['a']):.4f}" in text
     image = str(made["mixed"] / "image.safetensors")
     assert "bits/char" not in runner.invoke(app, ["inspect", image, image], env={"COLUMNS": "200"}).stdout
+
+
+# ---- trackers (--log-to) ----
+
+
+def scalars(folder: Path) -> dict[str, float]:
+    """The last value of every scalar series in one TensorBoard run folder."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return {tag: acc.Scalars(tag)[-1].value for tag in acc.Tags()["scalars"]}
+
+
+def test_trackers_log_bits_per_char_of_a_ticket_and_of_every_sweep_run(made, tmp_path) -> None:
+    pytest.importorskip("tensorboard")
+    tb = tmp_path / "tb"
+    args = ["extract", *TEXT, "--text", str(made["text"]), "--method", "edge-popup", "--sparsity", "0.5"]
+    doc = run(*args, "--out", str(tmp_path / "t.safetensors"), "--log-to", f"tensorboard:{tb}", "--json")
+    (folder,) = tb.iterdir()
+    logged = scalars(folder)
+    for split in ("test", "val"):
+        assert logged[f"{split}/bits_per_char"] == pytest.approx(doc["metrics"][split]["bits_per_char"], rel=1e-6)
+    sweep_tb = tmp_path / "sweep-tb"
+    sweep = ["sweep-k", *TEXT, "--text", str(made["text"]), "--seeds", "0", "--densities", "0.5", "--layerwise", "0"]
+    doc = run(*sweep, "--log-to", f"tensorboard:{sweep_tb}", "--json")
+    (parent,) = sweep_tb.iterdir()
+    for record in doc["records"]:
+        logged = scalars(parent / record["id"])
+        assert logged["test_bits_per_char"] == pytest.approx(record["metrics"]["test"]["bits_per_char"], rel=1e-6)
+        assert logged["val_bits_per_char"] == pytest.approx(record["metrics"]["val"]["bits_per_char"], rel=1e-6)

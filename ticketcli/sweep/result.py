@@ -58,7 +58,9 @@ class SweepRecord:
     @classmethod
     def of(cls, flat: Mapping[str, Any]) -> SweepRecord:
         """From sweep's flat record (flat(), or flat_record's reading of the document's shape)."""
-        values = {f.name: flat.get(f.name) if f.name in LM_MEASURES else flat[f.name] for f in fields(cls)}
+        values: dict[str, Any] = {
+            f.name: flat.get(f.name) if f.name in LM_MEASURES else flat[f.name] for f in fields(cls)
+        }
         ld = values["layer_densities"]
         return cls(**{**values, "layer_densities": None if ld is None else tuple(ld)})
 

@@ -175,6 +175,11 @@ def sweep_info(base: Any, seeds: list[int]) -> RunInfo:
     return RunInfo(name, {**params, "seeds": ",".join(str(s) for s in seeds)}, {"command": "sweep-k"})
 
 
+# what a sweep's child run logs of its record (the bits per character: a language model's run)
+SWEEP_MEASURES = ("test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity")
+SWEEP_MEASURES_LM = ("test_bits_per_char", "val_bits_per_char")
+
+
 def sweep_child(tracking: Tracking, warn: Warn, model: str) -> Callable[[SweepRecord, bool], None]:
     """on_result's logger: one child run per grid point (named by its id), its identity as parameters,
     test_accuracy, val_accuracy, test_loss and achieved_sparsity (a language model's: test_bits_per_char and
@@ -186,9 +191,8 @@ def sweep_child(tracking: Tracking, warn: Warn, model: str) -> Callable[[SweepRe
         keys = ("id", "seed", "group", "config", "fixed", "requested_sparsity", "layer_densities")
         params: dict[str, Scalar] = {**flat({k: record[k] for k in keys if k in record}), "method": method}
         child = tracking.child(RunInfo(run_name(record["id"]), {**params, "model": model}, {"resumed": str(resumed)}))
-        measures = ("test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity")
-        measures += ("test_bits_per_char", "val_bits_per_char")  # a language model's run has them (flat() only then)
-        metrics = {k: record[k] for k in measures if k in record}
+        # the bits per character: a language model's run has them (its flat() only then)
+        metrics = {k: record[k] for k in (*SWEEP_MEASURES, *SWEEP_MEASURES_LM) if k in record}
         child.finish(0, metrics, {})
         child.tags({"masks_sha256": record["masks_sha256"]})
         if record.get("ticket"):
