@@ -216,6 +216,19 @@ def test_sweep_summary_of_bits_per_char(swept) -> None:
     )
 
 
+def test_a_saved_language_model_sweep_summarizes_again_to_itself(swept) -> None:
+    """A record read back from the document keeps its bits per character, and the summary made again from the
+    records is the document's (its bits per character statistics and oracle picks included)."""
+    from ticketcli.sweep.result import SweepRecord, SweepResult, SweepSummary
+
+    _, doc = swept
+    records = tuple(SweepRecord.from_document(r) for r in doc["records"])
+    assert all(r.test_bits_per_char is not None for r in records)
+    band = tuple(doc["settings"]["band"])
+    again = SweepResult(records=records, resumed=(), summary=SweepSummary.of_records(records, band)).to_document()
+    assert again["records"] == doc["records"] and again["summary"] == doc["summary"]
+
+
 def test_sweep_table_and_plot_show_bits_per_char(made, swept, tmp_path) -> None:
     out, doc = swept
     png = tmp_path / "sweep.png"
@@ -335,6 +348,7 @@ def scalars(folder: Path) -> dict[str, float]:
     return {tag: acc.Scalars(tag)[-1].value for tag in acc.Tags()["scalars"]}
 
 
+@pytest.mark.slow  # an extraction and a sweep of their own, each logged and read back
 def test_trackers_log_bits_per_char_of_a_ticket_and_of_every_sweep_run(made, tmp_path) -> None:
     pytest.importorskip("tensorboard")
     tb = tmp_path / "tb"
