@@ -366,3 +366,23 @@ def test_trackers_log_bits_per_char_of_a_ticket_and_of_every_sweep_run(made, tmp
         logged = scalars(parent / record["id"])
         assert logged["test_bits_per_char"] == pytest.approx(record["metrics"]["test"]["bits_per_char"], rel=1e-6)
         assert logged["val_bits_per_char"] == pytest.approx(record["metrics"]["val"]["bits_per_char"], rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["evaluate", "{lm}"],
+        ["evaluate", "{mixed}", "--max-bits-per-char", "100"],
+        ["inspect", "{mixed}"],
+        ["inspect", "{lm}", "--aggregate"],
+        ["compare", "{a}", "{b}"],
+        ["compare", "{a}", "{b}", "{a}"],
+    ],
+)
+def test_language_model_tables_fit_80_columns(made, args) -> None:
+    a, b = sorted(made["lm"].glob("*.safetensors"))
+    names = {"lm": made["lm"], "mixed": made["mixed"], "a": a, "b": b}
+    r = runner.invoke(app, [x.format(**names) for x in args] + ["--quiet"], env={"COLUMNS": "80"})
+    assert r.exit_code in (0, 1), r.output
+    assert "…" not in r.stdout and "bits/char" in r.stdout
+    assert all(len(line) <= 80 for line in r.stdout.splitlines() if any(c in line for c in "┃│━─")), r.stdout
