@@ -1,7 +1,8 @@
 """Helpers shared by the tests (`from helpers import make_net`): tiny networks, quick method settings and a method
 run on them, the command line's quick flags and its one-line errors, one example spec per model and a user's model
-file, fake dataset files (IDX, CIFAR-10 batches), a hand-made sweep-k record, and the FashionMNIST check. Fixtures
-live in conftest.py; a test module never imports conftest, nor another test module (tests/test_test_imports.py)."""
+file, fake dataset files (IDX, CIFAR-10 batches), a seeded text for `--dataset text`, a hand-made sweep-k record,
+and the FashionMNIST check. Fixtures live in conftest.py; a test module never imports conftest, nor another test
+module (tests/test_test_imports.py)."""
 
 from __future__ import annotations
 
@@ -263,6 +264,21 @@ def write_cifar(root: Path, seed: int = 0) -> Path:
         with open(d / name, "wb") as f:
             pickle.dump(batch, f, protocol=2)  # the original files are Python 2 pickles
     return d
+
+
+# ---- text (--dataset text) ----
+
+TEXT_MODEL = "gpt-nano:l1-d16-h2-c16"  # a GPT small enough to extract in a fraction of a second
+WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jumbo vats of ale. "
+
+
+def write_text(path: Path, seed: int, n: int = 6000) -> Path:
+    """A few thousand characters of words in a seeded order (vocabulary: the letters, the space and the dot)."""
+    words = WORDS.split(" ")
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(len(words), (n // 5,), generator=g).tolist()
+    path.write_text(" ".join(words[i] for i in idx)[:n] + "\n", encoding="utf-8")
+    return path
 
 
 # ---- sweep-k ----

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TEXT_MODEL, write_text
 from typer.testing import CliRunner
 
 from ticketcli.cli.app import app
@@ -17,18 +18,8 @@ from ticketcli.data.datasets import load_splits
 from ticketcli.specs.run import DataSpec
 
 runner = CliRunner()
-MODEL = "gpt-nano:l1-d16-h2-c16"
+MODEL = TEXT_MODEL
 SLOW = pytest.mark.slow  # each method once more: the fast set keeps a score method and the random baseline
-WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex jumbo vats of ale. "
-
-
-def write_text(path: Path, seed: int, n: int = 6000) -> Path:
-    """A few thousand characters of words in a seeded order (vocabulary: the letters, the space and the dot)."""
-    words = WORDS.split(" ")
-    g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(len(words), (n // 5,), generator=g).tolist()
-    path.write_text(" ".join(words[i] for i in idx)[:n] + "\n", encoding="utf-8")
-    return path
 
 
 def run(*args: str) -> dict:

@@ -73,8 +73,6 @@ def evaluate(
         from ticketcli.runs import folder as runs_folder  # torch-free
 
         if not runs_folder.single_file(tickets):
-            if max_bits_per_char is not None:
-                raise UsageError("--max-bits-per-char gates one ticket at a time", hint="evaluate each ticket alone")
             if json_out and csv_out:
                 raise UsageError("choose one of --json and --csv")
             evaluate_many(
@@ -82,6 +80,7 @@ def evaluate(
                 r,
                 min_accuracy=min_accuracy,
                 max_drop=max_drop,
+                max_bits_per_char=max_bits_per_char,
                 aggregate=aggregate,
                 csv_out=csv_out,
                 json_out=json_out,
@@ -122,6 +121,7 @@ def evaluate_many(
     *,
     min_accuracy: float | None,
     max_drop: float | None,
+    max_bits_per_char: float | None,
     aggregate: bool,
     csv_out: bool,
     json_out: bool,
@@ -145,19 +145,20 @@ def evaluate_many(
             reader,
             min_accuracy=min_accuracy,
             max_drop=max_drop,
+            max_bits_per_char=max_bits_per_char,
             progress=progress,
         )
     result = runs_folder_eval.with_threads(result, result_threads)
     if aggregate:
         result = runs_folder_eval.aggregated(result)
+    from ticketcli.report.aggregate_tables import evaluate_folder_csv, evaluate_folder_table
+
     if json_out:
         console.print_json(result.to_document())
     elif csv_out:
-        from ticketcli.report.aggregate_tables import evaluate_folder_csv
-
         evaluate_folder_csv(result)
     else:
-        report_tables.evaluate_folder_table(result)
+        evaluate_folder_table(result)
     failed = result.failure_line()
     if failed is not None:
         raise GateFailed(failed)

@@ -1,6 +1,6 @@
 """`--aggregate`'s table and CSV: the tickets of a folder over their seeds, one row per method, model and requested
 sparsity (or matched folder), each value as `mean ± std` (the sample standard deviation, in percentage points);
-and `evaluate DIR --csv`'s rows."""
+and `evaluate DIR`'s table and `--csv` rows."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
-from ticketcli.report.console import pct, results, stdout
-from ticketcli.report.values import csv_cell, csv_number, csv_text
+from ticketcli.report.console import method_name, pct, results, stdout
+from ticketcli.report.values import common_folder, csv_cell, csv_number, csv_text
 
 if TYPE_CHECKING:  # for the annotations only: inspect's table must not import torch
     from ticketcli.runs.aggregate import MeanStd, PairGroup, SeedGroup
@@ -27,13 +27,21 @@ def mean_std(m: MeanStd) -> str:
     return pct(m.mean) + ("" if m.std is None else f" ± {100 * m.std:.2f}")
 
 
+def bits_mean_std(m: MeanStd) -> str:
+    """Bits per character over seeds: `2.3456 ± 0.0123`, `2.3456` for one value, `-` for none."""
+    if m.mean is None:
+        return "-"
+    return f"{m.mean:.4f}" + ("" if m.std is None else f" ± {m.std:.4f}")
+
+
 def asked(g: SeedGroup) -> str:
     return "matched" if g.matched_in is not None else pct(g.requested_sparsity)
 
 
 def aggregate_table(groups: Sequence[SeedGroup], what: str) -> None:
     """One row per group: method, model, requested sparsity, seeds, and mean ± std of the achieved sparsity and
-    the accuracies (`what`: stored or re-measured)."""
+    the accuracies (`what`: stored or re-measured); with a language model's groups, of the test bits per character
+    too."""
     # no vertical rules: at 80 columns the seven columns need the room, and a row stays one group
     t = Table(
         title=f"over seeds: mean ± std (percentage points) of the {what} values",
@@ -42,10 +50,12 @@ def aggregate_table(groups: Sequence[SeedGroup], what: str) -> None:
         pad_edge=False,
         show_edge=False,
     )
-    for name in ("method", "model", "asked", "seeds", "achieved", "test", "val"):
+    lm = any(g.bits_per_char is not None for g in groups)
+    for name in ("method", "model", "asked", "seeds", "achieved", "test", "val", *(("bits/char",) if lm else ())):
         t.add_column(name, justify="left" if name in ("method", "model", "asked", "seeds") else "right")
     for g in groups:
         seeds = " ".join(map(str, g.seeds)) or "-"
+        bits = ("-" if g.bits_per_char is None else bits_mean_std(g.bits_per_char[0]),) if lm else ()
         t.add_row(
             g.method,
             g.model,
@@ -54,6 +64,7 @@ def aggregate_table(groups: Sequence[SeedGroup], what: str) -> None:
             mean_std(g.achieved_sparsity),
             mean_std(g.test_accuracy),
             mean_std(g.val_accuracy),
+            *bits,
         )
     out = stdout()
     out.print(t)
@@ -92,13 +103,20 @@ CSV_COLUMNS = (
     "val_accuracy_mean",
     "val_accuracy_std",
 )
+CSV_LM_COLUMNS = (
+    "test_bits_per_char_mean",
+    "test_bits_per_char_std",
+    "val_bits_per_char_mean",
+    "val_bits_per_char_std",
+)
 
 
 def aggregate_csv(groups: Sequence[SeedGroup]) -> None:
     """A header line, then one line per group; fractions at full precision, the seeds separated by spaces."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    columns = CSV_COLUMNS + CSV_LM_COLUMNS if any(g.bits_per_char is not None for g in groups) else CSV_COLUMNS
+    writer.writerow(columns)
     for g in groups:
         values: dict[str, object] = {
             "method": g.method,
@@ -111,7 +129,9 @@ def aggregate_csv(groups: Sequence[SeedGroup]) -> None:
         for name, m in (("achieved_sparsity", g.achieved_sparsity), ("test_accuracy", g.test_accuracy)):
             values |= {f"{name}_mean": m.mean, f"{name}_std": m.std}
         values |= {"val_accuracy_mean": g.val_accuracy.mean, "val_accuracy_std": g.val_accuracy.std}
-        writer.writerow([_cell(c, values[c]) for c in CSV_COLUMNS])
+        for split, m in zip(("test", "val"), g.bits_per_char or ()):  # a language model's group
+            values |= {f"{split}_bits_per_char_mean": m.mean, f"{split}_bits_per_char_std": m.std}
+        writer.writerow([_cell(c, values.get(c)) for c in columns])
     results().write(buffer.getvalue())
 
 
@@ -140,6 +160,7 @@ EVALUATE_CSV = (
     "gate",
     "error",
 )
+EVALUATE_LM_CSV = ("test_bits_per_char", "val_bits_per_char")  # re-measured; only when a language model's is listed
 
 
 def evaluate_folder_csv(r: EvaluateFolderResult) -> None:
@@ -150,7 +171,8 @@ def evaluate_folder_csv(r: EvaluateFolderResult) -> None:
         return
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(EVALUATE_CSV)
+    columns = (*EVALUATE_CSV, *EVALUATE_LM_CSV) if r.language_model else EVALUATE_CSV
+    writer.writerow(columns)
     for row in r.tickets:
         e = row.result
         values: dict[str, object] = {"ticket": row.ticket, "error": row.error}
@@ -167,6 +189,60 @@ def evaluate_folder_csv(r: EvaluateFolderResult) -> None:
                 "val_accuracy": e.val.accuracy,
                 "reproduced": "yes" if e.reproduced else "no",
                 "gate": gate,
+                "test_bits_per_char": e.test.bits_per_char,
+                "val_bits_per_char": e.val.bits_per_char,
             }
-        writer.writerow([_cell(c, values.get(c)) for c in EVALUATE_CSV])
+        writer.writerow([_cell(c, values.get(c)) for c in columns])
     results().write(buffer.getvalue())
+
+
+def evaluate_folder_table(r: EvaluateFolderResult) -> None:
+    """`ticket evaluate DIR`: one row per ticket (re-measured beside stored accuracy, the gate), then a summary."""
+    if r.aggregate is not None:
+        aggregate_table(r.aggregate, "re-measured")
+    else:
+        _evaluate_rows(r)
+    out = stdout()
+    for row in r.tickets:  # why each failed, below the table: whole lines, never folded into a narrow column
+        if row.error is not None:
+            out.print(f"error: {row.error}")
+        elif row.failures:
+            out.print(f"FAILED {row.ticket}: {'; '.join(row.failures)}")
+    s = r.summary()
+    line = (
+        f"{s['evaluated']} of {s['count']} tickets evaluated, {s['reproduced']} reproduce their stored accuracy exactly"
+    )
+    if r.gated:
+        line += f"; gate passed by {s['passed']}, failed by {s['failed']}"
+    if s["errors"]:
+        line += f"; {s['errors']} could not be evaluated"
+    out.print(line + ".")
+
+
+def _evaluate_rows(r: EvaluateFolderResult) -> None:
+    folder, names = common_folder([row.ticket for row in r.tickets])
+    t = Table(title=f"{len(r.tickets)} tickets" + (f" in {folder}" if folder else ""))
+    lm = r.language_model  # language models' tickets among them: their re-measured test bits per character too
+    columns = ("ticket", "method", "test acc", "stored", "val acc", *(("bits/char",) if lm else ()), "reproduced")
+    for name in (*columns, "gate"):
+        left = name in ("ticket", "method", "gate")
+        t.add_column(name, justify="left" if left else "right", overflow="fold", min_width=max(len(name), 7))
+    for row, name in zip(r.tickets, names):
+        e = row.result
+        if e is None:
+            t.add_row(name, *["-"] * (len(columns) - 1), "ERROR")
+            continue
+        gate = "-" if e.gate is None else "passed" if e.gate.passed else "FAILED"
+        reproduced = "yes" if e.reproduced else "no"
+        bits = e.test.bits_per_char
+        t.add_row(
+            name,
+            method_name(e.method),
+            pct(e.test.accuracy),
+            pct(e.stored.test_accuracy),
+            pct(e.val.accuracy),
+            *((("-" if bits is None else f"{bits:.4f}"),) if lm else ()),
+            reproduced,
+            gate,
+        )
+    stdout().print(t)

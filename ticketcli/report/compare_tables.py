@@ -33,6 +33,16 @@ def points(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.2f} pp"
 
 
+def bits(x: float | None) -> str:
+    """Bits per character, as evaluate prints them ("-" for a ticket without: an image model's)."""
+    return "-" if x is None else f"{x:.4f}"
+
+
+def signed(x: float | None) -> str:
+    """A change of bits per character, signed ("-" when either side is missing)."""
+    return "-" if x is None else f"{x:+.4f}"
+
+
 def share(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
@@ -93,6 +103,13 @@ def _two(r: CompareResult, p: PairComparison) -> None:
             pct(b.accuracy(split)),
             points(p.change["accuracy"][split]),
         )
+    for split in ("test", "val") if "bits_per_char" in p.change else ():  # language models' tickets
+        t.add_row(
+            f"{split} bits/char (stored)",
+            bits(a.bits_per_char(split)),
+            bits(b.bits_per_char(split)),
+            signed(p.change["bits_per_char"][split]),
+        )
     t.add_row("requested sparsity", pct(a.requested), pct(b.requested), points(p.change["sparsity"]["requested"]))
     t.add_row("achieved sparsity", pct(a.achieved), pct(b.achieved), points(p.change["sparsity"]["achieved"]))
     t.add_row("run", run_text(a.run), run_text(b.run), "")
@@ -138,7 +155,21 @@ def _two(r: CompareResult, p: PairComparison) -> None:
 def _many(r: CompareResult) -> None:
     out = stdout()
     t = Table(title="tickets")
-    _columns(t, "#", "ticket", "model", "seed", "method", "test acc.", "achieved sparsity", "integrity", right_from=5)
+    lm = any(tk.language_model for tk in r.tickets)  # language models' tickets: their test bits per character too
+    lm_column = ("test bits/char",) if lm else ()
+    _columns(
+        t,
+        "#",
+        "ticket",
+        "model",
+        "seed",
+        "method",
+        "test acc.",
+        *lm_column,
+        "achieved sparsity",
+        "integrity",
+        right_from=5,
+    )
     for i, tk in enumerate(r.tickets):
         t.add_row(
             str(i),
@@ -147,6 +178,7 @@ def _many(r: CompareResult) -> None:
             str(tk.seed),
             method_name(tk.method),
             pct(tk.accuracy("test")),
+            *((bits(tk.bits_per_char("test")),) if lm else ()),
             pct(tk.achieved),
             tk.integrity,
         )

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from ticketcli.runs.compare import CompareResult
     from ticketcli.runs.inspect import InspectResult
-    from ticketcli.sweep.result import SweepResult
+    from ticketcli.sweep.result import OraclePick, SweepRecord, SweepResult
     from ticketcli.weak.result import WeakResult
 
 
@@ -55,10 +55,19 @@ def sweep_plot(result: SweepResult) -> bytes:
 
 def sweep_figure(result: SweepResult) -> Figure:
     """Figure 2: (left) test accuracy per configuration/method, one point per seed; (right) accuracy vs achieved
-    sparsity with the constrained oracle's band shaded. A legend names only markers that are drawn."""
+    sparsity with the constrained oracle's band shaded. A language model's sweep plots test bits per character in
+    place of accuracy (lower is better). A legend names only markers that are drawn."""
     plt = pyplot()
 
     records, sm = result.records, result.summary
+    lm = bool(records) and all(r.language_model for r in records)
+    quantity, unit = ("bits per character", "test bits per character") if lm else ("accuracy", "test accuracy (%)")
+
+    def y(r: SweepRecord | OraclePick) -> float:
+        """What the figure plots of a run: its test bits per character (a language model's) or accuracy in %."""
+        bits = r.test_bits_per_char
+        return bits if lm and bits is not None else 100 * r.test_accuracy
+
     labels = list(dict.fromkeys(r.config for r in records if r.group == "edge-popup"))
     labels += list(
         dict.fromkeys(("fixed" if r.fixed else r.group) for r in records if r.group != "edge-popup" or r.fixed)
@@ -74,12 +83,12 @@ def sweep_figure(result: SweepResult) -> Figure:
             keys = [r.config] if r.group == "edge-popup" else []
             keys += ["fixed"] if r.fixed else ([] if r.group == "edge-popup" else [r.group])
             xs += [pos[k] for k in keys]
-            ys += [100 * r.test_accuracy] * len(keys)
+            ys += [y(r)] * len(keys)
         if xs:
             ax1.scatter(xs, ys, color=colors(i % 10), s=18, label=f"seed {s}")
     ax1.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=8)
-    ax1.set_ylabel("test accuracy (%)")
-    ax1.set_title("accuracy per configuration / method")
+    ax1.set_ylabel(unit)
+    ax1.set_title(f"{quantity} per configuration / method")
     ax1.legend(fontsize=8)
 
     lo, hi = sm.oracle_constrained.band or (0.0, 1.0)
@@ -91,7 +100,7 @@ def sweep_figure(result: SweepResult) -> Figure:
         m, c = markers.get(g, ("D", colors((2 + 2 * i) % 10)))  # clear of the oracles' red and blue
         ax2.scatter(
             [100 * r.achieved_sparsity for r in rs],
-            [100 * r.test_accuracy for r in rs],
+            [y(r) for r in rs],
             marker=m,
             color=c,
             s=22,
@@ -104,7 +113,7 @@ def sweep_figure(result: SweepResult) -> Figure:
             continue
         ax2.scatter(
             [100 * v.achieved_sparsity for v in chosen],
-            [100 * v.test_accuracy for v in chosen],
+            [y(v) for v in chosen],
             marker=m,
             s=120,
             facecolors="none",
@@ -115,7 +124,7 @@ def sweep_figure(result: SweepResult) -> Figure:
     if fixed:
         ax2.scatter(
             [100 * r.achieved_sparsity for r in fixed],
-            [100 * r.test_accuracy for r in fixed],
+            [y(r) for r in fixed],
             marker="s",
             s=50,
             facecolors="none",
@@ -123,8 +132,8 @@ def sweep_figure(result: SweepResult) -> Figure:
             label="fixed edge-popup",
         )
     ax2.set_xlabel("achieved sparsity (%)")
-    ax2.set_ylabel("test accuracy (%)")
-    ax2.set_title("accuracy vs achieved sparsity")
+    ax2.set_ylabel(unit)
+    ax2.set_title(f"{quantity} vs achieved sparsity")
     ax2.legend(fontsize=8)
     others = [m for m in dict.fromkeys(method_name(r.method) for r in records) if m != "edge-popup"]
     methods = "edge-popup sweep" + (f" vs {', '.join(others)}" if others else "")

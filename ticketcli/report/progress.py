@@ -150,7 +150,9 @@ def progress_line(label: str, total: int, stats: Record, unit: str = "epoch") ->
 
 def sweep_done(done: int, total: int, record: SweepRecord, resumed: bool) -> Record:
     """The progress record of a sweep's configuration just done (resumed: done before, not timed)."""
-    last = f"{record.id} ({'resumed' if resumed else pct(record.test_accuracy) + ' test'})"
+    bits = record.test_bits_per_char  # a language model's run: its bits per character
+    measured = pct(record.test_accuracy) if bits is None else f"{bits:.4f} bits/char"
+    last = f"{record.id} ({'resumed' if resumed else measured + ' test'})"
     return {"epoch": done, "epochs": total, "unit": "configuration", "last": last, "restored": resumed}
 
 

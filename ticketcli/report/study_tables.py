@@ -19,21 +19,23 @@ NO_SPREAD = "—"  # the std of fewer than two runs (one seed): there is no spre
 
 
 def sweep_table(result: SweepResult) -> None:
-    """The stability table: one row per quantity of Section 6.3."""
+    """The stability table: one row per quantity of Section 6.3 (a language model's sweep: test bits per character
+    in place of accuracy, lower is better, and the oracles select by validation bits per character)."""
     sm, st = result.summary, result.settings
+    lm = sm.edge_popup.test_bits is not None  # a language model's runs
     lo, hi = sm.oracle_constrained.band or (0.0, 1.0)  # the constrained oracle always has its band
     where = "" if st is None else f": requested sparsity {pct(st.sparsity)}, seeds {list(st.seeds)}, "
     where += "" if st is None else f"{st.model} on {st.dataset}, {st.epochs} epochs"
     t = Table(title=f"sweep-k{where}")
     t.add_column("method / selection")
-    t.add_column("test accuracy", justify="right")
-    t.add_column("std (points)", justify="right")
+    t.add_column("test bits/char" if lm else "test accuracy", justify="right")
+    t.add_column("std" if lm else "std (points)", justify="right")
     t.add_column("achieved sparsity", justify="right")
     ep = sm.edge_popup
+    shown = _bits if lm else _accuracy
     t.add_row(
         f"edge-popup sweep ({ep.configs} runs)",
-        f"{pct(ep.test.min)} – {pct(ep.test.max)}",
-        NO_SPREAD if ep.test.std is None else f"{100 * ep.test.std:.2f}",
+        *shown(ep, spread=True),
         f"{pct(ep.achieved_sparsity.min)} – {pct(ep.achieved_sparsity.max)}",
     )
     rows: list[tuple[str, GroupSummary | OracleSummary]] = [
@@ -45,12 +47,13 @@ def sweep_table(result: SweepResult) -> None:
     for label, g in rows:
         t.add_row(
             label,
-            pct(g.test.mean),
-            NO_SPREAD if g.test.std is None else f"{100 * g.test.std:.2f}",
+            *shown(g, spread=False),
             "-" if g.achieved_sparsity.mean is None else pct(g.achieved_sparsity.mean),
         )
     out = stdout()
     out.print(t)
+    if lm:
+        out.print("the oracles select the lowest validation bits per character")
     missing = sm.oracle_constrained.seeds_without_candidate
     if missing:
         out.print(f"no edge-popup run fell in the band for seed(s) {', '.join(missing)}")
@@ -59,6 +62,22 @@ def sweep_table(result: SweepResult) -> None:
     out.print(f"{runs} runs ({len(result.resumed)} resumed from {out_dir})" if out_dir else f"{runs} runs")
     if result.plot is not None:
         out.print(f"plot -> {result.plot}")
+
+
+def _accuracy(g: GroupSummary | OracleSummary, *, spread: bool) -> tuple[str, str]:
+    """A group's test accuracy (its range over runs with `spread`, else its mean) and std in points."""
+    s = g.test
+    value = f"{pct(s.min)} – {pct(s.max)}" if spread else pct(s.mean)
+    return value, NO_SPREAD if s.std is None else f"{100 * s.std:.2f}"
+
+
+def _bits(g: GroupSummary | OracleSummary, *, spread: bool) -> tuple[str, str]:
+    """A language model's group: its test bits per character (range or mean) and their std."""
+    s = g.test_bits
+    if s is None or s.mean is None or s.min is None or s.max is None:
+        return "-", NO_SPREAD
+    value = f"{s.min:.4f} – {s.max:.4f}" if spread else f"{s.mean:.4f}"
+    return value, NO_SPREAD if s.std is None else f"{s.std:.4f}"
 
 
 def weak_table(r: WeakResult) -> None:

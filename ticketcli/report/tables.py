@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
-from pathlib import PurePath
 from typing import TYPE_CHECKING, Literal
 
 from rich.box import SIMPLE_HEAD
@@ -16,6 +15,7 @@ from ticketcli.report.console import method_name, pct, results, stdout
 from ticketcli.report.values import (
     INTEGRITY_NOTES,
     MASK_ROWS,
+    common_folder,
     csv_cell,
     method_text,
     readable,
@@ -26,7 +26,6 @@ from ticketcli.report.values import (
 if TYPE_CHECKING:  # the results' classes, for the annotations only: inspect's table must not import torch
     from ticketcli.export.run import ExportResult
     from ticketcli.runs.evaluate import EvaluateResult
-    from ticketcli.runs.evaluate_folder import EvaluateFolderResult
     from ticketcli.runs.folder import InspectFolderResult
     from ticketcli.runs.inspect import InspectResult
     from ticketcli.runs.parts import LayerCount
@@ -187,17 +186,20 @@ def inspect_folder_table(r: InspectFolderResult) -> None:
 def _inspect_rows(r: InspectFolderResult) -> None:
     folder, names = common_folder([row.ticket for row in r.tickets])
     where = f" in {folder}" if folder else ""
+    lm = any(row.test_bits_per_char is not None for row in r.tickets)  # language models' tickets: bits/char too
     # no vertical rules: at 80 columns the names need the room, and a row stays one ticket
     t = Table(
-        title=f"{len(r.tickets)} tickets{where}: sparsity asked and achieved, stored test accuracy",
+        title=f"{len(r.tickets)} tickets{where}: sparsity asked and achieved, stored test accuracy"
+        + (" and bits per character" if lm else ""),
         box=SIMPLE_HEAD,
         collapse_padding=True,
         pad_edge=False,
         show_edge=False,
     )
-    for name, justify, width in FOLDER_COLUMNS:
+    for name, justify, width in FOLDER_COLUMNS[:7] + ((("bits/char", "right", 9),) if lm else ()) + FOLDER_COLUMNS[7:]:
         t.add_column(name, justify=justify, overflow="fold", min_width=width)
     for row, name in zip(r.tickets, names):
+        bits = row.test_bits_per_char
         t.add_row(
             name,
             readable(row.method),
@@ -206,6 +208,7 @@ def _inspect_rows(r: InspectFolderResult) -> None:
             pct(row.requested_sparsity),
             pct(row.achieved_sparsity),
             pct(row.test_accuracy),
+            *(("-" if bits is None else f"{bits:.4f}",) if lm else ()),
             readable(row.file_bytes),
             row.integrity,
         )
@@ -251,62 +254,6 @@ def inspect_rows_csv(r: InspectFolderResult) -> None:
     for row in r.tickets:
         writer.writerow([csv_cell(c, getattr(row, c)) for c in columns])
     results().write(buffer.getvalue())
-
-
-def common_folder(tickets: Sequence[str]) -> tuple[str, list[str]]:
-    """The folder every ticket is in and their file names, or ("", the paths) when they are in several."""
-    parents = {str(PurePath(t).parent) for t in tickets}
-    if len(parents) != 1:
-        return "", list(tickets)
-    return parents.pop(), [PurePath(t).name for t in tickets]
-
-
-def evaluate_folder_table(r: EvaluateFolderResult) -> None:
-    """`ticket evaluate DIR`: one row per ticket (re-measured beside stored accuracy, the gate), then a summary."""
-    if r.aggregate is not None:
-        aggregate_table(r.aggregate, "re-measured")
-    else:
-        _evaluate_rows(r)
-    out = stdout()
-    for row in r.tickets:  # why each failed, below the table: whole lines, never folded into a narrow column
-        if row.error is not None:
-            out.print(f"error: {row.error}")
-        elif row.failures:
-            out.print(f"FAILED {row.ticket}: {'; '.join(row.failures)}")
-    s = r.summary()
-    line = (
-        f"{s['evaluated']} of {s['count']} tickets evaluated, {s['reproduced']} reproduce their stored accuracy exactly"
-    )
-    if r.gated:
-        line += f"; gate passed by {s['passed']}, failed by {s['failed']}"
-    if s["errors"]:
-        line += f"; {s['errors']} could not be evaluated"
-    out.print(line + ".")
-
-
-def _evaluate_rows(r: EvaluateFolderResult) -> None:
-    folder, names = common_folder([row.ticket for row in r.tickets])
-    t = Table(title=f"{len(r.tickets)} tickets" + (f" in {folder}" if folder else ""))
-    for name in ("ticket", "method", "test acc", "stored", "val acc", "reproduced", "gate"):
-        left = name in ("ticket", "method", "gate")
-        t.add_column(name, justify="left" if left else "right", overflow="fold", min_width=max(len(name), 7))
-    for row, name in zip(r.tickets, names):
-        e = row.result
-        if e is None:
-            t.add_row(name, "-", "-", "-", "-", "-", "ERROR")
-            continue
-        gate = "-" if e.gate is None else "passed" if e.gate.passed else "FAILED"
-        reproduced = "yes" if e.reproduced else "no"
-        t.add_row(
-            name,
-            method_name(e.method),
-            pct(e.test.accuracy),
-            pct(e.stored.test_accuracy),
-            pct(e.val.accuracy),
-            reproduced,
-            gate,
-        )
-    stdout().print(t)
 
 
 def export_table(r: ExportResult) -> None:

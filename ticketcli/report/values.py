@@ -1,10 +1,12 @@
 """How a ticket's values read in a table: any metadata value as people read it (never a Python repr), a method
 record on one line, the integrity verdicts in words, and how many masks a table lists. inspect's and compare's
 tables share them; the cells of `inspect DIR --csv`, safe to open in a spreadsheet; and the line that says why an
-achieved sparsity is not the requested one. Torch-free."""
+achieved sparsity is not the requested one; the folder several tickets share. Torch-free."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from ticketcli.methods.registry import METHODS
@@ -138,3 +140,11 @@ def sparsity_note(s: ExtractionResult) -> str | None:
 
 def _number(value: object, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def common_folder(tickets: Sequence[str]) -> tuple[str, list[str]]:
+    """The folder every ticket is in and their file names, or ("", the paths) when they are in several."""
+    parents = {str(PurePath(t).parent) for t in tickets}
+    if len(parents) != 1:
+        return "", list(tickets)
+    return parents.pop(), [PurePath(t).name for t in tickets]

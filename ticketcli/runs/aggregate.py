@@ -1,8 +1,9 @@
 """Tickets aggregated over seeds (`--aggregate` of `inspect DIR`, `evaluate DIR` and `compare`): one group per
 method, model and requested sparsity, with the mean and standard deviation of the achieved sparsity and the
-accuracies over its seeds. Runs made with `--match-sparsity` each request their own seed's sparsity, so they are
-grouped by the folder they were matched in instead (the paper's matched protocol: one row per baseline); compare's
-same-seed pairs by their two methods. Torch-free."""
+accuracies over its seeds (a language model's tickets: their bits per character too). Runs made with
+`--match-sparsity` each request their own seed's sparsity, so they are grouped by the folder they were matched in
+instead (the paper's matched protocol: one row per baseline); compare's same-seed pairs by their two methods.
+Torch-free."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ class Sample:
     achieved_sparsity: float | None
     test_accuracy: float | None
     val_accuracy: float | None
+    test_bits_per_char: float | None = None  # a language model's ticket (--dataset text)
+    val_bits_per_char: float | None = None
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,10 @@ class SeedGroup:
     achieved_sparsity: MeanStd
     test_accuracy: MeanStd
     val_accuracy: MeanStd
+    bits_per_char: tuple[MeanStd, MeanStd] | None = None  # test, val: a language model's tickets
 
     def to_dict(self) -> JsonObject:
-        return {
+        doc: JsonObject = {
             "method": self.method,
             "model": self.model,
             "sparsity": {"requested": self.requested_sparsity, "matched_in": self.matched_in},
@@ -73,6 +77,10 @@ class SeedGroup:
             "achieved_sparsity": self.achieved_sparsity.to_dict(),
             "metrics": {"test": self.test_accuracy.to_dict(), "val": self.val_accuracy.to_dict()},
         }
+        if self.bits_per_char is not None:
+            test, val = self.bits_per_char
+            doc["bits_per_char"] = {"test": test.to_dict(), "val": val.to_dict()}
+        return doc
 
 
 def matched_folder(matched_to: object) -> str | None:
@@ -98,9 +106,17 @@ def seed_groups(samples: Sequence[Sample]) -> tuple[SeedGroup, ...]:
             achieved_sparsity=MeanStd.of(m.achieved_sparsity for m in members),
             test_accuracy=MeanStd.of(m.test_accuracy for m in members),
             val_accuracy=MeanStd.of(m.val_accuracy for m in members),
+            bits_per_char=_bits(members),
         )
         for (method, model, _, matched), members in groups.items()
     )
+
+
+def _bits(members: Sequence[Sample]) -> tuple[MeanStd, MeanStd] | None:
+    """A language model's group: the test and validation bits per character over its seeds (None: none has any)."""
+    if all(m.test_bits_per_char is None and m.val_bits_per_char is None for m in members):
+        return None
+    return MeanStd.of(m.test_bits_per_char for m in members), MeanStd.of(m.val_bits_per_char for m in members)
 
 
 @dataclass(frozen=True)

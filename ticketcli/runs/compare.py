@@ -1,5 +1,6 @@
 """`ticket compare`'s result: whether tickets share their initial network, how far their masks overlap, layer by
-layer, and how their stored accuracy and sparsity differ. Read with numpy alone, like `inspect` (no torch, no data).
+layer, and how their stored accuracy (a language model's: and bits per character) and sparsity differ. Read with
+numpy alone, like `inspect` (no torch, no data).
 
 Every ticket is validated exactly as `inspect` validates it (ticketfile's MaskFile runs scan's checks) and kept open
 while it is compared; each pair's overlap is then counted straight from the packed bytes, a chunk of each file at a
@@ -24,6 +25,7 @@ from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.runs.aggregate import PairGroup, SeedGroup
 from ticketcli.runs.header import OfTicket, TicketHeader
 from ticketcli.runs.overlap import LayerOverlap, Overlap, both_kept
+from ticketcli.runs.parts import language_model_numbers
 from ticketcli.ticketfile import ticket as ticket_io
 from ticketcli.ticketfile.record import CheckpointRecord, DataRecord, InitRecord, MetricsRecord
 
@@ -72,6 +74,15 @@ class ComparedTicket(OfTicket):
         """The stored accuracy of "test" or "val" (None when the ticket records none)."""
         return self.stored.accuracy(split)
 
+    def bits_per_char(self, split: str) -> float | None:
+        """A language model's stored bits per character on "test" or "val" (None for an image model's ticket)."""
+        value = self.metrics.get(split, {}).get("bits_per_char")
+        return None if value is None else float(value)
+
+    @property
+    def language_model(self) -> bool:
+        return self.bits_per_char("test") is not None or self.bits_per_char("val") is not None
+
     def to_dict(self) -> JsonObject:
         return {
             **self.header.to_dict("ticket", "model", "seed", "method"),
@@ -108,7 +119,8 @@ class PairComparison:
     data_differences: tuple[Difference, ...]
     overlap: Overlap  # over every masked entry
     layers: tuple[LayerOverlap, ...]  # in the tickets' order
-    change: JsonObject  # {"accuracy": {split: b - a}, "sparsity": {"requested": b - a, "achieved": b - a}}
+    change: JsonObject  # {"accuracy": {split: b - a}, "sparsity": {"requested": b - a, "achieved": b - a}}, and
+    # "bits_per_char": {split: b - a} where either is a language model's ticket
 
     @property
     def same_init(self) -> bool:
@@ -244,6 +256,10 @@ def _compared(f: ticket_io.MaskFile) -> ComparedTicket:
     tk, counts = f.scan.ticket, f.scan.counts
     splits, facts = split_metrics(tk.metrics.to_json())
     metrics = {s: {k: v for k, v in splits[s].items() if k in SPLIT_KEYS} for s in SPLITS if s in splits}
+    for s in ("test", "val"):  # a language model's: bits per character and perplexity, where the file's are sound
+        record = getattr(tk.metrics, s)
+        if s in metrics and record is not None:
+            metrics[s] |= language_model_numbers(record)
     return ComparedTicket(
         header=TicketHeader.of(f.path, tk),
         init=tk.init,
@@ -307,10 +323,12 @@ def _pair(
             raise TicketFileError(f"{fa.path} or {fb.path} changed while being compared; compare them again")
         layers.append(LayerOverlap(name, tuple(shape), Overlap(total, kept_a, kept_b, both)))
     overlap = Overlap(*(sum(getattr(la.overlap, k) for la in layers) for k in ("total", "kept_a", "kept_b", "both")))
-    change = {
+    change: JsonObject = {
         "accuracy": {s: _delta(ta.accuracy(s), tb.accuracy(s)) for s in ("test", "val")},
         "sparsity": {"requested": _delta(ta.requested, tb.requested), "achieved": tb.achieved - ta.achieved},
     }
+    if ta.language_model or tb.language_model:  # language models' tickets: their bits per character too
+        change["bits_per_char"] = {s: _delta(ta.bits_per_char(s), tb.bits_per_char(s)) for s in ("test", "val")}
     return PairComparison(
         a=i,
         b=j,

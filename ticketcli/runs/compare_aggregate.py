@@ -23,6 +23,8 @@ def compared(result: CompareResult) -> CompareResult:
             achieved_sparsity=t.achieved,
             test_accuracy=t.accuracy("test"),
             val_accuracy=t.accuracy("val"),
+            test_bits_per_char=t.bits_per_char("test"),
+            val_bits_per_char=t.bits_per_char("val"),
         )
         for t in tickets
     ]

@@ -1,5 +1,6 @@
 """`ticket evaluate DIR` (or a glob, or several files): re-evaluate every ticket, one at a time, gate each on the
-same --min-accuracy/--max-drop, and report them all: the typed result and the loop that makes it."""
+same --min-accuracy/--max-drop/--max-bits-per-char, and report them all: the typed result and the loop that makes
+it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ticketcli.errors import Interrupted, TicketCliError
 from ticketcli.methods.base import Progress
 from ticketcli.runs import evaluate as runs_evaluate
 from ticketcli.runs.aggregate import Sample, SeedGroup, matched_folder, seed_groups
-from ticketcli.runs.evaluate import EvaluateResult
+from ticketcli.runs.evaluate import EvaluateResult, Gate
 from ticketcli.runs.folder import failures_line, ticket_paths
 from ticketcli.specs.run import ReaderSpec
 from ticketcli.ticketfile import ticket as ticket_io
@@ -52,10 +53,16 @@ class EvaluateFolderResult(Result):
     max_drop: float | None = None
     threads: int | None = None
     aggregate: tuple[SeedGroup, ...] | None = None  # --aggregate: the re-measured accuracies over seeds
+    max_bits_per_char: float | None = None  # language models' tickets: the test bits per character at most this
 
     @property
     def gated(self) -> bool:
-        return self.min_accuracy is not None or self.max_drop is not None
+        return self.min_accuracy is not None or self.max_drop is not None or self.max_bits_per_char is not None
+
+    @property
+    def language_model(self) -> bool:
+        """Whether a language model's ticket is among those evaluated (they have bits per character)."""
+        return any(t.result is not None and t.result.test.bits_per_char is not None for t in self.tickets)
 
     def summary(self) -> JsonObject:
         done = [t for t in self.tickets if t.result is not None]
@@ -71,7 +78,9 @@ class EvaluateFolderResult(Result):
     def body(self) -> JsonObject:
         doc: JsonObject = {"tickets": [t.to_dict() for t in self.tickets], "summary": self.summary()}
         if self.gated:
-            gate = present(min_accuracy=self.min_accuracy, max_drop=self.max_drop)
+            gate = present(
+                min_accuracy=self.min_accuracy, max_drop=self.max_drop, max_bits_per_char=self.max_bits_per_char
+            )
             doc["gate"] = {**gate, "passed": all(t.passed for t in self.tickets)}
         if self.aggregate is not None:
             doc["aggregate"] = [g.to_dict() for g in self.aggregate]
@@ -90,39 +99,73 @@ def evaluate_folder(
     min_accuracy: float | None = None,
     max_drop: float | None = None,
     progress: Progress | None = None,
+    max_bits_per_char: float | None = None,
 ) -> EvaluateFolderResult:
     """Evaluate every ticket `paths` name (runs.folder.ticket_paths), one at a time, each gated like `ticket
     evaluate TICKET`; a ticket that cannot be evaluated is an error row and the loop goes on (an interrupt stops
-    it). `progress` is told each ticket and its outcome ("last")."""
+    it); under `max_bits_per_char`, a ticket without bits per character (an image model's) fails the gate.
+    `progress` is told each ticket and its outcome ("last")."""
     rows = []
+    bounds = Bounds(min_accuracy, max_drop, max_bits_per_char)
     for done, path in enumerate(ticket_paths(paths), 1):
-        row = _one(path, reader, min_accuracy, max_drop)
+        row = _one(path, reader, bounds)
         rows.append(row)
         if progress is not None:
             e = row.result
-            what = "error" if e is None else f"test {100 * e.test.accuracy:.2f}%" + (" FAILED" if row.failures else "")
+            what = "error" if e is None else f"test {measured_text(e)}" + (" FAILED" if row.failures else "")
             progress({"epoch": done, "unit": "ticket", "last": f"{path} ({what})"})
-    return EvaluateFolderResult(tickets=tuple(rows), min_accuracy=min_accuracy, max_drop=max_drop)
+    return EvaluateFolderResult(
+        tickets=tuple(rows), min_accuracy=min_accuracy, max_drop=max_drop, max_bits_per_char=max_bits_per_char
+    )
 
 
-def _one(
-    path: Path,
-    reader: ReaderSpec,
-    min_accuracy: float | None,
-    max_drop: float | None,
-) -> EvaluatedTicket:
+def measured_text(e: EvaluateResult) -> str:
+    """A ticket's re-measured test value in a progress line: its bits per character (a language model's), else its
+    accuracy."""
+    bits = e.test.bits_per_char
+    return f"{100 * e.test.accuracy:.2f}%" if bits is None else f"{bits:.4f} bits/char"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The folder's gate: each ticket is gated on these, as `ticket evaluate TICKET` gates one."""
+
+    min_accuracy: float | None
+    max_drop: float | None
+    max_bits_per_char: float | None
+
+    @property
+    def any(self) -> bool:
+        return self.min_accuracy is not None or self.max_drop is not None or self.max_bits_per_char is not None
+
+
+def _one(path: Path, reader: ReaderSpec, bounds: Bounds) -> EvaluatedTicket:
     try:
         ticket_io.check_header(path)
         result = runs_evaluate.evaluate_ticket(path, reader)
         failures: list[str] = []
-        if min_accuracy is not None or max_drop is not None:
-            gate, failures = runs_evaluate.evaluation_gate(result, min_accuracy=min_accuracy, max_drop=max_drop)
+        if bounds.any:
+            gate, failures = _gate(result, bounds)
             result = replace(result, gate=gate)
     except Interrupted:
         raise
     except TicketCliError as e:
         return EvaluatedTicket(ticket=str(path), result=None, error=_line(e))
     return EvaluatedTicket(ticket=str(path), result=result, failures=tuple(failures))
+
+
+def _gate(result: EvaluateResult, bounds: Bounds) -> tuple[Gate, list[str]]:
+    """evaluate's gate on one ticket of the folder. Under --max-bits-per-char, a ticket without bits per character
+    (an image model's) fails it with that clause, its re-measured values still shown and its other bounds checked
+    (`ticket evaluate TICKET` refuses it instead: exit 2)."""
+    bits = bounds.max_bits_per_char
+    if bits is None or result.test.bits_per_char is not None:
+        return runs_evaluate.evaluation_gate(
+            result, min_accuracy=bounds.min_accuracy, max_drop=bounds.max_drop, max_bits_per_char=bits
+        )
+    gate, failures = runs_evaluate.evaluation_gate(result, min_accuracy=bounds.min_accuracy, max_drop=bounds.max_drop)
+    failures.append(f"no test bits per character for --max-bits-per-char {bits}: not a language model's ticket")
+    return replace(gate, passed=False, max_bits_per_char=bits), failures
 
 
 def _line(e: TicketCliError) -> str:
@@ -150,6 +193,8 @@ def aggregated(result: EvaluateFolderResult) -> EvaluateFolderResult:
             achieved_sparsity=_fraction(r.achieved_sparsity),
             test_accuracy=r.test.accuracy,
             val_accuracy=r.val.accuracy,
+            test_bits_per_char=r.test.bits_per_char,
+            val_bits_per_char=r.val.bits_per_char,
         )
         for r in (t.result for t in result.tickets)
         if r is not None

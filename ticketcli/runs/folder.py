@@ -242,6 +242,8 @@ def sample(row: TicketRow) -> Sample | None:
         achieved_sparsity=row.achieved_sparsity,
         test_accuracy=row.test_accuracy,
         val_accuracy=row.val_accuracy,
+        test_bits_per_char=row.test_bits_per_char,
+        val_bits_per_char=row.val_bits_per_char,
     )
 
 

@@ -1,9 +1,10 @@
-"""The typed pieces the extract, evaluate and inspect results share: one split's measurement and one masked
+"""The typed pieces the extract, evaluate, inspect and compare results share: one split's measurement and one masked
 parameter's counts, each with the object it is in the `--json` document (docs/json.md's `split` and `layers[]`).
 Torch-free: `ticket inspect` imports it."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -79,3 +80,15 @@ class LayerCount:
 def layer_counts(per_layer: Mapping[str, Mapping[str, Any]]) -> tuple[LayerCount, ...]:
     """{name: {kept, total, achieved[, aux_share]}} -> LayerCounts in the given order."""
     return tuple(LayerCount.of(name, entry) for name, entry in per_layer.items())
+
+
+def language_model_numbers(split: SplitRecord) -> JsonObject:
+    """A stored split's bits per character and perplexity, each only when a finite number in its range (the file is
+    not trusted beyond its checks); none for an image model's ticket."""
+    bits, perplexity = split.bits_per_char, split.perplexity
+    numbers: JsonObject = {}
+    if bits is not None and math.isfinite(bits) and bits >= 0:
+        numbers["bits_per_char"] = bits
+    if perplexity is not None and math.isfinite(perplexity) and perplexity >= 1:
+        numbers["perplexity"] = perplexity
+    return numbers

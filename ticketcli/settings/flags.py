@@ -111,7 +111,8 @@ EVALUATE_FLAGS = Table(
     flag(
         "max_bits_per_char",
         "A language model's ticket (--dataset text): exit with code 1 if the test loss is above this many bits "
-        "per character (e.g. 2.5).",
+        "per character (e.g. 2.5); for a folder, each ticket is gated, and one without bits per character (an "
+        "image model's) fails.",
         OUT,
         range=FLOAT(0, math.inf, lo_open=True, hi_open=True),
     ),

@@ -45,6 +45,8 @@ def run_task(task: SweepTask, threads: int) -> tuple[SweepRecord, bytes]:
         wall_time_s=m.wall_time_s,
         ticket=None,  # records.store names the ticket it keeps in --out-dir
         ticket_sha256=None,
+        test_bits_per_char=m.test.bits_per_char,  # a language model's run; None for an image model's
+        val_bits_per_char=m.val.bits_per_char,
     )
     return record, payload
 

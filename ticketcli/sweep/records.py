@@ -60,6 +60,9 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
     "ticket": (str,),
     "ticket_sha256": (str,),
 }
+# a language model's run (--dataset text) has both of these besides, an image model's neither; they must equal the
+# bits per character its ticket stores
+LM_FIELDS: dict[str, tuple[type, ...]] = {"test_bits_per_char": _NUMBER, "val_bits_per_char": _NUMBER}
 
 
 def spec_identity(spec: RunSpec) -> JsonObject:
@@ -123,14 +126,18 @@ def store(
 
 def _typed(record: Any, task: SweepTask) -> str | None:
     """Why a stored record is not a well-formed record of this task (None when it is)."""
-    if not isinstance(record, dict) or record.keys() != RECORD_FIELDS.keys():
+    if not isinstance(record, dict) or record.keys() not in (RECORD_FIELDS.keys(), {*RECORD_FIELDS, *LM_FIELDS}):
         return "its fields are not a sweep-k record's"
-    for key, types in RECORD_FIELDS.items():
+    for key, types in {**RECORD_FIELDS, **LM_FIELDS}.items():
+        if key not in record:  # an image model's run: no bits per character
+            continue
         v = record[key]
         if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
             return f"{key} is not a {types[0].__name__}"
         if isinstance(v, float) and not math.isfinite(v) and key != "test_loss":
             return f"{key} is not finite"
+    if any(record.get(k, 0) < 0 for k in LM_FIELDS):
+        return "a bits per character is negative"
     if any(not 0 <= record[k] <= 1 for k in ("test_accuracy", "val_accuracy", "achieved_sparsity")):
         return "an accuracy or sparsity lies outside [0, 1]"
     ld = record["layer_densities"]
@@ -183,17 +190,26 @@ def finished(
         digest = ticket_io.masks_sha256(loaded.packed())
         if record["masks_sha256"] not in (digest, legacy_masks_sha256(loaded.masks)):
             return None, f"{ticket}'s masks differ from its record's"
+        bits = ticket_bits(loaded)
+        if any(k in record for k in LM_FIELDS) and tuple(record[k] for k in LM_FIELDS) != bits:
+            return None, f"{ticket}'s bits per character differ from its record's"
     except FileNotFoundError:
         return None, f"{ticket}, the ticket of {record_path}, is missing"
     except (OSError, ValueError) as e:
         return None, f"cannot read {ticket}: {getattr(e, 'strerror', None) or e}"
     except TicketFileError as e:
         return None, str(e)
-    # the ticket's own method record and digest, as inspect reads them (an older record may hold others)
-    return (
-        SweepRecord.of({**record, "ticket": str(ticket), "method": loaded.method.to_json(), "masks_sha256": digest}),
-        None,
-    )
+    # the ticket's own method record, digest and bits per character, as inspect reads them (an older record may hold
+    # others, or a language model's record written before records had its bits per character none)
+    lm = dict(zip(LM_FIELDS, bits)) if bits[0] is not None else {}
+    ticket_own = {"ticket": str(ticket), "method": loaded.method.to_json(), "masks_sha256": digest, **lm}
+    return SweepRecord.of({**record, **ticket_own}), None
+
+
+def ticket_bits(loaded: ticket_io.Ticket) -> tuple[float | None, float | None]:
+    """The test and validation bits per character a ticket stores ((None, None): an image model's ticket)."""
+    test, val = loaded.metrics.test, loaded.metrics.val
+    return (None if test is None else test.bits_per_char), (None if val is None else val.bits_per_char)
 
 
 def differences(old: Any, new: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any, Any]]:

@@ -22,6 +22,8 @@ from ticketcli.sweep.summary import PAPER_BAND, summarize
 
 # the flat record's measurements, which the document moves to metrics.<split> and sparsity
 FLAT_MEASURES = ("requested_sparsity", "test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity")
+# a language model's run (--dataset text) also has these, at metrics.<split>.bits_per_char; an image run has neither
+LM_MEASURES = ("test_bits_per_char", "val_bits_per_char")
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,19 @@ class SweepRecord:
     wall_time_s: float
     ticket: str | None  # None without --out-dir
     ticket_sha256: str | None
+    test_bits_per_char: float | None = None  # a language model's run (--dataset text); None for an image model's
+    val_bits_per_char: float | None = None
+
+    @property
+    def language_model(self) -> bool:
+        return self.test_bits_per_char is not None
 
     @classmethod
     def of(cls, flat: Mapping[str, Any]) -> SweepRecord:
         """From sweep's flat record (flat(), or flat_record's reading of the document's shape)."""
-        values = {f.name: flat[f.name] for f in fields(cls)}
+        values: dict[str, Any] = {
+            f.name: flat.get(f.name) if f.name in LM_MEASURES else flat[f.name] for f in fields(cls)
+        }
         ld = values["layer_densities"]
         return cls(**{**values, "layer_densities": None if ld is None else tuple(ld)})
 
@@ -63,35 +73,46 @@ class SweepRecord:
         return cls.of(flat)
 
     def flat(self) -> JsonObject:
-        """Sweep's flat shape (what summary.summarize reads), in the fields' order."""
-        flat = {f.name: getattr(self, f.name) for f in fields(self)}
+        """Sweep's flat shape (what summary.summarize reads), in the fields' order; a language model's bits per
+        character only where the run has them (an image run's flat record is what it always was)."""
+        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in LM_MEASURES}
+        if self.language_model:
+            flat |= {"test_bits_per_char": self.test_bits_per_char, "val_bits_per_char": self.val_bits_per_char}
         flat["layer_densities"] = None if self.layer_densities is None else list(self.layer_densities)
         return flat
 
     def to_dict(self) -> JsonObject:
         """The record in the document: the flat record with extract's metrics and sparsity shapes in place of its
         flat accuracy and sparsity keys."""
-        doc = {k: v for k, v in self.flat().items() if k not in FLAT_MEASURES}
+        doc = {k: v for k, v in self.flat().items() if k not in FLAT_MEASURES + LM_MEASURES}
         doc["metrics"] = {
             "val": {"accuracy": self.val_accuracy},
             "test": {"accuracy": self.test_accuracy, "loss": self.test_loss},
         }
+        if self.language_model:
+            doc["metrics"]["val"]["bits_per_char"] = self.val_bits_per_char
+            doc["metrics"]["test"]["bits_per_char"] = self.test_bits_per_char
         doc["sparsity"] = {"achieved": self.achieved_sparsity, "requested": self.requested_sparsity}
         return doc
 
 
 def flat_record(stored: Any) -> JsonObject | None:
     """A record in the document's shape (method record, metrics, sparsity) as the flat record, the method kept as
-    its record; None when its shape is not that (values are not checked here: records.finished checks them)."""
+    its record; None when its shape is not that (values are not checked here: records.finished checks them). A
+    language model's record has bits_per_char in both splits, an image model's in neither."""
     if not isinstance(stored, Mapping):
         return None
     metrics, sparsity, method = stored.get("metrics"), stored.get("sparsity"), stored.get("method")
     if not (isinstance(metrics, Mapping) and metrics.keys() == {"test", "val"} and isinstance(sparsity, Mapping)):
         return None
     test, val = metrics["test"], metrics["val"]
-    if not (isinstance(test, Mapping) and test.keys() == {"accuracy", "loss"}):
+    if not (isinstance(test, Mapping) and isinstance(val, Mapping)):
         return None
-    if not (isinstance(val, Mapping) and val.keys() == {"accuracy"} and sparsity.keys() == {"achieved", "requested"}):
+    lm = "bits_per_char" in test  # a language model's run
+    bits = {"bits_per_char"} if lm else set()
+    if test.keys() != {"accuracy", "loss"} | bits:
+        return None
+    if val.keys() != {"accuracy"} | bits or sparsity.keys() != {"achieved", "requested"}:
         return None
     if not (isinstance(method, Mapping) and isinstance(method.get("name"), str)):
         return None
@@ -103,6 +124,8 @@ def flat_record(stored: Any) -> JsonObject | None:
         achieved_sparsity=sparsity["achieved"],
         requested_sparsity=sparsity["requested"],
     )
+    if lm:
+        flat.update(test_bits_per_char=test["bits_per_char"], val_bits_per_char=val["bits_per_char"])
     return flat
 
 
@@ -127,16 +150,31 @@ class GroupSummary:
     test: Stats
     achieved_sparsity: Stats
     configs: int | None = None
+    test_bits: Stats | None = None  # a language model's runs: their test bits per character
 
     @classmethod
     def of(cls, g: Mapping[str, Any]) -> GroupSummary:
-        return cls(test=Stats(**g["test"]), achieved_sparsity=Stats(**g["achieved_sparsity"]), configs=g.get("configs"))
+        return cls(
+            test=Stats(**g["test"]),
+            achieved_sparsity=Stats(**g["achieved_sparsity"]),
+            configs=g.get("configs"),
+            test_bits=_stats_or_none(g.get("test_bits_per_char")),
+        )
 
     def to_dict(self) -> JsonObject:
         doc: JsonObject = {} if self.configs is None else {"configs": self.configs}
-        doc["metrics"] = {"test": {"accuracy": self.test.to_dict()}}
+        doc["metrics"] = {"test": split_stats(self.test, self.test_bits)}
         doc["sparsity"] = {"achieved": self.achieved_sparsity.to_dict()}
         return doc
+
+
+def _stats_or_none(s: Mapping[str, Any] | None) -> Stats | None:
+    return None if s is None else Stats(**s)
+
+
+def split_stats(accuracy: Stats, bits: Stats | None) -> JsonObject:
+    """A group's metrics.test: its accuracy statistics, and a language model's bits per character beside them."""
+    return {"accuracy": accuracy.to_dict()} | ({} if bits is None else {"bits_per_char": bits.to_dict()})
 
 
 @dataclass(frozen=True)
@@ -148,12 +186,18 @@ class OraclePick:
     val_accuracy: float
     test_accuracy: float
     achieved_sparsity: float
+    val_bits_per_char: float | None = None  # a language model's run
+    test_bits_per_char: float | None = None
 
     def to_dict(self) -> JsonObject:
+        metrics: JsonObject = {"val": {"accuracy": self.val_accuracy}, "test": {"accuracy": self.test_accuracy}}
+        if self.test_bits_per_char is not None:
+            metrics["val"]["bits_per_char"] = self.val_bits_per_char
+            metrics["test"]["bits_per_char"] = self.test_bits_per_char
         return {
             "id": self.id,
             "config": self.config,
-            "metrics": {"val": {"accuracy": self.val_accuracy}, "test": {"accuracy": self.test_accuracy}},
+            "metrics": metrics,
             "sparsity": {"achieved": self.achieved_sparsity},
         }
 
@@ -167,6 +211,7 @@ class OracleSummary:
     test: Stats
     achieved_sparsity: Stats
     seeds_without_candidate: tuple[str, ...]
+    test_bits: Stats | None = None  # a language model's runs: their test bits per character
 
     @classmethod
     def of(cls, o: Mapping[str, Any]) -> OracleSummary:
@@ -177,13 +222,14 @@ class OracleSummary:
             test=Stats(**o["test"]),
             achieved_sparsity=Stats(**o["achieved_sparsity"]),
             seeds_without_candidate=tuple(o["seeds_without_candidate"]),
+            test_bits=_stats_or_none(o.get("test_bits_per_char")),
         )
 
     def to_dict(self) -> JsonObject:
         return {
             "band": None if self.band is None else list(self.band),
             "seeds_without_candidate": list(self.seeds_without_candidate),
-            "metrics": {"test": {"accuracy": self.test.to_dict()}},
+            "metrics": {"test": split_stats(self.test, self.test_bits)},
             "sparsity": {"achieved": self.achieved_sparsity.to_dict()},
             "per_seed": {s: None if p is None else p.to_dict() for s, p in self.per_seed.items()},
         }

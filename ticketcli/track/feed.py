@@ -81,9 +81,10 @@ def extract_epochs(tracking: Tracking, warn: Warn) -> tuple[Callable[[JsonObject
 
 
 def extract_final(tracking: Tracking, result: Any, step: int) -> None:
-    """The extraction's result: the rewound ticket's test/ and val/ accuracy and loss, sparsity/achieved and
-    sparsity/requested, density/<parameter>, aux_share and aux_share/<parameter> (double-scoring) at `step` (the
-    last epoch's); the ticket's recorded settings as parameters; schema and masks_sha256 as tags; the ticket file."""
+    """The extraction's result: the rewound ticket's test/ and val/ accuracy and loss (a language model's: and
+    bits_per_char), sparsity/achieved and sparsity/requested, density/<parameter>, aux_share and
+    aux_share/<parameter> (double-scoring) at `step` (the last epoch's); the ticket's recorded settings as
+    parameters; schema and masks_sha256 as tags; the ticket file."""
     m, sp = result.metrics, result.sparsity
     metrics: dict[str, float] = {
         "test/accuracy": m.test.accuracy,
@@ -93,6 +94,9 @@ def extract_final(tracking: Tracking, result: Any, step: int) -> None:
         "sparsity/achieved": sp.achieved,
         "sparsity/requested": sp.requested,
     }
+    for split, sm in (("test", m.test), ("val", m.val)):  # a language model's ticket: bits per character too
+        if sm.bits_per_char is not None:
+            metrics[f"{split}/bits_per_char"] = sm.bits_per_char
     metrics |= {f"density/{c.name}": c.kept / c.total for c in sp.layers if c.total}
     if sp.aux_share is not None:
         metrics["aux_share"] = sp.aux_share
@@ -171,10 +175,15 @@ def sweep_info(base: Any, seeds: list[int]) -> RunInfo:
     return RunInfo(name, {**params, "seeds": ",".join(str(s) for s in seeds)}, {"command": "sweep-k"})
 
 
+# what a sweep's child run logs of its record (the bits per character: a language model's run)
+SWEEP_MEASURES = ("test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity")
+SWEEP_MEASURES_LM = ("test_bits_per_char", "val_bits_per_char")
+
+
 def sweep_child(tracking: Tracking, warn: Warn, model: str) -> Callable[[SweepRecord, bool], None]:
     """on_result's logger: one child run per grid point (named by its id), its identity as parameters,
-    test_accuracy, val_accuracy, test_loss and achieved_sparsity at step 0, masks_sha256 as a tag, its ticket (with
-    --out-dir) as an artifact."""
+    test_accuracy, val_accuracy, test_loss and achieved_sparsity (a language model's: test_bits_per_char and
+    val_bits_per_char too) at step 0, masks_sha256 as a tag, its ticket (with --out-dir) as an artifact."""
 
     def log(run: SweepRecord, resumed: bool) -> None:
         record = run.flat()
@@ -182,7 +191,8 @@ def sweep_child(tracking: Tracking, warn: Warn, model: str) -> Callable[[SweepRe
         keys = ("id", "seed", "group", "config", "fixed", "requested_sparsity", "layer_densities")
         params: dict[str, Scalar] = {**flat({k: record[k] for k in keys if k in record}), "method": method}
         child = tracking.child(RunInfo(run_name(record["id"]), {**params, "model": model}, {"resumed": str(resumed)}))
-        metrics = {k: record[k] for k in ("test_accuracy", "val_accuracy", "test_loss", "achieved_sparsity")}
+        # the bits per character: a language model's run has them (its flat() only then)
+        metrics = {k: record[k] for k in (*SWEEP_MEASURES, *SWEEP_MEASURES_LM) if k in record}
         child.finish(0, metrics, {})
         child.tags({"masks_sha256": record["masks_sha256"]})
         if record.get("ticket"):
