@@ -98,6 +98,11 @@ def _fraction(x: Any) -> bool:
     return x is None or (_is_number(x) and 0 <= x <= 1)
 
 
+def _at_least(x: Any, low: float) -> bool:
+    """A finite number >= low, or absent (None)."""
+    return x is None or (_is_number(x) and low <= x < math.inf)
+
+
 def check_fields(f: dict[str, dict[str, Any]], checkpoint: dict[str, Any] | None, path: Path) -> None:
     """Every field a reader uses has its type and a sane range; a problem is one TicketFileError line."""
 
@@ -173,6 +178,9 @@ def _check_reported(sparsity: dict[str, Any], metrics: dict[str, Any], need: Cal
         need(isinstance(m, dict), f"'metrics.{split}' must be an object")
         need(_fraction(m.get("accuracy")), f"'metrics.{split}.accuracy' must be a number in [0, 1]")
         need(m.get("loss") is None or _is_number(m["loss"]), f"'metrics.{split}.loss' must be a number")
+        # a language model's (--dataset text): bits per character >= 0, perplexity = 2^bits >= 1
+        need(_at_least(m.get("bits_per_char"), 0), f"'metrics.{split}.bits_per_char' must be a number >= 0")
+        need(_at_least(m.get("perplexity"), 1), f"'metrics.{split}.perplexity' must be a number >= 1")
         for key in ("correct", "n"):
             need(
                 m.get(key) is None or (is_int(m[key]) and m[key] >= 0),
