@@ -17,6 +17,7 @@ from ticketcli.errors import UsageError
 from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
+from ticketcli.models.gpt import GPTNano
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inputs import resolve_device
 
@@ -168,7 +169,9 @@ def sparse_module(
     Conv2d computes W * M, with a CSR kernel where `measure` found it faster than dense at `batch` examples (both
     timed interleaved, per layer, on `device`), densely where it did not. `measure=False` makes every lowerable
     layer sparse. `input_shape` (one example's, without the batch) is needed to time convolutions; a MaskedNet of a
-    built-in model knows it. The copy's outputs are checked against the dense W * M on a random example."""
+    built-in model knows it; a character-level GPT (gpt-nano) is timed on `batch` sequences of random character ids
+    of its context, and its token embedding, whose weight it reads as a table, stays dense. The copy's outputs are
+    checked against the dense W * M on a random example."""
     if not isinstance(net, (nn.Module, MaskedNet)):
         raise UsageError(f"net= must be an nn.Module or a MaskedNet, got {type(net).__name__}")
     if not isinstance(masks, Mapping) or not all(isinstance(m, torch.Tensor) for m in masks.values()):
@@ -192,7 +195,7 @@ def sparse_module(
     convs = any(isinstance(m, nn.Conv2d) for _, m in targets)
     if convs and input_shape is None:
         raise UsageError("sparse_module needs input_shape= (one example's shape) for a network with convolutions")
-    example = None if input_shape is None else torch.randn(batch, *input_shape, device=dev)
+    example = ids_example(module, batch, dev) if input_shape is None else torch.randn(batch, *input_shape, device=dev)
     try:
         inputs = {} if example is None else layer_inputs(module, [n for n, _ in targets], example)
         reference = None if example is None else module(example)
@@ -200,10 +203,35 @@ def sparse_module(
         raise UsageError(f"input_shape= {list(input_shape or ())} does not fit the network: {str(e)[:120]}") from None
     records = []
     for name, layer in targets:
+        if example is not None and name not in inputs:  # its weight is read, the layer never called: it stays
+            records.append(read_directly(name, layer, masks, batch, dev))
+            continue
         records.append(_lower(module, name, layer, masks, inputs.get(name), measure, batch, dev))
     if example is not None and reference is not None:
         check_agreement(module(example), reference)
     return SparseNet(module, tuple(records), source="module")
+
+
+def ids_example(module: nn.Module, batch: int, dev: torch.device) -> torch.Tensor | None:
+    """`batch` sequences of random character ids as long as a character-level GPT's context (its layers are timed
+    on batch x context positions); None for any other network."""
+    if not isinstance(module, GPTNano):
+        return None
+    return torch.randint(0, module.vocab, (batch, module.context), device=dev)
+
+
+DIRECT = "dense: the forward pass reads its weight directly (an embedding table), never calls the layer"
+
+
+def read_directly(
+    name: str, layer: nn.Module, masks: Mapping[str, torch.Tensor], batch: int, dev: torch.device
+) -> LayerRecord:
+    """The record of a masked layer whose weight the network reads without calling it (gpt-nano's token embedding
+    looks up columns of a Linear's weight): it stays dense, holding W * M, as a sparse layer could not be read so."""
+    shape = tuple(sparse_layers.weight_of(layer).shape)
+    nnz = int(masks[f"{name}.weight"].sum())
+    record = decide(name, layer_kind(layer), shape, nnz, None, batch, str(dev))
+    return replace(record, form=DENSE, reason=DIRECT)
 
 
 def _lower(
