@@ -1,7 +1,9 @@
 """SparseNet, the sparse runtime form of a masked network, and `sparse_module`, which makes it from a network and
 its masks: every masked Linear (and Conv2d, lowered to a matmul) computes with a CSR kernel where that measured
 faster than dense on the device, and stays a plain dense layer holding W * M elsewhere; everything else (biases,
-norms, pooling) computes as in the original network."""
+norms, pooling) computes as in the original network. A character-level GPT (gpt-nano) is timed on sequences of
+random character ids of its context, and its token embedding, whose weight its forward pass reads as a table
+without calling the layer, stays dense."""
 
 from __future__ import annotations
 
@@ -94,6 +96,28 @@ def image_shape(inputs: Inputs) -> tuple[int, ...] | None:
     return inputs.shape
 
 
+def ids_example(module: nn.Module, batch: int, dev: torch.device) -> torch.Tensor | None:
+    """`batch` sequences of random character ids as long as a character-level GPT's context (its layers are timed
+    on batch x context positions); None for any other network."""
+    if not isinstance(module, GPTNano):
+        return None
+    return torch.randint(0, module.vocab, (batch, module.context), device=dev)
+
+
+DIRECT = "dense: the forward pass reads its weight directly (an embedding table), never calls the layer"
+
+
+def read_directly(
+    name: str, layer: nn.Module, masks: Mapping[str, torch.Tensor], batch: int, dev: torch.device
+) -> LayerRecord:
+    """The record of a masked layer whose weight the network reads without calling it (gpt-nano's token embedding
+    looks up columns of a Linear's weight): it stays dense, holding W * M, as a sparse layer could not be read so."""
+    shape = tuple(sparse_layers.weight_of(layer).shape)
+    nnz = int(masks[f"{name}.weight"].sum())
+    record = decide(name, layer_kind(layer), shape, nnz, None, batch, str(dev))
+    return replace(record, form=DENSE, reason=DIRECT)
+
+
 def layer_kind(layer: nn.Module) -> str:
     return "conv2d" if isinstance(layer, nn.Conv2d) else "linear"
 
@@ -169,9 +193,7 @@ def sparse_module(
     Conv2d computes W * M, with a CSR kernel where `measure` found it faster than dense at `batch` examples (both
     timed interleaved, per layer, on `device`), densely where it did not. `measure=False` makes every lowerable
     layer sparse. `input_shape` (one example's, without the batch) is needed to time convolutions; a MaskedNet of a
-    built-in model knows it; a character-level GPT (gpt-nano) is timed on `batch` sequences of random character ids
-    of its context, and its token embedding, whose weight it reads as a table, stays dense. The copy's outputs are
-    checked against the dense W * M on a random example."""
+    built-in model knows it. The copy's outputs are checked against the dense W * M on a random example."""
     if not isinstance(net, (nn.Module, MaskedNet)):
         raise UsageError(f"net= must be an nn.Module or a MaskedNet, got {type(net).__name__}")
     if not isinstance(masks, Mapping) or not all(isinstance(m, torch.Tensor) for m in masks.values()):
@@ -201,37 +223,16 @@ def sparse_module(
         reference = None if example is None else module(example)
     except RuntimeError as e:  # the caller's input_shape and network disagree: say so in one line
         raise UsageError(f"input_shape= {list(input_shape or ())} does not fit the network: {str(e)[:120]}") from None
+    order = [n for n, _ in targets]  # a layer never called (its weight read as a table) stays dense, unlowered
+    direct = {n: read_directly(n, m, masks, batch, dev) for n, m in targets if example is not None and n not in inputs}
+    targets = [(n, m) for n, m in targets if n not in direct]
     records = []
     for name, layer in targets:
-        if example is not None and name not in inputs:  # its weight is read, the layer never called: it stays
-            records.append(read_directly(name, layer, masks, batch, dev))
-            continue
         records.append(_lower(module, name, layer, masks, inputs.get(name), measure, batch, dev))
+    records = sorted([*records, *direct.values()], key=lambda r: order.index(r.name))
     if example is not None and reference is not None:
         check_agreement(module(example), reference)
     return SparseNet(module, tuple(records), source="module")
-
-
-def ids_example(module: nn.Module, batch: int, dev: torch.device) -> torch.Tensor | None:
-    """`batch` sequences of random character ids as long as a character-level GPT's context (its layers are timed
-    on batch x context positions); None for any other network."""
-    if not isinstance(module, GPTNano):
-        return None
-    return torch.randint(0, module.vocab, (batch, module.context), device=dev)
-
-
-DIRECT = "dense: the forward pass reads its weight directly (an embedding table), never calls the layer"
-
-
-def read_directly(
-    name: str, layer: nn.Module, masks: Mapping[str, torch.Tensor], batch: int, dev: torch.device
-) -> LayerRecord:
-    """The record of a masked layer whose weight the network reads without calling it (gpt-nano's token embedding
-    looks up columns of a Linear's weight): it stays dense, holding W * M, as a sparse layer could not be read so."""
-    shape = tuple(sparse_layers.weight_of(layer).shape)
-    nnz = int(masks[f"{name}.weight"].sum())
-    record = decide(name, layer_kind(layer), shape, nnz, None, batch, str(dev))
-    return replace(record, form=DENSE, reason=DIRECT)
 
 
 def _lower(
