@@ -151,11 +151,17 @@ def test_synflow_is_refused_in_one_line(made, tmp_path) -> None:
     assert r.exit_code == 2 and "synflow" in r.output and len(r.output.strip().splitlines()) == 1, r.output
 
 
-def test_bench_refuses_a_language_models_ticket_in_one_line(made) -> None:
-    """Its outputs are per position and its sparse forms are not built: refused, never an internal error."""
+def test_bench_reads_the_text_through_text(made) -> None:
+    """bench opens the ticket as evaluate does: --text finds its text (tests/test_bench_text.py benches it)."""
     text, ticket, _ = made
-    r = runner.invoke(app, ["bench", str(ticket), "--text", str(text), "--batch", "1", "--repeats", "3"])
-    assert r.exit_code == 2 and "language model" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    args = ["bench", str(ticket), "--text", str(text), "--batch", "1", "--repeats", "3", "--forms", "sparse"]
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["tickets"][0]["sequence_length"] == 16
+    other = text.parent / "other.txt"
+    other.write_text(text.read_text(encoding="utf-8")[::-1], encoding="utf-8")
+    r = runner.invoke(app, ["bench", str(ticket), "--text", str(other), "--batch", "1", "--repeats", "3"])
+    assert r.exit_code == 2 and "is not the text" in r.output and len(r.output.strip().splitlines()) == 1, r.output
 
 
 def test_inspect_command_reproduces_the_ticket(made, tmp_path, monkeypatch) -> None:

@@ -55,9 +55,10 @@ def bench(
     """What `ticket bench` reports, as a BenchResult: the ticket's network in every form that runs here, each
     checked against the ticket's network on its test split and timed interleaved with the others (latency,
     throughput, memory, load time, bytes on disk, speed-up over dense), and the verdict per batch size
-    (`result.tickets[0].verdict`). batch: the batch sizes (None: 1, 64 and 512); forms: the forms besides dense
-    (None: every form); clock: "wall" (None) or "thread" (the timing thread's CPU time: device="cpu", threads=1);
-    threads: torch CPU threads (None: torch's own). Needs the ticket's own dataset."""
+    (`result.tickets[0].verdict`). batch: the batch sizes (None: 1, 64 and 512; a language model's count
+    sequences of its context); forms: the forms besides dense (None: every form); clock: "wall" (None) or "thread"
+    (the timing thread's CPU time: device="cpu", threads=1); threads: torch CPU threads (None: torch's own). Needs
+    the ticket's own dataset."""
     from ticketcli.bench import run as bench_run  # the bench's forms import the exporters: only when used
 
     spec = bench_spec(batch, repeats, forms, clock)

@@ -18,6 +18,7 @@ from torch import nn
 from ticketcli.bench import kernels
 from ticketcli.bench import sparse_form as bench_sparse
 from ticketcli.export import run as export_run
+from ticketcli.export.sparse import net as sparse_net
 from ticketcli.models.masked import MaskedNet
 
 Run = Callable[[torch.Tensor], torch.Tensor]  # a batch of inputs -> its logits, on the bench's device
@@ -86,19 +87,27 @@ def dense(src: Source) -> Built:
 def sparse(src: Source) -> Built:
     """The sparse runtime form (export/sparse/): each masked layer with a CSR kernel where it measured faster than
     dense on this device, dense where it did not."""
-    module, size, load_s = bench_sparse.sparse_form(src.net, src.masks, src.device, src.dataset, src.workdir)
+    module, size, load_s, note = bench_sparse.sparse_form(src.net, src.masks, src.device, src.dataset, src.workdir)
+    dense = [r for r in module.layers if r.reason == sparse_net.DIRECT]
     detail = f"{len(module.sparse_layers)} of {len(module.layers)} masked layers sparse"
+    detail += "".join(f"; {r.name} dense: an embedding table, read not called" for r in dense)
+    detail += f"; {note}" if note else ""
     return Built(module, size, load_s, module.nbytes(), detail)
 
 
 def linear_weights(src: Source) -> dict[str, nn.Linear]:
-    """The masked Linear weights by parameter name -> their Linear modules."""
+    """The masked Linear weights by parameter name -> their Linear modules; of a character-level GPT, those its
+    forward pass calls (its token embedding's weight is read as a table: no sparse layer can stand in for it)."""
     owners = dict(src.net.module.named_modules())
     out = {}
     for n in src.net.names:
         owner, _, attr = n.rpartition(".")
         if attr == "weight" and isinstance(owners.get(owner), nn.Linear):
             out[n] = owners[owner]
+    example = sparse_net.ids_example(src.net.module, 1, src.device)
+    if example is not None:
+        called = sparse_net.layer_inputs(src.net.module, [n.rpartition(".")[0] for n in out], example)
+        out = {n: layer for n, layer in out.items() if n.rpartition(".")[0] in called}
     return out
 
 

@@ -16,13 +16,17 @@ DENSE = "dense"  # the reference form every speed-up is taken over
 @dataclass(frozen=True)
 class Agreement:
     """A form's outputs on the test split against the ticket's own network: the largest absolute difference of the
-    logits, the tolerance it is held to (float32 rounding: TOLERANCE times the largest |logit|), and both accuracies."""
+    logits, the tolerance it is held to (float32 rounding: TOLERANCE times the largest |logit|), and both accuracies.
+    A language model's: over every position of the test blocks (`n` characters predicted, accuracy next-character
+    accuracy), with both bits per character."""
 
     max_abs_diff: float
     tolerance: float
     accuracy: float
     reference_accuracy: float
     n: int
+    bits_per_char: float | None = None  # a language model's; None for a classifier
+    reference_bits_per_char: float | None = None
 
     @property
     def agrees(self) -> bool:
@@ -30,6 +34,7 @@ class Agreement:
 
     def to_dict(self) -> JsonObject:
         doc = entries(self, "max_abs_diff", "tolerance", "accuracy", "reference_accuracy", "n")
+        doc |= present(bits_per_char=self.bits_per_char, reference_bits_per_char=self.reference_bits_per_char)
         return doc | {"agrees": self.agrees}
 
 
@@ -47,7 +52,7 @@ class Timing:
 
     @property
     def throughput(self) -> float:
-        """Examples per second."""
+        """Examples (a language model's: sequences) per second."""
         return self.batch / self.median_s
 
     def to_dict(self) -> JsonObject:
@@ -72,6 +77,7 @@ class FormReport:
     load_s: float | None = None
     memory_bytes: int | None = None
     timings: tuple[Timing, ...] = ()
+    detail: str = ""  # what this ticket's form holds ("2 of 6 masked layers sparse; ..."), also in its description
 
     @property
     def timed(self) -> bool:
@@ -115,7 +121,8 @@ class Pick:
 
 @dataclass(frozen=True)
 class TicketBench:
-    """One ticket's bench: its forms, the verdict per batch size, or the error that stopped it (folder mode)."""
+    """One ticket's bench: its forms, the verdict per batch size, or the error that stopped it (folder mode). A
+    language model's batch is `sequence_length` characters per sequence (None for a classifier, one example each)."""
 
     ticket: str
     model: str
@@ -123,6 +130,7 @@ class TicketBench:
     forms: tuple[FormReport, ...] = ()
     verdict: tuple[Pick, ...] = ()
     error: str | None = None
+    sequence_length: int | None = None
 
     def form(self, name: str) -> FormReport | None:
         return next((f for f in self.forms if f.name == name), None)
@@ -136,7 +144,7 @@ class TicketBench:
         doc: JsonObject = entries(self, "ticket", "model", "sparsity")
         doc["forms"] = [f.to_dict() for f in self.forms]
         doc["verdict"] = [p.to_dict() for p in self.verdict]
-        return doc | present(error=self.error)
+        return doc | present(error=self.error, sequence_length=self.sequence_length)
 
 
 @dataclass(frozen=True, eq=False)  # compared as its document (Result, a Mapping): == the dict it was

@@ -3,12 +3,14 @@ network on the test split, time the forms that agree interleaved at each batch s
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ticketcli.bench import forms as bench_forms
 from ticketcli.bench import timing
@@ -32,15 +34,26 @@ def logits(run: bench_forms.Run, x: torch.Tensor) -> torch.Tensor:
 
 
 def agreement(out: torch.Tensor, ref: torch.Tensor, y: torch.Tensor) -> Agreement:
-    """A form's test logits against the ticket network's."""
+    """A form's test logits against the ticket network's: a classifier's (examples, classes), or a language model's
+    (sequences, positions, vocabulary) with targets per position, whose every position counts (its accuracy is
+    next-character accuracy, and both forms' bits per character are reported)."""
     n = int(y.numel())
 
     def acc(z: torch.Tensor) -> float:
         return int((z.argmax(-1).reshape(y.shape) == y).sum()) / n
 
     worst = float(torch.finfo(torch.float32).max)  # outputs of another shape: as far apart as float32 goes
-    diff = float((out - ref).abs().max()) if out.shape == ref.shape else worst
-    return Agreement(diff, TOLERANCE * float(ref.abs().max()), acc(out), acc(ref), n)
+    same = out.shape == ref.shape
+    diff = float((out - ref).abs().max()) if same else worst
+    bits: tuple[float | None, float | None] = (None, None)
+    if y.dim() > 1:  # targets per position: a language model
+        bits = (bits_per_char(out, y) if same else None, bits_per_char(ref, y))
+    return Agreement(diff, TOLERANCE * float(ref.abs().max()), acc(out), acc(ref), n, *bits)
+
+
+def bits_per_char(z: torch.Tensor, y: torch.Tensor) -> float:
+    """The mean next-character cross-entropy of logits z (..., vocab) against targets y, in bits."""
+    return float(F.cross_entropy(z.reshape(-1, z.shape[-1]).double(), y.reshape(-1))) / math.log(2)
 
 
 def batch_of(x: torch.Tensor, size: int) -> torch.Tensor:
@@ -79,13 +92,7 @@ def bench_opened(o: OpenTicket, path: Path, spec: BenchSpec = BenchSpec()) -> Ti
     """bench_ticket for a ticket already opened (the Python API's Ticket.bench opens it with runs.build.open_loaded);
     `path` names it in the result."""
     net, masks, dev = o.net, o.masks, o.device
-    if net.spec is not None and text_model(net.spec.arch):  # its outputs are per position, its forms unbuilt here
-        raise UsageError(
-            f"{str(path)[:200]}: a language model's ticket ({net.spec.arch}) is not benched yet: bench times image "
-            "classifiers' forms",
-            hint="ticket evaluate reports its bits per character; ticket export --format onnx runs it elsewhere",
-        )
-    x, y = o.splits.x_test, o.splits.y_test
+    x, y = o.splits.x_test, o.splits.y_test  # a language model's: blocks of its context, a target per position
     reports: dict[str, FormReport] = {}
     runs: dict[str, bench_forms.Run] = {}
     names = [DENSE, *(f for f in spec.forms if f != DENSE)]
@@ -93,6 +100,8 @@ def bench_opened(o: OpenTicket, path: Path, spec: BenchSpec = BenchSpec()) -> Ti
     with torch.inference_mode(), tempfile.TemporaryDirectory(prefix="ticket-bench-") as scratch:
         net.calibrate(masks)  # BatchNorm statistics for these masks, as evaluate computes them
         ref = logits(lambda xb: net(xb, masks), x)
+        if net.sequence:  # MaskedNet gives a language model's logits as (batch, vocab, positions), the loss's layout
+            ref = ref.transpose(1, 2)  # every form gives the module's own: (batch, positions, vocab)
         src = bench_forms.Source(net, masks, dev, Path(scratch), o.ticket.data.dataset)
         largest = batch_of(x, max(batches))
         for name in names:
@@ -109,7 +118,9 @@ def bench_opened(o: OpenTicket, path: Path, spec: BenchSpec = BenchSpec()) -> Ti
             agreed = agreement(logits(built.run, x), ref, y)
             description = form.description + (f" ({built.detail})" if built.detail else "")
             why = None if agreed.agrees else "its outputs differ from the ticket's network: timed, never recommended"
-            reports[name] = FormReport(name, description, True, why, agreed, built.file_bytes, built.load_s, memory)
+            reports[name] = FormReport(
+                name, description, True, why, agreed, built.file_bytes, built.load_s, memory, detail=built.detail
+            )
             runs[name] = built.run
         per_batch = {b: time_forms(runs, batch_of(x, b), repeats, dev, spec.clock) for b in batches}
     for name, report in reports.items():
@@ -121,6 +132,7 @@ def bench_opened(o: OpenTicket, path: Path, spec: BenchSpec = BenchSpec()) -> Ti
         model=o.ticket.model.spec,
         sparsity=float(sparsity) if isinstance(sparsity, (int, float)) else None,
         forms=tuple(reports[n] for n in names),
+        sequence_length=int(x.shape[1]) if net.spec is not None and text_model(net.spec.arch) else None,
         verdict=timing.verdict(agreeing(per_batch, reports)),
     )
 

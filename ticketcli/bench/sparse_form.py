@@ -15,11 +15,14 @@ from ticketcli.errors import TicketFileError
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse.net import SparseNet, sparse_module
 from ticketcli.models.masked import MaskedNet
+from ticketcli.models.registry import text_model
 
 
 def input_shape(net: MaskedNet, dataset: str) -> tuple[int, ...] | None:
-    """One example's shape, to time convolutions on: the dataset's, or the model spec's (None: a Linear-only or
-    text network, whose layers are timed on their own widths)."""
+    """One example's shape, to time convolutions on: the dataset's, or the model spec's (None: a Linear-only
+    network, whose layers are timed on their own widths, or a text network, timed on sequences of character ids)."""
+    if net.spec is not None and text_model(net.spec.arch):
+        return None
     if net.spec is not None and net.spec.input is not None:
         return tuple(net.spec.input)
     return DATASETS.get(dataset).shape if dataset in DATASETS else None
@@ -27,9 +30,10 @@ def input_shape(net: MaskedNet, dataset: str) -> tuple[int, ...] | None:
 
 def sparse_form(
     net: MaskedNet, masks: dict[str, torch.Tensor], device: torch.device, dataset: str, workdir: Path
-) -> tuple[SparseNet, int, float | None]:
-    """(the form loaded back from its file, the file's bytes, the load's seconds). A model factory's network is
-    not rebuilt from an export (its code is the caller's): its form is the one made here, and its load time None."""
+) -> tuple[SparseNet, int, float | None, str]:
+    """(the form loaded back from its file, the file's bytes, the load's seconds, "" or why it was not read back).
+    A model factory's network is not rebuilt from an export (its code is the caller's), nor a network the export's
+    reader does not rebuild (a text model's): its form is the one made here, and its load time None."""
     made = sparse_module(net, masks, device=device, input_shape=input_shape(net, dataset))
     assert net.spec is not None  # runs_build.rebuild records the ticket's parsed model spec
     meta = {"model": net.spec.to_string()} | sparse_file.sparse_metadata(made)
@@ -37,10 +41,13 @@ def sparse_form(
     path.write_bytes(st_save(sparse_file.sparse_tensors(made), metadata=meta))
     size = path.stat().st_size
     if net.spec.arch == "user":
-        return made, size, None
+        return made, size, None, "made in memory: a model factory's export is not rebuilt from its file"
     t0 = time.perf_counter()
     try:
         loaded = sparse_file.read_export(path, device=device, file_bytes=size)
-    except TicketFileError:  # a spec the export's reader does not rebuild: the form as made
-        return made, size, None
-    return loaded, size, time.perf_counter() - t0
+    except TicketFileError as e:  # a spec the export's reader does not rebuild: the form as made
+        why = str(e).rpartition("not a valid sparse export: ")[2][:120]
+        if text_model(net.spec.arch):
+            why = "export --format sparse and load_sparse do not take a text model yet"
+        return made, size, None, f"made in memory, not read back from its file ({why})"
+    return loaded, size, time.perf_counter() - t0, ""

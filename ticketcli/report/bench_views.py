@@ -65,15 +65,19 @@ def bench_tables(r: BenchResult) -> None:
 def ticket_tables(r: BenchResult, t: TicketBench) -> None:
     out = stdout()
     title = f"{t.ticket}: {t.model}" + ("" if t.sparsity is None else f", sparsity {pct(t.sparsity)}")
-    forms = titled(title, "form", "max diff", "accuracy", "file", "load", "memory")
+    lm = t.sequence_length is not None  # a language model: accuracy per character, and its bits per character
+    columns = ("form", "max diff", "accuracy", *(("bits/char",) if lm else ()), "file", "load", "memory")
+    forms = titled(title, *columns)
     for f in t.forms:
         if not f.available or f.agreement is None:
             continue
         a = f.agreement
         diff = f"{a.max_abs_diff:.1e}" + ("" if a.agrees else " FAIL")
-        forms.add_row(f.name, diff, pct(a.accuracy), size(f.file_bytes), seconds(f.load_s), size(f.memory_bytes))
+        bits = ("-" if a.bits_per_char is None else f"{a.bits_per_char:.4f}",) if lm else ()
+        forms.add_row(f.name, diff, pct(a.accuracy), *bits, size(f.file_bytes), seconds(f.load_s), size(f.memory_bytes))
     out.print(forms)
-    times = titled("latency per batch (median, interquartile range)", ("form", "batch"), "latency", "spread")
+    per = "batch" if not lm else f"batch of sequences of {t.sequence_length} characters"
+    times = titled(f"latency per {per} (median, interquartile range)", ("form", "batch"), "latency", "spread")
     for name in ("throughput", "vs dense"):
         times.add_column(name, justify="right")
     for b in r.batches:
@@ -86,6 +90,8 @@ def ticket_tables(r: BenchResult, t: TicketBench) -> None:
                 )
     out.print(times)
     for f in t.forms:  # whole lines below the tables, never folded into a narrow column
+        if f.available and f.detail:
+            out.print(f"{f.name}: {f.detail}")
         if not f.available:
             out.print(f"{f.name}: not available: {f.reason}")
         elif f.reason is not None and f.agreement is not None:
@@ -142,7 +148,9 @@ def bench_figure(r: BenchResult) -> Figure:
             ms = [1e3 * x.median_s for x in f.timings]
             err = [[1e3 * (x.median_s - x.q1_s) for x in f.timings], [1e3 * (x.q3_s - x.median_s) for x in f.timings]]
             ax.errorbar(xs, ms, yerr=err, marker="o", markersize=3, capsize=2, label=label)
-    ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel="latency per forward pass (ms)")
+    lm = any(t.sequence_length is not None for t in r.tickets)
+    xlabel = "batch size (sequences, for a language model)" if lm else "batch size"
+    ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel="latency per forward pass (ms)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     model = r.tickets[0].model if len(r.tickets) == 1 else f"{len(r.tickets)} tickets"

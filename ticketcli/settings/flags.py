@@ -197,7 +197,7 @@ EXPORT_FLAGS = Table(
 BENCH_FLAGS = Table(
     flag(
         "batch",
-        "Comma-separated batch sizes at which the forms are timed.",
+        "Comma-separated batch sizes at which the forms are timed (a language model's: sequences of its context).",
         Panel.MEASURE,
         str,
         shown=",".join(str(b) for b in BenchSpec().batches),

@@ -1,7 +1,9 @@
 """SparseNet, the sparse runtime form of a masked network, and `sparse_module`, which makes it from a network and
 its masks: every masked Linear (and Conv2d, lowered to a matmul) computes with a CSR kernel where that measured
 faster than dense on the device, and stays a plain dense layer holding W * M elsewhere; everything else (biases,
-norms, pooling) computes as in the original network."""
+norms, pooling) computes as in the original network. A character-level GPT (gpt-nano) is timed on sequences of
+random character ids of its context, and its token embedding, whose weight its forward pass reads as a table
+without calling the layer, stays dense."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from ticketcli.errors import UsageError
 from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
+from ticketcli.models.gpt import GPTNano
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inputs import resolve_device
 
@@ -90,6 +93,28 @@ def image_shape(inputs: Inputs) -> tuple[int, ...] | None:
             hint="export it with --format csr or masked",
         )
     return inputs.shape
+
+
+def ids_example(module: nn.Module, batch: int, dev: torch.device) -> torch.Tensor | None:
+    """`batch` sequences of random character ids as long as a character-level GPT's context (its layers are timed
+    on batch x context positions); None for any other network."""
+    if not isinstance(module, GPTNano):
+        return None
+    return torch.randint(0, module.vocab, (batch, module.context), device=dev)
+
+
+DIRECT = "dense: the forward pass reads its weight directly (an embedding table), never calls the layer"
+
+
+def read_directly(
+    name: str, layer: nn.Module, masks: Mapping[str, torch.Tensor], batch: int, dev: torch.device
+) -> LayerRecord:
+    """The record of a masked layer whose weight the network reads without calling it (gpt-nano's token embedding
+    looks up columns of a Linear's weight): it stays dense, holding W * M, as a sparse layer could not be read so."""
+    shape = tuple(sparse_layers.weight_of(layer).shape)
+    nnz = int(masks[f"{name}.weight"].sum())
+    record = decide(name, layer_kind(layer), shape, nnz, None, batch, str(dev))
+    return replace(record, form=DENSE, reason=DIRECT)
 
 
 def layer_kind(layer: nn.Module) -> str:
@@ -191,15 +216,19 @@ def sparse_module(
     convs = any(isinstance(m, nn.Conv2d) for _, m in targets)
     if convs and input_shape is None:
         raise UsageError("sparse_module needs input_shape= (one example's shape) for a network with convolutions")
-    example = None if input_shape is None else torch.randn(batch, *input_shape, device=dev)
+    example = ids_example(module, batch, dev) if input_shape is None else torch.randn(batch, *input_shape, device=dev)
     try:
         inputs = {} if example is None else layer_inputs(module, [n for n, _ in targets], example)
         reference = None if example is None else module(example)
     except RuntimeError as e:  # the caller's input_shape and network disagree: say so in one line
         raise UsageError(f"input_shape= {list(input_shape or ())} does not fit the network: {str(e)[:120]}") from None
+    order = [n for n, _ in targets]  # a layer never called (its weight read as a table) stays dense, unlowered
+    direct = {n: read_directly(n, m, masks, batch, dev) for n, m in targets if example is not None and n not in inputs}
+    targets = [(n, m) for n, m in targets if n not in direct]
     records = []
     for name, layer in targets:
         records.append(_lower(module, name, layer, masks, inputs.get(name), measure, batch, dev))
+    records = sorted([*records, *direct.values()], key=lambda r: order.index(r.name))
     if example is not None and reference is not None:
         check_agreement(module(example), reference)
     return SparseNet(module, tuple(records), source="module")
