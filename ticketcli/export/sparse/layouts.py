@@ -151,9 +151,9 @@ def loaded(
             why = f"{layout} stored; here {why24}"
         if record.form == SPARSE or not measured_here:
             csr = sparse_layers.csr_of(w2.to(dev), w2.to(dev) != 0)
-            made = sparse_layers.sparse_layer(layer, csr, None if bias is None else bias.to(dev))
+            as_csr = sparse_layers.sparse_layer(layer, csr, None if bias is None else bias.to(dev))
             reason = record.reason if record.form == SPARSE and measured_here else f"csr, not measured here ({why})"
-            return made, replace(record, form=SPARSE, kernel=CSR, reason=reason[:200])
+            return as_csr, replace(record, form=SPARSE, kernel=CSR, reason=reason[:200])
     dense = _dense(layer, w2.reshape(shape).to(dev), None if bias is None else bias.to(dev))
     note = record.reason if not why else f"{record.reason} ({why})"
     return dense, replace(record, form=DENSE, kernel=None, reason=note[:200])
