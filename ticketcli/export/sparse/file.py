@@ -174,7 +174,8 @@ def read_export(
             if meta.get("format") != FORMAT:
                 raise _fail(path, f"its metadata format is {str(meta.get('format'))[:40]!r}, not {FORMAT!r}")
             if meta.get("format_version") != FORMAT_VERSION:
-                raise _fail(path, f"format_version {str(meta.get('format_version'))[:20]!r} is not {FORMAT_VERSION}")
+                version = str(meta.get("format_version"))[:20]
+                raise _fail(path, f"format_version {version!r} is not {FORMAT_VERSION} (export the ticket again)")
             module = skeleton(meta.get("model", ""), path, max_params)
             masked: dict[str, nn.Module] = {
                 n: m for n, m in module.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))

@@ -139,8 +139,9 @@ def loaded(
             block = (int(bsr.values().shape[1]), int(bsr.values().shape[2]))
             refusal = structured.bsr_refusal(dev, block)
             if refusal is None:
-                bias_dev = None if bias is None else bias.to(dev)
-                made = structured.bsr_layer(layer, bsr.to(dev), bias_dev)
+                made = structured.bsr_layer(layer, bsr.to(dev), None if bias is None else bias.to(dev))
+                refusal = structured.bsr_fails(made)
+            if refusal is None:
                 reason = record.reason if measured_here else f"{BSR}: not measured on {dev.type}"
                 return made, replace(record, form=SPARSE, kernel=BSR, reason=reason)
             why = f"{layout} stored; here {refusal}"

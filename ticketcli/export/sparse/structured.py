@@ -74,6 +74,15 @@ def bsr_refusal(device: torch.device, block: tuple[int, int]) -> str | None:
     return None
 
 
+def bsr_fails(layer: BsrLinear) -> str | None:
+    """Why the BSR product of a made layer fails on its device (None: it runs), tried on one zero column."""
+    try:
+        layer.product(torch.zeros(layer.in_features, 1, device=layer.weight.device))
+    except (RuntimeError, NotImplementedError) as e:
+        return f"torch's BSR product refused it ({str(e).splitlines()[0][:80] if str(e) else type(e).__name__})"
+    return None
+
+
 class BsrLinear(nn.Module):
     """y = x W^T + b with W a BSR tensor of the weight padded to whole blocks: the input gets zero columns up to the
     padded width, and the padded rows of the product are cut off."""
