@@ -372,3 +372,26 @@ def test_a_hostile_structured_array_is_refused_in_one_line_before_anything_is_bu
     message = str(e.value)
     assert len(message.splitlines()) == 1 and "not a valid sparse export" in message
     assert "digest" not in message
+
+
+PARTS = ("crow_indices", "col_indices", "values")
+SIZES = [(0, (96, 64)), (1, (96, 96)), (2, (10, 96))]
+
+
+def test_a_record_s_device_and_kernel_are_text_of_the_file_not_trusted(structured_exports, tmp_path):
+    tensors, meta = structured_exports["bsr"]
+    records = json.loads(meta["sparse_layers"])
+    for i, (device, kernel) in enumerate([("cuda:no-such", "magic"), ("\x00", 5), ("cpu", "csr")]):
+        records[f"layers.{i}"] |= {"device": device, "kernel": kernel, "form": "sparse"}
+    path = tmp_path / "odd.safetensors"
+    path.write_bytes(signed(tensors, meta | {"sparse_layers": json.dumps(records)}))
+    net = load_sparse(path)
+    assert [r.computes for r in net.layers] == ["bsr", "bsr", "csr"]  # the last: CSR measured faster on a CPU
+    x = example()
+    assert torch.allclose(net(x), load_sparse(tmp_path / "odd.safetensors", measure=False)(x))
+    dense = [structured.bsr_dense(*(tensors[f"layers.{i}.weight.{p}"] for p in PARTS), shape) for i, shape in SIZES]
+    a = x.flatten(1)
+    for i, w in enumerate(dense):
+        a = a @ w.t()
+        a = torch.relu(a) if i < 2 else a
+    assert agree(net(x), a)

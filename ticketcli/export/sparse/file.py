@@ -68,7 +68,7 @@ def sparse_tensors(snet: SparseNet) -> dict[str, torch.Tensor]:
 def sparse_metadata(snet: SparseNet) -> dict[str, str]:
     """The format, the layout, its layers' records and the digest of these and of the file's tensors (the caller
     adds the model spec, fingerprints and inputs)."""
-    layers = {r.name: {k: v for k, v in r.to_dict().items() if k not in ("name", "kernel")} for r in snet.layers}
+    layers = {r.name: {k: v for k, v in r.to_dict().items() if k != "name"} for r in snet.layers}
     layout = next((r.layout for r in snet.layers if r.layout not in (None, structured.CSR)), structured.CSR)
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "layout": layout, "sparse_layers": json.dumps(layers)}
     tensors = sparse_tensors(snet)
@@ -143,6 +143,7 @@ def _record(name: str, e: Any, layer: nn.Module, path: Path) -> LayerRecord:
         batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else None,
         device[:40] if isinstance(device, str) else None,
         layout=layout,
+        kernel=e.get("kernel") if e.get("kernel") in (structured.CSR, structured.BSR) else None,
     )
 
 

@@ -90,32 +90,33 @@ def lower(
     kind = "conv2d" if isinstance(layer, nn.Conv2d) else "linear"
     shape, nnz = tuple(weight.shape), int(m2.sum())
     bias = sparse_layers.param(layer, "bias")
-    stored: Stored
-    refusal: str | None
+    kernels: dict[str, nn.Module] = {}  # the sparse forms that run here, each timed against dense
     if layout == BSR:
         assert block is not None
         crow, col, values = structured.bsr_arrays(w2, m2, block)
-        stored = {"crow_indices": crow.cpu(), "col_indices": col.cpu(), "values": values.cpu()}
+        stored: Stored = {"crow_indices": crow.cpu(), "col_indices": col.cpu(), "values": values.cpu()}
         refusal = structured.bsr_refusal(dev, block)
         if refusal is None:
             padded = (int(crow.numel() - 1) * block[0], structured.padded(w2.shape[1], block[1]))
-            candidate: nn.Module = structured.bsr_layer(layer, structured.bsr_tensor(crow, col, values, padded), bias)
-        kernel = BSR if refusal is None else CSR
+            kernels[BSR] = structured.bsr_layer(layer, structured.bsr_tensor(crow, col, values, padded), bias)
     else:
         values24, positions = structured.pack_two_four(w2, m2)
         stored = {"values": values24.cpu(), "positions": positions.cpu()}
-        # measured as CSR here: the semi-structured kernels are made where the file is loaded on CUDA
+        # timed as CSR here: the semi-structured kernels are made where the file is loaded on CUDA
         refusal = structured.semi_structured(w2, bias, layer)[1] if dev.type != "cuda" else "made at load"
-        kernel = CSR
-    if kernel == CSR:
-        candidate = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(weight, m2), bias)
-    times = None if x is None else compare(candidate, layer, x)
-    record = decide(name, kind, shape, nnz, times, batch, str(dev))
+    kernels[CSR] = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(weight, m2), bias)
+    timed = {k: compare(m, layer, x) for k, m in kernels.items()} if x is not None else {}
+    # the fastest sparse kernel against dense (BSR before CSR, untimed: the layout's own kernel where it runs)
+    kernel = max(timed, key=lambda k: timed[k][1] / max(timed[k][0], 1e-12)) if timed else next(iter(kernels))
+    record = decide(name, kind, shape, nnz, timed.get(kernel), batch, str(dev))
     reason = record.reason.replace("sparse", kernel, 1)  # "bsr 2.1x faster", "dense: csr 0.3x"
-    if kernel != layout:
-        reason = f"{reason} ({layout} stored; {refusal})"
+    others = [f"{k} {td / ts:.2g}x" for k, (ts, td) in timed.items() if k != kernel]
+    if others:
+        reason += f" ({', '.join(others)})"
+    if kernel != layout and refusal is not None:
+        reason += f" ({layout} stored; {refusal})"
     record = replace(record, layout=layout, kernel=kernel if record.form == SPARSE else None, reason=reason[:200])
-    return record, candidate if record.form == SPARSE else None, stored
+    return record, kernels[kernel] if record.form == SPARSE else None, stored
 
 
 def loaded(
@@ -130,34 +131,33 @@ def loaded(
     only). The structured kernel where it runs here (and was not measured slower on this kind of device), else CSR
     or dense as the record measured; the record says which and why."""
     layout = record.layout or CSR
-    measured_here = record.device is not None and torch.device(record.device).type == dev.type
+    measured_here = record.device is not None and record.device.partition(":")[0] == dev.type  # a file's text
     shape = tuple(sparse_layers.weight_of(layer).shape)
-    dense_won = record.form == DENSE and measured_here
+    to = None if bias is None else bias.to(dev)
+    if measured_here and record.form == DENSE:  # dense won on this kind of device
+        return _dense(layer, w2.reshape(shape).to(dev), to), replace(record, kernel=None)
     why = ""
-    if not dense_won:
-        if layout == BSR and bsr is not None:
-            block = (int(bsr.values().shape[1]), int(bsr.values().shape[2]))
-            refusal = structured.bsr_refusal(dev, block)
-            if refusal is None:
-                made = structured.bsr_layer(layer, bsr.to(dev), None if bias is None else bias.to(dev))
-                refusal = structured.bsr_fails(made)
-            if refusal is None:
-                reason = record.reason if measured_here else f"{BSR}: not measured on {dev.type}"
-                return made, replace(record, form=SPARSE, kernel=BSR, reason=reason)
-            why = f"{layout} stored; here {refusal}"
-        elif layout == TWO_FOUR:
-            made24, why24 = structured.semi_structured(w2.to(dev), None if bias is None else bias.to(dev), layer)
-            if made24 is not None:
-                return made24, replace(record, form=SPARSE, kernel=TWO_FOUR, reason=f"{why24}, not measured")
-            why = f"{layout} stored; here {why24}"
-        if record.form == SPARSE or not measured_here:
-            csr = sparse_layers.csr_of(w2.to(dev), w2.to(dev) != 0)
-            as_csr = sparse_layers.sparse_layer(layer, csr, None if bias is None else bias.to(dev))
-            reason = record.reason if record.form == SPARSE and measured_here else f"csr, not measured here ({why})"
-            return as_csr, replace(record, form=SPARSE, kernel=CSR, reason=reason[:200])
-    dense = _dense(layer, w2.reshape(shape).to(dev), None if bias is None else bias.to(dev))
-    note = record.reason if not why else f"{record.reason} ({why})"
-    return dense, replace(record, form=DENSE, kernel=None, reason=note[:200])
+    if layout == BSR and bsr is not None and not (measured_here and record.kernel == CSR):
+        block = (int(bsr.values().shape[1]), int(bsr.values().shape[2]))
+        refusal = structured.bsr_refusal(dev, block)
+        if refusal is None:
+            made = structured.bsr_layer(layer, bsr.to(dev), to)
+            refusal = structured.bsr_fails(made)
+        if refusal is None:
+            reason = record.reason if measured_here else f"{BSR}: not measured on {dev.type}"
+            return made, replace(record, form=SPARSE, kernel=BSR, reason=reason)
+        why = f"{layout} stored; here {refusal}"
+    elif layout == TWO_FOUR:
+        made24, why24 = structured.semi_structured(w2.to(dev), to, layer)
+        if made24 is not None:
+            return made24, replace(record, form=SPARSE, kernel=TWO_FOUR, reason=f"{why24}, not measured")
+        why = f"{layout} stored; here {why24}"
+    csr = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(w2.to(dev), w2.to(dev) != 0), to)
+    if measured_here and (record.kernel == CSR or layout == TWO_FOUR):
+        reason = record.reason  # CSR measured fastest at export, on this kind of device
+    else:
+        reason = f"csr, not measured here ({why})" if not measured_here else f"csr ({why})"
+    return csr, replace(record, form=SPARSE, kernel=CSR, reason=reason[:200])
 
 
 def _dense(layer: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
