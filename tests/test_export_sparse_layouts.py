@@ -108,6 +108,8 @@ def test_a_block_ticket_stored_bsr_computes_its_network_with_bsr_kernels(tickets
     x = example()
     assert agree(net(x), reference(tickets[name], x))
     with safe_open(str(path), "pt") as f:
+        stored = sum(f.get_tensor(k).numel() * f.get_tensor(k).element_size() for k in f.keys())
+        assert net.nbytes() == stored  # the form holds the file's arrays, nothing dense beside them
         for r in net.layers:  # the blocks stored are exactly the mask's kept blocks, W * M inside them
             crow, col, values = (
                 f.get_tensor(f"{r.name}.weight.{p}") for p in ("crow_indices", "col_indices", "values")

@@ -16,7 +16,7 @@ from torch import nn
 from ticketcli.errors import UsageError
 from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
-from ticketcli.export.sparse import layouts
+from ticketcli.export.sparse import layouts, structured
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inputs import resolve_device
@@ -80,6 +80,10 @@ class SparseNet(nn.Module):
                 total += sum(p.numel() * p.element_size() for p in parts)
             else:
                 total += t.numel() * t.element_size()
+        for layer in self.module.modules():  # a semi-structured weight: its packed values and metadata
+            if isinstance(layer, structured.SemiStructuredLinear):
+                packed = (getattr(layer.weight, a, None) for a in ("packed", "meta"))
+                total += sum(p.numel() * p.element_size() for p in packed if isinstance(p, torch.Tensor))
         return total
 
 
