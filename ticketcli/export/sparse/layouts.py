@@ -52,7 +52,10 @@ def choose(requested: str, tk: ticket_io.Ticket, masks: dict[str, torch.Tensor])
             )
         for name, m in weights.items():
             if not is_blocks(m.cpu().numpy(), pattern.rows, pattern.cols):
-                raise UsageError(f"--layout bsr: the mask of {name[:80]} is not whole {pattern.text()} blocks")
+                raise UsageError(
+                    f"--layout bsr (the ticket records --block {pattern.text()}): the mask of {name[:80]} is not "
+                    f"whole {pattern.text()} blocks"
+                )
         return BSR, (pattern.rows, pattern.cols)
     if requested == TWO_FOUR:
         for name, m in weights.items():
