@@ -14,7 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import MASK_READERS, edit_masks, edit_metadata, flip_first_bit, run_ok, split, write_seed_ticket
+from harness import (
+    MASK_READERS,
+    edit_json,
+    edit_masks,
+    edit_metadata,
+    flip_first_bit,
+    run_ok,
+    split,
+    write_seed_ticket,
+)
 from hostile import assert_clean, cli, snapshot
 
 NINES = "9" * 5000  # json.loads itself raises a bare ValueError past 4300 digits
@@ -222,3 +231,24 @@ def test_inspect_json_keeps_its_contract_whatever_the_metadata_adds(seed, tmp_pa
     jsonschema.validate(doc, schema_of("inspect"))
     assert doc["ticket"] == str(path) and "trained" not in doc and "other" not in doc and "mine" not in doc["sparsity"]
     assert [la["name"] for la in doc["layers"]][0] == name and "aux_share" not in doc["layers"][0]
+
+
+@pytest.mark.parametrize(
+    ("claim", "layout", "code", "words"),
+    [
+        ({"block": "4x4"}, "auto", 2, "is not whole 4x4 blocks"),
+        ({"block": "banana"}, "auto", 2, "--block must be RxC"),
+        ({"structure": "2:4"}, "2:4", 2, "--layout 2:4 needs at most 2 kept of every 4 inputs"),
+        ({"structure": "2:4"}, "auto", 0, ""),  # the masks do not fit 2:4: auto stores CSR
+    ],
+)
+def test_a_structure_the_method_record_claims_is_checked_against_the_masks(seed, tmp_path, claim, layout, code, words):
+    """`export --format sparse --layout` takes its layout from the ticket's recorded structure, and the masks
+    themselves must have it: a forged claim is one line (exit 2) or, for auto, no structured layout."""
+    path, out = tmp_path / "t.safetensors", tmp_path / "out.safetensors"
+    path.write_bytes(edit_json(seed, "method", lambda m: m.update(claim)))
+    args = ("export", str(path), "--format", "sparse", "--layout", layout, "--out", str(out), "--json")
+    if code:
+        assert_clean(cli(*args), 2, contains=words, unchanged=snapshot(out), folder=tmp_path)
+    else:
+        assert json.loads(run_ok(*args).stdout)["layout"] == "csr"

@@ -4,6 +4,7 @@ file: the command line's own workflows, with its errors raised instead of turned
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 
@@ -270,19 +271,18 @@ class Ticket:
         trust_model_code: bool = False,
         data_dir: str | Path | None = None,
         threads: int | None = None,
+        layout: str = "auto",
     ) -> ExportResult:
         """Write the ticket's network (loaded or saved) as `ticket export` does; returns what its --json prints (an
-        ExportResult: the file's size beside the dense checkpoint, kept/total, for ONNX the graph's check).
-        fmt: "masked" (W ⊙ M), "prune" (weight_orig, weight_mask), "csr", "masks", "sparse" (the sparse runtime
-        form, read by tc.load_sparse) or "onnx" (a .onnx path). overwrite: replace an existing file (checked before
-        the network is rebuilt). with_preprocessing: ONNX only, the normalisation in the graph, which then takes raw
-        values in [0, 1]. The rest: as for build()."""
+        ExportResult: the file's size beside the dense checkpoint, kept/total, for ONNX the graph's check). fmt:
+        "masked" (W ⊙ M), "prune", "csr", "masks", "sparse" (read by tc.load_sparse; layout: as --layout) or "onnx" (a
+        .onnx path). overwrite: replace an existing file (checked first). with_preprocessing: ONNX only, the
+        normalisation in the graph, which then takes raw values in [0, 1]. The rest: as for build()."""
         source, out = saved_path(self, "this ticket", "export"), path_arg(path, "path")
         reader = self._reader("cpu", weights, trust_model_code, data_dir, threads)
+        write = functools.partial(export.export_ticket, with_preprocessing=with_preprocessing, layout=layout)
         with using(reader.threads) as used:
-            result = export.export_ticket(
-                source, fmt=fmt, out=out, reader=reader, overwrite=overwrite, with_preprocessing=with_preprocessing
-            )
+            result = write(source, fmt=fmt, out=out, reader=reader, overwrite=overwrite)
         return replace(result, threads=used)
 
     def inspect(self) -> InspectResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 from ticketcli.cli.common import errors_to_exit_codes, warn_unverified
 from ticketcli.cli.declared import declared, given_settings
@@ -23,6 +24,7 @@ def export(
     format: str,  # one of the setting's choices: Typer refuses any other
     out: Path,
     with_preprocessing: bool = False,
+    layout: Optional[str] = None,  # one of the setting's choices; None: auto
     force: bool = False,
     json_out: bool = False,
     quiet: bool = False,
@@ -37,7 +39,7 @@ def export(
 
     with errors_to_exit_codes():  # every refusal that needs no torch, before torch is imported
         reader = build_reader_spec(**r)
-        check_format(format, out, with_preprocessing=with_preprocessing, load=False)
+        check_format(format, out, with_preprocessing=with_preprocessing, load=False, layout=layout or "auto")
         make_parents(out)  # as every --out: its folders are made
         check_destination(out, overwrite=force)
 
@@ -57,6 +59,7 @@ def export(
                 overwrite=force,
                 chunks=report_progress.phases_of(shown),
                 with_preprocessing=with_preprocessing,
+                layout=layout or "auto",
             )
         result = replace(result, threads=used)
         warn_unverified(result)

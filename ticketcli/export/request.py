@@ -11,6 +11,7 @@ from ticketcli.errors import UsageError
 from ticketcli.files.atomic import check_destination
 
 FORMATS = ("masked", "prune", "csr", "masks", "onnx", "sparse")
+LAYOUTS = ("auto", "csr", "bsr", "2:4")  # --format sparse's layouts (export/sparse/layouts.py)
 ONNX_EXTRA = "pip install 'ticketcli[onnx]'"
 ONNX_MODULES = ("onnx", "onnxruntime", "onnxscript")  # onnxscript: what torch's exporter runs on
 
@@ -36,17 +37,25 @@ def require_onnx(*, load: bool = True) -> None:
         raise UsageError(f"--format onnx needs {', '.join(missing)} (the onnx extra)", hint=f"install it: {ONNX_EXTRA}")
 
 
-def check_request(fmt: str, out: str | Path, *, with_preprocessing: bool, overwrite: bool) -> None:
+def check_request(
+    fmt: str, out: str | Path, *, with_preprocessing: bool, overwrite: bool, layout: str = "auto"
+) -> None:
     """Refuse an export that cannot be written, before the ticket is read."""
-    check_format(fmt, out, with_preprocessing=with_preprocessing)
+    check_format(fmt, out, with_preprocessing=with_preprocessing, layout=layout)
     check_destination(out, overwrite=overwrite)
 
 
-def check_format(fmt: str, out: str | Path, *, with_preprocessing: bool, load: bool = True) -> None:
-    """Refuse a format, --with-preprocessing or output name that do not go together, or onnx without its extra
-    (`load`: as for require_onnx)."""
+def check_format(
+    fmt: str, out: str | Path, *, with_preprocessing: bool, load: bool = True, layout: str = "auto"
+) -> None:
+    """Refuse a format, --layout, --with-preprocessing or output name that do not go together, or onnx without its
+    extra (`load`: as for require_onnx)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise UsageError(f"unknown layout {str(layout)[:20]!r}; choose from {', '.join(LAYOUTS)}")
+    if layout != "auto" and fmt != "sparse":
+        raise UsageError(f"--layout applies to --format sparse only, not {fmt}")
     if with_preprocessing and fmt != "onnx":
         raise UsageError(
             f"--with-preprocessing applies to --format onnx only, not {fmt}: the other formats hold weights, not a "

@@ -10,7 +10,9 @@ csr     every masked parameter as CSR of its (shape[0], rest) view (`<name>.crow
 masks   the unpacked bool masks keyed by parameter name.
 sparse  the sparse runtime form (export/sparse/): per masked layer that measured faster sparse than dense on this
         CPU, its weight's CSR arrays; every other tensor dense (W * M for dense layers); the metadata records which
-        layers are sparse and why. Always safetensors; `tc.load_sparse` reads it.
+        layers are sparse and why. `layout` bsr or 2:4 (a block or N:M ticket; auto picks from the ticket's
+        structure) stores every masked layer as BSR or compressed 2:4 instead (export/sparse/layouts.py). Always
+        safetensors, with a digest of its tensors; `tc.load_sparse` reads it.
 onnx    the masked network (W * M, BatchNorm statistics as evaluate recalibrates them) as an ONNX model with one
         input and one output, named, and a dynamic batch dimension; checked with onnxruntime before it is written.
         Needs the `onnx` extra (onnx, onnxruntime, onnxscript: torch's dynamo-based exporter).
@@ -44,8 +46,9 @@ from ticketcli.export import inputs as export_inputs
 from ticketcli.export import onnx as export_onnx
 from ticketcli.export.request import FORMATS, check_request
 from ticketcli.export.sparse import file as sparse_file
+from ticketcli.export.sparse import layouts as sparse_layouts
 from ticketcli.export.sparse.measure import LayerRecord
-from ticketcli.export.sparse.net import image_shape, sparse_module
+from ticketcli.export.sparse.net import image_shape, make_sparse
 from ticketcli.files.atomic import write_atomic
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
@@ -185,6 +188,7 @@ class ExportResult(Result):
     onnx: export_onnx.OnnxInfo | None = None  # onnx only: the graph's signature and its onnxruntime check
     inputs: export_inputs.Inputs | None = None  # what the network expects, as its metadata records it
     sparse_layers: tuple[LayerRecord, ...] = ()  # sparse only: each masked layer's form and why
+    layout: str | None = None  # sparse only: the layout stored ("csr", "bsr", "2:4")
 
     @property
     def density(self) -> float:
@@ -196,6 +200,7 @@ class ExportResult(Result):
         onnx = None if self.onnx is None else self.onnx.to_dict()
         inputs = None if self.inputs is None else self.inputs.to_dict()
         doc |= present(csr_payload_bytes=self.csr_payload_bytes, threads=self.threads, onnx=onnx, inputs=inputs)
+        doc |= present(layout=self.layout)
         doc["sparsity"] = {"achieved": 1.0 - self.kept / self.total, "kept": self.kept, "total": self.total}
         doc["layers"] = [layer.to_dict() for layer in self.layers]
         if self.format == "sparse":
@@ -212,6 +217,7 @@ def export_ticket(
     overwrite: bool = False,
     chunks: ChunkProgress | None = None,
     with_preprocessing: bool = False,
+    layout: str = "auto",
 ) -> ExportResult:
     """Rebuild the ticket's network (fingerprint-checked, as `reader` says; it is written on the CPU, whatever its
     device) and write it in `fmt`; returns its size report.
@@ -219,8 +225,9 @@ def export_ticket(
     A network with recalibrated BatchNorm (batchnorm.py) gets the running statistics `evaluate` uses, computed
     on the ticket's extraction split (found through the reader's data search path), so plain PyTorch in eval mode
     reproduces the ticket; `chunks` is told the recalibration's chunks as they finish. `with_preprocessing` (onnx
-    only) folds the dataset's normalisation into the graph, which then takes raw values in [0, 1]."""
-    check_request(fmt, out, with_preprocessing=with_preprocessing, overwrite=overwrite)
+    only) folds the dataset's normalisation into the graph, which then takes raw values in [0, 1]. `layout` (sparse
+    only): "auto", "csr", "bsr" or "2:4" (export/sparse/layouts.py); one the ticket's masks do not allow is refused."""
+    check_request(fmt, out, with_preprocessing=with_preprocessing, overwrite=overwrite, layout=layout)
     path, out = Path(path), Path(out)
     # read once: the network, the masks and the calibration split all come from tk
     tk = ticket_io.load(path, max_params=reader.policy.max_params)
@@ -237,6 +244,7 @@ def export_ticket(
     layers: tuple[CsrLayer, ...] = ()
     onnx = None
     records: tuple[LayerRecord, ...] = ()
+    stored: str | None = None
     if fmt == "onnx":
         dataset = tk.data.dataset
         meta["masks_sha256"] = tk.masks_sha256 or ""
@@ -257,7 +265,8 @@ def export_ticket(
             state, layers = csr_state(net, masks)
             meta["layers"] = json.dumps({la.name: la.to_dict(metadata=True) for la in layers})
         elif fmt == "sparse":
-            snet = sparse_module(net, masks, device="cpu", input_shape=image_shape(inputs))
+            stored, block = sparse_layouts.choose(layout, tk, masks)
+            snet = make_sparse(net, masks, device="cpu", input_shape=image_shape(inputs), layout=stored, block=block)
             state, records = sparse_file.sparse_tensors(snet), snet.layers
             meta |= sparse_file.sparse_metadata(snet) | {"masks_sha256": tk.masks_sha256 or ""}
         else:
@@ -265,7 +274,7 @@ def export_ticket(
         blob, tensors = encode(state, out, meta), len(state)
     size = write_atomic(out, blob, overwrite=overwrite, checked_at_start=True)
     result = summary(net, masks, tk, path, fmt, out, size, tensors, layers, onnx)
-    return replace(result, inputs=inputs, sparse_layers=records)
+    return replace(result, inputs=inputs, sparse_layers=records, layout=stored)
 
 
 def summary(

@@ -264,6 +264,8 @@ def export_table(r: ExportResult) -> None:
     t.add_row("size / dense", f"{r.ratio:.3f}")
     t.add_row("ticket file", f"{r.ticket_bytes:,} bytes")
     t.add_row("kept / total masked entries", f"{r.kept:,} / {r.total:,} ({pct(r.density)})")
+    if r.layout is not None:  # sparse: how its sparse layers are stored (--layout)
+        t.add_row("layout", r.layout)
     if r.onnx is not None:
         shape = ", ".join(map(str, r.onnx.input_shape))
         t.add_row("input", f"{r.onnx.input} ({shape}) {r.onnx.input_dtype}")

@@ -48,9 +48,11 @@ def load_sparse(
 ) -> SparseNet:
     """The sparse runtime form (a SparseNet: call it like the network) of a sparse export or of a ticket file.
 
-    A sparse export (`ticket export --format sparse`) is read as hostile input, every tensor checked before use,
-    and its layers take the form the file records, unless `measure=True`, which times each layer again on
-    `device` at `batch` examples and keeps it sparse only where sparse is faster there.
+    A sparse export (`ticket export --format sparse`) is read as hostile input, its digest and every tensor
+    checked before use, and its layers take the form the file records, unless `measure=True`, which times each CSR
+    or dense layer again on `device` at `batch` examples and keeps it sparse only where sparse is faster there. A
+    layer stored as BSR or 2:4 (`--layout`) computes with torch's BSR product where it runs on `device`, with the
+    semi-structured kernels on CUDA, and as CSR or dense elsewhere; its record says which and why.
 
     A ticket file is turned into the sparse form directly: a built-in model drawn from its seed is regenerated one
     layer at a time (never more than one layer dense in memory; `SparseNet.layer_by_layer` is True) and checked

@@ -34,6 +34,20 @@ class LayerRecord:
     dense_ms: float | None = None
     batch: int | None = None
     device: str | None = None
+    layout: str | None = None  # how the file stores the weight: "csr", "bsr", "2:4"; None: CSR if sparse, else dense
+    kernel: str | None = None  # what it computes with here: "csr", "bsr", "2:4"; None: CSR if sparse, else dense
+
+    @property
+    def stored(self) -> str | None:
+        """The layout the file stores the weight in ("csr", "bsr", "2:4"), None where it is dense."""
+        return self.layout if self.layout is not None else ("csr" if self.form == SPARSE else None)
+
+    @property
+    def computes(self) -> str | None:
+        """The sparse kernel the layer computes with ("csr", "bsr", "2:4"), None where it is dense."""
+        if self.form != SPARSE:
+            return None
+        return self.kernel if self.kernel is not None else "csr"
 
     @property
     def speedup(self) -> float | None:
@@ -55,6 +69,8 @@ class LayerRecord:
             "dense_ms": self.dense_ms,
             "batch": self.batch,
             "device": self.device,
+            "layout": self.stored,
+            "kernel": self.computes,
         }
 
 

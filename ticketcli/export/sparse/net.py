@@ -18,6 +18,7 @@ from torch import nn
 from ticketcli.errors import UsageError
 from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
+from ticketcli.export.sparse import layouts, structured
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
 from ticketcli.models.gpt import GPTNano
 from ticketcli.models.masked import MaskedNet
@@ -52,6 +53,7 @@ class SparseNet(nn.Module):
         self.file_bytes = file_bytes
         self.layer_by_layer = layer_by_layer
         self.metadata: dict[str, str] = dict(metadata or {})
+        self.stored: dict[str, dict[str, torch.Tensor]] = {}  # a structured export's layers as stored (layouts.py)
         sparse_layers.dense_linears_take_transposed_inputs(module)
 
     @torch.no_grad()
@@ -75,11 +77,15 @@ class SparseNet(nn.Module):
         buffers."""
         total = 0
         for t in (*self.module.parameters(), *self.module.buffers()):
-            if t.layout == torch.sparse_csr:
+            if t.layout in (torch.sparse_csr, torch.sparse_bsr):
                 parts = (t.crow_indices(), t.col_indices(), t.values())
                 total += sum(p.numel() * p.element_size() for p in parts)
             else:
                 total += t.numel() * t.element_size()
+        for layer in self.module.modules():  # a semi-structured weight: its packed values and metadata
+            if isinstance(layer, structured.SemiStructuredLinear):
+                packed = (getattr(layer.weight, a, None) for a in ("packed", "meta"))
+                total += sum(p.numel() * p.element_size() for p in packed if isinstance(p, torch.Tensor))
         return total
 
 
@@ -193,6 +199,23 @@ def sparse_module(
     timed interleaved, per layer, on `device`), densely where it did not. `measure=False` makes every lowerable
     layer sparse. `input_shape` (one example's, without the batch) is needed to time convolutions; a MaskedNet of a
     built-in model knows it. The copy's outputs are checked against the dense W * M on a random example."""
+    return make_sparse(net, masks, device=device, measure=measure, batch=batch, input_shape=input_shape)
+
+
+@torch.no_grad()
+def make_sparse(
+    net: nn.Module | MaskedNet,
+    masks: Mapping[str, torch.Tensor],
+    *,
+    device: str | torch.device = "cpu",
+    measure: bool = True,
+    batch: int = 64,
+    input_shape: tuple[int, ...] | None = None,
+    layout: str = "csr",
+    block: tuple[int, int] | None = None,
+) -> SparseNet:
+    """sparse_module's work, in `layout` (layouts.py: "csr", or "bsr" of `block`, or "2:4", checked by
+    layouts.choose): the structured layouts keep each layer's stored arrays in `SparseNet.stored`."""
     if not isinstance(net, (nn.Module, MaskedNet)):
         raise UsageError(f"net= must be an nn.Module or a MaskedNet, got {type(net).__name__}")
     if not isinstance(masks, Mapping) or not all(isinstance(m, torch.Tensor) for m in masks.values()):
@@ -226,12 +249,27 @@ def sparse_module(
     direct = {n: read_directly(n, m, masks, batch, dev) for n, m in targets if example is not None and n not in inputs}
     targets = [(n, m) for n, m in targets if n not in direct]
     records = []
+    stored: dict[str, dict[str, torch.Tensor]] = {}
     for name, layer in targets:
+        if layout != "csr" and sparse_layers.lowerable(layer):
+            x = inputs.get(name)
+            if measure and x is None:
+                x = torch.randn(batch, sparse_layers.weight_of(layer).shape[1], device=dev)
+            mask = masks[f"{name}.weight"].to(dev)
+            record, made, stored[name] = layouts.lower(
+                layer, name, mask, x if measure else None, layout, block, batch, dev
+            )
+            if made is not None:
+                replace_module(module, name, made)
+            records.append(record)
+            continue
         records.append(_lower(module, name, layer, masks, inputs.get(name), measure, batch, dev))
     records = sorted([*records, *direct.values()], key=lambda r: order.index(r.name))
     if example is not None and reference is not None:
         check_agreement(module(example), reference)
-    return SparseNet(module, tuple(records), source="module")
+    snet = SparseNet(module, tuple(records), source="module")
+    snet.stored = stored
+    return snet
 
 
 def _lower(
@@ -313,6 +351,7 @@ def remeasure(
                 continue
             x = torch.randn(batch, sparse_layers.weight_of(dense).shape[1], device=dev)
         record = decide(r.name, r.kind, r.shape, r.nnz, compare(sparse, dense, x), batch, str(dev))
+        record = replace(record, layout=r.layout)  # a structured layer stays stored as it was
         replace_module(module, r.name, sparse if record.form == SPARSE else dense)
         records.append(record)
         del sparse, dense, layer, x  # the losing form goes before the next layer's dense form is made
