@@ -189,9 +189,10 @@ EXPORT_FLAGS = Table(
         "--format sparse only: how the sparse layers are stored. csr: CSR arrays, each layer where it measured faster "
         "sparse than dense on this CPU; bsr: a --block ticket's layers as block-sparse (BSR) arrays, computed with "
         "torch's BSR or CSR product, whichever measured faster (BSR on the CPU: square blocks only), or dense; "
-        "2:4: a ticket keeping at most 2 of every 4 inputs (--structure 2:4, 1:4) in a compressed 2:4 layout, computed with torch's "
-        "semi-structured kernels on CUDA and as CSR or dense elsewhere; auto: bsr for a block ticket, 2:4 for an "
-        "N:M ticket that fits it, csr otherwise. A layout the ticket's masks do not allow is refused.",
+        "2:4: a ticket keeping at most 2 of every 4 inputs (--structure 2:4, 1:4) in a compressed 2:4 layout, "
+        "computed with torch's semi-structured kernels on CUDA and as CSR or dense elsewhere; auto: bsr for a block "
+        "ticket, 2:4 for an N:M ticket that fits it, csr otherwise. A layout the ticket's masks do not allow is "
+        "refused.",
         OUT,
         EXPORT_LAYOUTS,
         Range("choice", choices=EXPORT_LAYOUTS),
