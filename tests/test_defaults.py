@@ -8,6 +8,7 @@ import ast
 import importlib
 import re
 from dataclasses import MISSING, fields
+from inspect import signature
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import typer
 from ticketcli.cli.app import app
 from ticketcli.data.registry import DATASETS
 from ticketcli.drift.spec import ControlSpec, DriftSpec, Features, RelufySpec
+from ticketcli.export import request as export_request
 from ticketcli.methods.registry import own_options
 from ticketcli.models.budget import MEMORY_SHARE
 from ticketcli.runtime import world
@@ -120,7 +122,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         **{f: (BenchSpec, f) for f in ("repeats", "clock")},
         **{f: DESCRIBED for f in ("batch", "forms", "plot")},
     },
-    "export": TEXT_READER,
+    "export": {**TEXT_READER, "layout": ("const", signature(export_request.check_format).parameters["layout"].default)},
     "inspect": {"plot": DESCRIBED},  # no plot unless asked
     "compare": {"plot": DESCRIBED},
     "list": {},
