@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import torch
@@ -19,7 +19,15 @@ from ticketcli.errors import UsageError
 from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts, structured
-from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
+from ticketcli.export.sparse.measure import (
+    DENSE,
+    SPARSE,
+    LayerRecord,
+    choose_in_network,
+    compare,
+    decide,
+    interleaved,
+)
 from ticketcli.models.gpt import GPTNano
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inputs import resolve_device
@@ -233,6 +241,7 @@ def make_sparse(
         if tuple(m.shape) != tuple(params[n].shape):
             raise UsageError(f"mask {n[:80]!r} has shape {list(m.shape)}, its parameter {list(params[n].shape)}")
         params[n].mul_(m.to(dev, params[n].dtype))
+    sparse_layers.dense_linears_take_transposed_inputs(module)  # each dense layer timed as it computes in the form
     targets = masked_layers(module, masks)
     if not targets:
         raise UsageError("the network has no masked nn.Linear or nn.Conv2d layer")
@@ -250,7 +259,10 @@ def make_sparse(
     targets = [(n, m) for n, m in targets if n not in direct]
     records = []
     stored: dict[str, dict[str, torch.Tensor]] = {}
+    tried: dict[str, tuple[nn.Module, sparse_layers.SparseLinear]] = {}  # a sequence's Linear layers: both forms
     for name, layer in targets:
+        if measure and example is not None:  # its input as it comes in the form so far (a sparse product's layout)
+            inputs[name] = layer_inputs(module, [name], example)[name]
         if layout != "csr" and sparse_layers.lowerable(layer):
             x = inputs.get(name)
             if measure and x is None:
@@ -263,7 +275,13 @@ def make_sparse(
                 replace_module(module, name, made)
             records.append(record)
             continue
-        records.append(_lower(module, name, layer, masks, inputs.get(name), measure, batch, dev))
+        record, sparse = _lower(module, name, layer, masks, inputs.get(name), measure, batch, dev)
+        records.append(record)
+        x = inputs.get(name)
+        if isinstance(sparse, sparse_layers.SparseLinear) and x is not None and x.dim() > 2 and worth_trying(record):
+            tried[name] = (layer, sparse)
+    if measure and tried and example is not None:
+        records = in_network(module, example, tried, records, batch, dev)
     records = sorted([*records, *direct.values()], key=lambda r: order.index(r.name))
     if example is not None and reference is not None:
         check_agreement(module(example), reference)
@@ -281,15 +299,16 @@ def _lower(
     measure: bool,
     batch: int,
     dev: torch.device,
-) -> LayerRecord:
-    """One layer's decision, and its replacement in `module` where it is sparse."""
+) -> tuple[LayerRecord, nn.Module | None]:
+    """One layer's decision, and its replacement in `module` where it is sparse; with its sparse form (None where
+    not lowered)."""
     weight = sparse_layers.weight_of(layer)
     mask = masks[f"{name}.weight"].to(dev)
     nnz = int(mask.sum())
     kind, shape = layer_kind(layer), tuple(weight.shape)
     if not sparse_layers.lowerable(layer):
         why = "dense: a grouped or non-zero-padded convolution is not lowered"
-        return replace(decide(name, kind, shape, nnz, None, batch, str(dev)), form=DENSE, reason=why)
+        return replace(decide(name, kind, shape, nnz, None, batch, str(dev)), form=DENSE, reason=why), None
     bias = sparse_layers.param(layer, "bias")
     sparse = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(weight, mask), bias)
     times = None
@@ -300,7 +319,81 @@ def _lower(
     record = decide(name, kind, shape, nnz, times, batch, str(dev))
     if record.form == SPARSE:
         replace_module(module, name, sparse)
-    return record
+    return record, sparse
+
+
+SCREEN = 0.7  # a sequence's layer timed alone at least this fraction of dense's speed is tried in the network
+
+
+def worth_trying(record: LayerRecord) -> bool:
+    """A layer of a sequence model worth timing in the whole network: one alone at least SCREEN of dense's speed
+    (where it would be dense alone, keeping its product transposed for the next sparse layer can still pay)."""
+    return record.speedup is None or record.speedup >= SCREEN
+
+
+def in_network(
+    module: nn.Module,
+    example: torch.Tensor,
+    made: Mapping[str, tuple[nn.Module, sparse_layers.SparseLinear]],
+    records: list[LayerRecord],
+    batch: int,
+    dev: torch.device,
+) -> list[LayerRecord]:
+    """The decisions for a sequence model's Linear layers, taken on the whole network: a layer alone on its input
+    does not pay what its product's layout costs the ops after it (a residual add reads a transposed product
+    several times slower) nor what it saves the next sparse layer. Each layer in `made` is timed in the network
+    dense, sparse with a contiguous product, and sparse with its product left transposed, the others as decided
+    (measure.choose_in_network), and the whole form is then timed against every layer dense: where it is not
+    faster, every layer is dense."""
+
+    def put(name: str, form: nn.Module, transposed: bool | None = None) -> Callable[[], None]:
+        def setup() -> None:
+            if isinstance(form, sparse_layers.SparseLinear):
+                form.transposed_out = transposed
+            replace_module(module, name, form)
+
+        return setup
+
+    options = {n: [put(n, d), put(n, s, False), put(n, s, True)] for n, (d, s) in made.items()}
+    for setups in options.values():
+        setups[0]()  # every layer dense to start: each is then kept sparse only where the network gains
+
+    def run() -> object:
+        return module(example)
+
+    chosen = choose_in_network(run, options, dev)
+    kept = {n: module.get_submodule(n) for n in made}
+
+    def all_dense() -> None:
+        for n, (d, _) in made.items():
+            replace_module(module, n, d)
+
+    def as_chosen() -> None:
+        for n, m in kept.items():
+            replace_module(module, n, m)
+
+    form_s, dense_s = interleaved(run, [as_chosen, all_dense], dev)
+    slower = form_s >= dense_s and any(c.option for c in chosen.values())
+    (all_dense if slower else as_chosen)()
+    out = []
+    for r in records:
+        c = chosen.get(r.name)
+        if c is None:
+            out.append(r)
+            continue
+        td, ts = c.times[0], min(c.times[1:])
+        sparse = c.option != 0 and not slower
+        if sparse:
+            layout = "left transposed" if c.option == 2 else "contiguous"
+            why = f"sparse {td / ts:.2g}x faster in the network (its product {layout})"
+        elif slower and c.option:
+            why = f"dense: the network with its sparse layers measured {dense_s / form_s:.2g}x dense"
+        else:
+            why = f"dense: the network {td / ts:.2g}x with it sparse"
+        timed = (c.times[c.option] if sparse else ts, td)
+        record = decide(r.name, r.kind, r.shape, r.nnz, timed, batch, str(dev))
+        out.append(replace(record, form=SPARSE if sparse else DENSE, reason=why))
+    return out
 
 
 def check_agreement(out: torch.Tensor, reference: torch.Tensor) -> None:
