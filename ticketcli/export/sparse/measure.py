@@ -15,6 +15,7 @@ from ticketcli.contract.schema import JsonObject
 
 SPARSE, DENSE = "sparse", "dense"
 REPEATS = 7  # interleaved timing rounds per layer; each round times each form over several calls
+MARGIN = 0.01  # a change the whole network measures within this fraction of its time is noise, not kept
 MIN_ROUND_S = 0.004  # a round is at least this long (more calls for a fast layer), so the clock's grain is noise
 
 
@@ -156,11 +157,19 @@ def decide(
 
 
 @torch.no_grad()
+def seconds(run: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one call of `run` (warm: the caller has run it before)."""
+    return _round(run, 1, device)
+
+
+@torch.no_grad()
 def interleaved(
     run: Callable[[], object], setups: Sequence[Callable[[], None]], device: torch.device, repeats: int = REPEATS
 ) -> list[float]:
-    """Median seconds per call of `run` under each setup (a setup puts the network in one state; it runs outside
-    the timed calls): one warm-up call each, then `repeats` rounds, each timing every setup in a rotated order."""
+    """Seconds per call of `run` under each setup (a setup puts the network in one state; it runs outside the timed
+    calls), the least over `repeats` rounds (another process's load only ever adds time; a change of a few percent
+    stands out of the least times, not of the medians, on a busy machine): one warm-up call each, then the rounds,
+    each timing every setup in a rotated order."""
     once = 0.0
     for setup in setups:
         setup()
@@ -173,7 +182,7 @@ def interleaved(
             k = (i + j) % len(setups)
             setups[k]()
             times[k].append(_round(run, calls, device))
-    return [statistics.median(t) for t in times]
+    return [min(t) for t in times]
 
 
 @dataclass(frozen=True)
@@ -188,22 +197,23 @@ class Choice:
 def choose_in_network(
     run: Callable[[], object],
     options: Mapping[str, Sequence[Callable[[], None]]],
+    start: Mapping[str, int],
     device: torch.device,
     passes: int = 2,
 ) -> dict[str, Choice]:
-    """Each layer's option (option 0 of each is dense, the start) that makes the whole network `run` fastest,
+    """Each layer's option (option 0 of each is dense) that makes the whole network `run` fastest, from `start`,
     chosen one layer at a time with the others as decided so far, over up to `passes` passes (a layer's best option
-    can change once a later one is decided: a product left transposed pays only where the next layer reads it so).
-    A sparse option is kept only where the network measured faster with it than with the layer's current option."""
-    chosen = {name: 0 for name in options}
+    can change once another one is decided: a product left transposed pays only where the next layer reads it so).
+    A sparse option is kept only where the network measured more than MARGIN faster with it than dense."""
+    chosen = dict(start)
+    for name, setups in options.items():
+        setups[chosen[name]]()
     out: dict[str, Choice] = {}
     for _ in range(passes):
         changed = False
         for name, setups in options.items():
             times = interleaved(run, setups, device)
-            best = min(range(len(setups)), key=lambda i: times[i])
-            if times[best] >= times[chosen[name]]:
-                best = chosen[name]
+            best = min(range(len(setups)), key=lambda i: times[i] * (1 + MARGIN if i else 1))
             changed = changed or best != chosen[name]
             chosen[name] = best
             setups[best]()

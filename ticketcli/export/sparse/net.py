@@ -21,12 +21,17 @@ from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts, structured
 from ticketcli.export.sparse.measure import (
     DENSE,
+    MARGIN,
+    MIN_ROUND_S,
+    REPEATS,
     SPARSE,
+    Choice,
     LayerRecord,
     choose_in_network,
     compare,
     decide,
     interleaved,
+    seconds,
 )
 from ticketcli.models.gpt import GPTNano
 from ticketcli.models.masked import MaskedNet
@@ -278,7 +283,12 @@ def make_sparse(
         record, sparse = _lower(module, name, layer, masks, inputs.get(name), measure, batch, dev)
         records.append(record)
         x = inputs.get(name)
-        if isinstance(sparse, sparse_layers.SparseLinear) and x is not None and x.dim() > 2 and worth_trying(record):
+        if (
+            isinstance(sparse, sparse_layers.SparseLinear)
+            and x is not None
+            and x.dim() > 2
+            and worth_trying(record, sparse, layer, x)
+        ):
             tried[name] = (layer, sparse)
     if measure and tried and example is not None:
         records = in_network(module, example, tried, records, batch, dev)
@@ -322,13 +332,20 @@ def _lower(
     return record, sparse
 
 
+IN_NETWORK_S = 30.0  # the most seconds the whole-network choice may take; beyond, each layer's timing alone stands
 SCREEN = 0.7  # a sequence's layer timed alone at least this fraction of dense's speed is tried in the network
 
 
-def worth_trying(record: LayerRecord) -> bool:
-    """A layer of a sequence model worth timing in the whole network: one alone at least SCREEN of dense's speed
-    (where it would be dense alone, keeping its product transposed for the next sparse layer can still pay)."""
-    return record.speedup is None or record.speedup >= SCREEN
+def worth_trying(record: LayerRecord, sparse: sparse_layers.SparseLinear, dense: nn.Module, x: torch.Tensor) -> bool:
+    """A layer of a sequence model worth timing in the whole network: one at least SCREEN of dense's speed alone,
+    with its product contiguous (`record`) or left transposed (the most it can gain, where the next layer reads its
+    product as it comes)."""
+    if record.speedup is None or record.speedup >= SCREEN:
+        return True
+    sparse.transposed_out = True
+    ts, td = compare(sparse, dense, x)
+    sparse.transposed_out = None
+    return td >= SCREEN * ts
 
 
 def in_network(
@@ -343,8 +360,10 @@ def in_network(
     does not pay what its product's layout costs the ops after it (a residual add reads a transposed product
     several times slower) nor what it saves the next sparse layer. Each layer in `made` is timed in the network
     dense, sparse with a contiguous product, and sparse with its product left transposed, the others as decided
-    (measure.choose_in_network), and the whole form is then timed against every layer dense: where it is not
-    faster, every layer is dense."""
+    (measure.choose_in_network), where that fits in IN_NETWORK_S (a large network keeps the decisions each layer
+    got alone, on its input as it comes and with a contiguous product, the layout the ops after it read as they
+    read dense's); the whole form is then timed against every such layer dense: where it is not faster, they are
+    all dense."""
 
     def put(name: str, form: nn.Module, transposed: bool | None = None) -> Callable[[], None]:
         def setup() -> None:
@@ -354,14 +373,16 @@ def in_network(
 
         return setup
 
-    options = {n: [put(n, d), put(n, s, False), put(n, s, True)] for n, (d, s) in made.items()}
-    for setups in options.values():
-        setups[0]()  # every layer dense to start: each is then kept sparse only where the network gains
-
     def run() -> object:
         return module(example)
 
-    chosen = choose_in_network(run, options, dev)
+    options = {n: [put(n, d), put(n, s, False), put(n, s, True)] for n, (d, s) in made.items()}
+    screened = {n: module.get_submodule(n) for n in made}  # each layer as timed alone (a contiguous product)
+    call_s = seconds(run, dev)
+    within = len(options) * 3 * (REPEATS + 1) * max(call_s, MIN_ROUND_S) <= IN_NETWORK_S
+    chosen: dict[str, Choice] = {}
+    if within:
+        chosen = choose_in_network(run, options, chained(module, example, options), dev)
     kept = {n: module.get_submodule(n) for n in made}
 
     def all_dense() -> None:
@@ -373,20 +394,25 @@ def in_network(
             replace_module(module, n, m)
 
     form_s, dense_s = interleaved(run, [as_chosen, all_dense], dev)
-    slower = form_s >= dense_s and any(c.option for c in chosen.values())
+    some = any(m is not made[n][0] for n, m in kept.items())
+    slower = some and form_s >= dense_s * (1 - MARGIN)
     (all_dense if slower else as_chosen)()
     out = []
     for r in records:
         c = chosen.get(r.name)
-        if c is None:
+        if r.name not in made or (c is None and not slower):
             out.append(r)
+            continue
+        if c is None:  # timed alone, then undone by the whole network's time
+            why = f"dense: the network with its sparse layers measured {dense_s / form_s:.2g}x dense"
+            out.append(replace(r, form=DENSE, reason=why) if screened[r.name] is not made[r.name][0] else r)
             continue
         td, ts = c.times[0], min(c.times[1:])
         sparse = c.option != 0 and not slower
         if sparse:
             layout = "left transposed" if c.option == 2 else "contiguous"
             why = f"sparse {td / ts:.2g}x faster in the network (its product {layout})"
-        elif slower and c.option:
+        elif c.option:
             why = f"dense: the network with its sparse layers measured {dense_s / form_s:.2g}x dense"
         else:
             why = f"dense: the network {td / ts:.2g}x with it sparse"
@@ -394,6 +420,24 @@ def in_network(
         record = decide(r.name, r.kind, r.shape, r.nnz, timed, batch, str(dev))
         out.append(replace(record, form=SPARSE if sparse else DENSE, reason=why))
     return out
+
+
+def chained(
+    module: nn.Module, example: torch.Tensor, options: Mapping[str, list[Callable[[], None]]]
+) -> dict[str, int]:
+    """Where the whole-network choice starts: every layer sparse, its product left transposed (option 2) where the
+    next layer reads it as it comes (through an activation: an MLP's two layers), else contiguous (option 1). Started
+    from dense, neither layer of such a pair would pay alone, and one layer changed at a time never finds it."""
+    names = list(options)
+    for setups in options.values():
+        setups[2]()
+    seen = layer_inputs(module, names, example)
+    start = {n: 1 for n in names}
+    for before, after in zip(names, names[1:]):
+        flat = seen[after].reshape(-1, seen[after].shape[-1])
+        if not flat.is_contiguous() and flat.t().is_contiguous():
+            start[before] = 2
+    return start
 
 
 def check_agreement(out: torch.Tensor, reference: torch.Tensor) -> None:
