@@ -169,7 +169,7 @@ def test_block_sparse_leaves_the_embedding_table_dense(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("transposed_out", [None, True, False])
-@pytest.mark.parametrize("given", ["2-d", "3-d", "3-d transposed"])
+@pytest.mark.parametrize("given", ["2-d", "3-d", "3-d transposed", "3-d in blocks of rows", "3-d transposed in blocks"])
 def test_a_sparse_linear_computes_x_w_t_in_every_layout_it_takes_and_returns(transposed_out, given) -> None:
     """SparseLinear on a contiguous input or on a sparse product's transposed view, 2-D or a sequence's 3-D: the
     product of the masked weight, returned contiguous or as a transposed view (None: a view for 2-D only), and a
@@ -181,6 +181,8 @@ def test_a_sparse_linear_computes_x_w_t_in_every_layout_it_takes_and_returns(tra
         "2-d": torch.randn(20, 12, generator=g),
         "3-d": torch.randn(4, 5, 12, generator=g),
         "3-d transposed": torch.randn(12, 20, generator=g).t().reshape(4, 5, 12),
+        "3-d in blocks of rows": torch.randn(2, sparse_layers.ROWS + 1, 12, generator=g),  # the last block 2 rows
+        "3-d transposed in blocks": torch.randn(12, 2 * sparse_layers.COLUMN_FLOATS // 12 + 3, generator=g).t()[None],
     }[given]
     layer = sparse_layers.SparseLinear(sparse_layers.csr_of(w * mask, mask), b, transposed_out)
     ref = torch.nn.functional.linear(x, w * mask, b)
