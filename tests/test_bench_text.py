@@ -19,9 +19,11 @@ from ticketcli.bench.result import BenchResult
 from ticketcli.cli.app import app
 from ticketcli.contract.schema import schema_of
 from ticketcli.export.sparse import layers as sparse_layers
+from ticketcli.export.sparse import net as sparse_net
 from ticketcli.export.sparse.net import DIRECT, sparse_module
 from ticketcli.models.registry import parse_model
 from ticketcli.runs.build import build_net
+from ticketcli.runtime.threads import using
 from ticketcli.specs.run import InitSpec
 
 runner = CliRunner()
@@ -164,3 +166,67 @@ def test_block_sparse_leaves_the_embedding_table_dense(tmp_path) -> None:
         ref = net(ids, masks)
         out = module(ids)
     assert float((out - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
+
+
+@pytest.mark.parametrize("transposed_out", [None, True, False])
+@pytest.mark.parametrize("given", ["2-d", "3-d", "3-d transposed", "3-d in blocks of rows", "3-d transposed in blocks"])
+def test_a_sparse_linear_computes_x_w_t_in_every_layout_it_takes_and_returns(transposed_out, given) -> None:
+    """SparseLinear on a contiguous input or on a sparse product's transposed view, 2-D or a sequence's 3-D: the
+    product of the masked weight, returned contiguous or as a transposed view (None: a view for 2-D only), and a
+    dense TransposedInputLinear reads either as nn.Linear does."""
+    g = torch.Generator().manual_seed(3)
+    w, b = torch.randn(7, 12, generator=g), torch.randn(7, generator=g)
+    mask = torch.rand(7, 12, generator=g) < 0.3
+    x = {
+        "2-d": torch.randn(20, 12, generator=g),
+        "3-d": torch.randn(4, 5, 12, generator=g),
+        "3-d transposed": torch.randn(12, 20, generator=g).t().reshape(4, 5, 12),
+        "3-d in blocks of rows": torch.randn(2, sparse_layers.ROWS + 1, 12, generator=g),  # the last block 2 rows
+        "3-d transposed in blocks": torch.randn(12, 2 * sparse_layers.COLUMN_FLOATS // 12 + 3, generator=g).t()[None],
+    }[given]
+    layer = sparse_layers.SparseLinear(sparse_layers.csr_of(w * mask, mask), b, transposed_out)
+    ref = torch.nn.functional.linear(x, w * mask, b)
+    y = layer(x)
+    assert y.shape == ref.shape and float((y - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
+    transposed = transposed_out if transposed_out is not None else x.dim() == 2
+    flat = y.reshape(-1, 7)
+    assert flat.is_contiguous() != transposed and flat.t().is_contiguous() == transposed
+    dense = torch.nn.Linear(7, 3)
+    sparse_layers.dense_linears_take_transposed_inputs(dense)
+    assert torch.allclose(dense(y), torch.nn.functional.linear(y.contiguous(), dense.weight, dense.bias), atol=1e-5)
+    assert dense(y).dim() == 2 or dense(y).is_contiguous()  # a sequence's product: the layout its adds read
+
+
+def test_a_measured_gpt_form_is_sparse_only_where_the_network_measured_it_faster() -> None:
+    """Measured on the whole network: every record of a projection says the form it computes in, a sparse one
+    measured faster than dense there, and the outputs agree; an MLP's first layer starts with its product left
+    transposed, as its second layer then reads it without a copy."""
+    net, masks = gpt("gpt-nano:l1-d16-h2-c8-v12", 4, 0.2)
+    with using(1):  # one thread: a tiny network's calls are not swamped by threads waiting for a busy core
+        snet = sparse_module(net, masks, batch=4)
+    for r in snet.layers:
+        layer = snet.module.get_submodule(r.name)
+        assert isinstance(layer, sparse_layers.SparseLinear) == (r.form == "sparse")
+        if r.form == "sparse":
+            assert r.sparse_ms is not None and r.dense_ms is not None and r.sparse_ms < r.dense_ms
+            assert "faster in the network" in r.reason
+    ids = torch.randint(0, 12, (3, 8), generator=torch.Generator().manual_seed(4))
+    ref = net(ids, masks)
+    assert float((snet(ids) - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
+
+
+def test_the_whole_network_choice_starts_an_mlp_s_first_layer_transposed() -> None:
+    net, masks = gpt("gpt-nano:l1-d16-h2-c8-v12", 5, 0.2)
+    module = sparse_module(net, masks, measure=False).module
+    names = ["blocks.0.attn.qkv", "blocks.0.attn.proj", "blocks.0.mlp.fc1", "blocks.0.mlp.fc2", "head"]
+    layers = {n: module.get_submodule(n) for n in names}
+
+    def put(n: str, transposed: bool | None):
+        def setup() -> None:
+            layers[n].transposed_out = transposed
+
+        return setup
+
+    options = {n: [put(n, None), put(n, False), put(n, True)] for n in names}
+    start = sparse_net.chained(module, torch.randint(0, 12, (2, 8)), options)
+    assert start == {n: 2 if n == "blocks.0.mlp.fc1" else 1 for n in names}

@@ -122,28 +122,60 @@ def pair(v: object) -> tuple[int, int]:
     return int(a), int(b)
 
 
+ROWS = 1024  # a contiguous input's rows (a sequence's positions) multiplied at a time on the CPU, past this many
+COLUMN_FLOATS = 1 << 20  # a transposed input (a sparse product): columns of x^T copied at a time, this many values
+
+
 class SparseLinear(nn.Module):
-    """y = x W^T + b with W a CSR tensor (out_features, in_features): csr_matmul(W, x^T)^T."""
+    """y = x W^T + b with W a CSR tensor (out_features, in_features): csr_matmul(W, x^T)^T.
+
+    `transposed_out` chooses the layout of y: True, the product's transpose as a view (no copy; the next sparse
+    layer's x^T is then contiguous already); False, y copied contiguous (a residual add, a LayerNorm or attention's
+    reshape read a transposed view several times slower than that copy costs); None (the default), a view for a
+    2-D input (an MLP's chain of layers) and a copy for a sequence's (batch, positions, features)."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, transposed_out: bool | None = None):
         super().__init__()
         self.out_features, self.in_features = int(weight.shape[0]), int(weight.shape[1])
+        self.transposed_out = transposed_out
         self.register_buffer("weight", weight)
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
-        flat = x.reshape(-1, self.in_features)
-        # the product's transpose, not copied: the next sparse layer's x.t() is then contiguous already (two copies
-        # saved, a third of a 98% MLP's time at batch 64), and a dense layer, an activation or the network's
-        # output (SparseNet makes it contiguous) read it in this layout as they read any other
-        yt = csr_matmul(self.weight, flat.t().contiguous())
-        if self.bias is not None:
-            yt = yt.add_(self.bias[:, None])  # in place: the product is a fresh tensor
-        return yt.t().reshape(*lead, self.out_features)
+        flat = x.reshape(-1, self.in_features)  # a view where x is a sparse layer's transposed product
+        transposed = self.transposed_out if self.transposed_out is not None else x.dim() == 2
+        rows = ROWS if flat.is_contiguous() else max(ROWS, COLUMN_FLOATS // self.in_features)
+        if flat.shape[0] > rows and self.weight.device.type == "cpu":
+            return self._by_rows(flat, transposed, rows).reshape(*lead, self.out_features)
+        # x^T contiguous: a no-op where x is a sparse layer's product returned as a transposed view (two copies
+        # saved, a third of a 98% MLP's time at batch 64)
+        yt = self._product(flat.t().contiguous())
+        y = yt.t() if transposed else yt.t().contiguous()
+        return y.reshape(*lead, self.out_features)
+
+    def _product(self, xt: torch.Tensor) -> torch.Tensor:
+        """W x^T + b for the contiguous x^T: (out_features, columns)."""
+        yt = csr_matmul(self.weight, xt)
+        return yt if self.bias is None else yt.add_(self.bias[:, None])  # in place: the product is a fresh tensor
+
+    def _by_rows(self, flat: torch.Tensor, transposed: bool, rows: int) -> torch.Tensor:
+        """The product of a (positions, in_features) input `rows` positions at a time: each block's x^T (a copy)
+        and product stay in the CPU's cache (a sequence's 32768 positions multiplied at once stream every row of
+        x^T from memory once per weight entry that reads it, up to 3x slower), written into the output's layout."""
+        n = flat.shape[0]
+        shape = (self.out_features, n) if transposed else (n, self.out_features)
+        out = torch.empty(shape, dtype=flat.dtype, device=flat.device)
+        for start in range(0, n, rows):
+            part = self._product(flat[start : start + rows].t().contiguous())
+            if transposed:
+                out[:, start : start + rows] = part
+            else:
+                out[start : start + rows] = part.t()
+        return out.t() if transposed else out
 
 
 class SparseConv2d(nn.Module):
@@ -177,19 +209,28 @@ class SparseConv2d(nn.Module):
 
 
 class TransposedInputLinear(nn.Linear):
-    """A Linear kept dense in the sparse form, taking a sparse layer's product as it comes: a transposed view (its
-    transpose contiguous) is multiplied as W x^T, and that product's transpose returned, in the layout SparseLinear
-    returns; nn.Linear on it reads it several times slower, and copying it first costs more than the product (64 x
-    1024 -> 10 on one thread: 0.25 ms as it comes, 0.09 ms copied, 0.024 ms as W x^T). Any other input is made
-    contiguous and multiplied as nn.Linear does."""
+    """A Linear kept dense in the sparse form, taking a sparse layer's product as it comes: a 2-D transposed view
+    (its transpose contiguous) is multiplied as W x^T, and that product's transpose returned, in the layout
+    SparseLinear returns; nn.Linear on it reads it several times slower, and copying it first costs more than the
+    product (64 x 1024 -> 10 on one thread: 0.25 ms as it comes, 0.09 ms copied, 0.024 ms as W x^T). A sequence
+    (batch, positions, features) in that layout is multiplied as x W^T, the BLAS reading x transposed in place, into
+    a contiguous product, the layout its residual adds and norms read fastest. Any other input is multiplied as
+    nn.Linear does."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2 and not x.is_contiguous() and x.t().is_contiguous():
-            xt = x.t()
-            if self.bias is None:
-                return torch.mm(self.weight, xt).t()
-            return torch.addmm(self.bias[:, None], self.weight, xt).t()
-        return F.linear(x.contiguous(), self.weight, self.bias)
+        if x.dim() < 2 or x.is_contiguous():
+            return F.linear(x, self.weight, self.bias)
+        flat = x.reshape(-1, x.shape[-1])  # a view where x is a transposed product; else a contiguous copy
+        if flat.is_contiguous() or not flat.t().is_contiguous():
+            return F.linear(flat.contiguous(), self.weight, self.bias).reshape(*x.shape[:-1], -1)
+        if x.dim() > 2:
+            w = self.weight.t()
+            y = torch.mm(flat, w) if self.bias is None else torch.addmm(self.bias, flat, w)
+            return y.reshape(*x.shape[:-1], -1)
+        xt = flat.t()
+        if self.bias is None:
+            return torch.mm(self.weight, xt).t()
+        return torch.addmm(self.bias[:, None], self.weight, xt).t()
 
 
 def dense_linears_take_transposed_inputs(root: nn.Module) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +15,7 @@ from ticketcli.contract.schema import JsonObject
 
 SPARSE, DENSE = "sparse", "dense"
 REPEATS = 7  # interleaved timing rounds per layer; each round times each form over several calls
+MARGIN = 0.01  # a change the whole network measures within this fraction of its time is noise, not kept
 MIN_ROUND_S = 0.004  # a round is at least this long (more calls for a fast layer), so the clock's grain is noise
 
 
@@ -79,14 +80,23 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def clock(device: torch.device) -> Callable[[], float]:
+    """The clock a timing reads: the calling thread's CPU time where torch computes on the CPU in that one thread
+    (what other processes' load on a busy machine does not inflate), else the wall clock."""
+    if device.type == "cpu" and torch.get_num_threads() == 1:
+        return time.thread_time
+    return time.perf_counter
+
+
 def _round(f: Callable[[], object], calls: int, device: torch.device) -> float:
     """Seconds per call over `calls` calls."""
+    now = clock(device)
     sync(device)
-    start = time.perf_counter()
+    start = now()
     for _ in range(calls):
         f()
     sync(device)
-    return (time.perf_counter() - start) / calls
+    return (now() - start) / calls
 
 
 @torch.no_grad()
@@ -144,3 +154,70 @@ def decide(
     form = SPARSE if ratio > 1.0 else DENSE
     reason = f"sparse {ratio:.2g}x faster" if form == SPARSE else f"dense: sparse {ratio:.2g}x"
     return LayerRecord(name, kind, shape, nnz, density, form, reason, ts * 1e3, td * 1e3, batch, device)
+
+
+@torch.no_grad()
+def seconds(run: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one call of `run` (warm: the caller has run it before)."""
+    return _round(run, 1, device)
+
+
+@torch.no_grad()
+def interleaved(
+    run: Callable[[], object], setups: Sequence[Callable[[], None]], device: torch.device, repeats: int = REPEATS
+) -> list[float]:
+    """Seconds per call of `run` under each setup (a setup puts the network in one state; it runs outside the timed
+    calls), the least over `repeats` rounds (another process's load only ever adds time; a change of a few percent
+    stands out of the least times, not of the medians, on a busy machine): one warm-up call each, then the rounds,
+    each timing every setup in a rotated order."""
+    once = 0.0
+    for setup in setups:
+        setup()
+        run()
+        once = max(once, _round(run, 1, device))
+    calls = max(1, min(1000, int(MIN_ROUND_S / max(once, 1e-7))))
+    times: list[list[float]] = [[] for _ in setups]
+    for i in range(repeats):
+        for j in range(len(setups)):
+            k = (i + j) % len(setups)
+            setups[k]()
+            times[k].append(_round(run, calls, device))
+    return [min(t) for t in times]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A layer's decision in the whole network: the option kept (0: dense) and the network's median seconds per
+    call with each option, the others as decided."""
+
+    option: int
+    times: tuple[float, ...]
+
+
+def choose_in_network(
+    run: Callable[[], object],
+    options: Mapping[str, Sequence[Callable[[], None]]],
+    start: Mapping[str, int],
+    device: torch.device,
+    passes: int = 2,
+) -> dict[str, Choice]:
+    """Each layer's option (option 0 of each is dense) that makes the whole network `run` fastest, from `start`,
+    chosen one layer at a time with the others as decided so far, over up to `passes` passes (a layer's best option
+    can change once another one is decided: a product left transposed pays only where the next layer reads it so).
+    A sparse option is kept only where the network measured more than MARGIN faster with it than dense."""
+    chosen = dict(start)
+    for name, setups in options.items():
+        setups[chosen[name]]()
+    out: dict[str, Choice] = {}
+    for _ in range(passes):
+        changed = False
+        for name, setups in options.items():
+            times = interleaved(run, setups, device)
+            best = min(range(len(setups)), key=lambda i: times[i] * (1 + MARGIN if i else 1))
+            changed = changed or best != chosen[name]
+            chosen[name] = best
+            setups[best]()
+            out[name] = Choice(best, tuple(times))
+        if not changed:
+            break
+    return out

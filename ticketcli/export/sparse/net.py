@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import torch
@@ -19,7 +19,20 @@ from ticketcli.errors import UsageError
 from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts, structured
-from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
+from ticketcli.export.sparse.measure import (
+    DENSE,
+    MARGIN,
+    MIN_ROUND_S,
+    REPEATS,
+    SPARSE,
+    Choice,
+    LayerRecord,
+    choose_in_network,
+    compare,
+    decide,
+    interleaved,
+    seconds,
+)
 from ticketcli.models.gpt import GPTNano
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inputs import resolve_device
@@ -233,6 +246,7 @@ def make_sparse(
         if tuple(m.shape) != tuple(params[n].shape):
             raise UsageError(f"mask {n[:80]!r} has shape {list(m.shape)}, its parameter {list(params[n].shape)}")
         params[n].mul_(m.to(dev, params[n].dtype))
+    sparse_layers.dense_linears_take_transposed_inputs(module)  # each dense layer timed as it computes in the form
     targets = masked_layers(module, masks)
     if not targets:
         raise UsageError("the network has no masked nn.Linear or nn.Conv2d layer")
@@ -250,7 +264,10 @@ def make_sparse(
     targets = [(n, m) for n, m in targets if n not in direct]
     records = []
     stored: dict[str, dict[str, torch.Tensor]] = {}
+    tried: dict[str, tuple[nn.Module, sparse_layers.SparseLinear]] = {}  # a sequence's Linear layers: both forms
     for name, layer in targets:
+        if measure and example is not None:  # its input as it comes in the form so far (a sparse product's layout)
+            inputs[name] = layer_inputs(module, [name], example)[name]
         if layout != "csr" and sparse_layers.lowerable(layer):
             x = inputs.get(name)
             if measure and x is None:
@@ -263,7 +280,18 @@ def make_sparse(
                 replace_module(module, name, made)
             records.append(record)
             continue
-        records.append(_lower(module, name, layer, masks, inputs.get(name), measure, batch, dev))
+        record, sparse = _lower(module, name, layer, masks, inputs.get(name), measure, batch, dev)
+        records.append(record)
+        x = inputs.get(name)
+        if (
+            isinstance(sparse, sparse_layers.SparseLinear)
+            and x is not None
+            and x.dim() > 2
+            and worth_trying(record, sparse, layer, x)
+        ):
+            tried[name] = (layer, sparse)
+    if measure and tried and example is not None:
+        records = in_network(module, example, tried, records, batch, dev)
     records = sorted([*records, *direct.values()], key=lambda r: order.index(r.name))
     if example is not None and reference is not None:
         check_agreement(module(example), reference)
@@ -281,15 +309,16 @@ def _lower(
     measure: bool,
     batch: int,
     dev: torch.device,
-) -> LayerRecord:
-    """One layer's decision, and its replacement in `module` where it is sparse."""
+) -> tuple[LayerRecord, nn.Module | None]:
+    """One layer's decision, and its replacement in `module` where it is sparse; with its sparse form (None where
+    not lowered)."""
     weight = sparse_layers.weight_of(layer)
     mask = masks[f"{name}.weight"].to(dev)
     nnz = int(mask.sum())
     kind, shape = layer_kind(layer), tuple(weight.shape)
     if not sparse_layers.lowerable(layer):
         why = "dense: a grouped or non-zero-padded convolution is not lowered"
-        return replace(decide(name, kind, shape, nnz, None, batch, str(dev)), form=DENSE, reason=why)
+        return replace(decide(name, kind, shape, nnz, None, batch, str(dev)), form=DENSE, reason=why), None
     bias = sparse_layers.param(layer, "bias")
     sparse = sparse_layers.sparse_layer(layer, sparse_layers.csr_of(weight, mask), bias)
     times = None
@@ -300,7 +329,115 @@ def _lower(
     record = decide(name, kind, shape, nnz, times, batch, str(dev))
     if record.form == SPARSE:
         replace_module(module, name, sparse)
-    return record
+    return record, sparse
+
+
+IN_NETWORK_S = 30.0  # the most seconds the whole-network choice may take; beyond, each layer's timing alone stands
+SCREEN = 0.7  # a sequence's layer timed alone at least this fraction of dense's speed is tried in the network
+
+
+def worth_trying(record: LayerRecord, sparse: sparse_layers.SparseLinear, dense: nn.Module, x: torch.Tensor) -> bool:
+    """A layer of a sequence model worth timing in the whole network: one at least SCREEN of dense's speed alone,
+    with its product contiguous (`record`) or left transposed (the most it can gain, where the next layer reads its
+    product as it comes)."""
+    if record.speedup is None or record.speedup >= SCREEN:
+        return True
+    sparse.transposed_out = True
+    ts, td = compare(sparse, dense, x)
+    sparse.transposed_out = None
+    return td >= SCREEN * ts
+
+
+def in_network(
+    module: nn.Module,
+    example: torch.Tensor,
+    made: Mapping[str, tuple[nn.Module, sparse_layers.SparseLinear]],
+    records: list[LayerRecord],
+    batch: int,
+    dev: torch.device,
+) -> list[LayerRecord]:
+    """The decisions for a sequence model's Linear layers, taken on the whole network: a layer alone on its input
+    does not pay what its product's layout costs the ops after it (a residual add reads a transposed product
+    several times slower) nor what it saves the next sparse layer. Each layer in `made` is timed in the network
+    dense, sparse with a contiguous product, and sparse with its product left transposed, the others as decided
+    (measure.choose_in_network), where that fits in IN_NETWORK_S (a large network keeps the decisions each layer
+    got alone, on its input as it comes and with a contiguous product, the layout the ops after it read as they
+    read dense's); the whole form is then timed against every such layer dense: where it is not faster, they are
+    all dense."""
+
+    def put(name: str, form: nn.Module, transposed: bool | None = None) -> Callable[[], None]:
+        def setup() -> None:
+            if isinstance(form, sparse_layers.SparseLinear):
+                form.transposed_out = transposed
+            replace_module(module, name, form)
+
+        return setup
+
+    def run() -> object:
+        return module(example)
+
+    options = {n: [put(n, d), put(n, s, False), put(n, s, True)] for n, (d, s) in made.items()}
+    screened = {n: module.get_submodule(n) for n in made}  # each layer as timed alone (a contiguous product)
+    call_s = seconds(run, dev)
+    within = len(options) * 3 * (REPEATS + 1) * max(call_s, MIN_ROUND_S) <= IN_NETWORK_S
+    chosen: dict[str, Choice] = {}
+    if within:
+        chosen = choose_in_network(run, options, chained(module, example, options), dev)
+    kept = {n: module.get_submodule(n) for n in made}
+
+    def all_dense() -> None:
+        for n, (d, _) in made.items():
+            replace_module(module, n, d)
+
+    def as_chosen() -> None:
+        for n, m in kept.items():
+            replace_module(module, n, m)
+
+    form_s, dense_s = interleaved(run, [as_chosen, all_dense], dev)
+    some = any(m is not made[n][0] for n, m in kept.items())
+    slower = some and form_s >= dense_s * (1 - MARGIN)
+    (all_dense if slower else as_chosen)()
+    out = []
+    for r in records:
+        c = chosen.get(r.name)
+        if r.name not in made or (c is None and not slower):
+            out.append(r)
+            continue
+        if c is None:  # timed alone, then undone by the whole network's time
+            why = f"dense: the network with its sparse layers measured {dense_s / form_s:.2g}x dense"
+            out.append(replace(r, form=DENSE, reason=why) if screened[r.name] is not made[r.name][0] else r)
+            continue
+        td, ts = c.times[0], min(c.times[1:])
+        sparse = c.option != 0 and not slower
+        if sparse:
+            layout = "left transposed" if c.option == 2 else "contiguous"
+            why = f"sparse {td / ts:.2g}x faster in the network (its product {layout})"
+        elif c.option:
+            why = f"dense: the network with its sparse layers measured {dense_s / form_s:.2g}x dense"
+        else:
+            why = f"dense: the network {td / ts:.2g}x with it sparse"
+        timed = (c.times[c.option] if sparse else ts, td)
+        record = decide(r.name, r.kind, r.shape, r.nnz, timed, batch, str(dev))
+        out.append(replace(record, form=SPARSE if sparse else DENSE, reason=why))
+    return out
+
+
+def chained(
+    module: nn.Module, example: torch.Tensor, options: Mapping[str, list[Callable[[], None]]]
+) -> dict[str, int]:
+    """Where the whole-network choice starts: every layer sparse, its product left transposed (option 2) where the
+    next layer reads it as it comes (through an activation: an MLP's two layers), else contiguous (option 1). Started
+    from dense, neither layer of such a pair would pay alone, and one layer changed at a time never finds it."""
+    names = list(options)
+    for setups in options.values():
+        setups[2]()
+    seen = layer_inputs(module, names, example)
+    start = {n: 1 for n in names}
+    for before, after in zip(names, names[1:]):
+        flat = seen[after].reshape(-1, seen[after].shape[-1])
+        if not flat.is_contiguous() and flat.t().is_contiguous():
+            start[before] = 2
+    return start
 
 
 def check_agreement(out: torch.Tensor, reference: torch.Tensor) -> None:
