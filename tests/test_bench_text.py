@@ -19,7 +19,7 @@ from ticketcli.bench.result import BenchResult
 from ticketcli.cli.app import app
 from ticketcli.contract.schema import schema_of
 from ticketcli.export.sparse import layers as sparse_layers
-from ticketcli.export.sparse import net as sparse_net
+from ticketcli.export.sparse import search as sparse_search
 from ticketcli.export.sparse.net import DIRECT, sparse_module
 from ticketcli.models.registry import parse_model
 from ticketcli.runs.build import build_net
@@ -228,5 +228,5 @@ def test_the_whole_network_choice_starts_an_mlp_s_first_layer_transposed() -> No
         return setup
 
     options = {n: [put(n, None), put(n, False), put(n, True)] for n in names}
-    start = sparse_net.chained(module, torch.randint(0, 12, (2, 8)), options)
+    start = sparse_search.chained(module, torch.randint(0, 12, (2, 8)), options)
     assert start == {n: 2 if n == "blocks.0.mlp.fc1" else 1 for n in names}

@@ -18,6 +18,7 @@ from torch import nn
 from ticketcli.bench import kernels
 from ticketcli.bench import sparse_form as bench_sparse
 from ticketcli.export import run as export_run
+from ticketcli.export.sparse import graph as sparse_graph
 from ticketcli.export.sparse import net as sparse_net
 from ticketcli.models.masked import MaskedNet
 
@@ -106,7 +107,7 @@ def linear_weights(src: Source) -> dict[str, nn.Linear]:
             out[n] = owners[owner]
     example = sparse_net.ids_example(src.net.module, 1, src.device)
     if example is not None:
-        called = sparse_net.layer_inputs(src.net.module, [n.rpartition(".")[0] for n in out], example)
+        called = sparse_graph.layer_inputs(src.net.module, [n.rpartition(".")[0] for n in out], example)
         out = {n: layer for n, layer in out.items() if n.rpartition(".")[0] in called}
     return out
 

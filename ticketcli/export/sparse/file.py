@@ -28,8 +28,9 @@ from torch import nn
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts, structured
+from ticketcli.export.sparse.graph import layer_kind, replace_module
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord
-from ticketcli.export.sparse.net import SparseNet, layer_kind, replace_module
+from ticketcli.export.sparse.net import SparseNet
 from ticketcli.models.budget import Budget
 from ticketcli.models.build import build_model, planned_shapes
 from ticketcli.models.registry import parse_model, text_model

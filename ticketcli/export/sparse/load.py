@@ -14,7 +14,8 @@ from ticketcli.export import inputs as export_inputs
 from ticketcli.export.run import recalibrate
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse import seeded
-from ticketcli.export.sparse.net import SparseNet, check_batch, image_shape, remeasure, sparse_module
+from ticketcli.export.sparse.net import SparseNet, check_batch, image_shape, sparse_module
+from ticketcli.export.sparse.search import remeasure
 from ticketcli.models.build import build_model
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build

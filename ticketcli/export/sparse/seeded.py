@@ -4,7 +4,7 @@ full network's; each is hashed into the weights' fingerprint, masked from the ti
 time, turned into its CSR arrays and let go before the next is drawn. At most one layer is ever dense in memory.
 Where asked, each Linear layer is timed dense while its dense form exists anyway, then sparse once the dense weight
 is gone (one form after the other: the sparse kernel's workspace never comes on top of the dense weight), and
-load.py times the convolutions afterwards (net.remeasure: again one layer dense at a time)."""
+load.py times the convolutions afterwards (search.remeasure: again one layer dense at a time)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from torch import nn
 
 from ticketcli.errors import TicketFileError
 from ticketcli.export.sparse import layers as sparse_layers
+from ticketcli.export.sparse.graph import layer_kind, replace_module
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, decide, median_time
-from ticketcli.export.sparse.net import SparseNet, layer_kind, replace_module
+from ticketcli.export.sparse.net import SparseNet
 from ticketcli.models.build import build_model
 from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.masked import fan_in, layer_of, masked_names
