@@ -29,10 +29,10 @@ from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts, structured
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord
-from ticketcli.export.sparse.net import SparseNet, layer_kind, replace_module
+from ticketcli.export.sparse.net import SparseNet, called_directly, layer_kind, meta_network, replace_module
 from ticketcli.models.budget import Budget
-from ticketcli.models.build import build_model, planned_shapes
-from ticketcli.models.registry import parse_model, text_model
+from ticketcli.models.build import planned_shapes
+from ticketcli.models.registry import parse_model
 from ticketcli.selection.structure import MAX_GROUP
 from ticketcli.specs.run import MAX_PARAMS
 from ticketcli.ticketfile.meta import strict_json
@@ -148,18 +148,16 @@ def _record(name: str, e: Any, layer: nn.Module, path: Path) -> LayerRecord:
 
 
 def skeleton(spec_text: str, path: Path, max_params: int) -> nn.Module:
-    """The model spec's network on the meta device (nothing allocated), after its budget; built-in models only."""
+    """The model spec's network on the meta device (nothing allocated; its position embeddings, which no file
+    holds, computed: net.meta_network), after its budget; built-in models only."""
     try:
         spec = parse_model(spec_text)
-        if text_model(spec.arch):
-            raise UsageError("it names a text model, which has no sparse form")
         if spec.arch == "user":
             raise UsageError(
                 f"it names the model factory {spec.factory}, and a sparse export is rebuilt from built-in models only"
             )
         planned_shapes(spec, Budget(max_params))
-        with torch.device("meta"):
-            return build_model(spec)
+        return meta_network(spec)
     except UsageError as e:
         raise _fail(path, str(e)) from None
 
@@ -183,9 +181,14 @@ def read_export(
             }
             records = _records(meta, path, masked)
             stored = {r.name: r.stored for r in records if r.stored is not None}
+            direct = called_directly(module)
             for name in stored:
                 if not sparse_layers.lowerable(masked[name]):
                     raise _fail(path, f"layer {name[:60]!r} is recorded sparse, and cannot be lowered")
+                if name in direct:
+                    raise _fail(
+                        path, f"layer {name[:60]!r} is recorded sparse, and the network reads its weight as a table"
+                    )
             _check_names(f, module, stored, path)
             if meta.get("sha256") != digest(meta, ((n, f.get_tensor(n)) for n in sorted(f.keys()))):
                 raise _fail(path, "its tensors or layout do not match the sha256 digest it records (edited by hand?)")

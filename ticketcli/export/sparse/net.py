@@ -14,15 +14,18 @@ from dataclasses import replace
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_parameter_registration_hook
 
 from ticketcli.errors import UsageError
 from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts, structured
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
+from ticketcli.models.build import build_model
 from ticketcli.models.gpt import GPTNano
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inputs import resolve_device
+from ticketcli.specs.run import ModelSpec
 
 AGREEMENT = 1e-5  # outputs agree when their largest difference is at most this fraction of the largest |logit|
 
@@ -90,14 +93,10 @@ class SparseNet(nn.Module):
 
 
 def image_shape(inputs: Inputs) -> tuple[int, ...] | None:
-    """One example's shape, for timing the layers on examples of it; a text model (character ids, whose embedding
-    multiplies by a Linear layer's weight outside the layer's call) is refused: it has no sparse form."""
+    """One example's shape, for timing the layers on examples of it; None for a text model, whose inputs are
+    character ids: its layers are timed on sequences of random ids as long as its context (`ids_example`)."""
     if inputs.dtype == "int64":
-        raise UsageError(
-            "the sparse runtime form is for networks of real-valued inputs; a text model's embedding reads its "
-            "Linear layer's weight directly",
-            hint="export it with --format csr or masked",
-        )
+        return None
     return inputs.shape
 
 
@@ -107,6 +106,49 @@ def ids_example(module: nn.Module, batch: int, dev: torch.device) -> torch.Tenso
     if not isinstance(module, GPTNano):
         return None
     return torch.randint(0, module.vocab, (batch, module.context), device=dev)
+
+
+def positions(module: nn.Module) -> int:
+    """The rows a Linear layer of `module` multiplies per example: a character-level GPT's context (one row per
+    position of a sequence), 1 for any other network's Linear layers."""
+    return module.context if isinstance(module, GPTNano) else 1
+
+
+def meta_network(model: ModelSpec) -> nn.Module:
+    """The built-in network of `model` with its parameters and its state-dict buffers on the meta device (nothing
+    of them allocated), and its non-persistent buffers (gpt-nano's and the ViT's position embeddings: fixed
+    functions of the geometry, which no file holds) computed on the CPU as the network computes them. Each
+    parameter, made on the CPU by its layer and never filled, goes to the meta device as it is registered; the
+    layers' own initialisation then runs on the meta device."""
+
+    def to_meta(_: nn.Module, __: str, p: nn.Parameter | None) -> nn.Parameter | None:
+        if p is None or p.is_meta:
+            return None
+        return nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+
+    handle = register_module_parameter_registration_hook(to_meta)
+    try:
+        module = build_model(model)
+    finally:
+        handle.remove()
+    for owner in module.modules():
+        transient = owner._non_persistent_buffers_set
+        for name, b in list(owner.named_buffers(recurse=False)):
+            if b is not None and name not in transient and not b.is_meta:
+                owner.register_buffer(name, torch.empty_like(b, device="meta"))
+    return module
+
+
+def called_directly(skeleton: nn.Module) -> set[str]:
+    """The Linear/Conv2d layers of a character-level GPT's skeleton (meta_network) that its forward pass never
+    calls, reading their weight as a table (its token embedding): a copy on the meta device run once on meta ids.
+    Empty for other networks."""
+    example = ids_example(skeleton, 1, torch.device("meta"))
+    if example is None:
+        return set()
+    probe = copy.deepcopy(skeleton).to("meta")  # its buffers too: nothing computed
+    names = [n for n, m in probe.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    return set(names) - set(layer_inputs(probe, names, example))
 
 
 DIRECT = "dense: the forward pass reads its weight directly (an embedding table), never calls the layer"
@@ -326,11 +368,11 @@ def remeasure(
     if not todo:
         return
     names = [r.name for r in todo]
-    example = None if input_shape is None else torch.randn(batch, *input_shape, device=dev)
+    example = ids_example(module, batch, dev) if input_shape is None else torch.randn(batch, *input_shape, device=dev)
     inputs = {} if example is None else layer_inputs(module, names, example)
     records = []
     for r in snet.layers:
-        if r.name not in names:
+        if r.name not in names or (example is not None and r.name not in inputs):  # never called: read as a table
             records.append(r)
             continue
         layer = module.get_submodule(r.name)
