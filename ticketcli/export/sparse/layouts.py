@@ -15,7 +15,7 @@ A layer's record (measure.LayerRecord) keeps the layout stored (`layout`), the k
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import replace
 
 import torch
@@ -33,15 +33,16 @@ Stored = dict[str, torch.Tensor]  # a layer's weight as the file stores it: "<pa
 
 
 def choose(
-    requested: str, tk: ticket_io.Ticket, masks: Mapping[str, torch.Tensor]
+    requested: str, tk: ticket_io.Ticket, masks: Mapping[str, torch.Tensor], tables: Collection[str] = ()
 ) -> tuple[str, tuple[int, int] | None]:
     """(the layout to store, the block of bsr) for `--layout requested`, or one UsageError when the ticket's masks
     do not allow it. The masks are read one after the other (a ticket's, from its file: seeded.LazyMasks), and
-    not at all for csr or an unstructured ticket's auto."""
+    not at all for csr or an unstructured ticket's auto. `tables`: layers the network reads as a table (a GPT's
+    token embedding), stored dense whatever the layout, whose masks are not asked to fit it."""
     pattern = pattern_of(tk.method.options())
 
     def weights() -> Iterator[tuple[str, torch.Tensor]]:
-        return ((n, m) for n, m in masks.items() if m.dim() >= 2)
+        return ((n, m) for n, m in masks.items() if n.rpartition(".")[0] not in tables and m.dim() >= 2)
 
     if requested == "auto":
         if isinstance(pattern, Blocks):

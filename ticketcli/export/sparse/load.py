@@ -15,7 +15,14 @@ from ticketcli.export.request import LAYOUTS
 from ticketcli.export.run import recalibrate
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse import layouts, seeded
-from ticketcli.export.sparse.net import SparseNet, check_batch, image_shape, make_sparse, remeasure
+from ticketcli.export.sparse.net import (
+    SparseNet,
+    called_directly,
+    check_batch,
+    image_shape,
+    make_sparse,
+    remeasure,
+)
 from ticketcli.models.build import build_model
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
@@ -107,7 +114,7 @@ def load_sparse(
     masks = {n: full.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate":
         recalibrate(net, masks, full, path, DataSpec() if data_dir is None else DataSpec(search_dirs=(str(data_dir),)))
-    stored, block = layouts.choose(layout, full, masks)
+    stored, block = layouts.choose(layout, full, masks, called_directly(net.module))
     timed = measure is not False
     snet = make_sparse(
         net, masks, device=dev, measure=timed, batch=batch, input_shape=shape, layout=stored, block=block

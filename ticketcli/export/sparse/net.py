@@ -139,14 +139,18 @@ def meta_network(model: ModelSpec) -> nn.Module:
     return module
 
 
-def called_directly(skeleton: nn.Module) -> set[str]:
-    """The Linear/Conv2d layers of a character-level GPT's skeleton (meta_network) that its forward pass never
-    calls, reading their weight as a table (its token embedding): a copy on the meta device run once on meta ids.
-    Empty for other networks."""
-    example = ids_example(skeleton, 1, torch.device("meta"))
+def called_directly(module: nn.Module) -> set[str]:
+    """The Linear/Conv2d layers of a character-level GPT that its forward pass never calls, reading their weight
+    as a table (its token embedding): found by running it once on one sequence of ids (a skeleton, meta_network:
+    a copy of it on the meta device, computing nothing). Empty for other networks."""
+    example = ids_example(module, 1, torch.device("meta"))
     if example is None:
         return set()
-    probe = copy.deepcopy(skeleton).to("meta")  # its buffers too: nothing computed
+    probe = module
+    if any(p.is_meta for p in module.parameters()):
+        probe = copy.deepcopy(module).to("meta")  # its position embedding too
+    else:
+        example = torch.zeros_like(example, device=next(module.parameters()).device)
     names = [n for n, m in probe.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
     return set(names) - set(layer_inputs(probe, names, example))
 

@@ -153,9 +153,9 @@ def regenerate(
         runs_checks.check_planned(tk, model, path, runs_build.policy_budget(policy))
         module = meta_network(model)
         params = dict(module.named_parameters())
-        shapes = {n: tuple(p.shape) for n, p in params.items() if p.dim() >= 2}  # what a layout checks
-        stored, block = layouts.choose(layout, tk, LazyMasks(mf, shapes))
         direct = frozenset(called_directly(module))  # gpt-nano's token embedding: a table, kept dense
+        shapes = {n: tuple(p.shape) for n, p in params.items() if p.dim() >= 2}  # what a layout checks
+        stored, block = layouts.choose(layout, tk, LazyMasks(mf, shapes), direct)
         plan = Plan(stored, block, direct, batch, positions(module))
         init = tk.init.spec()
         scheme = INIT_SCHEMES.get(init.scheme)
