@@ -25,7 +25,10 @@ from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import seeded
 from ticketcli.export.sparse.measure import DENSE, SPARSE
 from ticketcli.export.sparse.net import DIRECT, SparseNet, sparse_module
+from ticketcli.models.registry import parse_model
 from ticketcli.runs import build as runs_build
+from ticketcli.runs import extract as runs_extract
+from ticketcli.specs.run import DataSpec, InitSpec, MethodSpec, RunSpec
 from ticketcli.ticketfile import ticket as ticket_io
 
 LINEAR = ["blocks.0.attn.qkv", "blocks.0.attn.proj", "blocks.0.mlp.fc1", "blocks.0.mlp.fc2", "head"]
@@ -193,6 +196,28 @@ def test_a_layout_the_ticket_or_the_file_does_not_allow_is_one_line(tickets, tmp
         str(tmp_path / "x.safetensors"),
     )
     assert "2:4" in one_line_error(r)
+
+
+def test_a_vit_s_position_embedding_is_made_again_too(tmp_path):
+    """The ViT's position embedding is a non-persistent buffer as gpt-nano's: its export loads, and its ticket is
+    regenerated layer by layer."""
+    spec = RunSpec(
+        model=parse_model("vit:p4-d16-l1-h2").with_data((1, 8, 8), 10),
+        init=InitSpec(seed=1),
+        data=DataSpec(name="digits", n_extract=64, n_val=32),
+        method=MethodSpec(name="random", sparsity=0.5),
+        device="cpu",
+    )
+    ticket, out = tmp_path / "vit.safetensors", tmp_path / "s.safetensors"
+    runs_extract.extract_ticket(spec, out=ticket)
+    export(ticket, out)
+    net, masks = reference(ticket)
+    x = torch.randn(9, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = net(x, masks)
+    for snet in (tc.load_sparse(out), tc.load_sparse(ticket, measure=False)):
+        assert float((snet(x) - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
+    assert snet.layer_by_layer
 
 
 # ---- hostile files ----
