@@ -29,7 +29,8 @@ from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts, structured
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord
-from ticketcli.export.sparse.net import SparseNet, called_directly, layer_kind, meta_network, replace_module
+from ticketcli.export.sparse.net import SparseNet, layer_kind, replace_module
+from ticketcli.export.sparse.skeleton import called_directly, meta_network
 from ticketcli.models.budget import Budget
 from ticketcli.models.build import planned_shapes
 from ticketcli.models.registry import parse_model
@@ -149,7 +150,7 @@ def _record(name: str, e: Any, layer: nn.Module, path: Path) -> LayerRecord:
 
 def skeleton(spec_text: str, path: Path, max_params: int) -> nn.Module:
     """The model spec's network on the meta device (nothing allocated; its position embeddings, which no file
-    holds, computed: net.meta_network), after its budget; built-in models only."""
+    holds, computed: skeleton.meta_network), after its budget; built-in models only."""
     try:
         spec = parse_model(spec_text)
         if spec.arch == "user":

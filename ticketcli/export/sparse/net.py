@@ -14,18 +14,15 @@ from dataclasses import replace
 
 import torch
 from torch import nn
-from torch.nn.modules.module import register_module_parameter_registration_hook
 
 from ticketcli.errors import UsageError
 from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts, structured
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
-from ticketcli.models.build import build_model
 from ticketcli.models.gpt import GPTNano
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inputs import resolve_device
-from ticketcli.specs.run import ModelSpec
 
 AGREEMENT = 1e-5  # outputs agree when their largest difference is at most this fraction of the largest |logit|
 
@@ -106,53 +103,6 @@ def ids_example(module: nn.Module, batch: int, dev: torch.device) -> torch.Tenso
     if not isinstance(module, GPTNano):
         return None
     return torch.randint(0, module.vocab, (batch, module.context), device=dev)
-
-
-def positions(module: nn.Module) -> int:
-    """The rows a Linear layer of `module` multiplies per example: a character-level GPT's context (one row per
-    position of a sequence), 1 for any other network's Linear layers."""
-    return module.context if isinstance(module, GPTNano) else 1
-
-
-def meta_network(model: ModelSpec) -> nn.Module:
-    """The built-in network of `model` with its parameters and its state-dict buffers on the meta device (nothing
-    of them allocated), and its non-persistent buffers (gpt-nano's and the ViT's position embeddings: fixed
-    functions of the geometry, which no file holds) computed on the CPU as the network computes them. Each
-    parameter, made on the CPU by its layer and never filled, goes to the meta device as it is registered; the
-    layers' own initialisation then runs on the meta device."""
-
-    def to_meta(_: nn.Module, __: str, p: nn.Parameter | None) -> nn.Parameter | None:
-        if p is None or p.is_meta:
-            return None
-        return nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
-
-    handle = register_module_parameter_registration_hook(to_meta)
-    try:
-        module = build_model(model)
-    finally:
-        handle.remove()
-    for owner in module.modules():
-        transient = owner._non_persistent_buffers_set
-        for name, b in list(owner.named_buffers(recurse=False)):
-            if b is not None and name not in transient and not b.is_meta:
-                owner.register_buffer(name, torch.empty_like(b, device="meta"))
-    return module
-
-
-def called_directly(module: nn.Module) -> set[str]:
-    """The Linear/Conv2d layers of a character-level GPT that its forward pass never calls, reading their weight
-    as a table (its token embedding): found by running it once on one sequence of ids (a skeleton, meta_network:
-    a copy of it on the meta device, computing nothing). Empty for other networks."""
-    example = ids_example(module, 1, torch.device("meta"))
-    if example is None:
-        return set()
-    probe = module
-    if any(p.is_meta for p in module.parameters()):
-        probe = copy.deepcopy(module).to("meta")  # its position embedding too
-    else:
-        example = torch.zeros_like(example, device=next(module.parameters()).device)
-    names = [n for n, m in probe.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
-    return set(names) - set(layer_inputs(probe, names, example))
 
 
 DIRECT = "dense: the forward pass reads its weight directly (an embedding table), never calls the layer"

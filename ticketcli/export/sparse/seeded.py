@@ -1,7 +1,10 @@
 """A ticket's network regenerated from its seed straight into the sparse form, one layer at a time: the parameters
 are drawn in the order `models.init.init_weights` draws them, from the same generator, so each is bit for bit the
 full network's; each is hashed into the weights' fingerprint, masked from the ticket's packed bits a few rows at a
-time, turned into its CSR arrays and let go before the next is drawn. At most one layer is ever dense in memory.
+time, turned into its CSR arrays and let go before the next is drawn. At most one layer is ever dense in memory
+beside those the form itself keeps dense (a GPT's token embedding, read as a table; a layer measured faster
+dense). A bsr or 2:4 layout (`--layout`) unpacks each layer's whole mask while that layer is dense, and stores it
+as an export does (layouts.lower).
 Where asked, each Linear layer is timed dense while its dense form exists anyway, then sparse once the dense weight
 is gone (one form after the other: the sparse kernel's workspace never comes on top of the dense weight), and
 load.py times the convolutions afterwards (net.remeasure: again one layer dense at a time)."""
@@ -25,15 +28,8 @@ from ticketcli.errors import TicketFileError
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, decide, median_time
-from ticketcli.export.sparse.net import (
-    DIRECT,
-    SparseNet,
-    called_directly,
-    layer_kind,
-    meta_network,
-    positions,
-    replace_module,
-)
+from ticketcli.export.sparse.net import DIRECT, SparseNet, layer_kind, replace_module
+from ticketcli.export.sparse.skeleton import called_directly, meta_network, positions
 from ticketcli.export.sparse.structured import CSR
 from ticketcli.models.build import build_model
 from ticketcli.models.init import INIT_SCHEMES
@@ -47,8 +43,8 @@ from ticketcli.ticketfile import ticket as ticket_io
 def regenerable(tk: ticket_io.Ticket, model: ModelSpec) -> bool:
     """A ticket whose network can be regenerated a layer at a time: a built-in model drawn from its seed (no
     checkpoint) whose every parameter is masked and which holds no state-dict buffer (no BatchNorm statistics to
-    recompute from data; a position embedding, a fixed function of the geometry, is made again: net.meta_network).
-    Others are rebuilt whole (load.py)."""
+    recompute from data; a position embedding, a fixed function of the geometry, is made again:
+    skeleton.meta_network). Others are rebuilt whole (load.py)."""
     if model.arch == "user" or tk.checkpoint is not None:
         return False
     with torch.device("meta"):
