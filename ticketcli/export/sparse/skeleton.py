@@ -7,6 +7,8 @@ sequence."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
@@ -36,7 +38,8 @@ def meta_network(model: ModelSpec) -> nn.Module:
             return None
         return nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
 
-    handle = register_module_parameter_registration_hook(to_meta)
+    # a process-wide hook, held only while the network is built; torch registers what it returns
+    handle = register_module_parameter_registration_hook(cast(Callable[..., None], to_meta))
     try:
         module = build_model(model)
     finally:
