@@ -7,6 +7,8 @@ the character ids the network takes; hostile files of a text model are refused i
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import seeded
 from ticketcli.export.sparse.measure import DENSE, SPARSE
 from ticketcli.export.sparse.net import DIRECT, SparseNet, sparse_module
+from ticketcli.export.sparse.skeleton import called_directly, meta_network
 from ticketcli.models.registry import parse_model
 from ticketcli.runs import build as runs_build
 from ticketcli.runs import extract as runs_extract
@@ -196,6 +199,30 @@ def test_a_layout_the_ticket_or_the_file_does_not_allow_is_one_line(tickets, tmp
         str(tmp_path / "x.safetensors"),
     )
     assert "2:4" in one_line_error(r)
+
+
+def test_the_skeleton_knows_the_embedding_table_and_computes_its_position_embedding(tickets):
+    """The skeleton (meta device) holds the position embedding the network computes, and names as a table the
+    layers that running the network finds uncalled (net.make_sparse)."""
+    net, masks = reference(tickets["plain"])
+    skeleton = meta_network(parse_model(tc.load(tickets["plain"]).model))
+    assert all(p.is_meta for p in skeleton.parameters())
+    assert torch.equal(skeleton.pos_embed, net.module.pos_embed) and not skeleton.pos_embed.is_meta
+    found = {r.name for r in sparse_module(net, masks, measure=False).layers if r.reason == DIRECT}
+    assert called_directly(skeleton) == found == {"tok_embed"}
+
+
+def test_loading_a_language_model_ticket_runs_no_meta_kernel(tickets):
+    """A GPT's skeleton and budget are built on the meta device without computing there: torch's meta kernels
+    import sympy, mpmath and some 900 modules (150 MiB resident), which would dwarf a small layer-by-layer load."""
+    code = (
+        "import sys, ticketcli as tc; tc.load_sparse(sys.argv[1], measure=False); "
+        "print(sorted(m for m in ('sympy', 'mpmath') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tickets["plain"])], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
 
 
 def test_a_vit_s_position_embedding_is_made_again_too(tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
@@ -16,8 +15,7 @@ from ticketcli.export.run import recalibrate
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse import layouts, seeded
 from ticketcli.export.sparse.net import SparseNet, check_batch, image_shape, make_sparse, remeasure
-from ticketcli.export.sparse.skeleton import called_directly
-from ticketcli.models.build import build_model
+from ticketcli.export.sparse.skeleton import called_directly, meta_network
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
 from ticketcli.runs.inputs import resolve_device
@@ -118,8 +116,7 @@ def load_sparse(
 
 
 def _meta(model: ModelSpec) -> nn.Module:
-    with torch.device("meta"):
-        return build_model(model)
+    return meta_network(model)  # not built under torch.device("meta"): see skeleton.meta_network
 
 
 def export_shape(metadata: dict[str, str]) -> tuple[int, ...] | None:

@@ -318,7 +318,7 @@ def remeasure(
     each in the form that wins there; `snet.layers` is replaced by the new records. `unmeasured_only`: only the
     layers not timed yet."""
     module, dev = snet.module, snet.device
-    todo = [r for r in snet.layers if not unmeasured_only or r.sparse_ms is None]
+    todo = [r for r in snet.layers if (not unmeasured_only or r.sparse_ms is None) and r.reason != DIRECT]
     if not todo:
         return
     names = [r.name for r in todo]

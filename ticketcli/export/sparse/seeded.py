@@ -31,7 +31,6 @@ from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, decide, 
 from ticketcli.export.sparse.net import DIRECT, SparseNet, layer_kind, replace_module
 from ticketcli.export.sparse.skeleton import called_directly, meta_network, positions
 from ticketcli.export.sparse.structured import CSR
-from ticketcli.models.build import build_model
 from ticketcli.models.init import INIT_SCHEMES
 from ticketcli.models.masked import fan_in, layer_of, masked_names
 from ticketcli.runs import build as runs_build
@@ -47,8 +46,7 @@ def regenerable(tk: ticket_io.Ticket, model: ModelSpec) -> bool:
     skeleton.meta_network). Others are rebuilt whole (load.py)."""
     if model.arch == "user" or tk.checkpoint is not None:
         return False
-    with torch.device("meta"):
-        module = build_model(model)
+    module = meta_network(model)
     names = [n for n, _ in module.named_parameters()]
     return names == masked_names(module) and list(module.state_dict()) == names  # position embeddings aside
 
