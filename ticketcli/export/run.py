@@ -48,8 +48,8 @@ from ticketcli.export.request import FORMATS, check_request
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse import layouts as sparse_layouts
 from ticketcli.export.sparse.measure import LayerRecord
-from ticketcli.export.sparse.net import image_shape, make_sparse
-from ticketcli.export.sparse.skeleton import called_directly
+from ticketcli.export.sparse.net import make_sparse
+from ticketcli.export.sparse.skeleton import called_directly, image_shape
 from ticketcli.files.atomic import write_atomic
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet

@@ -14,8 +14,8 @@ from ticketcli.export.request import LAYOUTS
 from ticketcli.export.run import recalibrate
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse import layouts, seeded
-from ticketcli.export.sparse.net import SparseNet, check_batch, image_shape, make_sparse, remeasure
-from ticketcli.export.sparse.skeleton import called_directly, meta_network
+from ticketcli.export.sparse.net import SparseNet, check_batch, make_sparse, remeasure
+from ticketcli.export.sparse.skeleton import called_directly, image_shape, meta_network
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
 from ticketcli.runs.inputs import resolve_device

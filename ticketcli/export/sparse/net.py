@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts, structured
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
@@ -87,14 +86,6 @@ class SparseNet(nn.Module):
                 packed = (getattr(layer.weight, a, None) for a in ("packed", "meta"))
                 total += sum(p.numel() * p.element_size() for p in packed if isinstance(p, torch.Tensor))
         return total
-
-
-def image_shape(inputs: Inputs) -> tuple[int, ...] | None:
-    """One example's shape, for timing the layers on examples of it; None for a text model, whose inputs are
-    character ids: its layers are timed on sequences of random ids as long as its context (`ids_example`)."""
-    if inputs.dtype == "int64":
-        return None
-    return inputs.shape
 
 
 def ids_example(module: nn.Module, batch: int, dev: torch.device) -> torch.Tensor | None:

@@ -1,7 +1,8 @@
 """The network a sparse form is made into, without its weights: `meta_network` builds a built-in model on the meta
 device, its position embeddings (fixed functions of the geometry, which no file holds) whole; `called_directly`
 names the layers a character-level GPT reads as a table rather than calls (its token embedding, which every sparse
-form keeps dense); `positions` is how many rows a GPT's Linear layers multiply per sequence."""
+form keeps dense); `positions` is how many rows a GPT's Linear layers multiply per sequence, and `image_shape` the
+example shape a network's layers are timed on."""
 
 from __future__ import annotations
 
@@ -9,9 +10,18 @@ import torch
 from torch import nn
 
 from ticketcli.errors import UsageError
+from ticketcli.export.inputs import Inputs
 from ticketcli.models.build import build_model
 from ticketcli.models.gpt import GPTNano
 from ticketcli.specs.run import ModelSpec
+
+
+def image_shape(inputs: Inputs) -> tuple[int, ...] | None:
+    """One example's shape, for timing the layers on examples of it; None for a text model, whose inputs are
+    character ids: its layers are timed on sequences of random ids as long as its context (net.ids_example)."""
+    if inputs.dtype == "int64":
+        return None
+    return inputs.shape
 
 
 def positions(module: nn.Module) -> int:
