@@ -20,7 +20,8 @@ from ticketcli.cli.app import app
 from ticketcli.contract.schema import schema_of
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import search as sparse_search
-from ticketcli.export.sparse.net import DIRECT, sparse_module
+from ticketcli.export.sparse.graph import DIRECT
+from ticketcli.export.sparse.net import sparse_module
 from ticketcli.models.registry import parse_model
 from ticketcli.runs.build import build_net
 from ticketcli.runtime.threads import using
@@ -86,6 +87,7 @@ def test_every_form_agrees_at_every_position_and_the_others_say_why(made, tmp_pa
     assert list(forms) == ["dense", "sparse", "bsr", "2:4"] and forms["sparse"]["available"]
     assert forms["dense"]["agreement"]["max_abs_diff"] == 0.0
     assert "tok_embed dense: an embedding table" in forms["sparse"]["description"]
+    assert forms["sparse"]["load_s"] > 0 and "made in memory" not in forms["sparse"]["description"]  # read back
     assert not forms["bsr"]["available"] and "whole square blocks" in forms["bsr"]["reason"]
     assert not forms["2:4"]["available"] and "CUDA only" in forms["2:4"]["reason"]
     assert png.read_bytes()[:4] == b"\x89PNG"

@@ -343,13 +343,12 @@ def test_dense_of_a_csr_matrix_is_torch_s_to_dense():
         assert torch.equal(sparse_layers.dense_of(csr), w * mask)
 
 
-def test_a_text_model_has_no_sparse_form():
+def test_a_text_model_is_timed_on_character_ids_not_an_example_shape():
     from ticketcli.export.inputs import Inputs
-    from ticketcli.export.sparse.net import image_shape
+    from ticketcli.export.sparse.skeleton import image_shape
 
     assert image_shape(Inputs("digits", SHAPE, "float32", 10, None, None)) == SHAPE
-    with pytest.raises(TicketCliError, match="text model"):
-        image_shape(Inputs("fortunes", (8,), "int64", 12, None, None))
+    assert image_shape(Inputs("fortunes", (8,), "int64", 12, None, None)) is None  # ids: net.ids_example
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -125,6 +125,10 @@ CASES: dict[str, Callable[[Path], object]] = {
     "load_sparse: a pickle": lambda d: tc.load_sparse(d / "evil.pt"),
     "load_sparse: an int": lambda d: tc.load_sparse(5),  # type: ignore[arg-type]
     "load_sparse: a NUL in the path": lambda d: tc.load_sparse("a\0b"),
+    "load_sparse: an unknown layout": lambda d: tc.load_sparse(d / "t.safetensors", layout="zip"),
+    "load_sparse: a layout of an int": lambda d: tc.load_sparse(d / "t.safetensors", layout=4),  # type: ignore[arg-type]
+    "load_sparse: bsr of an unstructured ticket": lambda d: tc.load_sparse(d / "t.safetensors", layout="bsr"),
+    "load_sparse: 2:4 of an unstructured ticket": lambda d: tc.load_sparse(d / "t.safetensors", layout="2:4"),
     "sparse_module: not a module": lambda d: tc.sparse_module(object(), {}),  # type: ignore[arg-type]
     "sparse_module: a mask of no parameter": lambda d: tc.sparse_module(
         torch.nn.Linear(2, 2), {"nope": torch.ones(2, 2, dtype=torch.bool)}

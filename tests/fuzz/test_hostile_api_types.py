@@ -155,6 +155,13 @@ def refused(call: Callable[..., Any], *args: Any, **kw: Any) -> str:
     return message
 
 
+@pytest.mark.parametrize("value", [5, None, True, b"csr", "CSR", ["csr"], "bsr ", object()])
+def test_load_sparse_takes_a_layout_name_only(calls, value):
+    """layout= (a str keyword, which the typed checks above do not cover): a name of --layout's, or one UsageError
+    naming the keyword, before the ticket is read."""
+    assert "layout=" in refused(calls["load_sparse"], layout=value)
+
+
 def test_the_surface_has_typed_keywords():
     """The inspection finds them (a rename that hid them from it would make the tests below vacuous)."""
     found = {(c, k) for c, k, _, _ in typed_keywords()}

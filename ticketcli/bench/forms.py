@@ -19,7 +19,6 @@ from ticketcli.bench import kernels
 from ticketcli.bench import sparse_form as bench_sparse
 from ticketcli.export import run as export_run
 from ticketcli.export.sparse import graph as sparse_graph
-from ticketcli.export.sparse import net as sparse_net
 from ticketcli.models.masked import MaskedNet
 
 Run = Callable[[torch.Tensor], torch.Tensor]  # a batch of inputs -> its logits, on the bench's device
@@ -89,7 +88,7 @@ def sparse(src: Source) -> Built:
     """The sparse runtime form (export/sparse/): each masked layer with a CSR kernel where it measured faster than
     dense on this device, dense where it did not."""
     module, size, load_s, note = bench_sparse.sparse_form(src.net, src.masks, src.device, src.dataset, src.workdir)
-    dense = [r for r in module.layers if r.reason == sparse_net.DIRECT]
+    dense = [r for r in module.layers if r.reason == sparse_graph.DIRECT]
     detail = f"{len(module.sparse_layers)} of {len(module.layers)} masked layers sparse"
     detail += "".join(f"; {r.name} dense: an embedding table, read not called" for r in dense)
     detail += f"; {note}" if note else ""
@@ -105,7 +104,7 @@ def linear_weights(src: Source) -> dict[str, nn.Linear]:
         owner, _, attr = n.rpartition(".")
         if attr == "weight" and isinstance(owners.get(owner), nn.Linear):
             out[n] = owners[owner]
-    example = sparse_net.ids_example(src.net.module, 1, src.device)
+    example = sparse_graph.ids_example(src.net.module, 1, src.device)
     if example is not None:
         called = sparse_graph.layer_inputs(src.net.module, [n.rpartition(".")[0] for n in out], example)
         out = {n: layer for n, layer in out.items() if n.rpartition(".")[0] in called}

@@ -33,7 +33,7 @@ def sparse_form(
 ) -> tuple[SparseNet, int, float | None, str]:
     """(the form loaded back from its file, the file's bytes, the load's seconds, "" or why it was not read back).
     A model factory's network is not rebuilt from an export (its code is the caller's), nor a network the export's
-    reader does not rebuild (a text model's): its form is the one made here, and its load time None."""
+    reader refuses: its form is the one made here, and its load time None."""
     made = sparse_module(net, masks, device=device, input_shape=input_shape(net, dataset))
     assert net.spec is not None  # runs_build.rebuild records the ticket's parsed model spec
     meta = {"model": net.spec.to_string()} | sparse_file.sparse_metadata(made)
@@ -47,7 +47,5 @@ def sparse_form(
         loaded = sparse_file.read_export(path, device=device, file_bytes=size)
     except TicketFileError as e:  # a spec the export's reader does not rebuild: the form as made
         why = str(e).rpartition("not a valid sparse export: ")[2][:120]
-        if text_model(net.spec.arch):
-            why = "export --format sparse and load_sparse do not take a text model yet"
         return made, size, None, f"made in memory, not read back from its file ({why})"
     return loaded, size, time.perf_counter() - t0, ""

@@ -1,8 +1,9 @@
 """What an exported network expects of its input, recorded in every export's metadata (`input_metadata`, the one
 function every format calls): the data's name, one example's shape and dtype, the number of classes, and the
-dataset's normalisation with the raw input it starts from (data/registry.py declares it per dataset). What the
-ticket does not tell (a caller's own tensors, a factory model without `@CxHxW-K`) is named in `not_recorded` with
-the reason, never guessed."""
+dataset's normalisation with the raw input it starts from (data/registry.py declares it per dataset); for a
+character-level language model, its character ids instead (TextInputs: the context, the vocabulary, how characters
+become ids and the text they come from). What the ticket does not tell (a caller's own tensors, a factory model
+without `@CxHxW-K`) is named in `not_recorded` with the reason, never guessed."""
 
 from __future__ import annotations
 
@@ -16,12 +17,36 @@ from ticketcli.errors import UsageError
 from ticketcli.models.gpt_family import gpt_numbers
 from ticketcli.models.masked import MaskedNet
 from ticketcli.models.registry import text_model
+from ticketcli.specs.run import ModelSpec
 from ticketcli.ticketfile.ticket import Ticket
 
 # where the normalisation is applied: by the caller before the network, in the exported graph, or nowhere (ids)
 BY_CALLER = "by the caller: (raw - input_mean) / input_std per channel"
 IN_GRAPH = "in the graph: feed raw values"
 NONE = "none: the inputs are character ids"
+IDS = "id i is the i-th distinct character of the text (text_sha256), in code-point order"
+
+
+@dataclass(frozen=True)
+class TextInputs:
+    """A character-level language model's inputs: (batch, length) int64 ids with length at most `context` (the
+    logits come for every position), each below `vocab_size`, made from characters as `ids` says, from the text
+    whose digest and files the ticket records (None and () where it records none)."""
+
+    context: int
+    vocab_size: int
+    ids: str
+    sha256: str | None
+    sources: tuple[str, ...]
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "context": self.context,
+            "vocab_size": self.vocab_size,
+            "ids": self.ids,
+            "sha256": self.sha256,
+            "sources": list(self.sources),
+        }
 
 
 @dataclass(frozen=True)
@@ -36,10 +61,12 @@ class Inputs:
     normalization: Normalization | None
     preprocessing: str | None  # BY_CALLER, IN_GRAPH or NONE; None where the normalisation is not known
     not_recorded: dict[str, str] = field(default_factory=dict)  # metadata key -> why it is not recorded
+    text: TextInputs | None = None  # a character-level language model's ids
 
     def metadata(self) -> dict[str, str]:
         """The export file's metadata entries (strings, JSON where the value is a list or an object): `dataset`,
-        `input_shape`, `input_dtype`, `classes`, `input_mean`, `input_std`, `input_raw`, `preprocessing`, and
+        `input_shape`, `input_dtype`, `classes`, `input_mean`, `input_std`, `input_raw`, `preprocessing`; for a
+        language model `context`, `vocab_size`, `character_ids`, `text_sha256` and `text_sources`; and
         `not_recorded` ({key: reason}) for those the ticket does not tell."""
         n = self.normalization
         values: dict[str, object] = {
@@ -52,6 +79,10 @@ class Inputs:
             "input_raw": None if n is None else n.raw,
             "preprocessing": self.preprocessing,
         }
+        t = self.text
+        if t is not None:
+            values |= {"context": t.context, "vocab_size": t.vocab_size, "character_ids": t.ids}
+            values |= {"text_sha256": t.sha256, "text_sources": list(t.sources) if t.sources else None}
         meta = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items() if v is not None}
         if self.not_recorded:
             meta["not_recorded"] = json.dumps(self.not_recorded)
@@ -67,6 +98,7 @@ class Inputs:
             "normalization": None if self.normalization is None else dict(self.normalization.to_dict()),
             "preprocessing": self.preprocessing,
             "not_recorded": dict(self.not_recorded),
+            "text": None if self.text is None else self.text.to_dict(),
         }
 
 
@@ -78,8 +110,7 @@ def inputs_of(tk: Ticket, net: MaskedNet, *, in_graph: bool = False) -> Inputs:
     name = tk.data.dataset
     missing: dict[str, str] = {}
     if text_model(spec.arch):
-        n = gpt_numbers(spec)
-        return Inputs(name, (n["c"],), "int64", n.get("v"), None, NONE)
+        return text_inputs(tk, spec)
     info = DATASETS.get(name) if name in DATASETS else None
     shape: tuple[int, ...] | None
     if info is not None:
@@ -109,6 +140,22 @@ def inputs_of(tk: Ticket, net: MaskedNet, *, in_graph: bool = False) -> Inputs:
         missing |= {"input_mean": why, "input_std": why, "input_raw": why, "preprocessing": why}
     preprocessing = None if norm is None else IN_GRAPH if in_graph else BY_CALLER
     return Inputs(name, shape, "float32", classes, norm, preprocessing, missing)
+
+
+def text_inputs(tk: Ticket, spec: ModelSpec) -> Inputs:
+    """A character-level language model's inputs: its ids, and the text the ticket records they come from."""
+    n = gpt_numbers(spec)
+    record = tk.data.stored.get("text")
+    rec = record if isinstance(record, dict) else {}
+    sha = rec.get("sha256") if isinstance(rec.get("sha256"), str) else None
+    raw = rec.get("sources")
+    sources = tuple(str(s) for s in raw) if isinstance(raw, list) else ()
+    missing = {}
+    if sha is None or not sources:
+        why = f"the ticket records no text (its data: {tk.data.dataset[:40]!r})"
+        missing = {k: why for k, v in (("text_sha256", sha), ("text_sources", sources)) if not v}
+    text = TextInputs(n["c"], n["v"], IDS, sha, sources)
+    return Inputs(tk.data.dataset, (n["c"],), "int64", n["v"], None, NONE, missing, text)
 
 
 def require_normalization(tk: Ticket) -> None:

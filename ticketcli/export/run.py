@@ -48,7 +48,8 @@ from ticketcli.export.request import FORMATS, check_request
 from ticketcli.export.sparse import file as sparse_file
 from ticketcli.export.sparse import layouts as sparse_layouts
 from ticketcli.export.sparse.measure import LayerRecord
-from ticketcli.export.sparse.net import image_shape, make_sparse
+from ticketcli.export.sparse.net import make_sparse
+from ticketcli.export.sparse.skeleton import called_directly, image_shape
 from ticketcli.files.atomic import write_atomic
 from ticketcli.models.batchnorm import ChunkProgress
 from ticketcli.models.masked import MaskedNet
@@ -265,7 +266,7 @@ def export_ticket(
             state, layers = csr_state(net, masks)
             meta["layers"] = json.dumps({la.name: la.to_dict(metadata=True) for la in layers})
         elif fmt == "sparse":
-            stored, block = sparse_layouts.choose(layout, tk, masks)
+            stored, block = sparse_layouts.choose(layout, tk, masks, called_directly(net.module))
             snet = make_sparse(net, masks, device="cpu", input_shape=image_shape(inputs), layout=stored, block=block)
             state, records = sparse_file.sparse_tensors(snet), snet.layers
             meta |= sparse_file.sparse_metadata(snet) | {"masks_sha256": tk.masks_sha256 or ""}

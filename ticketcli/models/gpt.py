@@ -29,10 +29,13 @@ from ticketcli.specs.run import ModelSpec
 
 
 def sincos_1d(n: int, dim: int) -> torch.Tensor:
-    """(n, dim) position embedding: sin and cos of position / 10000^(i / (dim / 2)), half the features each."""
+    """(n, dim) position embedding: sin and cos of position / 10000^(i / (dim / 2)), half the features each.
+    Computed on the CPU whatever the default device: a network built on the meta device (models.build's
+    planned_shapes, the sparse form's skeleton) gets it whole, and never runs torch's meta kernels, whose first use
+    imports some 150 MiB."""
     half = dim // 2
-    omega = 1.0 / 10000 ** (torch.arange(half, dtype=torch.float32) / half)  # (dim/2,)
-    pos = torch.arange(n, dtype=torch.float32).reshape(-1, 1) * omega  # (n, dim/2)
+    omega = 1.0 / 10000 ** (torch.arange(half, dtype=torch.float32, device="cpu") / half)  # (dim/2,)
+    pos = torch.arange(n, dtype=torch.float32, device="cpu").reshape(-1, 1) * omega  # (n, dim/2)
     return torch.cat([pos.sin(), pos.cos()], dim=1)
 
 

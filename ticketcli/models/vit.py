@@ -33,11 +33,14 @@ from ticketcli.specs.run import ModelSpec
 
 def sincos_2d(h: int, w: int, dim: int) -> torch.Tensor:
     """(h * w, dim) position embedding, tokens in row-major order: a quarter of the features each for sin and
-    cos of the column and of the row index, at frequencies 1 / 10000^(i / (dim / 4))."""
+    cos of the column and of the row index, at frequencies 1 / 10000^(i / (dim / 4)). On the CPU whatever the
+    default device, as gpt.sincos_1d."""
     quarter = dim // 4
-    omega = 1.0 / 10000 ** (torch.arange(quarter, dtype=torch.float32) / quarter)  # (dim/4,)
+    omega = 1.0 / 10000 ** (torch.arange(quarter, dtype=torch.float32, device="cpu") / quarter)  # (dim/4,)
     rows, cols = torch.meshgrid(
-        torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij"
+        torch.arange(h, dtype=torch.float32, device="cpu"),
+        torch.arange(w, dtype=torch.float32, device="cpu"),
+        indexing="ij",
     )
     cx = cols.reshape(-1, 1) * omega  # (h*w, dim/4)
     ry = rows.reshape(-1, 1) * omega

@@ -31,9 +31,7 @@ from ticketcli.export.sparse import layouts, structured
 from ticketcli.export.sparse.graph import layer_kind, replace_module
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord
 from ticketcli.export.sparse.net import SparseNet
-from ticketcli.models.budget import Budget
-from ticketcli.models.build import build_model, planned_shapes
-from ticketcli.models.registry import parse_model, text_model
+from ticketcli.export.sparse.skeleton import budgeted_network, called_directly
 from ticketcli.selection.structure import MAX_GROUP
 from ticketcli.specs.run import MAX_PARAMS
 from ticketcli.ticketfile.meta import strict_json
@@ -148,23 +146,6 @@ def _record(name: str, e: Any, layer: nn.Module, path: Path) -> LayerRecord:
     )
 
 
-def skeleton(spec_text: str, path: Path, max_params: int) -> nn.Module:
-    """The model spec's network on the meta device (nothing allocated), after its budget; built-in models only."""
-    try:
-        spec = parse_model(spec_text)
-        if text_model(spec.arch):
-            raise UsageError("it names a text model, which has no sparse form")
-        if spec.arch == "user":
-            raise UsageError(
-                f"it names the model factory {spec.factory}, and a sparse export is rebuilt from built-in models only"
-            )
-        planned_shapes(spec, Budget(max_params))
-        with torch.device("meta"):
-            return build_model(spec)
-    except UsageError as e:
-        raise _fail(path, str(e)) from None
-
-
 def read_export(
     path: str | Path, *, device: str | torch.device = "cpu", max_params: int = MAX_PARAMS, file_bytes: int = 0
 ) -> SparseNet:
@@ -178,15 +159,23 @@ def read_export(
             if meta.get("format_version") != FORMAT_VERSION:
                 version = str(meta.get("format_version"))[:20]
                 raise _fail(path, f"format_version {version!r} is not {FORMAT_VERSION} (export the ticket again)")
-            module = skeleton(meta.get("model", ""), path, max_params)
+            try:
+                module = budgeted_network(meta.get("model", ""), max_params)
+            except UsageError as e:
+                raise _fail(path, str(e)) from None
             masked: dict[str, nn.Module] = {
                 n: m for n, m in module.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))
             }
             records = _records(meta, path, masked)
             stored = {r.name: r.stored for r in records if r.stored is not None}
+            direct = called_directly(module)
             for name in stored:
                 if not sparse_layers.lowerable(masked[name]):
                     raise _fail(path, f"layer {name[:60]!r} is recorded sparse, and cannot be lowered")
+                if name in direct:
+                    raise _fail(
+                        path, f"layer {name[:60]!r} is recorded sparse, and the network reads its weight as a table"
+                    )
             _check_names(f, module, stored, path)
             if meta.get("sha256") != digest(meta, ((n, f.get_tensor(n)) for n in sorted(f.keys()))):
                 raise _fail(path, "its tensors or layout do not match the sha256 digest it records (edited by hand?)")

@@ -1,5 +1,6 @@
 """The module tree of a network being made sparse: which layers have masks, what kind each is, what input each
-receives, and putting a layer's replacement in its place."""
+receives (a GPT: sequences of random character ids; its token embedding is read as a table, never called), and
+putting a layer's replacement in its place."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Mapping
 
 import torch
 from torch import nn
+
+from ticketcli.models.gpt import GPTNano
 
 
 def layer_kind(layer: nn.Module) -> str:
@@ -44,3 +47,14 @@ def layer_inputs(module: nn.Module, names: list[str], example: torch.Tensor) -> 
         for h in handles:
             h.remove()
     return seen
+
+
+def ids_example(module: nn.Module, batch: int, dev: torch.device) -> torch.Tensor | None:
+    """`batch` sequences of random character ids as long as a character-level GPT's context (its layers are timed
+    on batch x context positions); None for any other network."""
+    if not isinstance(module, GPTNano):
+        return None
+    return torch.randint(0, module.vocab, (batch, module.context), device=dev)
+
+
+DIRECT = "dense: the forward pass reads its weight directly (an embedding table), never calls the layer"

@@ -15,6 +15,7 @@ A layer's record (measure.LayerRecord) keeps the layout stored (`layout`), the k
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import replace
 
 import torch
@@ -31,15 +32,22 @@ from ticketcli.ticketfile import ticket as ticket_io
 Stored = dict[str, torch.Tensor]  # a layer's weight as the file stores it: "<part>" -> array
 
 
-def choose(requested: str, tk: ticket_io.Ticket, masks: dict[str, torch.Tensor]) -> tuple[str, tuple[int, int] | None]:
+def choose(
+    requested: str, tk: ticket_io.Ticket, masks: Mapping[str, torch.Tensor], tables: Collection[str] = ()
+) -> tuple[str, tuple[int, int] | None]:
     """(the layout to store, the block of bsr) for `--layout requested`, or one UsageError when the ticket's masks
-    do not allow it."""
+    do not allow it. The masks are read one after the other (a ticket's, from its file: seeded.LazyMasks), and
+    not at all for csr or an unstructured ticket's auto. `tables`: layers the network reads as a table (a GPT's
+    token embedding), stored dense whatever the layout, whose masks are not asked to fit it."""
     pattern = pattern_of(tk.method.options())
-    weights = {n: m for n, m in masks.items() if m.dim() >= 2}
+
+    def weights() -> Iterator[tuple[str, torch.Tensor]]:
+        return ((n, m) for n, m in masks.items() if n.rpartition(".")[0] not in tables and m.dim() >= 2)
+
     if requested == "auto":
         if isinstance(pattern, Blocks):
             requested = BSR
-        elif isinstance(pattern, Structure) and not any(_no_two_four(m) for m in weights.values()):
+        elif isinstance(pattern, Structure) and not any(_no_two_four(m) for _, m in weights()):
             requested = TWO_FOUR
         else:
             requested = CSR
@@ -50,7 +58,7 @@ def choose(requested: str, tk: ticket_io.Ticket, masks: dict[str, torch.Tensor])
                 + ("unstructured" if pattern is None else f"{pattern.text()}, not blocks"),
                 hint="extract with --block RxC (e.g. 4x4), or --layout csr",
             )
-        for name, m in weights.items():
+        for name, m in weights():
             if not is_blocks(m.cpu().numpy(), pattern.rows, pattern.cols):
                 raise UsageError(
                     f"--layout bsr (the ticket records --block {pattern.text()}): the mask of {name[:80]} is not "
@@ -58,7 +66,7 @@ def choose(requested: str, tk: ticket_io.Ticket, masks: dict[str, torch.Tensor])
                 )
         return BSR, (pattern.rows, pattern.cols)
     if requested == TWO_FOUR:
-        for name, m in weights.items():
+        for name, m in weights():
             why = _no_two_four(m)
             if why is not None:
                 raise UsageError(

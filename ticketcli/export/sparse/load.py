@@ -5,18 +5,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from ticketcli.errors import TicketFileError, UsageError
 from ticketcli.export import inputs as export_inputs
+from ticketcli.export.request import LAYOUTS
 from ticketcli.export.run import recalibrate
 from ticketcli.export.sparse import file as sparse_file
-from ticketcli.export.sparse import seeded
-from ticketcli.export.sparse.net import SparseNet, check_batch, image_shape, sparse_module
+from ticketcli.export.sparse import layouts, seeded
+from ticketcli.export.sparse.net import SparseNet, check_batch, make_sparse
 from ticketcli.export.sparse.search import remeasure
-from ticketcli.models.build import build_model
+from ticketcli.export.sparse.skeleton import called_directly, image_shape, meta_network
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs import build as runs_build
 from ticketcli.runs.inputs import resolve_device
@@ -46,6 +46,7 @@ def load_sparse(
     max_params: int = MAX_PARAMS,
     trust_model_code: bool = False,
     data_dir: str | Path | None = None,
+    layout: str = "auto",
 ) -> SparseNet:
     """The sparse runtime form (a SparseNet: call it like the network) of a sparse export or of a ticket file.
 
@@ -60,8 +61,16 @@ def load_sparse(
     against the ticket's weights fingerprint; a ticket of a model factory, of a checkpoint or with BatchNorm
     statistics to recompute (from its dataset, found through `data_dir`) is rebuilt whole first. Its layers are
     measured unless `measure=False` (every layer sparse). `trust_model_code`: allow importing the factory a ticket
-    names; `max_params`: refuse a bigger model before anything is built."""
+    names; `max_params`: refuse a bigger model before anything is built. `layout` (as export's `--layout`: "auto",
+    "csr", "bsr" or "2:4") stores a ticket's layers as an export of that layout would, checked against its masks
+    (auto: bsr for a block ticket, 2:4 for an N:M ticket that fits it, csr otherwise); an export keeps its own
+    layout, which `layout` may name.
+
+    A character-level language model (gpt-nano) takes (batch, length) character ids, length up to its context;
+    its token embedding, whose weight the network reads as a table, stays dense."""
     batch = check_batch(batch)
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise UsageError(f"layout= must be one of {', '.join(LAYOUTS)}, got {str(layout)[:20]!r}")
     if not isinstance(path, (str, os.PathLike)):
         raise UsageError(f"path= must be a file name, got {type(path).__name__}")
     path = Path(path)
@@ -69,6 +78,12 @@ def load_sparse(
     fmt = file_format(path)
     if fmt == sparse_file.FORMAT:
         snet = sparse_file.read_export(path, device=dev, max_params=max_params, file_bytes=path.stat().st_size)
+        stored = snet.metadata.get("layout", "")
+        if layout not in ("auto", stored):
+            raise UsageError(
+                f"{path} is an export stored as {stored[:20]!r}; layout= {layout!r} applies to a ticket file",
+                hint="export the ticket again with --layout, or load the ticket itself with layout=",
+            )
         if measure:
             remeasure(snet, batch, export_shape(snet.metadata))
         return snet
@@ -80,9 +95,10 @@ def load_sparse(
     inputs = export_inputs.inputs_of(tk, MaskedNet(_meta(model) if model.arch != "user" else nn.Identity(), model))
     metadata = inputs.metadata()
     shape = image_shape(inputs)
-    if shape is not None and seeded.regenerable(tk, model):
+    if seeded.regenerable(tk, model):
         timed = measure is not False
-        snet = seeded.regenerate(path, policy, device=dev, batch=batch if timed else None, metadata=metadata)
+        batched = batch if timed else None
+        snet = seeded.regenerate(path, policy, device=dev, batch=batched, metadata=metadata, layout=layout)
         if timed:
             remeasure(snet, batch, shape, unmeasured_only=True)  # the convolutions
         return snet
@@ -91,14 +107,17 @@ def load_sparse(
     masks = {n: full.masks[n] for n in net.names}
     if net.batchnorms and net.bn_statistics == "recalibrate":
         recalibrate(net, masks, full, path, DataSpec() if data_dir is None else DataSpec(search_dirs=(str(data_dir),)))
-    snet = sparse_module(net, masks, device=dev, measure=measure is not False, batch=batch, input_shape=shape)
+    stored, block = layouts.choose(layout, full, masks, called_directly(net.module))
+    timed = measure is not False
+    snet = make_sparse(
+        net, masks, device=dev, measure=timed, batch=batch, input_shape=shape, layout=stored, block=block
+    )
     snet.source, snet.metadata = "ticket", metadata
     return snet
 
 
 def _meta(model: ModelSpec) -> nn.Module:
-    with torch.device("meta"):
-        return build_model(model)
+    return meta_network(model)  # not built under torch.device("meta"): see skeleton.meta_network
 
 
 def export_shape(metadata: dict[str, str]) -> tuple[int, ...] | None:

@@ -16,10 +16,9 @@ import torch
 from torch import nn
 
 from ticketcli.errors import UsageError
-from ticketcli.export.inputs import Inputs
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import layouts, structured
-from ticketcli.export.sparse.graph import layer_inputs, layer_kind, masked_layers, replace_module
+from ticketcli.export.sparse.graph import DIRECT, ids_example, layer_inputs, layer_kind, masked_layers, replace_module
 from ticketcli.export.sparse.measure import (
     DENSE,
     SPARSE,
@@ -28,7 +27,6 @@ from ticketcli.export.sparse.measure import (
     decide,
 )
 from ticketcli.export.sparse.search import in_network, worth_trying
-from ticketcli.models.gpt import GPTNano
 from ticketcli.models.masked import MaskedNet
 from ticketcli.runs.inputs import resolve_device
 
@@ -95,29 +93,6 @@ class SparseNet(nn.Module):
                 packed = (getattr(layer.weight, a, None) for a in ("packed", "meta"))
                 total += sum(p.numel() * p.element_size() for p in packed if isinstance(p, torch.Tensor))
         return total
-
-
-def image_shape(inputs: Inputs) -> tuple[int, ...] | None:
-    """One example's shape, for timing the layers on examples of it; a text model (character ids, whose embedding
-    multiplies by a Linear layer's weight outside the layer's call) is refused: it has no sparse form."""
-    if inputs.dtype == "int64":
-        raise UsageError(
-            "the sparse runtime form is for networks of real-valued inputs; a text model's embedding reads its "
-            "Linear layer's weight directly",
-            hint="export it with --format csr or masked",
-        )
-    return inputs.shape
-
-
-def ids_example(module: nn.Module, batch: int, dev: torch.device) -> torch.Tensor | None:
-    """`batch` sequences of random character ids as long as a character-level GPT's context (its layers are timed
-    on batch x context positions); None for any other network."""
-    if not isinstance(module, GPTNano):
-        return None
-    return torch.randint(0, module.vocab, (batch, module.context), device=dev)
-
-
-DIRECT = "dense: the forward pass reads its weight directly (an embedding table), never calls the layer"
 
 
 def read_directly(

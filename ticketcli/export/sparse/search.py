@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ticketcli.export.sparse import layers as sparse_layers
-from ticketcli.export.sparse.graph import layer_inputs, replace_module
+from ticketcli.export.sparse.graph import DIRECT, ids_example, layer_inputs, replace_module
 from ticketcli.export.sparse.measure import (
     DENSE,
     MARGIN,
@@ -153,15 +153,15 @@ def remeasure(snet: Form, batch: int, input_shape: tuple[int, ...] | None, *, un
     each in the form that wins there; `snet.layers` is replaced by the new records. `unmeasured_only`: only the
     layers not timed yet."""
     module, dev = snet.module, snet.device
-    todo = [r for r in snet.layers if not unmeasured_only or r.sparse_ms is None]
+    todo = [r for r in snet.layers if (not unmeasured_only or r.sparse_ms is None) and r.reason != DIRECT]
     if not todo:
         return
     names = [r.name for r in todo]
-    example = None if input_shape is None else torch.randn(batch, *input_shape, device=dev)
+    example = ids_example(module, batch, dev) if input_shape is None else torch.randn(batch, *input_shape, device=dev)
     inputs = {} if example is None else layer_inputs(module, names, example)
     records = []
     for r in snet.layers:
-        if r.name not in names:
+        if r.name not in names or (example is not None and r.name not in inputs):  # never called: read as a table
             records.append(r)
             continue
         layer = module.get_submodule(r.name)
