@@ -3,15 +3,17 @@
 # on one GPU, its logs and tables in one folder (OUT_DIR, default gpu-check):
 #   env          torch, its CUDA and the GPU
 #   tests        the tests that skip without CUDA, with -rs (on a CUDA machine a skip is a failure)
-#   sparse-load  a --structure 2:4 and a --block 4x4 ticket exported --format sparse (auto layout: 2:4 and BSR), loaded
-#                with tc.load_sparse(..., device="cuda"): outputs against the ticket's network on CUDA (float32
-#                rounding; float16/TF32 rounding where a layer computes with the 2:4 kernels), each layer's record
-#   bench-*      `ticket bench` on CUDA (dense, CSR, ONNX, BSR, 2:4): the paper MLP unstructured at 95%, 2:4 and
-#                4x4 blocks at 90%, a gpt-nano text ticket (--dataset text) and ResNet-20 (FashionMNIST) at 95% and
-#                in 4x4 blocks (its 2:4 ticket is refused: the stem convolution has 9 inputs per output). Random
-#                masks: the speed depends on the pattern, not on which weights are kept. Tables, plots and JSON in
-#                OUT_DIR/bench; a form that disagrees with the ticket's network, or on CUDA a structured form that
-#                does not run, fails the step
+#   sparse-load  a --structure 2:4 and a --block 4x4 ticket of the paper MLP exported --format sparse (auto layout:
+#                2:4 and BSR), loaded with tc.load_sparse(..., device="cuda") (also with measure=True, and the 2:4
+#                ticket file itself, regenerated layer by layer): outputs against the ticket's network on CUDA
+#                (float32 rounding; float16/TF32 rounding where a layer computes with the 2:4 kernels), each layer's
+#                record (layout, kernel, form, why); fails where the 2:4 or BSR kernels do not run on CUDA
+#   bench-*      `ticket bench` on CUDA, dense against CSR, BSR and 2:4 (not ONNX Runtime: it runs on the CPU): the
+#                paper MLP unstructured at 95%, 2:4, and 4x4 blocks at 90%, a gpt-nano text ticket (--dataset text)
+#                and ResNet-20 (FashionMNIST) at 95% and in 4x4 blocks (its 2:4 ticket is refused: the stem
+#                convolution has 9 inputs per output). Random masks: the speed depends on the pattern, not on which
+#                weights are kept. Tables, plots and JSON in OUT_DIR/bench; a form that disagrees with the ticket's
+#                network, or on CUDA a structured form that does not run, fails the step
 #   gpu-ticket   the paper protocol extracted on the GPU, re-evaluated on the CPU (the README promises agreement
 #                within 0.2 points)
 #   conv6-*      conv6, 10 epochs, fp32 against bf16 autocast
@@ -57,11 +59,11 @@ step() {
   local name=$1 box=$2 left rc t0 status
   shift 2
   left=$((budget - SECONDS))
-  if [ "$left" -lt 10 ]; then
+  if [ "$left" -lt 20 ]; then
     printf '%-22s skipped: out of time (%s s budget spent)\n' "$name" "$budget" | tee -a "$summary"
     return
   fi
-  [ "$box" -gt "$left" ] && box=$left
+  [ "$box" -gt $((left - 10)) ] && box=$((left - 10)) # 10 s for a step that ignores SIGTERM to be killed
   echo "=== $name (time box $box s; $SECONDS s of $budget s gone)"
   t0=$SECONDS
   timeout --kill-after=10 "$box" bash -c '"$@"' step "$@" 2>&1 | tee "$out/logs/$name.log"
@@ -200,8 +202,9 @@ bench_one() {
     echo "skipped: $model $* refused (the line above)"
     exit 77
   fi
-  python3 -m ticketcli bench "$b/$tag.safetensors" --device "$dev" $threads --batch "$(pick 1,256,4096 1,16)" \
-    --repeats "$(pick 20 3)" --plot "$b/$tag.png" --force --quiet --json > "$b/$tag.json" || exit 1
+  python3 -m ticketcli bench "$b/$tag.safetensors" --device "$dev" $threads --forms sparse,bsr,2:4 \
+    --batch "$(pick 1,256,4096 1,16)" --repeats "$(pick 20 3)" --plot "$b/$tag.png" --force --quiet \
+    --json > "$b/$tag.json" || exit 1
   python3 - "$b/$tag.json" "$expect" <<'EOF' | tee "$b/$tag.txt"
 import json, os, sys
 doc, expect = json.load(open(sys.argv[1])), sys.argv[2]
@@ -260,7 +263,7 @@ conv6() {  # conv6 at one precision: fp32 or bf16 (autocast; on CUDA only)
   python3 - "$out/conv6-$p.json" "$p" "$epochs" <<'EOF'
 import json, sys
 e = json.load(open(sys.argv[1]))
-print(f"conv6 {sys.argv[3]} epochs {sys.argv[2]} on {e['device']}: "
+print(f"conv6, {sys.argv[3]} epoch(s), {sys.argv[2]} on {e['device']}: "
       f"test {100 * e['metrics']['test']['accuracy']:.2f}%, training {e['wall_time_s']:.1f} s")
 EOF
 }
