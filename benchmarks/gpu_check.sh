@@ -23,7 +23,7 @@
 #   bash benchmarks/gpu_check.sh [OUT_DIR]             # on a CUDA machine: at most 8 minutes
 #   bash benchmarks/gpu_check.sh --cpu [OUT_DIR]       # a dry run of the script: the same steps on the CPU with tiny
 #                                                      # budgets (small splits, 1 epoch, batch 1 and 16, one thread;
-#                                                      # about 10 minutes on a busy 2-core machine), each CUDA-only
+#                                                      # 7 to 11 minutes on a busy 2-core machine), each CUDA-only
 #                                                      # step or kernel saying "skipped: no CUDA"
 # GPU_CHECK_DEVICE picks the device (default cuda; cuda:1 another GPU; cpu is --cpu); GPU_CHECK_BUDGET the total
 # seconds (default 480 on CUDA, 1200 in a dry run): a step that would start past it is skipped, out of time.
@@ -42,7 +42,7 @@ summary="$out/summary.txt"
 : > "$summary"
 threads="" small=""
 if [ "$dry" = 1 ]; then
-  threads="--threads 1"                 # a dry run shares its CPU politely
+  threads="--threads 1"               # a dry run shares its CPU politely
   small="--n-extract 512 --n-val 256" # and extracts from small splits (the test split is the dataset's own)
 fi
 export dev dry out threads small
