@@ -26,7 +26,8 @@
 #                                                      # 7 to 11 minutes on a busy 2-core machine), each CUDA-only
 #                                                      # step or kernel saying "skipped: no CUDA"
 # GPU_CHECK_DEVICE picks the device (default cuda; cuda:1 another GPU; cpu is --cpu); GPU_CHECK_BUDGET the total
-# seconds (default 480 on CUDA, 1200 in a dry run): a step that would start past it is skipped, out of time.
+# seconds (default 480 on CUDA, 1200 in a dry run): a step that would start past it is skipped, out of time;
+# GPU_CHECK_ONLY a shell pattern of the steps to run (e.g. 'bench-mlp-*', to run a failed step again).
 set -uo pipefail  # no -e: a failed step is recorded and the next one runs
 
 dev=${GPU_CHECK_DEVICE:-cuda}
@@ -58,6 +59,11 @@ pick() { if [ "$dry" = 1 ]; then echo "$2"; else echo "$1"; fi; }
 step() {
   local name=$1 box=$2 left rc t0 status
   shift 2
+  # shellcheck disable=SC2053 # GPU_CHECK_ONLY is a pattern
+  if [[ $name != ${GPU_CHECK_ONLY:-*} ]]; then
+    printf '%-22s skipped: not in GPU_CHECK_ONLY\n' "$name" | tee -a "$summary"
+    return
+  fi
   left=$((budget - SECONDS))
   if [ "$left" -lt 20 ]; then
     printf '%-22s skipped: out of time (%s s budget spent)\n' "$name" "$budget" | tee -a "$summary"
