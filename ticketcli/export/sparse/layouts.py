@@ -24,6 +24,7 @@ from torch import nn
 from ticketcli.errors import UsageError
 from ticketcli.export.sparse import layers as sparse_layers
 from ticketcli.export.sparse import structured
+from ticketcli.export.sparse.graph import layer_kind
 from ticketcli.export.sparse.measure import DENSE, SPARSE, LayerRecord, compare, decide
 from ticketcli.export.sparse.structured import BSR, CSR, TWO_FOUR
 from ticketcli.selection.structure import Blocks, Structure, is_blocks, pattern_of
@@ -98,7 +99,7 @@ def lower(
     weight = sparse_layers.weight_of(layer)
     w2 = weight.reshape(weight.shape[0], -1)
     m2 = mask.reshape(w2.shape).to(dev, torch.bool)
-    kind = "conv2d" if isinstance(layer, nn.Conv2d) else "linear"
+    kind = layer_kind(layer)
     shape, nnz = tuple(weight.shape), int(m2.sum())
     bias = sparse_layers.param(layer, "bias")
     kernels: dict[str, nn.Module] = {}  # the sparse forms that run here, each timed against dense

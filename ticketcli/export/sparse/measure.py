@@ -187,7 +187,7 @@ def interleaved(
 
 @dataclass(frozen=True)
 class Choice:
-    """A layer's decision in the whole network: the option kept (0: dense) and the network's median seconds per
+    """A layer's decision in the whole network: the option kept (0: dense) and the network's least seconds per
     call with each option, the others as decided."""
 
     option: int
